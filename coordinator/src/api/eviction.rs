@@ -1,0 +1,241 @@
+//! `Eviction`: take the VMs off one hypervisor (DESIGN.md section 4).
+//! Preflight -> disable -> migrate -> complete -> optional re-enable.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "hypervisor.cloud.sap",
+    version = "v1alpha1",
+    kind = "Eviction",
+    plural = "evictions",
+    shortname = "ev",
+    category = "openstack",
+    status = "EvictionStatus",
+    printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.hypervisor"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".spec.reason"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Migrated","type":"string","jsonPath":".status.progress"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EvictionSpec {
+    /// Name of the Hypervisor (= Node) to evict. Immutable.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.hypervisor is immutable"))]
+    #[schemars(length(min = 1, max = 253))]
+    pub hypervisor: String,
+    /// Why; decides whether the node is re-enabled afterwards (seed 000).
+    pub reason: EvictionReason,
+    #[serde(default)]
+    pub options: EvictionOptions,
+}
+
+/// Eviction reasons of seed 000.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
+pub enum EvictionReason {
+    /// The HA detector found the node failed. Never re-enabled automatically.
+    NodeFailure,
+    /// A rolling update needs the node. Re-enabled after the update.
+    RollingUpdate,
+    /// An admin asked. Re-enabled if `options.reEnable`.
+    AdminRequest,
+    /// The node is retired. Never re-enabled; ends in Decommissioned.
+    Decommission,
+}
+
+impl EvictionReason {
+    /// Whether the node goes back into service when the eviction is over,
+    /// given the `options.reEnable` the user set (seed 000's table).
+    pub fn re_enables(self, option: Option<bool>) -> bool {
+        match self {
+            EvictionReason::NodeFailure | EvictionReason::Decommission => false,
+            EvictionReason::RollingUpdate => option.unwrap_or(true),
+            EvictionReason::AdminRequest => option.unwrap_or(false),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvictionReason::NodeFailure => "NodeFailure",
+            EvictionReason::RollingUpdate => "RollingUpdate",
+            EvictionReason::AdminRequest => "AdminRequest",
+            EvictionReason::Decommission => "Decommission",
+        }
+    }
+}
+
+/// How a VM is moved off.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum MigrationPolicy {
+    #[default]
+    LiveMigrate,
+    ColdMigrate,
+    /// Somebody else moves this VM; the eviction leaves it alone.
+    Skip,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EvictionOptions {
+    /// Re-enable the node when done. Default by reason: RollingUpdate yes,
+    /// AdminRequest no; NodeFailure and Decommission never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub re_enable: Option<bool>,
+    /// Migrations in flight from this host at once.
+    #[serde(default = "default_parallel")]
+    #[schemars(default = "default_parallel", range(min = 1, max = 32))]
+    pub max_parallel: u32,
+    /// A migration without progress for this long is stuck.
+    #[serde(default = "default_progress_timeout")]
+    #[schemars(default = "default_progress_timeout", range(min = 1))]
+    pub progress_timeout_seconds: u64,
+    /// A migration running longer than this many seconds per GiB of VM
+    /// memory is stuck.
+    #[serde(default = "default_completion_timeout")]
+    #[schemars(default = "default_completion_timeout", range(min = 1))]
+    pub completion_timeout_per_gi_b_seconds: u64,
+    /// Attempts per VM before it is marked non-migratable.
+    #[serde(default = "default_attempts")]
+    #[schemars(default = "default_attempts", range(min = 1, max = 20))]
+    pub max_attempts: u32,
+    /// Policy for VMs without a `hypervisor.cloud.sap/eviction` metadata key.
+    #[serde(default)]
+    pub default_policy: MigrationPolicy,
+    /// Preflight checks to skip by name (`capacity`, `constraints`,
+    /// `compatibility`). Use with care.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub force: Vec<String>,
+}
+
+impl Default for EvictionOptions {
+    fn default() -> Self {
+        EvictionOptions {
+            re_enable: None,
+            max_parallel: default_parallel(),
+            progress_timeout_seconds: default_progress_timeout(),
+            completion_timeout_per_gi_b_seconds: default_completion_timeout(),
+            max_attempts: default_attempts(),
+            default_policy: MigrationPolicy::default(),
+            force: Vec::new(),
+        }
+    }
+}
+
+fn default_parallel() -> u32 {
+    2
+}
+fn default_progress_timeout() -> u64 {
+    150
+}
+fn default_completion_timeout() -> u64 {
+    150
+}
+fn default_attempts() -> u32 {
+    3
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum EvictionPhase {
+    #[default]
+    Pending,
+    Preflight,
+    Disabling,
+    Migrating,
+    /// Every VM is in a final state.
+    Succeeded,
+    /// Stopped (e.g. preflight failed); the condition says why.
+    Failed,
+    /// Deleted while running; in-flight migrations were aborted.
+    Cancelled,
+}
+
+impl EvictionPhase {
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            EvictionPhase::Succeeded | EvictionPhase::Failed | EvictionPhase::Cancelled
+        )
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EvictionStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<EvictionPhase>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::conditions_schema")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// "migrated/total", for `kubectl get evictions`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
+    /// VMs on the host when the eviction started.
+    #[serde(default)]
+    pub total: u32,
+    #[serde(default)]
+    pub migrated: u32,
+    /// VMs deleted by their owner while the eviction ran.
+    #[serde(default)]
+    pub gone: u32,
+    #[serde(default)]
+    pub non_migratable: u32,
+    #[serde(default)]
+    pub in_flight: u32,
+    /// One entry per VM, each ending in a final state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vms: Vec<VmStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<Time>,
+    /// Whether the node was re-enabled at the end.
+    #[serde(default)]
+    pub re_enabled: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum VmState {
+    #[default]
+    Pending,
+    Migrating,
+    /// Waiting out the backoff before the next attempt.
+    Backoff,
+    Migrated,
+    /// Deleted by its owner during the eviction.
+    Gone,
+    NonMigratable,
+    /// Policy `Skip`: moved by somebody else.
+    Skipped,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VmStatus {
+    /// Nova server UUID.
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub memory_bytes: u64,
+    #[serde(default)]
+    pub state: VmState,
+    #[serde(default)]
+    pub attempts: u32,
+    /// Host the VM ended on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_host: Option<String>,
+    /// Why it is non-migratable, or why the last attempt failed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// Name of the current or last Migration object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration: Option<String>,
+}

@@ -1,0 +1,435 @@
+//! `Hypervisor`: one per Kubernetes Node that runs nova-compute, named after
+//! the Node and owned by it. `spec` is what the SRE wants; `status` is what the
+//! coordinator observed and decided, including the bookkeeping the lifecycle
+//! core needs to resume after a restart (DESIGN.md section 3).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::eviction::EvictionReason;
+
+/// Desired state of a hypervisor.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(
+    group = "hypervisor.cloud.sap",
+    version = "v1alpha1",
+    kind = "Hypervisor",
+    plural = "hypervisors",
+    shortname = "hv",
+    category = "openstack",
+    status = "HypervisorStatus",
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Maintenance","type":"string","jsonPath":".spec.maintenance"}"#,
+    printcolumn = r#"{"name":"Instances","type":"integer","jsonPath":".status.instances.count"}"#,
+    printcolumn = r#"{"name":"Agent","type":"boolean","jsonPath":".status.agent.connected"}"#,
+    printcolumn = r#"{"name":"Libvirt","type":"string","jsonPath":".status.libVirtVersion","priority":1}"#,
+    printcolumn = r#"{"name":"Service","type":"string","jsonPath":".status.serviceId","priority":1}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.maintenance != 'manual' || self.maintenanceReason != ''").message("spec.maintenanceReason is required when spec.maintenance is 'manual'").field_path(".maintenanceReason"))]
+#[x_kube(validation = Rule::new("oldSelf.maintenance != 'termination' || self.maintenance == 'termination'").message("spec.maintenance 'termination' cannot be undone").field_path(".maintenance"))]
+#[x_kube(validation = Rule::new("self.customTraits.all(t, t.matches('^CUSTOM_[A-Z0-9_]{1,248}$'))").message("spec.customTraits entries must match ^CUSTOM_[A-Z0-9_]+$").field_path(".customTraits"))]
+pub struct HypervisorSpec {
+    /// Nova host aggregates the host must be a member of. An aggregate that
+    /// does not exist in Nova stops onboarding (phase Aborted).
+    #[serde(default)]
+    pub aggregates: Vec<String>,
+    /// `CUSTOM_*` traits set on the host's Placement resource provider.
+    /// Traits that are not `CUSTOM_*` belong to nova-compute and are never touched.
+    #[serde(default)]
+    pub custom_traits: Vec<String>,
+    /// Skip the Testing phase. Useful in development; not recommended in production.
+    #[serde(default)]
+    pub skip_tests: bool,
+    /// Maintenance mode. Setting it stops scheduling and evicts the VMs;
+    /// clearing it re-runs Testing (unless skipTests) and returns the node to
+    /// Active. `termination` cannot be undone and ends in Decommissioned.
+    #[serde(default)]
+    pub maintenance: MaintenanceMode,
+    /// Why the node is in maintenance; required for `manual`. Written into
+    /// Nova's disabled reason so it is visible to OpenStack operators too.
+    #[serde(default)]
+    #[schemars(length(max = 200))]
+    pub maintenance_reason: String,
+    /// Whether the HA detector may fence and evacuate this node on failure.
+    #[serde(default = "default_true")]
+    #[schemars(default = "default_true")]
+    pub high_availability: bool,
+    /// How the agent and the coordinator reach the node's libvirt.
+    #[serde(default)]
+    pub libvirt: LibvirtSpec,
+    /// Open vSwitch bridges the Testing phase expects.
+    #[serde(default)]
+    pub ovs: OvsSpec,
+    /// Ceph RBD pools the Testing phase expects to be readable.
+    #[serde(default)]
+    pub ceph: CephSpec,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// Maintenance modes of seed 000 (`""` when the node is not in maintenance).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum MaintenanceMode {
+    /// Not in maintenance.
+    #[default]
+    #[serde(rename = "")]
+    None,
+    /// An admin asked for it (needs a reason).
+    #[serde(rename = "manual")]
+    Manual,
+    /// An automated rolling update (e.g. Gardener) needs the node.
+    #[serde(rename = "auto")]
+    Auto,
+    /// The HA detector found a hardware problem.
+    #[serde(rename = "ha")]
+    Ha,
+    /// The Kubernetes Node is being terminated; ends in Decommissioned.
+    #[serde(rename = "termination")]
+    Termination,
+}
+
+impl MaintenanceMode {
+    pub fn is_requested(self) -> bool {
+        self != MaintenanceMode::None
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MaintenanceMode::None => "",
+            MaintenanceMode::Manual => "manual",
+            MaintenanceMode::Auto => "auto",
+            MaintenanceMode::Ha => "ha",
+            MaintenanceMode::Termination => "termination",
+        }
+    }
+
+    /// The eviction reason a maintenance of this mode runs with (seed 000's
+    /// table of eviction reasons).
+    pub fn eviction_reason(self) -> Option<EvictionReason> {
+        match self {
+            MaintenanceMode::None => None,
+            MaintenanceMode::Manual => Some(EvictionReason::AdminRequest),
+            MaintenanceMode::Auto => Some(EvictionReason::RollingUpdate),
+            MaintenanceMode::Ha => Some(EvictionReason::NodeFailure),
+            MaintenanceMode::Termination => Some(EvictionReason::Decommission),
+        }
+    }
+}
+
+/// libvirt driver backend.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum LibvirtBackend {
+    /// QEMU/KVM: `qemu+tcp://<host>:<port>/system`.
+    #[default]
+    Qemu,
+    /// Cloud Hypervisor: `ch+tcp://<host>:<port>/system`.
+    Ch,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LibvirtSpec {
+    #[serde(default)]
+    pub backend: LibvirtBackend,
+    /// libvirtd TCP port.
+    #[serde(default = "default_libvirt_port")]
+    #[schemars(default = "default_libvirt_port", range(min = 1, max = 65535))]
+    pub port: u16,
+    /// Lowest acceptable libvirt version, "major.minor.micro".
+    #[serde(default = "default_min_libvirt")]
+    #[schemars(
+        default = "default_min_libvirt",
+        regex(pattern = r"^[0-9]+\.[0-9]+\.[0-9]+$")
+    )]
+    pub minimum_version: String,
+}
+
+impl Default for LibvirtSpec {
+    fn default() -> Self {
+        LibvirtSpec {
+            backend: LibvirtBackend::default(),
+            port: default_libvirt_port(),
+            minimum_version: default_min_libvirt(),
+        }
+    }
+}
+
+fn default_libvirt_port() -> u16 {
+    16509
+}
+
+fn default_min_libvirt() -> String {
+    "8.0.0".into()
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OvsSpec {
+    /// Bridges that must exist.
+    #[serde(default = "default_bridges")]
+    #[schemars(default = "default_bridges")]
+    pub bridges: Vec<String>,
+    /// Bridges that are checked when present but may be missing.
+    #[serde(default = "default_optional_bridges")]
+    #[schemars(default = "default_optional_bridges")]
+    pub optional_bridges: Vec<String>,
+}
+
+impl Default for OvsSpec {
+    fn default() -> Self {
+        OvsSpec {
+            bridges: default_bridges(),
+            optional_bridges: default_optional_bridges(),
+        }
+    }
+}
+
+fn default_bridges() -> Vec<String> {
+    vec!["br-int".into(), "br-ex".into()]
+}
+
+fn default_optional_bridges() -> Vec<String> {
+    vec!["br-provider".into()]
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CephSpec {
+    /// RBD pools the node must be able to read as its own Ceph client.
+    #[serde(default)]
+    pub pools: Vec<String>,
+}
+
+/// Lifecycle phase (seed 000's state diagram).
+#[derive(
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    JsonSchema,
+)]
+pub enum Phase {
+    /// Newly discovered Node; the Hypervisor object was just created.
+    #[default]
+    Initial,
+    /// Registering with Nova: compute service lookup, aggregates, traits.
+    Onboarding,
+    /// The agent runs the validation checks.
+    Testing,
+    /// Onboarding or Testing failed; the cause is in a condition. Left only
+    /// by an explicit retry.
+    Aborted,
+    /// Tested, waiting for scheduling to be enabled in Nova.
+    Ready,
+    /// Enabled in Nova; VMs may land here.
+    Active,
+    /// Scheduling stopped and VMs evicted; held for maintenance work.
+    Maintenance,
+    /// VMs are being moved off the node.
+    Evicting,
+    /// Removed from Nova; the object stays as the record. Terminal.
+    Decommissioned,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 9] = [
+        Phase::Initial,
+        Phase::Onboarding,
+        Phase::Testing,
+        Phase::Aborted,
+        Phase::Ready,
+        Phase::Active,
+        Phase::Maintenance,
+        Phase::Evicting,
+        Phase::Decommissioned,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Initial => "Initial",
+            Phase::Onboarding => "Onboarding",
+            Phase::Testing => "Testing",
+            Phase::Aborted => "Aborted",
+            Phase::Ready => "Ready",
+            Phase::Active => "Active",
+            Phase::Maintenance => "Maintenance",
+            Phase::Evicting => "Evicting",
+            Phase::Decommissioned => "Decommissioned",
+        }
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Observed state of a hypervisor.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HypervisorStatus {
+    /// Lifecycle phase; absent means Initial.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// When the current phase was entered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase_since: Option<Time>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// The spec generation this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Nova compute service id (a UUID since compute microversion 2.53).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_id: Option<String>,
+    /// Nova hypervisor id (a UUID since compute microversion 2.53); also the
+    /// Placement resource provider UUID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hypervisor_id: Option<String>,
+    /// libvirt version reported by the agent, "major.minor.micro".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lib_virt_version: Option<String>,
+    /// Hypervisor (QEMU / Cloud Hypervisor) version reported by the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hypervisor_version: Option<String>,
+    /// Results of the latest test run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<CheckResultStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instances: Option<InstancesStatus>,
+    /// Placement inventory totals of the host's resource provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<Resources>,
+    /// Placement usages of the host's resource provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation: Option<Resources>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentStatus>,
+    /// The lifecycle core's own bookkeeping, so a restarted coordinator
+    /// resumes where it stopped. Not meant to be edited.
+    #[serde(default)]
+    pub lifecycle: LifecycleRecord,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckResultStatus {
+    /// Stable check name, e.g. `ovs-bridge/br-ex`.
+    pub name: String,
+    pub passed: bool,
+    #[serde(default)]
+    pub message: String,
+    /// How long the check ran, in milliseconds.
+    #[serde(default)]
+    pub duration_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstancesStatus {
+    /// Number of Nova instances on the host.
+    pub count: u32,
+    /// Their Nova UUIDs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ids: Vec<String>,
+}
+
+/// Resource amounts in base units.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Resources {
+    #[serde(default)]
+    pub vcpus: u64,
+    #[serde(default)]
+    pub memory_bytes: u64,
+    #[serde(default)]
+    pub disk_bytes: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentStatus {
+    pub connected: bool,
+    /// Since when the current session (or disconnection) lasts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_heartbeat: Option<Time>,
+}
+
+/// What the lifecycle core remembers between reconciles.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LifecycleRecord {
+    /// Aggregates this controller added (and may therefore remove).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applied_aggregates: Vec<String>,
+    /// `CUSTOM_*` traits this controller added (and may therefore remove).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applied_traits: Vec<String>,
+    /// Current test run number; a check report counts only for this run.
+    #[serde(default)]
+    pub test_run: u64,
+    /// When the current test run was requested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_started: Option<Time>,
+    /// The eviction this node is waiting for or held by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eviction: Option<EvictionRef>,
+    /// Number of evictions this controller has created for the node; part of
+    /// their names, so a re-created eviction gets a name of its own.
+    #[serde(default)]
+    pub eviction_seq: u32,
+    /// The last retry token acted on (annotation `hypervisor.cloud.sap/retry`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled_retry: Option<String>,
+    /// Why the node is Aborted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abort: Option<AbortRecord>,
+    /// Set once the compute service was deleted with no instance left.
+    #[serde(default)]
+    pub service_deleted: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EvictionRef {
+    pub name: String,
+    pub reason: EvictionReason,
+    /// Re-enable the node when this eviction completes.
+    pub re_enable: bool,
+    /// Created by this controller for spec.maintenance (as opposed to an
+    /// Eviction created by hand).
+    pub for_maintenance: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AbortRecord {
+    /// Condition type that failed (`Onboarded` or `Tested`).
+    pub condition: String,
+    pub reason: String,
+    pub message: String,
+    /// Phase the node was in when it aborted.
+    pub from: Phase,
+}

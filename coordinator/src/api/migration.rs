@@ -1,0 +1,99 @@
+//! `Migration`: one attempt to move one VM, owned by its `Eviction`. Every
+//! attempt gets its own object, so the history of a difficult VM is visible.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::eviction::MigrationPolicy;
+
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "hypervisor.cloud.sap",
+    version = "v1alpha1",
+    kind = "Migration",
+    plural = "migrations",
+    shortname = "mig",
+    category = "openstack",
+    status = "MigrationStatus",
+    printcolumn = r#"{"name":"Eviction","type":"string","jsonPath":".spec.eviction"}"#,
+    printcolumn = r#"{"name":"Server","type":"string","jsonPath":".spec.serverId"}"#,
+    printcolumn = r#"{"name":"Attempt","type":"integer","jsonPath":".spec.attempt"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Target","type":"string","jsonPath":".status.targetHost"}"#,
+    printcolumn = r#"{"name":"Remaining","type":"integer","jsonPath":".status.memoryRemainingBytes","priority":1}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self == oldSelf").message("Migration spec is immutable; create a new attempt instead"))]
+pub struct MigrationSpec {
+    /// The owning Eviction.
+    pub eviction: String,
+    /// Nova server UUID.
+    pub server_id: String,
+    #[serde(default)]
+    pub server_name: String,
+    /// Compute host the VM leaves.
+    pub source_host: String,
+    /// 1 for the first attempt.
+    #[schemars(range(min = 1))]
+    pub attempt: u32,
+    pub policy: MigrationPolicy,
+    /// Local disks: the migration copies them (block migration).
+    #[serde(default)]
+    pub block_migration: bool,
+    /// VM memory, the basis of the completion timeout.
+    #[serde(default)]
+    pub memory_bytes: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum MigrationPhase {
+    #[default]
+    Pending,
+    Running,
+    Completed,
+    /// Stuck, and aborted by the supervisor.
+    Aborted,
+    /// Nova reported an error.
+    Failed,
+    /// The eviction was cancelled.
+    Cancelled,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MigrationStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<MigrationPhase>,
+    /// Nova's migration id (os-migrations / servers/{id}/migrations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nova_migration_id: Option<i64>,
+    /// Nova's migration status, verbatim ("running", "completed", "cancelled", ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nova_status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_host: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+    /// Last time any progress counter moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_progress_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_total_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_processed_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_remaining_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_total_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_processed_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_remaining_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
