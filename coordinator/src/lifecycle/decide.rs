@@ -1,0 +1,1221 @@
+//! The lifecycle of one hypervisor, in one place (seed 000's state diagram).
+//!
+//! ```text
+//! Initial ─▶ Onboarding ─▶ Testing ─▶ Ready ─▶ Active ◀──────────────┐
+//!               ▲   │         │ (skipTests: Onboarding ─▶ Ready)    │ eviction over,
+//!               │   ▼         ▼                                     │ re-enable
+//!               │  Aborted ◀──┘  (left only by an explicit retry)   │
+//!               │                              Active ─▶ Evicting ──┤
+//!   maintenance │                                 │         │       │
+//!   cleared     │                  (no VMs)       ▼         ▼       │
+//!               └──────────────────────────── Maintenance ◀─┘       │
+//!                                                           Evicting ─▶ Decommissioned
+//! ```
+//!
+//! Maintenance exits through Onboarding, as seed 000's "Re-Enable after
+//! maint." arrow does, so the checks run again (DESIGN.md section 3) and the
+//! aggregates and traits are re-verified.
+//!
+//! Safety rules encoded here, and checked by the property tests in `props.rs`:
+//! - `EnableService` is emitted only in Ready (after passed checks or
+//!   skipTests), Active, and Evicting (a re-enabling eviction of an Active node).
+//! - Before Ready, a compute service Nova shows enabled is disabled: Nova
+//!   enables new services by default, and no VM may land before the checks pass.
+//! - `DeleteService` is emitted only when the current observation shows no
+//!   instance, and Decommissioned is reached only after that delete.
+//! - Aborted is left only through a retry token not handled before.
+
+use std::collections::BTreeSet;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::action::Action;
+use super::observe::{EvictionObs, NodeObs, NovaHost, NovaObs, Observations};
+use crate::api::eviction::EvictionPhase;
+use crate::api::hypervisor::{
+    AbortRecord, CheckResultStatus, EvictionRef, HypervisorSpec, HypervisorStatus, LifecycleRecord,
+};
+use crate::api::{ConditionStatus, ConditionType, EvictionReason, MaintenanceMode, Phase};
+
+/// Tunables of the lifecycle (coordinator flags).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Policy {
+    /// How long Onboarding waits for nova-compute to register before Aborted.
+    pub registration_timeout: SignedDuration,
+    /// How long Testing waits for a check report before Aborted.
+    pub checks_timeout: SignedDuration,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            registration_timeout: SignedDuration::from_mins(15),
+            checks_timeout: SignedDuration::from_mins(10),
+        }
+    }
+}
+
+/// Everything [`decide`] looks at.
+#[derive(Clone, Debug)]
+pub struct Input<'a> {
+    /// Hypervisor (= Node = Nova host) name.
+    pub name: &'a str,
+    pub spec: &'a HypervisorSpec,
+    pub status: &'a HypervisorStatus,
+    pub obs: &'a Observations,
+    pub policy: &'a Policy,
+    pub now: Timestamp,
+}
+
+/// A condition as this controller wants it; `conditions::merge` stamps times.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DesiredCondition {
+    pub type_: ConditionType,
+    pub status: ConditionStatus,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transition {
+    pub from: Phase,
+    pub to: Phase,
+    /// Why, for the Kubernetes Event and the log.
+    pub reason: String,
+}
+
+/// What the shell must do and record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    pub phase: Phase,
+    /// When `phase` was entered (now, on a transition).
+    pub phase_since: Option<Time>,
+    pub transition: Option<Transition>,
+    pub actions: Vec<Action>,
+    /// The five conditions this controller owns, always all of them.
+    pub conditions: Vec<DesiredCondition>,
+    pub record: LifecycleRecord,
+    pub service_id: Option<String>,
+    pub hypervisor_id: Option<String>,
+    /// New check results to store, when a report for the current run arrived.
+    pub checks: Option<Vec<CheckResultStatus>>,
+    /// Nova state we found changed behind our back and are repairing
+    /// (one Kubernetes Event each).
+    pub drift: Vec<String>,
+}
+
+/// Every transition [`decide`] can make. The property tests check that no
+/// other is ever taken; the table tests show each one.
+pub const ALLOWED_TRANSITIONS: &[(Phase, Phase)] = &[
+    (Phase::Initial, Phase::Onboarding),
+    (Phase::Onboarding, Phase::Testing),
+    (Phase::Onboarding, Phase::Ready),
+    (Phase::Onboarding, Phase::Aborted),
+    (Phase::Onboarding, Phase::Maintenance),
+    (Phase::Onboarding, Phase::Evicting),
+    (Phase::Testing, Phase::Ready),
+    (Phase::Testing, Phase::Aborted),
+    (Phase::Testing, Phase::Maintenance),
+    (Phase::Testing, Phase::Evicting),
+    (Phase::Aborted, Phase::Onboarding),
+    (Phase::Ready, Phase::Active),
+    (Phase::Ready, Phase::Maintenance),
+    (Phase::Ready, Phase::Evicting),
+    (Phase::Active, Phase::Maintenance),
+    (Phase::Active, Phase::Evicting),
+    (Phase::Evicting, Phase::Active),
+    (Phase::Evicting, Phase::Maintenance),
+    (Phase::Evicting, Phase::Onboarding),
+    (Phase::Evicting, Phase::Decommissioned),
+    (Phase::Maintenance, Phase::Onboarding),
+    (Phase::Maintenance, Phase::Evicting),
+];
+
+const ONBOARDING_DISABLE_REASON: &str = "hv-lifecycle: onboarding, not tested yet";
+
+/// Decide the next step for one hypervisor. Pure: same input, same output.
+pub fn decide(input: &Input<'_>) -> Decision {
+    let mut d = Draft::new(input);
+    match d.phase {
+        Phase::Initial => initial(&mut d),
+        Phase::Onboarding => onboarding(&mut d),
+        Phase::Testing => testing(&mut d),
+        Phase::Aborted => aborted(&mut d),
+        Phase::Ready => ready(&mut d),
+        Phase::Active => active(&mut d),
+        Phase::Evicting => evicting(&mut d),
+        Phase::Maintenance => maintenance(&mut d),
+        Phase::Decommissioned => {}
+    }
+    d.finish()
+}
+
+// ------------------------------------------------------------------ phases
+
+fn initial(d: &mut Draft<'_>) {
+    match d.obs().node {
+        NodeObs::Absent => d.set(
+            ConditionType::Onboarded,
+            ConditionStatus::Unknown,
+            "NodeMissing",
+            "waiting for the Kubernetes Node to exist".into(),
+        ),
+        NodeObs::Present { .. } | NodeObs::Deleting => {
+            d.go(Phase::Onboarding, "new Kubernetes Node".into())
+        }
+    }
+}
+
+fn onboarding(d: &mut Draft<'_>) {
+    if d.hold_requested() {
+        return hold(d);
+    }
+    let host = match registered(d) {
+        Some(host) => host,
+        None => return,
+    };
+    d.guard_disabled(&host, ONBOARDING_DISABLE_REASON);
+    if let Err(bad) = d.spec_traits() {
+        let msg = format!("spec.customTraits has invalid entries: {}", list(&bad));
+        return d.abort(ConditionType::Onboarded, "InvalidSpec", msg);
+    }
+    if !host.unknown_aggregates.is_empty() {
+        let msg = format!(
+            "aggregate(s) {} do not exist in Nova",
+            list(&host.unknown_aggregates)
+        );
+        return d.abort(ConditionType::Onboarded, "AggregateNotFound", msg);
+    }
+    let pending = d.sync_nova_config(&host);
+    if host.hypervisor_id.is_none() {
+        let msg = "compute service found, waiting for nova-compute to report its hypervisor".into();
+        return d.set(
+            ConditionType::Onboarded,
+            ConditionStatus::False,
+            "WaitingForHypervisor",
+            msg,
+        );
+    }
+    if let Some(what) = pending {
+        return d.set(
+            ConditionType::Onboarded,
+            ConditionStatus::False,
+            "Configuring",
+            what,
+        );
+    }
+    d.set(
+        ConditionType::Onboarded,
+        ConditionStatus::True,
+        "Onboarded",
+        "registered in Nova, aggregates and traits in place".into(),
+    );
+    if d.input.spec.skip_tests {
+        d.go(Phase::Ready, "onboarded; spec.skipTests is set".into());
+    } else {
+        d.start_test_run();
+        d.go(Phase::Testing, "onboarded".into());
+    }
+}
+
+fn testing(d: &mut Draft<'_>) {
+    if d.hold_requested() {
+        return hold(d);
+    }
+    if let NovaObs::Registered(host) = &d.obs().nova {
+        d.guard_disabled(host, ONBOARDING_DISABLE_REASON);
+    }
+    if d.input.spec.skip_tests {
+        d.set(
+            ConditionType::Tested,
+            ConditionStatus::True,
+            "Skipped",
+            "spec.skipTests is set".into(),
+        );
+        return d.go(Phase::Ready, "spec.skipTests was set during Testing".into());
+    }
+    let run = d.record.test_run;
+    let report = d.obs().checks.as_ref().filter(|r| r.run == run);
+    if let Some(report) = report {
+        d.checks = Some(report.results.clone());
+        let failed: Vec<&CheckResultStatus> = report.results.iter().filter(|c| !c.passed).collect();
+        if report.results.is_empty() {
+            return d.abort(
+                ConditionType::Tested,
+                "NoChecks",
+                format!("run {run}: the agent reported no checks"),
+            );
+        }
+        if failed.is_empty() {
+            let msg = format!("run {run}: {} checks passed", report.results.len());
+            d.set(ConditionType::Tested, ConditionStatus::True, "Passed", msg);
+            return d.go(Phase::Ready, "all checks passed".into());
+        }
+        let detail: Vec<String> = failed
+            .iter()
+            .map(|c| format!("{}: {}", c.name, c.message))
+            .collect();
+        let msg = format!(
+            "run {run}: {} of {} checks failed: {}",
+            failed.len(),
+            report.results.len(),
+            detail.join("; ")
+        );
+        return d.abort(ConditionType::Tested, "ChecksFailed", msg);
+    }
+    let started = d.record.test_started.as_ref().map(|t| t.0);
+    let waited = started.map(|s| d.input.now.duration_since(s));
+    let connected = d.obs().agent.connected;
+    if waited.is_some_and(|w| w > d.input.policy.checks_timeout) {
+        let msg = format!(
+            "run {run}: no check report within {} (agent {})",
+            human(d.input.policy.checks_timeout),
+            if connected {
+                "connected"
+            } else {
+                "not connected"
+            }
+        );
+        return d.abort(ConditionType::Tested, "ChecksTimedOut", msg);
+    }
+    if connected {
+        d.actions.push(Action::RunChecks { run });
+        d.set(
+            ConditionType::Tested,
+            ConditionStatus::False,
+            "Running",
+            format!("run {run}: checks requested from the agent"),
+        );
+    } else {
+        d.set(
+            ConditionType::Tested,
+            ConditionStatus::False,
+            "WaitingForAgent",
+            format!("run {run}: waiting for the node's agent to connect"),
+        );
+    }
+}
+
+fn aborted(d: &mut Draft<'_>) {
+    if let NovaObs::Registered(host) = &d.obs().nova {
+        d.guard_disabled(host, ONBOARDING_DISABLE_REASON);
+    }
+    if let Some(token) = d.fresh_retry() {
+        d.record.handled_retry = Some(token.clone());
+        d.record.abort = None;
+        d.go(Phase::Onboarding, format!("retry requested ({token})"));
+    }
+}
+
+fn ready(d: &mut Draft<'_>) {
+    if d.hold_requested() {
+        return hold(d);
+    }
+    match &d.obs().nova {
+        NovaObs::Registered(host) if host.enabled => {
+            d.go(Phase::Active, "compute service enabled in Nova".into());
+        }
+        NovaObs::Registered(_) => d.actions.push(Action::EnableService),
+        NovaObs::NotRegistered => {
+            let msg = "the compute service disappeared from Nova".into();
+            d.set(
+                ConditionType::Onboarded,
+                ConditionStatus::False,
+                "ServiceMissing",
+                msg,
+            );
+        }
+        _ => {}
+    }
+}
+
+fn active(d: &mut Draft<'_>) {
+    if d.hold_requested() {
+        return hold(d);
+    }
+    if let Some(ev) = d
+        .obs()
+        .eviction
+        .as_ref()
+        .filter(|e| !e.phase.is_final() && !e.deleting)
+    {
+        d.record.eviction = Some(EvictionRef {
+            name: ev.name.clone(),
+            reason: ev.reason,
+            re_enable: ev.re_enable,
+            for_maintenance: false,
+        });
+        return d.go(
+            Phase::Evicting,
+            format!("Eviction {} ({})", ev.name, ev.reason.as_str()),
+        );
+    }
+    let host = match &d.obs().nova {
+        NovaObs::Registered(host) => host.clone(),
+        NovaObs::NotRegistered => {
+            let msg = "the compute service disappeared from Nova".into();
+            return d.set(
+                ConditionType::Onboarded,
+                ConditionStatus::False,
+                "ServiceMissing",
+                msg,
+            );
+        }
+        _ => return,
+    };
+    if !host.enabled {
+        d.actions.push(Action::EnableService);
+        let why = host.disabled_reason.clone().unwrap_or_default();
+        d.drift.push(format!(
+            "compute service was disabled in Nova ({why}); re-enabled"
+        ));
+    }
+    if !host.unknown_aggregates.is_empty() {
+        let msg = format!(
+            "aggregate(s) {} do not exist in Nova",
+            list(&host.unknown_aggregates)
+        );
+        return d.set(
+            ConditionType::Onboarded,
+            ConditionStatus::False,
+            "AggregateNotFound",
+            msg,
+        );
+    }
+    if d.spec_traits().is_ok() {
+        let before = d.actions.len();
+        d.sync_nova_config(&host);
+        if d.actions.len() > before {
+            d.drift
+                .push("aggregates or traits differed from spec; repaired".into());
+        }
+    }
+}
+
+fn evicting(d: &mut Draft<'_>) {
+    let mode = d.effective_maintenance();
+    let current = d.record.eviction.clone();
+    let observed = current
+        .as_ref()
+        .and_then(|r| d.observed_eviction(&r.name))
+        .cloned();
+    if mode.is_requested() {
+        if let NovaObs::Registered(host) = &d.obs().nova {
+            d.guard_disabled(
+                host,
+                &disable_reason(mode, &d.input.spec.maintenance_reason),
+            );
+        }
+        let Some(r) = current else {
+            return d.create_maintenance_eviction(mode);
+        };
+        match observed {
+            None if r.for_maintenance => {
+                // Not visible yet (cache lag) or deleted by someone while the
+                // maintenance still stands: (re)create it under the same name.
+                d.actions.push(Action::CreateEviction {
+                    name: r.name.clone(),
+                    reason: r.reason,
+                });
+                let msg = format!("Eviction {} requested", r.name);
+                d.set(
+                    ConditionType::Evicted,
+                    ConditionStatus::False,
+                    "EvictionPending",
+                    msg,
+                );
+            }
+            None => d.create_maintenance_eviction(mode),
+            Some(e) => match e.phase {
+                EvictionPhase::Succeeded if mode == MaintenanceMode::Termination => decommission(d),
+                EvictionPhase::Succeeded => {
+                    d.set(
+                        ConditionType::Evicted,
+                        ConditionStatus::True,
+                        "Evicted",
+                        eviction_summary(&e),
+                    );
+                    d.go(Phase::Maintenance, format!("Eviction {} complete", e.name));
+                }
+                EvictionPhase::Failed | EvictionPhase::Cancelled => {
+                    let msg = format!(
+                        "Eviction {} ended {:?}: {}; delete it to try again",
+                        e.name, e.phase, e.message
+                    );
+                    d.set(
+                        ConditionType::Evicted,
+                        ConditionStatus::False,
+                        "EvictionFailed",
+                        msg,
+                    );
+                }
+                _ => d.set(
+                    ConditionType::Evicted,
+                    ConditionStatus::False,
+                    "EvictionRunning",
+                    eviction_summary(&e),
+                ),
+            },
+        }
+        return;
+    }
+    // No maintenance requested (any more).
+    let Some(r) = current else {
+        return d.go(
+            Phase::Onboarding,
+            "no eviction to wait for; re-validating".into(),
+        );
+    };
+    if r.for_maintenance {
+        if observed
+            .as_ref()
+            .is_some_and(|e| !e.phase.is_final() && !e.deleting)
+        {
+            d.actions.push(Action::CancelEviction {
+                name: r.name.clone(),
+            });
+        }
+        d.record.eviction = None;
+        return d.go(
+            Phase::Onboarding,
+            "maintenance cleared; re-validating before re-enabling".into(),
+        );
+    }
+    match observed {
+        Some(e) if !e.phase.is_final() => {
+            if let NovaObs::Registered(host) = &d.obs().nova {
+                d.guard_disabled(
+                    host,
+                    &format!("hv-lifecycle: eviction {} ({})", r.name, r.reason.as_str()),
+                );
+            }
+            d.set(
+                ConditionType::Evicted,
+                ConditionStatus::False,
+                "EvictionRunning",
+                eviction_summary(&e),
+            );
+        }
+        Some(e)
+            if e.phase == EvictionPhase::Succeeded && r.reason == EvictionReason::Decommission =>
+        {
+            decommission(d)
+        }
+        Some(e) if e.phase == EvictionPhase::Succeeded && !e.re_enable => {
+            d.set(
+                ConditionType::Evicted,
+                ConditionStatus::True,
+                "Evicted",
+                eviction_summary(&e),
+            );
+            d.go(
+                Phase::Maintenance,
+                format!(
+                    "Eviction {} complete; reason {} does not re-enable",
+                    e.name,
+                    r.reason.as_str()
+                ),
+            );
+        }
+        Some(e) if e.phase == EvictionPhase::Succeeded => {
+            re_enable(d, &format!("Eviction {} complete", e.name))
+        }
+        // Failed, cancelled or deleted before the node was emptied.
+        _ if r.re_enable => re_enable(d, &format!("Eviction {} ended before completion", r.name)),
+        _ => {
+            let msg = format!(
+                "Eviction {} ended before completion; reason {} does not re-enable",
+                r.name,
+                r.reason.as_str()
+            );
+            d.set(
+                ConditionType::Evicted,
+                ConditionStatus::False,
+                "EvictionIncomplete",
+                msg.clone(),
+            );
+            d.go(Phase::Maintenance, msg);
+        }
+    }
+}
+
+fn maintenance(d: &mut Draft<'_>) {
+    let mode = d.effective_maintenance();
+    if mode == MaintenanceMode::Termination {
+        return d.create_maintenance_eviction(mode);
+    }
+    let host = match &d.obs().nova {
+        NovaObs::Registered(host) => Some(host.clone()),
+        _ => None,
+    };
+    if mode.is_requested() {
+        if let Some(host) = &host {
+            d.guard_disabled(
+                host,
+                &disable_reason(mode, &d.input.spec.maintenance_reason),
+            );
+            if !host.instances.is_empty() {
+                let msg = format!(
+                    "{} instance(s) remain on the host: {}",
+                    host.instances.len(),
+                    host.instances.join(", ")
+                );
+                return d.set(
+                    ConditionType::Evicted,
+                    ConditionStatus::False,
+                    "InstancesRemain",
+                    msg,
+                );
+            }
+        }
+        let msg = format!("in maintenance ({})", mode.as_str());
+        return d.set(
+            ConditionType::Evicted,
+            ConditionStatus::True,
+            "Evicted",
+            msg,
+        );
+    }
+    if let Some(r) = d.record.eviction.clone().filter(|r| !r.for_maintenance) {
+        if d.observed_eviction(&r.name).is_some() {
+            if let Some(host) = &host {
+                d.guard_disabled(
+                    host,
+                    &format!("hv-lifecycle: eviction {} ({})", r.name, r.reason.as_str()),
+                );
+            }
+            let msg = format!(
+                "held by Eviction {} ({}); delete it to return the node to service",
+                r.name,
+                r.reason.as_str()
+            );
+            return d.set(
+                ConditionType::Evicted,
+                ConditionStatus::True,
+                "HeldByEviction",
+                msg,
+            );
+        }
+    }
+    d.record.eviction = None;
+    d.go(
+        Phase::Onboarding,
+        "maintenance over; re-validating before re-enabling".into(),
+    );
+}
+
+/// Maintenance was requested in a phase before Maintenance: stop scheduling
+/// and evict, or go straight to Maintenance when Nova shows the host empty.
+fn hold(d: &mut Draft<'_>) {
+    let mode = d.effective_maintenance();
+    let reason = disable_reason(mode, &d.input.spec.maintenance_reason);
+    let empty = match &d.obs().nova {
+        NovaObs::Registered(host) => {
+            d.guard_disabled(host, &reason);
+            Some(host.instances.is_empty())
+        }
+        NovaObs::NotRegistered => Some(true),
+        _ => None,
+    };
+    if mode != MaintenanceMode::Termination && empty == Some(true) {
+        d.set(
+            ConditionType::Evicted,
+            ConditionStatus::True,
+            "NothingToEvict",
+            "no instance on the host".into(),
+        );
+        return d.go(
+            Phase::Maintenance,
+            format!("maintenance ({}) requested; host is empty", mode.as_str()),
+        );
+    }
+    d.create_maintenance_eviction(mode);
+}
+
+/// The tail of a decommissioning eviction: leave every aggregate, drop our
+/// traits, then delete the compute service — never while an instance remains.
+fn decommission(d: &mut Draft<'_>) {
+    let host = match &d.obs().nova {
+        NovaObs::Registered(host) => host.clone(),
+        NovaObs::NotRegistered => {
+            if d.record.service_deleted || d.service_id.is_none() {
+                d.set(
+                    ConditionType::Evicted,
+                    ConditionStatus::True,
+                    "Decommissioned",
+                    "removed from Nova".into(),
+                );
+                return d.go(
+                    Phase::Decommissioned,
+                    "compute service removed from Nova".into(),
+                );
+            }
+            let msg = "the compute service vanished from Nova before we could check it was empty; verify by hand".into();
+            return d.set(
+                ConditionType::Evicted,
+                ConditionStatus::Unknown,
+                "ServiceVanished",
+                msg,
+            );
+        }
+        _ => return,
+    };
+    d.guard_disabled(&host, "hv-lifecycle: decommissioning");
+    if !host.instances.is_empty() {
+        let msg = format!(
+            "refusing to decommission: {} instance(s) remain: {}",
+            host.instances.len(),
+            host.instances.join(", ")
+        );
+        return d.set(
+            ConditionType::Evicted,
+            ConditionStatus::False,
+            "InstancesRemain",
+            msg,
+        );
+    }
+    for agg in &host.aggregates {
+        d.actions
+            .push(Action::RemoveAggregate { name: agg.clone() });
+    }
+    let owned: BTreeSet<String> = d.record.applied_traits.iter().cloned().collect();
+    let left: BTreeSet<String> = match &host.traits {
+        Some(traits) => owned.intersection(traits).cloned().collect(),
+        None => BTreeSet::new(),
+    };
+    if !left.is_empty() {
+        d.actions.push(Action::RemoveTraits {
+            traits: left.clone(),
+        });
+    }
+    if host.aggregates.is_empty() && left.is_empty() {
+        d.record.applied_aggregates.clear();
+        d.record.applied_traits.clear();
+        d.record.service_deleted = true;
+        d.actions.push(Action::DeleteService {
+            service_id: host.service_id.clone(),
+        });
+        let msg = "deleting the compute service".into();
+        return d.set(
+            ConditionType::Evicted,
+            ConditionStatus::True,
+            "Decommissioning",
+            msg,
+        );
+    }
+    d.set(
+        ConditionType::Evicted,
+        ConditionStatus::True,
+        "Decommissioning",
+        "leaving aggregates and removing traits".into(),
+    );
+}
+
+fn re_enable(d: &mut Draft<'_>, why: &str) {
+    match &d.obs().nova {
+        NovaObs::Registered(host) if host.enabled => {
+            d.record.eviction = None;
+            d.go(Phase::Active, format!("{why}; compute service re-enabled"));
+        }
+        NovaObs::Registered(_) => d.actions.push(Action::EnableService),
+        _ => {}
+    }
+}
+
+/// The registered host, or None after setting the condition (and aborting
+/// where seed 000 says so).
+fn registered(d: &mut Draft<'_>) -> Option<NovaHost> {
+    match &d.obs().nova {
+        NovaObs::Registered(host) => Some(host.clone()),
+        NovaObs::Unknown => {
+            d.set(
+                ConditionType::Onboarded,
+                ConditionStatus::Unknown,
+                "QueryingNova",
+                "waiting for the first answer from Nova".into(),
+            );
+            None
+        }
+        NovaObs::Unreachable(msg) => {
+            let msg = format!("Nova or Placement unreachable: {msg}");
+            d.set(
+                ConditionType::Onboarded,
+                ConditionStatus::False,
+                "NovaUnreachable",
+                msg,
+            );
+            None
+        }
+        NovaObs::Rejected(msg) => {
+            let msg = format!("Keystone rejected the coordinator's credentials: {msg}");
+            d.abort(ConditionType::Onboarded, "KeystoneRejected", msg);
+            None
+        }
+        NovaObs::NotRegistered => {
+            let since = d.phase_since();
+            let waited = since.map(|s| d.input.now.duration_since(s));
+            if waited.is_some_and(|w| w > d.input.policy.registration_timeout) {
+                let msg = format!(
+                    "nova-compute on host {} did not register within {}",
+                    d.input.name,
+                    human(d.input.policy.registration_timeout)
+                );
+                d.abort(ConditionType::Onboarded, "RegistrationTimeout", msg);
+            } else {
+                let msg = format!(
+                    "waiting for nova-compute on host {} to register",
+                    d.input.name
+                );
+                d.set(
+                    ConditionType::Onboarded,
+                    ConditionStatus::False,
+                    "WaitingForNovaCompute",
+                    msg,
+                );
+            }
+            None
+        }
+    }
+}
+
+// ------------------------------------------------------------------ the draft
+
+/// The decision under construction.
+struct Draft<'a> {
+    input: &'a Input<'a>,
+    phase: Phase,
+    transition: Option<Transition>,
+    actions: Vec<Action>,
+    set: Vec<DesiredCondition>,
+    record: LifecycleRecord,
+    service_id: Option<String>,
+    hypervisor_id: Option<String>,
+    checks: Option<Vec<CheckResultStatus>>,
+    drift: Vec<String>,
+}
+
+impl<'a> Draft<'a> {
+    fn new(input: &'a Input<'a>) -> Self {
+        let mut record = input.status.lifecycle.clone();
+        // A retry token seen outside Aborted is stale by the time an abort
+        // happens: only a token set while Aborted triggers a retry.
+        let phase = input.status.phase.unwrap_or_default();
+        if phase != Phase::Aborted && input.obs.retry.is_some() {
+            record.handled_retry = input.obs.retry.clone();
+        }
+        let mut service_id = input.status.service_id.clone();
+        let mut hypervisor_id = input.status.hypervisor_id.clone();
+        if let NovaObs::Registered(host) = &input.obs.nova {
+            service_id = Some(host.service_id.clone());
+            if host.hypervisor_id.is_some() {
+                hypervisor_id = host.hypervisor_id.clone();
+            }
+            // An instance on the host voids an earlier service deletion: the
+            // host is not known to be empty any more.
+            if !host.instances.is_empty() {
+                record.service_deleted = false;
+            }
+        }
+        Draft {
+            input,
+            phase,
+            transition: None,
+            actions: Vec::new(),
+            set: Vec::new(),
+            record,
+            service_id,
+            hypervisor_id,
+            checks: None,
+            drift: Vec::new(),
+        }
+    }
+
+    fn obs(&self) -> &'a Observations {
+        self.input.obs
+    }
+
+    fn phase_since(&self) -> Option<Timestamp> {
+        self.input.status.phase_since.as_ref().map(|t| t.0)
+    }
+
+    fn go(&mut self, to: Phase, reason: String) {
+        if self.transition.is_none() && to != self.phase {
+            self.transition = Some(Transition {
+                from: self.phase,
+                to,
+                reason,
+            });
+            self.phase = to;
+        }
+    }
+
+    fn set(
+        &mut self,
+        type_: ConditionType,
+        status: ConditionStatus,
+        reason: &'static str,
+        message: String,
+    ) {
+        self.set.retain(|c| c.type_ != type_);
+        self.set.push(DesiredCondition {
+            type_,
+            status,
+            reason,
+            message,
+        });
+    }
+
+    fn abort(&mut self, condition: ConditionType, reason: &'static str, message: String) {
+        self.set(condition, ConditionStatus::False, reason, message.clone());
+        self.record.abort = Some(AbortRecord {
+            condition: condition.as_str().to_string(),
+            reason: reason.to_string(),
+            message: message.clone(),
+            from: self.phase,
+        });
+        self.go(Phase::Aborted, format!("{reason}: {message}"));
+    }
+
+    fn fresh_retry(&self) -> Option<&'a String> {
+        self.obs()
+            .retry
+            .as_ref()
+            .filter(|t| self.input.status.lifecycle.handled_retry.as_ref() != Some(*t))
+    }
+
+    fn effective_maintenance(&self) -> MaintenanceMode {
+        if self.obs().node == NodeObs::Deleting {
+            MaintenanceMode::Termination
+        } else {
+            self.input.spec.maintenance
+        }
+    }
+
+    fn hold_requested(&self) -> bool {
+        self.effective_maintenance().is_requested()
+    }
+
+    /// Disable the compute service if Nova shows it enabled.
+    fn guard_disabled(&mut self, host: &NovaHost, reason: &str) {
+        if host.enabled
+            && !self
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::DisableService { .. }))
+        {
+            self.actions.push(Action::DisableService {
+                reason: truncate(reason, 255),
+            });
+        }
+    }
+
+    fn spec_traits(&self) -> Result<BTreeSet<String>, BTreeSet<String>> {
+        let (good, bad): (BTreeSet<String>, BTreeSet<String>) = self
+            .input
+            .spec
+            .custom_traits
+            .iter()
+            .cloned()
+            .partition(|t| valid_trait(t));
+        if bad.is_empty() { Ok(good) } else { Err(bad) }
+    }
+
+    /// Emit the aggregate and trait changes that bring Nova to spec (adds
+    /// before removes) and record ownership. Returns what is still pending.
+    fn sync_nova_config(&mut self, host: &NovaHost) -> Option<String> {
+        let want_aggs: BTreeSet<String> = self.input.spec.aggregates.iter().cloned().collect();
+        let mut owned_aggs: BTreeSet<String> =
+            self.record.applied_aggregates.iter().cloned().collect();
+        let to_add: BTreeSet<String> = want_aggs.difference(&host.aggregates).cloned().collect();
+        // Forget aggregates we no longer want and Nova no longer has.
+        owned_aggs.retain(|a| want_aggs.contains(a) || host.aggregates.contains(a));
+        let mut pending = Vec::new();
+        for a in &to_add {
+            self.actions.push(Action::AddAggregate { name: a.clone() });
+            owned_aggs.insert(a.clone());
+            pending.push(format!("adding to aggregate {a}"));
+        }
+        if to_add.is_empty() {
+            for a in owned_aggs
+                .iter()
+                .filter(|a| !want_aggs.contains(*a) && host.aggregates.contains(*a))
+            {
+                self.actions
+                    .push(Action::RemoveAggregate { name: a.clone() });
+                pending.push(format!("removing from aggregate {a}"));
+            }
+        }
+        self.record.applied_aggregates = owned_aggs.into_iter().collect();
+
+        let Ok(want_traits) = self.spec_traits() else {
+            return Some("invalid traits in spec".into());
+        };
+        let Some(have) = &host.traits else {
+            pending.push("waiting for the resource provider in Placement".into());
+            return Some(pending.join("; "));
+        };
+        let mut owned: BTreeSet<String> = self.record.applied_traits.iter().cloned().collect();
+        owned.retain(|t| want_traits.contains(t) || have.contains(t));
+        let add: BTreeSet<String> = want_traits.difference(have).cloned().collect();
+        let remove: BTreeSet<String> = owned
+            .iter()
+            .filter(|t| !want_traits.contains(*t) && have.contains(*t))
+            .cloned()
+            .collect();
+        if !add.is_empty() {
+            pending.push(format!("adding traits {}", list(&add)));
+            owned.extend(add.iter().cloned());
+            self.actions.push(Action::AddTraits { traits: add });
+        }
+        if !remove.is_empty() {
+            pending.push(format!("removing traits {}", list(&remove)));
+            self.actions.push(Action::RemoveTraits { traits: remove });
+        }
+        self.record.applied_traits = owned.into_iter().collect();
+        if pending.is_empty() {
+            None
+        } else {
+            Some(pending.join("; "))
+        }
+    }
+
+    fn start_test_run(&mut self) {
+        self.record.test_run = self.record.test_run.saturating_add(1);
+        self.record.test_started = Some(Time(self.input.now));
+        if self.obs().agent.connected {
+            self.actions.push(Action::RunChecks {
+                run: self.record.test_run,
+            });
+        }
+    }
+
+    fn observed_eviction(&self, name: &str) -> Option<&'a EvictionObs> {
+        self.obs().eviction.as_ref().filter(|e| e.name == name)
+    }
+
+    fn create_maintenance_eviction(&mut self, mode: MaintenanceMode) {
+        let Some(reason) = mode.eviction_reason() else {
+            return;
+        };
+        self.record.eviction_seq = self.record.eviction_seq.saturating_add(1);
+        let name = truncate(
+            &format!(
+                "{}-{}-{}",
+                self.input.name,
+                mode.as_str(),
+                self.record.eviction_seq
+            ),
+            253,
+        );
+        self.record.eviction = Some(EvictionRef {
+            name: name.clone(),
+            reason,
+            re_enable: false,
+            for_maintenance: true,
+        });
+        self.actions.push(Action::CreateEviction {
+            name: name.clone(),
+            reason,
+        });
+        self.set(
+            ConditionType::Evicted,
+            ConditionStatus::False,
+            "EvictionPending",
+            format!("Eviction {name} requested"),
+        );
+        self.go(
+            Phase::Evicting,
+            format!("maintenance ({}) requested", mode.as_str()),
+        );
+    }
+
+    fn finish(mut self) -> Decision {
+        self.default_conditions();
+        let phase_since = if self.transition.is_some() {
+            Some(Time(self.input.now))
+        } else {
+            self.input
+                .status
+                .phase_since
+                .clone()
+                .or(Some(Time(self.input.now)))
+        };
+        self.set.sort_by_key(|c| c.type_);
+        Decision {
+            phase: self.phase,
+            phase_since,
+            transition: self.transition,
+            actions: self.actions,
+            conditions: self.set,
+            record: self.record,
+            service_id: self.service_id,
+            hypervisor_id: self.hypervisor_id,
+            checks: self.checks,
+            drift: self.drift,
+        }
+    }
+
+    /// Fill in the owned conditions the phase logic did not set.
+    fn default_conditions(&mut self) {
+        use ConditionStatus::{False, True, Unknown};
+        use ConditionType as T;
+        let p = self.phase;
+        let has = |set: &[DesiredCondition], t: T| set.iter().any(|c| c.type_ == t);
+        if p == Phase::Aborted {
+            let (reason, message) = match &self.record.abort {
+                Some(a) => (a.reason.clone(), a.message.clone()),
+                None => ("Unknown".into(), "aborted".into()),
+            };
+            self.set(
+                T::Aborted,
+                True,
+                "Aborted",
+                format!(
+                    "{reason}: {message}; fix the cause, then `hvctl retry {}`",
+                    self.input.name
+                ),
+            );
+            if let Some(a) = self.record.abort.clone() {
+                let t = if a.condition == T::Tested.as_str() {
+                    T::Tested
+                } else {
+                    T::Onboarded
+                };
+                if !has(&self.set, t) {
+                    self.set(t, False, static_reason(&a.reason), a.message);
+                }
+            }
+        } else {
+            self.set(T::Aborted, False, "NotAborted", String::new());
+        }
+        if !has(&self.set, T::Onboarded) {
+            let (s, r) = match p {
+                Phase::Initial | Phase::Onboarding | Phase::Aborted => (Unknown, "Pending"),
+                Phase::Decommissioned => (False, "Decommissioned"),
+                _ => (True, "Onboarded"),
+            };
+            self.set(T::Onboarded, s, r, String::new());
+        }
+        if !has(&self.set, T::Tested) {
+            let (s, r) = match p {
+                Phase::Initial | Phase::Onboarding | Phase::Aborted | Phase::Decommissioned => {
+                    (Unknown, "Pending")
+                }
+                Phase::Testing => (Unknown, "Starting"),
+                _ if self.input.spec.skip_tests => (True, "Skipped"),
+                _ => (True, "Passed"),
+            };
+            self.set(T::Tested, s, r, String::new());
+        }
+        if !has(&self.set, T::Evicted) {
+            let (s, r) = match p {
+                Phase::Maintenance | Phase::Decommissioned => (True, "Evicted"),
+                Phase::Evicting => (False, "EvictionRunning"),
+                _ => (False, "NotRequested"),
+            };
+            self.set(T::Evicted, s, r, String::new());
+        }
+        let enabled = match &self.obs().nova {
+            NovaObs::Registered(h) if h.enabled => (True, "Enabled", String::new()),
+            NovaObs::Registered(h) => (
+                False,
+                "Disabled",
+                h.disabled_reason.clone().unwrap_or_default(),
+            ),
+            NovaObs::NotRegistered => (False, "NotRegistered", String::new()),
+            _ => (Unknown, "NovaUnknown", String::new()),
+        };
+        // Report what Nova will be once our actions ran, so the condition
+        // does not flap between reconciles.
+        let enabling = self
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::EnableService));
+        let disabling = self.actions.iter().find_map(|a| match a {
+            Action::DisableService { reason } => Some(reason.clone()),
+            _ => None,
+        });
+        let (s, r, m) = match (enabling, disabling) {
+            (true, _) => (True, "Enabling", String::new()),
+            (_, Some(reason)) => (False, "Disabling", reason),
+            _ => enabled,
+        };
+        self.set(T::SchedulingEnabled, s, r, m);
+    }
+}
+
+// ------------------------------------------------------------------ helpers
+
+fn disable_reason(mode: MaintenanceMode, reason: &str) -> String {
+    if reason.is_empty() {
+        format!("hv-lifecycle: maintenance ({})", mode.as_str())
+    } else {
+        format!("hv-lifecycle: maintenance ({}): {reason}", mode.as_str())
+    }
+}
+
+fn eviction_summary(e: &EvictionObs) -> String {
+    format!(
+        "Eviction {} {:?}: {}/{} migrated",
+        e.name, e.phase, e.migrated, e.total
+    )
+}
+
+/// `CUSTOM_` followed by upper-case letters, digits and underscores
+/// (Placement's rule for custom traits), at most 255 characters.
+fn valid_trait(t: &str) -> bool {
+    t.len() <= 255
+        && t.strip_prefix("CUSTOM_").is_some_and(|rest| {
+            !rest.is_empty()
+                && rest
+                    .bytes()
+                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        })
+}
+
+fn list(set: &BTreeSet<String>) -> String {
+    set.iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+fn human(d: SignedDuration) -> String {
+    let secs = d.as_secs();
+    if secs % 60 == 0 {
+        format!("{}m", secs / 60)
+    } else {
+        format!("{secs}s")
+    }
+}
+
+/// Condition reasons are `&'static str`; an abort reason read back from
+/// status is mapped onto the known ones.
+fn static_reason(reason: &str) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "InvalidSpec",
+        "AggregateNotFound",
+        "KeystoneRejected",
+        "RegistrationTimeout",
+        "ChecksFailed",
+        "ChecksTimedOut",
+        "NoChecks",
+    ];
+    KNOWN
+        .iter()
+        .find(|k| **k == reason)
+        .copied()
+        .unwrap_or("Aborted")
+}

@@ -1,0 +1,34 @@
+//! The hypervisor lifecycle as a pure function (DESIGN.md sections 2–3,
+//! seed 000_8cb8f31902051619.txt).
+//!
+//! [`decide`] maps (spec, status, observations, policy, now) to a
+//! [`Decision`]: the phase to be in, the conditions this controller owns, the
+//! actions the shell must execute, and the bookkeeping to record. It does no
+//! I/O and never reads the clock (`now` is an input), so every transition can
+//! be tested exhaustively. The whole state machine is in [`decide`](decide.rs);
+//! the other modules hold its vocabulary.
+//!
+//! Rules the shell relies on:
+//! - At most one phase transition per call; after a transition the shell
+//!   records status and calls again.
+//! - Every action is idempotent: executing one twice, or after a crash, is
+//!   harmless. The shell may therefore execute the actions of a decision
+//!   whose status write failed, and simply decide again.
+
+mod action;
+pub mod conditions;
+mod decide;
+mod observe;
+
+pub use action::Action;
+pub use decide::{
+    ALLOWED_TRANSITIONS, Decision, DesiredCondition, Input, Policy, Transition, decide,
+};
+pub use observe::{AgentObs, CheckReport, EvictionObs, NodeObs, NovaHost, NovaObs, Observations};
+
+#[cfg(test)]
+mod fixtures;
+#[cfg(test)]
+mod props;
+#[cfg(test)]
+mod table;
