@@ -24,11 +24,7 @@ impl ConditionStatus {
     }
 
     pub fn from(b: bool) -> Self {
-        if b {
-            ConditionStatus::True
-        } else {
-            ConditionStatus::False
-        }
+        if b { ConditionStatus::True } else { ConditionStatus::False }
     }
 }
 

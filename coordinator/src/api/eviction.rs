@@ -34,9 +34,7 @@ pub struct EvictionSpec {
 }
 
 /// Eviction reasons of seed 000.
-#[derive(
-    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
-)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
 pub enum EvictionReason {
     /// The HA detector found the node failed. Never re-enabled automatically.
     NodeFailure,
@@ -157,10 +155,7 @@ pub enum EvictionPhase {
 
 impl EvictionPhase {
     pub fn is_final(self) -> bool {
-        matches!(
-            self,
-            EvictionPhase::Succeeded | EvictionPhase::Failed | EvictionPhase::Cancelled
-        )
+        matches!(self, EvictionPhase::Succeeded | EvictionPhase::Failed | EvictionPhase::Cancelled)
     }
 }
 

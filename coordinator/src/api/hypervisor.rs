@@ -144,10 +144,7 @@ pub struct LibvirtSpec {
     pub port: u16,
     /// Lowest acceptable libvirt version, "major.minor.micro".
     #[serde(default = "default_min_libvirt")]
-    #[schemars(
-        default = "default_min_libvirt",
-        regex(pattern = r"^[0-9]+\.[0-9]+\.[0-9]+$")
-    )]
+    #[schemars(default = "default_min_libvirt", regex(pattern = r"^[0-9]+\.[0-9]+\.[0-9]+$"))]
     pub minimum_version: String,
 }
 
@@ -184,10 +181,7 @@ pub struct OvsSpec {
 
 impl Default for OvsSpec {
     fn default() -> Self {
-        OvsSpec {
-            bridges: default_bridges(),
-            optional_bridges: default_optional_bridges(),
-        }
+        OvsSpec { bridges: default_bridges(), optional_bridges: default_optional_bridges() }
     }
 }
 
@@ -209,18 +203,7 @@ pub struct CephSpec {
 
 /// Lifecycle phase (seed 000's state diagram).
 #[derive(
-    Serialize,
-    Deserialize,
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Default,
-    JsonSchema,
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, JsonSchema,
 )]
 pub enum Phase {
     /// Newly discovered Node; the Hypervisor object was just created.

@@ -6,11 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 fn main() -> anyhow::Result<()> {
-    let dir = PathBuf::from(
-        std::env::args()
-            .nth(1)
-            .unwrap_or_else(|| "deploy/crds".into()),
-    );
+    let dir = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| "deploy/crds".into()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     for crd in hv_coordinator::api::crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();

@@ -23,10 +23,7 @@ pub enum Action {
     /// Ask the node's agent to run the validation checks for this run.
     RunChecks { run: u64 },
     /// Create an Eviction for this node, owned by the Hypervisor.
-    CreateEviction {
-        name: String,
-        reason: EvictionReason,
-    },
+    CreateEviction { name: String, reason: EvictionReason },
     /// Delete (cancel) an Eviction: in-flight migrations are aborted.
     CancelEviction { name: String },
     /// Delete the compute service from Nova (and with it the resource provider).
@@ -38,9 +35,7 @@ impl Action {
     pub fn touches_nova(&self) -> bool {
         !matches!(
             self,
-            Action::RunChecks { .. }
-                | Action::CreateEviction { .. }
-                | Action::CancelEviction { .. }
+            Action::RunChecks { .. } | Action::CreateEviction { .. } | Action::CancelEviction { .. }
         )
     }
 }

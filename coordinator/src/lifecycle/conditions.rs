@@ -48,12 +48,7 @@ mod tests {
     use crate::api::{ConditionStatus, ConditionType};
 
     fn want(status: ConditionStatus, reason: &'static str) -> DesiredCondition {
-        DesiredCondition {
-            type_: ConditionType::Tested,
-            status,
-            reason,
-            message: String::new(),
-        }
+        DesiredCondition { type_: ConditionType::Tested, status, reason, message: String::new() }
     }
 
     #[test]
@@ -62,16 +57,8 @@ mod tests {
         let t1 = Timestamp::from_second(2_000).unwrap();
         let t2 = Timestamp::from_second(3_000).unwrap();
         let a = merge(&[], &[want(ConditionStatus::False, "Running")], t0, Some(1));
-        let b = merge(
-            &a,
-            &[want(ConditionStatus::False, "WaitingForAgent")],
-            t1,
-            Some(2),
-        );
-        assert_eq!(
-            b[0].last_transition_time.0, t0,
-            "same status keeps the time"
-        );
+        let b = merge(&a, &[want(ConditionStatus::False, "WaitingForAgent")], t1, Some(2));
+        assert_eq!(b[0].last_transition_time.0, t0, "same status keeps the time");
         assert_eq!(b[0].reason, "WaitingForAgent");
         assert_eq!(b[0].observed_generation, Some(2));
         let c = merge(&b, &[want(ConditionStatus::True, "Passed")], t2, Some(2));
@@ -90,12 +77,7 @@ mod tests {
             last_transition_time: Time(t0),
             observed_generation: None,
         };
-        let out = merge(
-            &[foreign.clone()],
-            &[want(ConditionStatus::True, "Passed")],
-            t0,
-            None,
-        );
+        let out = merge(std::slice::from_ref(&foreign), &[want(ConditionStatus::True, "Passed")], t0, None);
         assert_eq!(out[0], foreign);
         assert_eq!(out[1].type_, "Tested");
     }

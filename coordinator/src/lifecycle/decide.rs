@@ -161,9 +161,7 @@ fn initial(d: &mut Draft<'_>) {
             "NodeMissing",
             "waiting for the Kubernetes Node to exist".into(),
         ),
-        NodeObs::Present { .. } | NodeObs::Deleting => {
-            d.go(Phase::Onboarding, "new Kubernetes Node".into())
-        }
+        NodeObs::Present { .. } | NodeObs::Deleting => d.go(Phase::Onboarding, "new Kubernetes Node".into()),
     }
 }
 
@@ -171,39 +169,25 @@ fn onboarding(d: &mut Draft<'_>) {
     if d.hold_requested() {
         return hold(d);
     }
-    let host = match registered(d) {
-        Some(host) => host,
-        None => return,
+    let Some(host) = registered(d) else {
+        return;
     };
-    d.guard_disabled(&host, ONBOARDING_DISABLE_REASON);
+    d.guard_disabled(host, ONBOARDING_DISABLE_REASON);
     if let Err(bad) = d.spec_traits() {
         let msg = format!("spec.customTraits has invalid entries: {}", list(&bad));
         return d.abort(ConditionType::Onboarded, "InvalidSpec", msg);
     }
     if !host.unknown_aggregates.is_empty() {
-        let msg = format!(
-            "aggregate(s) {} do not exist in Nova",
-            list(&host.unknown_aggregates)
-        );
+        let msg = format!("aggregate(s) {} do not exist in Nova", list(&host.unknown_aggregates));
         return d.abort(ConditionType::Onboarded, "AggregateNotFound", msg);
     }
-    let pending = d.sync_nova_config(&host);
+    let pending = d.sync_nova_config(host);
     if host.hypervisor_id.is_none() {
         let msg = "compute service found, waiting for nova-compute to report its hypervisor".into();
-        return d.set(
-            ConditionType::Onboarded,
-            ConditionStatus::False,
-            "WaitingForHypervisor",
-            msg,
-        );
+        return d.set(ConditionType::Onboarded, ConditionStatus::False, "WaitingForHypervisor", msg);
     }
     if let Some(what) = pending {
-        return d.set(
-            ConditionType::Onboarded,
-            ConditionStatus::False,
-            "Configuring",
-            what,
-        );
+        return d.set(ConditionType::Onboarded, ConditionStatus::False, "Configuring", what);
     }
     d.set(
         ConditionType::Onboarded,
@@ -227,12 +211,7 @@ fn testing(d: &mut Draft<'_>) {
         d.guard_disabled(host, ONBOARDING_DISABLE_REASON);
     }
     if d.input.spec.skip_tests {
-        d.set(
-            ConditionType::Tested,
-            ConditionStatus::True,
-            "Skipped",
-            "spec.skipTests is set".into(),
-        );
+        d.set(ConditionType::Tested, ConditionStatus::True, "Skipped", "spec.skipTests is set".into());
         return d.go(Phase::Ready, "spec.skipTests was set during Testing".into());
     }
     let run = d.record.test_run;
@@ -252,10 +231,7 @@ fn testing(d: &mut Draft<'_>) {
             d.set(ConditionType::Tested, ConditionStatus::True, "Passed", msg);
             return d.go(Phase::Ready, "all checks passed".into());
         }
-        let detail: Vec<String> = failed
-            .iter()
-            .map(|c| format!("{}: {}", c.name, c.message))
-            .collect();
+        let detail: Vec<String> = failed.iter().map(|c| format!("{}: {}", c.name, c.message)).collect();
         let msg = format!(
             "run {run}: {} of {} checks failed: {}",
             failed.len(),
@@ -271,11 +247,7 @@ fn testing(d: &mut Draft<'_>) {
         let msg = format!(
             "run {run}: no check report within {} (agent {})",
             human(d.input.policy.checks_timeout),
-            if connected {
-                "connected"
-            } else {
-                "not connected"
-            }
+            if connected { "connected" } else { "not connected" }
         );
         return d.abort(ConditionType::Tested, "ChecksTimedOut", msg);
     }
@@ -319,12 +291,7 @@ fn ready(d: &mut Draft<'_>) {
         NovaObs::Registered(_) => d.actions.push(Action::EnableService),
         NovaObs::NotRegistered => {
             let msg = "the compute service disappeared from Nova".into();
-            d.set(
-                ConditionType::Onboarded,
-                ConditionStatus::False,
-                "ServiceMissing",
-                msg,
-            );
+            d.set(ConditionType::Onboarded, ConditionStatus::False, "ServiceMissing", msg);
         }
         _ => {}
     }
@@ -334,61 +301,37 @@ fn active(d: &mut Draft<'_>) {
     if d.hold_requested() {
         return hold(d);
     }
-    if let Some(ev) = d
-        .obs()
-        .eviction
-        .as_ref()
-        .filter(|e| !e.phase.is_final() && !e.deleting)
-    {
+    if let Some(ev) = d.obs().eviction.as_ref().filter(|e| !e.phase.is_final() && !e.deleting) {
         d.record.eviction = Some(EvictionRef {
             name: ev.name.clone(),
             reason: ev.reason,
             re_enable: ev.re_enable,
             for_maintenance: false,
         });
-        return d.go(
-            Phase::Evicting,
-            format!("Eviction {} ({})", ev.name, ev.reason.as_str()),
-        );
+        return d.go(Phase::Evicting, format!("Eviction {} ({})", ev.name, ev.reason.as_str()));
     }
     let host = match &d.obs().nova {
-        NovaObs::Registered(host) => host.clone(),
+        NovaObs::Registered(host) => host,
         NovaObs::NotRegistered => {
             let msg = "the compute service disappeared from Nova".into();
-            return d.set(
-                ConditionType::Onboarded,
-                ConditionStatus::False,
-                "ServiceMissing",
-                msg,
-            );
+            return d.set(ConditionType::Onboarded, ConditionStatus::False, "ServiceMissing", msg);
         }
         _ => return,
     };
     if !host.enabled {
         d.actions.push(Action::EnableService);
         let why = host.disabled_reason.clone().unwrap_or_default();
-        d.drift.push(format!(
-            "compute service was disabled in Nova ({why}); re-enabled"
-        ));
+        d.drift.push(format!("compute service was disabled in Nova ({why}); re-enabled"));
     }
     if !host.unknown_aggregates.is_empty() {
-        let msg = format!(
-            "aggregate(s) {} do not exist in Nova",
-            list(&host.unknown_aggregates)
-        );
-        return d.set(
-            ConditionType::Onboarded,
-            ConditionStatus::False,
-            "AggregateNotFound",
-            msg,
-        );
+        let msg = format!("aggregate(s) {} do not exist in Nova", list(&host.unknown_aggregates));
+        return d.set(ConditionType::Onboarded, ConditionStatus::False, "AggregateNotFound", msg);
     }
     if d.spec_traits().is_ok() {
         let before = d.actions.len();
-        d.sync_nova_config(&host);
+        d.sync_nova_config(host);
         if d.actions.len() > before {
-            d.drift
-                .push("aggregates or traits differed from spec; repaired".into());
+            d.drift.push("aggregates or traits differed from spec; repaired".into());
         }
     }
 }
@@ -396,16 +339,10 @@ fn active(d: &mut Draft<'_>) {
 fn evicting(d: &mut Draft<'_>) {
     let mode = d.effective_maintenance();
     let current = d.record.eviction.clone();
-    let observed = current
-        .as_ref()
-        .and_then(|r| d.observed_eviction(&r.name))
-        .cloned();
+    let observed = current.as_ref().and_then(|r| d.observed_eviction(&r.name)).cloned();
     if mode.is_requested() {
         if let NovaObs::Registered(host) = &d.obs().nova {
-            d.guard_disabled(
-                host,
-                &disable_reason(mode, &d.input.spec.maintenance_reason),
-            );
+            d.guard_disabled(host, &disable_reason(mode, &d.input.spec.maintenance_reason));
         }
         let Some(r) = current else {
             return d.create_maintenance_eviction(mode);
@@ -414,28 +351,15 @@ fn evicting(d: &mut Draft<'_>) {
             None if r.for_maintenance => {
                 // Not visible yet (cache lag) or deleted by someone while the
                 // maintenance still stands: (re)create it under the same name.
-                d.actions.push(Action::CreateEviction {
-                    name: r.name.clone(),
-                    reason: r.reason,
-                });
+                d.actions.push(Action::CreateEviction { name: r.name.clone(), reason: r.reason });
                 let msg = format!("Eviction {} requested", r.name);
-                d.set(
-                    ConditionType::Evicted,
-                    ConditionStatus::False,
-                    "EvictionPending",
-                    msg,
-                );
+                d.set(ConditionType::Evicted, ConditionStatus::False, "EvictionPending", msg);
             }
             None => d.create_maintenance_eviction(mode),
             Some(e) => match e.phase {
                 EvictionPhase::Succeeded if mode == MaintenanceMode::Termination => decommission(d),
                 EvictionPhase::Succeeded => {
-                    d.set(
-                        ConditionType::Evicted,
-                        ConditionStatus::True,
-                        "Evicted",
-                        eviction_summary(&e),
-                    );
+                    d.set(ConditionType::Evicted, ConditionStatus::True, "Evicted", eviction_summary(&e));
                     d.go(Phase::Maintenance, format!("Eviction {} complete", e.name));
                 }
                 EvictionPhase::Failed | EvictionPhase::Cancelled => {
@@ -443,12 +367,7 @@ fn evicting(d: &mut Draft<'_>) {
                         "Eviction {} ended {:?}: {}; delete it to try again",
                         e.name, e.phase, e.message
                     );
-                    d.set(
-                        ConditionType::Evicted,
-                        ConditionStatus::False,
-                        "EvictionFailed",
-                        msg,
-                    );
+                    d.set(ConditionType::Evicted, ConditionStatus::False, "EvictionFailed", msg);
                 }
                 _ => d.set(
                     ConditionType::Evicted,
@@ -462,60 +381,30 @@ fn evicting(d: &mut Draft<'_>) {
     }
     // No maintenance requested (any more).
     let Some(r) = current else {
-        return d.go(
-            Phase::Onboarding,
-            "no eviction to wait for; re-validating".into(),
-        );
+        return d.go(Phase::Onboarding, "no eviction to wait for; re-validating".into());
     };
     if r.for_maintenance {
-        if observed
-            .as_ref()
-            .is_some_and(|e| !e.phase.is_final() && !e.deleting)
-        {
-            d.actions.push(Action::CancelEviction {
-                name: r.name.clone(),
-            });
+        if observed.as_ref().is_some_and(|e| !e.phase.is_final() && !e.deleting) {
+            d.actions.push(Action::CancelEviction { name: r.name.clone() });
         }
         d.record.eviction = None;
-        return d.go(
-            Phase::Onboarding,
-            "maintenance cleared; re-validating before re-enabling".into(),
-        );
+        return d.go(Phase::Onboarding, "maintenance cleared; re-validating before re-enabling".into());
     }
     match observed {
         Some(e) if !e.phase.is_final() => {
             if let NovaObs::Registered(host) = &d.obs().nova {
-                d.guard_disabled(
-                    host,
-                    &format!("hv-lifecycle: eviction {} ({})", r.name, r.reason.as_str()),
-                );
+                d.guard_disabled(host, &format!("hv-lifecycle: eviction {} ({})", r.name, r.reason.as_str()));
             }
-            d.set(
-                ConditionType::Evicted,
-                ConditionStatus::False,
-                "EvictionRunning",
-                eviction_summary(&e),
-            );
+            d.set(ConditionType::Evicted, ConditionStatus::False, "EvictionRunning", eviction_summary(&e));
         }
-        Some(e)
-            if e.phase == EvictionPhase::Succeeded && r.reason == EvictionReason::Decommission =>
-        {
+        Some(e) if e.phase == EvictionPhase::Succeeded && r.reason == EvictionReason::Decommission => {
             decommission(d)
         }
         Some(e) if e.phase == EvictionPhase::Succeeded && !e.re_enable => {
-            d.set(
-                ConditionType::Evicted,
-                ConditionStatus::True,
-                "Evicted",
-                eviction_summary(&e),
-            );
+            d.set(ConditionType::Evicted, ConditionStatus::True, "Evicted", eviction_summary(&e));
             d.go(
                 Phase::Maintenance,
-                format!(
-                    "Eviction {} complete; reason {} does not re-enable",
-                    e.name,
-                    r.reason.as_str()
-                ),
+                format!("Eviction {} complete; reason {} does not re-enable", e.name, r.reason.as_str()),
             );
         }
         Some(e) if e.phase == EvictionPhase::Succeeded => {
@@ -529,12 +418,7 @@ fn evicting(d: &mut Draft<'_>) {
                 r.name,
                 r.reason.as_str()
             );
-            d.set(
-                ConditionType::Evicted,
-                ConditionStatus::False,
-                "EvictionIncomplete",
-                msg.clone(),
-            );
+            d.set(ConditionType::Evicted, ConditionStatus::False, "EvictionIncomplete", msg.clone());
             d.go(Phase::Maintenance, msg);
         }
     }
@@ -546,63 +430,39 @@ fn maintenance(d: &mut Draft<'_>) {
         return d.create_maintenance_eviction(mode);
     }
     let host = match &d.obs().nova {
-        NovaObs::Registered(host) => Some(host.clone()),
+        NovaObs::Registered(host) => Some(host),
         _ => None,
     };
     if mode.is_requested() {
         if let Some(host) = &host {
-            d.guard_disabled(
-                host,
-                &disable_reason(mode, &d.input.spec.maintenance_reason),
-            );
+            d.guard_disabled(host, &disable_reason(mode, &d.input.spec.maintenance_reason));
             if !host.instances.is_empty() {
                 let msg = format!(
                     "{} instance(s) remain on the host: {}",
                     host.instances.len(),
                     host.instances.join(", ")
                 );
-                return d.set(
-                    ConditionType::Evicted,
-                    ConditionStatus::False,
-                    "InstancesRemain",
-                    msg,
-                );
+                return d.set(ConditionType::Evicted, ConditionStatus::False, "InstancesRemain", msg);
             }
         }
         let msg = format!("in maintenance ({})", mode.as_str());
-        return d.set(
-            ConditionType::Evicted,
-            ConditionStatus::True,
-            "Evicted",
-            msg,
-        );
+        return d.set(ConditionType::Evicted, ConditionStatus::True, "Evicted", msg);
     }
-    if let Some(r) = d.record.eviction.clone().filter(|r| !r.for_maintenance) {
-        if d.observed_eviction(&r.name).is_some() {
-            if let Some(host) = &host {
-                d.guard_disabled(
-                    host,
-                    &format!("hv-lifecycle: eviction {} ({})", r.name, r.reason.as_str()),
-                );
-            }
-            let msg = format!(
-                "held by Eviction {} ({}); delete it to return the node to service",
-                r.name,
-                r.reason.as_str()
-            );
-            return d.set(
-                ConditionType::Evicted,
-                ConditionStatus::True,
-                "HeldByEviction",
-                msg,
-            );
+    if let Some(r) = d.record.eviction.clone().filter(|r| !r.for_maintenance)
+        && d.observed_eviction(&r.name).is_some()
+    {
+        if let Some(host) = &host {
+            d.guard_disabled(host, &format!("hv-lifecycle: eviction {} ({})", r.name, r.reason.as_str()));
         }
+        let msg = format!(
+            "held by Eviction {} ({}); delete it to return the node to service",
+            r.name,
+            r.reason.as_str()
+        );
+        return d.set(ConditionType::Evicted, ConditionStatus::True, "HeldByEviction", msg);
     }
     d.record.eviction = None;
-    d.go(
-        Phase::Onboarding,
-        "maintenance over; re-validating before re-enabling".into(),
-    );
+    d.go(Phase::Onboarding, "maintenance over; re-validating before re-enabling".into());
 }
 
 /// Maintenance was requested in a phase before Maintenance: stop scheduling
@@ -625,10 +485,7 @@ fn hold(d: &mut Draft<'_>) {
             "NothingToEvict",
             "no instance on the host".into(),
         );
-        return d.go(
-            Phase::Maintenance,
-            format!("maintenance ({}) requested; host is empty", mode.as_str()),
-        );
+        return d.go(Phase::Maintenance, format!("maintenance ({}) requested; host is empty", mode.as_str()));
     }
     d.create_maintenance_eviction(mode);
 }
@@ -637,7 +494,7 @@ fn hold(d: &mut Draft<'_>) {
 /// traits, then delete the compute service — never while an instance remains.
 fn decommission(d: &mut Draft<'_>) {
     let host = match &d.obs().nova {
-        NovaObs::Registered(host) => host.clone(),
+        NovaObs::Registered(host) => host,
         NovaObs::NotRegistered => {
             if d.record.service_deleted || d.service_id.is_none() {
                 d.set(
@@ -646,38 +503,26 @@ fn decommission(d: &mut Draft<'_>) {
                     "Decommissioned",
                     "removed from Nova".into(),
                 );
-                return d.go(
-                    Phase::Decommissioned,
-                    "compute service removed from Nova".into(),
-                );
+                return d.go(Phase::Decommissioned, "compute service removed from Nova".into());
             }
-            let msg = "the compute service vanished from Nova before we could check it was empty; verify by hand".into();
-            return d.set(
-                ConditionType::Evicted,
-                ConditionStatus::Unknown,
-                "ServiceVanished",
-                msg,
-            );
+            let msg =
+                "the compute service vanished from Nova before we could check it was empty; verify by hand"
+                    .into();
+            return d.set(ConditionType::Evicted, ConditionStatus::Unknown, "ServiceVanished", msg);
         }
         _ => return,
     };
-    d.guard_disabled(&host, "hv-lifecycle: decommissioning");
+    d.guard_disabled(host, "hv-lifecycle: decommissioning");
     if !host.instances.is_empty() {
         let msg = format!(
             "refusing to decommission: {} instance(s) remain: {}",
             host.instances.len(),
             host.instances.join(", ")
         );
-        return d.set(
-            ConditionType::Evicted,
-            ConditionStatus::False,
-            "InstancesRemain",
-            msg,
-        );
+        return d.set(ConditionType::Evicted, ConditionStatus::False, "InstancesRemain", msg);
     }
     for agg in &host.aggregates {
-        d.actions
-            .push(Action::RemoveAggregate { name: agg.clone() });
+        d.actions.push(Action::RemoveAggregate { name: agg.clone() });
     }
     let owned: BTreeSet<String> = d.record.applied_traits.iter().cloned().collect();
     let left: BTreeSet<String> = match &host.traits {
@@ -685,24 +530,15 @@ fn decommission(d: &mut Draft<'_>) {
         None => BTreeSet::new(),
     };
     if !left.is_empty() {
-        d.actions.push(Action::RemoveTraits {
-            traits: left.clone(),
-        });
+        d.actions.push(Action::RemoveTraits { traits: left.clone() });
     }
     if host.aggregates.is_empty() && left.is_empty() {
         d.record.applied_aggregates.clear();
         d.record.applied_traits.clear();
         d.record.service_deleted = true;
-        d.actions.push(Action::DeleteService {
-            service_id: host.service_id.clone(),
-        });
+        d.actions.push(Action::DeleteService { service_id: host.service_id.clone() });
         let msg = "deleting the compute service".into();
-        return d.set(
-            ConditionType::Evicted,
-            ConditionStatus::True,
-            "Decommissioning",
-            msg,
-        );
+        return d.set(ConditionType::Evicted, ConditionStatus::True, "Decommissioning", msg);
     }
     d.set(
         ConditionType::Evicted,
@@ -725,9 +561,9 @@ fn re_enable(d: &mut Draft<'_>, why: &str) {
 
 /// The registered host, or None after setting the condition (and aborting
 /// where seed 000 says so).
-fn registered(d: &mut Draft<'_>) -> Option<NovaHost> {
+fn registered<'a>(d: &mut Draft<'a>) -> Option<&'a NovaHost> {
     match &d.obs().nova {
-        NovaObs::Registered(host) => Some(host.clone()),
+        NovaObs::Registered(host) => Some(host),
         NovaObs::Unknown => {
             d.set(
                 ConditionType::Onboarded,
@@ -739,12 +575,7 @@ fn registered(d: &mut Draft<'_>) -> Option<NovaHost> {
         }
         NovaObs::Unreachable(msg) => {
             let msg = format!("Nova or Placement unreachable: {msg}");
-            d.set(
-                ConditionType::Onboarded,
-                ConditionStatus::False,
-                "NovaUnreachable",
-                msg,
-            );
+            d.set(ConditionType::Onboarded, ConditionStatus::False, "NovaUnreachable", msg);
             None
         }
         NovaObs::Rejected(msg) => {
@@ -763,16 +594,8 @@ fn registered(d: &mut Draft<'_>) -> Option<NovaHost> {
                 );
                 d.abort(ConditionType::Onboarded, "RegistrationTimeout", msg);
             } else {
-                let msg = format!(
-                    "waiting for nova-compute on host {} to register",
-                    d.input.name
-                );
-                d.set(
-                    ConditionType::Onboarded,
-                    ConditionStatus::False,
-                    "WaitingForNovaCompute",
-                    msg,
-                );
+                let msg = format!("waiting for nova-compute on host {} to register", d.input.name);
+                d.set(ConditionType::Onboarded, ConditionStatus::False, "WaitingForNovaCompute", msg);
             }
             None
         }
@@ -841,29 +664,14 @@ impl<'a> Draft<'a> {
 
     fn go(&mut self, to: Phase, reason: String) {
         if self.transition.is_none() && to != self.phase {
-            self.transition = Some(Transition {
-                from: self.phase,
-                to,
-                reason,
-            });
+            self.transition = Some(Transition { from: self.phase, to, reason });
             self.phase = to;
         }
     }
 
-    fn set(
-        &mut self,
-        type_: ConditionType,
-        status: ConditionStatus,
-        reason: &'static str,
-        message: String,
-    ) {
+    fn set(&mut self, type_: ConditionType, status: ConditionStatus, reason: &'static str, message: String) {
         self.set.retain(|c| c.type_ != type_);
-        self.set.push(DesiredCondition {
-            type_,
-            status,
-            reason,
-            message,
-        });
+        self.set.push(DesiredCondition { type_, status, reason, message });
     }
 
     fn abort(&mut self, condition: ConditionType, reason: &'static str, message: String) {
@@ -878,10 +686,7 @@ impl<'a> Draft<'a> {
     }
 
     fn fresh_retry(&self) -> Option<&'a String> {
-        self.obs()
-            .retry
-            .as_ref()
-            .filter(|t| self.input.status.lifecycle.handled_retry.as_ref() != Some(*t))
+        self.obs().retry.as_ref().filter(|t| self.input.status.lifecycle.handled_retry.as_ref() != Some(*t))
     }
 
     fn effective_maintenance(&self) -> MaintenanceMode {
@@ -898,26 +703,14 @@ impl<'a> Draft<'a> {
 
     /// Disable the compute service if Nova shows it enabled.
     fn guard_disabled(&mut self, host: &NovaHost, reason: &str) {
-        if host.enabled
-            && !self
-                .actions
-                .iter()
-                .any(|a| matches!(a, Action::DisableService { .. }))
-        {
-            self.actions.push(Action::DisableService {
-                reason: truncate(reason, 255),
-            });
+        if host.enabled && !self.actions.iter().any(|a| matches!(a, Action::DisableService { .. })) {
+            self.actions.push(Action::DisableService { reason: truncate(reason, 255) });
         }
     }
 
     fn spec_traits(&self) -> Result<BTreeSet<String>, BTreeSet<String>> {
-        let (good, bad): (BTreeSet<String>, BTreeSet<String>) = self
-            .input
-            .spec
-            .custom_traits
-            .iter()
-            .cloned()
-            .partition(|t| valid_trait(t));
+        let (good, bad): (BTreeSet<String>, BTreeSet<String>) =
+            self.input.spec.custom_traits.iter().cloned().partition(|t| valid_trait(t));
         if bad.is_empty() { Ok(good) } else { Err(bad) }
     }
 
@@ -925,8 +718,7 @@ impl<'a> Draft<'a> {
     /// before removes) and record ownership. Returns what is still pending.
     fn sync_nova_config(&mut self, host: &NovaHost) -> Option<String> {
         let want_aggs: BTreeSet<String> = self.input.spec.aggregates.iter().cloned().collect();
-        let mut owned_aggs: BTreeSet<String> =
-            self.record.applied_aggregates.iter().cloned().collect();
+        let mut owned_aggs: BTreeSet<String> = self.record.applied_aggregates.iter().cloned().collect();
         let to_add: BTreeSet<String> = want_aggs.difference(&host.aggregates).cloned().collect();
         // Forget aggregates we no longer want and Nova no longer has.
         owned_aggs.retain(|a| want_aggs.contains(a) || host.aggregates.contains(a));
@@ -937,12 +729,8 @@ impl<'a> Draft<'a> {
             pending.push(format!("adding to aggregate {a}"));
         }
         if to_add.is_empty() {
-            for a in owned_aggs
-                .iter()
-                .filter(|a| !want_aggs.contains(*a) && host.aggregates.contains(*a))
-            {
-                self.actions
-                    .push(Action::RemoveAggregate { name: a.clone() });
+            for a in owned_aggs.iter().filter(|a| !want_aggs.contains(*a) && host.aggregates.contains(*a)) {
+                self.actions.push(Action::RemoveAggregate { name: a.clone() });
                 pending.push(format!("removing from aggregate {a}"));
             }
         }
@@ -958,11 +746,8 @@ impl<'a> Draft<'a> {
         let mut owned: BTreeSet<String> = self.record.applied_traits.iter().cloned().collect();
         owned.retain(|t| want_traits.contains(t) || have.contains(t));
         let add: BTreeSet<String> = want_traits.difference(have).cloned().collect();
-        let remove: BTreeSet<String> = owned
-            .iter()
-            .filter(|t| !want_traits.contains(*t) && have.contains(*t))
-            .cloned()
-            .collect();
+        let remove: BTreeSet<String> =
+            owned.iter().filter(|t| !want_traits.contains(*t) && have.contains(*t)).cloned().collect();
         if !add.is_empty() {
             pending.push(format!("adding traits {}", list(&add)));
             owned.extend(add.iter().cloned());
@@ -973,20 +758,14 @@ impl<'a> Draft<'a> {
             self.actions.push(Action::RemoveTraits { traits: remove });
         }
         self.record.applied_traits = owned.into_iter().collect();
-        if pending.is_empty() {
-            None
-        } else {
-            Some(pending.join("; "))
-        }
+        if pending.is_empty() { None } else { Some(pending.join("; ")) }
     }
 
     fn start_test_run(&mut self) {
         self.record.test_run = self.record.test_run.saturating_add(1);
         self.record.test_started = Some(Time(self.input.now));
         if self.obs().agent.connected {
-            self.actions.push(Action::RunChecks {
-                run: self.record.test_run,
-            });
+            self.actions.push(Action::RunChecks { run: self.record.test_run });
         }
     }
 
@@ -999,35 +778,18 @@ impl<'a> Draft<'a> {
             return;
         };
         self.record.eviction_seq = self.record.eviction_seq.saturating_add(1);
-        let name = truncate(
-            &format!(
-                "{}-{}-{}",
-                self.input.name,
-                mode.as_str(),
-                self.record.eviction_seq
-            ),
-            253,
-        );
-        self.record.eviction = Some(EvictionRef {
-            name: name.clone(),
-            reason,
-            re_enable: false,
-            for_maintenance: true,
-        });
-        self.actions.push(Action::CreateEviction {
-            name: name.clone(),
-            reason,
-        });
+        let name =
+            truncate(&format!("{}-{}-{}", self.input.name, mode.as_str(), self.record.eviction_seq), 253);
+        self.record.eviction =
+            Some(EvictionRef { name: name.clone(), reason, re_enable: false, for_maintenance: true });
+        self.actions.push(Action::CreateEviction { name: name.clone(), reason });
         self.set(
             ConditionType::Evicted,
             ConditionStatus::False,
             "EvictionPending",
             format!("Eviction {name} requested"),
         );
-        self.go(
-            Phase::Evicting,
-            format!("maintenance ({}) requested", mode.as_str()),
-        );
+        self.go(Phase::Evicting, format!("maintenance ({}) requested", mode.as_str()));
     }
 
     fn finish(mut self) -> Decision {
@@ -1035,11 +797,7 @@ impl<'a> Draft<'a> {
         let phase_since = if self.transition.is_some() {
             Some(Time(self.input.now))
         } else {
-            self.input
-                .status
-                .phase_since
-                .clone()
-                .or(Some(Time(self.input.now)))
+            self.input.status.phase_since.clone().or(Some(Time(self.input.now)))
         };
         self.set.sort_by_key(|c| c.type_);
         Decision {
@@ -1071,17 +829,10 @@ impl<'a> Draft<'a> {
                 T::Aborted,
                 True,
                 "Aborted",
-                format!(
-                    "{reason}: {message}; fix the cause, then `hvctl retry {}`",
-                    self.input.name
-                ),
+                format!("{reason}: {message}; fix the cause, then `hvctl retry {}`", self.input.name),
             );
             if let Some(a) = self.record.abort.clone() {
-                let t = if a.condition == T::Tested.as_str() {
-                    T::Tested
-                } else {
-                    T::Onboarded
-                };
+                let t = if a.condition == T::Tested.as_str() { T::Tested } else { T::Onboarded };
                 if !has(&self.set, t) {
                     self.set(t, False, static_reason(&a.reason), a.message);
                 }
@@ -1118,20 +869,13 @@ impl<'a> Draft<'a> {
         }
         let enabled = match &self.obs().nova {
             NovaObs::Registered(h) if h.enabled => (True, "Enabled", String::new()),
-            NovaObs::Registered(h) => (
-                False,
-                "Disabled",
-                h.disabled_reason.clone().unwrap_or_default(),
-            ),
+            NovaObs::Registered(h) => (False, "Disabled", h.disabled_reason.clone().unwrap_or_default()),
             NovaObs::NotRegistered => (False, "NotRegistered", String::new()),
             _ => (Unknown, "NovaUnknown", String::new()),
         };
         // Report what Nova will be once our actions ran, so the condition
         // does not flap between reconciles.
-        let enabling = self
-            .actions
-            .iter()
-            .any(|a| matches!(a, Action::EnableService));
+        let enabling = self.actions.iter().any(|a| matches!(a, Action::EnableService));
         let disabling = self.actions.iter().find_map(|a| match a {
             Action::DisableService { reason } => Some(reason.clone()),
             _ => None,
@@ -1156,10 +900,7 @@ fn disable_reason(mode: MaintenanceMode, reason: &str) -> String {
 }
 
 fn eviction_summary(e: &EvictionObs) -> String {
-    format!(
-        "Eviction {} {:?}: {}/{} migrated",
-        e.name, e.phase, e.migrated, e.total
-    )
+    format!("Eviction {} {:?}: {}/{} migrated", e.name, e.phase, e.migrated, e.total)
 }
 
 /// `CUSTOM_` followed by upper-case letters, digits and underscores
@@ -1168,17 +909,12 @@ fn valid_trait(t: &str) -> bool {
     t.len() <= 255
         && t.strip_prefix("CUSTOM_").is_some_and(|rest| {
             !rest.is_empty()
-                && rest
-                    .bytes()
-                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+                && rest.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
         })
 }
 
 fn list(set: &BTreeSet<String>) -> String {
-    set.iter()
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .join(", ")
+    set.iter().map(String::as_str).collect::<Vec<_>>().join(", ")
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -1194,11 +930,7 @@ fn truncate(s: &str, max: usize) -> String {
 
 fn human(d: SignedDuration) -> String {
     let secs = d.as_secs();
-    if secs % 60 == 0 {
-        format!("{}m", secs / 60)
-    } else {
-        format!("{secs}s")
-    }
+    if secs % 60 == 0 { format!("{}m", secs / 60) } else { format!("{secs}s") }
 }
 
 /// Condition reasons are `&'static str`; an abort reason read back from
@@ -1213,9 +945,5 @@ fn static_reason(reason: &str) -> &'static str {
         "ChecksTimedOut",
         "NoChecks",
     ];
-    KNOWN
-        .iter()
-        .find(|k| **k == reason)
-        .copied()
-        .unwrap_or("Aborted")
+    KNOWN.iter().find(|k| **k == reason).copied().unwrap_or("Aborted")
 }

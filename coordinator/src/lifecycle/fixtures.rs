@@ -30,11 +30,7 @@ pub fn spec() -> HypervisorSpec {
 }
 
 pub fn status(phase: Phase) -> HypervisorStatus {
-    let mut s = HypervisorStatus {
-        phase: Some(phase),
-        phase_since: Some(Time(t(0))),
-        ..Default::default()
-    };
+    let mut s = HypervisorStatus { phase: Some(phase), phase_since: Some(Time(t(0))), ..Default::default() };
     if phase != Phase::Initial && phase != Phase::Onboarding {
         s.service_id = Some("svc-1".into());
         s.hypervisor_id = Some("hv-1".into());
@@ -74,12 +70,7 @@ pub fn obs() -> Observations {
 }
 
 pub fn report(run: u64, failing: &[&str]) -> CheckReport {
-    let names = [
-        "libvirt-reachable",
-        "libvirt-version",
-        "ovs-bridge/br-int",
-        "ovs-bridge/br-ex",
-    ];
+    let names = ["libvirt-reachable", "libvirt-version", "ovs-bridge/br-int", "ovs-bridge/br-ex"];
     CheckReport {
         run,
         results: names
@@ -87,11 +78,7 @@ pub fn report(run: u64, failing: &[&str]) -> CheckReport {
             .map(|n| CheckResultStatus {
                 name: n.to_string(),
                 passed: !failing.contains(n),
-                message: if failing.contains(n) {
-                    format!("{n} failed")
-                } else {
-                    "ok".into()
-                },
+                message: if failing.contains(n) { format!("{n} failed") } else { "ok".into() },
                 duration_ms: 3,
                 time: None,
             })
@@ -113,12 +100,7 @@ pub fn eviction(name: &str, reason: EvictionReason, phase: EvictionPhase) -> Evi
 }
 
 pub fn eviction_ref(name: &str, reason: EvictionReason, for_maintenance: bool) -> EvictionRef {
-    EvictionRef {
-        name: name.into(),
-        reason,
-        re_enable: reason.re_enables(None),
-        for_maintenance,
-    }
+    EvictionRef { name: name.into(), reason, re_enable: reason.re_enables(None), for_maintenance }
 }
 
 pub fn with_host(o: &mut Observations, f: impl FnOnce(&mut NovaHost)) {
@@ -134,12 +116,5 @@ pub fn decide_at(
     now: Timestamp,
 ) -> Decision {
     let policy = Policy::default();
-    decide(&Input {
-        name: NAME,
-        spec,
-        status,
-        obs,
-        policy: &policy,
-        now,
-    })
+    decide(&Input { name: NAME, spec, status, obs, policy: &policy, now })
 }

@@ -21,9 +21,7 @@ mod decide;
 mod observe;
 
 pub use action::Action;
-pub use decide::{
-    ALLOWED_TRANSITIONS, Decision, DesiredCondition, Input, Policy, Transition, decide,
-};
+pub use decide::{ALLOWED_TRANSITIONS, Decision, DesiredCondition, Input, Policy, Transition, decide};
 pub use observe::{AgentObs, CheckReport, EvictionObs, NodeObs, NovaHost, NovaObs, Observations};
 
 #[cfg(test)]

@@ -33,19 +33,13 @@ fn check_one_step(st: &HypervisorStatus, o: &Observations, d: &Decision) -> Resu
     if d.phase != from && !ALLOWED_TRANSITIONS.contains(&(from, d.phase)) {
         return Err(format!("transition {from} -> {} is not allowed", d.phase));
     }
-    let enables = d.actions.iter().any(|a| *a == Action::EnableService);
+    let enables = d.actions.contains(&Action::EnableService);
     if enables && !matches!(from, Phase::Ready | Phase::Active | Phase::Evicting) {
         return Err(format!("EnableService in {from}"));
     }
     if let NovaObs::Registered(h) = &o.nova {
-        let disables = d
-            .actions
-            .iter()
-            .any(|a| matches!(a, Action::DisableService { .. }));
-        if h.enabled
-            && matches!(from, Phase::Onboarding | Phase::Testing | Phase::Aborted)
-            && !disables
-        {
+        let disables = d.actions.iter().any(|a| matches!(a, Action::DisableService { .. }));
+        if h.enabled && matches!(from, Phase::Onboarding | Phase::Testing | Phase::Aborted) && !disables {
             return Err(format!("service left enabled in {from}"));
         }
         if enables && disables {
@@ -61,8 +55,8 @@ fn check_one_step(st: &HypervisorStatus, o: &Observations, d: &Decision) -> Resu
         }
     }
     if d.phase == Phase::Decommissioned && from != Phase::Decommissioned {
-        let ok = o.nova == NovaObs::NotRegistered
-            && (st.lifecycle.service_deleted || st.service_id.is_none());
+        let ok =
+            o.nova == NovaObs::NotRegistered && (st.lifecycle.service_deleted || st.service_id.is_none());
         if !ok {
             return Err("Decommissioned without a confirmed delete of an empty service".into());
         }
@@ -80,10 +74,7 @@ fn check_one_step(st: &HypervisorStatus, o: &Observations, d: &Decision) -> Resu
         return Err("transition record does not match the phase change".into());
     }
     if d.conditions.len() != 5 {
-        return Err(format!(
-            "{} owned conditions instead of 5",
-            d.conditions.len()
-        ));
+        return Err(format!("{} owned conditions instead of 5", d.conditions.len()));
     }
     Ok(())
 }
@@ -108,22 +99,14 @@ fn grid_specs() -> Vec<HypervisorSpec> {
 fn grid_statuses(phase: Phase) -> Vec<HypervisorStatus> {
     let base = status(phase);
     let mut maint = base.clone();
-    maint.lifecycle.eviction = Some(eviction_ref(
-        "node-1-auto-1",
-        EvictionReason::RollingUpdate,
-        true,
-    ));
+    maint.lifecycle.eviction = Some(eviction_ref("node-1-auto-1", EvictionReason::RollingUpdate, true));
     let mut ext_up = base.clone();
     ext_up.lifecycle.eviction = Some(eviction_ref("drain", EvictionReason::RollingUpdate, false));
     let mut ext_fail = base.clone();
     ext_fail.lifecycle.eviction = Some(eviction_ref("drain", EvictionReason::NodeFailure, false));
     let mut deleted = base.clone();
     deleted.lifecycle.service_deleted = true;
-    deleted.lifecycle.eviction = Some(eviction_ref(
-        "node-1-auto-1",
-        EvictionReason::Decommission,
-        true,
-    ));
+    deleted.lifecycle.eviction = Some(eviction_ref("node-1-auto-1", EvictionReason::Decommission, true));
     deleted.lifecycle.handled_retry = Some("r1".into());
     deleted.phase_since = Some(Time(t(-100_000)));
     let mut fresh = base.clone();
@@ -133,40 +116,14 @@ fn grid_statuses(phase: Phase) -> Vec<HypervisorStatus> {
 }
 
 fn grid_nova() -> Vec<NovaObs> {
-    let enabled = NovaHost {
-        enabled: true,
-        ..host()
-    };
-    let busy = NovaHost {
-        enabled: true,
-        instances: vec!["vm-1".into()],
-        ..host()
-    };
-    let busy_off = NovaHost {
-        instances: vec!["vm-1".into()],
-        ..host()
-    };
-    let missing = NovaHost {
-        aggregates: set(&[]),
-        unknown_aggregates: set(&["az-a"]),
-        ..host()
-    };
-    let drifted = NovaHost {
-        aggregates: set(&["old"]),
-        traits: Some(set(&["CUSTOM_X"])),
-        enabled: true,
-        ..host()
-    };
-    let no_rp = NovaHost {
-        traits: None,
-        hypervisor_id: None,
-        ..host()
-    };
-    let emptied = NovaHost {
-        aggregates: set(&[]),
-        traits: Some(set(&[])),
-        ..host()
-    };
+    let enabled = NovaHost { enabled: true, ..host() };
+    let busy = NovaHost { enabled: true, instances: vec!["vm-1".into()], ..host() };
+    let busy_off = NovaHost { instances: vec!["vm-1".into()], ..host() };
+    let missing = NovaHost { aggregates: set(&[]), unknown_aggregates: set(&["az-a"]), ..host() };
+    let drifted =
+        NovaHost { aggregates: set(&["old"]), traits: Some(set(&["CUSTOM_X"])), enabled: true, ..host() };
+    let no_rp = NovaHost { traits: None, hypervisor_id: None, ..host() };
+    let emptied = NovaHost { aggregates: set(&[]), traits: Some(set(&[])), ..host() };
     vec![
         NovaObs::Unknown,
         NovaObs::Unreachable("timeout".into()),
@@ -189,21 +146,9 @@ fn grid_evictions() -> Vec<Option<EvictionObs>> {
     deleting.deleting = true;
     vec![
         None,
-        Some(eviction(
-            "node-1-auto-1",
-            EvictionReason::RollingUpdate,
-            Migrating,
-        )),
-        Some(eviction(
-            "node-1-auto-1",
-            EvictionReason::RollingUpdate,
-            Succeeded,
-        )),
-        Some(eviction(
-            "node-1-auto-1",
-            EvictionReason::RollingUpdate,
-            Failed,
-        )),
+        Some(eviction("node-1-auto-1", EvictionReason::RollingUpdate, Migrating)),
+        Some(eviction("node-1-auto-1", EvictionReason::RollingUpdate, Succeeded)),
+        Some(eviction("node-1-auto-1", EvictionReason::RollingUpdate, Failed)),
         Some(eviction("drain", EvictionReason::AdminRequest, Migrating)),
         Some(eviction("drain", EvictionReason::RollingUpdate, Succeeded)),
         Some(eviction("drain", EvictionReason::NodeFailure, Succeeded)),
@@ -216,17 +161,8 @@ fn one_step_rules_hold_on_the_whole_grid() {
     let specs = grid_specs();
     let novas = grid_nova();
     let evictions = grid_evictions();
-    let nodes = [
-        NodeObs::Present { ready: true },
-        NodeObs::Deleting,
-        NodeObs::Absent,
-    ];
-    let checks = [
-        None,
-        Some(report(1, &[])),
-        Some(report(1, &["libvirt-version"])),
-        Some(report(0, &[])),
-    ];
+    let nodes = [NodeObs::Present { ready: true }, NodeObs::Deleting, NodeObs::Absent];
+    let checks = [None, Some(report(1, &[])), Some(report(1, &["libvirt-version"])), Some(report(0, &[]))];
     let retries = [None, Some("r1".to_string()), Some("r2".to_string())];
     let policy = Policy::default();
     let mut decisions = 0u64;
@@ -276,12 +212,7 @@ fn one_step_rules_hold_on_the_whole_grid() {
         }
     }
     for edge in ALLOWED_TRANSITIONS {
-        assert!(
-            seen.contains(edge),
-            "the grid never takes {} -> {}",
-            edge.0,
-            edge.1
-        );
+        assert!(seen.contains(edge), "the grid never takes {} -> {}", edge.0, edge.1);
     }
     assert!(decisions > 1_000_000, "grid too small: {decisions}");
 }
@@ -347,9 +278,7 @@ struct Step {
 
 fn ev_phase() -> impl Strategy<Value = EvictionPhase> {
     use EvictionPhase::*;
-    prop::sample::select(vec![
-        Pending, Preflight, Disabling, Migrating, Succeeded, Failed, Cancelled,
-    ])
+    prop::sample::select(vec![Pending, Preflight, Disabling, Migrating, Succeeded, Failed, Cancelled])
 }
 
 fn reason() -> impl Strategy<Value = EvictionReason> {
@@ -379,7 +308,8 @@ fn step() -> impl Strategy<Value = Step> {
         3 => prop::bool::weighted(0.8).prop_map(|pass| ChecksKind::Current { pass }),
         1 => Just(ChecksKind::Stale),
     ];
-    let retry = prop_oneof![6 => Just(RetryKind::None), 1 => Just(RetryKind::Same), 2 => Just(RetryKind::Fresh)];
+    let retry =
+        prop_oneof![6 => Just(RetryKind::None), 1 => Just(RetryKind::Same), 2 => Just(RetryKind::Fresh)];
     let mode = prop_oneof![12 => Just(MaintenanceMode::None), 2 => Just(MaintenanceMode::Manual), 2 => Just(MaintenanceMode::Auto), 1 => Just(MaintenanceMode::Ha), 1 => Just(MaintenanceMode::Termination)];
     let node = prop_oneof![
         20 => any::<bool>().prop_map(|ready| NodeObs::Present { ready }),
@@ -398,20 +328,18 @@ fn step() -> impl Strategy<Value = Step> {
         0i64..400,
         ".{0,12}",
     )
-        .prop_map(
-            |(mode, skip, node, agent, nova, ev, checks, retry, advance, junk)| Step {
-                mode,
-                skip,
-                node,
-                agent,
-                nova,
-                ev,
-                checks,
-                retry,
-                advance,
-                junk,
-            },
-        )
+        .prop_map(|(mode, skip, node, agent, nova, ev, checks, retry, advance, junk)| Step {
+            mode,
+            skip,
+            node,
+            agent,
+            nova,
+            ev,
+            checks,
+            retry,
+            advance,
+            junk,
+        })
 }
 
 const AGGS: [&str; 3] = ["az-a", "az-b", "foreign"];
@@ -459,35 +387,25 @@ impl Sim {
             NovaKind::Unreachable => NovaObs::Unreachable(s.junk.clone()),
             NovaKind::Rejected => NovaObs::Rejected(s.junk.clone()),
             NovaKind::NotRegistered => NovaObs::NotRegistered,
-            NovaKind::Registered {
-                enabled,
-                aggs,
-                unknown,
-                traits,
-                instances,
-                hv,
-            } => NovaObs::Registered(NovaHost {
-                service_id: "svc".into(),
-                hypervisor_id: hv.then(|| "hv".to_string()),
-                enabled: *enabled,
-                disabled_reason: Some(s.junk.clone()),
-                aggregates: AGGS
-                    .iter()
-                    .zip(aggs)
-                    .filter(|(_, on)| **on)
-                    .map(|(a, _)| a.to_string())
-                    .collect(),
-                unknown_aggregates: if *unknown { set(&["az-b"]) } else { set(&[]) },
-                traits: traits.as_ref().map(|on| {
-                    TRAITS
+            NovaKind::Registered { enabled, aggs, unknown, traits, instances, hv } => {
+                NovaObs::Registered(NovaHost {
+                    service_id: "svc".into(),
+                    hypervisor_id: hv.then(|| "hv".to_string()),
+                    enabled: *enabled,
+                    disabled_reason: Some(s.junk.clone()),
+                    aggregates: AGGS
                         .iter()
-                        .zip(on)
+                        .zip(aggs)
                         .filter(|(_, on)| **on)
-                        .map(|(t, _)| t.to_string())
-                        .collect()
-                }),
-                instances: (0..*instances).map(|i| format!("vm-{i}")).collect(),
-            }),
+                        .map(|(a, _)| a.to_string())
+                        .collect(),
+                    unknown_aggregates: if *unknown { set(&["az-b"]) } else { set(&[]) },
+                    traits: traits.as_ref().map(|on| {
+                        TRAITS.iter().zip(on).filter(|(_, on)| **on).map(|(t, _)| t.to_string()).collect()
+                    }),
+                    instances: (0..*instances).map(|i| format!("vm-{i}")).collect(),
+                })
+            }
         };
         let eviction = match &s.ev {
             EvKind::None => None,
@@ -496,45 +414,23 @@ impl Sim {
                 .lifecycle
                 .eviction
                 .as_ref()
-                .map(|r| EvictionObs {
-                    phase: *phase,
-                    ..eviction(&r.name, r.reason, *phase)
-                }),
-            EvKind::External {
-                reason,
-                phase,
-                deleting,
-            } => Some(EvictionObs {
-                deleting: *deleting,
-                ..eviction("hand-made", *reason, *phase)
-            }),
+                .map(|r| EvictionObs { phase: *phase, ..eviction(&r.name, r.reason, *phase) }),
+            EvKind::External { reason, phase, deleting } => {
+                Some(EvictionObs { deleting: *deleting, ..eviction("hand-made", *reason, *phase) })
+            }
         };
         let run = self.status.lifecycle.test_run;
         let checks = match s.checks {
             ChecksKind::None => None,
-            ChecksKind::Current { pass } => {
-                Some(report(run, if pass { &[] } else { &["ovs-bridge/br-ex"] }))
-            }
+            ChecksKind::Current { pass } => Some(report(run, if pass { &[] } else { &["ovs-bridge/br-ex"] })),
             ChecksKind::Stale => Some(report(run.wrapping_sub(1), &[])),
         };
         let retry = match s.retry {
             RetryKind::None => None,
-            RetryKind::Same => self
-                .status
-                .lifecycle
-                .handled_retry
-                .clone()
-                .or(Some("r0".into())),
+            RetryKind::Same => self.status.lifecycle.handled_retry.clone().or(Some("r0".into())),
             RetryKind::Fresh => Some(format!("r{}", self.now.as_second())),
         };
-        Observations {
-            node: s.node,
-            agent: AgentObs { connected: s.agent },
-            checks,
-            nova,
-            eviction,
-            retry,
-        }
+        Observations { node: s.node, agent: AgentObs { connected: s.agent }, checks, nova, eviction, retry }
     }
 
     /// Apply the step's spec change as the API server would (CEL: termination
@@ -542,41 +438,28 @@ impl Sim {
     fn edit_spec(&mut self, s: &Step) {
         if self.spec.maintenance != MaintenanceMode::Termination {
             self.spec.maintenance = s.mode;
-            self.spec.maintenance_reason = if s.mode == MaintenanceMode::Manual {
-                "fw".into()
-            } else {
-                String::new()
-            };
+            self.spec.maintenance_reason =
+                if s.mode == MaintenanceMode::Manual { "fw".into() } else { String::new() };
         }
         self.spec.skip_tests = s.skip;
     }
 
     fn step(&mut self, s: &Step) -> Result<(), String> {
-        self.now = self
-            .now
-            .checked_add(jiff::SignedDuration::from_secs(s.advance))
-            .unwrap_or(self.now);
+        self.now = self.now.checked_add(jiff::SignedDuration::from_secs(s.advance)).unwrap_or(self.now);
         self.edit_spec(s);
         let o = self.observe(s);
         let policy = Policy::default();
-        let d = decide(&Input {
+        let input = Input {
             name: NAME,
             spec: &self.spec,
             status: &self.status,
             obs: &o,
             policy: &policy,
             now: self.now,
-        });
+        };
+        let d = decide(&input);
         check_one_step(&self.status, &o, &d)?;
-        let again = decide(&Input {
-            name: NAME,
-            spec: &self.spec,
-            status: &self.status,
-            obs: &o,
-            policy: &policy,
-            now: self.now,
-        });
-        if again != d {
+        if decide(&input) != d {
             return Err("decide is not deterministic".into());
         }
         self.check_model(&o, &d)?;
@@ -599,16 +482,11 @@ impl Sim {
                 m.deleted_empty = false;
             }
         }
-        if d.actions
-            .iter()
-            .any(|a| matches!(a, Action::DeleteService { .. }))
-        {
+        if d.actions.iter().any(|a| matches!(a, Action::DeleteService { .. })) {
             m.deleted_empty = true;
         }
         if d.actions.contains(&Action::EnableService) && !m.cleared {
-            return Err(format!(
-                "scheduling enabled in {from} before the checks passed"
-            ));
+            return Err(format!("scheduling enabled in {from} before the checks passed"));
         }
         if let Some(tr) = &d.transition {
             match (tr.from, tr.to) {
@@ -636,7 +514,7 @@ impl Sim {
                 (_, Phase::Active) if m.needs_retest => {
                     return Err("Active after Maintenance without passing through Testing".into());
                 }
-                (_, Phase::Decommissioned) if !(m.deleted_empty || !m.seen_registered) => {
+                (_, Phase::Decommissioned) if !m.deleted_empty && m.seen_registered => {
                     return Err("Decommissioned while instances may remain".into());
                 }
                 _ => {}
@@ -709,12 +587,6 @@ fn random_sequences_reach_every_transition() {
         }
         all.extend(sim.transitions);
     }
-    let missing: Vec<_> = ALLOWED_TRANSITIONS
-        .iter()
-        .filter(|e| !all.contains(e))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "random sequences never took {missing:?}"
-    );
+    let missing: Vec<_> = ALLOWED_TRANSITIONS.iter().filter(|e| !all.contains(e)).collect();
+    assert!(missing.is_empty(), "random sequences never took {missing:?}");
 }

@@ -28,580 +28,65 @@ fn maintenance_of(s: &mut HypervisorStatus, mode: &str, reason: crate::api::Evic
     s.lifecycle.eviction_seq = 1;
 }
 
+#[rustfmt::skip]
 const ROWS: &[Row] = &[
     // ---- seed 000: onboarding
-    Row {
-        name: "Initial -> Onboarding: new K8s Node detected",
-        from: Phase::Initial,
-        setup: |_, _, o| o.nova = NovaObs::NotRegistered,
-        to: Phase::Onboarding,
-        must: &[],
-        never: &["enable"],
-    },
-    Row {
-        name: "Onboarding -> Testing: configuration completed",
-        from: Phase::Onboarding,
-        setup: |_, _, _| {},
-        to: Phase::Testing,
-        must: &["run checks (run 1)"],
-        never: &["enable"],
-    },
-    Row {
-        name: "Onboarding -> Ready: skipTests",
-        from: Phase::Onboarding,
-        setup: |sp, _, _| sp.skip_tests = true,
-        to: Phase::Ready,
-        must: &[],
-        never: &["run checks", "enable"],
-    },
-    Row {
-        name: "Onboarding -> Aborted: aggregate does not exist",
-        from: Phase::Onboarding,
-        setup: |_, _, o| {
-            with_host(o, |h| {
-                h.aggregates.clear();
-                h.unknown_aggregates = set(&["az-a"])
-            })
-        },
-        to: Phase::Aborted,
-        must: &[],
-        never: &["add to aggregate", "enable"],
-    },
-    Row {
-        name: "Onboarding -> Aborted: Keystone rejects the credentials",
-        from: Phase::Onboarding,
-        setup: |_, _, o| o.nova = NovaObs::Rejected("401 Unauthorized".into()),
-        to: Phase::Aborted,
-        must: &[],
-        never: &[],
-    },
-    Row {
-        name: "Onboarding -> Aborted: nova-compute never registered",
-        from: Phase::Onboarding,
-        setup: |_, s, o| {
-            o.nova = NovaObs::NotRegistered;
-            s.phase_since = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t(
-                -3600,
-            )))
-        },
-        to: Phase::Aborted,
-        must: &[],
-        never: &[],
-    },
-    Row {
-        name: "Onboarding -> Aborted: invalid trait in spec",
-        from: Phase::Onboarding,
-        setup: |sp, _, _| sp.custom_traits = vec!["hana".into()],
-        to: Phase::Aborted,
-        must: &[],
-        never: &["add traits"],
-    },
-    Row {
-        name: "Onboarding -> Maintenance: maintenance requested before any VM",
-        from: Phase::Onboarding,
-        setup: |sp, _, o| {
-            sp.maintenance = MaintenanceMode::Auto;
-            with_host(o, |h| h.enabled = true)
-        },
-        to: Phase::Maintenance,
-        must: &["disable compute service"],
-        never: &["create eviction"],
-    },
-    Row {
-        name: "Onboarding -> Evicting: Node terminated during onboarding",
-        from: Phase::Onboarding,
-        setup: |_, _, o| o.node = NodeObs::Deleting,
-        to: Phase::Evicting,
-        must: &["create eviction node-1-termination-1 (Decommission)"],
-        never: &["add"],
-    },
-    Row {
-        name: "Testing -> Maintenance: maintenance requested while testing",
-        from: Phase::Testing,
-        setup: |sp, _, _| sp.maintenance = MaintenanceMode::Auto,
-        to: Phase::Maintenance,
-        must: &[],
-        never: &["run checks", "enable"],
-    },
-    Row {
-        name: "Testing -> Evicting: VMs present (default-enabled service) and maintenance",
-        from: Phase::Testing,
-        setup: |sp, _, o| {
-            sp.maintenance = MaintenanceMode::Ha;
-            with_host(o, |h| h.instances = vec!["vm-1".into()])
-        },
-        to: Phase::Evicting,
-        must: &["create eviction node-1-ha-1 (NodeFailure)"],
-        never: &["run checks"],
-    },
-    Row {
-        name: "Ready -> Maintenance: maintenance requested on an empty host",
-        from: Phase::Ready,
-        setup: |sp, _, _| sp.maintenance = MaintenanceMode::Auto,
-        to: Phase::Maintenance,
-        must: &[],
-        never: &["enable"],
-    },
-    Row {
-        name: "Ready -> Evicting: Node terminated",
-        from: Phase::Ready,
-        setup: |_, _, o| o.node = NodeObs::Deleting,
-        to: Phase::Evicting,
-        must: &["create eviction node-1-termination-1 (Decommission)"],
-        never: &["enable"],
-    },
-    Row {
-        name: "Testing -> Ready: tests passed",
-        from: Phase::Testing,
-        setup: |_, _, o| o.checks = Some(report(1, &[])),
-        to: Phase::Ready,
-        must: &[],
-        never: &["enable"],
-    },
-    Row {
-        name: "Testing -> Aborted: a check failed",
-        from: Phase::Testing,
-        setup: |_, _, o| o.checks = Some(report(1, &["ovs-bridge/br-ex"])),
-        to: Phase::Aborted,
-        must: &[],
-        never: &["enable"],
-    },
-    Row {
-        name: "Testing -> Aborted: no report in time",
-        from: Phase::Testing,
-        setup: |_, _, _| {},
-        to: Phase::Aborted,
-        must: &[],
-        never: &["enable"],
-    },
-    Row {
-        name: "Ready -> Active: Nova scheduling enabled",
-        from: Phase::Ready,
-        setup: |_, _, o| with_host(o, |h| h.enabled = true),
-        to: Phase::Active,
-        must: &[],
-        never: &["disable"],
-    },
+    Row { name: "Initial -> Onboarding: new K8s Node detected", from: Phase::Initial, setup: |_, _, o| o.nova = NovaObs::NotRegistered, to: Phase::Onboarding, must: &[], never: &["enable"] },
+    Row { name: "Onboarding -> Testing: configuration completed", from: Phase::Onboarding, setup: |_, _, _| {}, to: Phase::Testing, must: &["run checks (run 1)"], never: &["enable"] },
+    Row { name: "Onboarding -> Ready: skipTests", from: Phase::Onboarding, setup: |sp, _, _| sp.skip_tests = true, to: Phase::Ready, must: &[], never: &["run checks", "enable"] },
+    Row { name: "Onboarding -> Aborted: aggregate does not exist", from: Phase::Onboarding, setup: |_, _, o| { with_host(o, |h| { h.aggregates.clear(); h.unknown_aggregates = set(&["az-a"]) }) }, to: Phase::Aborted, must: &[], never: &["add to aggregate", "enable"] },
+    Row { name: "Onboarding -> Aborted: Keystone rejects the credentials", from: Phase::Onboarding, setup: |_, _, o| o.nova = NovaObs::Rejected("401 Unauthorized".into()), to: Phase::Aborted, must: &[], never: &[] },
+    Row { name: "Onboarding -> Aborted: nova-compute never registered", from: Phase::Onboarding, setup: |_, s, o| { o.nova = NovaObs::NotRegistered; s.phase_since = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t(-3600))) }, to: Phase::Aborted, must: &[], never: &[] },
+    Row { name: "Onboarding -> Aborted: invalid trait in spec", from: Phase::Onboarding, setup: |sp, _, _| sp.custom_traits = vec!["hana".into()], to: Phase::Aborted, must: &[], never: &["add traits"] },
+    Row { name: "Onboarding -> Maintenance: maintenance requested before any VM", from: Phase::Onboarding, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Auto; with_host(o, |h| h.enabled = true) }, to: Phase::Maintenance, must: &["disable compute service"], never: &["create eviction"] },
+    Row { name: "Onboarding -> Evicting: Node terminated during onboarding", from: Phase::Onboarding, setup: |_, _, o| o.node = NodeObs::Deleting, to: Phase::Evicting, must: &["create eviction node-1-termination-1 (Decommission)"], never: &["add"] },
+    Row { name: "Testing -> Maintenance: maintenance requested while testing", from: Phase::Testing, setup: |sp, _, _| sp.maintenance = MaintenanceMode::Auto, to: Phase::Maintenance, must: &[], never: &["run checks", "enable"] },
+    Row { name: "Testing -> Evicting: VMs present (default-enabled service) and maintenance", from: Phase::Testing, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Ha; with_host(o, |h| h.instances = vec!["vm-1".into()]) }, to: Phase::Evicting, must: &["create eviction node-1-ha-1 (NodeFailure)"], never: &["run checks"] },
+    Row { name: "Ready -> Maintenance: maintenance requested on an empty host", from: Phase::Ready, setup: |sp, _, _| sp.maintenance = MaintenanceMode::Auto, to: Phase::Maintenance, must: &[], never: &["enable"] },
+    Row { name: "Ready -> Evicting: Node terminated", from: Phase::Ready, setup: |_, _, o| o.node = NodeObs::Deleting, to: Phase::Evicting, must: &["create eviction node-1-termination-1 (Decommission)"], never: &["enable"] },
+    Row { name: "Testing -> Ready: tests passed", from: Phase::Testing, setup: |_, _, o| o.checks = Some(report(1, &[])), to: Phase::Ready, must: &[], never: &["enable"] },
+    Row { name: "Testing -> Aborted: a check failed", from: Phase::Testing, setup: |_, _, o| o.checks = Some(report(1, &["ovs-bridge/br-ex"])), to: Phase::Aborted, must: &[], never: &["enable"] },
+    Row { name: "Testing -> Aborted: no report in time", from: Phase::Testing, setup: |_, _, _| {}, to: Phase::Aborted, must: &[], never: &["enable"] },
+    Row { name: "Ready -> Active: Nova scheduling enabled", from: Phase::Ready, setup: |_, _, o| with_host(o, |h| h.enabled = true), to: Phase::Active, must: &[], never: &["disable"] },
     // ---- seed 000: maintenance, eviction, decommissioning
-    Row {
-        name: "Active -> Evicting: admin sets maintenance manual",
-        from: Phase::Active,
-        setup: |sp, _, o| {
-            sp.maintenance = MaintenanceMode::Manual;
-            sp.maintenance_reason = "firmware".into();
-            with_host(o, |h| {
-                h.enabled = true;
-                h.instances = vec!["vm-1".into()]
-            })
-        },
-        to: Phase::Evicting,
-        must: &[
-            "disable compute service (hv-lifecycle: maintenance (manual): firmware)",
-            "create eviction node-1-manual-1 (AdminRequest)",
-        ],
-        never: &["enable"],
-    },
-    Row {
-        name: "Active -> Evicting: Gardener rolling update (auto)",
-        from: Phase::Active,
-        setup: |sp, _, o| {
-            sp.maintenance = MaintenanceMode::Auto;
-            with_host(o, |h| {
-                h.enabled = true;
-                h.instances = vec!["vm-1".into()]
-            })
-        },
-        to: Phase::Evicting,
-        must: &["create eviction node-1-auto-1 (RollingUpdate)"],
-        never: &[],
-    },
-    Row {
-        name: "Active -> Evicting: HA event (ha)",
-        from: Phase::Active,
-        setup: |sp, _, o| {
-            sp.maintenance = MaintenanceMode::Ha;
-            with_host(o, |h| {
-                h.enabled = true;
-                h.instances = vec!["vm-1".into()]
-            })
-        },
-        to: Phase::Evicting,
-        must: &["create eviction node-1-ha-1 (NodeFailure)"],
-        never: &[],
-    },
-    Row {
-        name: "Active -> Evicting: Node terminated",
-        from: Phase::Active,
-        setup: |_, _, o| {
-            o.node = NodeObs::Deleting;
-            with_host(o, |h| h.enabled = true)
-        },
-        to: Phase::Evicting,
-        must: &["create eviction node-1-termination-1 (Decommission)"],
-        never: &[],
-    },
-    Row {
-        name: "Active -> Evicting: an Eviction was created by hand",
-        from: Phase::Active,
-        setup: |_, _, o| {
-            with_host(o, |h| h.enabled = true);
-            o.eviction = ev("drain-1", AdminRequest, Migrating)
-        },
-        to: Phase::Evicting,
-        must: &[],
-        never: &["create eviction"],
-    },
-    Row {
-        name: "Active -> Maintenance: maintenance on an empty host",
-        from: Phase::Active,
-        setup: |sp, _, o| {
-            sp.maintenance = MaintenanceMode::Auto;
-            with_host(o, |h| h.enabled = true)
-        },
-        to: Phase::Maintenance,
-        must: &["disable compute service"],
-        never: &["create eviction"],
-    },
-    Row {
-        name: "Evicting -> Maintenance: eviction complete (planned maintenance)",
-        from: Phase::Evicting,
-        setup: |sp, s, o| {
-            sp.maintenance = MaintenanceMode::Auto;
-            maintenance_of(s, "auto", RollingUpdate);
-            o.eviction = ev("node-1-auto-1", RollingUpdate, Succeeded)
-        },
-        to: Phase::Maintenance,
-        must: &[],
-        never: &["enable"],
-    },
-    Row {
-        name: "Evicting -> Active: hand-made eviction complete, reason re-enables",
-        from: Phase::Evicting,
-        setup: |_, s, o| {
-            s.lifecycle.eviction = Some(eviction_ref("drain-1", RollingUpdate, false));
-            o.eviction = ev("drain-1", RollingUpdate, Succeeded);
-            with_host(o, |h| h.enabled = true)
-        },
-        to: Phase::Active,
-        must: &[],
-        never: &["disable"],
-    },
-    Row {
-        name: "Evicting stays until Nova re-enabled (then Active)",
-        from: Phase::Evicting,
-        setup: |_, s, o| {
-            s.lifecycle.eviction = Some(eviction_ref("drain-1", RollingUpdate, false));
-            o.eviction = ev("drain-1", RollingUpdate, Succeeded)
-        },
-        to: Phase::Evicting,
-        must: &["enable compute service"],
-        never: &[],
-    },
-    Row {
-        name: "Evicting -> Maintenance: hand-made NodeFailure eviction complete",
-        from: Phase::Evicting,
-        setup: |_, s, o| {
-            s.lifecycle.eviction = Some(eviction_ref("ha-1", NodeFailure, false));
-            o.eviction = ev("ha-1", NodeFailure, Succeeded)
-        },
-        to: Phase::Maintenance,
-        must: &[],
-        never: &["enable"],
-    },
-    Row {
-        name: "Evicting -> Decommissioned: eviction complete (decommission)",
-        from: Phase::Evicting,
-        setup: |sp, s, o| {
-            sp.maintenance = MaintenanceMode::Termination;
-            maintenance_of(s, "termination", Decommission);
-            s.lifecycle.service_deleted = true;
-            o.eviction = ev("node-1-termination-1", Decommission, Succeeded);
-            o.nova = NovaObs::NotRegistered
-        },
-        to: Phase::Decommissioned,
-        must: &[],
-        never: &[],
-    },
-    Row {
-        name: "Evicting (decommission): leave aggregates and traits first",
-        from: Phase::Evicting,
-        setup: |sp, s, o| {
-            sp.maintenance = MaintenanceMode::Termination;
-            maintenance_of(s, "termination", Decommission);
-            o.eviction = ev("node-1-termination-1", Decommission, Succeeded);
-            with_host(o, |h| {
-                h.aggregates
-                    .insert("foreign".into())
-                    .then_some(())
-                    .unwrap_or(())
-            })
-        },
-        to: Phase::Evicting,
-        must: &[
-            "remove from aggregate az-a",
-            "remove from aggregate foreign",
-            "remove traits CUSTOM_HANA",
-        ],
-        never: &["delete compute service"],
-    },
-    Row {
-        name: "Evicting (decommission): then delete the service",
-        from: Phase::Evicting,
-        setup: |sp, s, o| {
-            sp.maintenance = MaintenanceMode::Termination;
-            maintenance_of(s, "termination", Decommission);
-            o.eviction = ev("node-1-termination-1", Decommission, Succeeded);
-            with_host(o, |h| {
-                h.aggregates.clear();
-                h.traits = Some(set(&["HW_CPU_X86_AVX2"]))
-            })
-        },
-        to: Phase::Evicting,
-        must: &["delete compute service svc-1"],
-        never: &["remove"],
-    },
-    Row {
-        name: "Maintenance -> Onboarding: maintenance cleared (re-enable via re-test)",
-        from: Phase::Maintenance,
-        setup: |_, _, _| {},
-        to: Phase::Onboarding,
-        must: &[],
-        never: &["enable"],
-    },
-    Row {
-        name: "Evicting -> Onboarding: maintenance cleared mid-eviction cancels it",
-        from: Phase::Evicting,
-        setup: |_, s, o| {
-            maintenance_of(s, "manual", AdminRequest);
-            o.eviction = ev("node-1-manual-1", AdminRequest, Migrating)
-        },
-        to: Phase::Onboarding,
-        must: &["cancel eviction node-1-manual-1"],
-        never: &["enable"],
-    },
-    Row {
-        name: "Maintenance -> Evicting: termination requested",
-        from: Phase::Maintenance,
-        setup: |sp, _, _| sp.maintenance = MaintenanceMode::Termination,
-        to: Phase::Evicting,
-        must: &["create eviction node-1-termination-1 (Decommission)"],
-        never: &[],
-    },
-    Row {
-        name: "Aborted -> Onboarding: explicit retry",
-        from: Phase::Aborted,
-        setup: |_, _, o| o.retry = Some("2026-11-21T10:00:00Z".into()),
-        to: Phase::Onboarding,
-        must: &[],
-        never: &["enable"],
-    },
+    Row { name: "Active -> Evicting: admin sets maintenance manual", from: Phase::Active, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Manual; sp.maintenance_reason = "firmware".into(); with_host(o, |h| { h.enabled = true; h.instances = vec!["vm-1".into()] }) }, to: Phase::Evicting, must: &["disable compute service (hv-lifecycle: maintenance (manual): firmware)", "create eviction node-1-manual-1 (AdminRequest)"], never: &["enable"] },
+    Row { name: "Active -> Evicting: Gardener rolling update (auto)", from: Phase::Active, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Auto; with_host(o, |h| { h.enabled = true; h.instances = vec!["vm-1".into()] }) }, to: Phase::Evicting, must: &["create eviction node-1-auto-1 (RollingUpdate)"], never: &[] },
+    Row { name: "Active -> Evicting: HA event (ha)", from: Phase::Active, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Ha; with_host(o, |h| { h.enabled = true; h.instances = vec!["vm-1".into()] }) }, to: Phase::Evicting, must: &["create eviction node-1-ha-1 (NodeFailure)"], never: &[] },
+    Row { name: "Active -> Evicting: Node terminated", from: Phase::Active, setup: |_, _, o| { o.node = NodeObs::Deleting; with_host(o, |h| h.enabled = true) }, to: Phase::Evicting, must: &["create eviction node-1-termination-1 (Decommission)"], never: &[] },
+    Row { name: "Active -> Evicting: an Eviction was created by hand", from: Phase::Active, setup: |_, _, o| { with_host(o, |h| h.enabled = true); o.eviction = ev("drain-1", AdminRequest, Migrating) }, to: Phase::Evicting, must: &[], never: &["create eviction"] },
+    Row { name: "Active -> Maintenance: maintenance on an empty host", from: Phase::Active, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Auto; with_host(o, |h| h.enabled = true) }, to: Phase::Maintenance, must: &["disable compute service"], never: &["create eviction"] },
+    Row { name: "Evicting -> Maintenance: eviction complete (planned maintenance)", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Auto; maintenance_of(s, "auto", RollingUpdate); o.eviction = ev("node-1-auto-1", RollingUpdate, Succeeded) }, to: Phase::Maintenance, must: &[], never: &["enable"] },
+    Row { name: "Evicting -> Active: hand-made eviction complete, reason re-enables", from: Phase::Evicting, setup: |_, s, o| { s.lifecycle.eviction = Some(eviction_ref("drain-1", RollingUpdate, false)); o.eviction = ev("drain-1", RollingUpdate, Succeeded); with_host(o, |h| h.enabled = true) }, to: Phase::Active, must: &[], never: &["disable"] },
+    Row { name: "Evicting stays until Nova re-enabled (then Active)", from: Phase::Evicting, setup: |_, s, o| { s.lifecycle.eviction = Some(eviction_ref("drain-1", RollingUpdate, false)); o.eviction = ev("drain-1", RollingUpdate, Succeeded) }, to: Phase::Evicting, must: &["enable compute service"], never: &[] },
+    Row { name: "Evicting -> Maintenance: hand-made NodeFailure eviction complete", from: Phase::Evicting, setup: |_, s, o| { s.lifecycle.eviction = Some(eviction_ref("ha-1", NodeFailure, false)); o.eviction = ev("ha-1", NodeFailure, Succeeded) }, to: Phase::Maintenance, must: &[], never: &["enable"] },
+    Row { name: "Evicting -> Decommissioned: eviction complete (decommission)", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Termination; maintenance_of(s, "termination", Decommission); s.lifecycle.service_deleted = true; o.eviction = ev("node-1-termination-1", Decommission, Succeeded); o.nova = NovaObs::NotRegistered }, to: Phase::Decommissioned, must: &[], never: &[] },
+    Row { name: "Evicting (decommission): leave aggregates and traits first", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Termination; maintenance_of(s, "termination", Decommission); o.eviction = ev("node-1-termination-1", Decommission, Succeeded); with_host(o, |h| { h.aggregates.insert("foreign".into()); }) }, to: Phase::Evicting, must: &["remove from aggregate az-a", "remove from aggregate foreign", "remove traits CUSTOM_HANA"], never: &["delete compute service"] },
+    Row { name: "Evicting (decommission): then delete the service", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Termination; maintenance_of(s, "termination", Decommission); o.eviction = ev("node-1-termination-1", Decommission, Succeeded); with_host(o, |h| { h.aggregates.clear(); h.traits = Some(set(&["HW_CPU_X86_AVX2"])) }) }, to: Phase::Evicting, must: &["delete compute service svc-1"], never: &["remove"] },
+    Row { name: "Maintenance -> Onboarding: maintenance cleared (re-enable via re-test)", from: Phase::Maintenance, setup: |_, _, _| {}, to: Phase::Onboarding, must: &[], never: &["enable"] },
+    Row { name: "Evicting -> Onboarding: maintenance cleared mid-eviction cancels it", from: Phase::Evicting, setup: |_, s, o| { maintenance_of(s, "manual", AdminRequest); o.eviction = ev("node-1-manual-1", AdminRequest, Migrating) }, to: Phase::Onboarding, must: &["cancel eviction node-1-manual-1"], never: &["enable"] },
+    Row { name: "Maintenance -> Evicting: termination requested", from: Phase::Maintenance, setup: |sp, _, _| sp.maintenance = MaintenanceMode::Termination, to: Phase::Evicting, must: &["create eviction node-1-termination-1 (Decommission)"], never: &[] },
+    Row { name: "Aborted -> Onboarding: explicit retry", from: Phase::Aborted, setup: |_, _, o| o.retry = Some("2026-11-21T10:00:00Z".into()), to: Phase::Onboarding, must: &[], never: &["enable"] },
     // ---- forbidden: these must not move (or must move elsewhere)
-    Row {
-        name: "forbidden Initial -> Active/Testing/Ready: always via Onboarding",
-        from: Phase::Initial,
-        setup: |_, _, o| {
-            o.checks = Some(report(1, &[]));
-            with_host(o, |h| h.enabled = true)
-        },
-        to: Phase::Onboarding,
-        must: &[],
-        never: &["enable"],
-    },
-    Row {
-        name: "forbidden Onboarding -> Testing while an aggregate is missing",
-        from: Phase::Onboarding,
-        setup: |_, _, o| with_host(o, |h| h.aggregates.clear()),
-        to: Phase::Onboarding,
-        must: &["add to aggregate az-a"],
-        never: &["run checks"],
-    },
-    Row {
-        name: "forbidden Onboarding -> Testing before the resource provider exists",
-        from: Phase::Onboarding,
-        setup: |_, _, o| with_host(o, |h| h.traits = None),
-        to: Phase::Onboarding,
-        must: &[],
-        never: &["run checks"],
-    },
-    Row {
-        name: "forbidden scheduling during Onboarding: Nova's default-enabled service is disabled",
-        from: Phase::Onboarding,
-        setup: |_, _, o| with_host(o, |h| h.enabled = true),
-        to: Phase::Testing,
-        must: &["disable compute service"],
-        never: &["enable"],
-    },
-    Row {
-        name: "forbidden Testing -> Ready on a stale report",
-        from: Phase::Testing,
-        setup: |_, s, o| {
-            s.phase_since = None;
-            s.lifecycle.test_started =
-                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t(100)));
-            o.checks = Some(report(0, &[]))
-        },
-        to: Phase::Testing,
-        must: &["run checks (run 1)"],
-        never: &["enable"],
-    },
-    Row {
-        name: "forbidden Testing -> Active directly",
-        from: Phase::Testing,
-        setup: |_, _, o| {
-            o.checks = Some(report(1, &[]));
-            with_host(o, |h| h.enabled = true)
-        },
-        to: Phase::Ready,
-        must: &["disable compute service"],
-        never: &["enable"],
-    },
-    Row {
-        name: "forbidden Aborted -> anything without retry",
-        from: Phase::Aborted,
-        setup: |_, _, o| o.checks = Some(report(1, &[])),
-        to: Phase::Aborted,
-        must: &[],
-        never: &["enable", "run checks"],
-    },
-    Row {
-        name: "forbidden Aborted -> Onboarding on an already handled retry",
-        from: Phase::Aborted,
-        setup: |_, s, o| {
-            s.lifecycle.handled_retry = Some("r1".into());
-            o.retry = Some("r1".into())
-        },
-        to: Phase::Aborted,
-        must: &[],
-        never: &[],
-    },
-    Row {
-        name: "forbidden Aborted -> Evicting on termination (retry first)",
-        from: Phase::Aborted,
-        setup: |_, _, o| o.node = NodeObs::Deleting,
-        to: Phase::Aborted,
-        must: &[],
-        never: &["create eviction", "delete"],
-    },
-    Row {
-        name: "forbidden Ready -> Active before Nova shows it enabled",
-        from: Phase::Ready,
-        setup: |_, _, _| {},
-        to: Phase::Ready,
-        must: &["enable compute service"],
-        never: &[],
-    },
-    Row {
-        name: "forbidden Active -> Maintenance while VMs remain",
-        from: Phase::Active,
-        setup: |sp, _, o| {
-            sp.maintenance = MaintenanceMode::Auto;
-            with_host(o, |h| h.instances = vec!["vm-1".into()])
-        },
-        to: Phase::Evicting,
-        must: &["create eviction"],
-        never: &[],
-    },
-    Row {
-        name: "forbidden Active -> Decommissioned directly",
-        from: Phase::Active,
-        setup: |sp, _, o| {
-            sp.maintenance = MaintenanceMode::Termination;
-            o.nova = NovaObs::NotRegistered
-        },
-        to: Phase::Evicting,
-        must: &["create eviction node-1-termination-1 (Decommission)"],
-        never: &["delete"],
-    },
-    Row {
-        name: "forbidden Active -> Evicting/decommission on a missing (not deleting) Node",
-        from: Phase::Active,
-        setup: |_, _, o| {
-            o.node = NodeObs::Absent;
-            with_host(o, |h| h.enabled = true)
-        },
-        to: Phase::Active,
-        must: &[],
-        never: &["create eviction", "delete", "disable"],
-    },
-    Row {
-        name: "forbidden Maintenance -> Active directly",
-        from: Phase::Maintenance,
-        setup: |_, _, o| with_host(o, |h| h.enabled = false),
-        to: Phase::Onboarding,
-        must: &[],
-        never: &["enable"],
-    },
-    Row {
-        name: "forbidden Maintenance -> Onboarding while held by a NodeFailure eviction",
-        from: Phase::Maintenance,
-        setup: |_, s, o| {
-            s.lifecycle.eviction = Some(eviction_ref("ha-1", NodeFailure, false));
-            o.eviction = ev("ha-1", NodeFailure, Succeeded)
-        },
-        to: Phase::Maintenance,
-        must: &[],
-        never: &["enable"],
-    },
-    Row {
-        name: "forbidden Evicting -> Decommissioned while instances remain",
-        from: Phase::Evicting,
-        setup: |sp, s, o| {
-            sp.maintenance = MaintenanceMode::Termination;
-            maintenance_of(s, "termination", Decommission);
-            o.eviction = ev("node-1-termination-1", Decommission, Succeeded);
-            with_host(o, |h| {
-                h.aggregates.clear();
-                h.instances = vec!["vm-stuck".into()]
-            })
-        },
-        to: Phase::Evicting,
-        must: &[],
-        never: &["delete", "remove"],
-    },
-    Row {
-        name: "forbidden Evicting -> Decommissioned when the service vanished unchecked",
-        from: Phase::Evicting,
-        setup: |sp, s, o| {
-            sp.maintenance = MaintenanceMode::Termination;
-            maintenance_of(s, "termination", Decommission);
-            o.eviction = ev("node-1-termination-1", Decommission, Succeeded);
-            o.nova = NovaObs::NotRegistered
-        },
-        to: Phase::Evicting,
-        must: &[],
-        never: &[],
-    },
-    Row {
-        name: "forbidden Evicting -> Maintenance while the eviction runs",
-        from: Phase::Evicting,
-        setup: |sp, s, o| {
-            sp.maintenance = MaintenanceMode::Manual;
-            maintenance_of(s, "manual", AdminRequest);
-            o.eviction = ev("node-1-manual-1", AdminRequest, Migrating)
-        },
-        to: Phase::Evicting,
-        must: &[],
-        never: &["create eviction", "enable"],
-    },
-    Row {
-        name: "forbidden Evicting -> Active for a NodeFailure eviction that was cancelled",
-        from: Phase::Evicting,
-        setup: |_, s, _| s.lifecycle.eviction = Some(eviction_ref("ha-1", NodeFailure, false)),
-        to: Phase::Maintenance,
-        must: &[],
-        never: &["enable"],
-    },
-    Row {
-        name: "forbidden Decommissioned -> anything",
-        from: Phase::Decommissioned,
-        setup: |_, _, o| {
-            o.retry = Some("r9".into());
-            o.checks = Some(report(1, &[]))
-        },
-        to: Phase::Decommissioned,
-        must: &[],
-        never: &["enable", "create", "add"],
-    },
+    Row { name: "forbidden Initial -> Active/Testing/Ready: always via Onboarding", from: Phase::Initial, setup: |_, _, o| { o.checks = Some(report(1, &[])); with_host(o, |h| h.enabled = true) }, to: Phase::Onboarding, must: &[], never: &["enable"] },
+    Row { name: "forbidden Onboarding -> Testing while an aggregate is missing", from: Phase::Onboarding, setup: |_, _, o| with_host(o, |h| h.aggregates.clear()), to: Phase::Onboarding, must: &["add to aggregate az-a"], never: &["run checks"] },
+    Row { name: "forbidden Onboarding -> Testing before the resource provider exists", from: Phase::Onboarding, setup: |_, _, o| with_host(o, |h| h.traits = None), to: Phase::Onboarding, must: &[], never: &["run checks"] },
+    Row { name: "forbidden scheduling during Onboarding: Nova's default-enabled service is disabled", from: Phase::Onboarding, setup: |_, _, o| with_host(o, |h| h.enabled = true), to: Phase::Testing, must: &["disable compute service"], never: &["enable"] },
+    Row { name: "forbidden Testing -> Ready on a stale report", from: Phase::Testing, setup: |_, s, o| { s.phase_since = None; s.lifecycle.test_started = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t(100))); o.checks = Some(report(0, &[])) }, to: Phase::Testing, must: &["run checks (run 1)"], never: &["enable"] },
+    Row { name: "forbidden Testing -> Active directly", from: Phase::Testing, setup: |_, _, o| { o.checks = Some(report(1, &[])); with_host(o, |h| h.enabled = true) }, to: Phase::Ready, must: &["disable compute service"], never: &["enable"] },
+    Row { name: "forbidden Aborted -> anything without retry", from: Phase::Aborted, setup: |_, _, o| o.checks = Some(report(1, &[])), to: Phase::Aborted, must: &[], never: &["enable", "run checks"] },
+    Row { name: "forbidden Aborted -> Onboarding on an already handled retry", from: Phase::Aborted, setup: |_, s, o| { s.lifecycle.handled_retry = Some("r1".into()); o.retry = Some("r1".into()) }, to: Phase::Aborted, must: &[], never: &[] },
+    Row { name: "forbidden Aborted -> Evicting on termination (retry first)", from: Phase::Aborted, setup: |_, _, o| o.node = NodeObs::Deleting, to: Phase::Aborted, must: &[], never: &["create eviction", "delete"] },
+    Row { name: "forbidden Ready -> Active before Nova shows it enabled", from: Phase::Ready, setup: |_, _, _| {}, to: Phase::Ready, must: &["enable compute service"], never: &[] },
+    Row { name: "forbidden Active -> Maintenance while VMs remain", from: Phase::Active, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Auto; with_host(o, |h| h.instances = vec!["vm-1".into()]) }, to: Phase::Evicting, must: &["create eviction"], never: &[] },
+    Row { name: "forbidden Active -> Decommissioned directly", from: Phase::Active, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Termination; o.nova = NovaObs::NotRegistered }, to: Phase::Evicting, must: &["create eviction node-1-termination-1 (Decommission)"], never: &["delete"] },
+    Row { name: "forbidden Active -> Evicting/decommission on a missing (not deleting) Node", from: Phase::Active, setup: |_, _, o| { o.node = NodeObs::Absent; with_host(o, |h| h.enabled = true) }, to: Phase::Active, must: &[], never: &["create eviction", "delete", "disable"] },
+    Row { name: "forbidden Maintenance -> Active directly", from: Phase::Maintenance, setup: |_, _, o| with_host(o, |h| h.enabled = false), to: Phase::Onboarding, must: &[], never: &["enable"] },
+    Row { name: "forbidden Maintenance -> Onboarding while held by a NodeFailure eviction", from: Phase::Maintenance, setup: |_, s, o| { s.lifecycle.eviction = Some(eviction_ref("ha-1", NodeFailure, false)); o.eviction = ev("ha-1", NodeFailure, Succeeded) }, to: Phase::Maintenance, must: &[], never: &["enable"] },
+    Row { name: "forbidden Evicting -> Decommissioned while instances remain", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Termination; maintenance_of(s, "termination", Decommission); o.eviction = ev("node-1-termination-1", Decommission, Succeeded); with_host(o, |h| { h.aggregates.clear(); h.instances = vec!["vm-stuck".into()] }) }, to: Phase::Evicting, must: &[], never: &["delete", "remove"] },
+    Row { name: "forbidden Evicting -> Decommissioned when the service vanished unchecked", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Termination; maintenance_of(s, "termination", Decommission); o.eviction = ev("node-1-termination-1", Decommission, Succeeded); o.nova = NovaObs::NotRegistered }, to: Phase::Evicting, must: &[], never: &[] },
+    Row { name: "forbidden Evicting -> Maintenance while the eviction runs", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Manual; maintenance_of(s, "manual", AdminRequest); o.eviction = ev("node-1-manual-1", AdminRequest, Migrating) }, to: Phase::Evicting, must: &[], never: &["create eviction", "enable"] },
+    Row { name: "forbidden Evicting -> Active for a NodeFailure eviction that was cancelled", from: Phase::Evicting, setup: |_, s, _| s.lifecycle.eviction = Some(eviction_ref("ha-1", NodeFailure, false)), to: Phase::Maintenance, must: &[], never: &["enable"] },
+    Row { name: "forbidden Decommissioned -> anything", from: Phase::Decommissioned, setup: |_, _, o| { o.retry = Some("r9".into()); o.checks = Some(report(1, &[])) }, to: Phase::Decommissioned, must: &[], never: &["enable", "create", "add"] },
 ];
 
 fn run_row(row: &Row) -> Decision {
@@ -609,11 +94,7 @@ fn run_row(row: &Row) -> Decision {
     let mut st = status(row.from);
     let mut o = obs();
     (row.setup)(&mut sp, &mut st, &mut o);
-    let now = if row.name.contains("no report in time") {
-        t(3600)
-    } else {
-        t(60)
-    };
+    let now = if row.name.contains("no report in time") { t(3600) } else { t(60) };
     decide_at(&sp, &st, &o, now)
 }
 
@@ -650,12 +131,7 @@ fn every_row_of_the_table() {
             ));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} row(s) failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} row(s) failed:\n{}", failures.len(), failures.join("\n"));
 }
 
 #[test]
@@ -675,10 +151,7 @@ fn aborted_condition_names_the_cause() {
     });
     let d = decide_at(&spec(), &status(Phase::Onboarding), &o, t(1));
     assert_eq!(d.phase, Phase::Aborted);
-    let onboarded = d
-        .conditions
-        .iter()
-        .find(|c| c.type_ == crate::api::ConditionType::Onboarded);
+    let onboarded = d.conditions.iter().find(|c| c.type_ == crate::api::ConditionType::Onboarded);
     let onboarded = onboarded.map(|c| (c.status, c.reason, c.message.clone()));
     assert_eq!(
         onboarded,
@@ -692,13 +165,10 @@ fn aborted_condition_names_the_cause() {
     let mut st = status(Phase::Aborted);
     st.lifecycle = d.record.clone();
     let again = decide_at(&spec(), &st, &obs(), t(2));
-    let aborted = again
-        .conditions
-        .iter()
-        .find(|c| c.type_ == crate::api::ConditionType::Aborted);
-    assert!(aborted.is_some_and(
-        |c| c.message.contains("az-missing") && c.message.contains("hvctl retry node-1")
-    ));
+    let aborted = again.conditions.iter().find(|c| c.type_ == crate::api::ConditionType::Aborted);
+    assert!(
+        aborted.is_some_and(|c| c.message.contains("az-missing") && c.message.contains("hvctl retry node-1"))
+    );
 }
 
 #[test]
@@ -706,14 +176,9 @@ fn failed_checks_are_named_in_the_condition_and_recorded() {
     let mut o = obs();
     o.checks = Some(report(1, &["ovs-bridge/br-ex"]));
     let d = decide_at(&spec(), &status(Phase::Testing), &o, t(5));
-    let tested = d
-        .conditions
-        .iter()
-        .find(|c| c.type_ == crate::api::ConditionType::Tested);
+    let tested = d.conditions.iter().find(|c| c.type_ == crate::api::ConditionType::Tested);
     assert!(tested.is_some_and(|c| {
-        c.reason == "ChecksFailed"
-            && c.message
-                .contains("ovs-bridge/br-ex: ovs-bridge/br-ex failed")
+        c.reason == "ChecksFailed" && c.message.contains("ovs-bridge/br-ex: ovs-bridge/br-ex failed")
     }));
     assert_eq!(d.checks.as_ref().map(Vec::len), Some(4));
 }
@@ -752,10 +217,7 @@ fn drift_in_active_is_repaired_and_reported() {
     });
     let d = decide_at(&spec(), &status(Phase::Active), &o, t(1));
     let acts: Vec<String> = d.actions.iter().map(|a| a.to_string()).collect();
-    assert_eq!(
-        acts,
-        vec!["enable compute service", "add traits CUSTOM_HANA"]
-    );
+    assert_eq!(acts, vec!["enable compute service", "add traits CUSTOM_HANA"]);
     assert_eq!(d.drift.len(), 2, "{:?}", d.drift);
     assert_eq!(d.phase, Phase::Active);
 }
@@ -769,10 +231,7 @@ fn maintenance_keeps_nova_disabled_when_reenabled_behind_our_back() {
     with_host(&mut o, |h| h.enabled = true);
     let d = decide_at(&sp, &status(Phase::Maintenance), &o, t(1));
     let acts: Vec<String> = d.actions.iter().map(|a| a.to_string()).collect();
-    assert_eq!(
-        acts,
-        vec!["disable compute service (hv-lifecycle: maintenance (manual): disk swap)"]
-    );
+    assert_eq!(acts, vec!["disable compute service (hv-lifecycle: maintenance (manual): disk swap)"]);
     assert_eq!(d.phase, Phase::Maintenance);
 }
 
@@ -781,11 +240,8 @@ fn restart_with_eviction_not_yet_visible_recreates_under_the_same_name() {
     let mut sp = spec();
     sp.maintenance = MaintenanceMode::Auto;
     let mut st = status(Phase::Evicting);
-    st.lifecycle.eviction = Some(eviction_ref(
-        "node-1-auto-1",
-        crate::api::EvictionReason::RollingUpdate,
-        true,
-    ));
+    st.lifecycle.eviction =
+        Some(eviction_ref("node-1-auto-1", crate::api::EvictionReason::RollingUpdate, true));
     st.lifecycle.eviction_seq = 1;
     let d = decide_at(&sp, &st, &obs(), t(1));
     let acts: Vec<String> = d.actions.iter().map(|a| a.to_string()).collect();
