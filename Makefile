@@ -2,11 +2,13 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: help build test lint fmt crds crds-check demo bench
+.PHONY: help build test test-env-up test-env-down test-unit lint fmt crds crds-check demo bench
 
 help:
 	@echo "make demo        run the system locally (today: the lifecycle core on simulated nodes)"
-	@echo "make test        run the whole test suite"
+	@echo "make test        run the whole test suite (brings the test ground up and down)"
+	@echo "make test-env-up / test-env-down   the real peers on loopback, by themselves"
+	@echo "make test-unit   only the tests that need no peer"
 	@echo "make lint        rustfmt check and clippy -D warnings"
 	@echo "make crds        regenerate deploy/crds/ from coordinator/src/api"
 	@echo "make crds-check  fail if deploy/crds/ differs from the Rust types"
@@ -17,7 +19,16 @@ build:
 	$(CARGO) build --workspace --all-targets
 
 test:
-	$(CARGO) test --workspace --all-targets
+	bash tests/env/run-tests.sh
+
+test-env-up:
+	bash tests/env/up.sh
+
+test-env-down:
+	bash tests/env/down.sh
+
+test-unit:
+	$(CARGO) test --workspace --all-targets -- --skip ground::
 
 lint:
 	$(CARGO) fmt --all -- --check

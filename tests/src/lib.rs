@@ -1,8 +1,14 @@
 //! hv-tests: end-to-end tests across real peers, and their harness.
 //!
-//! Tests live in `tests/tests/`. This library holds what they share.
+//! Tests live in `tests/tests/`. This library holds what they share: the
+//! typed endpoints of the test ground ([`env`]) and small clients to check
+//! the peers directly ([`openstack`], [`ovsdb`]).
 
 #![forbid(unsafe_code)]
+
+pub mod env;
+pub mod openstack;
+pub mod ovsdb;
 
 use std::path::PathBuf;
 

@@ -38,11 +38,22 @@ fn committed_yaml_is_exactly_what_the_types_generate() {
         let name = crd.metadata.name.clone().unwrap();
         let (text, _) =
             files.get(&name).unwrap_or_else(|| panic!("deploy/crds/{name}.yaml missing; run `make crds`"));
-        assert_eq!(
-            *text,
-            api::crd_yaml(&crd).unwrap(),
-            "deploy/crds/{name}.yaml drifted from the Rust types; run `make crds`"
-        );
+        let want = api::crd_yaml(&crd).unwrap();
+        if *text != want {
+            let end = std::iter::repeat("<end of file>");
+            let (n, (have, should)) = text
+                .lines()
+                .chain(end.clone())
+                .zip(want.lines().chain(end))
+                .enumerate()
+                .find(|(_, (a, b))| a != b)
+                .unwrap();
+            panic!(
+                "deploy/crds/{name}.yaml drifted from the Rust types; run `make crds`.\n\
+                 first difference at line {}:\n  committed: {have}\n  generated: {should}",
+                n + 1
+            );
+        }
     }
 }
 

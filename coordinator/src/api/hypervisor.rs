@@ -281,8 +281,9 @@ pub struct HypervisorStatus {
     /// Nova compute service id (a UUID since compute microversion 2.53).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_id: Option<String>,
-    /// Nova hypervisor id (a UUID since compute microversion 2.53); also the
-    /// Placement resource provider UUID.
+    /// Nova hypervisor id (a UUID since compute microversion 2.53). The
+    /// Placement resource provider is looked up by the host's name: its UUID
+    /// is not guaranteed to be this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hypervisor_id: Option<String>,
     /// libvirt version reported by the agent, "major.minor.micro".

@@ -1,0 +1,33 @@
+# Shared helpers for the test-ground scripts. Sourced, not run.
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+HV_ENV_DIR="${HV_ENV_DIR:-$REPO/.hv-env}"
+ENV_FILE="$HV_ENV_DIR/env.json"
+PIDS="$HV_ENV_DIR/pids"
+LOGS="$HV_ENV_DIR/logs"
+
+log() { printf '[test-env %5.1fs] %s\n' "$(elapsed)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+elapsed() { echo "$(( $(date +%s%N) - ${T0:-$(date +%s%N)} ))" | awk '{printf "%.1f", $1/1e9}'; }
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# wait_for DESCRIPTION SECONDS COMMAND...: retry COMMAND until it succeeds.
+wait_for() {
+  local what=$1 secs=$2; shift 2
+  local deadline=$(( $(date +%s) + secs ))
+  # Each attempt gets a hard limit too: a probe that hangs must not hang us.
+  until timeout 10 "$@" >/dev/null 2>&1; do
+    if (( $(date +%s) >= deadline )); then
+      die "$what did not come up within ${secs}s (logs: $LOGS)"
+    fi
+    sleep 0.2
+  done
+}
+
+# record NAME PID: remember a process this script started.
+record() { echo "$2" > "$PIDS/$1"; }
+
+alive() { [[ -f "$PIDS/$1" ]] && kill -0 "$(cat "$PIDS/$1")" 2>/dev/null; }

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# make test: bring the test ground up, run every test, take the ground down
+# (whatever the outcome), and exit with the tests' status.
+set -uo pipefail
+here="$(dirname "$0")"
+if ! bash "$here/up.sh"; then
+  echo "test ground failed to come up; logs are in ${HV_ENV_DIR:-.hv-env}/logs" >&2
+  [[ -n "${HV_KEEP_ENV:-}" ]] || bash "$here/down.sh"
+  exit 1
+fi
+"${CARGO:-cargo}" test --workspace --all-targets "$@"
+rc=$?
+if [[ -n "${HV_KEEP_ENV:-}" ]]; then
+  echo "HV_KEEP_ENV is set: the test ground stays up (make test-env-down stops it)" >&2
+else
+  bash "$here/down.sh"
+fi
+exit $rc

@@ -1,0 +1,133 @@
+//! The test ground's endpoints, typed.
+//!
+//! `make test-env-up` writes `.hv-env/env.json` (or `$HV_ENV_FILE`); this
+//! module reads it. A test that needs a real peer calls [`require`]: on a
+//! bare checkout it fails and says how to start the ground. It never skips.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    #[error(
+        "the test ground is not up: {0} does not exist. Start it with `make test-env-up` \
+         (or run `make test`, which brings it up, runs everything and takes it down)"
+    )]
+    Missing(PathBuf),
+    #[error("cannot read {0}: {1}")]
+    Read(PathBuf, std::io::Error),
+    #[error("{0} is not a valid test-ground file: {1}")]
+    Parse(PathBuf, serde_json::Error),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct TestEnv {
+    pub dir: PathBuf,
+    pub libvirt: Libvirt,
+    pub ovsdb: Ovsdb,
+    pub ceph: Ceph,
+    pub keystone: Keystone,
+    pub nova: Nova,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Libvirt {
+    pub host: String,
+    pub port: u16,
+    /// The test driver: fake hosts and domains, full event support.
+    pub test_uri: String,
+    /// The QEMU driver (TCG) in session mode: real domains.
+    pub qemu_session_uri: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Ovsdb {
+    pub host: String,
+    pub port: u16,
+    /// `tcp:127.0.0.1:PORT`
+    pub tcp: String,
+    /// `unix:/path/db.sock`
+    pub unix: String,
+    /// Bridges the ground creates (br-int, br-ex).
+    pub bridges: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Ceph {
+    pub conf: PathBuf,
+    pub fsid: String,
+    pub mon_host: String,
+    pub admin: CephClient,
+    /// The restricted hypervisor client (`profile rbd` on the readable pool only).
+    pub client: CephClient,
+    pub readable_pool: String,
+    pub forbidden_pool: String,
+    /// An RBD image in the readable pool.
+    pub image: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct CephClient {
+    pub id: String,
+    pub keyring: PathBuf,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Keystone {
+    /// `http://127.0.0.1:PORT/v3`
+    pub auth_url: String,
+    pub region: String,
+    pub admin: Credentials,
+    /// The identity the coordinator uses.
+    pub coordinator: Credentials,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Credentials {
+    pub username: String,
+    pub password: String,
+    pub project_name: String,
+    pub user_domain_name: String,
+    pub project_domain_name: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Nova {
+    /// `http://127.0.0.1:PORT/v2.1`
+    pub compute_url: String,
+    pub placement_url: String,
+    /// Fake compute hosts (nova-compute with the fake live-migration driver).
+    pub hosts: Vec<String>,
+    pub compute_microversion: String,
+    pub placement_microversion: String,
+}
+
+/// Where the ground's file is: `$HV_ENV_FILE`, else `.hv-env/env.json` in the checkout.
+pub fn env_file() -> PathBuf {
+    match std::env::var_os("HV_ENV_FILE") {
+        Some(p) => PathBuf::from(p),
+        None => crate::repo_root().join(".hv-env/env.json"),
+    }
+}
+
+pub fn load_from(path: &Path) -> Result<TestEnv, EnvError> {
+    if !path.exists() {
+        return Err(EnvError::Missing(path.to_path_buf()));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| EnvError::Read(path.to_path_buf(), e))?;
+    serde_json::from_str(&text).map_err(|e| EnvError::Parse(path.to_path_buf(), e))
+}
+
+pub fn load() -> Result<TestEnv, EnvError> {
+    load_from(&env_file())
+}
+
+/// The ground, or a failed test that says how to start it.
+#[allow(clippy::panic)] // failing the calling test is this function's purpose
+pub fn require() -> TestEnv {
+    match load() {
+        Ok(env) => env,
+        Err(e) => panic!("{e}"),
+    }
+}

@@ -1,0 +1,116 @@
+//! Smoke tests of the test ground: each peer answers, through the project's
+//! own test support, the way later tests will use it. They need
+//! `make test-env-up` (done by `make test`) and fail, never skip, without it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::process::Command;
+
+use hv_tests::{env, openstack, ovsdb};
+
+#[test]
+fn a_bare_checkout_fails_with_instructions() {
+    let err = env::load_from(std::path::Path::new("/nonexistent/env.json")).unwrap_err().to_string();
+    assert!(err.contains("make test-env-up"), "{err}");
+}
+
+#[test]
+fn libvirt_answers_over_tcp() {
+    let e = env::require();
+    let conn = virt::connect::Connect::open(Some(&e.libvirt.test_uri)).expect("test driver over TCP");
+    let version = conn.lib_version().unwrap();
+    assert!(version >= 9_000_000, "libvirt {version}");
+    assert_eq!(conn.driver_type().unwrap(), "TEST");
+    let qemu =
+        virt::connect::Connect::open(Some(&e.libvirt.qemu_session_uri)).expect("qemu session over TCP");
+    assert_eq!(qemu.driver_type().unwrap(), "QEMU");
+    assert!(qemu.hyp_version().unwrap() >= 7_000_000, "QEMU under TCG answers");
+}
+
+#[tokio::test]
+async fn ovsdb_lists_its_databases_and_bridges() {
+    let e = env::require();
+    let dbs = ovsdb::call(&e.ovsdb.host, e.ovsdb.port, "list_dbs", serde_json::json!([])).await.unwrap();
+    assert!(dbs.as_array().unwrap().iter().any(|d| d == "Open_vSwitch"), "{dbs}");
+    let rows = ovsdb::call(
+        &e.ovsdb.host,
+        e.ovsdb.port,
+        "transact",
+        serde_json::json!(["Open_vSwitch", {"op": "select", "table": "Bridge", "where": [], "columns": ["name"]}]),
+    )
+    .await
+    .unwrap();
+    let names: Vec<&str> =
+        rows[0]["rows"].as_array().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
+    for br in &e.ovsdb.bridges {
+        assert!(names.contains(&br.as_str()), "{br} missing from {names:?}");
+    }
+}
+
+fn rbd_ls(e: &env::TestEnv, pool: &str) -> std::process::Output {
+    Command::new("timeout")
+        .arg("30")
+        .arg("rbd")
+        .arg("-c")
+        .arg(&e.ceph.conf)
+        .arg("--id")
+        .arg(&e.ceph.client.id)
+        .arg("--keyring")
+        .arg(&e.ceph.client.keyring)
+        .arg("ls")
+        .arg(pool)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn rbd_images_are_listed_by_the_restricted_client_only_where_allowed() {
+    let e = env::require();
+    let ok = rbd_ls(&e, &e.ceph.readable_pool);
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(String::from_utf8_lossy(&ok.stdout).lines().any(|l| l == e.ceph.image));
+    let denied = rbd_ls(&e, &e.ceph.forbidden_pool);
+    assert!(!denied.status.success(), "client.{} could read {}", e.ceph.client.id, e.ceph.forbidden_pool);
+    assert!(String::from_utf8_lossy(&denied.stderr).contains("Operation not permitted"));
+}
+
+#[tokio::test]
+async fn keystone_nova_and_placement_answer_with_real_tokens() {
+    let e = env::require();
+    let tok = openstack::token(&e.keystone, &e.keystone.coordinator).await.unwrap();
+    let catalog = tok.body["token"]["catalog"].as_array().unwrap();
+    for kind in ["compute", "placement", "identity"] {
+        assert!(catalog.iter().any(|s| s["type"] == kind), "{kind} missing from the catalog");
+    }
+    let mv = format!("compute {}", e.nova.compute_microversion);
+    let services =
+        openstack::get(&format!("{}/os-services?binary=nova-compute", e.nova.compute_url), &tok, &mv)
+            .await
+            .unwrap();
+    let hosts: Vec<&str> =
+        services["services"].as_array().unwrap().iter().filter_map(|s| s["host"].as_str()).collect();
+    for h in &e.nova.hosts {
+        assert!(hosts.contains(&h.as_str()), "{h} not registered: {hosts:?}");
+    }
+    let pmv = format!("placement {}", e.nova.placement_microversion);
+    let rps =
+        openstack::get(&format!("{}/resource_providers", e.nova.placement_url), &tok, &pmv).await.unwrap();
+    let names: Vec<&str> =
+        rps["resource_providers"].as_array().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
+    for h in &e.nova.hosts {
+        assert!(names.contains(&h.as_str()), "no resource provider for {h}: {names:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_password_is_rejected_and_a_forged_token_refused() {
+    let e = env::require();
+    let mut wrong = e.keystone.coordinator.clone();
+    wrong.password = "not-the-password".into();
+    let err = openstack::token(&e.keystone, &wrong).await.unwrap_err().to_string();
+    assert!(err.contains("HTTP 401"), "{err}");
+    let forged = openstack::Token { value: "forged".into(), body: serde_json::Value::Null };
+    let mv = format!("compute {}", e.nova.compute_microversion);
+    let err = openstack::get(&format!("{}/os-services", e.nova.compute_url), &forged, &mv).await.unwrap_err();
+    assert!(err.to_string().contains("HTTP 401"), "{err}");
+}
