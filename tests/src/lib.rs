@@ -7,6 +7,8 @@
 #![forbid(unsafe_code)]
 
 pub mod env;
+pub mod kube_standin;
+pub mod kube_target;
 pub mod openstack;
 pub mod ovsdb;
 

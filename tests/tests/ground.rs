@@ -114,3 +114,47 @@ async fn a_wrong_password_is_rejected_and_a_forged_token_refused() {
     let err = openstack::get(&format!("{}/os-services", e.nova.compute_url), &forged, &mv).await.unwrap_err();
     assert!(err.to_string().contains("HTTP 401"), "{err}");
 }
+
+#[tokio::test]
+async fn the_kubernetes_api_serves_a_hypervisor_a_watch_sees_change() {
+    use futures_util::StreamExt;
+    use hv_coordinator::api::{Hypervisor, HypervisorSpec};
+    use kube::api::{Api, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+
+    let target = hv_tests::kube_target::from_env().await.unwrap_or_else(|e| panic!("{e}"));
+    let api: Api<Hypervisor> = Api::all(target.client.clone());
+    let name = format!("smoke-{}", std::process::id());
+    let created =
+        api.create(&PostParams::default(), &Hypervisor::new(&name, HypervisorSpec::default())).await.unwrap();
+    let rv = created.metadata.resource_version.clone().unwrap();
+    let mut events = api
+        .watch(&WatchParams::default().fields(&format!("metadata.name={name}")).timeout(20), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let patch = serde_json::json!({"spec": {"aggregates": ["az-smoke"]}});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let seen = loop {
+        match tokio::time::timeout(std::time::Duration::from_secs(20), events.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+        {
+            WatchEvent::Modified(h) => break h,
+            WatchEvent::Bookmark(_) => continue,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(seen.spec.aggregates, vec!["az-smoke"]);
+    api.delete(&name, &Default::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_required_cluster_that_is_missing_fails_instead_of_falling_back() {
+    let err = hv_tests::kube_target::connect(None, true).await.err().unwrap();
+    assert!(err.contains("HV_REQUIRE_CLUSTER=1"), "{err}");
+    let err =
+        hv_tests::kube_target::connect(Some("/nonexistent/kubeconfig".into()), false).await.err().unwrap();
+    assert!(err.contains("/nonexistent/kubeconfig"), "{err}");
+}

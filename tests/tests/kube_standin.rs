@@ -1,0 +1,247 @@
+//! The Kubernetes API stand-in on its own, driven by unmodified kube-rs
+//! clients and a real `kube::runtime::Controller`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use hv_coordinator::api::hypervisor::HypervisorStatus;
+use hv_coordinator::api::{Hypervisor, HypervisorSpec, MaintenanceMode, Phase};
+use hv_tests::kube_standin::StandIn;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::runtime::controller::{Action, Controller};
+use serde_json::json;
+
+async fn standin() -> (StandIn, kube::Client) {
+    let s = StandIn::start(&hv_tests::repo_root().join("deploy/crds"), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let c = s.client().unwrap();
+    (s, c)
+}
+
+fn hv(name: &str) -> Hypervisor {
+    Hypervisor::new(name, HypervisorSpec { aggregates: vec!["az-a".into()], ..HypervisorSpec::default() })
+}
+
+fn code(e: &kube::Error) -> u16 {
+    match e {
+        kube::Error::Api(s) => s.code,
+        other => panic!("not an API error: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_watch_sees_a_hypervisor_change() {
+    let (_s, c) = standin().await;
+    let api: Api<Hypervisor> = Api::all(c);
+    let created = api.create(&PostParams::default(), &hv("node-1")).await.unwrap();
+    let rv = created.metadata.resource_version.clone().unwrap();
+    let mut stream = api.watch(&WatchParams::default().timeout(10), &rv).await.unwrap().boxed();
+    let patch = json!({"spec": {"maintenance": "auto"}});
+    api.patch("node-1", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    loop {
+        let ev = tokio::time::timeout(Duration::from_secs(8), stream.next()).await.unwrap().unwrap().unwrap();
+        match ev {
+            WatchEvent::Bookmark(_) => continue,
+            WatchEvent::Modified(h) => break assert_eq!(h.spec.maintenance, MaintenanceMode::Auto),
+            other => panic!("expected MODIFIED, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn status_is_a_separate_subresource_and_generation_follows_spec() {
+    let (_s, c) = standin().await;
+    let api: Api<Hypervisor> = Api::all(c);
+    api.create(&PostParams::default(), &hv("node-1")).await.unwrap();
+    // A status write changes status only, and not the generation.
+    let st = json!({"status": {"phase": "Onboarding"}, "spec": {"skipTests": true}});
+    let h = api.patch_status("node-1", &PatchParams::default(), &Patch::Merge(&st)).await.unwrap();
+    assert_eq!(h.status.as_ref().and_then(|s| s.phase), Some(Phase::Onboarding));
+    assert!(!h.spec.skip_tests, "a /status write must not change spec");
+    assert_eq!(h.metadata.generation, Some(1));
+    // A main-resource write changes spec, bumps the generation, keeps status.
+    let sp = json!({"spec": {"skipTests": true}, "status": {"phase": "Active"}});
+    let h = api.patch("node-1", &PatchParams::default(), &Patch::Merge(&sp)).await.unwrap();
+    assert!(h.spec.skip_tests);
+    assert_eq!(h.metadata.generation, Some(2));
+    assert_eq!(h.status.and_then(|s| s.phase), Some(Phase::Onboarding));
+    // A label change is not a spec change.
+    let lbl = json!({"metadata": {"labels": {"a": "b"}}});
+    let h = api.patch("node-1", &PatchParams::default(), &Patch::Merge(&lbl)).await.unwrap();
+    assert_eq!(h.metadata.generation, Some(2));
+}
+
+#[tokio::test]
+async fn server_side_apply_merges_conditions_by_type() {
+    let (_s, c) = standin().await;
+    let api: Api<Hypervisor> = Api::all(c);
+    let apply = |manager: &str| PatchParams::apply(manager).force();
+    let obj = json!({"apiVersion": "hypervisor.cloud.sap/v1alpha1", "kind": "Hypervisor", "metadata": {"name": "node-1"},
+                     "spec": {"aggregates": ["az-a"]}});
+    let h = api.patch("node-1", &apply("hv-coordinator"), &Patch::Apply(&obj)).await.unwrap();
+    assert_eq!(h.spec.aggregates, vec!["az-a"], "apply creates a missing object");
+    let cond = |t: &str, s: &str| json!({"type": t, "status": s, "reason": "R", "message": "", "lastTransitionTime": "2026-11-22T00:00:00Z"});
+    let a = json!({"apiVersion": "hypervisor.cloud.sap/v1alpha1", "kind": "Hypervisor", "metadata": {"name": "node-1"},
+                   "status": {"phase": "Active", "conditions": [cond("Tested", "True")]}});
+    api.patch_status("node-1", &apply("lifecycle"), &Patch::Apply(&a)).await.unwrap();
+    let b = json!({"apiVersion": "hypervisor.cloud.sap/v1alpha1", "kind": "Hypervisor", "metadata": {"name": "node-1"},
+                   "status": {"conditions": [cond("AgentConnected", "True")]}});
+    let h = api.patch_status("node-1", &apply("fleet"), &Patch::Apply(&b)).await.unwrap();
+    let st: HypervisorStatus = h.status.unwrap();
+    let types: Vec<&str> = st.conditions.iter().map(|c| c.type_.as_str()).collect();
+    assert_eq!(types, vec!["Tested", "AgentConnected"], "each owner's condition survives the other's apply");
+    assert_eq!(st.phase, Some(Phase::Active));
+    let again = json!({"apiVersion": "hypervisor.cloud.sap/v1alpha1", "kind": "Hypervisor", "metadata": {"name": "node-1"},
+                       "status": {"conditions": [cond("Tested", "False")]}});
+    let h = api.patch_status("node-1", &apply("lifecycle"), &Patch::Apply(&again)).await.unwrap();
+    let conds = h.status.unwrap().conditions;
+    assert_eq!(conds.len(), 2);
+    assert_eq!(conds[0].status, "False");
+}
+
+#[tokio::test]
+async fn a_stale_resource_version_is_a_conflict() {
+    let (_s, c) = standin().await;
+    let api: Api<Hypervisor> = Api::all(c);
+    let old = api.create(&PostParams::default(), &hv("node-1")).await.unwrap();
+    let mut newer = old.clone();
+    newer.spec.skip_tests = true;
+    api.replace("node-1", &PostParams::default(), &newer).await.unwrap();
+    let mut stale = old.clone();
+    stale.spec.aggregates = vec!["az-b".into()];
+    let err = api.replace("node-1", &PostParams::default(), &stale).await.unwrap_err();
+    assert_eq!(code(&err), 409);
+    let err = api.create(&PostParams::default(), &hv("node-1")).await.unwrap_err();
+    assert_eq!(code(&err), 409, "AlreadyExists");
+    let err = api.get("nope").await.unwrap_err();
+    assert_eq!(code(&err), 404);
+}
+
+#[tokio::test]
+async fn finalizers_hold_deletion_until_removed() {
+    let (_s, c) = standin().await;
+    let api: Api<Hypervisor> = Api::all(c);
+    let mut h = hv("node-1");
+    h.metadata.finalizers = Some(vec!["hypervisor.cloud.sap/lifecycle".into()]);
+    api.create(&PostParams::default(), &h).await.unwrap();
+    api.delete("node-1", &DeleteParams::default()).await.unwrap();
+    let marked = api.get("node-1").await.unwrap();
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    let p: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": "/metadata/finalizers/0", "value": "hypervisor.cloud.sap/lifecycle"},
+        {"op": "remove", "path": "/metadata/finalizers/0"}
+    ]))
+    .unwrap();
+    api.patch("node-1", &PatchParams::default(), &Patch::<()>::Json(p)).await.unwrap();
+    assert_eq!(code(&api.get("node-1").await.unwrap_err()), 404);
+}
+
+#[tokio::test]
+async fn strategic_merge_patch_is_refused() {
+    let (_s, c) = standin().await;
+    let nodes: Api<Node> = Api::all(c);
+    let n: Node = serde_json::from_value(json!({"metadata": {"name": "n1"}})).unwrap();
+    nodes.create(&PostParams::default(), &n).await.unwrap();
+    let err = nodes
+        .patch("n1", &PatchParams::default(), &Patch::Strategic(json!({"metadata": {"labels": {"a": "b"}}})))
+        .await;
+    assert_eq!(code(&err.unwrap_err()), 415);
+}
+
+#[tokio::test]
+async fn nodes_by_label_and_leases() {
+    let (_s, c) = standin().await;
+    let nodes: Api<Node> = Api::all(c.clone());
+    for (name, role) in [("hv-1", "hypervisor"), ("hv-2", "hypervisor"), ("ctl-1", "control")] {
+        let n: Node =
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": {"role": role}}})).unwrap();
+        nodes.create(&PostParams::default(), &n).await.unwrap();
+    }
+    let hvs = nodes.list(&ListParams::default().labels("role=hypervisor")).await.unwrap();
+    let names: Vec<String> = hvs.items.iter().filter_map(|n| n.metadata.name.clone()).collect();
+    assert_eq!(names, vec!["hv-1", "hv-2"]);
+    let leases: Api<Lease> = Api::namespaced(c, "hv-system");
+    let l: Lease = serde_json::from_value(json!({"metadata": {"name": "hv-coordinator"},
+        "spec": {"holderIdentity": "pod-a", "leaseDurationSeconds": 15}}))
+    .unwrap();
+    let l = leases.create(&PostParams::default(), &l).await.unwrap();
+    let mut taken = l.clone();
+    taken.spec.as_mut().unwrap().holder_identity = Some("pod-b".into());
+    leases.replace("hv-coordinator", &PostParams::default(), &taken).await.unwrap();
+    // pod-a, holding the old version, cannot take it back.
+    let err = leases.replace("hv-coordinator", &PostParams::default(), &l).await.unwrap_err();
+    assert_eq!(code(&err), 409);
+}
+
+#[tokio::test]
+async fn a_watch_from_a_forgotten_version_is_gone() {
+    let s = StandIn::start_with_history(
+        &hv_tests::repo_root().join("deploy/crds"),
+        "127.0.0.1:0".parse().unwrap(),
+        3,
+    )
+    .await
+    .unwrap();
+    let api: Api<Hypervisor> = Api::all(s.client().unwrap());
+    for i in 0..6 {
+        api.create(&PostParams::default(), &hv(&format!("node-{i}"))).await.unwrap();
+    }
+    let mut stream = api.watch(&WatchParams::default().timeout(5), "2").await.unwrap().boxed();
+    match stream.next().await.unwrap().unwrap() {
+        WatchEvent::Error(e) => assert_eq!(e.code, 410),
+        other => panic!("expected 410 Gone, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn discovery_finds_the_crds() {
+    let (_s, c) = standin().await;
+    let d = kube::discovery::Discovery::new(c).run().await.unwrap();
+    let found: Vec<String> =
+        d.groups().flat_map(|g| g.recommended_resources().into_iter().map(|(r, _)| r.plural)).collect();
+    for want in ["hypervisors", "evictions", "migrations", "nodes", "leases"] {
+        assert!(found.iter().any(|f| f == want), "{want} missing: {found:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_kube_runtime_controller_runs_unchanged() {
+    let (_s, c) = standin().await;
+    let api: Api<Hypervisor> = Api::all(c.clone());
+    let reconcile = |h: Arc<Hypervisor>, api: Arc<Api<Hypervisor>>| async move {
+        let name = h.metadata.name.clone().unwrap_or_default();
+        if h.status.as_ref().and_then(|s| s.phase).is_none() {
+            let st = json!({"status": {"phase": "Onboarding"}});
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&st)).await?;
+        }
+        Ok::<_, kube::Error>(Action::await_change())
+    };
+    let ctl = Controller::new(api.clone(), Default::default())
+        .run(reconcile, |_, _, _| Action::requeue(Duration::from_secs(1)), Arc::new(api.clone()))
+        .for_each(|_| async {});
+    let handle = tokio::spawn(ctl);
+    for i in 0..3 {
+        api.create(&PostParams::default(), &hv(&format!("node-{i}"))).await.unwrap();
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let all = api.list(&ListParams::default()).await.unwrap();
+        let done = all
+            .items
+            .iter()
+            .filter(|h| h.status.as_ref().and_then(|s| s.phase) == Some(Phase::Onboarding))
+            .count();
+        if done == 3 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "controller reconciled {done} of 3");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    handle.abort();
+}
