@@ -1,4 +1,6 @@
-# Keystone from PyPI (sqlite, fernet tokens) behind gunicorn. Nova and
+# Keystone from PyPI (sqlite, fernet tokens) behind gunicorn, one worker:
+# with two, concurrent failed logins (which write failed_auth_count) hit
+# "database is locked" and answer 500. Nova and
 # Placement validate real tokens against it, so the coordinator
 # authenticates as in production and a wrong password is testable.
 start_keystone() {
@@ -28,7 +30,7 @@ CONF
     --bootstrap-region-id RegionOne >>"$LOGS/keystone-manage.log" 2>&1 || die "keystone bootstrap failed"
   OS_KEYSTONE_CONFIG_DIR="$dir" OS_KEYSTONE_CONFIG_FILES=keystone.conf \
     "$VENV/bin/python" "$(dirname "$0")/serve_wsgi.py" keystone.wsgi.api:application "127.0.0.1:$port" \
-      "$dir/gunicorn.pid" "$LOGS/keystone-gunicorn.log" 2 >>"$LOGS/keystone-gunicorn.out" 2>&1 &
+      "$dir/gunicorn.pid" "$LOGS/keystone-gunicorn.log" 1 >>"$LOGS/keystone-gunicorn.out" 2>&1 &
   record keystone $!
   wait_for "keystone on $url" 60 curl -sf --max-time 5 "$url"
   local ka=("$VENV/bin/python" "$(dirname "$0")/keystone_admin.py" "$url" admin-secret)

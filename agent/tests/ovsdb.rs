@@ -1,0 +1,74 @@
+//! The OVSDB client against the test ground's real ovsdb-server.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::process::Command;
+use std::time::Duration;
+
+use hv_agent::ovsdb::{Client, check_bridges};
+
+fn vsctl(remote: &str, args: &[&str]) {
+    let out =
+        Command::new("ovs-vsctl").arg(format!("--db={remote}")).arg("--no-wait").args(args).output().unwrap();
+    assert!(out.status.success(), "ovs-vsctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[tokio::test]
+async fn bridges_are_listed_with_their_ports() {
+    let env = hv_tests::env::require();
+    for remote in [&env.ovsdb.tcp, &env.ovsdb.unix] {
+        let c = Client::connect(remote).await.unwrap();
+        assert!(c.list_dbs().await.unwrap().contains(&"Open_vSwitch".to_string()));
+        let bridges = c.bridges().await.unwrap();
+        let int = bridges.iter().find(|b| b.name == "br-int").unwrap_or_else(|| panic!("{bridges:?}"));
+        assert_eq!(int.ports, vec!["br-int"], "a bridge has its own internal port");
+    }
+}
+
+#[tokio::test]
+async fn a_missing_bridge_fails_its_check_by_name() {
+    let env = hv_tests::env::require();
+    let c = Client::connect(&env.ovsdb.tcp).await.unwrap();
+    let checks = check_bridges(&c.bridges().await.unwrap(), &["br-int".into(), "br-hv-missing".into()], &[]);
+    assert!(checks[0].passed, "{checks:?}");
+    assert!(!checks[1].passed);
+    assert!(checks[1].message.contains("br-hv-missing"), "{}", checks[1].message);
+}
+
+#[tokio::test]
+async fn the_monitor_sees_a_bridge_added_and_removed() {
+    let env = hv_tests::env::require();
+    let c = Client::connect(&env.ovsdb.tcp).await.unwrap();
+    let (now, mut watch) = c.watch_bridges().await.unwrap();
+    assert!(now.contains(&"br-int".to_string()));
+    let name = format!("br-t{}", std::process::id() % 10_000);
+    vsctl(&env.ovsdb.unix, &["add-br", &name]);
+    let changes = tokio::time::timeout(Duration::from_secs(5), watch.next()).await.unwrap().unwrap();
+    assert!(
+        changes.iter().any(|ch| *ch == hv_agent::ovsdb::BridgeChange::Added(name.clone())),
+        "{changes:?}"
+    );
+    vsctl(&env.ovsdb.unix, &["del-br", &name]);
+    let changes = tokio::time::timeout(Duration::from_secs(5), watch.next()).await.unwrap().unwrap();
+    assert!(changes.contains(&hv_agent::ovsdb::BridgeChange::Removed(name)), "{changes:?}");
+}
+
+#[tokio::test]
+async fn the_connection_survives_a_minute_idle() {
+    let env = hv_tests::env::require();
+    let c = Client::connect(&env.ovsdb.tcp).await.unwrap();
+    c.list_dbs().await.unwrap();
+    // ovsdb-server probes an idle TCP client with `echo` after 5 s and drops
+    // it if unanswered; the reader task answers.
+    tokio::time::sleep(Duration::from_secs(65)).await;
+    assert!(!c.is_closed(), "the server dropped the idle connection");
+    assert!(c.list_dbs().await.unwrap().contains(&"Open_vSwitch".to_string()));
+}
+
+#[tokio::test]
+async fn a_bad_remote_is_a_clear_error() {
+    let err = Client::connect("http://nope").await.err().unwrap().to_string();
+    assert!(err.contains("neither tcp:HOST:PORT nor unix:PATH"), "{err}");
+    let err = Client::connect("tcp:127.0.0.1:1").await.err().unwrap().to_string();
+    assert!(err.contains("connecting to OVSDB at tcp:127.0.0.1:1"), "{err}");
+}
