@@ -9,6 +9,7 @@
 pub mod env;
 pub mod kube_standin;
 pub mod kube_target;
+pub mod libvirtd;
 pub mod openstack;
 pub mod ovsdb;
 

@@ -1,0 +1,175 @@
+//! Reading libvirt's XML: domain devices (what decides migratability) and
+//! host capabilities. Pure functions over strings; malformed XML is an
+//! error, never a panic.
+
+use hv_proto::v1::{Disk, DiskSource, NumaCell};
+
+#[derive(Debug, thiserror::Error)]
+#[error("libvirt returned XML we cannot read: {0}")]
+pub struct XmlError(String);
+
+fn doc(xml: &str) -> Result<roxmltree::Document<'_>, XmlError> {
+    roxmltree::Document::parse(xml).map_err(|e| XmlError(e.to_string()))
+}
+
+/// Disks and PCI host devices of a domain's XML.
+pub fn domain_devices(xml: &str) -> Result<(Vec<Disk>, Vec<String>), XmlError> {
+    let d = doc(xml)?;
+    let mut disks = Vec::new();
+    for disk in d.descendants().filter(|n| n.has_tag_name("disk")) {
+        if disk.attribute("device").is_some_and(|dev| dev != "disk") {
+            continue; // cdrom, floppy, lun: not VM storage
+        }
+        let target = disk.children().find(|n| n.has_tag_name("target")).and_then(|t| t.attribute("dev"));
+        let source = disk.children().find(|n| n.has_tag_name("source"));
+        let (kind, path) = match (disk.attribute("type"), source) {
+            (Some("network"), Some(s)) if s.attribute("protocol") == Some("rbd") => {
+                (DiskSource::Rbd, s.attribute("name").unwrap_or_default())
+            }
+            (Some("network"), Some(s)) => (DiskSource::OtherNetwork, s.attribute("name").unwrap_or_default()),
+            (Some("file"), Some(s)) => (DiskSource::LocalFile, s.attribute("file").unwrap_or_default()),
+            (Some("block"), Some(s)) => (DiskSource::LocalBlock, s.attribute("dev").unwrap_or_default()),
+            (Some("volume"), Some(s)) => (DiskSource::LocalFile, s.attribute("volume").unwrap_or_default()),
+            _ => (DiskSource::Unspecified, ""),
+        };
+        disks.push(Disk {
+            target: target.unwrap_or_default().to_string(),
+            source: kind as i32,
+            path: path.to_string(),
+            capacity_bytes: 0,
+        });
+    }
+    let mut pci = Vec::new();
+    for hd in d.descendants().filter(|n| n.has_tag_name("hostdev") && n.attribute("type") == Some("pci")) {
+        let addr = hd
+            .children()
+            .find(|n| n.has_tag_name("source"))
+            .and_then(|s| s.children().find(|n| n.has_tag_name("address")));
+        if let Some(a) = addr {
+            let part = |k: &str, width: usize| {
+                let v = a.attribute(k).unwrap_or("0").trim_start_matches("0x");
+                format!("{:0>width$}", v.to_lowercase(), width = width)
+            };
+            pci.push(format!(
+                "{}:{}:{}.{}",
+                part("domain", 4),
+                part("bus", 2),
+                part("slot", 2),
+                part("function", 1)
+            ));
+        }
+    }
+    Ok((disks, pci))
+}
+
+/// Host CPU model, arch, features and NUMA cells from `virConnectGetCapabilities`.
+#[derive(Debug, Default, PartialEq)]
+pub struct HostCaps {
+    pub arch: String,
+    pub cpu_model: String,
+    pub cpu_features: Vec<String>,
+    pub numa_cells: Vec<NumaCell>,
+}
+
+pub fn capabilities(xml: &str) -> Result<HostCaps, XmlError> {
+    let d = doc(xml)?;
+    let host =
+        d.descendants().find(|n| n.has_tag_name("host")).ok_or_else(|| XmlError("no <host>".into()))?;
+    let cpu = host.children().find(|n| n.has_tag_name("cpu"));
+    let text = |n: Option<roxmltree::Node<'_, '_>>, tag: &str| {
+        n.and_then(|c| c.children().find(|x| x.has_tag_name(tag)))
+            .and_then(|x| x.text())
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    let mut features: Vec<String> = cpu
+        .map(|c| {
+            c.children()
+                .filter(|x| x.has_tag_name("feature"))
+                .filter_map(|x| x.attribute("name").map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    features.sort();
+    let numa_cells = host
+        .descendants()
+        .filter(|n| n.has_tag_name("cell") && n.parent().is_some_and(|p| p.has_tag_name("cells")))
+        .map(|cell| {
+            let mem_kib = cell
+                .children()
+                .find(|x| x.has_tag_name("memory"))
+                .and_then(|m| m.text())
+                .and_then(|t| t.trim().parse::<u64>().ok())
+                .unwrap_or(0);
+            let cpus = cell
+                .children()
+                .find(|x| x.has_tag_name("cpus"))
+                .and_then(|c| c.attribute("num"))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            NumaCell {
+                id: cell.attribute("id").and_then(|i| i.parse().ok()).unwrap_or(0),
+                cpus,
+                memory_bytes: mem_kib * 1024,
+            }
+        })
+        .collect();
+    Ok(HostCaps {
+        arch: text(cpu, "arch"),
+        cpu_model: text(cpu, "model"),
+        cpu_features: features,
+        numa_cells,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DOMAIN: &str = r#"<domain type='kvm'><name>vm</name><devices>
+      <disk type='network' device='disk'><source protocol='rbd' name='vms/abc_disk'><host name='10.0.0.1'/></source><target dev='vda'/></disk>
+      <disk type='file' device='disk'><source file='/var/lib/nova/instances/abc/disk.eph0'/><target dev='vdb'/></disk>
+      <disk type='file' device='cdrom'><source file='/tmp/config.iso'/><target dev='hda'/></disk>
+      <disk type='block' device='disk'><source dev='/dev/mapper/x'/><target dev='vdc'/></disk>
+      <hostdev mode='subsystem' type='pci' managed='yes'><source><address domain='0x0000' bus='0x3b' slot='0x00' function='0x1'/></source></hostdev>
+      <hostdev mode='subsystem' type='usb'><source><vendor id='0x1'/></source></hostdev>
+    </devices></domain>"#;
+
+    #[test]
+    fn disks_are_classified_and_pci_devices_found() {
+        let (disks, pci) = domain_devices(DOMAIN).unwrap();
+        let kinds: Vec<(String, i32, String)> =
+            disks.iter().map(|d| (d.target.clone(), d.source, d.path.clone())).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                ("vda".into(), DiskSource::Rbd as i32, "vms/abc_disk".into()),
+                ("vdb".into(), DiskSource::LocalFile as i32, "/var/lib/nova/instances/abc/disk.eph0".into()),
+                ("vdc".into(), DiskSource::LocalBlock as i32, "/dev/mapper/x".into()),
+            ],
+            "the cdrom is not VM storage"
+        );
+        assert_eq!(pci, vec!["0000:3b:00.1"]);
+    }
+
+    #[test]
+    fn malformed_xml_is_an_error() {
+        assert!(domain_devices("<domain><devices>").is_err());
+        assert!(capabilities("<capabilities/>").is_err());
+    }
+
+    #[test]
+    fn host_capabilities() {
+        let xml = r#"<capabilities><host><cpu><arch>x86_64</arch><model>Skylake-Server-IBRS</model>
+            <feature name='vmx'/><feature name='avx512f'/></cpu>
+            <topology><cells num='2'><cell id='0'><memory unit='KiB'>1024</memory><cpus num='4'/></cell>
+            <cell id='1'><memory unit='KiB'>2048</memory><cpus num='4'/></cell></cells></topology></host></capabilities>"#;
+        let c = capabilities(xml).unwrap();
+        assert_eq!(c.arch, "x86_64");
+        assert_eq!(c.cpu_model, "Skylake-Server-IBRS");
+        assert_eq!(c.cpu_features, vec!["avx512f", "vmx"]);
+        assert_eq!(c.numa_cells.len(), 2);
+        assert_eq!(c.numa_cells[1].memory_bytes, 2048 * 1024);
+    }
+}
