@@ -52,6 +52,14 @@ impl Libvirt {
         r.map_err(|e| LibvirtError::Call { call, message: e.to_string() })
     }
 
+    pub fn connection(&self) -> &Connect {
+        &self.conn
+    }
+
+    pub fn conn_type(&self) -> Result<String, LibvirtError> {
+        Self::call("getType", self.conn.driver_type())
+    }
+
     pub fn is_alive(&self) -> bool {
         self.conn.is_alive().unwrap_or(false)
     }
