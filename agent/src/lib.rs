@@ -4,6 +4,7 @@
 //! - [`ceph`]: RBD pools readable as the node's restricted client.
 //! - [`libvirt`]: host facts and the domain inventory over TCP.
 //! - [`ovsdb`]: Open vSwitch bridges over OVSDB (our own RFC 7047 client).
+//! - [`session`]: the stream to the coordinator, with its acknowledged outbox.
 //!
 //! Not implemented yet (issue 4): host load via sysinfo and kernel via nix, the checks runner, the
 //! session to the coordinator, `/healthz` and `/metrics`.
@@ -14,3 +15,4 @@ pub mod ceph;
 pub mod checks;
 pub mod libvirt;
 pub mod ovsdb;
+pub mod session;

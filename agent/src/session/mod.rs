@@ -1,0 +1,252 @@
+//! The agent's one long-lived stream to the coordinator (DESIGN.md section 7).
+//!
+//! Hello first; the coordinator's Welcome says what it already holds, and
+//! the outbox replays the rest. Then heartbeats (jittered), whatever the
+//! watchers push, acks back, and commands (RunChecks, Configure) handed to
+//! the caller. A message the agent did not expect is logged and ignored; a
+//! stream that breaks or sends something undecodable is logged and
+//! reconnected with jittered backoff. Nothing unacknowledged is lost.
+
+pub mod outbox;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use hv_proto::v1::agent_message::Payload;
+use hv_proto::v1::agent_service_client::AgentServiceClient;
+use hv_proto::v1::coordinator_message::Payload as Down;
+use hv_proto::v1::{AgentMessage, Capability, Configure, Heartbeat, Hello, RunChecks};
+use tokio::sync::{Mutex, Notify, mpsc};
+
+use crate::libvirt::watch::{Backoff, draw};
+use outbox::Outbox;
+
+#[derive(Clone, Debug)]
+pub struct SessionConfig {
+    /// `http://HOST:PORT` of the coordinator's gRPC endpoint.
+    pub coordinator: String,
+    pub node: String,
+    pub agent_version: String,
+    /// Random per process, so the coordinator knows when sequences restart.
+    pub boot_id: String,
+    pub heartbeat: Duration,
+    pub buffer: usize,
+    pub backoff: Backoff,
+}
+
+/// Commands from the coordinator, for the rest of the agent.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Command {
+    RunChecks(RunChecks),
+    Configure(Configure),
+}
+
+/// Counters for `/metrics` and the tests.
+#[derive(Debug, Default)]
+pub struct SessionStats {
+    pub connected: AtomicBool,
+    pub connects: AtomicU64,
+    pub unexpected_messages: AtomicU64,
+    pub stream_errors: AtomicU64,
+}
+
+/// Push messages into the session from anywhere.
+#[derive(Clone)]
+pub struct SessionHandle {
+    outbox: Arc<Mutex<Outbox>>,
+    notify: Arc<Notify>,
+}
+
+impl SessionHandle {
+    pub async fn push(&self, payload: Payload) -> u64 {
+        let seq = self.outbox.lock().await.push(payload, Some(now()));
+        self.notify.notify_one();
+        seq
+    }
+
+    pub async fn dropped(&self) -> u64 {
+        self.outbox.lock().await.dropped()
+    }
+
+    pub async fn acked(&self) -> u64 {
+        self.outbox.lock().await.acked()
+    }
+}
+
+fn now() -> prost_types::Timestamp {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    prost_types::Timestamp { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 }
+}
+
+pub struct Session {
+    cfg: SessionConfig,
+    handle: SessionHandle,
+    pub stats: Arc<SessionStats>,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum StreamEnd {
+    #[error("connecting to {0}: {1}")]
+    Connect(String, String),
+    #[error("the coordinator refused the session: {0}")]
+    Refused(tonic::Status),
+    #[error("stream broken: {0}")]
+    Broken(tonic::Status),
+    #[error("the coordinator closed the stream")]
+    Closed,
+    #[error("first message was not Welcome")]
+    NoWelcome,
+}
+
+impl Session {
+    pub fn new(cfg: SessionConfig) -> Session {
+        let handle = SessionHandle {
+            outbox: Arc::new(Mutex::new(Outbox::new(cfg.buffer))),
+            notify: Arc::new(Notify::new()),
+        };
+        Session { cfg, handle, stats: Arc::new(SessionStats::default()) }
+    }
+
+    pub fn handle(&self) -> SessionHandle {
+        self.handle.clone()
+    }
+
+    /// Run until `commands` is closed.
+    pub async fn run(self, commands: mpsc::Sender<Command>) {
+        let mut attempt = 0u32;
+        loop {
+            let end = self.stream_once(&commands).await;
+            self.stats.connected.store(false, Ordering::Relaxed);
+            match &end {
+                Ok(()) => return,
+                Err(StreamEnd::Closed) => attempt = 0,
+                Err(e) => {
+                    self.stats.stream_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(node = %self.cfg.node, error = %e, "session ended; reconnecting");
+                }
+            }
+            if commands.is_closed() {
+                return;
+            }
+            tokio::time::sleep(self.cfg.backoff.delay(attempt, draw())).await;
+            attempt = attempt.saturating_add(1);
+        }
+    }
+
+    async fn stream_once(&self, commands: &mpsc::Sender<Command>) -> Result<(), StreamEnd> {
+        let endpoint = tonic::transport::Endpoint::from_shared(self.cfg.coordinator.clone())
+            .map_err(|e| StreamEnd::Connect(self.cfg.coordinator.clone(), e.to_string()))?
+            .connect_timeout(Duration::from_secs(5))
+            .http2_keep_alive_interval(Duration::from_secs(20))
+            .keep_alive_timeout(Duration::from_secs(10));
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| StreamEnd::Connect(self.cfg.coordinator.clone(), e.to_string()))?;
+        let mut client = AgentServiceClient::new(channel);
+        let (tx, rx) = mpsc::channel::<AgentMessage>(256);
+        let acked = self.handle.outbox.lock().await.acked();
+        let hello = Hello {
+            node: self.cfg.node.clone(),
+            agent_version: self.cfg.agent_version.clone(),
+            boot_id: self.cfg.boot_id.clone(),
+            capabilities: vec![
+                Capability::Libvirt as i32,
+                Capability::Ovsdb as i32,
+                Capability::CephRbd as i32,
+                Capability::Checks as i32,
+                Capability::DomainEvents as i32,
+            ],
+            replay_from: acked + 1,
+        };
+        let _ = tx
+            .send(AgentMessage { seq: 0, sent_at: Some(now()), payload: Some(Payload::Hello(hello)) })
+            .await;
+        let mut inbound = client
+            .connect(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+            .map_err(StreamEnd::Refused)?
+            .into_inner();
+        let mut heartbeat = self.cfg.heartbeat;
+        match inbound.message().await.map_err(StreamEnd::Broken)? {
+            Some(m) => match m.payload {
+                Some(Down::Welcome(w)) => {
+                    let mut ob = self.handle.outbox.lock().await;
+                    ob.ack(w.acked_seq);
+                    ob.rewind();
+                    if let Some(d) = w.heartbeat_interval.and_then(|d| Duration::try_from(d).ok()) {
+                        heartbeat = d.max(Duration::from_millis(100));
+                    }
+                }
+                _ => return Err(StreamEnd::NoWelcome),
+            },
+            None => return Err(StreamEnd::Closed),
+        }
+        self.stats.connected.store(true, Ordering::Relaxed);
+        self.stats.connects.fetch_add(1, Ordering::Relaxed);
+        let mut next_beat = tokio::time::Instant::now() + jitter(heartbeat);
+        loop {
+            let unsent = self.handle.outbox.lock().await.take_unsent();
+            for m in unsent {
+                if tx.send(m).await.is_err() {
+                    return Err(StreamEnd::Closed);
+                }
+            }
+            tokio::select! {
+                _ = self.handle.notify.notified() => {}
+                _ = tokio::time::sleep_until(next_beat) => {
+                    next_beat = tokio::time::Instant::now() + jitter(heartbeat);
+                    let dropped = self.handle.outbox.lock().await.dropped();
+                    self.handle.push(Payload::Heartbeat(Heartbeat { dropped_messages: dropped, ..host_load() })).await;
+                }
+                msg = inbound.message() => match msg {
+                    Ok(Some(m)) => match m.payload {
+                        Some(Down::Ack(a)) => self.handle.outbox.lock().await.ack(a.seq),
+                        Some(Down::RunChecks(r)) => {
+                            if commands.send(Command::RunChecks(r)).await.is_err() { return Ok(()); }
+                        }
+                        Some(Down::Configure(c)) => {
+                            if let Some(d) = c.heartbeat_interval.and_then(|d| Duration::try_from(d).ok()) {
+                                heartbeat = d.max(Duration::from_millis(100));
+                            }
+                            if commands.send(Command::Configure(c)).await.is_err() { return Ok(()); }
+                        }
+                        other => {
+                            self.stats.unexpected_messages.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(node = %self.cfg.node, message = ?other, "ignoring an unexpected coordinator message");
+                        }
+                    },
+                    Ok(None) => return Err(StreamEnd::Closed),
+                    Err(status) => return Err(StreamEnd::Broken(status)),
+                },
+            }
+        }
+    }
+}
+
+/// ±20 % around the interval, so a fleet of agents does not beat in step.
+fn jitter(d: Duration) -> Duration {
+    d.mul_f64(0.8 + 0.4 * draw())
+}
+
+/// Load and memory pressure of the host, for heartbeats.
+fn host_load() -> Heartbeat {
+    let mut hb = Heartbeat::default();
+    if let Ok(s) = std::fs::read_to_string("/proc/loadavg") {
+        hb.load1 = s.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    }
+    if let Ok(s) = std::fs::read_to_string("/proc/meminfo") {
+        let field = |k: &str| {
+            s.lines()
+                .find(|l| l.starts_with(k))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+                .map(|kib| kib * 1024)
+                .unwrap_or(0)
+        };
+        hb.memory_total_bytes = field("MemTotal:");
+        hb.memory_available_bytes = field("MemAvailable:");
+    }
+    hb
+}
