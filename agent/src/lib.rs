@@ -13,6 +13,8 @@
 
 pub mod ceph;
 pub mod checks;
+pub mod health;
 pub mod libvirt;
 pub mod ovsdb;
+pub mod run;
 pub mod session;

@@ -2,8 +2,8 @@
 //!
 //! `hv-agent checks` runs the Testing-phase checks once against the given
 //! endpoints and prints a table (or JSON): an SRE's first tool on a
-//! suspicious node. `hv-agent run` (the session to the coordinator) is not
-//! implemented yet (issue 4) and refuses to start.
+//! suspicious node. `hv-agent run` is the DaemonSet's process: it watches
+//! libvirt, OVSDB and Ceph and streams everything to the coordinator.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -26,8 +26,46 @@ struct Args {
 enum Command {
     /// Run the validation checks once and print the results; exit 0 only if all passed.
     Checks(Box<ChecksArgs>),
-    /// Stream the node to the coordinator (not implemented yet).
-    Run,
+    /// Watch the node and stream it to the coordinator (the DaemonSet's command).
+    Run(Box<RunArgs>),
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// This node's name (the Kubernetes Node = the Nova host).
+    #[arg(long, env = "NODE_NAME")]
+    node: String,
+    /// The coordinator's gRPC endpoint.
+    #[arg(long, env = "HV_COORDINATOR", default_value = "http://hv-coordinator.hv-system:9090")]
+    coordinator: String,
+    /// Heartbeat interval (the coordinator's Welcome may override it), e.g. 10s.
+    #[arg(long, env = "HV_HEARTBEAT", default_value = "10s", value_parser = parse_duration)]
+    heartbeat: Duration,
+    /// Full inventory snapshot interval (events trigger one too), e.g. 60s.
+    #[arg(long, env = "HV_INVENTORY_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    inventory_interval: Duration,
+    /// Messages kept until the coordinator acknowledges them.
+    #[arg(long, env = "HV_BUFFER", default_value_t = 10_000)]
+    buffer: usize,
+    /// Address of /healthz and /metrics.
+    #[arg(long, env = "HV_HEALTH_LISTEN", default_value = "0.0.0.0:9464")]
+    health_listen: std::net::SocketAddr,
+    /// Log as JSON (production) instead of text.
+    #[arg(long, env = "HV_LOG_JSON")]
+    log_json: bool,
+    #[command(flatten)]
+    peers: ChecksArgs,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 10s, 500ms, 2m"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" | "" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m)")),
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -67,12 +105,66 @@ struct ChecksArgs {
     json: bool,
 }
 
+fn endpoints(a: &ChecksArgs) -> (Endpoints, CheckConfig) {
+    let ceph = a.ceph_id.clone().map(|id| CephClient {
+        conf: a.ceph_conf.clone(),
+        keyring: Some(a.ceph_keyring.clone().unwrap_or_else(|| checks::default_keyring(&id))),
+        id,
+        timeout: Duration::from_secs(10),
+    });
+    let ep = Endpoints { libvirt_uri: a.libvirt_uri.clone(), ovsdb_remote: a.ovsdb.clone(), ceph };
+    let cfg = CheckConfig {
+        min_libvirt_version: a.min_libvirt_version.clone(),
+        bridges: a.bridges.clone(),
+        optional_bridges: a.optional_bridges.clone(),
+        ceph_pools: a.pools.clone(),
+        start_test_domain: !a.no_test_domain,
+    };
+    (ep, cfg)
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     match args.command {
-        Command::Run => {
-            eprintln!("hv-agent run: the coordinator session is not implemented yet (issue 4)");
-            ExitCode::from(2)
+        Command::Run(r) => {
+            let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+            if r.log_json {
+                tracing_subscriber::fmt().json().with_env_filter(filter).init();
+            } else {
+                tracing_subscriber::fmt().with_env_filter(filter).init();
+            }
+            let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("hv-agent: cannot start the runtime: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let (ep, cfg) = endpoints(&r.peers);
+            let agent = hv_agent::run::AgentConfig {
+                session: hv_agent::session::SessionConfig {
+                    coordinator: r.coordinator.clone(),
+                    node: r.node.clone(),
+                    agent_version: env!("CARGO_PKG_VERSION").into(),
+                    boot_id: format!("{:016x}", (hv_agent::libvirt::watch::draw() * 1e16) as u64),
+                    heartbeat: r.heartbeat,
+                    buffer: r.buffer,
+                    backoff: Default::default(),
+                },
+                endpoints: ep,
+                ceph_pools: cfg.ceph_pools,
+                inventory_interval: r.inventory_interval,
+                health_listen: r.health_listen,
+            };
+            match rt.block_on(hv_agent::run::run(agent)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("hv-agent: {e}");
+                    ExitCode::from(1)
+                }
+            }
         }
         Command::Checks(a) => {
             let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -82,20 +174,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let ceph = a.ceph_id.clone().map(|id| CephClient {
-                conf: a.ceph_conf.clone(),
-                keyring: Some(a.ceph_keyring.clone().unwrap_or_else(|| checks::default_keyring(&id))),
-                id,
-                timeout: Duration::from_secs(10),
-            });
-            let ep = Endpoints { libvirt_uri: a.libvirt_uri.clone(), ovsdb_remote: a.ovsdb.clone(), ceph };
-            let cfg = CheckConfig {
-                min_libvirt_version: a.min_libvirt_version.clone(),
-                bridges: a.bridges.clone(),
-                optional_bridges: a.optional_bridges.clone(),
-                ceph_pools: a.pools.clone(),
-                start_test_domain: !a.no_test_domain,
-            };
+            let (ep, cfg) = endpoints(&a);
             let outcomes = rt.block_on(checks::run(&ep, &cfg));
             if a.json {
                 match serde_json::to_string_pretty(&outcomes) {

@@ -232,21 +232,16 @@ fn jitter(d: Duration) -> Duration {
 
 /// Load and memory pressure of the host, for heartbeats.
 fn host_load() -> Heartbeat {
+    use sysinfo::{MemoryRefreshKind, RefreshKind, System};
     let mut hb = Heartbeat::default();
-    if let Ok(s) = std::fs::read_to_string("/proc/loadavg") {
-        hb.load1 = s.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    if let Ok(l) = System::load_average() {
+        hb.load1 = l.one;
     }
-    if let Ok(s) = std::fs::read_to_string("/proc/meminfo") {
-        let field = |k: &str| {
-            s.lines()
-                .find(|l| l.starts_with(k))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<u64>().ok())
-                .map(|kib| kib * 1024)
-                .unwrap_or(0)
-        };
-        hb.memory_total_bytes = field("MemTotal:");
-        hb.memory_available_bytes = field("MemAvailable:");
+    if let Ok(sys) = System::new_with_specifics(
+        RefreshKind::nothing().with_memory(MemoryRefreshKind::nothing().with_ram()),
+    ) {
+        hb.memory_total_bytes = sys.total_memory();
+        hb.memory_available_bytes = sys.available_memory();
     }
     hb
 }

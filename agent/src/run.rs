@@ -1,0 +1,215 @@
+//! `hv-agent run`: the watchers, the session and the health endpoint,
+//! wired together. Everything the coordinator learns about the node flows
+//! through here.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use hv_proto::v1::agent_message::Payload;
+use hv_proto::v1::{CheckReport, ConnectivityChange, DomainEvent, HostFacts, Inventory};
+use tokio::sync::mpsc;
+
+use crate::ceph::CephClient;
+use crate::checks::{self, Endpoints};
+use crate::health::{self, Health, Watcher};
+use crate::libvirt::Libvirt;
+use crate::libvirt::events::LibvirtEvent;
+use crate::libvirt::watch::{Backoff, WatchEvent, watch};
+use crate::ovsdb;
+use crate::session::{Command, Session, SessionConfig, SessionHandle};
+
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    pub session: SessionConfig,
+    pub endpoints: Endpoints,
+    pub ceph_pools: Vec<String>,
+    pub inventory_interval: Duration,
+    pub health_listen: SocketAddr,
+}
+
+fn now() -> prost_types::Timestamp {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    prost_types::Timestamp { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 }
+}
+
+/// Kernel and hostname from the host itself (nix), beside libvirt's view.
+fn host_identity(f: &mut HostFacts) {
+    if let Ok(u) = nix::sys::utsname::uname() {
+        f.kernel = u.release().to_string_lossy().into_owned();
+    }
+    if let Ok(h) = nix::unistd::gethostname() {
+        let h = h.to_string_lossy().into_owned();
+        if f.hostname.is_empty() {
+            f.hostname = h;
+        }
+    }
+}
+
+/// Facts and inventory through a short connection of their own.
+async fn snapshot(uri: &str) -> Result<(HostFacts, Inventory), String> {
+    let uri = uri.to_string();
+    tokio::task::spawn_blocking(move || {
+        let lv = Libvirt::open(&uri).map_err(|e| e.to_string())?;
+        let mut facts = lv.facts().map_err(|e| e.to_string())?;
+        host_identity(&mut facts);
+        let domains = lv.inventory().map_err(|e| e.to_string())?;
+        Ok((facts, Inventory { domains }))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+/// Starts everything; returns the health address and runs until the session ends.
+pub async fn run(cfg: AgentConfig) -> Result<(), String> {
+    let session = Session::new(cfg.session.clone());
+    let handle = session.handle();
+    let libvirt_live = Arc::new(AtomicBool::new(false));
+    let ovs_live = Arc::new(AtomicBool::new(false));
+    let ceph_live = Arc::new(AtomicBool::new(cfg.endpoints.ceph.is_none() || cfg.ceph_pools.is_empty()));
+    let health = Health {
+        watchers: vec![
+            Watcher { name: "libvirt", live: libvirt_live.clone() },
+            Watcher { name: "ovsdb", live: ovs_live.clone() },
+            Watcher { name: "ceph", live: ceph_live.clone() },
+        ],
+        session: session.stats.clone(),
+        handle: handle.clone(),
+    };
+    let addr = health::serve(cfg.health_listen, health).await.map_err(|e| format!("health listener: {e}"))?;
+    tracing::info!(node = %cfg.session.node, %addr, "health and metrics listening");
+
+    tokio::spawn(libvirt_task(cfg.clone(), handle.clone(), libvirt_live));
+    tokio::spawn(ovs_task(cfg.endpoints.ovsdb_remote.clone(), handle.clone(), ovs_live));
+    if let Some(client) = cfg.endpoints.ceph.clone().filter(|_| !cfg.ceph_pools.is_empty()) {
+        tokio::spawn(ceph_task(client, cfg.ceph_pools.clone(), handle.clone(), ceph_live));
+    }
+    let (cmd_tx, mut cmd_rx) = mpsc::channel(16);
+    let commands = {
+        let handle = handle.clone();
+        let ep = cfg.endpoints.clone();
+        tokio::spawn(async move {
+            let mut done_runs = std::collections::HashSet::new();
+            while let Some(cmd) = cmd_rx.recv().await {
+                match cmd {
+                    Command::RunChecks(r) => {
+                        // A run is executed at most once per process (the coordinator may resend).
+                        if !done_runs.insert(r.run) {
+                            continue;
+                        }
+                        let config = r.config.unwrap_or_default();
+                        let outcomes = checks::run(&ep, &config).await;
+                        let results = outcomes.iter().map(|o| o.to_proto()).collect();
+                        handle.push(Payload::CheckReport(CheckReport { run: r.run, results })).await;
+                    }
+                    Command::Configure(_) => {}
+                }
+            }
+        })
+    };
+    session.run(cmd_tx).await;
+    commands.abort();
+    Ok(())
+}
+
+async fn libvirt_task(cfg: AgentConfig, handle: SessionHandle, live: Arc<AtomicBool>) {
+    let uri = cfg.endpoints.libvirt_uri.clone();
+    let (tx, mut rx) = mpsc::channel(256);
+    tokio::spawn(watch(uri.clone(), Backoff::default(), tx, live));
+    let mut last_facts: Option<HostFacts> = None;
+    let mut refresh = tokio::time::interval(cfg.inventory_interval);
+    loop {
+        let mut resnapshot = false;
+        tokio::select! {
+            ev = rx.recv() => match ev {
+                None => return,
+                Some(WatchEvent::Connected { .. }) => {
+                    handle.push(Payload::Connectivity(ConnectivityChange { peer: "libvirt".into(), connected: true, message: uri.clone() })).await;
+                    resnapshot = true;
+                }
+                Some(WatchEvent::Lost { reason }) => {
+                    handle.push(Payload::Connectivity(ConnectivityChange { peer: "libvirt".into(), connected: false, message: reason })).await;
+                }
+                Some(WatchEvent::Domain(LibvirtEvent::Domain { uuid, name, kind, reason })) => {
+                    let e = DomainEvent { uuid, name, kind: kind as i32, reason, observed_at: Some(now()) };
+                    handle.push(Payload::DomainEvent(e)).await;
+                    resnapshot = true;
+                }
+                Some(WatchEvent::Domain(LibvirtEvent::Closed { .. })) => {}
+            },
+            _ = refresh.tick() => resnapshot = true,
+        }
+        if resnapshot {
+            match snapshot(&uri).await {
+                Ok((facts, inv)) => {
+                    if last_facts.as_ref() != Some(&facts) {
+                        handle.push(Payload::HostFacts(facts.clone())).await;
+                        last_facts = Some(facts);
+                    }
+                    handle.push(Payload::Inventory(inv)).await;
+                }
+                Err(e) => tracing::warn!(node = %cfg.session.node, error = %e, "libvirt snapshot failed"),
+            }
+        }
+    }
+}
+
+async fn ovs_task(remote: String, handle: SessionHandle, live: Arc<AtomicBool>) {
+    let backoff = Backoff::default();
+    let mut attempt = 0;
+    loop {
+        match ovsdb::Client::connect(&remote).await {
+            Ok(c) => match c.watch_bridges().await {
+                Ok((_, mut w)) => {
+                    attempt = 0;
+                    live.store(true, Ordering::Relaxed);
+                    handle
+                        .push(Payload::Connectivity(ConnectivityChange {
+                            peer: "ovsdb".into(),
+                            connected: true,
+                            message: remote.clone(),
+                        }))
+                        .await;
+                    while let Some(changes) = w.next().await {
+                        tracing::info!(changes = ?changes, "OVS bridges changed");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "OVSDB monitor failed"),
+            },
+            Err(e) => tracing::warn!(error = %e, "OVSDB unreachable"),
+        }
+        if live.swap(false, Ordering::Relaxed) {
+            handle
+                .push(Payload::Connectivity(ConnectivityChange {
+                    peer: "ovsdb".into(),
+                    connected: false,
+                    message: "connection lost".into(),
+                }))
+                .await;
+        }
+        tokio::time::sleep(backoff.delay(attempt, crate::libvirt::watch::draw())).await;
+        attempt += 1;
+    }
+}
+
+async fn ceph_task(client: CephClient, pools: Vec<String>, handle: SessionHandle, live: Arc<AtomicBool>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        tick.tick().await;
+        let (c, p) = (client.clone(), pools.clone());
+        let checks = tokio::task::spawn_blocking(move || c.check_pools(&p)).await.unwrap_or_default();
+        let ok = !checks.is_empty() && checks.iter().all(|c| c.passed);
+        if live.swap(ok, Ordering::Relaxed) != ok {
+            let message =
+                checks.iter().filter(|c| !c.passed).map(|c| c.message.clone()).collect::<Vec<_>>().join("; ");
+            handle
+                .push(Payload::Connectivity(ConnectivityChange {
+                    peer: "ceph".into(),
+                    connected: ok,
+                    message,
+                }))
+                .await;
+        }
+    }
+}
