@@ -52,3 +52,6 @@ demo:
 
 bench:
 	$(CARGO) run -q --release -p hv-coordinator --example bench_decide
+	@echo
+	bash tests/env/up.sh
+	$(CARGO) bench -q -p hv-agent --bench agent; rc=$$?; bash tests/env/down.sh; exit $$rc

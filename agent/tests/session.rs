@@ -194,3 +194,46 @@ async fn an_unreachable_coordinator_is_retried_without_losing_messages() {
     assert_eq!(handle.acked().await, 0);
     task.abort();
 }
+
+#[tokio::test]
+async fn a_garbled_coordinator_message_is_logged_and_survived() {
+    use http_body_util::Full;
+    use hyper::service::service_fn;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    // A "coordinator" that answers Connect with a gRPC frame whose bytes are
+    // not a CoordinatorMessage.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let svc = service_fn(|_req: hyper::Request<hyper::body::Incoming>| async {
+                    let frame: Vec<u8> = vec![0, 0, 0, 0, 5, 0xff, 0xff, 0xff, 0xff, 0xff];
+                    let mut r = hyper::Response::new(Full::new(bytes::Bytes::from(frame)));
+                    r.headers_mut().insert("content-type", "application/grpc".parse().unwrap());
+                    Ok::<_, std::convert::Infallible>(r)
+                });
+                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    let session = Session::new(config(url));
+    let handle = session.handle();
+    let stats = session.stats.clone();
+    let (cmd_tx, _rx) = mpsc::channel(8);
+    let task = tokio::spawn(session.run(cmd_tx));
+    handle.push(event(1)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while stats.stream_errors.load(Ordering::Relaxed) < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "the garbage was not reported as a stream error");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!task.is_finished(), "the session survives and keeps reconnecting");
+    assert_eq!(stats.connects.load(Ordering::Relaxed), 0, "no Welcome was ever decoded");
+    assert_eq!(handle.acked().await, 0, "nothing is considered delivered");
+    task.abort();
+}

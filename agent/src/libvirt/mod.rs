@@ -71,6 +71,9 @@ impl Libvirt {
     pub fn facts(&self) -> Result<HostFacts, LibvirtError> {
         let caps = xml::capabilities(&Self::call("getCapabilities", self.conn.capabilities())?)?;
         let node = Self::call("nodeGetInfo", self.conn.node_info())?;
+        // Domain capabilities are optional (the test driver has none).
+        let domcaps = self.conn.domain_capabilities(None, None, None, None, 0).ok();
+        let traits = xml::trait_candidates(&caps.arch, &caps.cpu_features, domcaps.as_deref());
         Ok(HostFacts {
             hostname: Self::call("getHostname", self.conn.hostname())?,
             kernel: String::new(),
@@ -83,7 +86,7 @@ impl Libvirt {
             numa_cells: caps.numa_cells,
             memory_bytes: node.memory * 1024,
             cpus: node.cpus,
-            trait_candidates: Vec::new(),
+            trait_candidates: traits,
         })
     }
 

@@ -123,6 +123,47 @@ pub fn capabilities(xml: &str) -> Result<HostCaps, XmlError> {
     })
 }
 
+/// Trait candidates (os-traits names) from host CPU features and the
+/// domain capabilities: what this host could advertise to Placement.
+pub fn trait_candidates(arch: &str, cpu_features: &[String], domcaps_xml: Option<&str>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    if arch == "x86_64" || arch == "i686" {
+        const KNOWN: &[&str] = &[
+            "aes", "avx", "avx2", "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "fma3", "sse41",
+            "sse42", "ssse3", "sha", "vmx", "svm", "f16c", "bmi", "bmi2", "pclmuldq", "mpx",
+        ];
+        for f in cpu_features {
+            let f = f.to_lowercase();
+            let name = match f.as_str() {
+                "sse4.1" => "sse41".to_string(),
+                "sse4.2" => "sse42".to_string(),
+                "fma" => "fma3".to_string(),
+                "pclmulqdq" => "pclmuldq".to_string(),
+                other => other.to_string(),
+            };
+            if KNOWN.contains(&name.as_str()) {
+                out.push(format!("HW_CPU_X86_{}", name.to_uppercase()));
+            }
+        }
+    }
+    if let Some(d) = domcaps_xml.and_then(|x| roxmltree::Document::parse(x).ok()) {
+        let supported = |tag: &str| {
+            d.descendants().any(|n| n.has_tag_name(tag) && n.attribute("supported") == Some("yes"))
+        };
+        if supported("sev") {
+            out.push("HW_CPU_X86_AMD_SEV".into());
+        }
+        if d.descendants().any(|n| n.has_tag_name("enum") && n.attribute("name") == Some("secure"))
+            && d.descendants().any(|n| n.has_tag_name("value") && n.text() == Some("yes"))
+        {
+            out.push("COMPUTE_SECURITY_UEFI_SECURE_BOOT".into());
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,6 +192,27 @@ mod tests {
             "the cdrom is not VM storage"
         );
         assert_eq!(pci, vec!["0000:3b:00.1"]);
+    }
+
+    #[test]
+    fn trait_candidates_from_features_and_domain_capabilities() {
+        let f: Vec<String> =
+            ["avx2", "sse4.2", "vmx", "pdpe1gb", "fma"].iter().map(|s| s.to_string()).collect();
+        let domcaps = "<domainCapabilities><os><loader><enum name='secure'><value>yes</value></enum></loader></os>\
+                       <features><sev supported='yes'/></features></domainCapabilities>";
+        assert_eq!(
+            trait_candidates("x86_64", &f, Some(domcaps)),
+            vec![
+                "COMPUTE_SECURITY_UEFI_SECURE_BOOT",
+                "HW_CPU_X86_AMD_SEV",
+                "HW_CPU_X86_AVX2",
+                "HW_CPU_X86_FMA3",
+                "HW_CPU_X86_SSE42",
+                "HW_CPU_X86_VMX"
+            ]
+        );
+        assert!(trait_candidates("aarch64", &f, None).is_empty());
+        assert!(trait_candidates("x86_64", &[], Some("<broken")).is_empty());
     }
 
     #[test]

@@ -1,0 +1,196 @@
+//! `make bench` (agent part): the agent's steady RSS and idle CPU with 200
+//! domains in libvirtd's test driver, and the latency from a libvirt event
+//! (caused on another connection) to its arrival at the coordinator.
+//! Prints figures; asserts nothing. Needs the test ground (`make bench`
+//! brings it up).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hv_proto::v1::agent_message::Payload;
+use hv_proto::v1::agent_service_server::{AgentService, AgentServiceServer};
+use hv_proto::v1::coordinator_message::Payload as Down;
+use hv_proto::v1::{Ack, AgentMessage, CoordinatorMessage, DomainEventKind, Welcome};
+use tokio::sync::{Mutex, mpsc};
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+const DOMAINS: usize = 200;
+const EVENTS: usize = 100;
+
+#[derive(Default)]
+struct Stub {
+    /// (domain name, kind) -> arrival time
+    arrivals: Mutex<HashMap<(String, i32), Instant>>,
+    inventory_sizes: Mutex<Vec<usize>>,
+}
+
+struct Svc(Arc<Stub>);
+type Out = Pin<Box<dyn Stream<Item = Result<CoordinatorMessage, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl AgentService for Svc {
+    type ConnectStream = Out;
+    async fn connect(&self, req: Request<Streaming<AgentMessage>>) -> Result<Response<Out>, Status> {
+        let stub = self.0.clone();
+        let mut inbound = req.into_inner();
+        let (tx, rx) = mpsc::channel(1024);
+        tokio::spawn(async move {
+            let w = Down::Welcome(Welcome {
+                coordinator_version: "bench".into(),
+                acked_seq: 0,
+                heartbeat_interval: None,
+            });
+            let _ = tx.send(Ok(CoordinatorMessage { payload: Some(w) })).await;
+            while let Some(Ok(m)) = inbound.next().await {
+                let at = Instant::now();
+                match &m.payload {
+                    Some(Payload::DomainEvent(e)) => {
+                        stub.arrivals.lock().await.insert((e.name.clone(), e.kind), at);
+                    }
+                    Some(Payload::Inventory(i)) => stub.inventory_sizes.lock().await.push(i.domains.len()),
+                    _ => {}
+                }
+                if m.seq > 0 {
+                    let _ = tx
+                        .send(Ok(CoordinatorMessage { payload: Some(Down::Ack(Ack { seq: m.seq })) }))
+                        .await;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+}
+
+fn proc_stat(pid: u32) -> (u64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or_default();
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss_kib = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    (ticks, rss_kib)
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn main() {
+    let env = match hv_tests::env::load() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("bench_agent: {e}");
+            std::process::exit(2);
+        }
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async move {
+        // 200 domains in the shared test driver, kept alive by this connection.
+        let uri = env.libvirt.test_uri.clone();
+        let conn = virt::connect::Connect::open(Some(&uri)).unwrap();
+        let mut doms = Vec::new();
+        for i in 0..DOMAINS {
+            let xml = format!(
+                "<domain type='test'><name>bench-{i}</name><memory>1048576</memory><vcpu>2</vcpu><os><type>hvm</type></os>\
+                 <devices><disk type='network' device='disk'><source protocol='rbd' name='vms/bench-{i}_disk'/><target dev='vda'/></disk></devices></domain>"
+            );
+            let d = conn.define_domain_xml(&xml).unwrap();
+            d.create().unwrap();
+            doms.push(d);
+        }
+        let stub = Arc::new(Stub::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let svc = Svc(stub.clone());
+        tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(AgentServiceServer::new(svc))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+                .await
+                .unwrap();
+        });
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hv-agent"))
+            .args(["run", "--node", "bench", "--coordinator", &url, "--health-listen", "127.0.0.1:0"])
+            .args(["--libvirt-uri", &uri, "--ovsdb", &env.ovsdb.tcp])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // Wait for the full inventory, then let it settle.
+        let t = Instant::now();
+        while !stub.inventory_sizes.lock().await.iter().any(|n| *n > DOMAINS) {
+            assert!(t.elapsed() < Duration::from_secs(30), "no inventory of {DOMAINS}+ domains");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let first_inventory = t.elapsed();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+
+        let idle = Duration::from_secs(30);
+        let (t0, _) = proc_stat(pid);
+        let mut rss_max = 0u64;
+        let start = Instant::now();
+        while start.elapsed() < idle {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            rss_max = rss_max.max(proc_stat(pid).1);
+        }
+        let (t1, rss) = proc_stat(pid);
+        let clk = 100.0; // USER_HZ on Linux
+        let cpu_pct = (t1 - t0) as f64 / clk / idle.as_secs_f64() * 100.0;
+
+        // Event latency: suspend/resume from this (another) connection.
+        let mut lat = Vec::new();
+        for i in 0..EVENTS {
+            let d = &doms[i % DOMAINS];
+            let name = format!("bench-{}", i % DOMAINS);
+            let (kind, t_cause) = if i % 2 == 0 {
+                let t = Instant::now();
+                d.suspend().unwrap();
+                (DomainEventKind::Suspended as i32, t)
+            } else {
+                let t = Instant::now();
+                d.resume().unwrap();
+                (DomainEventKind::Resumed as i32, t)
+            };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                if let Some(at) = stub.arrivals.lock().await.remove(&(name.clone(), kind)) {
+                    lat.push(at.saturating_duration_since(t_cause));
+                    break;
+                }
+                assert!(Instant::now() < deadline, "event {i} never arrived");
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+            if i % 2 == 1 {
+                // resume pairs with the previous suspend of the same domain
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        lat.sort();
+        let _ = child.kill();
+        let _ = child.wait();
+        for d in &doms {
+            let _ = d.destroy();
+            let _ = d.undefine();
+        }
+        println!("hv-agent, release build, {DOMAINS} domains in libvirtd's test driver over TCP");
+        println!("  first full inventory after start     {:>8.0} ms", first_inventory.as_secs_f64() * 1e3);
+        println!("  steady RSS                           {:>8.1} MiB (max {:.1} MiB)   aim < 20 MiB", rss as f64 / 1024.0, rss_max as f64 / 1024.0);
+        println!("  idle CPU over {}s                    {:>8.2} %                 aim < 0.5 %", idle.as_secs(), cpu_pct);
+        println!("  libvirt event -> coordinator, {EVENTS} events (suspend/resume on another connection)");
+        println!("    p50 {:>7.2} ms   p99 {:>7.2} ms   max {:>7.2} ms          aim p99 < 100 ms",
+            pct(&lat, 0.5).as_secs_f64() * 1e3, pct(&lat, 0.99).as_secs_f64() * 1e3, lat[lat.len() - 1].as_secs_f64() * 1e3);
+    });
+}
