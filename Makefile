@@ -54,4 +54,5 @@ bench:
 	$(CARGO) run -q --release -p hv-coordinator --example bench_decide
 	@echo
 	bash tests/env/up.sh
+	$(CARGO) build -q --release -p hv-ceph-probe
 	$(CARGO) bench -q -p hv-agent --bench agent; rc=$$?; bash tests/env/down.sh; exit $$rc

@@ -67,6 +67,16 @@ impl AgentService for Svc {
     }
 }
 
+/// The agent dies with the bench, whatever happens.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn proc_stat(pid: u32) -> (u64, u64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rsplit(')').next().unwrap_or_default();
@@ -100,6 +110,13 @@ fn main() {
         // 200 domains in the shared test driver, kept alive by this connection.
         let uri = env.libvirt.test_uri.clone();
         let conn = virt::connect::Connect::open(Some(&uri)).unwrap();
+        // Leftovers of an interrupted run.
+        for d in conn.list_all_domains(0).unwrap_or_default() {
+            if d.name().is_ok_and(|n| n.starts_with("bench-")) {
+                let _ = d.destroy();
+                let _ = d.undefine();
+            }
+        }
         let mut doms = Vec::new();
         for i in 0..DOMAINS {
             let xml = format!(
@@ -121,14 +138,18 @@ fn main() {
                 .await
                 .unwrap();
         });
-        let mut child = Command::new(env!("CARGO_BIN_EXE_hv-agent"))
+        let child = Command::new(env!("CARGO_BIN_EXE_hv-agent"))
             .args(["run", "--node", "bench", "--coordinator", &url, "--health-listen", "127.0.0.1:0"])
             .args(["--libvirt-uri", &uri, "--ovsdb", &env.ovsdb.tcp])
+            // Production-like: the node's RBD pool is watched (through hv-ceph-probe).
+            .args(["--ceph-conf", &env.ceph.conf.to_string_lossy(), "--ceph-id", &env.ceph.client.id])
+            .args(["--ceph-keyring", &env.ceph.client.keyring.to_string_lossy(), "--pool", "vms"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let pid = child.id();
+        let child = KillOnDrop(child);
+        let pid = child.0.id();
         // Wait for the full inventory, then let it settle.
         let t = Instant::now();
         while !stub.inventory_sizes.lock().await.iter().any(|n| *n > DOMAINS) {
@@ -147,14 +168,22 @@ fn main() {
             rss_max = rss_max.max(proc_stat(pid).1);
         }
         let (t1, rss) = proc_stat(pid);
+        let anon = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.starts_with("RssAnon:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
         let clk = 100.0; // USER_HZ on Linux
         let cpu_pct = (t1 - t0) as f64 / clk / idle.as_secs_f64() * 100.0;
 
         // Event latency: suspend/resume from this (another) connection.
         let mut lat = Vec::new();
         for i in 0..EVENTS {
-            let d = &doms[i % DOMAINS];
-            let name = format!("bench-{}", i % DOMAINS);
+            // Pairs: suspend a domain, then resume the same one.
+            let d = &doms[(i / 2) % DOMAINS];
+            let name = format!("bench-{}", (i / 2) % DOMAINS);
             let (kind, t_cause) = if i % 2 == 0 {
                 let t = Instant::now();
                 d.suspend().unwrap();
@@ -173,14 +202,10 @@ fn main() {
                 assert!(Instant::now() < deadline, "event {i} never arrived");
                 tokio::time::sleep(Duration::from_micros(200)).await;
             }
-            if i % 2 == 1 {
-                // resume pairs with the previous suspend of the same domain
-            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         lat.sort();
-        let _ = child.kill();
-        let _ = child.wait();
+        drop(child);
         for d in &doms {
             let _ = d.destroy();
             let _ = d.undefine();
@@ -188,6 +213,7 @@ fn main() {
         println!("hv-agent, release build, {DOMAINS} domains in libvirtd's test driver over TCP");
         println!("  first full inventory after start     {:>8.0} ms", first_inventory.as_secs_f64() * 1e3);
         println!("  steady RSS                           {:>8.1} MiB (max {:.1} MiB)   aim < 20 MiB", rss as f64 / 1024.0, rss_max as f64 / 1024.0);
+        println!("    of which anonymous (heap, stacks)  {:>8.1} MiB; the rest is shared library and binary pages", anon as f64 / 1024.0);
         println!("  idle CPU over {}s                    {:>8.2} %                 aim < 0.5 %", idle.as_secs(), cpu_pct);
         println!("  libvirt event -> coordinator, {EVENTS} events (suspend/resume on another connection)");
         println!("    p50 {:>7.2} ms   p99 {:>7.2} ms   max {:>7.2} ms          aim p99 < 100 ms",

@@ -18,6 +18,8 @@ pub struct Endpoints {
     pub libvirt_uri: String,
     pub ovsdb_remote: String,
     pub ceph: Option<CephClient>,
+    /// The `hv-ceph-probe` helper that runs the RBD checks out of process.
+    pub ceph_probe: PathBuf,
 }
 
 /// One check, before it becomes a protocol message.
@@ -172,8 +174,7 @@ pub async fn run(ep: &Endpoints, cfg: &CheckConfig) -> Vec<Outcome> {
         let pools = cfg.ceph_pools.clone();
         match ep.ceph.clone() {
             Some(client) => {
-                let checks =
-                    tokio::task::spawn_blocking(move || client.check_pools(&pools)).await.unwrap_or_default();
+                let checks = crate::ceph::check_pools_isolated(&client, &pools, &ep.ceph_probe).await;
                 out.extend(checks.into_iter().map(|c| Outcome {
                     name: format!("ceph-pool/{}", c.pool),
                     passed: c.passed,

@@ -1,7 +1,7 @@
 //! hv-agent: the per-node agent (DESIGN.md section 1).
 //!
 //! - [`checks`]: the Testing-phase checks and the `hv-agent checks` table.
-//! - [`ceph`]: RBD pools readable as the node's restricted client.
+//! - [`ceph`]: RBD pools readable as the node's restricted client (via `hv-ceph-probe`).
 //! - [`libvirt`]: host facts and the domain inventory over TCP.
 //! - [`ovsdb`]: Open vSwitch bridges over OVSDB (our own RFC 7047 client).
 //! - [`session`]: the stream to the coordinator, with its acknowledged outbox.

@@ -100,6 +100,9 @@ struct ChecksArgs {
     /// An RBD pool that must be readable (repeatable).
     #[arg(long = "pool")]
     pools: Vec<String>,
+    /// The helper that runs the RBD checks out of process (default: next to hv-agent).
+    #[arg(long, env = "HV_CEPH_PROBE")]
+    ceph_probe: Option<PathBuf>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -112,7 +115,12 @@ fn endpoints(a: &ChecksArgs) -> (Endpoints, CheckConfig) {
         id,
         timeout: Duration::from_secs(10),
     });
-    let ep = Endpoints { libvirt_uri: a.libvirt_uri.clone(), ovsdb_remote: a.ovsdb.clone(), ceph };
+    let ep = Endpoints {
+        libvirt_uri: a.libvirt_uri.clone(),
+        ovsdb_remote: a.ovsdb.clone(),
+        ceph,
+        ceph_probe: a.ceph_probe.clone().unwrap_or_else(hv_agent::ceph::default_probe),
+    };
     let cfg = CheckConfig {
         min_libvirt_version: a.min_libvirt_version.clone(),
         bridges: a.bridges.clone(),

@@ -83,7 +83,13 @@ pub async fn run(cfg: AgentConfig) -> Result<(), String> {
     tokio::spawn(libvirt_task(cfg.clone(), handle.clone(), libvirt_live));
     tokio::spawn(ovs_task(cfg.endpoints.ovsdb_remote.clone(), handle.clone(), ovs_live));
     if let Some(client) = cfg.endpoints.ceph.clone().filter(|_| !cfg.ceph_pools.is_empty()) {
-        tokio::spawn(ceph_task(client, cfg.ceph_pools.clone(), handle.clone(), ceph_live));
+        tokio::spawn(ceph_task(
+            client,
+            cfg.ceph_pools.clone(),
+            cfg.endpoints.ceph_probe.clone(),
+            handle.clone(),
+            ceph_live,
+        ));
     }
     let (cmd_tx, mut cmd_rx) = mpsc::channel(16);
     let commands = {
@@ -117,16 +123,21 @@ async fn libvirt_task(cfg: AgentConfig, handle: SessionHandle, live: Arc<AtomicB
     let uri = cfg.endpoints.libvirt_uri.clone();
     let (tx, mut rx) = mpsc::channel(256);
     tokio::spawn(watch(uri.clone(), Backoff::default(), tx, live));
-    let mut last_facts: Option<HostFacts> = None;
+    // Snapshots run in a task of their own, one at a time: a burst of events
+    // asks for one snapshot, and events are never held up behind one.
+    let (want_tx, want_rx) = mpsc::channel::<()>(1);
+    tokio::spawn(snapshot_task(uri.clone(), cfg.session.node.clone(), handle.clone(), want_rx));
+    let want = move || {
+        let _ = want_tx.try_send(());
+    };
     let mut refresh = tokio::time::interval(cfg.inventory_interval);
     loop {
-        let mut resnapshot = false;
         tokio::select! {
             ev = rx.recv() => match ev {
                 None => return,
                 Some(WatchEvent::Connected { .. }) => {
                     handle.push(Payload::Connectivity(ConnectivityChange { peer: "libvirt".into(), connected: true, message: uri.clone() })).await;
-                    resnapshot = true;
+                    want();
                 }
                 Some(WatchEvent::Lost { reason }) => {
                     handle.push(Payload::Connectivity(ConnectivityChange { peer: "libvirt".into(), connected: false, message: reason })).await;
@@ -134,23 +145,27 @@ async fn libvirt_task(cfg: AgentConfig, handle: SessionHandle, live: Arc<AtomicB
                 Some(WatchEvent::Domain(LibvirtEvent::Domain { uuid, name, kind, reason })) => {
                     let e = DomainEvent { uuid, name, kind: kind as i32, reason, observed_at: Some(now()) };
                     handle.push(Payload::DomainEvent(e)).await;
-                    resnapshot = true;
+                    want();
                 }
                 Some(WatchEvent::Domain(LibvirtEvent::Closed { .. })) => {}
             },
-            _ = refresh.tick() => resnapshot = true,
+            _ = refresh.tick() => want(),
         }
-        if resnapshot {
-            match snapshot(&uri).await {
-                Ok((facts, inv)) => {
-                    if last_facts.as_ref() != Some(&facts) {
-                        handle.push(Payload::HostFacts(facts.clone())).await;
-                        last_facts = Some(facts);
-                    }
-                    handle.push(Payload::Inventory(inv)).await;
+    }
+}
+
+async fn snapshot_task(uri: String, node: String, handle: SessionHandle, mut want: mpsc::Receiver<()>) {
+    let mut last_facts: Option<HostFacts> = None;
+    while want.recv().await.is_some() {
+        match snapshot(&uri).await {
+            Ok((facts, inv)) => {
+                if last_facts.as_ref() != Some(&facts) {
+                    handle.push(Payload::HostFacts(facts.clone())).await;
+                    last_facts = Some(facts);
                 }
-                Err(e) => tracing::warn!(node = %cfg.session.node, error = %e, "libvirt snapshot failed"),
+                handle.push(Payload::Inventory(inv)).await;
             }
+            Err(e) => tracing::warn!(node = %node, error = %e, "libvirt snapshot failed"),
         }
     }
 }
@@ -193,12 +208,17 @@ async fn ovs_task(remote: String, handle: SessionHandle, live: Arc<AtomicBool>) 
     }
 }
 
-async fn ceph_task(client: CephClient, pools: Vec<String>, handle: SessionHandle, live: Arc<AtomicBool>) {
+async fn ceph_task(
+    client: CephClient,
+    pools: Vec<String>,
+    probe: std::path::PathBuf,
+    handle: SessionHandle,
+    live: Arc<AtomicBool>,
+) {
     let mut tick = tokio::time::interval(Duration::from_secs(60));
     loop {
         tick.tick().await;
-        let (c, p) = (client.clone(), pools.clone());
-        let checks = tokio::task::spawn_blocking(move || c.check_pools(&p)).await.unwrap_or_default();
+        let checks = crate::ceph::check_pools_isolated(&client, &pools, &probe).await;
         let ok = !checks.is_empty() && checks.iter().all(|c| c.passed);
         if live.swap(ok, Ordering::Relaxed) != ok {
             let message =
