@@ -6,66 +6,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::HashMap;
-use std::pin::Pin;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hv_proto::v1::DomainEventKind;
 use hv_proto::v1::agent_message::Payload;
-use hv_proto::v1::agent_service_server::{AgentService, AgentServiceServer};
-use hv_proto::v1::coordinator_message::Payload as Down;
-use hv_proto::v1::{Ack, AgentMessage, CoordinatorMessage, DomainEventKind, Welcome};
-use tokio::sync::{Mutex, mpsc};
-use tokio_stream::{Stream, StreamExt};
-use tonic::{Request, Response, Status, Streaming};
+use hv_tests::fake_coordinator::FakeCoordinator;
 
 const DOMAINS: usize = 200;
 const EVENTS: usize = 100;
-
-#[derive(Default)]
-struct Stub {
-    /// (domain name, kind) -> arrival time
-    arrivals: Mutex<HashMap<(String, i32), Instant>>,
-    inventory_sizes: Mutex<Vec<usize>>,
-}
-
-struct Svc(Arc<Stub>);
-type Out = Pin<Box<dyn Stream<Item = Result<CoordinatorMessage, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl AgentService for Svc {
-    type ConnectStream = Out;
-    async fn connect(&self, req: Request<Streaming<AgentMessage>>) -> Result<Response<Out>, Status> {
-        let stub = self.0.clone();
-        let mut inbound = req.into_inner();
-        let (tx, rx) = mpsc::channel(1024);
-        tokio::spawn(async move {
-            let w = Down::Welcome(Welcome {
-                coordinator_version: "bench".into(),
-                acked_seq: 0,
-                heartbeat_interval: None,
-            });
-            let _ = tx.send(Ok(CoordinatorMessage { payload: Some(w) })).await;
-            while let Some(Ok(m)) = inbound.next().await {
-                let at = Instant::now();
-                match &m.payload {
-                    Some(Payload::DomainEvent(e)) => {
-                        stub.arrivals.lock().await.insert((e.name.clone(), e.kind), at);
-                    }
-                    Some(Payload::Inventory(i)) => stub.inventory_sizes.lock().await.push(i.domains.len()),
-                    _ => {}
-                }
-                if m.seq > 0 {
-                    let _ = tx
-                        .send(Ok(CoordinatorMessage { payload: Some(Down::Ack(Ack { seq: m.seq })) }))
-                        .await;
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
-    }
-}
 
 /// The agent dies with the bench, whatever happens.
 struct KillOnDrop(std::process::Child);
@@ -127,17 +76,8 @@ fn main() {
             d.create().unwrap();
             doms.push(d);
         }
-        let stub = Arc::new(Stub::default());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let svc = Svc(stub.clone());
-        tokio::spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(AgentServiceServer::new(svc))
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-                .await
-                .unwrap();
-        });
+        let stub = FakeCoordinator::with_commands(vec![]);
+        let url = stub.serve().await.unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_hv-agent"))
             .args(["run", "--node", "bench", "--coordinator", &url, "--health-listen", "127.0.0.1:0"])
             .args(["--libvirt-uri", &uri, "--ovsdb", &env.ovsdb.tcp])
@@ -152,7 +92,10 @@ fn main() {
         let pid = child.0.id();
         // Wait for the full inventory, then let it settle.
         let t = Instant::now();
-        while !stub.inventory_sizes.lock().await.iter().any(|n| *n > DOMAINS) {
+        let full_inventory = |msgs: &[hv_proto::v1::AgentMessage]| {
+            msgs.iter().any(|m| matches!(&m.payload, Some(Payload::Inventory(i)) if i.domains.len() > DOMAINS))
+        };
+        while !full_inventory(&stub.messages().await) {
             assert!(t.elapsed() < Duration::from_secs(30), "no inventory of {DOMAINS}+ domains");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -195,7 +138,11 @@ fn main() {
             };
             let deadline = Instant::now() + Duration::from_secs(5);
             loop {
-                if let Some(at) = stub.arrivals.lock().await.remove(&(name.clone(), kind)) {
+                let arrived = stub.received.lock().await.iter().rev().find_map(|(at, m)| match &m.payload {
+                    Some(Payload::DomainEvent(e)) if e.name == name && e.kind == kind && *at >= t_cause => Some(*at),
+                    _ => None,
+                });
+                if let Some(at) = arrived {
                     lat.push(at.saturating_duration_since(t_cause));
                     break;
                 }

@@ -4,65 +4,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
 use hv_proto::v1::agent_message::Payload;
-use hv_proto::v1::agent_service_server::{AgentService, AgentServiceServer};
 use hv_proto::v1::coordinator_message::Payload as Down;
-use hv_proto::v1::{Ack, AgentMessage, CheckConfig, CoordinatorMessage, DomainEventKind, RunChecks, Welcome};
-use tokio::sync::{Mutex, mpsc};
-use tokio_stream::{Stream, StreamExt};
-use tonic::{Request, Response, Status, Streaming};
-
-#[derive(Default)]
-struct Recorder {
-    got: Mutex<Vec<AgentMessage>>,
-}
-
-struct Svc(Arc<Recorder>);
-
-type Out = Pin<Box<dyn Stream<Item = Result<CoordinatorMessage, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl AgentService for Svc {
-    type ConnectStream = Out;
-    async fn connect(&self, req: Request<Streaming<AgentMessage>>) -> Result<Response<Out>, Status> {
-        let rec = self.0.clone();
-        let mut inbound = req.into_inner();
-        let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(async move {
-            let welcome = Down::Welcome(Welcome {
-                coordinator_version: "test".into(),
-                acked_seq: 0,
-                heartbeat_interval: None,
-            });
-            let _ = tx.send(Ok(CoordinatorMessage { payload: Some(welcome) })).await;
-            let cfg = CheckConfig {
-                min_libvirt_version: "8.0.0".into(),
-                bridges: vec!["br-int".into(), "br-ex".into()],
-                optional_bridges: vec![],
-                ceph_pools: vec!["vms".into()],
-                start_test_domain: true,
-            };
-            let _ = tx
-                .send(Ok(CoordinatorMessage {
-                    payload: Some(Down::RunChecks(RunChecks { run: 1, config: Some(cfg) })),
-                }))
-                .await;
-            while let Some(Ok(m)) = inbound.next().await {
-                let seq = m.seq;
-                rec.got.lock().await.push(m);
-                if seq > 0 {
-                    let _ = tx.send(Ok(CoordinatorMessage { payload: Some(Down::Ack(Ack { seq })) })).await;
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
-    }
-}
+use hv_proto::v1::{AgentMessage, CheckConfig, DomainEventKind, RunChecks};
+use hv_tests::fake_coordinator::FakeCoordinator;
 
 struct Agent(Child);
 
@@ -105,10 +53,10 @@ async fn get(port: u16, path: &str) -> (u16, String) {
     (code, buf.split("\r\n\r\n").nth(1).unwrap_or_default().to_string())
 }
 
-async fn wait_for<F: Fn(&[AgentMessage]) -> bool>(rec: &Recorder, what: &str, f: F) {
+async fn wait_for<F: Fn(&[AgentMessage]) -> bool>(rec: &FakeCoordinator, what: &str, f: F) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        if f(&rec.got.lock().await) {
+        if f(&rec.messages().await) {
             return;
         }
         assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
@@ -119,17 +67,15 @@ async fn wait_for<F: Fn(&[AgentMessage]) -> bool>(rec: &Recorder, what: &str, f:
 #[tokio::test]
 async fn the_agent_streams_the_node_and_answers_run_checks() {
     let env = hv_tests::env::require();
-    let rec = Arc::new(Recorder::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let svc = Svc(rec.clone());
-    tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(AgentServiceServer::new(svc))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-            .await
-            .unwrap();
-    });
+    let cfg = CheckConfig {
+        min_libvirt_version: "8.0.0".into(),
+        bridges: vec!["br-int".into(), "br-ex".into()],
+        optional_bridges: vec![],
+        ceph_pools: vec!["vms".into()],
+        start_test_domain: true,
+    };
+    let rec = FakeCoordinator::with_commands(vec![Down::RunChecks(RunChecks { run: 1, config: Some(cfg) })]);
+    let url = rec.serve().await.unwrap();
     let health = free_port();
     let _agent = agent(&env, &url, &env.ovsdb.tcp, health);
 
@@ -153,7 +99,7 @@ async fn the_agent_streams_the_node_and_answers_run_checks() {
     .await;
     let _ = Command::new("virsh").args(["-c", &env.libvirt.test_uri, "resume", "test"]).output();
 
-    let seqs: Vec<u64> = rec.got.lock().await.iter().map(|m| m.seq).filter(|s| *s > 0).collect();
+    let seqs: Vec<u64> = rec.messages().await.iter().map(|m| m.seq).filter(|s| *s > 0).collect();
     let mut sorted = seqs.clone();
     sorted.dedup();
     assert_eq!(seqs, sorted, "sequence numbers rise strictly on one stream");

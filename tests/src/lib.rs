@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod env;
+pub mod fake_coordinator;
 pub mod kube_standin;
 pub mod kube_target;
 pub mod libvirtd;
