@@ -25,7 +25,7 @@ struct Args {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the validation checks once and print the results; exit 0 only if all passed.
-    Checks(Box<ChecksArgs>),
+    Checks(Box<ChecksCommand>),
     /// Watch the node and stream it to the coordinator (the DaemonSet's command).
     Run(Box<RunArgs>),
 }
@@ -69,6 +69,16 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 #[derive(clap::Args, Debug)]
+struct ChecksCommand {
+    #[command(flatten)]
+    peers: ChecksArgs,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Where the node's peers are, and what the checks expect of them.
+#[derive(clap::Args, Debug)]
 struct ChecksArgs {
     /// libvirt URI (qemu+tcp://HOST:16509/system, or ch+tcp://… for Cloud Hypervisor).
     #[arg(long, env = "HV_LIBVIRT_URI", default_value = "qemu+tcp://127.0.0.1:16509/system")]
@@ -103,9 +113,6 @@ struct ChecksArgs {
     /// The helper that runs the RBD checks out of process (default: next to hv-agent).
     #[arg(long, env = "HV_CEPH_PROBE")]
     ceph_probe: Option<PathBuf>,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    json: bool,
 }
 
 fn endpoints(a: &ChecksArgs) -> (Endpoints, CheckConfig) {
@@ -182,7 +189,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let (ep, cfg) = endpoints(&a);
+            let (ep, cfg) = endpoints(&a.peers);
             let outcomes = rt.block_on(checks::run(&ep, &cfg));
             if a.json {
                 match serde_json::to_string_pretty(&outcomes) {
@@ -194,5 +201,23 @@ fn main() -> ExitCode {
             }
             if outcomes.iter().all(|o| o.passed) { ExitCode::SUCCESS } else { ExitCode::from(1) }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        super::Args::command().debug_assert();
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(super::parse_duration("500ms"), Ok(std::time::Duration::from_millis(500)));
+        assert_eq!(super::parse_duration("2m"), Ok(std::time::Duration::from_secs(120)));
+        assert!(super::parse_duration("ten").is_err());
+        assert!(super::parse_duration("5h").is_err());
     }
 }
