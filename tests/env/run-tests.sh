@@ -6,7 +6,7 @@ here="$(dirname "$0")"
 source "$here/lib.sh"
 # Install first: the snapshot below needs `ip` (iproute2), which install.sh
 # provides on a machine that lacks it.
-bash "$here/install.sh" >/dev/null || { echo "installing the test ground's packages failed" >&2; exit 1; }
+bash "$here/install.sh" >&2 || { echo "installing the test ground's packages failed" >&2; exit 1; }
 # What `down` must leave as it was: network links, and no process of ours.
 links() { ip -o link | awk -F': ' '{print $2}' | sort; }
 links_before=$(links)
