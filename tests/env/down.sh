@@ -10,9 +10,14 @@ source "$(dirname "$0")/lib.sh"
 
 pids=()
 for f in "$PIDS"/*; do [[ -f "$f" ]] && pids+=("$(cat "$f")"); done
+# Directories the ground keeps outside the scratch dir (reachable by the
+# unprivileged libvirtd), and private libvirtds of tests that crashed.
+external=()
+[[ -f "$HV_ENV_DIR/external-dirs" ]] && mapfile -t external < "$HV_ENV_DIR/external-dirs"
+for d in /tmp/hv-libvirt-private-*; do [[ -d "$d" ]] && external+=("$d"); done
 # Daemons started on demand by a peer (virtlogd for libvirt's session) leave
-# their pid files in the scratch directory too.
-while IFS= read -r f; do pids+=("$(cat "$f" 2>/dev/null)"); done < <(find "$HV_ENV_DIR" -name '*.pid' -type f 2>/dev/null)
+# their pid files in those directories.
+while IFS= read -r f; do pids+=("$(cat "$f" 2>/dev/null)"); done < <(find "$HV_ENV_DIR" "${external[@]}" -name '*.pid' -type f 2>/dev/null)
 
 live=()
 for pid in $(printf '%s\n' "${pids[@]}" | sort -u); do
@@ -28,5 +33,5 @@ if ((${#live[@]})); then
   done
   for pid in "${live[@]}"; do kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null; done
 fi
-rm -rf "$HV_ENV_DIR"
+rm -rf "$HV_ENV_DIR" "${external[@]}"
 log "stopped ${#live[@]} process(es), removed $HV_ENV_DIR"

@@ -35,6 +35,8 @@ pub struct TestEnv {
 pub struct Libvirt {
     pub host: String,
     pub port: u16,
+    /// libvirtd's own directory (readable by it; it runs as `nobody`).
+    pub dir: PathBuf,
     /// The test driver: fake hosts and domains, full event support.
     pub test_uri: String,
     /// The QEMU driver (TCG) in session mode: real domains.

@@ -14,14 +14,15 @@ pub struct PrivateLibvirtd {
 }
 
 impl PrivateLibvirtd {
-    /// Start one in the test ground's directory (so `make test-env-down`
-    /// cleans up whatever a crashed test leaves).
-    pub fn start(ground: &crate::env::TestEnv) -> Result<Self, String> {
+    /// Start one. Its directory is under /tmp, reachable by `nobody` even
+    /// when the checkout is not; `make test-env-down` removes what a crashed
+    /// test leaves (`/tmp/hv-libvirt-private-*`).
+    pub fn start(_ground: &crate::env::TestEnv) -> Result<Self, String> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| e.to_string())?
             .port();
-        let dir = ground.dir.join(format!("libvirt-private-{port}"));
+        let dir = std::env::temp_dir().join(format!("hv-libvirt-private-{port}"));
         for sub in ["config", "runtime", "cache", "data", "home"] {
             std::fs::create_dir_all(dir.join(sub)).map_err(|e| e.to_string())?;
         }
