@@ -1,4 +1,7 @@
 //! `hv-agent checks` against the real peers of the test ground.
+//!
+//! The Ceph checks run in `hv-ceph-probe`, another package of the
+//! workspace: `make test` builds it; alone, `cargo build -p hv-ceph-probe`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
