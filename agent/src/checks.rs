@@ -4,7 +4,7 @@
 //! RunChecks and by hand with `hv-agent checks`.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use hv_proto::v1::{CheckConfig, CheckResult};
 
@@ -33,7 +33,6 @@ pub struct Outcome {
 
 impl Outcome {
     pub fn to_proto(&self) -> CheckResult {
-        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
         CheckResult {
             name: self.name.clone(),
             passed: self.passed,
@@ -42,10 +41,7 @@ impl Outcome {
                 seconds: (self.duration_ms / 1000) as i64,
                 nanos: ((self.duration_ms % 1000) * 1_000_000) as i32,
             }),
-            finished_at: Some(prost_types::Timestamp {
-                seconds: now.as_secs() as i64,
-                nanos: now.subsec_nanos() as i32,
-            }),
+            finished_at: Some(crate::backoff::timestamp_now()),
         }
     }
 }
@@ -76,10 +72,10 @@ pub fn libvirt_checks(uri: &str, min_version: &str, start_domain: bool) -> Vec<O
     out.push(timed("libvirt-reachable".into(), || {
         let lv = Libvirt::open(uri).map_err(|e| e.to_string())?;
         let v = lv.lib_version().map_err(|e| e.to_string())?;
-        conn = Some(lv);
+        conn = Some((lv, v.clone()));
         Ok(format!("{uri} answered (libvirt {v})"))
     }));
-    let Some(lv) = conn else {
+    let Some((lv, have)) = conn else {
         out.push(Outcome {
             name: "libvirt-version".into(),
             passed: false,
@@ -89,7 +85,6 @@ pub fn libvirt_checks(uri: &str, min_version: &str, start_domain: bool) -> Vec<O
         return out;
     };
     out.push(timed("libvirt-version".into(), || {
-        let have = lv.lib_version().map_err(|e| e.to_string())?;
         let want = parse_version(min_version)
             .ok_or_else(|| format!("minimum version {min_version:?} is not major.minor.micro"))?;
         match parse_version(&have) {

@@ -11,6 +11,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod backoff;
 pub mod ceph;
 pub mod checks;
 pub mod health;

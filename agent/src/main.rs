@@ -163,7 +163,7 @@ fn main() -> ExitCode {
                     coordinator: r.coordinator.clone(),
                     node: r.node.clone(),
                     agent_version: env!("CARGO_PKG_VERSION").into(),
-                    boot_id: format!("{:016x}", (hv_agent::libvirt::watch::draw() * 1e16) as u64),
+                    boot_id: format!("{:016x}", (hv_agent::backoff::draw() * 1e16) as u64),
                     heartbeat: r.heartbeat,
                     buffer: r.buffer,
                     backoff: Default::default(),

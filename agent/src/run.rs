@@ -11,12 +11,13 @@ use hv_proto::v1::agent_message::Payload;
 use hv_proto::v1::{CheckReport, ConnectivityChange, DomainEvent, HostFacts, Inventory};
 use tokio::sync::mpsc;
 
+use crate::backoff::{Backoff, draw, timestamp_now as now};
 use crate::ceph::CephClient;
 use crate::checks::{self, Endpoints};
 use crate::health::{self, Health, Watcher};
 use crate::libvirt::Libvirt;
 use crate::libvirt::events::LibvirtEvent;
-use crate::libvirt::watch::{Backoff, WatchEvent, watch};
+use crate::libvirt::watch::{WatchEvent, watch};
 use crate::ovsdb;
 use crate::session::{Command, Session, SessionConfig, SessionHandle};
 
@@ -27,11 +28,6 @@ pub struct AgentConfig {
     pub ceph_pools: Vec<String>,
     pub inventory_interval: Duration,
     pub health_listen: SocketAddr,
-}
-
-fn now() -> prost_types::Timestamp {
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    prost_types::Timestamp { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 }
 }
 
 /// Kernel and hostname from the host itself (nix), beside libvirt's view.
@@ -203,7 +199,7 @@ async fn ovs_task(remote: String, handle: SessionHandle, live: Arc<AtomicBool>) 
                 }))
                 .await;
         }
-        tokio::time::sleep(backoff.delay(attempt, crate::libvirt::watch::draw())).await;
+        tokio::time::sleep(backoff.delay(attempt, draw())).await;
         attempt += 1;
     }
 }

@@ -61,7 +61,8 @@ async fn a_killed_libvirtd_is_reported_lost_and_reconnected_when_back() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    use hv_agent::libvirt::watch::{Backoff, WatchEvent, watch};
+    use hv_agent::backoff::Backoff;
+    use hv_agent::libvirt::watch::{WatchEvent, watch};
 
     let env = hv_tests::env::require();
     let mut daemon = hv_tests::libvirtd::PrivateLibvirtd::start(&env).unwrap();

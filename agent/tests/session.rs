@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use hv_agent::libvirt::watch::Backoff;
+use hv_agent::backoff::Backoff;
 use hv_agent::session::{Command, Session, SessionConfig};
 use hv_proto::v1::agent_message::Payload;
 use hv_proto::v1::agent_service_server::{AgentService, AgentServiceServer};

@@ -60,10 +60,6 @@ impl Libvirt {
         Self::call("getType", self.conn.driver_type())
     }
 
-    pub fn is_alive(&self) -> bool {
-        self.conn.is_alive().unwrap_or(false)
-    }
-
     pub fn lib_version(&self) -> Result<String, LibvirtError> {
         Ok(version_string(Self::call("getLibVersion", self.conn.lib_version())?))
     }

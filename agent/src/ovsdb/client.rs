@@ -1,7 +1,7 @@
 //! A long-lived OVSDB JSON-RPC client (RFC 7047) over TCP or a unix socket.
 //!
-//! Why our own: the published crates cannot hold a connection (one hits
-//! `todo!()` on any server request, another cannot answer the server's
+//! Why our own: the published crates cannot hold a connection (one panics
+//! on any request the server sends, another cannot answer the server's
 //! `echo` inactivity probe and is dropped after ~10 s idle). This one
 //! stream-parses the concatenated JSON values the server sends, matches
 //! replies to requests by id, answers `echo` from the reader task (so a

@@ -19,7 +19,7 @@ use hv_proto::v1::coordinator_message::Payload as Down;
 use hv_proto::v1::{AgentMessage, Capability, Configure, Heartbeat, Hello, RunChecks};
 use tokio::sync::{Mutex, Notify, mpsc};
 
-use crate::libvirt::watch::{Backoff, draw};
+use crate::backoff::{Backoff, draw, timestamp_now as now};
 use outbox::Outbox;
 
 #[derive(Clone, Debug)]
@@ -72,11 +72,6 @@ impl SessionHandle {
     pub async fn acked(&self) -> u64 {
         self.outbox.lock().await.acked()
     }
-}
-
-fn now() -> prost_types::Timestamp {
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    prost_types::Timestamp { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 }
 }
 
 pub struct Session {

@@ -46,10 +46,6 @@ impl Outbox {
         self.dropped
     }
 
-    pub fn len(&self) -> usize {
-        self.buf.len()
-    }
-
     pub fn is_empty(&self) -> bool {
         self.buf.is_empty()
     }
@@ -108,7 +104,9 @@ impl Outbox {
 
     /// The messages not yet handed to the current stream, in order.
     pub fn take_unsent(&mut self) -> Vec<AgentMessage> {
-        let out: Vec<AgentMessage> = self.buf.iter().filter(|m| m.seq > self.sent).cloned().collect();
+        // The buffer is ordered by seq: find the first unsent one, don't scan.
+        let start = self.buf.partition_point(|m| m.seq <= self.sent);
+        let out: Vec<AgentMessage> = self.buf.range(start..).cloned().collect();
         if let Some(last) = out.last() {
             self.sent = last.seq;
         }

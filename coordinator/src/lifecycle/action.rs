@@ -30,16 +30,6 @@ pub enum Action {
     DeleteService { service_id: String },
 }
 
-impl Action {
-    /// Whether the action changes Nova or Placement.
-    pub fn touches_nova(&self) -> bool {
-        !matches!(
-            self,
-            Action::RunChecks { .. } | Action::CreateEviction { .. } | Action::CancelEviction { .. }
-        )
-    }
-}
-
 impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -48,7 +48,12 @@ mod tests {
     use crate::api::{ConditionStatus, ConditionType};
 
     fn want(status: ConditionStatus, reason: &'static str) -> DesiredCondition {
-        DesiredCondition { type_: ConditionType::Tested, status, reason, message: String::new() }
+        DesiredCondition {
+            type_: ConditionType::Tested,
+            status,
+            reason: reason.to_string(),
+            message: String::new(),
+        }
     }
 
     #[test]

@@ -73,7 +73,7 @@ pub struct Input<'a> {
 pub struct DesiredCondition {
     pub type_: ConditionType,
     pub status: ConditionStatus,
-    pub reason: &'static str,
+    pub reason: String,
     pub message: String,
 }
 
@@ -669,12 +669,12 @@ impl<'a> Draft<'a> {
         }
     }
 
-    fn set(&mut self, type_: ConditionType, status: ConditionStatus, reason: &'static str, message: String) {
+    fn set(&mut self, type_: ConditionType, status: ConditionStatus, reason: &str, message: String) {
         self.set.retain(|c| c.type_ != type_);
-        self.set.push(DesiredCondition { type_, status, reason, message });
+        self.set.push(DesiredCondition { type_, status, reason: reason.to_string(), message });
     }
 
-    fn abort(&mut self, condition: ConditionType, reason: &'static str, message: String) {
+    fn abort(&mut self, condition: ConditionType, reason: &str, message: String) {
         self.set(condition, ConditionStatus::False, reason, message.clone());
         self.record.abort = Some(AbortRecord {
             condition: condition.as_str().to_string(),
@@ -834,7 +834,7 @@ impl<'a> Draft<'a> {
             if let Some(a) = self.record.abort.clone() {
                 let t = if a.condition == T::Tested.as_str() { T::Tested } else { T::Onboarded };
                 if !has(&self.set, t) {
-                    self.set(t, False, static_reason(&a.reason), a.message);
+                    self.set(t, False, &a.reason, a.message);
                 }
             }
         } else {
@@ -931,19 +931,4 @@ fn truncate(s: &str, max: usize) -> String {
 fn human(d: SignedDuration) -> String {
     let secs = d.as_secs();
     if secs % 60 == 0 { format!("{}m", secs / 60) } else { format!("{secs}s") }
-}
-
-/// Condition reasons are `&'static str`; an abort reason read back from
-/// status is mapped onto the known ones.
-fn static_reason(reason: &str) -> &'static str {
-    const KNOWN: &[&str] = &[
-        "InvalidSpec",
-        "AggregateNotFound",
-        "KeystoneRejected",
-        "RegistrationTimeout",
-        "ChecksFailed",
-        "ChecksTimedOut",
-        "NoChecks",
-    ];
-    KNOWN.iter().find(|k| **k == reason).copied().unwrap_or("Aborted")
 }

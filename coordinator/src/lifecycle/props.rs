@@ -76,6 +76,10 @@ fn check_one_step(st: &HypervisorStatus, o: &Observations, d: &Decision) -> Resu
     if d.conditions.len() != 5 {
         return Err(format!("{} owned conditions instead of 5", d.conditions.len()));
     }
+    if let Some(c) = d.conditions.iter().find(|c| c.type_.owner() != crate::api::condition::Owner::Lifecycle)
+    {
+        return Err(format!("decide wrote {}, a condition it does not own", c.type_));
+    }
     Ok(())
 }
 

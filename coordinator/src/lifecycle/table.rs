@@ -152,12 +152,12 @@ fn aborted_condition_names_the_cause() {
     let d = decide_at(&spec(), &status(Phase::Onboarding), &o, t(1));
     assert_eq!(d.phase, Phase::Aborted);
     let onboarded = d.conditions.iter().find(|c| c.type_ == crate::api::ConditionType::Onboarded);
-    let onboarded = onboarded.map(|c| (c.status, c.reason, c.message.clone()));
+    let onboarded = onboarded.map(|c| (c.status, c.reason.clone(), c.message.clone()));
     assert_eq!(
         onboarded,
         Some((
             crate::api::ConditionStatus::False,
-            "AggregateNotFound",
+            "AggregateNotFound".to_string(),
             "aggregate(s) az-missing do not exist in Nova".into()
         ))
     );

@@ -221,10 +221,8 @@ impl Store {
             metadata_mut(&mut new)?.insert("generation".into(), json!(g));
         }
         set_type_meta(&mut new, &rt);
-        let mut unchanged = new.clone();
-        copy_field(&live, &mut unchanged, "metadata");
-        if unchanged == live && new.get("metadata") == live.get("metadata") {
-            return Ok(live);
+        if new == live {
+            return Ok(live); // a no-op write: no new version, no event
         }
         let rv = self.bump();
         metadata_mut(&mut new)?.insert("resourceVersion".into(), json!(rv.to_string()));
