@@ -3,8 +3,12 @@
 //!
 //! - [`api`]: the CRD types (the only source of `deploy/crds/`).
 //! - [`lifecycle`]: the pure decision core (no I/O, no clock).
+//! - [`nova`]: Nova and Placement (Keystone through `openstack_sdk`).
 
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod fleet;
+pub mod k8s;
 pub mod lifecycle;
+pub mod nova;

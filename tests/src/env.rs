@@ -133,3 +133,27 @@ pub fn require() -> TestEnv {
         Err(e) => panic!("{e}"),
     }
 }
+
+impl TestEnv {
+    /// A clouds.yaml with one cloud, `hv`, logging in as the coordinator's
+    /// service user (with `password` instead of the real one, to test a
+    /// rejection). Written into `dir`; answers its path.
+    pub fn clouds_yaml(&self, dir: &Path, password: Option<&str>) -> std::io::Result<PathBuf> {
+        let ks = &self.keystone;
+        let who = &ks.coordinator;
+        let yaml = format!(
+            "clouds:\n  hv:\n    region_name: {region}\n    interface: public\n    identity_api_version: 3\n    auth:\n      auth_url: {url}\n      username: {user}\n      password: {password}\n      project_name: {project}\n      user_domain_name: {udom}\n      project_domain_name: {pdom}\n",
+            region = ks.region,
+            url = ks.auth_url,
+            user = who.username,
+            password = password.unwrap_or(&who.password),
+            project = who.project_name,
+            udom = who.user_domain_name,
+            pdom = who.project_domain_name,
+        );
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join("clouds.yaml");
+        std::fs::write(&path, yaml)?;
+        Ok(path)
+    }
+}

@@ -48,18 +48,105 @@ pub async fn token(ks: &Keystone, who: &Credentials) -> Result<Token, ApiError> 
 
 /// GET `url` with the token and a microversion header (`compute 2.96`, `placement 1.39`).
 pub async fn get(url: &str, token: &Token, microversion: &str) -> Result<Value, ApiError> {
-    let what = format!("GET {url}");
-    let resp = reqwest::Client::new()
-        .get(url)
+    send(reqwest::Method::GET, url, token, microversion, None).await
+}
+
+/// Any call with the token, a microversion header and an optional JSON body;
+/// answers the JSON body (`Null` when empty).
+pub async fn send(
+    method: reqwest::Method,
+    url: &str,
+    token: &Token,
+    microversion: &str,
+    body: Option<Value>,
+) -> Result<Value, ApiError> {
+    let what = format!("{method} {url}");
+    let mut req = reqwest::Client::new()
+        .request(method, url)
         .header("X-Auth-Token", &token.value)
-        .header("OpenStack-API-Version", microversion)
-        .send()
-        .await
-        .map_err(|e| ApiError::Http(what.clone(), e))?;
+        .header("OpenStack-API-Version", microversion);
+    if let Some(body) = body {
+        req = req.json(&body);
+    }
+    let resp = req.send().await.map_err(|e| ApiError::Http(what.clone(), e))?;
     let status = resp.status().as_u16();
     let text = resp.text().await.map_err(|e| ApiError::Http(what.clone(), e))?;
     if !(200..300).contains(&status) {
         return Err(ApiError::Status { what, status, body: text });
     }
+    if text.trim().is_empty() {
+        return Ok(Value::Null);
+    }
     serde_json::from_str(&text).map_err(|e| ApiError::Status { what, status, body: format!("{e}: {text}") })
+}
+
+/// The region as an administrator sees it, to set up scenarios and to check
+/// what the coordinator did, independently of the coordinator's client.
+pub struct Admin {
+    pub token: Token,
+    pub nova: crate::env::Nova,
+}
+
+impl Admin {
+    pub async fn login(env: &crate::env::TestEnv) -> Result<Admin, ApiError> {
+        Ok(Admin { token: token(&env.keystone, &env.keystone.admin).await?, nova: env.nova.clone() })
+    }
+
+    fn compute(&self, path: &str) -> String {
+        format!("{}/{path}", self.nova.compute_url)
+    }
+
+    fn mv(&self) -> String {
+        format!("compute {}", self.nova.compute_microversion)
+    }
+
+    pub async fn create_aggregate(&self, name: &str) -> Result<i64, ApiError> {
+        let body = json!({"aggregate": {"name": name}});
+        let v =
+            send(reqwest::Method::POST, &self.compute("os-aggregates"), &self.token, &self.mv(), Some(body))
+                .await?;
+        Ok(v["aggregate"]["id"].as_i64().unwrap_or_default())
+    }
+
+    /// Names of the aggregates `host` is in.
+    pub async fn aggregates_of(&self, host: &str) -> Result<Vec<String>, ApiError> {
+        let v = get(&self.compute("os-aggregates"), &self.token, &self.mv()).await?;
+        let mut names = Vec::new();
+        for a in v["aggregates"].as_array().cloned().unwrap_or_default() {
+            let hosts = a["hosts"].as_array().cloned().unwrap_or_default();
+            if hosts.iter().any(|h| h.as_str() == Some(host)) {
+                names.push(a["name"].as_str().unwrap_or_default().to_string());
+            }
+        }
+        Ok(names)
+    }
+
+    /// The nova-compute service record of `host` (`status`, `disabled_reason`, `id`), if any.
+    pub async fn service(&self, host: &str) -> Result<Option<Value>, ApiError> {
+        let url = self.compute(&format!("os-services?binary=nova-compute&host={host}"));
+        let v = get(&url, &self.token, &self.mv()).await?;
+        Ok(v["services"].as_array().and_then(|a| a.first().cloned()))
+    }
+
+    pub async fn set_service(&self, host: &str, body: Value) -> Result<(), ApiError> {
+        let id = self.service(host).await?.map(|s| s["id"].as_str().unwrap_or_default().to_string());
+        let url = self.compute(&format!("os-services/{}", id.unwrap_or_default()));
+        send(reqwest::Method::PUT, &url, &self.token, &self.mv(), Some(body)).await.map(|_| ())
+    }
+
+    /// Traits on the resource provider named `host`.
+    pub async fn traits_of(&self, host: &str) -> Result<Vec<String>, ApiError> {
+        let mv = format!("placement {}", self.nova.placement_microversion);
+        let url = format!("{}/resource_providers?name={host}", self.nova.placement_url);
+        let rps = get(&url, &self.token, &mv).await?;
+        let uuid = rps["resource_providers"][0]["uuid"].as_str().unwrap_or_default().to_string();
+        let url = format!("{}/resource_providers/{uuid}/traits", self.nova.placement_url);
+        let v = get(&url, &self.token, &mv).await?;
+        Ok(v["traits"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.as_str().map(str::to_string))
+            .collect())
+    }
 }

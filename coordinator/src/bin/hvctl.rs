@@ -1,0 +1,147 @@
+//! `hvctl`: the SRE's command line. Reads go to the coordinator's
+//! FleetService and health service; `retry` is a write to the Hypervisor
+//! (the retry annotation), so it works whichever replica leads.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use hv_coordinator::api::Hypervisor;
+use hv_coordinator::k8s::RETRY_ANNOTATION;
+use hv_proto::v1::fleet_service_client::FleetServiceClient;
+use hv_proto::v1::{GetHypervisorRequest, Hypervisor as PbHypervisor, ListHypervisorsRequest, WatchRequest};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
+
+#[derive(Parser, Debug)]
+#[command(version, about = "Look at and act on the hypervisor fleet")]
+struct Args {
+    /// The coordinator's gRPC endpoint.
+    #[arg(long, env = "HV_COORDINATOR", default_value = "http://127.0.0.1:9090", global = true)]
+    coordinator: String,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Every hypervisor, one line each.
+    List {
+        /// Only these phases (repeatable).
+        #[arg(long = "phase")]
+        phases: Vec<String>,
+    },
+    /// One hypervisor with its conditions.
+    Get { node: String },
+    /// Phase changes as they happen (all nodes, or the ones named).
+    Watch { nodes: Vec<String> },
+    /// The gRPC health of node/NODE (SERVING only while Active with a live agent).
+    Health { node: String },
+    /// Retry an Aborted node: sets the hypervisor.cloud.sap/retry annotation (uses KUBECONFIG).
+    Retry { node: String },
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("hvctl: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let channel = || async {
+        tonic::transport::Endpoint::from_shared(args.coordinator.clone())?
+            .connect()
+            .await
+            .map_err(|e| anyhow::anyhow!("coordinator {}: {e}", args.coordinator))
+    };
+    match args.command {
+        Cmd::List { phases } => {
+            let mut c = FleetServiceClient::new(channel().await?);
+            let list = c.list_hypervisors(ListHypervisorsRequest { phases }).await?.into_inner();
+            println!(
+                "{:<24} {:<15} {:<12} {:>9} {:<6} {}",
+                "NAME", "PHASE", "MAINTENANCE", "INSTANCES", "AGENT", "LIBVIRT"
+            );
+            for h in list.hypervisors {
+                println!(
+                    "{:<24} {:<15} {:<12} {:>9} {:<6} {}",
+                    h.name,
+                    h.phase,
+                    dash(&h.maintenance),
+                    h.instances,
+                    if h.agent_connected { "yes" } else { "no" },
+                    dash(&h.libvirt_version)
+                );
+            }
+        }
+        Cmd::Get { node } => {
+            let mut c = FleetServiceClient::new(channel().await?);
+            let h = c.get_hypervisor(GetHypervisorRequest { name: node }).await?.into_inner();
+            print_one(&h);
+        }
+        Cmd::Watch { nodes } => {
+            let mut c = FleetServiceClient::new(channel().await?);
+            let mut stream = c.watch(WatchRequest { names: nodes }).await?.into_inner();
+            while let Some(ev) = stream.message().await? {
+                let Some(h) = ev.hypervisor else { continue };
+                let at = jiff::Timestamp::now().strftime("%H:%M:%S");
+                if ev.initial {
+                    println!("{at} {:<20} {}", h.name, h.phase);
+                } else {
+                    let why = h.conditions.iter().find(|c| c.status != "True").map(|c| c.message.as_str());
+                    println!(
+                        "{at} {:<20} {} -> {}  {}",
+                        h.name,
+                        ev.previous_phase,
+                        h.phase,
+                        why.unwrap_or("")
+                    );
+                }
+            }
+        }
+        Cmd::Health { node } => {
+            let mut c = HealthClient::new(channel().await?);
+            let service = format!("node/{node}");
+            let status =
+                c.check(HealthCheckRequest { service: service.clone() }).await?.into_inner().status();
+            println!("{service}: {}", status.as_str_name());
+            if status != tonic_health::pb::health_check_response::ServingStatus::Serving {
+                return Ok(ExitCode::from(2));
+            }
+        }
+        Cmd::Retry { node } => {
+            let client = kube::Client::try_default().await?;
+            let api: Api<Hypervisor> = Api::all(client);
+            let token = jiff::Timestamp::now().to_string();
+            let patch = serde_json::json!({"metadata": {"annotations": {RETRY_ANNOTATION: token}}});
+            api.patch(&node, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            println!("retry requested for {node} ({RETRY_ANNOTATION}={token})");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn dash(s: &str) -> &str {
+    if s.is_empty() { "-" } else { s }
+}
+
+fn print_one(h: &PbHypervisor) {
+    println!("name:        {}", h.name);
+    println!("phase:       {}", h.phase);
+    println!("maintenance: {}", dash(&h.maintenance));
+    println!("instances:   {}", h.instances);
+    println!("agent:       {}", if h.agent_connected { "connected" } else { "not connected" });
+    println!("libvirt:     {}", dash(&h.libvirt_version));
+    println!("service id:  {}", dash(&h.service_id));
+    println!("conditions:");
+    for c in &h.conditions {
+        println!("  {:<18} {:<7} {:<22} {}", c.r#type, c.status, c.reason, c.message);
+    }
+}

@@ -1,0 +1,113 @@
+//! The coordinator's gRPC face: agent sessions ([`agent_service`]), the
+//! session registry ([`registry`]), the fleet API ([`fleet_service`]), the
+//! standard health service and server reflection, on one port.
+//!
+//! Health: the service `""` answers for the coordinator itself and is
+//! SERVING only on the leader, so a Kubernetes gRPC readiness probe keeps
+//! followers out of the Service; `node/<name>` is SERVING only while that
+//! node is Active with a live agent (set by the controller).
+
+pub mod agent_service;
+pub mod fleet_service;
+pub mod registry;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hv_proto::v1::agent_service_server::AgentServiceServer;
+use hv_proto::v1::fleet_service_server::FleetServiceServer;
+use tokio::net::TcpListener;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+pub use agent_service::AgentEndpoint;
+pub use fleet_service::FleetEndpoint;
+pub use registry::{AgentView, Registry};
+
+/// Per-node health in `grpc.health.v1`, under `node/<name>`.
+#[derive(Clone)]
+pub struct Health {
+    reporter: HealthReporter,
+}
+
+impl Health {
+    pub fn service_name(node: &str) -> String {
+        format!("node/{node}")
+    }
+
+    pub async fn set_node(&self, node: &str, serving: bool) {
+        let status = if serving { ServingStatus::Serving } else { ServingStatus::NotServing };
+        self.reporter.set_service_status(Self::service_name(node), status).await;
+    }
+
+    pub async fn forget_node(&mut self, node: &str) {
+        self.reporter.clear_service_status(&Self::service_name(node)).await;
+    }
+
+    /// The coordinator itself (`""`): serving while it leads.
+    pub async fn set_self(&self, serving: bool) {
+        let status = if serving { ServingStatus::Serving } else { ServingStatus::NotServing };
+        self.reporter.set_service_status("", status).await;
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("gRPC listener on {0}: {1}")]
+    Bind(SocketAddr, std::io::Error),
+    #[error("reflection descriptors: {0}")]
+    Reflection(String),
+    #[error("gRPC server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Binds the port (so a caller learns a bind error at once) and answers the
+/// bound address and the health handle; `serve` runs until `shutdown`.
+pub struct Server {
+    listener: TcpListener,
+    pub addr: SocketAddr,
+    pub health: Health,
+    health_service: tonic_health::pb::health_server::HealthServer<tonic_health::server::HealthService>,
+}
+
+impl Server {
+    pub async fn bind(addr: SocketAddr) -> Result<Server, ServeError> {
+        let listener = TcpListener::bind(addr).await.map_err(|e| ServeError::Bind(addr, e))?;
+        let addr = listener.local_addr().map_err(|e| ServeError::Bind(addr, e))?;
+        let reporter = HealthReporter::new();
+        let health_service = tonic_health::pb::health_server::HealthServer::new(
+            tonic_health::server::HealthService::from_health_reporter(reporter.clone()),
+        );
+        let health = Health { reporter };
+        health.set_self(false).await;
+        Ok(Server { listener, addr, health, health_service })
+    }
+
+    pub async fn serve(
+        self,
+        agents: AgentEndpoint,
+        fleet: FleetEndpoint,
+        shutdown: impl std::future::Future<Output = ()> + Send,
+    ) -> Result<(), ServeError> {
+        let reflection = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(hv_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .map_err(|e| ServeError::Reflection(e.to_string()))?;
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(self.listener);
+        tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            .add_service(self.health_service)
+            .add_service(reflection)
+            .add_service(AgentServiceServer::new(agents))
+            .add_service(FleetServiceServer::new(fleet))
+            .serve_with_incoming_shutdown(incoming, shutdown)
+            .await?;
+        Ok(())
+    }
+}
+
+/// Shared by the controller and the gRPC endpoints.
+pub type SharedRegistry = Arc<Registry>;

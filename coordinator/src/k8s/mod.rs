@@ -1,0 +1,135 @@
+//! The Kubernetes side: the Node watcher that creates a Hypervisor for each
+//! selected Node ([`nodes`]), the Hypervisor controller ([`hypervisor`]),
+//! the status it writes ([`status`]) and leader election ([`leader`]).
+
+pub mod hypervisor;
+pub mod leader;
+pub mod nodes;
+pub mod status;
+
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use hv_proto::v1::CheckConfig;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{Controller, WatchStreamExt, predicates, watcher};
+use tokio::sync::mpsc;
+
+use crate::api::hypervisor::HypervisorSpec;
+use crate::api::{Eviction, Hypervisor};
+
+pub use hypervisor::{Context, FIELD_MANAGER, Intervals, RETRY_ANNOTATION};
+pub use nodes::Template;
+
+/// What the agent must check for this node, from its spec (DESIGN.md section 3).
+pub fn check_config(spec: &HypervisorSpec) -> CheckConfig {
+    CheckConfig {
+        min_libvirt_version: spec.libvirt.minimum_version.clone(),
+        bridges: spec.ovs.bridges.clone(),
+        optional_bridges: spec.ovs.optional_bridges.clone(),
+        ceph_pools: spec.ceph.pools.clone(),
+        start_test_domain: true,
+    }
+}
+
+/// The writing ends of the caches the controller reads ([`Context`]'s stores).
+pub struct Writers {
+    pub hypervisors: reflector::store::Writer<Hypervisor>,
+    pub nodes: reflector::store::Writer<Node>,
+    pub evictions: reflector::store::Writer<Eviction>,
+}
+
+/// Runs the Node watcher and the Hypervisor controller until `shutdown`.
+/// `changed` carries node names the agent sessions want reconciled.
+pub async fn run(
+    ctx: Arc<Context>,
+    node_selector: String,
+    template: Template,
+    writers: Writers,
+    changed: mpsc::UnboundedReceiver<String>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.client.clone();
+    let hv_api: Api<Hypervisor> = Api::all(client.clone());
+    let node_api: Api<Node> = Api::all(client.clone());
+    let ev_api: Api<Eviction> = Api::all(client.clone());
+
+    // Nodes: a cache for the controller, a Hypervisor for each new one, and a
+    // reconcile of the Hypervisor on every change of its Node.
+    let (node_tx, node_rx) = mpsc::unbounded_channel::<String>();
+    let nodes = watcher(node_api, watcher::Config::default().labels(&node_selector))
+        .default_backoff()
+        .reflect(writers.nodes)
+        .applied_objects();
+    let creator = {
+        let client = client.clone();
+        async move {
+            let mut nodes = std::pin::pin!(nodes);
+            while let Some(item) = nodes.next().await {
+                match item {
+                    Ok(node) => {
+                        nodes::ensure_hypervisor(&client, &node, &template).await;
+                        if let Some(name) = node.metadata.name {
+                            let _ = node_tx.send(name);
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "node watch"),
+                }
+            }
+        }
+    };
+    // Evictions: a cache, and a reconcile of the Hypervisor they target.
+    let (ev_tx, ev_rx) = mpsc::unbounded_channel::<String>();
+    let evictions = watcher(ev_api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writers.evictions)
+        .applied_objects();
+    let eviction_triggers = async move {
+        let mut evictions = std::pin::pin!(evictions);
+        while let Some(item) = evictions.next().await {
+            match item {
+                Ok(ev) => {
+                    let _ = ev_tx.send(ev.spec.hypervisor.clone());
+                }
+                Err(e) => tracing::warn!(error = %e, "eviction watch"),
+            }
+        }
+    };
+    // Hypervisors: reconcile on spec, annotation (retry) or deletion
+    // changes, not on our own status writes.
+    let hypervisors = watcher(hv_api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writers.hypervisors)
+        .applied_objects()
+        .predicate_filter(
+            |h: &Hypervisor| {
+                let parts = [
+                    predicates::generation(h),
+                    predicates::annotations(h),
+                    h.metadata.deletion_timestamp.as_ref().map(|_| 1),
+                ];
+                Some(parts.iter().fold(17u64, |acc, p| acc.wrapping_mul(31).wrapping_add(p.unwrap_or(0))))
+            },
+            Default::default(),
+        );
+    let reader = ctx.hypervisors.clone();
+    let to_ref = |n: String| ObjectRef::<Hypervisor>::new(&n);
+    let controller = Controller::for_stream(hypervisors, reader)
+        .reconcile_on(tokio_stream::wrappers::UnboundedReceiverStream::new(changed).map(to_ref))
+        .reconcile_on(tokio_stream::wrappers::UnboundedReceiverStream::new(node_rx).map(to_ref))
+        .reconcile_on(tokio_stream::wrappers::UnboundedReceiverStream::new(ev_rx).map(to_ref))
+        .graceful_shutdown_on(shutdown)
+        .run(hypervisor::reconcile, hypervisor::error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "controller");
+            }
+        });
+    tokio::select! {
+        _ = controller => {}
+        _ = creator => {}
+        _ = eviction_triggers => {}
+    }
+}

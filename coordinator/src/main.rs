@@ -1,0 +1,231 @@
+//! `hv-coordinator`: the wiring. Flags, the Kubernetes client, the Nova
+//! client, the gRPC server, leader election, and the controllers once this
+//! replica leads.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use hv_coordinator::fleet::{self, AgentEndpoint, FleetEndpoint, Registry};
+use hv_coordinator::k8s::{self, Context, Intervals, Template, Writers, leader::Election};
+use hv_coordinator::lifecycle::Policy;
+use hv_coordinator::nova::{Cloud, CloudSource, HttpPolicy, NovaClient};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector;
+use tokio::sync::{broadcast, mpsc, watch};
+
+/// The hypervisor lifecycle coordinator (one leader per region; followers wait).
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// gRPC address: AgentService, FleetService, grpc.health.v1, reflection.
+    #[arg(long, env = "HV_LISTEN", default_value = "0.0.0.0:9090")]
+    listen: SocketAddr,
+    /// Cloud name in clouds.yaml; without it the OS_* variables are used.
+    #[arg(long, env = "OS_CLOUD")]
+    os_cloud: Option<String>,
+    /// clouds.yaml to read (default: ./clouds.yaml, ~/.config/openstack/, /etc/openstack/).
+    #[arg(long, env = "OS_CLIENT_CONFIG_FILE")]
+    clouds_yaml: Option<PathBuf>,
+    /// Label selector of the Nodes that are hypervisors.
+    #[arg(long, env = "HV_NODE_SELECTOR", default_value = "hypervisor.cloud.sap/managed=true")]
+    node_selector: String,
+    /// Aggregate every new Hypervisor joins (repeatable; a Node annotation
+    /// hypervisor.cloud.sap/aggregates=a,b overrides it).
+    #[arg(long = "aggregate")]
+    aggregates: Vec<String>,
+    /// CUSTOM_* trait for new Hypervisors (repeatable; annotation hypervisor.cloud.sap/custom-traits).
+    #[arg(long = "custom-trait")]
+    custom_traits: Vec<String>,
+    /// RBD pool new Hypervisors must read (repeatable; annotation hypervisor.cloud.sap/ceph-pools).
+    #[arg(long = "ceph-pool")]
+    ceph_pools: Vec<String>,
+    /// New Hypervisors skip Testing (annotation hypervisor.cloud.sap/skip-tests=true).
+    #[arg(long)]
+    skip_tests: bool,
+    /// How long Onboarding waits for nova-compute to register.
+    #[arg(long, default_value = "15m", value_parser = duration)]
+    registration_timeout: Duration,
+    /// How long Testing waits for the agent's check report.
+    #[arg(long, default_value = "10m", value_parser = duration)]
+    checks_timeout: Duration,
+    /// How often an Active or Maintenance node is compared with Nova (drift check).
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    drift_interval: Duration,
+    /// How often a node in a busy phase is looked at again.
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    busy_interval: Duration,
+    /// Heartbeat interval told to agents; three missed ones end a session.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    agent_heartbeat: Duration,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "hv-system")]
+    namespace: String,
+    #[arg(long, default_value = "hv-coordinator")]
+    lease_name: String,
+    /// This replica's identity in the Lease (default: POD_NAME, else host name and pid).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    #[arg(long, default_value = "15s", value_parser = duration)]
+    lease_duration: Duration,
+    #[arg(long, default_value = "2s", value_parser = duration)]
+    lease_retry: Duration,
+    /// JSON logs (production); the default is human-readable.
+    #[arg(long, env = "HV_LOG_JSON")]
+    log_json: bool,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    let d: jiff::SignedDuration =
+        s.parse().map_err(|e| format!("{s:?} is not a duration like 10s, 5m, 500ms: {e}"))?;
+    Duration::try_from(d).map_err(|e| format!("{s:?}: {e}"))
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(
+            "info,kube_runtime=warn,kube_client=warn,openstack_sdk=warn,openstack_sdk_core=warn",
+        )
+    });
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if args.log_json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "hv-coordinator stopped");
+            eprintln!("hv-coordinator: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let client =
+        kube::Client::try_default().await.context("Kubernetes client (KUBECONFIG or in-cluster config)")?;
+    let source = match &args.os_cloud {
+        Some(cloud) => CloudSource::CloudsYaml { cloud: cloud.clone(), file: args.clouds_yaml.clone() },
+        None => CloudSource::Env,
+    };
+    // A configuration that cannot work is the operator's to fix now; a
+    // Keystone that rejects or does not answer is an observation per node.
+    let cloud = Cloud::new(source, HttpPolicy::default());
+    cloud.check_config().context("OpenStack credentials")?;
+    let nova = NovaClient::new(cloud);
+
+    let server = fleet::Server::bind(args.listen).await?;
+    let health = server.health.clone();
+    tracing::info!(addr = %server.addr, "gRPC listening");
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let (leader_tx, leader_rx) = watch::channel(false);
+    let (changed_tx, changed_rx) = mpsc::unbounded_channel();
+    let registry = Arc::new(Registry::new(changed_tx));
+    let (hv_reader, hv_writer) = reflector::store();
+    let (node_reader, node_writer) = reflector::store();
+    let (ev_reader, ev_writer) = reflector::store();
+    let (events, _) = broadcast::channel(1024);
+    let agents =
+        AgentEndpoint { registry: registry.clone(), leader: leader_rx, heartbeat: args.agent_heartbeat };
+    let fleet_api =
+        FleetEndpoint { hypervisors: hv_reader.clone(), registry: registry.clone(), events: events.clone() };
+    let grpc = tokio::spawn(server.serve(agents, fleet_api, stopped(stop_rx.clone())));
+
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
+        format!("{host}-{}", std::process::id())
+    });
+    let election = Election {
+        lease: args.lease_name.clone(),
+        identity: identity.clone(),
+        lease_duration: args.lease_duration,
+        renew_every: args.lease_duration / 3,
+        retry: args.lease_retry,
+    };
+    tokio::select! {
+        _ = election.acquire(&client, &args.namespace) => {}
+        _ = terminated() => {
+            let _ = stop_tx.send(true);
+            return Ok(());
+        }
+    }
+    let _ = leader_tx.send(true);
+    health.set_self(true).await;
+
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        nova,
+        registry: registry.clone(),
+        health: health.clone(),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter { controller: "hv-coordinator".into(), instance: Some(identity.clone()) },
+        ),
+        hypervisors: hv_reader,
+        nodes: node_reader,
+        evictions: ev_reader,
+        policy: Policy {
+            registration_timeout: jiff::SignedDuration::try_from(args.registration_timeout)?,
+            checks_timeout: jiff::SignedDuration::try_from(args.checks_timeout)?,
+        },
+        intervals: Intervals { busy: args.busy_interval, drift: args.drift_interval, ..Intervals::default() },
+        events,
+    });
+    let template = Template {
+        aggregates: args.aggregates.clone(),
+        custom_traits: args.custom_traits.clone(),
+        ceph_pools: args.ceph_pools.clone(),
+        skip_tests: args.skip_tests,
+    };
+    let mut controllers = tokio::spawn(k8s::run(
+        ctx,
+        args.node_selector.clone(),
+        template,
+        Writers { hypervisors: hv_writer, nodes: node_writer, evictions: ev_writer },
+        changed_rx,
+        stopped(stop_rx.clone()),
+    ));
+    let lost = tokio::select! {
+        _ = terminated() => false,
+        _ = election.hold(&client, &args.namespace) => true,
+        _ = &mut controllers => true,
+    };
+    // Hand over: stop acting first, then give the lease up.
+    let _ = leader_tx.send(false);
+    health.set_self(false).await;
+    registry.close_all();
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(10), controllers).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), grpc).await;
+    if lost {
+        anyhow::bail!("lost the leader lease {}; exiting to restart as a follower", args.lease_name);
+    }
+    election.release(&client, &args.namespace).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// SIGTERM (Kubernetes) or SIGINT (Ctrl-C).
+async fn terminated() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
+}

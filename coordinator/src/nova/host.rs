@@ -1,0 +1,312 @@
+//! The lifecycle's Nova and Placement operations on one host, over [`Cloud`].
+//!
+//! Every operation is idempotent, because the shell may run an action twice
+//! (after a crash between the call and the status write): adding a host to an
+//! aggregate it is in, removing it from one it is not in, enabling an enabled
+//! service and deleting a deleted one all succeed.
+
+use std::collections::BTreeSet;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::error::NovaError;
+use super::http::{Call, Cloud, Service};
+use crate::lifecycle::{Action, NovaHost, NovaObs};
+
+/// How often a generation conflict on the provider's traits is retried.
+const TRAIT_ATTEMPTS: u32 = 5;
+
+#[derive(Debug, Deserialize)]
+struct ComputeService {
+    id: String,
+    host: String,
+    status: String,
+    #[serde(default)]
+    disabled_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct HypervisorRef {
+    id: String,
+    hypervisor_hostname: String,
+    #[serde(default)]
+    service: Option<ServiceRef>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ServiceRef {
+    host: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Aggregate {
+    id: i64,
+    name: String,
+    #[serde(default)]
+    hosts: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Provider {
+    uuid: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct ProviderTraits {
+    traits: Vec<String>,
+    resource_provider_generation: i64,
+}
+
+#[derive(Debug, Deserialize)]
+struct ServerRef {
+    id: String,
+}
+
+fn field<T: for<'de> Deserialize<'de>>(v: Value, key: &str, what: &str) -> Result<T, NovaError> {
+    let inner = v
+        .get(key)
+        .cloned()
+        .ok_or_else(|| NovaError::Invalid(format!("{what}: no \"{key}\" in the answer")))?;
+    serde_json::from_value(inner).map_err(|e| NovaError::Invalid(format!("{what}: {e}")))
+}
+
+/// Nova and Placement as the lifecycle needs them.
+pub struct NovaClient {
+    cloud: Cloud,
+}
+
+impl NovaClient {
+    pub fn new(cloud: Cloud) -> NovaClient {
+        NovaClient { cloud }
+    }
+
+    /// Nova's view of `host`, for the lifecycle core.
+    pub async fn observe(&self, host: &str, wanted_aggregates: &[String]) -> NovaObs {
+        match self.try_observe(host, wanted_aggregates).await {
+            Ok(Some(h)) => NovaObs::Registered(h),
+            Ok(None) => NovaObs::NotRegistered,
+            Err(NovaError::Unauthorized(m)) => NovaObs::Rejected(m),
+            Err(e) => NovaObs::Unreachable(e.to_string()),
+        }
+    }
+
+    async fn try_observe(
+        &self,
+        host: &str,
+        wanted_aggregates: &[String],
+    ) -> Result<Option<NovaHost>, NovaError> {
+        let Some(service) = self.service(host).await? else {
+            return Ok(None);
+        };
+        let hypervisor = self.hypervisor(host).await?;
+        let aggregates = self.aggregates().await?;
+        let member: BTreeSet<String> = aggregates
+            .iter()
+            .filter(|a| a.hosts.as_deref().unwrap_or_default().iter().any(|h| h == host))
+            .map(|a| a.name.clone())
+            .collect();
+        let known: BTreeSet<&str> = aggregates.iter().map(|a| a.name.as_str()).collect();
+        let unknown = wanted_aggregates.iter().filter(|a| !known.contains(a.as_str())).cloned().collect();
+        let node = hypervisor.as_ref().map_or(host, |h| h.hypervisor_hostname.as_str());
+        let traits = match self.provider(node).await? {
+            Some(p) => Some(self.traits(&p.uuid).await?.traits.into_iter().collect()),
+            None => None,
+        };
+        Ok(Some(NovaHost {
+            service_id: service.id,
+            hypervisor_id: hypervisor.map(|h| h.id),
+            enabled: service.status == "enabled",
+            disabled_reason: service.disabled_reason,
+            aggregates: member,
+            unknown_aggregates: unknown,
+            traits,
+            instances: self.instances(host).await?,
+        }))
+    }
+
+    /// Runs one action of a decision against Nova or Placement. `service_id`
+    /// is the one last observed (needed by the os-services calls).
+    pub async fn execute(
+        &self,
+        host: &str,
+        service_id: Option<&str>,
+        action: &Action,
+    ) -> Result<(), NovaError> {
+        let need_service =
+            || service_id.ok_or_else(|| NovaError::NotFound(format!("no compute service known for {host}")));
+        match action {
+            Action::DisableService { reason } => {
+                let body = json!({"status": "disabled", "disabled_reason": reason});
+                self.cloud
+                    .call(Call::with(
+                        Service::Compute,
+                        http::Method::PUT,
+                        format!("os-services/{}", need_service()?),
+                        body,
+                    ))
+                    .await?;
+            }
+            Action::EnableService => {
+                let body = json!({"status": "enabled"});
+                self.cloud
+                    .call(Call::with(
+                        Service::Compute,
+                        http::Method::PUT,
+                        format!("os-services/{}", need_service()?),
+                        body,
+                    ))
+                    .await?;
+            }
+            Action::AddAggregate { name } => self.aggregate_host(host, name, true).await?,
+            Action::RemoveAggregate { name } => self.aggregate_host(host, name, false).await?,
+            Action::AddTraits { traits } => {
+                self.change_traits(host, |t| t.extend(traits.iter().cloned()), traits).await?
+            }
+            Action::RemoveTraits { traits } => {
+                self.change_traits(host, |t| t.retain(|x| !traits.contains(x)), &BTreeSet::new()).await?
+            }
+            Action::DeleteService { service_id } => {
+                match self
+                    .cloud
+                    .call(Call::delete(Service::Compute, format!("os-services/{service_id}")))
+                    .await
+                {
+                    Ok(_) | Err(NovaError::NotFound(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            // Not Nova's: the shell hands these to the agent session or the
+            // Kubernetes API.
+            Action::RunChecks { .. } | Action::CreateEviction { .. } | Action::CancelEviction { .. } => {}
+        }
+        Ok(())
+    }
+
+    async fn service(&self, host: &str) -> Result<Option<ComputeService>, NovaError> {
+        let call =
+            Call::get(Service::Compute, "os-services").param("binary", "nova-compute").param("host", host);
+        let what = call.describe();
+        let services: Vec<ComputeService> = field(self.cloud.call(call).await?, "services", &what)?;
+        Ok(services.into_iter().find(|s| s.host == host))
+    }
+
+    async fn hypervisor(&self, host: &str) -> Result<Option<HypervisorRef>, NovaError> {
+        // The pattern is a substring match on the hypervisor hostname
+        // (compute-1 matches compute-10): keep the one whose service is ours.
+        let call = Call::get(Service::Compute, "os-hypervisors").param("hypervisor_hostname_pattern", host);
+        let what = call.describe();
+        let list: Vec<HypervisorRef> = match self.cloud.call(call).await {
+            Ok(v) => field(v, "hypervisors", &what)?,
+            Err(NovaError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        Ok(list.into_iter().find(|h| match &h.service {
+            Some(s) => s.host == host,
+            None => h.hypervisor_hostname == host,
+        }))
+    }
+
+    async fn aggregates(&self) -> Result<Vec<Aggregate>, NovaError> {
+        let call = Call::get(Service::Compute, "os-aggregates");
+        let what = call.describe();
+        field(self.cloud.call(call).await?, "aggregates", &what)
+    }
+
+    async fn aggregate_host(&self, host: &str, name: &str, add: bool) -> Result<(), NovaError> {
+        let aggregates = self.aggregates().await?;
+        let Some(agg) = aggregates.iter().find(|a| a.name == name) else {
+            return if add {
+                Err(NovaError::NotFound(format!("aggregate {name} does not exist in Nova")))
+            } else {
+                Ok(())
+            };
+        };
+        let member = agg.hosts.as_deref().unwrap_or_default().iter().any(|h| h == host);
+        if member == add {
+            return Ok(());
+        }
+        let body =
+            if add { json!({"add_host": {"host": host}}) } else { json!({"remove_host": {"host": host}}) };
+        let call = Call::with(
+            Service::Compute,
+            http::Method::POST,
+            format!("os-aggregates/{}/action", agg.id),
+            body,
+        );
+        match self.cloud.call(call).await {
+            Ok(_) => Ok(()),
+            // Someone did it between our read and our call.
+            Err(NovaError::Conflict(_)) if add => Ok(()),
+            Err(NovaError::NotFound(_)) if !add => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn provider(&self, name: &str) -> Result<Option<Provider>, NovaError> {
+        let call = Call::get(Service::Placement, "resource_providers").param("name", name);
+        let what = call.describe();
+        let list: Vec<Provider> = field(self.cloud.call(call).await?, "resource_providers", &what)?;
+        Ok(list.into_iter().next())
+    }
+
+    async fn traits(&self, provider: &str) -> Result<ProviderTraits, NovaError> {
+        let call = Call::get(Service::Placement, format!("resource_providers/{provider}/traits"));
+        let what = call.describe();
+        serde_json::from_value(self.cloud.call(call).await?)
+            .map_err(|e| NovaError::Invalid(format!("{what}: {e}")))
+    }
+
+    /// Read-modify-write of the provider's traits under its generation;
+    /// a 409 means someone else wrote in between, so read again.
+    async fn change_traits(
+        &self,
+        host: &str,
+        change: impl Fn(&mut BTreeSet<String>),
+        create: &BTreeSet<String>,
+    ) -> Result<(), NovaError> {
+        for t in create {
+            // Custom traits must exist before a provider can carry them.
+            let mut call = Call::get(Service::Placement, format!("traits/{t}"));
+            call.method = http::Method::PUT;
+            self.cloud.call(call).await?;
+        }
+        let node = self.hypervisor(host).await?.map_or_else(|| host.to_string(), |h| h.hypervisor_hostname);
+        let provider = self
+            .provider(&node)
+            .await?
+            .ok_or_else(|| NovaError::NotFound(format!("no resource provider named {node} in Placement")))?;
+        let mut last = None;
+        for _ in 0..TRAIT_ATTEMPTS {
+            let current = self.traits(&provider.uuid).await?;
+            let before: BTreeSet<String> = current.traits.into_iter().collect();
+            let mut traits = before.clone();
+            change(&mut traits);
+            if traits == before {
+                return Ok(());
+            }
+            let body = json!({"traits": traits, "resource_provider_generation": current.resource_provider_generation});
+            let call = Call::with(
+                Service::Placement,
+                http::Method::PUT,
+                format!("resource_providers/{}/traits", provider.uuid),
+                body,
+            );
+            match self.cloud.call(call).await {
+                Ok(_) => return Ok(()),
+                Err(e @ NovaError::Conflict(_)) => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| NovaError::Conflict("trait update kept conflicting".into())))
+    }
+
+    async fn instances(&self, host: &str) -> Result<Vec<String>, NovaError> {
+        // Admin-only `host` filter; every project. The default page limit is
+        // Nova's osapi_max_limit (1000), far above what one host carries.
+        let call = Call::get(Service::Compute, "servers").param("host", host).param("all_tenants", "1");
+        let what = call.describe();
+        let servers: Vec<ServerRef> = field(self.cloud.call(call).await?, "servers", &what)?;
+        Ok(servers.into_iter().map(|s| s.id).collect())
+    }
+}

@@ -1,0 +1,124 @@
+//! The coordinator's Nova and Placement client against the real region:
+//! Keystone through clouds.yaml, the host operations, and the typed errors.
+//! Each test uses its own host, so they may run in parallel.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeSet;
+
+use hv_coordinator::lifecycle::{Action, NovaObs};
+use hv_coordinator::nova::{Cloud, CloudSource, HttpPolicy, NovaClient, NovaError};
+use hv_tests::openstack::Admin;
+
+fn client(env: &hv_tests::env::TestEnv, dir: &std::path::Path, password: Option<&str>) -> NovaClient {
+    let file = env.clouds_yaml(dir, password).unwrap();
+    let source = CloudSource::CloudsYaml { cloud: "hv".into(), file: Some(file) };
+    NovaClient::new(Cloud::new(source, HttpPolicy::default()))
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}-{}", std::process::id(), jiff::Timestamp::now().as_millisecond() % 1_000_000)
+}
+
+#[tokio::test]
+async fn the_client_sees_the_host_and_changes_it_idempotently() {
+    let env = hv_tests::env::require();
+    let dir = tempdir("nova-client-ops");
+    let nova = client(&env, &dir, None);
+    let admin = Admin::login(&env).await.unwrap();
+    let host = env.nova.hosts[3].clone();
+    let agg = unique("nc-agg");
+    admin.create_aggregate(&agg).await.unwrap();
+
+    let NovaObs::Registered(h) = nova.observe(&host, &[agg.clone(), "no-such-aggregate".into()]).await else {
+        panic!("{host} should be registered");
+    };
+    assert!(!h.service_id.is_empty());
+    assert!(h.hypervisor_id.is_some(), "fake computes report their hypervisor");
+    assert!(!h.aggregates.contains(&agg));
+    assert_eq!(h.unknown_aggregates, BTreeSet::from(["no-such-aggregate".to_string()]));
+    assert!(h.traits.is_some(), "the provider is visible in Placement");
+    let sid = Some(h.service_id.as_str());
+
+    // Add twice: the second is a no-op, not a 409.
+    for _ in 0..2 {
+        nova.execute(&host, sid, &Action::AddAggregate { name: agg.clone() }).await.unwrap();
+    }
+    assert!(admin.aggregates_of(&host).await.unwrap().contains(&agg));
+    let missing = nova.execute(&host, sid, &Action::AddAggregate { name: "no-such-aggregate".into() }).await;
+    assert!(matches!(missing, Err(NovaError::NotFound(_))), "{missing:?}");
+
+    let traits = BTreeSet::from(["CUSTOM_NC_TEST".to_string()]);
+    nova.execute(&host, sid, &Action::AddTraits { traits: traits.clone() }).await.unwrap();
+    assert!(admin.traits_of(&host).await.unwrap().contains(&"CUSTOM_NC_TEST".to_string()));
+
+    nova.execute(&host, sid, &Action::DisableService { reason: "nc test".into() }).await.unwrap();
+    let svc = admin.service(&host).await.unwrap().unwrap();
+    assert_eq!(
+        (svc["status"].as_str(), svc["disabled_reason"].as_str()),
+        (Some("disabled"), Some("nc test"))
+    );
+    let NovaObs::Registered(h) = nova.observe(&host, std::slice::from_ref(&agg)).await else { panic!() };
+    assert!(!h.enabled);
+    assert_eq!(h.disabled_reason.as_deref(), Some("nc test"));
+    assert!(h.aggregates.contains(&agg));
+    assert!(h.traits.as_ref().unwrap().contains("CUSTOM_NC_TEST"));
+
+    for _ in 0..2 {
+        nova.execute(&host, sid, &Action::RemoveAggregate { name: agg.clone() }).await.unwrap();
+        nova.execute(&host, sid, &Action::RemoveTraits { traits: traits.clone() }).await.unwrap();
+    }
+    nova.execute(&host, sid, &Action::EnableService).await.unwrap();
+    let NovaObs::Registered(h) = nova.observe(&host, &[]).await else { panic!() };
+    assert!(h.enabled && !h.aggregates.contains(&agg));
+    assert!(!h.traits.unwrap().contains("CUSTOM_NC_TEST"));
+}
+
+#[tokio::test]
+async fn an_unknown_host_is_not_registered() {
+    let env = hv_tests::env::require();
+    let nova = client(&env, &tempdir("nova-client-unknown"), None);
+    assert_eq!(nova.observe("compute-99", &[]).await, NovaObs::NotRegistered);
+}
+
+#[tokio::test]
+async fn a_wrong_password_is_a_rejection_and_a_dead_keystone_is_unreachable() {
+    let env = hv_tests::env::require();
+    let nova = client(&env, &tempdir("nova-client-badpw"), Some("wrong-password"));
+    let obs = nova.observe(&env.nova.hosts[0], &[]).await;
+    assert!(matches!(&obs, NovaObs::Rejected(_)), "{obs:?}");
+
+    let mut dead = env.clone();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    dead.keystone.auth_url = format!("http://127.0.0.1:{port}/v3");
+    let source = CloudSource::CloudsYaml {
+        cloud: "hv".into(),
+        file: Some(dead.clouds_yaml(&tempdir("nova-client-dead"), None).unwrap()),
+    };
+    let policy = HttpPolicy {
+        attempts: 2,
+        first_pause: std::time::Duration::from_millis(10),
+        ..HttpPolicy::default()
+    };
+    let obs = NovaClient::new(Cloud::new(source, policy)).observe(&env.nova.hosts[0], &[]).await;
+    assert!(matches!(&obs, NovaObs::Unreachable(_)), "{obs:?}");
+}
+
+#[tokio::test]
+async fn a_missing_cloud_is_a_configuration_error() {
+    let env = hv_tests::env::require();
+    let dir = tempdir("nova-client-nocloud");
+    let file = env.clouds_yaml(&dir, None).unwrap();
+    let source = CloudSource::CloudsYaml { cloud: "elsewhere".into(), file: Some(file) };
+    let obs = NovaClient::new(Cloud::new(source, HttpPolicy::default())).observe("compute-1", &[]).await;
+    match obs {
+        NovaObs::Unreachable(m) => assert!(m.contains("elsewhere"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn tempdir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("hv-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
