@@ -66,8 +66,8 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             let mut c = FleetServiceClient::new(channel().await?);
             let list = c.list_hypervisors(ListHypervisorsRequest { phases }).await?.into_inner();
             println!(
-                "{:<24} {:<15} {:<12} {:>9} {:<6} {}",
-                "NAME", "PHASE", "MAINTENANCE", "INSTANCES", "AGENT", "LIBVIRT"
+                "{:<24} {:<15} {:<12} {:>9} {:<6} LIBVIRT",
+                "NAME", "PHASE", "MAINTENANCE", "INSTANCES", "AGENT"
             );
             for h in list.hypervisors {
                 println!(
