@@ -13,6 +13,7 @@ pub mod kube_target;
 pub mod libvirtd;
 pub mod openstack;
 pub mod ovsdb;
+pub mod region;
 
 use std::path::PathBuf;
 

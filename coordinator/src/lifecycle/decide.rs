@@ -825,11 +825,13 @@ impl<'a> Draft<'a> {
                 Some(a) => (a.reason.clone(), a.message.clone()),
                 None => ("Unknown".into(), "aborted".into()),
             };
+            // The cause is the reason, so `kubectl get -o wide` and alerts
+            // can group aborted nodes by what went wrong.
             self.set(
                 T::Aborted,
                 True,
-                "Aborted",
-                format!("{reason}: {message}; fix the cause, then `hvctl retry {}`", self.input.name),
+                &reason,
+                format!("{message}; fix the cause, then `hvctl retry {}`", self.input.name),
             );
             if let Some(a) = self.record.abort.clone() {
                 let t = if a.condition == T::Tested.as_str() { T::Tested } else { T::Onboarded };

@@ -1,0 +1,359 @@
+//! A region for end-to-end tests: the test ground, a Kubernetes API (the
+//! stand-in, or the cluster in `KUBECONFIG`), and the real `hv-coordinator`
+//! and `hv-agent` binaries as child processes, with helpers to create
+//! Nodes, wait for phases and break or mend a node's peers.
+//!
+//! The binaries are the ones `cargo test --workspace --all-targets` builds
+//! next to the test executables (`target/debug/`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use hv_coordinator::api::{Hypervisor, Phase};
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+
+use crate::env::TestEnv;
+use crate::kube_target::KubeTarget;
+
+/// A workspace binary built beside the test executable.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let dir = exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
+    dir.join(name)
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
+}
+
+/// A child process that is killed when dropped, with its output in a file.
+pub struct Proc {
+    pub name: String,
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Proc {
+    pub fn spawn(name: &str, cmd: &mut Command, log: PathBuf) -> Result<Proc, String> {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_err(|e| format!("{}: {e}", log.display()))?;
+        let err = out.try_clone().map_err(|e| e.to_string())?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("starting {name} ({:?}): {e}", cmd.get_program()))?;
+        Ok(Proc { name: name.to_string(), log, child: Some(child) })
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait (graceful stop); SIGKILL after 15 s.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let pid = nix::unistd::Pid::from_raw(i32::try_from(c.id()).unwrap_or(0));
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            for _ in 0..150 {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// How a node's agent reaches its peers (defaults: the ground's).
+#[derive(Clone, Debug, Default)]
+pub struct AgentPeers {
+    pub ovsdb: Option<String>,
+    pub ceph_id: Option<String>,
+    pub ceph_keyring: Option<PathBuf>,
+}
+
+pub struct Region {
+    pub env: TestEnv,
+    pub kube: KubeTarget,
+    /// Scratch directory of this test (logs, kubeconfig, clouds.yaml).
+    pub dir: PathBuf,
+    pub kubeconfig: PathBuf,
+    /// Label value selecting this test's Nodes (`hv-e2e=<id>`).
+    pub id: String,
+    /// The coordinator's gRPC port (fixed per region, so a restarted
+    /// coordinator is found by the agents at the same address).
+    pub grpc_port: u16,
+}
+
+impl Region {
+    pub async fn start(test: &str) -> Region {
+        let env = crate::env::require();
+        let kube = crate::kube_target::from_env().await.unwrap_or_else(|e| panic!("Kubernetes API: {e}"));
+        let id = format!("{test}-{}", std::process::id());
+        let dir = std::env::temp_dir().join(format!("hv-e2e-{id}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let kubeconfig = match &kube.standin {
+            Some(s) => {
+                let path = dir.join("kubeconfig");
+                let yaml = format!(
+                    "apiVersion: v1\nkind: Config\nclusters:\n- name: standin\n  cluster:\n    server: {}\ncontexts:\n- name: standin\n  context:\n    cluster: standin\n    user: hv\ncurrent-context: standin\nusers:\n- name: hv\n  user: {{}}\n",
+                    s.url()
+                );
+                std::fs::write(&path, yaml).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                path
+            }
+            None => PathBuf::from(std::env::var_os("KUBECONFIG").unwrap_or_default()),
+        };
+        Region { env, kube, dir, kubeconfig, id, grpc_port: free_port() }
+    }
+
+    pub fn grpc_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.grpc_port)
+    }
+
+    /// Starts `hv-coordinator` with short intervals, logging in with
+    /// `password` (None: the right one), plus `extra` flags.
+    pub fn coordinator(&self, password: Option<&str>, extra: &[&str]) -> Proc {
+        self.coordinator_on(self.grpc_port, password, extra)
+    }
+
+    /// The same, listening on another port (a second replica).
+    pub fn coordinator_on(&self, port: u16, password: Option<&str>, extra: &[&str]) -> Proc {
+        let clouds = self.env.clouds_yaml(&self.dir, password).unwrap_or_else(|e| panic!("clouds.yaml: {e}"));
+        let mut cmd = Command::new(bin("hv-coordinator"));
+        cmd.env("KUBECONFIG", &self.kubeconfig)
+            .env(
+                "RUST_LOG",
+                "info,kube_runtime=warn,kube_client=warn,openstack_sdk=warn,openstack_sdk_core=warn",
+            )
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--os-cloud", "hv", "--clouds-yaml"])
+            .arg(&clouds)
+            .args(["--namespace", "default", "--lease-name", &format!("hv-e2e-{}", self.id)])
+            .args(["--node-selector", &format!("hv-e2e={}", self.id)])
+            .args(["--agent-heartbeat", "1s", "--busy-interval", "1s", "--drift-interval", "2s"])
+            .args(["--lease-duration", "4s", "--lease-retry", "500ms"])
+            .args(extra);
+        Proc::spawn("hv-coordinator", &mut cmd, self.dir.join(format!("coordinator-{port}.log")))
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts `hv-agent run` for `node` against the ground's libvirt (test
+    /// driver), and the given or the ground's OVSDB and Ceph client.
+    pub fn agent(&self, node: &str, peers: &AgentPeers) -> Proc {
+        let env = &self.env;
+        let mut cmd = Command::new(bin("hv-agent"));
+        cmd.env("RUST_LOG", "info")
+            .args(["run", "--node", node, "--coordinator", &self.grpc_url()])
+            .args(["--heartbeat", "1s", "--health-listen", "127.0.0.1:0"])
+            .args(["--libvirt-uri", &env.libvirt.test_uri])
+            .args(["--ovsdb", peers.ovsdb.as_deref().unwrap_or(&env.ovsdb.tcp)])
+            .arg("--ceph-conf")
+            .arg(&env.ceph.conf)
+            .args(["--ceph-id", peers.ceph_id.as_deref().unwrap_or(&env.ceph.client.id)])
+            .arg("--ceph-keyring")
+            .arg(peers.ceph_keyring.as_ref().unwrap_or(&env.ceph.client.keyring));
+        Proc::spawn("hv-agent", &mut cmd, self.dir.join(format!("agent-{node}.log")))
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Creates the Node `name` (Ready) with this test's label and `annotations`.
+    pub async fn create_node(&self, name: &str, annotations: &[(&str, &str)]) {
+        let api: Api<Node> = Api::all(self.kube.client.clone());
+        let mut node = Node {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                labels: Some(BTreeMap::from([("hv-e2e".to_string(), self.id.clone())])),
+                annotations: Some(annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let ready = serde_json::json!({"conditions": [{"type": "Ready", "status": "True"}]});
+        node.status = serde_json::from_value(ready).ok();
+        api.create(&PostParams::default(), &node)
+            .await
+            .unwrap_or_else(|e| panic!("creating Node {name}: {e}"));
+    }
+
+    pub async fn hypervisor(&self, name: &str) -> Option<Hypervisor> {
+        let api: Api<Hypervisor> = Api::all(self.kube.client.clone());
+        api.get_opt(name).await.ok().flatten()
+    }
+
+    /// Waits for `name` to reach `phase`; on timeout fails with its status
+    /// and the end of the coordinator's log.
+    pub async fn wait_phase(&self, name: &str, phase: Phase, timeout: Duration, coord: &Proc) -> Hypervisor {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let hv = self.hypervisor(name).await;
+            if let Some(hv) = &hv
+                && hv.status.as_ref().and_then(|s| s.phase) == Some(phase)
+            {
+                return hv.clone();
+            }
+            if tokio::time::Instant::now() > deadline {
+                let status =
+                    hv.and_then(|h| h.status).map(|s| serde_json::to_string_pretty(&s).unwrap_or_default());
+                panic!(
+                    "{name} did not reach {} within {timeout:?}; status: {}\n--- coordinator log:\n{}",
+                    phase.as_str(),
+                    status.unwrap_or_else(|| "(no Hypervisor)".into()),
+                    coord.tail(40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits for condition `type_` of `name` to have `reason`; answers its message.
+    pub async fn wait_condition(&self, name: &str, type_: &str, reason: &str, coord: &Proc) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let hv = self.hypervisor(name).await;
+            let c = hv.as_ref().map(|h| Self::condition(h, type_)).unwrap_or_default();
+            if c.1 == reason {
+                return c.2;
+            }
+            if tokio::time::Instant::now() > deadline {
+                panic!(
+                    "{name}: {type_} stayed {c:?}, wanted {reason}\n--- coordinator log:\n{}",
+                    coord.tail(40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// `hvctl retry NODE`, the real binary, against this region's API.
+    pub fn retry(&self, node: &str) -> String {
+        let out = Command::new(bin("hvctl"))
+            .env("KUBECONFIG", &self.kubeconfig)
+            .args(["retry", node])
+            .output()
+            .unwrap_or_else(|e| panic!("hvctl: {e}"));
+        assert!(out.status.success(), "hvctl retry failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// A condition of `hv` as (status, reason, message).
+    pub fn condition(hv: &Hypervisor, type_: &str) -> (String, String, String) {
+        let c = hv.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == type_).cloned());
+        c.map(|c| (c.status, c.reason, c.message)).unwrap_or_default()
+    }
+}
+
+/// An ovsdb-server of one test's own (userspace, unix socket), for a node
+/// whose bridges a test breaks and mends without touching the ground's.
+pub struct PrivateOvsdb {
+    pub remote: String,
+    dir: PathBuf,
+    _proc: Proc,
+}
+
+impl PrivateOvsdb {
+    pub fn start(dir: &Path, bridges: &[&str]) -> Result<PrivateOvsdb, String> {
+        let dir = dir.join("ovs");
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let db = dir.join("conf.db");
+        run(Command::new("ovsdb-tool")
+            .arg("create")
+            .arg(&db)
+            .arg("/usr/share/openvswitch/vswitch.ovsschema"))?;
+        let sock = dir.join("db.sock");
+        let mut cmd = Command::new("ovsdb-server");
+        cmd.arg(&db)
+            .arg(format!("--remote=punix:{}", sock.display()))
+            .arg(format!("--unixctl={}", dir.join("ctl").display()))
+            .arg("--no-chdir");
+        let proc = Proc::spawn("ovsdb-server", &mut cmd, dir.join("ovsdb-server.log"))?;
+        for _ in 0..100 {
+            if sock.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let me = PrivateOvsdb { remote: format!("unix:{}", sock.display()), dir, _proc: proc };
+        me.vsctl(&["init"])?;
+        for br in bridges {
+            me.add_bridge(br)?;
+        }
+        Ok(me)
+    }
+
+    fn vsctl(&self, args: &[&str]) -> Result<(), String> {
+        run(Command::new("ovs-vsctl").arg(format!("--db={}", self.remote)).arg("--no-wait").args(args))
+    }
+
+    pub fn add_bridge(&self, name: &str) -> Result<(), String> {
+        self.vsctl(&["add-br", name])
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+fn run(cmd: &mut Command) -> Result<(), String> {
+    let out = cmd.output().map_err(|e| format!("{:?}: {e}", cmd.get_program()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{:?} failed: {}",
+            cmd.get_args().collect::<Vec<_>>(),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// A Ceph client of one test's own with the given OSD caps; answers its
+/// keyring. `set_caps` changes them later (the "fix").
+pub fn ceph_client(env: &TestEnv, id: &str, osd_caps: &str, dir: &Path) -> Result<PathBuf, String> {
+    let keyring = dir.join(format!("ceph.client.{id}.keyring"));
+    run(ceph(env)
+        .args(["auth", "get-or-create", &format!("client.{id}"), "mon", "profile rbd", "osd", osd_caps, "-o"])
+        .arg(&keyring))?;
+    Ok(keyring)
+}
+
+pub fn set_ceph_caps(env: &TestEnv, id: &str, osd_caps: &str) -> Result<(), String> {
+    run(ceph(env).args(["auth", "caps", &format!("client.{id}"), "mon", "profile rbd", "osd", osd_caps]))
+}
+
+fn ceph(env: &TestEnv) -> Command {
+    let mut c = Command::new("ceph");
+    c.arg("-c")
+        .arg(&env.ceph.conf)
+        .args(["--connect-timeout", "10", "-n", &format!("client.{}", env.ceph.admin.id), "--keyring"])
+        .arg(&env.ceph.admin.keyring);
+    c
+}
