@@ -5,6 +5,10 @@
 //!
 //! The binaries are the ones `cargo test --workspace --all-targets` builds
 //! next to the test executables (`target/debug/`).
+//!
+//! Every helper here fails the calling test loudly when the region cannot be
+//! set up: that is its purpose, hence the panics.
+#![allow(clippy::panic)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
