@@ -2,10 +2,10 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: help build test test-env-up test-env-down test-unit lint fmt crds crds-check demo bench
+.PHONY: help build test test-env-up test-env-down test-unit lint fmt crds crds-check demo demo-down bench
 
 help:
-	@echo "make demo        run the system locally (today: the lifecycle core on simulated nodes)"
+	@echo "make demo        a local region: three new nodes onboarded to Active (make demo-down stops it)"
 	@echo "make test        run the whole test suite (brings the test ground up and down)"
 	@echo "make test-env-up / test-env-down   the real peers on loopback, by themselves"
 	@echo "make test-unit   only the tests that need no peer"
@@ -48,7 +48,10 @@ crds-check:
 	fi; echo "deploy/crds/ matches the Rust types"
 
 demo:
-	$(CARGO) run -q -p hv-coordinator --example walkthrough
+	bash tests/env/demo.sh
+
+demo-down:
+	HV_ENV_DIR=$(CURDIR)/.hv-demo bash tests/env/down.sh
 
 bench:
 	$(CARGO) run -q --release -p hv-coordinator --example bench_decide

@@ -181,6 +181,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         },
         intervals: Intervals { busy: args.busy_interval, drift: args.drift_interval, ..Intervals::default() },
         events,
+        written: Default::default(),
     });
     let template = Template {
         aggregates: args.aggregates.clone(),

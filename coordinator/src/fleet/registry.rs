@@ -267,3 +267,82 @@ fn report(r: &CheckReport) -> lifecycle::CheckReport {
             .collect(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hv_proto::v1::{CheckResult, Heartbeat};
+
+    fn msg(seq: u64, payload: Payload) -> AgentMessage {
+        AgentMessage { seq, sent_at: None, payload: Some(payload) }
+    }
+
+    fn report(run: u64) -> Payload {
+        let ok = CheckResult { name: "x".into(), passed: true, ..Default::default() };
+        Payload::CheckReport(CheckReport { run, results: vec![ok] })
+    }
+
+    fn registry() -> (Registry, mpsc::UnboundedReceiver<String>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Registry::new(tx), rx)
+    }
+
+    #[test]
+    fn a_second_session_replaces_the_first_and_the_first_goes_quiet() {
+        let (r, mut changed) = registry();
+        let (tx1, _rx1) = mpsc::channel(8);
+        let mut first = r.open("n1", "boot-a", "1.0", tx1);
+        assert!(matches!(first.closed.try_recv(), Err(oneshot::error::TryRecvError::Empty)));
+        let (tx2, _rx2) = mpsc::channel(8);
+        let second = r.open("n1", "boot-a", "1.0", tx2);
+        let signal = first.closed.try_recv();
+        assert!(matches!(signal, Err(oneshot::error::TryRecvError::Closed)), "the first session is told to end");
+        assert_eq!(r.receive("n1", first.id, msg(1, report(1))), None, "messages of a replaced session are ignored");
+        assert_eq!(r.receive("n1", second.id, msg(1, report(1))), Some(1));
+        r.close("n1", first.id);
+        assert!(r.view("n1").connected, "closing the replaced session leaves the live one");
+        r.close("n1", second.id);
+        assert!(!r.view("n1").connected);
+        let mut names = Vec::new();
+        while let Ok(n) = changed.try_recv() {
+            names.push(n);
+        }
+        assert!(names.len() >= 3 && names.iter().all(|n| n == "n1"), "{names:?}");
+    }
+
+    #[test]
+    fn replays_are_acknowledged_but_applied_once_and_a_new_boot_starts_over() {
+        let (r, _changed) = registry();
+        let (tx, _rx) = mpsc::channel(8);
+        let s = r.open("n1", "boot-a", "1.0", tx);
+        assert_eq!(r.receive("n1", s.id, msg(5, report(7))), Some(5));
+        assert_eq!(r.receive("n1", s.id, msg(4, report(1))), Some(5), "an old message changes nothing");
+        assert_eq!(r.view("n1").checks.map(|c| c.run), Some(7));
+        let hb = Payload::Heartbeat(Heartbeat { dropped_messages: 3, ..Default::default() });
+        assert_eq!(r.receive("n1", s.id, msg(6, hb)), Some(6));
+        assert_eq!(r.view("n1").dropped, 3);
+
+        let (tx, _rx) = mpsc::channel(8);
+        assert_eq!(r.open("n1", "boot-a", "1.0", tx).acked, 6, "same process reconnecting: resume");
+        let (tx, _rx) = mpsc::channel(8);
+        assert_eq!(r.open("n1", "boot-b", "1.0", tx).acked, 0, "a restarted agent numbers from 1 again");
+    }
+
+    #[test]
+    fn checks_are_sent_once_per_run_and_session() {
+        let (r, _changed) = registry();
+        assert!(!r.run_checks("n1", 1, CheckConfig::default()), "no session, nothing sent");
+        let (tx, mut rx) = mpsc::channel(8);
+        r.open("n1", "boot-a", "1.0", tx);
+        assert!(r.run_checks("n1", 1, CheckConfig::default()));
+        assert!(r.run_checks("n1", 1, CheckConfig::default()));
+        assert!(r.run_checks("n1", 2, CheckConfig::default()));
+        let mut runs = Vec::new();
+        while let Ok(Ok(m)) = rx.try_recv() {
+            if let Some(Down::RunChecks(rc)) = m.payload {
+                runs.push(rc.run);
+            }
+        }
+        assert_eq!(runs, vec![1, 2]);
+    }
+}

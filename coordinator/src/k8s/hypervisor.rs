@@ -64,6 +64,34 @@ pub struct Context {
     pub policy: Policy,
     pub intervals: Intervals,
     pub events: tokio::sync::broadcast::Sender<pb::HypervisorEvent>,
+    /// Read-your-writes: our last status write per node, keyed by the
+    /// resourceVersion it replaced. A reconcile that still gets that older
+    /// version from the cache uses what we wrote instead, so a stale cache
+    /// never makes us take a transition (or create an Eviction) twice.
+    pub written: std::sync::Mutex<std::collections::HashMap<String, (String, Arc<Hypervisor>)>>,
+}
+
+impl Context {
+    fn freshest(&self, hv: Arc<Hypervisor>) -> Arc<Hypervisor> {
+        let Some(name) = hv.metadata.name.as_deref() else { return hv };
+        let Ok(mut written) = self.written.lock() else { return hv };
+        match written.get(name) {
+            Some((base, ours)) if hv.metadata.resource_version.as_deref() == Some(base.as_str()) => ours.clone(),
+            Some(_) => {
+                // The cache has caught up (or someone else wrote since).
+                written.remove(name);
+                hv
+            }
+            None => hv,
+        }
+    }
+
+    fn remember(&self, base: Option<String>, ours: Hypervisor) {
+        let (Some(base), Some(name)) = (base, ours.metadata.name.clone()) else { return };
+        if let Ok(mut written) = self.written.lock() {
+            written.insert(name, (base, Arc::new(ours)));
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +103,7 @@ pub enum Error {
 }
 
 pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let hv = ctx.freshest(hv);
     let name = hv.metadata.name.clone().ok_or(Error::Unnamed)?;
     let status = hv.status.clone().unwrap_or_default();
     let phase = status.phase.unwrap_or_default();
@@ -118,7 +147,8 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
 
     let new_status = compose(&status, &decision, &agent, &nova, hv.metadata.generation, now);
     if new_status != status {
-        write_status(&ctx.client, &name, &new_status).await?;
+        let written = write_status(&ctx.client, &name, &new_status).await?;
+        ctx.remember(hv.metadata.resource_version.clone(), written);
     }
     let reference = hv.object_ref(&());
     if let Some(t) = &decision.transition {
@@ -136,6 +166,7 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
         let ev = pb::HypervisorEvent {
             hypervisor: Some(to_proto(&updated, &ctx.registry)),
             previous_phase: t.from.as_str().to_string(),
+            reason: t.reason.clone(),
             ..Default::default()
         };
         let _ = ctx.events.send(ev);
@@ -268,15 +299,14 @@ fn observe_eviction(store: &Store<Eviction>, node: &str, status: &HypervisorStat
     })
 }
 
-async fn write_status(client: &kube::Client, name: &str, status: &HypervisorStatus) -> Result<(), Error> {
+async fn write_status(client: &kube::Client, name: &str, status: &HypervisorStatus) -> Result<Hypervisor, Error> {
     let api: Api<Hypervisor> = Api::all(client.clone());
     let patch = serde_json::json!({
         "apiVersion": "hypervisor.cloud.sap/v1alpha1",
         "kind": "Hypervisor",
         "status": status,
     });
-    api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?;
-    Ok(())
+    Ok(api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?)
 }
 
 async fn publish(

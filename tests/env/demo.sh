@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# make demo: a local region on this machine, and three new hypervisors
+# onboarded into it with no human in the loop.
+#
+# Brings up the test ground (libvirtd, OVSDB, Ceph, Keystone, Nova with
+# fake compute hosts, Placement) in .hv-demo/, the Kubernetes API stand-in
+# as the embedded API server, the real hv-coordinator, and one real
+# hv-agent per compute host; creates the Kubernetes Nodes compute-1..3 and
+# prints each phase change as it happens until all three are Active. Then
+# it leaves everything running to look around, and says how to stop it
+# (make demo-down).
+set -euo pipefail
+export HV_ENV_DIR="${HV_DEMO_DIR:-$(cd "$(dirname "$0")/../.." && pwd)/.hv-demo}"
+T0=$(date +%s%N)
+source "$(dirname "$0")/lib.sh"
+say() { printf '\033[1m[demo %5.1fs]\033[0m %s\n' "$(elapsed)" "$*"; }
+NODES=(compute-1 compute-2 compute-3)
+
+if [[ -d "$HV_ENV_DIR" ]]; then
+  say "stopping the previous demo"
+  bash "$(dirname "$0")/down.sh" 2>/dev/null
+fi
+
+say "building the binaries (a few minutes on a fresh clone)"
+(cd "$REPO" && cargo build -q -p hv-coordinator -p hv-agent -p hv-ceph-probe -p hv-tests --bins)
+BIN="$REPO/target/debug"
+
+say "starting the local region (packages and Python venv on first use)"
+bash "$(dirname "$0")/up.sh" 2>&1 | sed 's/^/    /'
+E="$ENV_FILE"
+j() { jq -r "$1" "$E"; }
+
+# The Kubernetes API: the project's stand-in (see tests/src/kube_standin).
+KCFG="$HV_ENV_DIR/kubeconfig"
+API_PORT=$(free_port)
+"$BIN/hv-kube-standin" --listen "127.0.0.1:$API_PORT" --crds "$REPO/deploy/crds" --kubeconfig "$KCFG" \
+  >"$LOGS/kube-standin.log" 2>&1 &
+record kube-standin $!
+wait_for "the Kubernetes API stand-in" 20 curl -sf "http://127.0.0.1:$API_PORT/version"
+export KUBECONFIG="$KCFG"
+
+# The coordinator's OpenStack credentials, as a clouds.yaml.
+cat >"$HV_ENV_DIR/clouds.yaml" <<YAML
+clouds:
+  demo:
+    region_name: $(j .keystone.region)
+    interface: public
+    identity_api_version: 3
+    auth:
+      auth_url: $(j .keystone.auth_url)
+      username: $(j .keystone.coordinator.username)
+      password: $(j .keystone.coordinator.password)
+      project_name: $(j .keystone.coordinator.project_name)
+      user_domain_name: Default
+      project_domain_name: Default
+YAML
+
+# An availability-zone aggregate for the new hosts, made by the region's admin.
+TOKEN=$(curl -sf -D - -o /dev/null -H 'Content-Type: application/json' "$(j .keystone.auth_url)/auth/tokens" -d "$(jq -n \
+  --arg p "$(j .keystone.admin.password)" '{auth: {identity: {methods: ["password"], password: {user: {name: "admin",
+  domain: {name: "Default"}, password: $p}}}, scope: {project: {name: "admin", domain: {name: "Default"}}}}}')" \
+  | awk -F': ' 'tolower($1)=="x-subject-token" {print $2}' | tr -d '\r')
+curl -sf -o /dev/null -H "X-Auth-Token: $TOKEN" -H 'Content-Type: application/json' \
+  -H 'OpenStack-API-Version: compute 2.96' "$(j .nova.compute_url)/os-aggregates" \
+  -d '{"aggregate": {"name": "demo-az-1"}}'
+
+GRPC_PORT=$(free_port)
+"$BIN/hv-coordinator" --listen "127.0.0.1:$GRPC_PORT" --os-cloud demo --clouds-yaml "$HV_ENV_DIR/clouds.yaml" \
+  --namespace default --aggregate demo-az-1 --custom-trait CUSTOM_HV_DEMO --busy-interval 1s --agent-heartbeat 2s \
+  >"$LOGS/coordinator.log" 2>&1 &
+record coordinator $!
+wait_for "the coordinator" 30 "$BIN/hvctl" --coordinator "http://127.0.0.1:$GRPC_PORT" list
+export HV_COORDINATOR="http://127.0.0.1:$GRPC_PORT"
+say "coordinator up (gRPC $HV_COORDINATOR, logs $LOGS/coordinator.log)"
+
+# Phase changes, as they happen, from the fleet API.
+"$BIN/hvctl" watch &
+WATCH=$!
+trap 'kill $WATCH 2>/dev/null || true' EXIT
+
+for n in "${NODES[@]}"; do
+  curl -sf -o /dev/null -H 'Content-Type: application/json' "http://127.0.0.1:$API_PORT/api/v1/nodes" -d "$(jq -n --arg n "$n" \
+    '{apiVersion: "v1", kind: "Node", metadata: {name: $n, labels: {"hypervisor.cloud.sap/managed": "true"}},
+      status: {conditions: [{type: "Ready", status: "True"}]}}')"
+done
+say "created Kubernetes Nodes ${NODES[*]}"
+
+for n in "${NODES[@]}"; do
+  "$BIN/hv-agent" run --node "$n" --coordinator "$HV_COORDINATOR" --heartbeat 2s --health-listen 127.0.0.1:0 \
+    --libvirt-uri "$(j .libvirt.test_uri)" --ovsdb "$(j .ovsdb.tcp)" --ceph-conf "$(j .ceph.conf)" \
+    --ceph-id "$(j .ceph.client.id)" --ceph-keyring "$(j .ceph.client.keyring)" >"$LOGS/agent-$n.log" 2>&1 &
+  record "agent-$n" $!
+done
+say "started one hv-agent per node"
+
+deadline=$(( $(date +%s) + 300 ))
+until [[ $("$BIN/hvctl" list --phase Active | tail -n +2 | wc -l) -eq ${#NODES[@]} ]]; do
+  if (( $(date +%s) > deadline )); then
+    "$BIN/hvctl" list
+    die "not all nodes became Active within 5 minutes; see $LOGS/coordinator.log"
+  fi
+  sleep 0.5
+done
+sleep 0.5
+kill $WATCH 2>/dev/null || true
+say "all ${#NODES[@]} nodes Active"
+"$BIN/hvctl" list | sed 's/^/    /'
+
+cat <<EOF
+
+The region keeps running. Look around:
+
+  export KUBECONFIG=$KCFG HV_COORDINATOR=$HV_COORDINATOR PATH=$BIN:\$PATH
+  hvctl list                      # the fleet, from the coordinator
+  hvctl get compute-1             # one node with its conditions
+  hvctl health compute-1          # grpc.health.v1 for node/compute-1
+  hvctl watch                     # phase changes as they happen
+  kubectl get hv                  # if kubectl is installed (--validate=false for apply)
+  grpcurl -plaintext 127.0.0.1:$GRPC_PORT list        # reflection, no proto files
+  grpc_health_probe -addr 127.0.0.1:$GRPC_PORT -service node/compute-1
+  curl -s http://127.0.0.1:$API_PORT/apis/hypervisor.cloud.sap/v1alpha1/hypervisors | jq '.items[].status.phase'
+  logs: $LOGS
+
+Stop it all with: make demo-down
+EOF
