@@ -141,6 +141,12 @@ async fn a_new_node_is_onboarded_tested_and_activated() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.lines().any(|l| l.starts_with(host) && l.contains("Active") && l.contains("yes")), "{text}");
 
+    // Reflection: grpcurl and grpc_health_probe need no proto files.
+    let services = reflected_services(&url).await;
+    for svc in ["hv.v1.AgentService", "hv.v1.FleetService", "grpc.health.v1.Health"] {
+        assert!(services.iter().any(|s| s == svc), "{svc} listed by reflection: {services:?}");
+    }
+
     // The agent goes away: the node stops answering SERVING at once.
     agent.kill();
     wait_health(&url, &format!("node/{host}"), ServingStatus::NotServing).await;
@@ -328,5 +334,29 @@ async fn agent_connect_code(url: &str) -> tonic::Code {
     match rsp {
         Ok(_) => tonic::Code::Ok,
         Err(s) => s.code(),
+    }
+}
+
+/// What `grpcurl list` shows: the services named by server reflection.
+async fn reflected_services(url: &str) -> Vec<String> {
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    let channel = tonic::transport::Endpoint::from_shared(url.to_string()).unwrap().connect().await.unwrap();
+    let req = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut stream = ServerReflectionClient::new(channel)
+        .server_reflection_info(tokio_stream::iter(vec![req]))
+        .await
+        .unwrap()
+        .into_inner();
+    match stream.message().await.unwrap().and_then(|r| r.message_response) {
+        Some(MessageResponse::ListServicesResponse(list)) => {
+            list.service.into_iter().map(|s| s.name).collect()
+        }
+        other => panic!("unexpected reflection answer {other:?}"),
     }
 }

@@ -296,8 +296,15 @@ mod tests {
         let (tx2, _rx2) = mpsc::channel(8);
         let second = r.open("n1", "boot-a", "1.0", tx2);
         let signal = first.closed.try_recv();
-        assert!(matches!(signal, Err(oneshot::error::TryRecvError::Closed)), "the first session is told to end");
-        assert_eq!(r.receive("n1", first.id, msg(1, report(1))), None, "messages of a replaced session are ignored");
+        assert!(
+            matches!(signal, Err(oneshot::error::TryRecvError::Closed)),
+            "the first session is told to end"
+        );
+        assert_eq!(
+            r.receive("n1", first.id, msg(1, report(1))),
+            None,
+            "messages of a replaced session are ignored"
+        );
         assert_eq!(r.receive("n1", second.id, msg(1, report(1))), Some(1));
         r.close("n1", first.id);
         assert!(r.view("n1").connected, "closing the replaced session leaves the live one");

@@ -76,7 +76,9 @@ impl Context {
         let Some(name) = hv.metadata.name.as_deref() else { return hv };
         let Ok(mut written) = self.written.lock() else { return hv };
         match written.get(name) {
-            Some((base, ours)) if hv.metadata.resource_version.as_deref() == Some(base.as_str()) => ours.clone(),
+            Some((base, ours)) if hv.metadata.resource_version.as_deref() == Some(base.as_str()) => {
+                ours.clone()
+            }
             Some(_) => {
                 // The cache has caught up (or someone else wrote since).
                 written.remove(name);
@@ -299,7 +301,11 @@ fn observe_eviction(store: &Store<Eviction>, node: &str, status: &HypervisorStat
     })
 }
 
-async fn write_status(client: &kube::Client, name: &str, status: &HypervisorStatus) -> Result<Hypervisor, Error> {
+async fn write_status(
+    client: &kube::Client,
+    name: &str,
+    status: &HypervisorStatus,
+) -> Result<Hypervisor, Error> {
     let api: Api<Hypervisor> = Api::all(client.clone());
     let patch = serde_json::json!({
         "apiVersion": "hypervisor.cloud.sap/v1alpha1",
