@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use hv_coordinator::api::Phase;
+use hv_coordinator::api::{Hypervisor, Phase};
 use hv_tests::openstack::Admin;
 use hv_tests::region::{AgentPeers, PrivateOvsdb, Proc, Region, ceph_client, set_ceph_caps};
 use tonic_health::pb::HealthCheckRequest;
@@ -52,6 +52,28 @@ async fn wait_health(url: &str, service: &str, want: ServingStatus) {
         assert!(tokio::time::Instant::now() < deadline, "{service} stayed {got:?}, wanted {want:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Waits for Aborted; `condition` must carry `reason` and name `cause`.
+async fn expect_abort(
+    region: &Region,
+    host: &str,
+    condition: &str,
+    reason: &str,
+    cause: &str,
+    coord: &Proc,
+) -> Hypervisor {
+    let hv = region.wait_phase(host, Phase::Aborted, SOON, coord).await;
+    let (_, got, message) = Region::condition(&hv, condition);
+    assert_eq!(got, reason, "{condition}: {message}");
+    assert!(message.contains(cause), "{condition} names {cause}: {message}");
+    hv
+}
+
+/// After the fix: one `hvctl retry`, then Active.
+async fn retry_to_active(region: &Region, host: &str, coord: &Proc) {
+    region.retry(host);
+    region.wait_phase(host, Phase::Active, SOON, coord).await;
 }
 
 async fn events_for(region: &Region, name: &str) -> Vec<(String, String)> {
@@ -200,17 +222,13 @@ async fn a_missing_br_ex_aborts_and_a_retry_after_the_fix_succeeds() {
     let coord = region.coordinator(None, &[]);
     let _agent = region.agent(host, &AgentPeers { ovsdb: Some(ovs.remote.clone()), ..Default::default() });
     region.create_node(host, &[]).await;
-    let hv = region.wait_phase(host, Phase::Aborted, SOON, &coord).await;
-    let (_, reason, message) = Region::condition(&hv, "Tested");
-    assert_eq!(reason, "ChecksFailed", "{message}");
-    assert!(message.contains("br-ex"), "the condition names the bridge: {message}");
+    let hv = expect_abort(&region, host, "Tested", "ChecksFailed", "br-ex", &coord).await;
     let failed: Vec<String> =
         hv.status.unwrap().checks.into_iter().filter(|c| !c.passed).map(|c| c.name).collect();
     assert_eq!(failed, vec!["ovs-bridge/br-ex".to_string()]);
 
     ovs.add_bridge("br-ex").unwrap();
-    region.retry(host);
-    region.wait_phase(host, Phase::Active, SOON, &coord).await;
+    retry_to_active(&region, host, &coord).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -226,14 +244,10 @@ async fn an_unreadable_ceph_pool_aborts_and_a_retry_after_the_fix_succeeds() {
     let peers = AgentPeers { ceph_id: Some(id.clone()), ceph_keyring: Some(keyring), ..Default::default() };
     let _agent = region.agent(host, &peers);
     region.create_node(host, &[(POOLS, &pool)]).await;
-    let hv = region.wait_phase(host, Phase::Aborted, SOON, &coord).await;
-    let (_, reason, message) = Region::condition(&hv, "Tested");
-    assert_eq!(reason, "ChecksFailed", "{message}");
-    assert!(message.contains(&pool), "the condition names the pool: {message}");
+    expect_abort(&region, host, "Tested", "ChecksFailed", &pool, &coord).await;
 
     set_ceph_caps(env, &id, &format!("profile rbd pool={pool}")).unwrap();
-    region.retry(host);
-    region.wait_phase(host, Phase::Active, SOON, &coord).await;
+    retry_to_active(&region, host, &coord).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -243,9 +257,7 @@ async fn a_wrong_keystone_password_aborts_and_a_retry_after_the_fix_succeeds() {
     let mut coord = region.coordinator(Some("not-the-password"), &[]);
     let _agent = region.agent(host, &AgentPeers::default());
     region.create_node(host, &[]).await;
-    let hv = region.wait_phase(host, Phase::Aborted, SOON, &coord).await;
-    let (_, reason, message) = Region::condition(&hv, "Aborted");
-    assert_eq!(reason, "KeystoneRejected", "{message}");
+    expect_abort(&region, host, "Aborted", "KeystoneRejected", "Keystone", &coord).await;
 
     // The fix: the right password (the Secret is corrected, the pod restarts).
     coord.stop();
@@ -256,8 +268,7 @@ async fn a_wrong_keystone_password_aborts_and_a_retry_after_the_fix_succeeds() {
         Some(Phase::Aborted),
         "Aborted holds until the retry"
     );
-    region.retry(host);
-    region.wait_phase(host, Phase::Active, SOON, &coord).await;
+    retry_to_active(&region, host, &coord).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

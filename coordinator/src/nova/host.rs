@@ -133,30 +133,20 @@ impl NovaClient {
         service_id: Option<&str>,
         action: &Action,
     ) -> Result<(), NovaError> {
-        let need_service =
-            || service_id.ok_or_else(|| NovaError::NotFound(format!("no compute service known for {host}")));
+        // Status and reason of the compute service go in one PUT (2.53+).
+        let set_service = |body: Value| -> Result<Call, NovaError> {
+            let id = service_id
+                .ok_or_else(|| NovaError::NotFound(format!("no compute service known for {host}")))?;
+            Ok(Call::with(Service::Compute, http::Method::PUT, format!("os-services/{id}"), body))
+        };
         match action {
             Action::DisableService { reason } => {
-                let body = json!({"status": "disabled", "disabled_reason": reason});
                 self.cloud
-                    .call(Call::with(
-                        Service::Compute,
-                        http::Method::PUT,
-                        format!("os-services/{}", need_service()?),
-                        body,
-                    ))
+                    .call(set_service(json!({"status": "disabled", "disabled_reason": reason}))?)
                     .await?;
             }
             Action::EnableService => {
-                let body = json!({"status": "enabled"});
-                self.cloud
-                    .call(Call::with(
-                        Service::Compute,
-                        http::Method::PUT,
-                        format!("os-services/{}", need_service()?),
-                        body,
-                    ))
-                    .await?;
+                self.cloud.call(set_service(json!({"status": "enabled"}))?).await?;
             }
             Action::AddAggregate { name } => self.aggregate_host(host, name, true).await?,
             Action::RemoveAggregate { name } => self.aggregate_host(host, name, false).await?,
