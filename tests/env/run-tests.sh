@@ -15,7 +15,9 @@ if ! bash "$here/up.sh"; then
   [[ -n "${HV_KEEP_ENV:-}" ]] || bash "$here/down.sh"
   exit 1
 fi
-"${CARGO:-cargo}" test --workspace --all-targets "$@"
+# The end-to-end tests run the workspace's binaries as processes (hv-coordinator,
+# hvctl, hv-agent, hv-ceph-probe); `cargo test` alone builds only test harnesses.
+"${CARGO:-cargo}" build --workspace --bins && "${CARGO:-cargo}" test --workspace --all-targets "$@"
 rc=$?
 if [[ -n "${HV_KEEP_ENV:-}" ]]; then
   echo "HV_KEEP_ENV is set: the test ground stays up (make test-env-down stops it)" >&2

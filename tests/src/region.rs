@@ -23,11 +23,17 @@ use kube::api::{ObjectMeta, PostParams};
 use crate::env::TestEnv;
 use crate::kube_target::KubeTarget;
 
-/// A workspace binary built beside the test executable.
+/// A workspace binary built beside the test executable. `cargo test` does
+/// not build other packages' binaries: `make test` runs `cargo build
+/// --workspace --bins` first.
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_default();
     let dir = exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
-    dir.join(name)
+    let path = dir.join(name);
+    if !path.exists() {
+        panic!("{} is not built: run `cargo build --workspace --bins` (make test does)", path.display());
+    }
+    path
 }
 
 pub fn free_port() -> u16 {
