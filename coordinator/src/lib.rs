@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod eviction;
 pub mod fleet;
 pub mod k8s;
 pub mod lifecycle;

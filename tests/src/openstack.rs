@@ -149,4 +149,43 @@ impl Admin {
             .filter_map(|t| t.as_str().map(str::to_string))
             .collect())
     }
+
+    /// Boots a server on `host` (admin's `host` field, 2.74+) from the
+    /// fixture image, without networks; answers its id once it is ACTIVE.
+    pub async fn boot_on(&self, name: &str, host: &str, flavor: &str) -> Result<String, ApiError> {
+        let body = json!({"server": {"name": name, "imageRef": "155d900f-4e14-4e4c-a73d-069cbf4541e6",
+            "flavorRef": flavor, "networks": "none", "host": host}});
+        let v = send(reqwest::Method::POST, &self.compute("servers"), &self.token, &self.mv(), Some(body))
+            .await?;
+        let id = v["server"]["id"].as_str().unwrap_or_default().to_string();
+        for _ in 0..300 {
+            let s = self.server(&id).await?;
+            match s["status"].as_str() {
+                Some("ACTIVE") => return Ok(id),
+                Some("ERROR") => {
+                    return Err(ApiError::Status {
+                        what: format!("boot {name}"),
+                        status: 500,
+                        body: s.to_string(),
+                    });
+                }
+                _ => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            }
+        }
+        Err(ApiError::Status {
+            what: format!("boot {name}"),
+            status: 408,
+            body: "not ACTIVE within 30s".into(),
+        })
+    }
+
+    pub async fn server(&self, id: &str) -> Result<Value, ApiError> {
+        Ok(get(&self.compute(&format!("servers/{id}")), &self.token, &self.mv()).await?["server"].clone())
+    }
+
+    pub async fn delete_server(&self, id: &str) -> Result<(), ApiError> {
+        send(reqwest::Method::DELETE, &self.compute(&format!("servers/{id}")), &self.token, &self.mv(), None)
+            .await
+            .map(|_| ())
+    }
 }

@@ -233,4 +233,10 @@ pub struct VmStatus {
     /// Name of the current or last Migration object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration: Option<String>,
+    /// When the current attempt was asked of Nova.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt_started: Option<Time>,
+    /// In Backoff: when the next attempt may start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<Time>,
 }

@@ -81,6 +81,10 @@ impl NovaClient {
         NovaClient { cloud }
     }
 
+    pub(super) fn cloud(&self) -> &Cloud {
+        &self.cloud
+    }
+
     /// Nova's view of `host`, for the lifecycle core.
     pub async fn observe(&self, host: &str, wanted_aggregates: &[String]) -> NovaObs {
         match self.try_observe(host, wanted_aggregates).await {

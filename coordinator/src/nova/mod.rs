@@ -6,6 +6,7 @@
 pub mod error;
 pub mod host;
 pub mod http;
+pub mod servers;
 
 pub use error::NovaError;
 pub use host::NovaClient;

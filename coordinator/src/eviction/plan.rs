@@ -1,0 +1,334 @@
+//! One step of an eviction as a pure function (DESIGN.md section 4): which
+//! VM to move next, which migration is stuck, what each VM's record says.
+//!
+//! [`step`] maps (options, the VM records so far, what Nova shows now, the
+//! free cluster-wide slots, whether the Eviction is being deleted, now) to
+//! the new records, the phase and the actions. No I/O, no clock.
+//!
+//! Rules:
+//! - Every VM found on the host at the start gets a record, largest memory
+//!   first, and ends in a final state: Migrated, Gone, NonMigratable or
+//!   Skipped. Nothing is fire-and-forget.
+//! - At most `maxParallel` migrations in flight from the host, and no more
+//!   than the cluster-wide `slots` left by other evictions.
+//! - A VM is never started twice in one attempt: a new attempt number is
+//!   recorded before its migration is asked for, and a record in
+//!   Migrating is only ever resolved from Nova's answer for that attempt.
+//! - Stuck (no progress for `progressTimeoutSeconds`, or running longer
+//!   than `completionTimeoutPerGiBSeconds` × GiB of memory): abort, wait
+//!   for Nova to confirm, back off exponentially, retry; after
+//!   `maxAttempts` the VM is NonMigratable with the reason.
+//! - Cancelled (the Eviction is being deleted): abort what is in flight,
+//!   start nothing, end Cancelled once nothing moves.
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::eviction::{EvictionOptions, EvictionPhase, MigrationPolicy, VmState, VmStatus};
+
+/// Server metadata key with a VM's own policy (`live`, `cold`, `skip`).
+pub const POLICY_METADATA: &str = "hypervisor.cloud.sap/eviction";
+
+/// First backoff after a failed attempt; doubles per attempt, capped.
+const FIRST_BACKOFF: SignedDuration = SignedDuration::from_secs(10);
+const MAX_BACKOFF: SignedDuration = SignedDuration::from_mins(5);
+
+/// A server as Nova shows it now.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Server {
+    pub id: String,
+    pub name: String,
+    /// The compute host it is on (`OS-EXT-SRV-ATTR:host`).
+    pub host: String,
+    pub memory_bytes: u64,
+    /// From the server's metadata; None means the eviction's default.
+    pub policy: Option<MigrationPolicy>,
+    pub locked: bool,
+    /// PCI passthrough devices cannot be live-migrated.
+    pub pci_passthrough: bool,
+    /// Local (non-volume) disks: a live migration must copy them.
+    pub local_disk: bool,
+}
+
+/// Nova's view of one migration attempt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttemptObs {
+    pub server_id: String,
+    pub attempt: u32,
+    pub nova_migration_id: Option<i64>,
+    /// Nova's status verbatim; None while Nova shows no migration yet.
+    pub nova_status: Option<String>,
+    pub started_at: Timestamp,
+    /// Last time a progress counter moved (or the start).
+    pub last_progress_at: Timestamp,
+    /// We asked Nova to abort it already.
+    pub abort_requested: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Input<'a> {
+    /// The host being emptied.
+    pub source: &'a str,
+    pub options: &'a EvictionOptions,
+    /// The records so far (empty on the first step).
+    pub vms: &'a [VmStatus],
+    /// Every server on the source host, and every recorded one Nova still
+    /// knows wherever it is. A recorded VM missing here was deleted.
+    pub servers: &'a [Server],
+    pub attempts: &'a [AttemptObs],
+    /// Migrations the cluster-wide limit still allows to start.
+    pub slots: u32,
+    /// The Eviction is being deleted.
+    pub cancelled: bool,
+    pub now: Timestamp,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Ask Nova to move the server; the attempt is already recorded.
+    Migrate { server_id: String, attempt: u32, live: bool, block_migration: bool },
+    /// Ask Nova to abort this attempt's migration.
+    Abort { server_id: String, attempt: u32, nova_migration_id: Option<i64>, why: String },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    pub phase: EvictionPhase,
+    pub vms: Vec<VmStatus>,
+    pub actions: Vec<Action>,
+}
+
+impl Step {
+    pub fn count(&self, state: VmState) -> u32 {
+        u32::try_from(self.vms.iter().filter(|v| v.state == state).count()).unwrap_or(u32::MAX)
+    }
+}
+
+pub fn is_final(s: VmState) -> bool {
+    matches!(s, VmState::Migrated | VmState::Gone | VmState::NonMigratable | VmState::Skipped)
+}
+
+pub fn step(input: &Input<'_>) -> Step {
+    let mut vms = if input.vms.is_empty() { initial_records(input) } else { input.vms.to_vec() };
+    let mut actions = Vec::new();
+    for vm in vms.iter_mut() {
+        advance(vm, input, &mut actions);
+    }
+    if !input.cancelled {
+        start_next(&mut vms, input, &mut actions);
+    }
+    let moving = vms.iter().any(|v| v.state == VmState::Migrating);
+    let phase = if input.cancelled {
+        if moving { EvictionPhase::Migrating } else { EvictionPhase::Cancelled }
+    } else if vms.iter().all(|v| is_final(v.state)) {
+        EvictionPhase::Succeeded
+    } else {
+        EvictionPhase::Migrating
+    };
+    Step { phase, vms, actions }
+}
+
+/// One record per server on the host, largest memory first (ties by id,
+/// so the order is stable across restarts).
+fn initial_records(input: &Input<'_>) -> Vec<VmStatus> {
+    let mut on_host: Vec<&Server> = input.servers.iter().filter(|s| s.host == input.source).collect();
+    on_host.sort_by(|a, b| b.memory_bytes.cmp(&a.memory_bytes).then_with(|| a.id.cmp(&b.id)));
+    on_host
+        .into_iter()
+        .map(|s| {
+            let policy = s.policy.unwrap_or(input.options.default_policy);
+            let (state, reason) = match policy {
+                MigrationPolicy::Skip => {
+                    (VmState::Skipped, "policy skip: moved by somebody else".to_string())
+                }
+                _ => (VmState::Pending, String::new()),
+            };
+            VmStatus {
+                id: s.id.clone(),
+                name: s.name.clone(),
+                memory_bytes: s.memory_bytes,
+                state,
+                reason,
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+fn server<'a>(input: &'a Input<'_>, id: &str) -> Option<&'a Server> {
+    input.servers.iter().find(|s| s.id == id)
+}
+
+fn attempt<'a>(input: &'a Input<'_>, vm: &VmStatus) -> Option<&'a AttemptObs> {
+    input.attempts.iter().find(|a| a.server_id == vm.id && a.attempt == vm.attempts)
+}
+
+/// Resolve what Nova says about one record.
+fn advance(vm: &mut VmStatus, input: &Input<'_>, actions: &mut Vec<Action>) {
+    if is_final(vm.state) {
+        return;
+    }
+    let Some(srv) = server(input, &vm.id) else {
+        // Deleted by its owner. A migrating one is gone too: nothing to abort.
+        vm.state = VmState::Gone;
+        vm.reason = "deleted during the eviction".into();
+        return;
+    };
+    match vm.state {
+        VmState::Pending | VmState::Backoff if srv.host != input.source => {
+            vm.state = VmState::Migrated;
+            vm.target_host = Some(srv.host.clone());
+            vm.reason = "moved off by somebody else".into();
+        }
+        VmState::Migrating => supervise(vm, srv, input, actions),
+        _ => {}
+    }
+}
+
+fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut Vec<Action>) {
+    let o = input.options;
+    let Some(att) = attempt(input, vm) else {
+        if srv.host != input.source {
+            vm.state = VmState::Migrated;
+            vm.target_host = Some(srv.host.clone());
+            return;
+        }
+        // Asked for, not visible in Nova yet, or the request was lost in a
+        // crash before it was sent. After a progress timeout the attempt
+        // counts as failed; the next one is a new request (Nova refuses it
+        // with 409 while an old one still runs, so nothing moves twice).
+        let asked = vm.attempt_started.as_ref().map_or(input.now, |t| t.0);
+        if input.now.duration_since(asked) > secs(o.progress_timeout_seconds) {
+            let why = format!("attempt {}: Nova never showed the migration", vm.attempts);
+            fail_attempt(vm, why, o, input.now);
+        }
+        return;
+    };
+    let status = att.nova_status.as_deref().unwrap_or("");
+    match status {
+        "completed" | "finished" | "confirmed" if srv.host != input.source => {
+            vm.state = VmState::Migrated;
+            vm.target_host = Some(srv.host.clone());
+            vm.reason.clear();
+        }
+        // Nova can report completed a moment before the host field moves.
+        "completed" | "finished" | "confirmed" => {}
+        "failed" | "error" | "cancelled" | "aborted" => {
+            let why = if att.abort_requested {
+                vm.reason.clone()
+            } else {
+                format!("attempt {} ended {status} in Nova", vm.attempts)
+            };
+            fail_attempt(vm, why, o, input.now);
+        }
+        _ if att.abort_requested => {} // waiting for Nova to confirm the abort
+        _ => {
+            let stalled = input.now.duration_since(att.last_progress_at);
+            let running = input.now.duration_since(att.started_at);
+            let limit = completion_limit(o, vm.memory_bytes);
+            let why = if stalled > secs(o.progress_timeout_seconds) {
+                Some(format!("attempt {}: no progress for {}s", vm.attempts, stalled.as_secs()))
+            } else if running > limit {
+                Some(format!(
+                    "attempt {}: running {}s, over the {}s allowed for its memory",
+                    vm.attempts,
+                    running.as_secs(),
+                    limit.as_secs()
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                vm.reason = why.clone();
+                actions.push(Action::Abort {
+                    server_id: vm.id.clone(),
+                    attempt: vm.attempts,
+                    nova_migration_id: att.nova_migration_id,
+                    why,
+                });
+            }
+        }
+    }
+}
+
+fn fail_attempt(vm: &mut VmStatus, why: String, o: &EvictionOptions, now: Timestamp) {
+    if vm.attempts >= o.max_attempts {
+        vm.state = VmState::NonMigratable;
+        vm.reason = format!("{} attempts failed; last: {why}", vm.attempts);
+    } else {
+        vm.state = VmState::Backoff;
+        vm.reason = why;
+        vm.retry_at = Some(Time(now + backoff(vm.attempts)));
+    }
+}
+
+/// 10 s, 20 s, 40 s, ... capped at 5 min.
+pub fn backoff(attempts: u32) -> SignedDuration {
+    let factor = 1i32.checked_shl(attempts.saturating_sub(1).min(16)).unwrap_or(i32::MAX);
+    (FIRST_BACKOFF * factor).min(MAX_BACKOFF)
+}
+
+fn secs(s: u64) -> SignedDuration {
+    SignedDuration::from_secs(i64::try_from(s).unwrap_or(i64::MAX))
+}
+
+/// `completionTimeoutPerGiB` × memory, at least one progress timeout.
+pub fn completion_limit(o: &EvictionOptions, memory_bytes: u64) -> SignedDuration {
+    let gib = memory_bytes.div_ceil(1 << 30).max(1);
+    secs(o.completion_timeout_per_gi_b_seconds.saturating_mul(gib)).max(secs(o.progress_timeout_seconds))
+}
+
+/// Start the next VMs, in record order (largest first), within the limits.
+fn start_next(vms: &mut [VmStatus], input: &Input<'_>, actions: &mut Vec<Action>) {
+    let in_flight =
+        u32::try_from(vms.iter().filter(|v| v.state == VmState::Migrating).count()).unwrap_or(u32::MAX);
+    let mut free = input.options.max_parallel.saturating_sub(in_flight).min(input.slots);
+    for vm in vms.iter_mut() {
+        if free == 0 {
+            break;
+        }
+        let ready = match vm.state {
+            VmState::Pending => true,
+            VmState::Backoff => vm.retry_at.as_ref().is_none_or(|t| t.0 <= input.now),
+            _ => false,
+        };
+        if !ready {
+            continue;
+        }
+        let Some(srv) = server(input, &vm.id) else { continue };
+        let policy = srv.policy.unwrap_or(input.options.default_policy);
+        if let Some(why) = incompatible(srv, policy, &input.options.force) {
+            vm.state = VmState::NonMigratable;
+            vm.reason = why;
+            continue;
+        }
+        vm.attempts += 1;
+        vm.state = VmState::Migrating;
+        vm.retry_at = None;
+        vm.attempt_started = Some(Time(input.now));
+        actions.push(Action::Migrate {
+            server_id: vm.id.clone(),
+            attempt: vm.attempts,
+            live: policy != MigrationPolicy::ColdMigrate,
+            block_migration: srv.local_disk,
+        });
+        free -= 1;
+    }
+}
+
+/// Why this server cannot be moved as its policy says, unless forced.
+fn incompatible(srv: &Server, policy: MigrationPolicy, force: &[String]) -> Option<String> {
+    if force.iter().any(|f| f == "compatibility") {
+        return None;
+    }
+    if srv.locked {
+        return Some("the server is locked".into());
+    }
+    if srv.pci_passthrough && policy == MigrationPolicy::LiveMigrate {
+        return Some("PCI passthrough devices cannot be live-migrated; set its policy to cold".into());
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests;

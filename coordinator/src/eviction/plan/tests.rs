@@ -1,0 +1,323 @@
+use std::collections::{BTreeMap, BTreeSet};
+
+use jiff::{SignedDuration, Timestamp};
+use proptest::prelude::*;
+
+use super::*;
+
+const GIB: u64 = 1 << 30;
+
+fn t(secs: i64) -> Timestamp {
+    Timestamp::UNIX_EPOCH + SignedDuration::from_secs(1_800_000_000 + secs)
+}
+
+fn srv(id: &str, gib: u64) -> Server {
+    Server {
+        id: id.into(),
+        name: format!("vm-{id}"),
+        host: "src".into(),
+        memory_bytes: gib * GIB,
+        policy: None,
+        locked: false,
+        pci_passthrough: false,
+        local_disk: false,
+    }
+}
+
+fn input<'a>(
+    o: &'a EvictionOptions,
+    vms: &'a [VmStatus],
+    servers: &'a [Server],
+    attempts: &'a [AttemptObs],
+    now: Timestamp,
+) -> Input<'a> {
+    Input { source: "src", options: o, vms, servers, attempts, slots: 5, cancelled: false, now }
+}
+
+fn running(id: &str, attempt: u32, started: i64, progress: i64) -> AttemptObs {
+    AttemptObs {
+        server_id: id.into(),
+        attempt,
+        nova_migration_id: Some(i64::from(attempt) * 100),
+        nova_status: Some("running".into()),
+        started_at: t(started),
+        last_progress_at: t(progress),
+        abort_requested: false,
+    }
+}
+
+fn migrated_ids(actions: &[Action]) -> Vec<&str> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Migrate { server_id, .. } => Some(server_id.as_str()),
+            Action::Abort { .. } => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_largest_vms_go_first_within_the_per_host_limit_and_skip_is_respected() {
+    let o = EvictionOptions::default();
+    let mut skip = srv("d", 64);
+    skip.policy = Some(MigrationPolicy::Skip);
+    let servers = vec![srv("a", 2), srv("b", 16), srv("c", 8), skip, srv("e", 1)];
+    let s = step(&input(&o, &[], &servers, &[], t(0)));
+    assert_eq!(s.vms.iter().map(|v| v.id.as_str()).collect::<Vec<_>>(), ["d", "b", "c", "a", "e"]);
+    assert_eq!(s.vms[0].state, VmState::Skipped);
+    assert_eq!(migrated_ids(&s.actions), ["b", "c"], "two at once, largest first");
+    assert!(s.vms.iter().filter(|v| v.state == VmState::Migrating).all(|v| v.attempts == 1));
+    assert_eq!(s.phase, EvictionPhase::Migrating);
+
+    let mut tight = input(&o, &[], &servers, &[], t(0));
+    tight.slots = 1;
+    assert_eq!(migrated_ids(&step(&tight).actions), ["b"], "the cluster-wide limit binds too");
+}
+
+#[test]
+fn a_completed_migration_frees_its_slot_for_the_next_vm() {
+    let o = EvictionOptions::default();
+    let mut servers = vec![srv("a", 4), srv("b", 2), srv("c", 1)];
+    let first = step(&input(&o, &[], &servers, &[], t(0)));
+    servers[0].host = "dst-1".into();
+    let mut done = running("a", 1, 0, 5);
+    done.nova_status = Some("completed".into());
+    let attempts = vec![done, running("b", 1, 0, 5)];
+    let s = step(&input(&o, &first.vms, &servers, &attempts, t(6)));
+    assert_eq!((s.vms[0].state, s.vms[0].target_host.as_deref()), (VmState::Migrated, Some("dst-1")));
+    assert_eq!(migrated_ids(&s.actions), ["c"]);
+}
+
+#[test]
+fn a_failed_attempt_backs_off_and_retries_until_the_attempts_run_out() {
+    let o = EvictionOptions { max_attempts: 2, ..EvictionOptions::default() };
+    let servers = vec![srv("a", 1)];
+    let s = step(&input(&o, &[], &servers, &[], t(0)));
+    let mut failed = running("a", 1, 0, 0);
+    failed.nova_status = Some("error".into());
+    let s = step(&input(&o, &s.vms, &servers, std::slice::from_ref(&failed), t(3)));
+    assert_eq!(s.vms[0].state, VmState::Backoff);
+    assert!(s.actions.is_empty(), "no retry before the backoff");
+    assert_eq!(s.vms[0].retry_at.as_ref().map(|r| r.0), Some(t(13)));
+    let s2 = step(&input(&o, &s.vms, &servers, std::slice::from_ref(&failed), t(12)));
+    assert!(s2.actions.is_empty());
+    let s3 = step(&input(&o, &s.vms, &servers, std::slice::from_ref(&failed), t(13)));
+    assert_eq!(
+        s3.actions,
+        vec![Action::Migrate { server_id: "a".into(), attempt: 2, live: true, block_migration: false }]
+    );
+    let mut failed2 = running("a", 2, 13, 13);
+    failed2.nova_status = Some("failed".into());
+    let s4 = step(&input(&o, &s3.vms, &servers, &[failed, failed2], t(20)));
+    assert_eq!(s4.vms[0].state, VmState::NonMigratable);
+    assert!(s4.vms[0].reason.contains("2 attempts failed"), "{}", s4.vms[0].reason);
+    assert_eq!(s4.phase, EvictionPhase::Succeeded, "every VM is in a final state");
+}
+
+#[test]
+fn a_stuck_migration_is_aborted_once_and_retried_after_nova_confirms() {
+    let o = EvictionOptions { progress_timeout_seconds: 150, ..EvictionOptions::default() };
+    // 4 GiB: 600 s to complete, so only the progress clock can fire here.
+    let servers = vec![srv("a", 4)];
+    let s = step(&input(&o, &[], &servers, &[], t(0)));
+    // Progress stopped at t=10: fine at t=160, stuck at t=161.
+    let s1 = step(&input(&o, &s.vms, &servers, &[running("a", 1, 0, 10)], t(160)));
+    assert!(s1.actions.is_empty());
+    let s2 = step(&input(&o, &s.vms, &servers, &[running("a", 1, 0, 10)], t(161)));
+    assert!(
+        matches!(&s2.actions[..], [Action::Abort { attempt: 1, nova_migration_id: Some(100), why, .. }] if why.contains("no progress"))
+    );
+    let mut aborting = running("a", 1, 0, 10);
+    aborting.abort_requested = true;
+    let s3 = step(&input(&o, &s2.vms, &servers, std::slice::from_ref(&aborting), t(170)));
+    assert!(s3.actions.is_empty(), "no second abort while Nova works on the first");
+    assert_eq!(s3.vms[0].state, VmState::Migrating);
+    aborting.nova_status = Some("cancelled".into());
+    let s4 = step(&input(&o, &s3.vms, &servers, &[aborting], t(175)));
+    assert_eq!(s4.vms[0].state, VmState::Backoff);
+    assert!(s4.vms[0].reason.contains("no progress"), "the stuck reason is kept: {}", s4.vms[0].reason);
+}
+
+#[test]
+fn an_attempt_nova_never_shows_fails_after_a_progress_timeout() {
+    let o = EvictionOptions { progress_timeout_seconds: 30, ..EvictionOptions::default() };
+    let servers = vec![srv("a", 1)];
+    let s = step(&input(&o, &[], &servers, &[], t(0)));
+    let wait = step(&input(&o, &s.vms, &servers, &[], t(30)));
+    assert_eq!(wait.vms[0].state, VmState::Migrating);
+    assert!(wait.actions.is_empty(), "no second request while the first may still show up");
+    let failed = step(&input(&o, &s.vms, &servers, &[], t(31)));
+    assert_eq!(failed.vms[0].state, VmState::Backoff);
+    assert!(failed.vms[0].reason.contains("never showed"));
+}
+
+#[test]
+fn the_completion_limit_scales_with_memory() {
+    let o = EvictionOptions::default();
+    assert_eq!(completion_limit(&o, 4 * GIB), SignedDuration::from_secs(600));
+    assert_eq!(completion_limit(&o, GIB / 2), SignedDuration::from_secs(150));
+    let servers = vec![srv("a", 4)];
+    let s = step(&input(&o, &[], &servers, &[], t(0)));
+    // Always progressing, but running 601 s on 4 GiB (limit 600 s).
+    let ok = step(&input(&o, &s.vms, &servers, &[running("a", 1, 0, 599)], t(600)));
+    assert!(ok.actions.is_empty());
+    let stuck = step(&input(&o, &s.vms, &servers, &[running("a", 1, 0, 600)], t(601)));
+    assert!(matches!(&stuck.actions[..], [Action::Abort { why, .. }] if why.contains("over the 600s")));
+}
+
+#[test]
+fn deleted_and_moved_servers_end_gone_and_migrated() {
+    let o = EvictionOptions { max_parallel: 1, ..EvictionOptions::default() };
+    let servers = vec![srv("a", 4), srv("b", 2), srv("c", 1)];
+    let s = step(&input(&o, &[], &servers, &[], t(0)));
+    let mut moved = srv("b", 2);
+    moved.host = "elsewhere".into();
+    let now = vec![moved]; // a deleted while migrating, c deleted while pending
+    let s = step(&input(&o, &s.vms, &now, &[], t(1)));
+    let states: Vec<VmState> = s.vms.iter().map(|v| v.state).collect();
+    assert_eq!(states, [VmState::Gone, VmState::Migrated, VmState::Gone]);
+    assert_eq!(s.phase, EvictionPhase::Succeeded);
+}
+
+#[test]
+fn locked_and_pci_servers_are_non_migratable_unless_forced_or_cold() {
+    let o = EvictionOptions { max_parallel: 5, ..EvictionOptions::default() };
+    let mut locked = srv("a", 1);
+    locked.locked = true;
+    let mut pci = srv("b", 1);
+    pci.pci_passthrough = true;
+    let mut cold_pci = srv("c", 1);
+    cold_pci.pci_passthrough = true;
+    cold_pci.policy = Some(MigrationPolicy::ColdMigrate);
+    let mut local = srv("d", 1);
+    local.local_disk = true;
+    let servers = vec![locked, pci, cold_pci, local];
+    let s = step(&input(&o, &[], &servers, &[], t(0)));
+    let by_id: BTreeMap<&str, &VmStatus> = s.vms.iter().map(|v| (v.id.as_str(), v)).collect();
+    assert_eq!(by_id["a"].state, VmState::NonMigratable);
+    assert!(by_id["a"].reason.contains("locked"));
+    assert_eq!(by_id["b"].state, VmState::NonMigratable);
+    assert!(s.actions.contains(&Action::Migrate {
+        server_id: "c".into(),
+        attempt: 1,
+        live: false,
+        block_migration: false
+    }));
+    assert!(s.actions.contains(&Action::Migrate {
+        server_id: "d".into(),
+        attempt: 1,
+        live: true,
+        block_migration: true
+    }));
+    let forced = EvictionOptions { force: vec!["compatibility".into()], ..o };
+    assert_eq!(step(&input(&forced, &[], &servers, &[], t(0))).actions.len(), 4);
+}
+
+#[test]
+fn a_cancelled_eviction_aborts_in_flight_starts_nothing_and_ends_cancelled() {
+    let o = EvictionOptions::default();
+    let servers = vec![srv("a", 4), srv("b", 2), srv("c", 1)];
+    let s = step(&input(&o, &[], &servers, &[], t(0)));
+    let in_flight = [running("a", 1, 0, 1), running("b", 1, 0, 1)];
+    let mut i = input(&o, &s.vms, &servers, &in_flight, t(2));
+    i.cancelled = true;
+    let c = step(&i);
+    assert!(migrated_ids(&c.actions).is_empty(), "nothing new starts");
+    assert_eq!(c.phase, EvictionPhase::Migrating, "still moving: not Cancelled yet");
+    let mut done_a = running("a", 1, 0, 1);
+    done_a.nova_status = Some("cancelled".into());
+    let mut done_b = running("b", 1, 0, 1);
+    done_b.nova_status = Some("cancelled".into());
+    let attempts = [done_a, done_b];
+    let mut i = input(&o, &c.vms, &servers, &attempts, t(3));
+    i.cancelled = true;
+    assert_eq!(step(&i).phase, EvictionPhase::Cancelled);
+}
+
+#[test]
+fn backoff_doubles_and_is_capped() {
+    let b: Vec<i64> = (1..=8).map(|a| backoff(a).as_secs()).collect();
+    assert_eq!(b, [10, 20, 40, 80, 160, 300, 300, 300]);
+    assert_eq!(backoff(u32::MAX).as_secs(), 300);
+}
+
+/// What a fake Nova does with each attempt, drawn at random.
+#[derive(Clone, Copy, Debug)]
+enum Fate {
+    Completes,
+    Fails,
+    Hangs,
+    Deleted,
+}
+
+fn fate() -> impl Strategy<Value = Fate> {
+    prop_oneof![4 => Just(Fate::Completes), 2 => Just(Fate::Fails), 1 => Just(Fate::Hangs), 1 => Just(Fate::Deleted)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Against a Nova whose every attempt completes, fails, hangs or loses
+    /// its server at random: the host limit holds, no attempt is asked for
+    /// twice, every VM ends final, and the eviction finishes.
+    #[test]
+    fn every_vm_ends_final_and_no_attempt_starts_twice(
+        sizes in prop::collection::vec(1u64..32, 1..12),
+        fates in prop::collection::vec(fate(), 64),
+        parallel in 1u32..4,
+    ) {
+        let o = EvictionOptions { max_parallel: parallel, max_attempts: 3, ..EvictionOptions::default() };
+        let mut servers: Vec<Server> = sizes.iter().enumerate().map(|(i, g)| srv(&format!("s{i:02}"), *g)).collect();
+        let mut attempts: Vec<AttemptObs> = Vec::new();
+        let mut vms: Vec<VmStatus> = Vec::new();
+        let mut asked: BTreeSet<(String, u32)> = BTreeSet::new();
+        let mut fates = fates.into_iter().cycle();
+        let mut now = 0i64;
+        let mut finished = false;
+        for _ in 0..2000 {
+            let s = step(&input(&o, &vms, &servers, &attempts, t(now)));
+            let in_flight = s.vms.iter().filter(|v| v.state == VmState::Migrating).count();
+            prop_assert!(in_flight <= parallel as usize, "{in_flight} in flight");
+            for a in &s.actions {
+                match a {
+                    Action::Migrate { server_id, attempt, .. } => {
+                        prop_assert!(asked.insert((server_id.clone(), *attempt)), "{server_id} attempt {attempt} asked twice");
+                        let obs = running(server_id, *attempt, now, now);
+                        match fates.next().unwrap_or(Fate::Completes) {
+                            Fate::Completes => {
+                                if let Some(sv) = servers.iter_mut().find(|x| &x.id == server_id) { sv.host = "dst".into(); }
+                                attempts.push(AttemptObs { nova_status: Some("completed".into()), ..obs });
+                            }
+                            Fate::Fails => attempts.push(AttemptObs { nova_status: Some("error".into()), ..obs }),
+                            Fate::Hangs => attempts.push(obs),
+                            Fate::Deleted => servers.retain(|x| &x.id != server_id),
+                        }
+                    }
+                    Action::Abort { server_id, attempt, .. } => {
+                        let att = attempts.iter_mut().find(|x| &x.server_id == server_id && x.attempt == *attempt);
+                        prop_assert!(att.is_some(), "abort of an attempt Nova does not know");
+                        if let Some(x) = att {
+                            x.abort_requested = true;
+                            x.nova_status = Some("cancelled".into());
+                        }
+                    }
+                }
+            }
+            vms = s.vms;
+            if s.phase == EvictionPhase::Succeeded {
+                finished = true;
+                break;
+            }
+            now += 7;
+        }
+        prop_assert!(finished, "the eviction did not finish: {vms:?}");
+        prop_assert_eq!(vms.len(), sizes.len());
+        prop_assert!(vms.iter().all(|v| is_final(v.state)));
+        prop_assert!(vms.iter().all(|v| v.attempts <= 3));
+        for v in &vms {
+            if v.state == VmState::Migrated {
+                prop_assert_eq!(v.target_host.as_deref(), Some("dst"));
+            }
+        }
+    }
+}

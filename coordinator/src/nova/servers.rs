@@ -1,0 +1,180 @@
+//! Servers and their live migrations, as the eviction needs them (compute
+//! 2.96): what is on a host, moving one, watching the move, aborting it.
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::error::NovaError;
+use super::host::NovaClient;
+use super::http::{Call, Service};
+use crate::api::eviction::MigrationPolicy;
+use crate::eviction::plan::{POLICY_METADATA, Server};
+
+#[derive(Debug, Deserialize)]
+struct ServerDetail {
+    id: String,
+    #[serde(default)]
+    name: String,
+    #[serde(rename = "OS-EXT-SRV-ATTR:host", default)]
+    host: Option<String>,
+    #[serde(default)]
+    locked: bool,
+    #[serde(default)]
+    metadata: std::collections::BTreeMap<String, String>,
+    flavor: Flavor,
+    /// An empty string for a server booted from a volume.
+    #[serde(default)]
+    image: Value,
+}
+
+/// The flavor embedded in the server (2.47+).
+#[derive(Debug, Deserialize)]
+struct Flavor {
+    ram: u64,
+    #[serde(default)]
+    disk: u64,
+    #[serde(default)]
+    extra_specs: std::collections::BTreeMap<String, String>,
+}
+
+impl ServerDetail {
+    fn into_server(self) -> Server {
+        let policy = match self.metadata.get(POLICY_METADATA).map(String::as_str) {
+            Some("live") => Some(MigrationPolicy::LiveMigrate),
+            Some("cold") => Some(MigrationPolicy::ColdMigrate),
+            Some("skip") => Some(MigrationPolicy::Skip),
+            _ => None,
+        };
+        let image_backed = !matches!(&self.image, Value::String(s) if s.is_empty()) && !self.image.is_null();
+        Server {
+            id: self.id,
+            name: self.name,
+            host: self.host.unwrap_or_default(),
+            memory_bytes: self.flavor.ram.saturating_mul(1 << 20),
+            policy,
+            locked: self.locked,
+            pci_passthrough: self.flavor.extra_specs.contains_key("pci_passthrough:alias"),
+            local_disk: image_backed && self.flavor.disk > 0,
+        }
+    }
+}
+
+/// One live migration as Nova reports it (os-migrations, 2.59+).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct NovaMigration {
+    pub id: i64,
+    pub status: String,
+    #[serde(default)]
+    pub source_compute: Option<String>,
+    #[serde(default)]
+    pub dest_compute: Option<String>,
+    #[serde(default)]
+    pub created_at: Option<String>,
+    #[serde(default)]
+    pub updated_at: Option<String>,
+}
+
+/// Progress counters of an in-flight live migration (servers/{id}/migrations).
+#[derive(Clone, Debug, PartialEq, Default, Deserialize)]
+pub struct Progress {
+    pub id: i64,
+    #[serde(default)]
+    pub memory_total_bytes: Option<u64>,
+    #[serde(default)]
+    pub memory_processed_bytes: Option<u64>,
+    #[serde(default)]
+    pub memory_remaining_bytes: Option<u64>,
+    #[serde(default)]
+    pub disk_total_bytes: Option<u64>,
+    #[serde(default)]
+    pub disk_processed_bytes: Option<u64>,
+    #[serde(default)]
+    pub disk_remaining_bytes: Option<u64>,
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(v: Value, key: &str, what: &str) -> Result<T, NovaError> {
+    let inner = v.get(key).cloned().ok_or_else(|| NovaError::Invalid(format!("{what}: no \"{key}\"")))?;
+    serde_json::from_value(inner).map_err(|e| NovaError::Invalid(format!("{what}: {e}")))
+}
+
+impl NovaClient {
+    /// Every server on `host`, all projects.
+    pub async fn servers_on(&self, host: &str) -> Result<Vec<Server>, NovaError> {
+        let call =
+            Call::get(Service::Compute, "servers/detail").param("host", host).param("all_tenants", "1");
+        let what = call.describe();
+        let list: Vec<ServerDetail> = parse(self.cloud().call(call).await?, "servers", &what)?;
+        Ok(list.into_iter().map(ServerDetail::into_server).collect())
+    }
+
+    /// One server wherever it is; None when it was deleted.
+    pub async fn server(&self, id: &str) -> Result<Option<Server>, NovaError> {
+        let call = Call::get(Service::Compute, format!("servers/{id}"));
+        let what = call.describe();
+        match self.cloud().call(call).await {
+            Ok(v) => Ok(Some(parse::<ServerDetail>(v, "server", &what)?.into_server())),
+            Err(NovaError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Live-migrates `id` to a host the scheduler picks (block migration
+    /// decided by Nova: `auto`), or cold-migrates it.
+    pub async fn migrate(&self, id: &str, live: bool) -> Result<(), NovaError> {
+        let body = if live {
+            json!({"os-migrateLive": {"host": null, "block_migration": "auto"}})
+        } else {
+            json!({"migrate": null})
+        };
+        self.cloud()
+            .call(Call::with(Service::Compute, http::Method::POST, format!("servers/{id}/action"), body))
+            .await?;
+        Ok(())
+    }
+
+    /// Nova's migrations of one server, newest first.
+    pub async fn migrations_of(&self, id: &str) -> Result<Vec<NovaMigration>, NovaError> {
+        let call = Call::get(Service::Compute, "os-migrations").param("instance_uuid", id);
+        let what = call.describe();
+        let mut list: Vec<NovaMigration> = parse(self.cloud().call(call).await?, "migrations", &what)?;
+        list.sort_by_key(|m| std::cmp::Reverse(m.id));
+        Ok(list)
+    }
+
+    /// Progress of the in-flight live migrations of one server.
+    pub async fn progress_of(&self, id: &str) -> Result<Vec<Progress>, NovaError> {
+        let call = Call::get(Service::Compute, format!("servers/{id}/migrations"));
+        let what = call.describe();
+        parse(self.cloud().call(call).await?, "migrations", &what)
+    }
+
+    /// Aborts an in-flight live migration. One that already ended needs no
+    /// abort: Nova answers 404, or 409 because the server is no longer
+    /// migrating, and then the migration's own status must be final.
+    pub async fn abort_migration(&self, id: &str, migration: i64) -> Result<(), NovaError> {
+        match self
+            .cloud()
+            .call(Call::delete(Service::Compute, format!("servers/{id}/migrations/{migration}")))
+            .await
+        {
+            Ok(_) | Err(NovaError::NotFound(_)) => Ok(()),
+            Err(NovaError::Conflict(msg)) => {
+                let ended = self
+                    .migrations_of(id)
+                    .await?
+                    .into_iter()
+                    .any(|m| m.id == migration && is_final_status(&m.status));
+                if ended { Ok(()) } else { Err(NovaError::Conflict(msg)) }
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Nova migration statuses after which nothing more happens.
+pub fn is_final_status(status: &str) -> bool {
+    matches!(
+        status,
+        "completed" | "finished" | "confirmed" | "failed" | "error" | "cancelled" | "aborted" | "reverted"
+    )
+}
