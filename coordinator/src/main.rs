@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use hv_coordinator::fleet::{self, AgentEndpoint, FleetEndpoint, Registry};
+use hv_coordinator::k8s::eviction::EvictionContext;
 use hv_coordinator::k8s::{self, Context, Intervals, Template, Writers, leader::Election};
 use hv_coordinator::lifecycle::Policy;
 use hv_coordinator::nova::{Cloud, CloudSource, HttpPolicy, NovaClient};
@@ -62,6 +63,9 @@ struct Args {
     /// Heartbeat interval told to agents; three missed ones end a session.
     #[arg(long, default_value = "10s", value_parser = duration)]
     agent_heartbeat: Duration,
+    /// Live migrations in flight at once across all evictions.
+    #[arg(long, default_value_t = 5)]
+    cluster_max_migrations: u32,
     /// Namespace of the leader-election Lease.
     #[arg(long, env = "POD_NAMESPACE", default_value = "hv-system")]
     namespace: String,
@@ -120,7 +124,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // Keystone that rejects or does not answer is an observation per node.
     let cloud = Cloud::new(source, HttpPolicy::default());
     cloud.check_config().context("OpenStack credentials")?;
-    let nova = NovaClient::new(cloud);
+    let nova = Arc::new(NovaClient::new(cloud));
 
     let server = fleet::Server::bind(args.listen).await?;
     let health = server.health.clone();
@@ -135,6 +139,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let (hv_reader, hv_writer) = reflector::store();
     let (node_reader, node_writer) = reflector::store();
     let (ev_reader, ev_writer) = reflector::store();
+    let (mig_reader, mig_writer) = reflector::store();
     let (events, _) = broadcast::channel(1024);
     let agents =
         AgentEndpoint { registry: registry.clone(), leader: leader_rx, heartbeat: args.agent_heartbeat };
@@ -163,6 +168,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let _ = leader_tx.send(true);
     health.set_self(true).await;
 
+    let ev_ctx = Arc::new(EvictionContext {
+        client: client.clone(),
+        nova: nova.clone(),
+        migrations: mig_reader,
+        cluster_max: args.cluster_max_migrations,
+    });
     let ctx = Arc::new(Context {
         client: client.clone(),
         nova,
@@ -191,11 +202,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let mut controllers = tokio::spawn(k8s::run(
         ctx,
+        ev_ctx,
         args.node_selector.clone(),
         template,
-        Writers { hypervisors: hv_writer, nodes: node_writer, evictions: ev_writer },
+        Writers { hypervisors: hv_writer, nodes: node_writer, evictions: ev_writer, migrations: mig_writer },
         changed_rx,
-        stopped(stop_rx.clone()),
+        stop_rx.clone(),
     ));
     let lost = tokio::select! {
         _ = terminated() => false,

@@ -198,19 +198,13 @@ async fn a_missing_aggregate_aborts_and_a_retry_after_the_fix_succeeds() {
     let coord = region.coordinator(None, &[]);
     let _agent = region.agent(host, &AgentPeers::default());
     region.create_node(host, &[(AGGREGATES, &agg)]).await;
-    let hv = region.wait_phase(host, Phase::Aborted, SOON, &coord).await;
-    let (status, reason, message) = Region::condition(&hv, "Aborted");
-    assert_eq!((status.as_str(), reason.as_str()), ("True", "AggregateNotFound"), "{message}");
-    assert!(message.contains(&agg), "the condition names the aggregate: {message}");
-    assert_eq!(
-        admin.service(host).await.unwrap().unwrap()["status"],
-        "disabled",
-        "Aborted keeps scheduling off"
-    );
+    let hv = expect_abort(&region, host, "Aborted", "AggregateNotFound", &agg, &coord).await;
+    assert_eq!(Region::condition(&hv, "Aborted").0, "True");
+    let svc = admin.service(host).await.unwrap().unwrap();
+    assert_eq!(svc["status"], "disabled", "Aborted keeps scheduling off");
 
     admin.create_aggregate(&agg).await.unwrap();
-    region.retry(host);
-    region.wait_phase(host, Phase::Active, SOON, &coord).await;
+    retry_to_active(&region, host, &coord).await;
     assert!(admin.aggregates_of(host).await.unwrap().contains(&agg));
 }
 

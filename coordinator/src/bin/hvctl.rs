@@ -95,13 +95,9 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 if ev.initial {
                     println!("{at} {:<20} {}", h.name, h.phase);
                 } else {
-                    let why = h.conditions.iter().find(|c| c.status != "True").map(|c| c.message.as_str());
                     println!(
-                        "{at} {:<20} {} -> {}  {}",
-                        h.name,
-                        ev.previous_phase,
-                        h.phase,
-                        why.unwrap_or("")
+                        "{at} {:<20} {:<11} -> {:<11} {}",
+                        h.name, ev.previous_phase, h.phase, ev.reason
                     );
                 }
             }

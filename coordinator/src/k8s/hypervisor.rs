@@ -54,7 +54,7 @@ impl Default for Intervals {
 
 pub struct Context {
     pub client: kube::Client,
-    pub nova: NovaClient,
+    pub nova: Arc<NovaClient>,
     pub registry: Arc<Registry>,
     pub health: Health,
     pub recorder: Recorder,

@@ -2,6 +2,7 @@
 //! selected Node ([`nodes`]), the Hypervisor controller ([`hypervisor`]),
 //! the status it writes ([`status`]) and leader election ([`leader`]).
 
+pub mod eviction;
 pub mod hypervisor;
 pub mod leader;
 pub mod nodes;
@@ -18,7 +19,7 @@ use kube::runtime::{Controller, WatchStreamExt, predicates, watcher};
 use tokio::sync::mpsc;
 
 use crate::api::hypervisor::HypervisorSpec;
-use crate::api::{Eviction, Hypervisor};
+use crate::api::{Eviction, Hypervisor, Migration};
 
 pub use hypervisor::{Context, FIELD_MANAGER, Intervals, RETRY_ANNOTATION};
 pub use nodes::Template;
@@ -39,18 +40,23 @@ pub struct Writers {
     pub hypervisors: reflector::store::Writer<Hypervisor>,
     pub nodes: reflector::store::Writer<Node>,
     pub evictions: reflector::store::Writer<Eviction>,
+    pub migrations: reflector::store::Writer<Migration>,
 }
 
-/// Runs the Node watcher and the Hypervisor controller until `shutdown`.
+/// Runs the Node watcher and the Hypervisor and Eviction controllers until `stop` turns true.
 /// `changed` carries node names the agent sessions want reconciled.
 pub async fn run(
     ctx: Arc<Context>,
+    ev_ctx: Arc<eviction::EvictionContext>,
     node_selector: String,
     template: Template,
     writers: Writers,
     changed: mpsc::UnboundedReceiver<String>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
     let client = ctx.client.clone();
     let hv_api: Api<Hypervisor> = Api::all(client.clone());
     let node_api: Api<Node> = Api::all(client.clone());
@@ -120,16 +126,33 @@ pub async fn run(
         .reconcile_on(tokio_stream::wrappers::UnboundedReceiverStream::new(changed).map(to_ref))
         .reconcile_on(tokio_stream::wrappers::UnboundedReceiverStream::new(node_rx).map(to_ref))
         .reconcile_on(tokio_stream::wrappers::UnboundedReceiverStream::new(ev_rx).map(to_ref))
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(stopped(stop.clone()))
         .run(hypervisor::reconcile, hypervisor::error_policy, ctx)
         .for_each(|res| async move {
             if let Err(e) = res {
                 tracing::debug!(error = %e, "controller");
             }
         });
+    // Migrations: a cache for the Eviction controller (cluster-wide limit,
+    // per-attempt records).
+    let migrations = watcher(Api::<Migration>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(writers.migrations)
+        .applied_objects()
+        .for_each(|_| async {});
+    let evictions = Controller::new(Api::<Eviction>::all(client.clone()), watcher::Config::default())
+        .graceful_shutdown_on(stopped(stop.clone()))
+        .run(eviction::reconcile, eviction::error_policy, ev_ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "eviction controller");
+            }
+        });
     tokio::select! {
         _ = controller => {}
+        _ = evictions => {}
         _ = creator => {}
         _ = eviction_triggers => {}
+        _ = migrations => {}
     }
 }

@@ -1,0 +1,355 @@
+//! The Eviction controller: the imperative shell around
+//! [`eviction::plan::step`](crate::eviction::plan::step). One reconcile
+//! observes the servers and their migrations in Nova, steps, creates a
+//! `Migration` object for each new attempt *before* asking Nova, aborts
+//! stuck ones, and writes the Eviction's and the Migrations' status.
+//!
+//! Not finished (issue 6): preflight against Placement capacity and the
+//! scheduler's constraints, cold-migration confirmation, metrics.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action as Requeue;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+
+use super::FIELD_MANAGER;
+use crate::api::eviction::{EvictionPhase, EvictionStatus, MigrationPolicy, VmState, VmStatus};
+use crate::api::{Eviction, Migration, MigrationPhase, MigrationSpec, MigrationStatus};
+use crate::eviction::plan::{self, Action, AttemptObs, Input};
+use crate::lifecycle::NovaObs;
+use crate::nova::servers::is_final_status;
+use crate::nova::{NovaClient, NovaError};
+
+/// Keeps a deleted Eviction until its in-flight migrations are aborted.
+pub const FINALIZER: &str = "hypervisor.cloud.sap/eviction";
+
+pub struct EvictionContext {
+    pub client: kube::Client,
+    pub nova: Arc<NovaClient>,
+    pub migrations: Store<Migration>,
+    /// Migrations in flight across all evictions at once.
+    pub cluster_max: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("Nova: {0}")]
+    Nova(#[from] NovaError),
+}
+
+/// Name of the Migration object of one attempt.
+pub fn migration_name(eviction: &str, server_id: &str, attempt: u32) -> String {
+    let short: String = server_id.chars().take(8).collect();
+    format!("{eviction}-{short}-{attempt}")
+}
+
+pub async fn reconcile(ev: Arc<Eviction>, ctx: Arc<EvictionContext>) -> Result<Requeue, Error> {
+    let name = ev.name_any();
+    let api: Api<Eviction> = Api::all(ctx.client.clone());
+    let status = ev.status.clone().unwrap_or_default();
+    let phase = status.phase.unwrap_or_default();
+    let deleting = ev.metadata.deletion_timestamp.is_some();
+    let has_finalizer = ev.finalizers().iter().any(|f| f == FINALIZER);
+    if !deleting && !has_finalizer && !phase.is_final() {
+        let mut finalizers = ev.finalizers().to_vec();
+        finalizers.push(FINALIZER.into());
+        let patch = serde_json::json!({"metadata": {"finalizers": finalizers}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        return Ok(Requeue::requeue(Duration::from_millis(100)));
+    }
+    if phase.is_final() {
+        if has_finalizer {
+            remove_finalizer(&api, &ev).await?;
+        }
+        return Ok(Requeue::await_change());
+    }
+    let source = ev.spec.hypervisor.clone();
+    let now = Timestamp::now();
+
+    // Nothing moves before the host stops taking new VMs (the lifecycle
+    // disables it when it sees this Eviction).
+    if matches!(phase, EvictionPhase::Pending | EvictionPhase::Preflight | EvictionPhase::Disabling)
+        && !deleting
+    {
+        match ctx.nova.observe(&source, &[]).await {
+            NovaObs::Registered(h) if h.enabled => {
+                let mut s = status.clone();
+                s.phase = Some(EvictionPhase::Disabling);
+                s.started_at.get_or_insert(Time(now));
+                write_status(&api, &name, &s).await?;
+                return Ok(Requeue::requeue(Duration::from_secs(1)));
+            }
+            NovaObs::Registered(_) => {}
+            NovaObs::NotRegistered => {
+                let mut s = status.clone();
+                s.phase = Some(EvictionPhase::Failed);
+                s.progress = Some("no compute service".into());
+                write_status(&api, &name, &s).await?;
+                return Ok(Requeue::await_change());
+            }
+            other => {
+                tracing::warn!(eviction = %name, nova = ?other, "Nova not usable; retrying");
+                return Ok(Requeue::requeue(Duration::from_secs(5)));
+            }
+        }
+    }
+
+    let mut servers = ctx.nova.servers_on(&source).await?;
+    for vm in status.vms.iter().filter(|v| !plan::is_final(v.state)) {
+        if !servers.iter().any(|s| s.id == vm.id)
+            && let Some(s) = ctx.nova.server(&vm.id).await?
+        {
+            servers.push(s);
+        }
+    }
+    let mut attempts = Vec::new();
+    let mut mig_status = Vec::new();
+    for vm in status.vms.iter().filter(|v| v.state == VmState::Migrating) {
+        let (obs, st) = observe_attempt(&ctx, &name, vm, now).await?;
+        attempts.extend(obs);
+        mig_status.push((migration_name(&name, &vm.id, vm.attempts), st));
+    }
+    let elsewhere = ctx
+        .migrations
+        .state()
+        .iter()
+        .filter(|m| m.spec.eviction != name)
+        .filter(|m| {
+            matches!(
+                m.status.as_ref().and_then(|s| s.phase),
+                Some(MigrationPhase::Running | MigrationPhase::Pending)
+            )
+        })
+        .count();
+    let slots = ctx.cluster_max.saturating_sub(u32::try_from(elsewhere).unwrap_or(u32::MAX));
+    let step = plan::step(&Input {
+        source: &source,
+        options: &ev.spec.options,
+        vms: &status.vms,
+        servers: &servers,
+        attempts: &attempts,
+        slots,
+        cancelled: deleting,
+        now,
+    });
+
+    // Record each new attempt before asking Nova, so a crash in between
+    // can never lead to a second request for the same attempt.
+    let mut s = status.clone();
+    s.vms = step.vms.clone();
+    s.phase = Some(step.phase);
+    fill_counts(&mut s, now);
+    write_status(&api, &name, &s).await?;
+    for (mname, st) in mig_status {
+        write_migration_status(&ctx.client, &mname, &st).await;
+    }
+    for action in &step.actions {
+        match action {
+            Action::Migrate { server_id, attempt, live, block_migration } => {
+                let vm = step.vms.iter().find(|v| &v.id == server_id).cloned().unwrap_or_default();
+                let mname = migration_name(&name, server_id, *attempt);
+                let mut m = Migration::new(
+                    &mname,
+                    MigrationSpec {
+                        eviction: name.clone(),
+                        server_id: server_id.clone(),
+                        server_name: vm.name.clone(),
+                        source_host: source.clone(),
+                        attempt: *attempt,
+                        policy: if *live {
+                            MigrationPolicy::LiveMigrate
+                        } else {
+                            MigrationPolicy::ColdMigrate
+                        },
+                        block_migration: *block_migration,
+                        memory_bytes: vm.memory_bytes,
+                    },
+                );
+                m.metadata.owner_references = ev.controller_owner_ref(&()).map(|o| vec![o]);
+                let mapi: Api<Migration> = Api::all(ctx.client.clone());
+                let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+                match mapi.create(&pp, &m).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
+                let mut st = MigrationStatus {
+                    phase: Some(MigrationPhase::Pending),
+                    started_at: Some(Time(now)),
+                    last_progress_at: Some(Time(now)),
+                    ..Default::default()
+                };
+                match ctx.nova.migrate(server_id, *live).await {
+                    Ok(()) => {
+                        tracing::info!(eviction = %name, server = %server_id, attempt, "migration requested")
+                    }
+                    Err(e) => {
+                        tracing::warn!(eviction = %name, server = %server_id, attempt, error = %e, "migration refused");
+                        st.phase = Some(MigrationPhase::Failed);
+                        st.nova_status = Some("refused".into());
+                        st.message = e.to_string();
+                        st.finished_at = Some(Time(now));
+                    }
+                }
+                write_migration_status(&ctx.client, &mname, &st).await;
+            }
+            Action::Abort { server_id, attempt, nova_migration_id, why } => {
+                let mname = migration_name(&name, server_id, *attempt);
+                if let Some(id) = nova_migration_id {
+                    ctx.nova.abort_migration(server_id, *id).await?;
+                }
+                tracing::warn!(eviction = %name, server = %server_id, attempt, reason = %why, "migration aborted");
+                let mut st = ctx
+                    .migrations
+                    .get(&ObjectRef::new(&mname))
+                    .and_then(|m| m.status.clone())
+                    .unwrap_or_default();
+                st.phase = Some(MigrationPhase::Aborted);
+                st.message = why.clone();
+                write_migration_status(&ctx.client, &mname, &st).await;
+            }
+        }
+    }
+    if deleting && step.phase == EvictionPhase::Cancelled {
+        remove_finalizer(&api, &ev).await?;
+        return Ok(Requeue::await_change());
+    }
+    Ok(Requeue::requeue(if step.phase.is_final() {
+        Duration::from_secs(300)
+    } else {
+        Duration::from_secs(1)
+    }))
+}
+
+pub fn error_policy(ev: Arc<Eviction>, error: &Error, _ctx: Arc<EvictionContext>) -> Requeue {
+    tracing::warn!(eviction = %ev.name_any(), error = %error, "eviction reconcile failed");
+    Requeue::requeue(Duration::from_secs(5))
+}
+
+/// What Nova shows of one VM's current attempt, and the Migration status to record.
+async fn observe_attempt(
+    ctx: &EvictionContext,
+    eviction: &str,
+    vm: &VmStatus,
+    now: Timestamp,
+) -> Result<(Option<AttemptObs>, MigrationStatus), Error> {
+    let mname = migration_name(eviction, &vm.id, vm.attempts);
+    let mut st =
+        ctx.migrations.get(&ObjectRef::new(&mname)).and_then(|m| m.status.clone()).unwrap_or_default();
+    let asked = vm.attempt_started.as_ref().map_or(now, |t| t.0);
+    let abort_requested = st.phase == Some(MigrationPhase::Aborted);
+    if st.phase == Some(MigrationPhase::Failed) && st.nova_migration_id.is_none() {
+        // Nova refused the request outright.
+        let obs = AttemptObs {
+            server_id: vm.id.clone(),
+            attempt: vm.attempts,
+            nova_migration_id: None,
+            nova_status: Some("error".into()),
+            started_at: asked,
+            last_progress_at: asked,
+            abort_requested,
+        };
+        return Ok((Some(obs), st));
+    }
+    let migrations = ctx.nova.migrations_of(&vm.id).await?;
+    let found = match st.nova_migration_id {
+        Some(id) => migrations.into_iter().find(|m| m.id == id),
+        // The newest one Nova created since we asked (Nova's clock and ours
+        // are both UTC; a few seconds of slack for skew).
+        None => migrations.into_iter().find(|m| {
+            m.created_at
+                .as_deref()
+                .and_then(|c| format!("{}Z", c.trim_end_matches('Z')).parse::<Timestamp>().ok())
+                .is_some_and(|c| c.as_second() + 5 >= asked.as_second())
+        }),
+    };
+    let Some(m) = found else {
+        return Ok((None, st));
+    };
+    st.nova_migration_id = Some(m.id);
+    st.nova_status = Some(m.status.clone());
+    st.target_host = m.dest_compute.clone().or(st.target_host);
+    if !abort_requested {
+        st.phase = Some(match m.status.as_str() {
+            "completed" | "finished" | "confirmed" => MigrationPhase::Completed,
+            "failed" | "error" => MigrationPhase::Failed,
+            "cancelled" | "aborted" => MigrationPhase::Cancelled,
+            _ => MigrationPhase::Running,
+        });
+    }
+    if is_final_status(&m.status) {
+        st.finished_at.get_or_insert(Time(now));
+    } else if let Some(p) = ctx.nova.progress_of(&vm.id).await?.into_iter().find(|p| p.id == m.id) {
+        let moved = p.memory_processed_bytes != st.memory_processed_bytes
+            || p.memory_remaining_bytes != st.memory_remaining_bytes
+            || p.disk_processed_bytes != st.disk_processed_bytes;
+        if moved {
+            st.last_progress_at = Some(Time(now));
+        }
+        st.memory_total_bytes = p.memory_total_bytes;
+        st.memory_processed_bytes = p.memory_processed_bytes;
+        st.memory_remaining_bytes = p.memory_remaining_bytes;
+        st.disk_total_bytes = p.disk_total_bytes;
+        st.disk_processed_bytes = p.disk_processed_bytes;
+        st.disk_remaining_bytes = p.disk_remaining_bytes;
+    }
+    let obs = AttemptObs {
+        server_id: vm.id.clone(),
+        attempt: vm.attempts,
+        nova_migration_id: Some(m.id),
+        nova_status: Some(m.status),
+        started_at: st.started_at.as_ref().map_or(asked, |t| t.0),
+        last_progress_at: st.last_progress_at.as_ref().map_or(asked, |t| t.0),
+        abort_requested,
+    };
+    Ok((Some(obs), st))
+}
+
+fn fill_counts(s: &mut EvictionStatus, now: Timestamp) {
+    let count =
+        |state: VmState| u32::try_from(s.vms.iter().filter(|v| v.state == state).count()).unwrap_or(u32::MAX);
+    s.total = u32::try_from(s.vms.len()).unwrap_or(u32::MAX);
+    s.migrated = count(VmState::Migrated);
+    s.gone = count(VmState::Gone);
+    s.non_migratable = count(VmState::NonMigratable);
+    s.in_flight = count(VmState::Migrating);
+    s.progress = Some(format!("{}/{}", s.migrated, s.total));
+    s.started_at.get_or_insert(Time(now));
+    if s.phase.is_some_and(|p| p.is_final()) {
+        s.completed_at.get_or_insert(Time(now));
+    }
+}
+
+async fn write_status(api: &Api<Eviction>, name: &str, status: &EvictionStatus) -> Result<(), Error> {
+    let patch = serde_json::json!({
+        "apiVersion": "hypervisor.cloud.sap/v1alpha1", "kind": "Eviction", "status": status,
+    });
+    api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?;
+    Ok(())
+}
+
+async fn write_migration_status(client: &kube::Client, name: &str, status: &MigrationStatus) {
+    let api: Api<Migration> = Api::all(client.clone());
+    let patch = serde_json::json!({
+        "apiVersion": "hypervisor.cloud.sap/v1alpha1", "kind": "Migration", "status": status,
+    });
+    if let Err(e) =
+        api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await
+    {
+        tracing::warn!(migration = %name, error = %e, "could not write Migration status");
+    }
+}
+
+async fn remove_finalizer(api: &Api<Eviction>, ev: &Eviction) -> Result<(), Error> {
+    let finalizers: Vec<String> = ev.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect();
+    let patch = serde_json::json!({"metadata": {"finalizers": finalizers}});
+    api.patch(&ev.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    Ok(())
+}
