@@ -73,6 +73,8 @@ class Region(test.TestCase):
         self.flags(enable_new_services=True)
         # Hosts report resources and instances promptly.
         self.flags(update_resources_interval=10)
+        # Tests boot as many servers as their scenario needs.
+        self.flags(instances=-1, cores=-1, ram=-1, group="quota")
         self.conductor = self.start_service("conductor")
         self.scheduler = self.start_service("scheduler")
         self.computes = {h: self.start_service("compute", host=h) for h in C["hosts"]}

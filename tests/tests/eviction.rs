@@ -1,22 +1,91 @@
-//! Maintenance on the real Nova (issue 6, first part): a host with servers
-//! of mixed sizes is put into maintenance, the coordinator disables it with
-//! our reason, live-migrates every server off through an Eviction with one
-//! Migration object per attempt, and brings the host back when maintenance
-//! is cleared.
+//! Evictions on the real Nova (issue 6): maintenance empties a host of
+//! servers of mixed sizes (disabled with our reason, one Migration object
+//! per attempt) and clearing it brings the host back; stuck migrations are
+//! aborted (Nova shows them cancelled), retried, and recorded
+//! non-migratable once the attempts run out while the rest finish; an
+//! Eviction deleted mid-way aborts what is in flight.
+//!
+//! The tests take turns: a VM evicted from one test's host may land on
+//! another's, which would change what that eviction finds. Nova's fake
+//! live-migration driver holds each migration about 5 s and reports no
+//! progress counters, so only the completion clock can find one stuck.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 
+use hv_coordinator::api::eviction::{EvictionOptions, EvictionReason, EvictionSpec};
 use hv_coordinator::api::eviction::{EvictionPhase, VmState};
 use hv_coordinator::api::{Eviction, Hypervisor, Migration, Phase};
 use hv_tests::openstack::Admin;
-use hv_tests::region::Region;
+use hv_tests::region::{Proc, Region};
 use kube::Api;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A region with `host` Active (skipTests) and servers of the given flavors on it.
+async fn active_host_with(
+    test: &str,
+    host: usize,
+    flavors: &[&str],
+) -> (Region, Admin, String, Proc, Vec<String>) {
+    let region = Region::start(test).await;
+    let admin = Admin::login(&region.env).await.unwrap();
+    let host = region.env.nova.hosts[host].clone();
+    let coord = region.coordinator(None, &["--skip-tests"]);
+    region.create_node(&host, &[]).await;
+    region.wait_phase(&host, Phase::Active, Duration::from_secs(60), &coord).await;
+    let mut ids = Vec::new();
+    for (i, flavor) in flavors.iter().enumerate() {
+        ids.push(admin.boot_on(&format!("{test}-{}-{i}", std::process::id()), &host, flavor).await.unwrap());
+    }
+    (region, admin, host, coord, ids)
+}
+
+async fn create_eviction(region: &Region, name: &str, host: &str, options: EvictionOptions) -> Api<Eviction> {
+    let evs: Api<Eviction> = Api::all(region.kube.client.clone());
+    let ev = Eviction::new(
+        name,
+        EvictionSpec { hypervisor: host.into(), reason: EvictionReason::AdminRequest, options },
+    );
+    evs.create(&PostParams::default(), &ev).await.unwrap();
+    evs
+}
+
+async fn wait_eviction(evs: &Api<Eviction>, name: &str, want: EvictionPhase, coord: &Proc) -> Eviction {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let ev = evs.get_opt(name).await.unwrap();
+        if let Some(e) = &ev
+            && e.status.as_ref().and_then(|s| s.phase) == Some(want)
+        {
+            return e.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name} never {want:?}: {:?}\n{}",
+            ev.and_then(|e| e.status),
+            coord.tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn migrations_of(region: &Region, eviction: &str) -> Vec<Migration> {
+    let api: Api<Migration> = Api::all(region.kube.client.clone());
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|m| m.spec.eviction == eviction)
+        .collect()
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn maintenance_empties_the_host_and_clearing_it_brings_the_host_back() {
+    let _turn = TURN.lock().await;
     let region = Region::start("evict").await;
     let admin = Admin::login(&region.env).await.unwrap();
     let host = region.env.nova.hosts[0].clone();
@@ -75,6 +144,93 @@ async fn maintenance_empties_the_host_and_clearing_it_brings_the_host_back() {
     region.wait_phase(&host, Phase::Active, Duration::from_secs(60), &coord).await;
     assert_eq!(admin.service(&host).await.unwrap().unwrap()["status"], "enabled");
 
+    for id in &ids {
+        admin.delete_server(id).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stuck_migrations_are_aborted_retried_and_given_up_while_the_rest_finish() {
+    let _turn = TURN.lock().await;
+    // Two 4 GiB servers (8 s allowed, done in 5 s) and two 512 MiB ones (2 s allowed).
+    let (region, admin, host, coord, ids) = active_host_with("stuck", 1, &["3", "3", "1", "1"]).await;
+    let options = EvictionOptions {
+        max_parallel: 1,
+        completion_timeout_per_gi_b_seconds: 2,
+        max_attempts: 2,
+        re_enable: Some(true),
+        ..EvictionOptions::default()
+    };
+    let name = format!("stuck-{}", std::process::id());
+    let evs = create_eviction(&region, &name, &host, options).await;
+    let ev = wait_eviction(&evs, &name, EvictionPhase::Succeeded, &coord).await;
+    let st = ev.status.unwrap();
+    assert_eq!((st.total, st.migrated, st.non_migratable), (4, 2, 2), "{:?}", st.vms);
+    for vm in st.vms.iter().filter(|v| v.state == VmState::NonMigratable) {
+        assert_eq!(vm.attempts, 2);
+        assert!(vm.reason.contains("over the 2s"), "{}", vm.reason);
+        let s = admin.server(&vm.id).await.unwrap();
+        assert_eq!(
+            (s["status"].as_str(), s["OS-EXT-SRV-ATTR:host"].as_str()),
+            (Some("ACTIVE"), Some(host.as_str()))
+        );
+    }
+    let migs = migrations_of(&region, &name).await;
+    assert_eq!(migs.len(), 6, "2 attempts for each small server, 1 for each large one");
+    let cancelled = migs
+        .iter()
+        .filter(|m| m.status.as_ref().and_then(|s| s.nova_status.as_deref()) == Some("cancelled"))
+        .count();
+    assert_eq!(cancelled, 4, "Nova shows every aborted attempt cancelled");
+    // AdminRequest with reEnable: the host goes back into service.
+    region.wait_phase(&host, Phase::Active, Duration::from_secs(60), &coord).await;
+    for id in &ids {
+        admin.delete_server(id).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_an_eviction_aborts_what_is_in_flight() {
+    let _turn = TURN.lock().await;
+    let (region, admin, host, coord, ids) = active_host_with("cancel", 2, &["3"]).await;
+    let options = EvictionOptions { re_enable: Some(true), ..EvictionOptions::default() };
+    let name = format!("cancel-{}", std::process::id());
+    let evs = create_eviction(&region, &name, &host, options).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let running = migrations_of(&region, &name)
+            .await
+            .iter()
+            .any(|m| m.status.as_ref().and_then(|s| s.nova_status.as_deref()) == Some("running"));
+        if running {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no migration started:\n{}", coord.tail(30));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    evs.delete(&name, &DeleteParams::default()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while evs.get_opt(&name).await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the Eviction was never released:\n{}",
+            coord.tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let s = admin.server(&ids[0]).await.unwrap();
+    assert_eq!(s["OS-EXT-SRV-ATTR:host"].as_str(), Some(host.as_str()), "the aborted VM stayed");
+    let migs = migrations_of(&region, &name).await;
+    assert!(
+        migs.iter().all(|m| m.status.as_ref().and_then(|s| s.nova_status.as_deref()) != Some("completed")),
+        "nothing completed after the delete"
+    );
+    region.wait_phase(&host, Phase::Active, Duration::from_secs(60), &coord).await;
+    assert_eq!(
+        admin.service(&host).await.unwrap().unwrap()["status"],
+        "enabled",
+        "re-enabled, as the reason allows"
+    );
     for id in &ids {
         admin.delete_server(id).await.unwrap();
     }

@@ -14,8 +14,9 @@
 //! - A VM is never started twice in one attempt: a new attempt number is
 //!   recorded before its migration is asked for, and a record in
 //!   Migrating is only ever resolved from Nova's answer for that attempt.
-//! - Stuck (no progress for `progressTimeoutSeconds`, or running longer
-//!   than `completionTimeoutPerGiBSeconds` × GiB of memory): abort, wait
+//! - Stuck (no progress for `progressTimeoutSeconds` where Nova reports
+//!   progress, or running longer than `completionTimeoutPerGiBSeconds` ×
+//!   GiB of memory): abort, wait
 //!   for Nova to confirm, back off exponentially, retry; after
 //!   `maxAttempts` the VM is NonMigratable with the reason.
 //! - Cancelled (the Eviction is being deleted): abort what is in flight,
@@ -61,6 +62,9 @@ pub struct AttemptObs {
     pub started_at: Timestamp,
     /// Last time a progress counter moved (or the start).
     pub last_progress_at: Timestamp,
+    /// Nova reports progress counters for this migration. Without them
+    /// (some drivers never fill them) only the completion clock applies.
+    pub progress_reported: bool,
     /// We asked Nova to abort it already.
     pub abort_requested: bool,
 }
@@ -222,11 +226,21 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
             fail_attempt(vm, why, o, input.now);
         }
         _ if att.abort_requested => {} // waiting for Nova to confirm the abort
+        _ if input.cancelled => {
+            let why = format!("attempt {}: the eviction was cancelled", vm.attempts);
+            vm.reason = why.clone();
+            actions.push(Action::Abort {
+                server_id: vm.id.clone(),
+                attempt: vm.attempts,
+                nova_migration_id: att.nova_migration_id,
+                why,
+            });
+        }
         _ => {
             let stalled = input.now.duration_since(att.last_progress_at);
             let running = input.now.duration_since(att.started_at);
             let limit = completion_limit(o, vm.memory_bytes);
-            let why = if stalled > secs(o.progress_timeout_seconds) {
+            let why = if att.progress_reported && stalled > secs(o.progress_timeout_seconds) {
                 Some(format!("attempt {}: no progress for {}s", vm.attempts, stalled.as_secs()))
             } else if running > limit {
                 Some(format!(
@@ -272,10 +286,10 @@ fn secs(s: u64) -> SignedDuration {
     SignedDuration::from_secs(i64::try_from(s).unwrap_or(i64::MAX))
 }
 
-/// `completionTimeoutPerGiB` × memory, at least one progress timeout.
+/// `completionTimeoutPerGiB` × memory (rounded up to whole GiB).
 pub fn completion_limit(o: &EvictionOptions, memory_bytes: u64) -> SignedDuration {
     let gib = memory_bytes.div_ceil(1 << 30).max(1);
-    secs(o.completion_timeout_per_gi_b_seconds.saturating_mul(gib)).max(secs(o.progress_timeout_seconds))
+    secs(o.completion_timeout_per_gi_b_seconds.saturating_mul(gib))
 }
 
 /// Start the next VMs, in record order (largest first), within the limits.

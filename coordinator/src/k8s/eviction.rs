@@ -254,6 +254,7 @@ async fn observe_attempt(
             nova_status: Some("error".into()),
             started_at: asked,
             last_progress_at: asked,
+            progress_reported: false,
             abort_requested,
         };
         return Ok((Some(obs), st));
@@ -284,9 +285,11 @@ async fn observe_attempt(
             _ => MigrationPhase::Running,
         });
     }
+    let mut progress_reported = false;
     if is_final_status(&m.status) {
         st.finished_at.get_or_insert(Time(now));
     } else if let Some(p) = ctx.nova.progress_of(&vm.id).await?.into_iter().find(|p| p.id == m.id) {
+        progress_reported = p.memory_processed_bytes.is_some() || p.disk_processed_bytes.is_some();
         let moved = p.memory_processed_bytes != st.memory_processed_bytes
             || p.memory_remaining_bytes != st.memory_remaining_bytes
             || p.disk_processed_bytes != st.disk_processed_bytes;
@@ -307,6 +310,7 @@ async fn observe_attempt(
         nova_status: Some(m.status),
         started_at: st.started_at.as_ref().map_or(asked, |t| t.0),
         last_progress_at: st.last_progress_at.as_ref().map_or(asked, |t| t.0),
+        progress_reported,
         abort_requested,
     };
     Ok((Some(obs), st))

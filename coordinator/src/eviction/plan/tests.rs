@@ -42,6 +42,7 @@ fn running(id: &str, attempt: u32, started: i64, progress: i64) -> AttemptObs {
         nova_status: Some("running".into()),
         started_at: t(started),
         last_progress_at: t(progress),
+        progress_reported: true,
         abort_requested: false,
     }
 }
@@ -152,10 +153,23 @@ fn an_attempt_nova_never_shows_fails_after_a_progress_timeout() {
 }
 
 #[test]
+fn without_progress_counters_only_the_completion_clock_runs() {
+    let o = EvictionOptions { progress_timeout_seconds: 10, ..EvictionOptions::default() };
+    let servers = vec![srv("a", 1)];
+    let s = step(&input(&o, &[], &servers, &[], t(0)));
+    let silent = AttemptObs { progress_reported: false, ..running("a", 1, 0, 0) };
+    let quiet = step(&input(&o, &s.vms, &servers, std::slice::from_ref(&silent), t(100)));
+    assert!(quiet.actions.is_empty(), "no counters is not the same as no progress");
+    let late = step(&input(&o, &s.vms, &servers, std::slice::from_ref(&silent), t(151)));
+    assert!(matches!(&late.actions[..], [Action::Abort { why, .. }] if why.contains("over the 150s")));
+}
+
+#[test]
 fn the_completion_limit_scales_with_memory() {
     let o = EvictionOptions::default();
     assert_eq!(completion_limit(&o, 4 * GIB), SignedDuration::from_secs(600));
     assert_eq!(completion_limit(&o, GIB / 2), SignedDuration::from_secs(150));
+    assert_eq!(completion_limit(&o, GIB + 1), SignedDuration::from_secs(300), "rounded up to whole GiB");
     let servers = vec![srv("a", 4)];
     let s = step(&input(&o, &[], &servers, &[], t(0)));
     // Always progressing, but running 601 s on 4 GiB (limit 600 s).
@@ -223,6 +237,15 @@ fn a_cancelled_eviction_aborts_in_flight_starts_nothing_and_ends_cancelled() {
     i.cancelled = true;
     let c = step(&i);
     assert!(migrated_ids(&c.actions).is_empty(), "nothing new starts");
+    let aborted: Vec<&str> = c
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Abort { server_id, why, .. } if why.contains("cancelled") => Some(server_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(aborted, ["a", "b"], "what is in flight is aborted");
     assert_eq!(c.phase, EvictionPhase::Migrating, "still moving: not Cancelled yet");
     let mut done_a = running("a", 1, 0, 1);
     done_a.nova_status = Some("cancelled".into());
