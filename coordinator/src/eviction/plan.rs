@@ -226,31 +226,11 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
             fail_attempt(vm, why, o, input.now);
         }
         _ if att.abort_requested => {} // waiting for Nova to confirm the abort
-        _ if input.cancelled => {
-            let why = format!("attempt {}: the eviction was cancelled", vm.attempts);
-            vm.reason = why.clone();
-            actions.push(Action::Abort {
-                server_id: vm.id.clone(),
-                attempt: vm.attempts,
-                nova_migration_id: att.nova_migration_id,
-                why,
-            });
-        }
         _ => {
-            let stalled = input.now.duration_since(att.last_progress_at);
-            let running = input.now.duration_since(att.started_at);
-            let limit = completion_limit(o, vm.memory_bytes);
-            let why = if att.progress_reported && stalled > secs(o.progress_timeout_seconds) {
-                Some(format!("attempt {}: no progress for {}s", vm.attempts, stalled.as_secs()))
-            } else if running > limit {
-                Some(format!(
-                    "attempt {}: running {}s, over the {}s allowed for its memory",
-                    vm.attempts,
-                    running.as_secs(),
-                    limit.as_secs()
-                ))
+            let why = if input.cancelled {
+                Some(format!("attempt {}: the eviction was cancelled", vm.attempts))
             } else {
-                None
+                stuck(vm, att, o, input.now)
             };
             if let Some(why) = why {
                 vm.reason = why.clone();
@@ -262,6 +242,25 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
                 });
             }
         }
+    }
+}
+
+/// Why a running attempt counts as stuck, if it does (the two clocks).
+fn stuck(vm: &VmStatus, att: &AttemptObs, o: &EvictionOptions, now: Timestamp) -> Option<String> {
+    let stalled = now.duration_since(att.last_progress_at);
+    let running = now.duration_since(att.started_at);
+    let limit = completion_limit(o, vm.memory_bytes);
+    if att.progress_reported && stalled > secs(o.progress_timeout_seconds) {
+        Some(format!("attempt {}: no progress for {}s", vm.attempts, stalled.as_secs()))
+    } else if running > limit {
+        Some(format!(
+            "attempt {}: running {}s, over the {}s allowed for its memory",
+            vm.attempts,
+            running.as_secs(),
+            limit.as_secs()
+        ))
+    } else {
+        None
     }
 }
 
