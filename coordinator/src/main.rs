@@ -173,6 +173,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         nova: nova.clone(),
         migrations: mig_reader,
         cluster_max: args.cluster_max_migrations,
+        written: Default::default(),
     });
     let ctx = Arc::new(Context {
         client: client.clone(),

@@ -235,3 +235,70 @@ async fn deleting_an_eviction_aborts_what_is_in_flight() {
         admin.delete_server(id).await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_coordinator_killed_at_ten_moments_of_an_eviction_loses_and_doubles_nothing() {
+    let _turn = TURN.lock().await;
+    let (region, admin, host, mut coord, ids) =
+        active_host_with("kill", 3, &["1", "2", "3", "1", "2", "3"]).await;
+    let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
+    let patch = serde_json::json!({"spec": {"maintenance": "manual", "maintenanceReason": "kill test"}});
+    hvs.patch(&host, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    // Ten SIGKILLs at random moments (0.2-2.5 s apart), each followed by a restart.
+    let mut seed = jiff::Timestamp::now().as_nanosecond() as u64 | 1;
+    let mut moments = Vec::new();
+    for _ in 0..10 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let ms = 200 + seed % 2300;
+        moments.push(ms);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        coord.kill();
+        coord = region.coordinator(None, &["--skip-tests"]);
+    }
+    region.wait_phase(&host, Phase::Maintenance, Duration::from_secs(300), &coord).await;
+
+    let mut completed_total = 0;
+    for id in &ids {
+        // No VM lost: every server is ACTIVE, elsewhere.
+        let s = admin.server(id).await.unwrap();
+        assert_eq!(s["status"], "ACTIVE", "{s}");
+        assert_ne!(
+            s["OS-EXT-SRV-ATTR:host"].as_str(),
+            Some(host.as_str()),
+            "{id} still on {host} (kills after {moments:?} ms)"
+        );
+        // None migrated twice: one completed Nova migration per server, and
+        // never more Nova migrations than recorded attempts.
+        let url = format!("{}/os-migrations?instance_uuid={id}", region.env.nova.compute_url);
+        let mv = format!("compute {}", region.env.nova.compute_microversion);
+        let migs = hv_tests::openstack::get(&url, &admin.token, &mv).await.unwrap()["migrations"]
+            .as_array()
+            .cloned()
+            .unwrap();
+        let completed = migs.iter().filter(|m| m["status"] == "completed").count();
+        assert_eq!(completed, 1, "{id}: {migs:?}");
+        completed_total += completed;
+        let attempts: Vec<Migration> = {
+            let api: Api<Migration> = Api::all(region.kube.client.clone());
+            api.list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|m| &m.spec.server_id == id)
+                .collect()
+        };
+        assert!(
+            migs.len() <= attempts.len(),
+            "{id}: {} Nova migrations for {} recorded attempts",
+            migs.len(),
+            attempts.len()
+        );
+    }
+    assert_eq!(completed_total, ids.len());
+    for id in &ids {
+        admin.delete_server(id).await.unwrap();
+    }
+}

@@ -34,6 +34,9 @@ pub struct EvictionContext {
     pub migrations: Store<Migration>,
     /// Migrations in flight across all evictions at once.
     pub cluster_max: u32,
+    /// Our own status writes, for reconciles the cache has not caught up
+    /// with: a stale record would ask for an attempt twice.
+    pub written: super::written::Written<Eviction>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +54,7 @@ pub fn migration_name(eviction: &str, server_id: &str, attempt: u32) -> String {
 }
 
 pub async fn reconcile(ev: Arc<Eviction>, ctx: Arc<EvictionContext>) -> Result<Requeue, Error> {
+    let ev = ctx.written.freshest(ev);
     let name = ev.name_any();
     let api: Api<Eviction> = Api::all(ctx.client.clone());
     let status = ev.status.clone().unwrap_or_default();
@@ -146,7 +150,8 @@ pub async fn reconcile(ev: Arc<Eviction>, ctx: Arc<EvictionContext>) -> Result<R
     s.vms = step.vms.clone();
     s.phase = Some(step.phase);
     fill_counts(&mut s, now);
-    write_status(&api, &name, &s).await?;
+    let written = write_status(&api, &name, &s).await?;
+    ctx.written.remember(ev.metadata.resource_version.clone(), written);
     for (mname, st) in mig_status {
         write_migration_status(&ctx.client, &mname, &st).await;
     }
@@ -331,12 +336,11 @@ fn fill_counts(s: &mut EvictionStatus, now: Timestamp) {
     }
 }
 
-async fn write_status(api: &Api<Eviction>, name: &str, status: &EvictionStatus) -> Result<(), Error> {
+async fn write_status(api: &Api<Eviction>, name: &str, status: &EvictionStatus) -> Result<Eviction, Error> {
     let patch = serde_json::json!({
         "apiVersion": "hypervisor.cloud.sap/v1alpha1", "kind": "Eviction", "status": status,
     });
-    api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?;
-    Ok(())
+    Ok(api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?)
 }
 
 async fn write_migration_status(client: &kube::Client, name: &str, status: &MigrationStatus) {

@@ -64,36 +64,8 @@ pub struct Context {
     pub policy: Policy,
     pub intervals: Intervals,
     pub events: tokio::sync::broadcast::Sender<pb::HypervisorEvent>,
-    /// Read-your-writes: our last status write per node, keyed by the
-    /// resourceVersion it replaced. A reconcile that still gets that older
-    /// version from the cache uses what we wrote instead, so a stale cache
-    /// never makes us take a transition (or create an Eviction) twice.
-    pub written: std::sync::Mutex<std::collections::HashMap<String, (String, Arc<Hypervisor>)>>,
-}
-
-impl Context {
-    fn freshest(&self, hv: Arc<Hypervisor>) -> Arc<Hypervisor> {
-        let Some(name) = hv.metadata.name.as_deref() else { return hv };
-        let Ok(mut written) = self.written.lock() else { return hv };
-        match written.get(name) {
-            Some((base, ours)) if hv.metadata.resource_version.as_deref() == Some(base.as_str()) => {
-                ours.clone()
-            }
-            Some(_) => {
-                // The cache has caught up (or someone else wrote since).
-                written.remove(name);
-                hv
-            }
-            None => hv,
-        }
-    }
-
-    fn remember(&self, base: Option<String>, ours: Hypervisor) {
-        let (Some(base), Some(name)) = (base, ours.metadata.name.clone()) else { return };
-        if let Ok(mut written) = self.written.lock() {
-            written.insert(name, (base, Arc::new(ours)));
-        }
-    }
+    /// Our own status writes, for reconciles the cache has not caught up with.
+    pub written: super::written::Written<Hypervisor>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -105,7 +77,7 @@ pub enum Error {
 }
 
 pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue, Error> {
-    let hv = ctx.freshest(hv);
+    let hv = ctx.written.freshest(hv);
     let name = hv.metadata.name.clone().ok_or(Error::Unnamed)?;
     let status = hv.status.clone().unwrap_or_default();
     let phase = status.phase.unwrap_or_default();
@@ -150,7 +122,7 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     let new_status = compose(&status, &decision, &agent, &nova, hv.metadata.generation, now);
     if new_status != status {
         let written = write_status(&ctx.client, &name, &new_status).await?;
-        ctx.remember(hv.metadata.resource_version.clone(), written);
+        ctx.written.remember(hv.metadata.resource_version.clone(), written);
     }
     let reference = hv.object_ref(&());
     if let Some(t) = &decision.transition {

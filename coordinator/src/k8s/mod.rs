@@ -7,6 +7,7 @@ pub mod hypervisor;
 pub mod leader;
 pub mod nodes;
 pub mod status;
+pub mod written;
 
 use std::sync::Arc;
 
