@@ -58,4 +58,5 @@ bench:
 	@echo
 	bash tests/env/up.sh
 	$(CARGO) build -q --release -p hv-ceph-probe
-	$(CARGO) bench -q -p hv-agent --bench agent; rc=$$?; bash tests/env/down.sh; exit $$rc
+	$(CARGO) build -q --workspace --bins
+	$(CARGO) bench -q -p hv-agent --bench agent && $(CARGO) run -q -p hv-tests --example bench_eviction; rc=$$?; bash tests/env/down.sh; exit $$rc

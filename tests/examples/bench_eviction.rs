@@ -1,0 +1,96 @@
+//! `make bench` (cargo run --example bench_eviction, dev profile: the
+//! figures are Nova's time, not ours): an eviction of N servers on the real Nova region (ground
+//! up), through the real coordinator. Prints the makespan against its lower
+//! bound, max(longest migration, total migration time / parallelism), and
+//! the Nova API calls per migrated VM (from Nova's own access log).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use hv_coordinator::api::eviction::{EvictionOptions, EvictionPhase, EvictionReason, EvictionSpec};
+use hv_coordinator::api::{Eviction, Migration, Phase};
+use hv_tests::openstack::Admin;
+use hv_tests::region::Region;
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+
+const SERVERS: usize = 12;
+const PARALLEL: u32 = 3;
+
+#[tokio::main]
+async fn main() {
+    let region = Region::start("bench-evict").await;
+    let admin = Admin::login(&region.env).await.unwrap();
+    let host = region.env.nova.hosts[4].clone();
+    let coord = region.coordinator(None, &["--skip-tests"]);
+    region.create_node(&host, &[]).await;
+    region.wait_phase(&host, Phase::Active, Duration::from_secs(60), &coord).await;
+    let mut ids = Vec::new();
+    for i in 0..SERVERS {
+        let flavor = ["1", "2", "3"][i % 3];
+        ids.push(admin.boot_on(&format!("bench-{}-{i}", std::process::id()), &host, flavor).await.unwrap());
+    }
+    let log = region.env.dir.join("logs/nova-api-access.log");
+    let lines = || std::fs::read_to_string(&log).map(|s| s.lines().count()).unwrap_or(0);
+    let before = lines();
+
+    let evs: Api<Eviction> = Api::all(region.kube.client.clone());
+    let name = format!("bench-{}", std::process::id());
+    let options = EvictionOptions { max_parallel: PARALLEL, ..EvictionOptions::default() };
+    let spec = EvictionSpec { hypervisor: host.clone(), reason: EvictionReason::AdminRequest, options };
+    evs.create(&PostParams::default(), &Eviction::new(&name, spec)).await.unwrap();
+    let ev = loop {
+        let ev = evs.get(&name).await.unwrap();
+        if ev.status.as_ref().and_then(|s| s.phase) == Some(EvictionPhase::Succeeded) {
+            break ev;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let calls = lines() - before;
+    let st = ev.status.unwrap();
+    let distinct: std::collections::BTreeSet<&str> = st.vms.iter().map(|v| v.id.as_str()).collect();
+    if distinct.len() != st.vms.len() {
+        eprintln!(
+            "DUPLICATE RECORDS: {} records, {} distinct; log {}",
+            st.vms.len(),
+            distinct.len(),
+            coord.log.display()
+        );
+    }
+    let migs: Api<Migration> = Api::all(region.kube.client.clone());
+    let durations: Vec<f64> = migs
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|m| m.spec.eviction == name)
+        .filter_map(|m| m.status)
+        .filter_map(|s| Some(s.finished_at?.0.duration_since(s.started_at?.0).as_secs_f64()))
+        .collect();
+    let start = st.started_at.unwrap().0;
+    let end = st.completed_at.unwrap().0;
+    let makespan = end.duration_since(start).as_secs_f64();
+    let longest = durations.iter().cloned().fold(0.0, f64::max);
+    let total: f64 = durations.iter().sum();
+    let bound = longest.max(total / f64::from(PARALLEL));
+    println!(
+        "eviction of {SERVERS} servers (three sizes), maxParallel {PARALLEL}, real Nova, fake live-migration driver"
+    );
+    println!("  migrated:                  {}/{}", st.migrated, st.total);
+    println!("  makespan:                  {makespan:.1} s (eviction start to Succeeded)");
+    println!(
+        "  lower bound:               {bound:.1} s (longest {longest:.1} s, total {total:.1} s / {PARALLEL})"
+    );
+    println!("  makespan / lower bound:    {:.2}", makespan / bound);
+    println!(
+        "  Nova API calls:            {calls} ({:.1} per migrated VM, from Nova's access log)",
+        calls as f64 / f64::from(st.migrated.max(1))
+    );
+    for id in &ids {
+        if let Err(e) = admin.delete_server(id).await {
+            eprintln!("could not delete {id}: {e}");
+        }
+    }
+}
