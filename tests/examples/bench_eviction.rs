@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use hv_coordinator::api::eviction::{EvictionOptions, EvictionPhase, EvictionReason, EvictionSpec};
-use hv_coordinator::api::{Eviction, Migration, Phase};
+use hv_coordinator::api::{Eviction, Migration};
 use hv_tests::openstack::Admin;
 use hv_tests::region::Region;
 use kube::Api;
@@ -22,15 +22,8 @@ const PARALLEL: u32 = 3;
 async fn main() {
     let region = Region::start("bench-evict").await;
     let admin = Admin::login(&region.env).await.unwrap();
-    let host = region.env.nova.hosts[4].clone();
-    let coord = region.coordinator(None, &["--skip-tests"]);
-    region.create_node(&host, &[]).await;
-    region.wait_phase(&host, Phase::Active, Duration::from_secs(60), &coord).await;
-    let mut ids = Vec::new();
-    for i in 0..SERVERS {
-        let flavor = ["1", "2", "3"][i % 3];
-        ids.push(admin.boot_on(&format!("bench-{}-{i}", std::process::id()), &host, flavor).await.unwrap());
-    }
+    let flavors: Vec<&str> = (0..SERVERS).map(|i| ["1", "2", "3"][i % 3]).collect();
+    let (host, coord, ids) = region.active_host_with(&admin, 4, &flavors).await;
     let log = region.env.dir.join("logs/nova-api-access.log");
     let lines = || std::fs::read_to_string(&log).map(|s| s.lines().count()).unwrap_or(0);
     let before = lines();

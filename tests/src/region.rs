@@ -263,6 +263,29 @@ impl Region {
         }
     }
 
+    /// Puts Nova host number `index` under this region as an Active node
+    /// (skipTests, no agent) and boots servers of `flavors` on it; answers the
+    /// host name, the running coordinator and the server ids.
+    pub async fn active_host_with(
+        &self,
+        admin: &crate::openstack::Admin,
+        index: usize,
+        flavors: &[&str],
+    ) -> (String, Proc, Vec<String>) {
+        let host = self.env.nova.hosts[index].clone();
+        let coord = self.coordinator(None, &["--skip-tests"]);
+        self.create_node(&host, &[]).await;
+        self.wait_phase(&host, Phase::Active, Duration::from_secs(60), &coord).await;
+        let mut ids = Vec::new();
+        for (i, flavor) in flavors.iter().enumerate() {
+            let name = format!("{}-{i}", self.id);
+            let id =
+                admin.boot_on(&name, &host, flavor).await.unwrap_or_else(|e| panic!("booting {name}: {e}"));
+            ids.push(id);
+        }
+        (host, coord, ids)
+    }
+
     /// `hvctl retry NODE`, the real binary, against this region's API.
     pub fn retry(&self, node: &str) -> String {
         let out = Command::new(bin("hvctl"))
@@ -285,7 +308,6 @@ impl Region {
 /// whose bridges a test breaks and mends without touching the ground's.
 pub struct PrivateOvsdb {
     pub remote: String,
-    dir: PathBuf,
     _proc: Proc,
 }
 
@@ -311,7 +333,7 @@ impl PrivateOvsdb {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let me = PrivateOvsdb { remote: format!("unix:{}", sock.display()), dir, _proc: proc };
+        let me = PrivateOvsdb { remote: format!("unix:{}", sock.display()), _proc: proc };
         me.vsctl(&["init"])?;
         for br in bridges {
             me.add_bridge(br)?;
@@ -325,10 +347,6 @@ impl PrivateOvsdb {
 
     pub fn add_bridge(&self, name: &str) -> Result<(), String> {
         self.vsctl(&["add-br", name])
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 }
 

@@ -24,23 +24,24 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// A region with `host` Active (skipTests) and servers of the given flavors on it.
+/// A region with Nova host number `index` Active and servers of `flavors` on it.
 async fn active_host_with(
     test: &str,
-    host: usize,
+    index: usize,
     flavors: &[&str],
 ) -> (Region, Admin, String, Proc, Vec<String>) {
     let region = Region::start(test).await;
     let admin = Admin::login(&region.env).await.unwrap();
-    let host = region.env.nova.hosts[host].clone();
-    let coord = region.coordinator(None, &["--skip-tests"]);
-    region.create_node(&host, &[]).await;
-    region.wait_phase(&host, Phase::Active, Duration::from_secs(60), &coord).await;
-    let mut ids = Vec::new();
-    for (i, flavor) in flavors.iter().enumerate() {
-        ids.push(admin.boot_on(&format!("{test}-{}-{i}", std::process::id()), &host, flavor).await.unwrap());
-    }
+    let (host, coord, ids) = region.active_host_with(&admin, index, flavors).await;
     (region, admin, host, coord, ids)
+}
+
+/// Sets `spec.maintenance: manual` with `reason`.
+async fn request_maintenance(region: &Region, host: &str, reason: &str) -> Api<Hypervisor> {
+    let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
+    let patch = serde_json::json!({"spec": {"maintenance": "manual", "maintenanceReason": reason}});
+    hvs.patch(host, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    hvs
 }
 
 async fn create_eviction(region: &Region, name: &str, host: &str, options: EvictionOptions) -> Api<Eviction> {
@@ -86,23 +87,10 @@ async fn migrations_of(region: &Region, eviction: &str) -> Vec<Migration> {
 #[tokio::test(flavor = "multi_thread")]
 async fn maintenance_empties_the_host_and_clearing_it_brings_the_host_back() {
     let _turn = TURN.lock().await;
-    let region = Region::start("evict").await;
-    let admin = Admin::login(&region.env).await.unwrap();
-    let host = region.env.nova.hosts[0].clone();
-    let coord = region.coordinator(None, &["--skip-tests"]);
-    region.create_node(&host, &[]).await;
-    region.wait_phase(&host, Phase::Active, Duration::from_secs(60), &coord).await;
-
     // Ten servers of three sizes (m1.tiny 512 MiB, m1.small 2 GiB, m1.medium 4 GiB).
-    let mut ids = Vec::new();
-    for (i, flavor) in ["1", "2", "3", "1", "2", "1", "3", "1", "2", "1"].iter().enumerate() {
-        ids.push(admin.boot_on(&format!("ev-{}-{i}", std::process::id()), &host, flavor).await.unwrap());
-    }
-
-    let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
-    let patch =
-        serde_json::json!({"spec": {"maintenance": "manual", "maintenanceReason": "firmware update"}});
-    hvs.patch(&host, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let flavors = ["1", "2", "3", "1", "2", "1", "3", "1", "2", "1"];
+    let (region, admin, host, coord, ids) = active_host_with("evict", 0, &flavors).await;
+    let hvs = request_maintenance(&region, &host, "firmware update").await;
     let hv = region.wait_phase(&host, Phase::Maintenance, Duration::from_secs(240), &coord).await;
     assert_eq!(hv.status.as_ref().map(|s| s.instances.as_ref().map_or(0, |i| i.count)), Some(0));
 
@@ -241,9 +229,7 @@ async fn a_coordinator_killed_at_ten_moments_of_an_eviction_loses_and_doubles_no
     let _turn = TURN.lock().await;
     let (region, admin, host, mut coord, ids) =
         active_host_with("kill", 3, &["1", "2", "3", "1", "2", "3"]).await;
-    let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
-    let patch = serde_json::json!({"spec": {"maintenance": "manual", "maintenanceReason": "kill test"}});
-    hvs.patch(&host, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    request_maintenance(&region, &host, "kill test").await;
     // Ten SIGKILLs at random moments (0.2-2.5 s apart), each followed by a restart.
     let mut seed = jiff::Timestamp::now().as_nanosecond() as u64 | 1;
     let mut moments = Vec::new();

@@ -321,7 +321,6 @@ async fn only_the_leader_acts_and_a_stopped_leader_hands_over() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    drop::<Proc>(second);
 }
 
 /// Opens AgentService.Connect with a Hello and answers the gRPC code.

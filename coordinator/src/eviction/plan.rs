@@ -102,12 +102,6 @@ pub struct Step {
     pub actions: Vec<Action>,
 }
 
-impl Step {
-    pub fn count(&self, state: VmState) -> u32 {
-        u32::try_from(self.vms.iter().filter(|v| v.state == state).count()).unwrap_or(u32::MAX)
-    }
-}
-
 pub fn is_final(s: VmState) -> bool {
     matches!(s, VmState::Migrated | VmState::Gone | VmState::NonMigratable | VmState::Skipped)
 }

@@ -12,7 +12,6 @@ pub mod fleet_service;
 pub mod registry;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use hv_proto::v1::agent_service_server::AgentServiceServer;
@@ -39,10 +38,6 @@ impl Health {
     pub async fn set_node(&self, node: &str, serving: bool) {
         let status = if serving { ServingStatus::Serving } else { ServingStatus::NotServing };
         self.reporter.set_service_status(Self::service_name(node), status).await;
-    }
-
-    pub async fn forget_node(&mut self, node: &str) {
-        self.reporter.clear_service_status(&Self::service_name(node)).await;
     }
 
     /// The coordinator itself (`""`): serving while it leads.
@@ -108,6 +103,3 @@ impl Server {
         Ok(())
     }
 }
-
-/// Shared by the controller and the gRPC endpoints.
-pub type SharedRegistry = Arc<Registry>;

@@ -241,7 +241,7 @@ async fn observe_node(ctx: &Context, name: &str) -> Result<NodeObs, Error> {
     })
 }
 
-fn node_ready(n: &Node) -> bool {
+pub(super) fn node_ready(n: &Node) -> bool {
     let conditions = n.status.as_ref().and_then(|s| s.conditions.as_ref());
     conditions.into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
 }

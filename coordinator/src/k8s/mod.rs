@@ -64,12 +64,22 @@ pub async fn run(
     let ev_api: Api<Eviction> = Api::all(client.clone());
 
     // Nodes: a cache for the controller, a Hypervisor for each new one, and a
-    // reconcile of the Hypervisor on every change of its Node.
+    // reconcile of the Hypervisor when what the lifecycle reads of its Node
+    // changes (Ready, deletion). Not on every Node update: kubelets write
+    // their Node every few seconds, and each reconcile asks Nova six questions.
     let (node_tx, node_rx) = mpsc::unbounded_channel::<String>();
     let nodes = watcher(node_api, watcher::Config::default().labels(&node_selector))
         .default_backoff()
         .reflect(writers.nodes)
-        .applied_objects();
+        .applied_objects()
+        .predicate_filter(
+            |n: &Node| {
+                let ready = u64::from(hypervisor::node_ready(n));
+                let deleting = u64::from(n.metadata.deletion_timestamp.is_some());
+                Some(1 + ready + 2 * deleting)
+            },
+            Default::default(),
+        );
     let creator = {
         let client = client.clone();
         async move {
