@@ -23,7 +23,7 @@ async fn main() {
     let region = Region::start("bench-evict").await;
     let admin = Admin::login(&region.env).await.unwrap();
     let flavors: Vec<&str> = (0..SERVERS).map(|i| ["1", "2", "3"][i % 3]).collect();
-    let (host, coord, ids) = region.active_host_with(&admin, 4, &flavors).await;
+    let (host, coord, ids) = region.active_host_with(&admin, 4, &flavors, &[]).await;
     let log = region.env.dir.join("logs/nova-api-access.log");
     let lines = || std::fs::read_to_string(&log).map(|s| s.lines().count()).unwrap_or(0);
     let before = lines();

@@ -183,6 +183,34 @@ impl Admin {
         Ok(get(&self.compute(&format!("servers/{id}")), &self.token, &self.mv()).await?["server"].clone())
     }
 
+    /// Sets one metadata key on a server.
+    pub async fn set_metadata(&self, id: &str, key: &str, value: &str) -> Result<(), ApiError> {
+        let body = json!({"metadata": {key: value}});
+        let url = self.compute(&format!("servers/{id}/metadata"));
+        send(reqwest::Method::POST, &url, &self.token, &self.mv(), Some(body)).await.map(|_| ())
+    }
+
+    /// Live-migrates a server to a host the scheduler picks (an admin doing
+    /// it by hand, not the eviction).
+    pub async fn live_migrate(&self, id: &str) -> Result<(), ApiError> {
+        let body = json!({"os-migrateLive": {"host": null, "block_migration": "auto"}});
+        let url = self.compute(&format!("servers/{id}/action"));
+        send(reqwest::Method::POST, &url, &self.token, &self.mv(), Some(body)).await.map(|_| ())
+    }
+
+    /// Nova's migrations of one server (`migration_type`, `status`, ...).
+    pub async fn migrations_of(&self, id: &str) -> Result<Vec<Value>, ApiError> {
+        let url = self.compute(&format!("os-migrations?instance_uuid={id}"));
+        Ok(get(&url, &self.token, &self.mv()).await?["migrations"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// The resource providers named `host` (none once it is deleted).
+    pub async fn providers_named(&self, host: &str) -> Result<Vec<Value>, ApiError> {
+        let mv = format!("placement {}", self.nova.placement_microversion);
+        let url = format!("{}/resource_providers?name={host}", self.nova.placement_url);
+        Ok(get(&url, &self.token, &mv).await?["resource_providers"].as_array().cloned().unwrap_or_default())
+    }
+
     pub async fn delete_server(&self, id: &str) -> Result<(), ApiError> {
         send(reqwest::Method::DELETE, &self.compute(&format!("servers/{id}")), &self.token, &self.mv(), None)
             .await

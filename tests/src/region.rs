@@ -271,10 +271,11 @@ impl Region {
         admin: &crate::openstack::Admin,
         index: usize,
         flavors: &[&str],
+        annotations: &[(&str, &str)],
     ) -> (String, Proc, Vec<String>) {
         let host = self.env.nova.hosts[index].clone();
         let coord = self.coordinator(None, &["--skip-tests"]);
-        self.create_node(&host, &[]).await;
+        self.create_node(&host, annotations).await;
         self.wait_phase(&host, Phase::Active, Duration::from_secs(60), &coord).await;
         let mut ids = Vec::new();
         for (i, flavor) in flavors.iter().enumerate() {

@@ -32,7 +32,7 @@ async fn active_host_with(
 ) -> (Region, Admin, String, Proc, Vec<String>) {
     let region = Region::start(test).await;
     let admin = Admin::login(&region.env).await.unwrap();
-    let (host, coord, ids) = region.active_host_with(&admin, index, flavors).await;
+    let (host, coord, ids) = region.active_host_with(&admin, index, flavors, &[]).await;
     (region, admin, host, coord, ids)
 }
 
@@ -284,6 +284,81 @@ async fn a_coordinator_killed_at_ten_moments_of_an_eviction_loses_and_doubles_no
         );
     }
     assert_eq!(completed_total, ids.len());
+    for id in &ids {
+        admin.delete_server(id).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn termination_cold_migrates_confirms_refuses_while_a_server_remains_then_decommissions() {
+    let _turn = TURN.lock().await;
+    let region = Region::start("decom").await;
+    let admin = Admin::login(&region.env).await.unwrap();
+    let agg = format!("decom-{}", region.id);
+    admin.create_aggregate(&agg).await.unwrap();
+    let annotations = [
+        ("hypervisor.cloud.sap/aggregates", agg.as_str()),
+        ("hypervisor.cloud.sap/custom-traits", "CUSTOM_HV_DECOM"),
+    ];
+    // compute-9: the host this test retires (nothing else uses it).
+    let (host, coord, ids) = region.active_host_with(&admin, 8, &["2", "1", "1", "1"], &annotations).await;
+    assert!(admin.aggregates_of(&host).await.unwrap().contains(&agg));
+    assert!(admin.traits_of(&host).await.unwrap().contains(&"CUSTOM_HV_DECOM".to_string()));
+    // One server cold-migrates, one is left to "somebody else".
+    let (cold, skipped) = (ids[2].clone(), ids[3].clone());
+    admin.set_metadata(&cold, "hypervisor.cloud.sap:eviction", "cold").await.unwrap();
+    admin.set_metadata(&skipped, "hypervisor.cloud.sap:eviction", "skip").await.unwrap();
+
+    let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
+    let patch = serde_json::json!({"spec": {"maintenance": "termination"}});
+    hvs.patch(&host, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+
+    // The eviction ends with the skipped server still there: refused, and it says which.
+    let msg = region.wait_condition(&host, "Evicted", "InstancesRemain", &coord).await;
+    assert!(msg.contains(&skipped) && msg.contains("refusing to decommission"), "{msg}");
+    assert!(!ids[..3].iter().any(|id| msg.contains(id.as_str())), "{msg}");
+    assert!(admin.service(&host).await.unwrap().is_some(), "the service stays while a server remains");
+    assert_eq!(
+        region.hypervisor(&host).await.and_then(|h| h.status).and_then(|s| s.phase),
+        Some(Phase::Evicting)
+    );
+
+    // The cold migration was confirmed: ACTIVE elsewhere, Nova's migration confirmed.
+    let s = admin.server(&cold).await.unwrap();
+    assert_eq!(s["status"], "ACTIVE", "{s}");
+    assert_ne!(s["OS-EXT-SRV-ATTR:host"].as_str(), Some(host.as_str()));
+    let migs = admin.migrations_of(&cold).await.unwrap();
+    assert!(
+        migs.iter().any(|m| m["migration_type"] == "migration" && m["status"] == "confirmed"),
+        "{migs:?}"
+    );
+    for id in &ids[..2] {
+        let s = admin.server(id).await.unwrap();
+        assert_eq!(s["status"], "ACTIVE", "{s}");
+        assert_ne!(s["OS-EXT-SRV-ATTR:host"].as_str(), Some(host.as_str()));
+    }
+
+    // Somebody else moves the skipped server; the decommission goes on by itself.
+    admin.live_migrate(&skipped).await.unwrap();
+    let hv = region.wait_phase(&host, Phase::Decommissioned, Duration::from_secs(120), &coord).await;
+    assert_eq!(Region::condition(&hv, "Evicted").1, "Decommissioned");
+    assert_eq!(admin.server(&skipped).await.unwrap()["status"], "ACTIVE");
+
+    // Nothing left behind in Nova or Placement, and it stays so while the
+    // compute's periodic resource update (every 10 s here) runs twice.
+    for round in 0..2 {
+        assert!(admin.service(&host).await.unwrap().is_none(), "round {round}: service left");
+        assert!(admin.providers_named(&host).await.unwrap().is_empty(), "round {round}: provider left");
+        assert!(admin.aggregates_of(&host).await.unwrap().is_empty(), "round {round}: aggregate left");
+        if round == 0 {
+            tokio::time::sleep(Duration::from_secs(25)).await;
+        }
+    }
+    // The Hypervisor stays as the record.
+    assert_eq!(
+        region.hypervisor(&host).await.and_then(|h| h.status).and_then(|s| s.phase),
+        Some(Phase::Decommissioned)
+    );
     for id in &ids {
         admin.delete_server(id).await.unwrap();
     }

@@ -102,7 +102,7 @@ pub struct EvictionOptions {
     #[serde(default = "default_attempts")]
     #[schemars(default = "default_attempts", range(min = 1, max = 20))]
     pub max_attempts: u32,
-    /// Policy for VMs without a `hypervisor.cloud.sap/eviction` metadata key.
+    /// Policy for VMs without a `hypervisor.cloud.sap:eviction` metadata key.
     #[serde(default)]
     pub default_policy: MigrationPolicy,
     /// Preflight checks to skip by name (`capacity`, `constraints`,

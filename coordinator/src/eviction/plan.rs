@@ -28,7 +28,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::api::eviction::{EvictionOptions, EvictionPhase, MigrationPolicy, VmState, VmStatus};
 
 /// Server metadata key with a VM's own policy (`live`, `cold`, `skip`).
-pub const POLICY_METADATA: &str = "hypervisor.cloud.sap/eviction";
+/// (Nova metadata keys allow no `/`: `^[a-zA-Z0-9-_:. ]{1,255}$`.)
+pub const POLICY_METADATA: &str = "hypervisor.cloud.sap:eviction";
 
 /// First backoff after a failed attempt; doubles per attempt, capped.
 const FIRST_BACKOFF: SignedDuration = SignedDuration::from_secs(10);
@@ -41,6 +42,8 @@ pub struct Server {
     pub name: String,
     /// The compute host it is on (`OS-EXT-SRV-ATTR:host`).
     pub host: String,
+    /// Nova's server status (`ACTIVE`, `VERIFY_RESIZE`, ...).
+    pub status: String,
     pub memory_bytes: u64,
     /// From the server's metadata; None means the eviction's default.
     pub policy: Option<MigrationPolicy>,
@@ -91,6 +94,9 @@ pub struct Input<'a> {
 pub enum Action {
     /// Ask Nova to move the server; the attempt is already recorded.
     Migrate { server_id: String, attempt: u32, live: bool, block_migration: bool },
+    /// Confirm a finished cold migration (the server waits in
+    /// VERIFY_RESIZE, its old resources still held on the source).
+    ConfirmResize { server_id: String, attempt: u32 },
     /// Ask Nova to abort this attempt's migration.
     Abort { server_id: String, attempt: u32, nova_migration_id: Option<i64>, why: String },
 }
@@ -203,15 +209,24 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
         return;
     };
     let status = att.nova_status.as_deref().unwrap_or("");
+    let live = srv.policy.unwrap_or(o.default_policy) != MigrationPolicy::ColdMigrate;
     match status {
-        "completed" | "finished" | "confirmed" if srv.host != input.source => {
+        "completed" | "confirmed" if srv.host != input.source => {
             vm.state = VmState::Migrated;
             vm.target_host = Some(srv.host.clone());
             vm.reason.clear();
         }
         // Nova can report completed a moment before the host field moves.
-        "completed" | "finished" | "confirmed" => {}
-        "failed" | "error" | "cancelled" | "aborted" => {
+        "completed" | "confirmed" => {}
+        // A cold migration is over only once confirmed (the confirmation
+        // frees the source); confirm it, even when cancelled: the server
+        // already runs on the target.
+        "finished" => {
+            if srv.status == "VERIFY_RESIZE" {
+                actions.push(Action::ConfirmResize { server_id: vm.id.clone(), attempt: vm.attempts });
+            }
+        }
+        "failed" | "error" | "cancelled" | "aborted" | "reverted" => {
             let why = if att.abort_requested {
                 vm.reason.clone()
             } else {
@@ -228,6 +243,10 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
             };
             if let Some(why) = why {
                 vm.reason = why.clone();
+                if !live {
+                    // Nova cannot abort a cold migration: it is reported and waited for.
+                    return;
+                }
                 actions.push(Action::Abort {
                     server_id: vm.id.clone(),
                     attempt: vm.attempts,

@@ -5,7 +5,7 @@
 //! stuck ones, and writes the Eviction's and the Migrations' status.
 //!
 //! Not finished (issue 6): preflight against Placement capacity and the
-//! scheduler's constraints, cold-migration confirmation, metrics.
+//! scheduler's constraints, metrics.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -205,6 +205,10 @@ pub async fn reconcile(ev: Arc<Eviction>, ctx: Arc<EvictionContext>) -> Result<R
                 }
                 write_migration_status(&ctx.client, &mname, &st).await;
             }
+            Action::ConfirmResize { server_id, attempt } => {
+                ctx.nova.confirm_resize(server_id).await?;
+                tracing::info!(eviction = %name, server = %server_id, attempt, "cold migration confirmed");
+            }
             Action::Abort { server_id, attempt, nova_migration_id, why } => {
                 let mname = migration_name(&name, server_id, *attempt);
                 if let Some(id) = nova_migration_id {
@@ -284,8 +288,8 @@ async fn observe_attempt(
     st.target_host = m.dest_compute.clone().or(st.target_host);
     if !abort_requested {
         st.phase = Some(match m.status.as_str() {
-            "completed" | "finished" | "confirmed" => MigrationPhase::Completed,
-            "failed" | "error" => MigrationPhase::Failed,
+            "completed" | "confirmed" => MigrationPhase::Completed,
+            "failed" | "error" | "reverted" => MigrationPhase::Failed,
             "cancelled" | "aborted" => MigrationPhase::Cancelled,
             _ => MigrationPhase::Running,
         });

@@ -18,6 +18,8 @@ struct ServerDetail {
     #[serde(rename = "OS-EXT-SRV-ATTR:host", default)]
     host: Option<String>,
     #[serde(default)]
+    status: String,
+    #[serde(default)]
     locked: bool,
     #[serde(default)]
     metadata: std::collections::BTreeMap<String, String>,
@@ -50,6 +52,7 @@ impl ServerDetail {
             id: self.id,
             name: self.name,
             host: self.host.unwrap_or_default(),
+            status: self.status,
             memory_bytes: self.flavor.ram.saturating_mul(1 << 20),
             policy,
             locked: self.locked,
@@ -132,6 +135,24 @@ impl NovaClient {
         Ok(())
     }
 
+    /// Confirms a finished cold migration. Confirming one that is already
+    /// confirmed (409, the server no longer in VERIFY_RESIZE) succeeds.
+    pub async fn confirm_resize(&self, id: &str) -> Result<(), NovaError> {
+        let body = json!({"confirmResize": null});
+        match self
+            .cloud()
+            .call(Call::with(Service::Compute, http::Method::POST, format!("servers/{id}/action"), body))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(NovaError::Conflict(msg)) => match self.server(id).await? {
+                Some(s) if s.status == "VERIFY_RESIZE" => Err(NovaError::Conflict(msg)),
+                _ => Ok(()),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
     /// Nova's migrations of one server, newest first.
     pub async fn migrations_of(&self, id: &str) -> Result<Vec<NovaMigration>, NovaError> {
         let call = Call::get(Service::Compute, "os-migrations").param("instance_uuid", id);
@@ -171,10 +192,8 @@ impl NovaClient {
     }
 }
 
-/// Nova migration statuses after which nothing more happens.
+/// Nova migration statuses after which nothing more happens. A cold
+/// migration's `finished` is not one: it still waits for confirmation.
 pub fn is_final_status(status: &str) -> bool {
-    matches!(
-        status,
-        "completed" | "finished" | "confirmed" | "failed" | "error" | "cancelled" | "aborted" | "reverted"
-    )
+    matches!(status, "completed" | "confirmed" | "failed" | "error" | "cancelled" | "aborted" | "reverted")
 }

@@ -16,6 +16,7 @@ fn srv(id: &str, gib: u64) -> Server {
         id: id.into(),
         name: format!("vm-{id}"),
         host: "src".into(),
+        status: "ACTIVE".into(),
         memory_bytes: gib * GIB,
         policy: None,
         locked: false,
@@ -52,7 +53,7 @@ fn migrated_ids(actions: &[Action]) -> Vec<&str> {
         .iter()
         .filter_map(|a| match a {
             Action::Migrate { server_id, .. } => Some(server_id.as_str()),
-            Action::Abort { .. } => None,
+            Action::Abort { .. } | Action::ConfirmResize { .. } => None,
         })
         .collect()
 }
@@ -258,6 +259,43 @@ fn a_cancelled_eviction_aborts_in_flight_starts_nothing_and_ends_cancelled() {
 }
 
 #[test]
+fn a_cold_migration_is_confirmed_and_migrated_only_once_confirmed_and_never_aborted() {
+    let o = EvictionOptions { completion_timeout_per_gi_b_seconds: 10, ..EvictionOptions::default() };
+    let mut cold = srv("a", 1);
+    cold.policy = Some(MigrationPolicy::ColdMigrate);
+    let first = step(&input(&o, &[], std::slice::from_ref(&cold), &[], t(0)));
+    assert!(matches!(first.actions[..], [Action::Migrate { live: false, .. }]));
+
+    // Running past its clock: reported, not aborted (Nova cannot abort a cold migration).
+    let att = |status: &str| AttemptObs { nova_status: Some(status.into()), ..running("a", 1, 0, 0) };
+    let late = step(&input(&o, &first.vms, std::slice::from_ref(&cold), &[att("migrating")], t(60)));
+    assert!(late.actions.is_empty(), "{:?}", late.actions);
+    assert!(late.vms[0].reason.contains("over the 10s"), "{}", late.vms[0].reason);
+    assert_eq!(late.vms[0].state, VmState::Migrating);
+
+    // Finished: the server waits in VERIFY_RESIZE on the target; confirm it.
+    let mut moved = cold.clone();
+    moved.host = "dst".into();
+    moved.status = "VERIFY_RESIZE".into();
+    let fin = step(&input(&o, &first.vms, std::slice::from_ref(&moved), &[att("finished")], t(5)));
+    assert_eq!(fin.actions, [Action::ConfirmResize { server_id: "a".into(), attempt: 1 }]);
+    assert_eq!(fin.vms[0].state, VmState::Migrating, "not migrated before the confirmation");
+
+    // Confirming: nothing more to ask; confirmed: migrated.
+    moved.status = "ACTIVE".into();
+    let confirming = step(&input(&o, &fin.vms, std::slice::from_ref(&moved), &[att("finished")], t(6)));
+    assert!(confirming.actions.is_empty());
+    let done = step(&input(&o, &fin.vms, std::slice::from_ref(&moved), &[att("confirmed")], t(7)));
+    assert_eq!(done.vms[0].state, VmState::Migrated);
+    assert_eq!(done.vms[0].target_host.as_deref(), Some("dst"));
+    assert_eq!(done.phase, EvictionPhase::Succeeded);
+
+    // A reverted one is a failed attempt.
+    let reverted = step(&input(&o, &first.vms, std::slice::from_ref(&cold), &[att("reverted")], t(7)));
+    assert_eq!(reverted.vms[0].state, VmState::Backoff);
+}
+
+#[test]
 fn backoff_doubles_and_is_capped() {
     let b: Vec<i64> = (1..=8).map(|a| backoff(a).as_secs()).collect();
     assert_eq!(b, [10, 20, 40, 80, 160, 300, 300, 300]);
@@ -290,7 +328,12 @@ proptest! {
         parallel in 1u32..4,
     ) {
         let o = EvictionOptions { max_parallel: parallel, max_attempts: 3, ..EvictionOptions::default() };
-        let mut servers: Vec<Server> = sizes.iter().enumerate().map(|(i, g)| srv(&format!("s{i:02}"), *g)).collect();
+        // Every third server cold-migrates (finished, then confirmed).
+        let mut servers: Vec<Server> = sizes.iter().enumerate().map(|(i, g)| {
+            let mut s = srv(&format!("s{i:02}"), *g);
+            if i % 3 == 2 { s.policy = Some(MigrationPolicy::ColdMigrate); }
+            s
+        }).collect();
         let mut attempts: Vec<AttemptObs> = Vec::new();
         let mut vms: Vec<VmStatus> = Vec::new();
         let mut asked: BTreeSet<(String, u32)> = BTreeSet::new();
@@ -306,7 +349,16 @@ proptest! {
                     Action::Migrate { server_id, attempt, .. } => {
                         prop_assert!(asked.insert((server_id.clone(), *attempt)), "{server_id} attempt {attempt} asked twice");
                         let obs = running(server_id, *attempt, now, now);
+                        let cold = servers.iter().any(|x| &x.id == server_id && x.policy == Some(MigrationPolicy::ColdMigrate));
                         match fates.next().unwrap_or(Fate::Completes) {
+                            // Nova cannot abort a cold migration; a hanging one would never end.
+                            Fate::Completes | Fate::Hangs if cold => {
+                                if let Some(sv) = servers.iter_mut().find(|x| &x.id == server_id) {
+                                    sv.host = "dst".into();
+                                    sv.status = "VERIFY_RESIZE".into();
+                                }
+                                attempts.push(AttemptObs { nova_status: Some("finished".into()), ..obs });
+                            }
                             Fate::Completes => {
                                 if let Some(sv) = servers.iter_mut().find(|x| &x.id == server_id) { sv.host = "dst".into(); }
                                 attempts.push(AttemptObs { nova_status: Some("completed".into()), ..obs });
@@ -316,7 +368,14 @@ proptest! {
                             Fate::Deleted => servers.retain(|x| &x.id != server_id),
                         }
                     }
+                    Action::ConfirmResize { server_id, attempt } => {
+                        let att = attempts.iter_mut().find(|x| &x.server_id == server_id && x.attempt == *attempt);
+                        prop_assert!(att.as_ref().is_some_and(|x| x.nova_status.as_deref() == Some("finished")), "confirm of an unfinished migration");
+                        if let Some(x) = att { x.nova_status = Some("confirmed".into()); }
+                        if let Some(sv) = servers.iter_mut().find(|x| &x.id == server_id) { sv.status = "ACTIVE".into(); }
+                    }
                     Action::Abort { server_id, attempt, .. } => {
+                        prop_assert!(!servers.iter().any(|x| &x.id == server_id && x.policy == Some(MigrationPolicy::ColdMigrate)), "a cold migration aborted");
                         let att = attempts.iter_mut().find(|x| &x.server_id == server_id && x.attempt == *attempt);
                         prop_assert!(att.is_some(), "abort of an attempt Nova does not know");
                         if let Some(x) = att {
