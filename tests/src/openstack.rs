@@ -153,8 +153,23 @@ impl Admin {
     /// Boots a server on `host` (admin's `host` field, 2.74+) from the
     /// fixture image, without networks; answers its id once it is ACTIVE.
     pub async fn boot_on(&self, name: &str, host: &str, flavor: &str) -> Result<String, ApiError> {
-        let body = json!({"server": {"name": name, "imageRef": "155d900f-4e14-4e4c-a73d-069cbf4541e6",
+        self.boot_in(name, host, flavor, None).await
+    }
+
+    /// The same, in the availability zone `zone` if given (the server is
+    /// then pinned to it).
+    pub async fn boot_in(
+        &self,
+        name: &str,
+        host: &str,
+        flavor: &str,
+        zone: Option<&str>,
+    ) -> Result<String, ApiError> {
+        let mut body = json!({"server": {"name": name, "imageRef": "155d900f-4e14-4e4c-a73d-069cbf4541e6",
             "flavorRef": flavor, "networks": "none", "host": host}});
+        if let Some(z) = zone {
+            body["server"]["availability_zone"] = json!(z);
+        }
         let v = send(reqwest::Method::POST, &self.compute("servers"), &self.token, &self.mv(), Some(body))
             .await?;
         let id = v["server"]["id"].as_str().unwrap_or_default().to_string();
@@ -181,6 +196,52 @@ impl Admin {
 
     pub async fn server(&self, id: &str) -> Result<Value, ApiError> {
         Ok(get(&self.compute(&format!("servers/{id}")), &self.token, &self.mv()).await?["server"].clone())
+    }
+
+    /// Creates an aggregate that is also an availability zone.
+    pub async fn create_zone(&self, name: &str) -> Result<i64, ApiError> {
+        let body = json!({"aggregate": {"name": name, "availability_zone": name}});
+        let v =
+            send(reqwest::Method::POST, &self.compute("os-aggregates"), &self.token, &self.mv(), Some(body))
+                .await?;
+        Ok(v["aggregate"]["id"].as_i64().unwrap_or_default())
+    }
+
+    pub async fn remove_from_aggregate(&self, id: i64, host: &str) -> Result<(), ApiError> {
+        let body = json!({"remove_host": {"host": host}});
+        let url = self.compute(&format!("os-aggregates/{id}/action"));
+        send(reqwest::Method::POST, &url, &self.token, &self.mv(), Some(body)).await.map(|_| ())
+    }
+
+    /// Creates a flavor with `extra_specs`; answers its id.
+    pub async fn create_flavor(
+        &self,
+        name: &str,
+        ram_mb: u64,
+        extra_specs: Value,
+    ) -> Result<String, ApiError> {
+        let body = json!({"flavor": {"name": name, "ram": ram_mb, "vcpus": 1, "disk": 1}});
+        let v = send(reqwest::Method::POST, &self.compute("flavors"), &self.token, &self.mv(), Some(body))
+            .await?;
+        let id = v["flavor"]["id"].as_str().unwrap_or_default().to_string();
+        if extra_specs.as_object().is_some_and(|o| !o.is_empty()) {
+            let url = self.compute(&format!("flavors/{id}/os-extra_specs"));
+            let body = json!({"extra_specs": extra_specs});
+            send(reqwest::Method::POST, &url, &self.token, &self.mv(), Some(body)).await?;
+        }
+        Ok(id)
+    }
+
+    /// Hosts of enabled, up nova-compute services.
+    pub async fn enabled_hosts(&self) -> Result<Vec<String>, ApiError> {
+        let v = get(&self.compute("os-services?binary=nova-compute"), &self.token, &self.mv()).await?;
+        Ok(v["services"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["status"] == "enabled" && s["state"] == "up")
+            .filter_map(|s| s["host"].as_str().map(str::to_string))
+            .collect())
     }
 
     /// Sets one metadata key on a server.

@@ -363,3 +363,86 @@ async fn termination_cold_migrates_confirms_refuses_while_a_server_remains_then_
         admin.delete_server(id).await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn preflight_stops_before_anything_moves_naming_each_vm_and_force_skips_named_checks() {
+    let _turn = TURN.lock().await;
+    let region = Region::start("preflight").await;
+    let admin = Admin::login(&region.env).await.unwrap();
+    let id = &region.id;
+    let zone = format!("pf-az-{id}");
+    let zone_id = admin.create_zone(&zone).await.unwrap();
+    let required = serde_json::json!({"trait:CUSTOM_HV_PREFLIGHT": "required"});
+    let trait_flavor = admin.create_flavor(&format!("pf-trait-{id}"), 512, required).await.unwrap();
+    let big = admin.create_flavor(&format!("pf-big-{id}"), 500_000, serde_json::json!({})).await.unwrap();
+    let ballast =
+        admin.create_flavor(&format!("pf-ballast-{id}"), 400_000, serde_json::json!({})).await.unwrap();
+    // compute-6 joins its own zone and carries the trait nobody else has.
+    let annotations = [
+        ("hypervisor.cloud.sap/aggregates", zone.as_str()),
+        ("hypervisor.cloud.sap/custom-traits", "CUSTOM_HV_PREFLIGHT"),
+    ];
+    let (host, coord, _) = region.active_host_with(&admin, 5, &[], &annotations).await;
+    let pinned = admin.boot_in(&format!("{id}-pinned"), &host, "1", Some(&zone)).await.unwrap();
+    let traited = admin.boot_on(&format!("{id}-traited"), &host, &trait_flavor).await.unwrap();
+    let huge = admin.boot_on(&format!("{id}-huge"), &host, &big).await.unwrap();
+    let plain = admin.boot_on(&format!("{id}-plain"), &host, "1").await.unwrap();
+    // Every other host keeps less than 500 000 MB free.
+    let mut ballasts = Vec::new();
+    for other in admin.enabled_hosts().await.unwrap().into_iter().filter(|h| *h != host) {
+        ballasts.push(admin.boot_on(&format!("{id}-ballast-{other}"), &other, &ballast).await.unwrap());
+    }
+
+    let name = format!("pf-{id}");
+    let options = EvictionOptions { max_attempts: 1, ..EvictionOptions::default() };
+    let evs = create_eviction(&region, &name, &host, options).await;
+    let ev = wait_eviction(&evs, &name, EvictionPhase::Failed, &coord).await;
+    let st = ev.status.unwrap();
+    let cond = st.conditions.iter().find(|c| c.type_ == "Preflight").cloned().unwrap();
+    assert_eq!((cond.status.as_str(), cond.reason.as_str()), ("False", "Failed"));
+    let msg = &cond.message;
+    assert!(msg.starts_with("3 VM(s) cannot be moved"), "{msg}");
+    assert!(
+        msg.contains(&format!("constraints {pinned}")) && msg.contains(&format!("availability zone {zone}")),
+        "{msg}"
+    );
+    assert!(msg.contains(&format!("constraints {traited}")) && msg.contains("CUSTOM_HV_PREFLIGHT"), "{msg}");
+    assert!(msg.contains(&format!("capacity {huge}")) && msg.contains("MEMORY_MB 500000"), "{msg}");
+    assert!(!msg.contains(&plain), "{msg}");
+    // Nothing moved, nothing was asked of Nova.
+    assert!(migrations_of(&region, &name).await.is_empty());
+    for s in [&pinned, &traited, &huge, &plain] {
+        assert_eq!(admin.server(s).await.unwrap()["OS-EXT-SRV-ATTR:host"].as_str(), Some(host.as_str()));
+        assert!(admin.migrations_of(s).await.unwrap().is_empty(), "{s} was migrated");
+    }
+
+    // Forcing two checks runs it again; Nova's scheduler then refuses those
+    // three itself, they end non-migratable, and the plain one moves.
+    let patch = serde_json::json!({"spec": {"options": {"force": ["constraints", "capacity"]}}});
+    evs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let ev = wait_eviction(&evs, &name, EvictionPhase::Succeeded, &coord).await;
+    let st = ev.status.unwrap();
+    let cond = st.conditions.iter().find(|c| c.type_ == "Preflight").cloned().unwrap();
+    assert_eq!(cond.status, "True");
+    assert!(cond.message.contains("skipped (force): constraints, capacity"), "{}", cond.message);
+    let state = |s: &str| st.vms.iter().find(|v| v.id == s).map(|v| v.state);
+    assert_eq!(state(&plain), Some(VmState::Migrated));
+    for s in [&pinned, &traited, &huge] {
+        assert_eq!(state(s), Some(VmState::NonMigratable), "{:?}", st.vms);
+        assert_eq!(admin.server(s).await.unwrap()["status"], "ACTIVE", "{s} lost");
+        assert_eq!(admin.server(s).await.unwrap()["OS-EXT-SRV-ATTR:host"].as_str(), Some(host.as_str()));
+    }
+    assert_ne!(admin.server(&plain).await.unwrap()["OS-EXT-SRV-ATTR:host"].as_str(), Some(host.as_str()));
+
+    // Leave compute-6 as it was: no servers, out of the zone.
+    drop(coord);
+    for s in [pinned, traited, huge, plain].iter().chain(&ballasts) {
+        admin.delete_server(s).await.unwrap();
+    }
+    for _ in 0..100 {
+        if admin.remove_from_aggregate(zone_id, &host).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}

@@ -52,6 +52,8 @@ pub struct Server {
     pub pci_passthrough: bool,
     /// Local (non-volume) disks: a live migration must copy them.
     pub local_disk: bool,
+    /// What the target host must offer (preflight).
+    pub needs: crate::eviction::preflight::Needs,
 }
 
 /// Nova's view of one migration attempt.

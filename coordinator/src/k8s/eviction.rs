@@ -4,14 +4,14 @@
 //! `Migration` object for each new attempt *before* asking Nova, aborts
 //! stuck ones, and writes the Eviction's and the Migrations' status.
 //!
-//! Not finished (issue 6): preflight against Placement capacity and the
-//! scheduler's constraints, metrics.
+//! Before anything moves, the preflight (`eviction::preflight`) checks
+//! against Nova and Placement that every VM has somewhere to go.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -21,6 +21,7 @@ use super::FIELD_MANAGER;
 use crate::api::eviction::{EvictionPhase, EvictionStatus, MigrationPolicy, VmState, VmStatus};
 use crate::api::{Eviction, Migration, MigrationPhase, MigrationSpec, MigrationStatus};
 use crate::eviction::plan::{self, Action, AttemptObs, Input};
+use crate::eviction::preflight::preflight;
 use crate::lifecycle::NovaObs;
 use crate::nova::servers::is_final_status;
 use crate::nova::{NovaClient, NovaError};
@@ -72,16 +73,32 @@ pub async fn reconcile(ev: Arc<Eviction>, ctx: Arc<EvictionContext>) -> Result<R
         if has_finalizer {
             remove_finalizer(&api, &ev).await?;
         }
-        return Ok(Requeue::await_change());
+        // A failed preflight waits for a spec change (below); the rest is over.
+        if deleting || !(phase == EvictionPhase::Failed && preflight_failed(&status)) {
+            return Ok(Requeue::await_change());
+        }
     }
     let source = ev.spec.hypervisor.clone();
     let now = Timestamp::now();
 
+    if !deleting && phase == EvictionPhase::Failed && preflight_failed(&status) {
+        // Nothing has moved: a spec change (e.g. `force`) runs the preflight again.
+        if ev.metadata.generation != status.observed_generation {
+            let mut s = status.clone();
+            s.phase = Some(EvictionPhase::Pending);
+            s.completed_at = None;
+            write_status(&api, &name, &s).await?;
+            return Ok(Requeue::requeue(Duration::from_millis(100)));
+        }
+        return Ok(Requeue::await_change());
+    }
+    if !deleting && matches!(phase, EvictionPhase::Pending | EvictionPhase::Preflight) {
+        return run_preflight(&api, &ctx, &ev, status, now).await;
+    }
+
     // Nothing moves before the host stops taking new VMs (the lifecycle
     // disables it when it sees this Eviction).
-    if matches!(phase, EvictionPhase::Pending | EvictionPhase::Preflight | EvictionPhase::Disabling)
-        && !deleting
-    {
+    if phase == EvictionPhase::Disabling && !deleting {
         match ctx.nova.observe(&source, &[]).await {
             NovaObs::Registered(h) if h.enabled => {
                 let mut s = status.clone();
@@ -235,6 +252,95 @@ pub async fn reconcile(ev: Arc<Eviction>, ctx: Arc<EvictionContext>) -> Result<R
     } else {
         Duration::from_secs(1)
     }))
+}
+
+/// Type of the Eviction condition that carries the preflight's verdict.
+pub const PREFLIGHT: &str = "Preflight";
+
+fn preflight_failed(s: &EvictionStatus) -> bool {
+    s.conditions.iter().any(|c| c.type_ == PREFLIGHT && c.status == "False")
+}
+
+/// Could every VM be placed elsewhere? Failing stops the eviction before
+/// anything moves, with a condition naming each VM and why.
+async fn run_preflight(
+    api: &Api<Eviction>,
+    ctx: &EvictionContext,
+    ev: &Eviction,
+    status: EvictionStatus,
+    now: Timestamp,
+) -> Result<Requeue, Error> {
+    let name = ev.name_any();
+    let source = &ev.spec.hypervisor;
+    let servers = ctx.nova.servers_on(source).await?;
+    let candidates = ctx.nova.candidates(source).await?;
+    let o = &ev.spec.options;
+    let report = preflight(&servers, o.default_policy, &candidates, &o.force);
+    let mut s = status;
+    s.observed_generation = ev.metadata.generation;
+    s.started_at.get_or_insert(Time(now));
+    if report.findings.is_empty() {
+        tracing::info!(eviction = %name, node = %source, summary = %report.summary, "preflight passed");
+        set_condition(
+            &mut s.conditions,
+            PREFLIGHT,
+            true,
+            "Passed",
+            report.summary,
+            now,
+            ev.metadata.generation,
+        );
+        s.phase = Some(EvictionPhase::Disabling);
+        write_status(api, &name, &s).await?;
+        return Ok(Requeue::requeue(Duration::from_millis(100)));
+    }
+    const SHOWN: usize = 20;
+    let mut msg = format!("{} VM(s) cannot be moved: ", report.findings.len());
+    let lines: Vec<String> = report.findings.iter().take(SHOWN).map(ToString::to_string).collect();
+    msg.push_str(&lines.join("; "));
+    if report.findings.len() > SHOWN {
+        msg.push_str(&format!("; and {} more", report.findings.len() - SHOWN));
+    }
+    msg.push_str(". Fix it, or set spec.options.force to the checks to skip");
+    tracing::warn!(eviction = %name, node = %source, findings = report.findings.len(), message = %msg, "preflight failed");
+    set_condition(&mut s.conditions, PREFLIGHT, false, "Failed", msg, now, ev.metadata.generation);
+    s.phase = Some(EvictionPhase::Failed);
+    s.progress = Some("preflight failed".into());
+    s.completed_at = Some(Time(now));
+    write_status(api, &name, &s).await?;
+    Ok(Requeue::await_change())
+}
+
+/// Sets one condition; `lastTransitionTime` moves only with its status.
+fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: String,
+    now: Timestamp,
+    generation: Option<i64>,
+) {
+    let status = if ok { "True" } else { "False" }.to_string();
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != status {
+                c.last_transition_time = Time(now);
+                c.status = status;
+            }
+            c.reason = reason.into();
+            c.message = message;
+            c.observed_generation = generation;
+        }
+        None => conditions.push(Condition {
+            type_: type_.into(),
+            status,
+            reason: reason.into(),
+            message,
+            last_transition_time: Time(now),
+            observed_generation: generation,
+        }),
+    }
 }
 
 pub fn error_policy(ev: Arc<Eviction>, error: &Error, _ctx: Arc<EvictionContext>) -> Requeue {

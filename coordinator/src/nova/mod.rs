@@ -3,6 +3,7 @@
 //! ([`http`]), the host operations over it ([`host`]), and typed errors
 //! ([`error`]).
 
+pub mod capacity;
 pub mod error;
 pub mod host;
 pub mod http;

@@ -9,6 +9,7 @@ use super::host::NovaClient;
 use super::http::{Call, Service};
 use crate::api::eviction::MigrationPolicy;
 use crate::eviction::plan::{POLICY_METADATA, Server};
+use crate::eviction::preflight::{Needs, flavor_resources};
 
 #[derive(Debug, Deserialize)]
 struct ServerDetail {
@@ -24,6 +25,11 @@ struct ServerDetail {
     #[serde(default)]
     metadata: std::collections::BTreeMap<String, String>,
     flavor: Flavor,
+    /// The zone the user asked for at boot (2.96), which binds every move.
+    #[serde(default)]
+    pinned_availability_zone: Option<String>,
+    #[serde(default)]
+    tenant_id: String,
     /// An empty string for a server booted from a volume.
     #[serde(default)]
     image: Value,
@@ -34,7 +40,14 @@ struct ServerDetail {
 struct Flavor {
     ram: u64,
     #[serde(default)]
+    vcpus: u64,
+    #[serde(default)]
     disk: u64,
+    #[serde(default)]
+    ephemeral: u64,
+    /// Swap MB; some clouds answer "" for none.
+    #[serde(default)]
+    swap: Value,
     #[serde(default)]
     extra_specs: std::collections::BTreeMap<String, String>,
 }
@@ -58,8 +71,29 @@ impl ServerDetail {
             locked: self.locked,
             pci_passthrough: self.flavor.extra_specs.contains_key("pci_passthrough:alias"),
             local_disk: image_backed && self.flavor.disk > 0,
+            needs: needs(&self.flavor, !image_backed, self.pinned_availability_zone, self.tenant_id),
         }
     }
+}
+
+/// What the server asks of a target host, from its embedded flavor.
+fn needs(f: &Flavor, volume_backed: bool, pinned_az: Option<String>, project_id: String) -> Needs {
+    let swap = f.swap.as_u64().unwrap_or(0);
+    let resources =
+        flavor_resources(f.vcpus, f.ram, f.disk, f.ephemeral, swap, volume_backed, &f.extra_specs);
+    let mut needs = Needs { resources, pinned_az, project_id, ..Needs::default() };
+    for (k, v) in &f.extra_specs {
+        if let Some(t) = k.strip_prefix("trait:") {
+            match v.trim() {
+                "required" => needs.required_traits.insert(t.to_string()),
+                "forbidden" => needs.forbidden_traits.insert(t.to_string()),
+                _ => false,
+            };
+        } else if let Some(key) = k.strip_prefix("aggregate_instance_extra_specs:") {
+            needs.aggregate_specs.insert(key.to_string(), v.trim().to_string());
+        }
+    }
+    needs
 }
 
 /// One live migration as Nova reports it (os-migrations, 2.59+).

@@ -22,6 +22,7 @@ fn srv(id: &str, gib: u64) -> Server {
         locked: false,
         pci_passthrough: false,
         local_disk: false,
+        needs: Default::default(),
     }
 }
 

@@ -1,0 +1,281 @@
+//! Preflight as a pure function (issue 6): before anything moves, could
+//! Nova's scheduler place every VM of the host somewhere else?
+//!
+//! Three named checks, each skippable with `options.force`:
+//! - `compatibility`: locked servers, PCI passthrough under live migration
+//!   (local disks are fine: the migration becomes a block migration);
+//! - `constraints`: what would make the scheduler refuse every remaining
+//!   host: the server's pinned availability zone (compute 2.96), required
+//!   and forbidden traits (`trait:X=required|forbidden`), flavor keys
+//!   scoped `aggregate_instance_extra_specs:` and the tenant isolation of
+//!   aggregates (`filter_tenant_id*`);
+//! - `capacity`: free resources from Placement inventories and usages
+//!   (`(total - reserved) × allocation_ratio - used`, each allocation
+//!   within `max_unit`), VMs placed largest first, each on the fitting
+//!   host with the most free memory, so two VMs never count the same room.
+//!
+//! Not modelled: image-property traits, granular resource groups
+//! (`resourcesN:`), server groups, and other evictions competing for the
+//! same room at the same time.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::api::eviction::MigrationPolicy;
+use crate::eviction::plan::Server;
+
+pub const COMPATIBILITY: &str = "compatibility";
+pub const CONSTRAINTS: &str = "constraints";
+pub const CAPACITY: &str = "capacity";
+
+/// What a VM asks of the host it goes to (from its embedded flavor).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// Resource class → amount (`VCPU`, `MEMORY_MB`, `DISK_GB`, custom).
+    pub resources: BTreeMap<String, u64>,
+    /// Set when the user asked for the zone (compute 2.96's
+    /// `pinned_availability_zone`); None: any zone will do.
+    pub pinned_az: Option<String>,
+    pub required_traits: BTreeSet<String>,
+    pub forbidden_traits: BTreeSet<String>,
+    /// `aggregate_instance_extra_specs:KEY=VALUE` of the flavor.
+    pub aggregate_specs: BTreeMap<String, String>,
+    pub project_id: String,
+}
+
+/// Room on one resource class of a provider.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Room {
+    pub free: u64,
+    pub max_unit: u64,
+}
+
+/// A host a VM could go to: an enabled, up nova-compute other than the source.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Candidate {
+    pub host: String,
+    pub az: String,
+    pub room: BTreeMap<String, Room>,
+    pub traits: BTreeSet<String>,
+    /// Metadata of each aggregate the host is in.
+    pub aggregates: Vec<BTreeMap<String, String>>,
+}
+
+/// One reason a VM cannot be moved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub check: &'static str,
+    pub vm: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.check, self.vm, self.reason)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    pub findings: Vec<Finding>,
+    /// One line for the Preflight condition when nothing was found.
+    pub summary: String,
+}
+
+/// Checks every server Nova shows on the host against the candidates.
+pub fn preflight(
+    servers: &[Server],
+    default_policy: MigrationPolicy,
+    candidates: &[Candidate],
+    force: &[String],
+) -> Report {
+    let forced = |name: &str| force.iter().any(|f| f == name);
+    let mut movers: Vec<&Server> =
+        servers.iter().filter(|s| s.policy.unwrap_or(default_policy) != MigrationPolicy::Skip).collect();
+    movers.sort_by(|a, b| b.memory_bytes.cmp(&a.memory_bytes).then_with(|| a.id.cmp(&b.id)));
+    let mut room: Vec<BTreeMap<String, Room>> = candidates.iter().map(|c| c.room.clone()).collect();
+    let mut findings = Vec::new();
+    for srv in movers {
+        let vm = format!("{} ({})", srv.id, srv.name);
+        let policy = srv.policy.unwrap_or(default_policy);
+        if !forced(COMPATIBILITY) {
+            let why = if srv.locked {
+                Some("the server is locked".to_string())
+            } else if srv.pci_passthrough && policy == MigrationPolicy::LiveMigrate {
+                Some("PCI passthrough devices cannot be live-migrated; set its policy to cold".to_string())
+            } else {
+                None
+            };
+            if let Some(reason) = why {
+                findings.push(Finding { check: COMPATIBILITY, vm, reason });
+                continue;
+            }
+        }
+        let fitting: Vec<usize> = if forced(CONSTRAINTS) {
+            (0..candidates.len()).collect()
+        } else {
+            let (ok, rejected) = admissible(&srv.needs, candidates);
+            if ok.is_empty() {
+                findings.push(Finding {
+                    check: CONSTRAINTS,
+                    vm,
+                    reason: no_host(candidates.len(), &rejected),
+                });
+                continue;
+            }
+            ok
+        };
+        if forced(CAPACITY) {
+            continue;
+        }
+        let best = fitting
+            .iter()
+            .copied()
+            .filter(|&i| fits(&srv.needs.resources, &room[i]))
+            .max_by_key(|&i| (free(&room[i], "MEMORY_MB"), std::cmp::Reverse(i)));
+        match best {
+            Some(i) => take(&srv.needs.resources, &mut room[i]),
+            None => findings.push(Finding {
+                check: CAPACITY,
+                vm,
+                reason: format!(
+                    "needs {}; no {} host has that much free (most memory free: {} MB)",
+                    describe(&srv.needs.resources),
+                    if forced(CONSTRAINTS) { "enabled" } else { "admissible" },
+                    fitting.iter().map(|&i| free(&room[i], "MEMORY_MB")).max().unwrap_or(0)
+                ),
+            }),
+        }
+    }
+    let summary = if candidates.is_empty() {
+        "no other enabled compute host".to_string()
+    } else {
+        let total: u64 = room.iter().map(|r| free(r, "MEMORY_MB")).sum();
+        let skipped: Vec<&str> =
+            [COMPATIBILITY, CONSTRAINTS, CAPACITY].into_iter().filter(|c| forced(c)).collect();
+        let mut s = format!(
+            "every VM fits on the {} other enabled host(s); {} MB of memory stays free",
+            candidates.len(),
+            total
+        );
+        if !skipped.is_empty() {
+            s.push_str(&format!("; skipped (force): {}", skipped.join(", ")));
+        }
+        s
+    };
+    Report { findings, summary }
+}
+
+/// The candidates whose zone, traits and aggregates admit the VM, and
+/// per rule how many hosts it rejected.
+fn admissible(needs: &Needs, candidates: &[Candidate]) -> (Vec<usize>, BTreeMap<String, usize>) {
+    let mut ok = Vec::new();
+    let mut rejected: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, c) in candidates.iter().enumerate() {
+        match rejection(needs, c) {
+            None => ok.push(i),
+            Some(why) => *rejected.entry(why).or_default() += 1,
+        }
+    }
+    (ok, rejected)
+}
+
+fn rejection(needs: &Needs, c: &Candidate) -> Option<String> {
+    if let Some(az) = &needs.pinned_az
+        && &c.az != az
+    {
+        return Some(format!("outside its availability zone {az}"));
+    }
+    if let Some(t) = needs.required_traits.iter().find(|t| !c.traits.contains(*t)) {
+        return Some(format!("without the required trait {t}"));
+    }
+    if let Some(t) = needs.forbidden_traits.iter().find(|t| c.traits.contains(*t)) {
+        return Some(format!("with the forbidden trait {t}"));
+    }
+    for (k, v) in &needs.aggregate_specs {
+        if !c.aggregates.iter().any(|m| m.get(k).is_some_and(|have| have.split(',').any(|h| h.trim() == v))) {
+            return Some(format!("in no aggregate with {k}={v}"));
+        }
+    }
+    let tenants: Vec<&str> = c
+        .aggregates
+        .iter()
+        .flat_map(|m| m.iter())
+        .filter(|(k, _)| k.starts_with("filter_tenant_id"))
+        .flat_map(|(_, v)| v.split(','))
+        .map(str::trim)
+        .collect();
+    if !tenants.is_empty() && !tenants.contains(&needs.project_id.as_str()) {
+        return Some(format!("isolated to other projects than {}", needs.project_id));
+    }
+    None
+}
+
+fn no_host(candidates: usize, rejected: &BTreeMap<String, usize>) -> String {
+    if candidates == 0 {
+        return "no other enabled compute host".into();
+    }
+    let why: Vec<String> = rejected.iter().map(|(why, n)| format!("{n} {why}")).collect();
+    format!("none of the {candidates} other enabled hosts is admissible: {}", why.join("; "))
+}
+
+fn free(room: &BTreeMap<String, Room>, class: &str) -> u64 {
+    room.get(class).map_or(0, |r| r.free)
+}
+
+fn fits(want: &BTreeMap<String, u64>, room: &BTreeMap<String, Room>) -> bool {
+    want.iter()
+        .filter(|(_, n)| **n > 0)
+        .all(|(class, n)| room.get(class).is_some_and(|r| *n <= r.free && *n <= r.max_unit))
+}
+
+fn take(want: &BTreeMap<String, u64>, room: &mut BTreeMap<String, Room>) {
+    for (class, n) in want {
+        if let Some(r) = room.get_mut(class) {
+            r.free = r.free.saturating_sub(*n);
+        }
+    }
+}
+
+fn describe(want: &BTreeMap<String, u64>) -> String {
+    let parts: Vec<String> = want.iter().filter(|(_, n)| **n > 0).map(|(c, n)| format!("{c} {n}")).collect();
+    parts.join(", ")
+}
+
+/// What a flavor asks for, the way Nova turns it into a Placement request:
+/// VCPU, MEMORY_MB and DISK_GB (root disk only when not volume-backed,
+/// plus ephemeral and swap), overridden or extended by `resources:CLASS=N`.
+pub fn flavor_resources(
+    vcpus: u64,
+    ram_mb: u64,
+    root_gb: u64,
+    ephemeral_gb: u64,
+    swap_mb: u64,
+    volume_backed: bool,
+    extra_specs: &BTreeMap<String, String>,
+) -> BTreeMap<String, u64> {
+    let disk = if volume_backed { 0 } else { root_gb } + ephemeral_gb + swap_mb.div_ceil(1024);
+    let mut r = BTreeMap::from([
+        ("VCPU".to_string(), vcpus),
+        ("MEMORY_MB".to_string(), ram_mb),
+        ("DISK_GB".to_string(), disk),
+    ]);
+    for (k, v) in extra_specs {
+        if let Some(class) = k.strip_prefix("resources:")
+            && let Ok(n) = v.trim().parse::<u64>()
+        {
+            r.insert(class.to_string(), n);
+        }
+    }
+    r.retain(|_, n| *n > 0);
+    r
+}
+
+/// Room on a provider from its Placement inventory and usage.
+pub fn room(total: u64, reserved: u64, allocation_ratio: f64, max_unit: u64, used: u64) -> Room {
+    let capacity = (total.saturating_sub(reserved) as f64 * allocation_ratio).floor();
+    let capacity = if capacity.is_finite() && capacity > 0.0 { capacity as u64 } else { 0 };
+    Room { free: capacity.saturating_sub(used), max_unit }
+}
+
+#[cfg(test)]
+mod tests;

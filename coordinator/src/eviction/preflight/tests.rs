@@ -1,0 +1,244 @@
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn vm(id: &str, vcpus: u64, ram_mb: u64) -> Server {
+    Server {
+        id: id.into(),
+        name: format!("vm-{id}"),
+        host: "src".into(),
+        status: "ACTIVE".into(),
+        memory_bytes: ram_mb << 20,
+        policy: None,
+        locked: false,
+        pci_passthrough: false,
+        local_disk: false,
+        needs: Needs {
+            resources: BTreeMap::from([("VCPU".into(), vcpus), ("MEMORY_MB".into(), ram_mb)]),
+            project_id: "p1".into(),
+            ..Needs::default()
+        },
+    }
+}
+
+fn host(name: &str, vcpus: u64, ram_mb: u64) -> Candidate {
+    Candidate {
+        host: name.into(),
+        az: "nova".into(),
+        room: BTreeMap::from([
+            ("VCPU".into(), Room { free: vcpus, max_unit: vcpus }),
+            ("MEMORY_MB".into(), Room { free: ram_mb, max_unit: ram_mb }),
+        ]),
+        ..Candidate::default()
+    }
+}
+
+fn checks(r: &Report) -> Vec<(&str, &str)> {
+    r.findings.iter().map(|f| (f.check, f.vm.split(' ').next().unwrap_or_default())).collect()
+}
+
+#[test]
+fn capacity_packs_largest_first_and_never_counts_the_same_room_twice() {
+    // Two 6 GiB VMs and one 5 GiB: 10 GiB + 6 GiB of room takes the two
+    // big ones (one each) but not the third: 4 GiB are left, in one place.
+    let vms = [vm("a", 1, 6144), vm("b", 1, 6144), vm("c", 1, 5120)];
+    let hosts = [host("h1", 8, 10240), host("h2", 8, 6144)];
+    let r = preflight(&vms, MigrationPolicy::LiveMigrate, &hosts, &[]);
+    assert_eq!(checks(&r), [("capacity", "c")]);
+    assert!(r.findings[0].reason.contains("MEMORY_MB 5120"), "{}", r.findings[0].reason);
+    assert!(r.findings[0].reason.contains("4096 MB"), "most free after packing: {}", r.findings[0].reason);
+
+    let roomy = [host("h1", 8, 12288), host("h2", 8, 12288)];
+    let ok = preflight(&vms, MigrationPolicy::LiveMigrate, &roomy, &[]);
+    assert!(ok.findings.is_empty(), "{:?}", ok.findings);
+    assert!(
+        ok.summary.contains("2 other enabled host(s)") && ok.summary.contains("7168 MB"),
+        "{}",
+        ok.summary
+    );
+}
+
+#[test]
+fn every_resource_class_and_max_unit_counts() {
+    let mut big_cpu = vm("a", 16, 512);
+    big_cpu.needs.resources.insert("CUSTOM_GPU".into(), 1);
+    let mut h = host("h1", 64, 100_000);
+    assert_eq!(
+        checks(&preflight(std::slice::from_ref(&big_cpu), MigrationPolicy::LiveMigrate, &[h.clone()], &[])),
+        [("capacity", "a")],
+        "no GPU inventory"
+    );
+    h.room.insert("CUSTOM_GPU".into(), Room { free: 2, max_unit: 1 });
+    assert!(
+        preflight(std::slice::from_ref(&big_cpu), MigrationPolicy::LiveMigrate, &[h.clone()], &[])
+            .findings
+            .is_empty()
+    );
+    h.room.insert("VCPU".into(), Room { free: 64, max_unit: 8 });
+    assert_eq!(
+        checks(&preflight(&[big_cpu], MigrationPolicy::LiveMigrate, &[h], &[])),
+        [("capacity", "a")],
+        "over max_unit"
+    );
+}
+
+#[test]
+fn constraints_name_the_rule_that_rejects_every_host() {
+    let mut pinned = vm("az", 1, 512);
+    pinned.needs.pinned_az = Some("az-2".into());
+    let mut traited = vm("tr", 1, 512);
+    traited.needs.required_traits = BTreeSet::from(["CUSTOM_FAST".to_string()]);
+    let mut forbids = vm("fb", 1, 512);
+    forbids.needs.forbidden_traits = BTreeSet::from(["CUSTOM_SLOW".to_string()]);
+    let mut agg = vm("ag", 1, 512);
+    agg.needs.aggregate_specs = BTreeMap::from([("ssd".to_string(), "true".to_string())]);
+    let mut other_project = vm("tn", 1, 512);
+    other_project.needs.project_id = "p2".into();
+    let plain = vm("ok", 1, 512);
+
+    let mut h1 = host("h1", 8, 8192);
+    h1.traits.insert("CUSTOM_SLOW".into());
+    h1.aggregates.push(BTreeMap::from([("filter_tenant_id".to_string(), "p1, p3".to_string())]));
+    let mut h2 = host("h2", 8, 8192);
+    h2.traits.insert("CUSTOM_SLOW".into());
+    h2.aggregates.push(BTreeMap::from([("ssd".to_string(), "false".to_string())]));
+    h2.aggregates.push(BTreeMap::from([("filter_tenant_id_1".to_string(), "p1".to_string())]));
+
+    let vms = [pinned, traited, forbids, agg, other_project, plain];
+    let r = preflight(&vms, MigrationPolicy::LiveMigrate, &[h1.clone(), h2.clone()], &[]);
+    let mut got = checks(&r);
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("constraints", "ag"),
+            ("constraints", "az"),
+            ("constraints", "fb"),
+            ("constraints", "tn"),
+            ("constraints", "tr")
+        ]
+    );
+    let reason = |id: &str| {
+        r.findings.iter().find(|f| f.vm.starts_with(id)).map(|f| f.reason.clone()).unwrap_or_default()
+    };
+    assert!(reason("az").contains("2 outside its availability zone az-2"), "{}", reason("az"));
+    assert!(reason("tr").contains("without the required trait CUSTOM_FAST"));
+    assert!(reason("fb").contains("with the forbidden trait CUSTOM_SLOW"));
+    assert!(reason("ag").contains("in no aggregate with ssd=true"));
+    assert!(reason("tn").contains("isolated to other projects than p2"));
+
+    // A host that admits them: in az-2, fast, not slow, ssd, no isolation.
+    let mut h3 = host("h3", 8, 8192);
+    h3.az = "az-2".into();
+    h3.traits.insert("CUSTOM_FAST".into());
+    h3.aggregates.push(BTreeMap::from([("ssd".to_string(), "true,nvme".to_string())]));
+    let r = preflight(&vms, MigrationPolicy::LiveMigrate, &[h1, h2, h3], &[]);
+    assert!(r.findings.is_empty(), "{:?}", r.findings);
+}
+
+#[test]
+fn compatibility_and_skip_and_force() {
+    let mut locked = vm("lk", 1, 512);
+    locked.locked = true;
+    let mut pci = vm("pc", 1, 512);
+    pci.pci_passthrough = true;
+    let mut pci_cold = vm("pk", 1, 512);
+    pci_cold.pci_passthrough = true;
+    pci_cold.policy = Some(MigrationPolicy::ColdMigrate);
+    let mut skip = vm("sk", 64, 1 << 30);
+    skip.policy = Some(MigrationPolicy::Skip);
+    let mut huge = vm("hg", 1, 1 << 20);
+    huge.needs.pinned_az = Some("elsewhere".into());
+    let vms = [locked, pci, pci_cold, skip, huge];
+    let hosts = [host("h1", 8, 8192)];
+
+    let r = preflight(&vms, MigrationPolicy::LiveMigrate, &hosts, &[]);
+    assert_eq!(checks(&r), [("constraints", "hg"), ("compatibility", "lk"), ("compatibility", "pc")]);
+
+    let force = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let r = preflight(&vms, MigrationPolicy::LiveMigrate, &hosts, &force(&["compatibility"]));
+    assert_eq!(checks(&r), [("constraints", "hg")]);
+    let r = preflight(&vms, MigrationPolicy::LiveMigrate, &hosts, &force(&["constraints"]));
+    assert_eq!(
+        checks(&r),
+        [("capacity", "hg"), ("compatibility", "lk"), ("compatibility", "pc")],
+        "past the zone, it is too big"
+    );
+    let r = preflight(
+        &vms,
+        MigrationPolicy::LiveMigrate,
+        &hosts,
+        &force(&["constraints", "capacity", "compatibility"]),
+    );
+    assert!(r.findings.is_empty());
+    assert!(r.summary.contains("skipped (force): compatibility, constraints, capacity"), "{}", r.summary);
+
+    // The cluster default policy applies to VMs without their own.
+    let plain = [vm("a", 1, 1 << 20)];
+    assert!(preflight(&plain, MigrationPolicy::Skip, &hosts, &[]).findings.is_empty());
+}
+
+#[test]
+fn no_other_host_is_a_finding_for_every_vm() {
+    let r = preflight(&[vm("a", 1, 512), vm("b", 1, 512)], MigrationPolicy::LiveMigrate, &[], &[]);
+    assert_eq!(checks(&r), [("constraints", "a"), ("constraints", "b")]);
+    assert!(r.findings[0].reason.contains("no other enabled compute host"));
+    assert!(
+        preflight(&[], MigrationPolicy::LiveMigrate, &[], &[]).findings.is_empty(),
+        "an empty host needs nowhere"
+    );
+}
+
+#[test]
+fn flavors_become_placement_requests_as_nova_builds_them() {
+    let none = BTreeMap::new();
+    let r = flavor_resources(2, 4096, 20, 5, 1536, false, &none);
+    assert_eq!(r, BTreeMap::from([("VCPU".into(), 2), ("MEMORY_MB".into(), 4096), ("DISK_GB".into(), 27)]));
+    let r = flavor_resources(2, 4096, 20, 0, 0, true, &none);
+    assert_eq!(r.get("DISK_GB"), None, "a volume-backed root disk takes no local disk");
+    let specs = BTreeMap::from([
+        ("resources:VCPU".to_string(), "0".to_string()),
+        ("resources:PCPU".to_string(), "2".to_string()),
+        ("resources:CUSTOM_X".to_string(), "junk".to_string()),
+        ("hw:cpu_policy".to_string(), "dedicated".to_string()),
+    ]);
+    let r = flavor_resources(2, 1024, 0, 0, 0, false, &specs);
+    assert_eq!(r, BTreeMap::from([("PCPU".into(), 2), ("MEMORY_MB".into(), 1024)]));
+}
+
+#[test]
+fn room_is_reserved_off_then_overcommitted_then_used() {
+    assert_eq!(room(1000, 0, 4.0, 1000, 10).free, 3990);
+    assert_eq!(room(800_000, 512, 1.0, 800_000, 0).free, 799_488);
+    assert_eq!(room(10, 20, 1.0, 10, 0).free, 0, "reserved above total");
+    assert_eq!(room(10, 0, f64::NAN, 10, 0).free, 0);
+    assert_eq!(room(10, 0, 1.0, 10, 50).free, 0, "over-used");
+}
+
+proptest! {
+    /// Whatever passes is really placed: the VMs without a finding never
+    /// need more of a resource than the hosts have free together; and a
+    /// single VM has a finding exactly when no host alone can take it.
+    #[test]
+    fn capacity_never_overcommits_and_finds_room_when_there_is_some(
+        vms in prop::collection::vec((1u64..8, 1u64..16), 0..10),
+        hosts in prop::collection::vec((0u64..32, 0u64..64), 0..5),
+    ) {
+        let servers: Vec<Server> = vms.iter().enumerate().map(|(i, (c, g))| vm(&format!("v{i:02}"), *c, g * 1024)).collect();
+        let cands: Vec<Candidate> = hosts.iter().enumerate().map(|(i, (c, g))| host(&format!("h{i}"), *c, g * 1024)).collect();
+        let r = preflight(&servers, MigrationPolicy::LiveMigrate, &cands, &[]);
+        let need = |k: &str| -> u64 {
+            servers.iter().filter(|s| !r.findings.iter().any(|f| f.vm.starts_with(&s.id))).map(|s| s.needs.resources.get(k).copied().unwrap_or(0)).sum()
+        };
+        let have = |k: &str| -> u64 { cands.iter().map(|c| c.room.get(k).map_or(0, |r| r.free)).sum() };
+        prop_assert!(need("VCPU") <= have("VCPU"));
+        prop_assert!(need("MEMORY_MB") <= have("MEMORY_MB"));
+        for s in &servers {
+            let alone = preflight(std::slice::from_ref(s), MigrationPolicy::LiveMigrate, &cands, &[]);
+            let room = cands.iter().any(|c| fits(&s.needs.resources, &c.room));
+            prop_assert_eq!(alone.findings.is_empty(), room);
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! Where the VMs of a host could go, as preflight needs it: every enabled,
+//! up nova-compute but the source, with its zone (os-services), its
+//! aggregates' metadata (os-aggregates) and its room and traits from
+//! Placement (inventories, usages, traits of the provider named after it;
+//! the os-hypervisors usage fields are gone since compute 2.88).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures_util::{StreamExt, TryStreamExt, stream};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::error::NovaError;
+use super::host::NovaClient;
+use super::http::{Call, Service};
+use crate::eviction::preflight::{Candidate, Room, room};
+
+/// Placement requests in flight at once while reading the candidates.
+const CONCURRENCY: usize = 8;
+
+#[derive(Debug, Deserialize)]
+struct ServiceRow {
+    host: String,
+    #[serde(default)]
+    zone: String,
+    status: String,
+    state: String,
+    #[serde(default)]
+    forced_down: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct AggregateRow {
+    #[serde(default)]
+    hosts: Option<Vec<String>>,
+    #[serde(default)]
+    metadata: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ProviderRow {
+    uuid: String,
+    name: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Inventory {
+    total: u64,
+    #[serde(default)]
+    reserved: u64,
+    #[serde(default = "one")]
+    allocation_ratio: f64,
+    #[serde(default)]
+    max_unit: Option<u64>,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn field<T: for<'de> Deserialize<'de>>(v: Value, key: &str, what: &str) -> Result<T, NovaError> {
+    let inner = v.get(key).cloned().ok_or_else(|| NovaError::Invalid(format!("{what}: no \"{key}\"")))?;
+    serde_json::from_value(inner).map_err(|e| NovaError::Invalid(format!("{what}: {e}")))
+}
+
+impl NovaClient {
+    /// The hosts the VMs of `source` could go to. A host without a
+    /// provider in Placement is left out (the scheduler could not use it).
+    pub async fn candidates(&self, source: &str) -> Result<Vec<Candidate>, NovaError> {
+        let call = Call::get(Service::Compute, "os-services").param("binary", "nova-compute");
+        let what = call.describe();
+        let services: Vec<ServiceRow> = field(self.cloud().call(call).await?, "services", &what)?;
+        let call = Call::get(Service::Compute, "os-aggregates");
+        let what = call.describe();
+        let aggregates: Vec<AggregateRow> = field(self.cloud().call(call).await?, "aggregates", &what)?;
+        let call = Call::get(Service::Placement, "resource_providers");
+        let what = call.describe();
+        let providers: Vec<ProviderRow> = field(self.cloud().call(call).await?, "resource_providers", &what)?;
+        let uuid_of: BTreeMap<String, String> = providers.into_iter().map(|p| (p.name, p.uuid)).collect();
+
+        let usable = services
+            .into_iter()
+            .filter(|s| s.host != source && s.status == "enabled" && s.state == "up" && !s.forced_down);
+        let mut wanted = Vec::new();
+        for s in usable {
+            let Some(uuid) = uuid_of.get(&s.host).cloned() else { continue };
+            let metadata = aggregates
+                .iter()
+                .filter(|a| a.hosts.as_deref().unwrap_or_default().iter().any(|h| h == &s.host))
+                .map(|a| a.metadata.clone())
+                .collect();
+            wanted.push((s, uuid, metadata));
+        }
+        stream::iter(wanted)
+            .map(|(s, uuid, aggregates)| async move {
+                let (room, traits) = self.provider_room(&uuid).await?;
+                Ok::<_, NovaError>(Candidate { host: s.host, az: s.zone, room, traits, aggregates })
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_collect()
+            .await
+    }
+
+    async fn provider_room(
+        &self,
+        uuid: &str,
+    ) -> Result<(BTreeMap<String, Room>, BTreeSet<String>), NovaError> {
+        let call = Call::get(Service::Placement, format!("resource_providers/{uuid}/inventories"));
+        let what = call.describe();
+        let inventories: BTreeMap<String, Inventory> =
+            field(self.cloud().call(call).await?, "inventories", &what)?;
+        let call = Call::get(Service::Placement, format!("resource_providers/{uuid}/usages"));
+        let what = call.describe();
+        let usages: BTreeMap<String, u64> = field(self.cloud().call(call).await?, "usages", &what)?;
+        let call = Call::get(Service::Placement, format!("resource_providers/{uuid}/traits"));
+        let what = call.describe();
+        let traits: BTreeSet<String> = field(self.cloud().call(call).await?, "traits", &what)?;
+        let room = inventories
+            .into_iter()
+            .map(|(class, inv)| {
+                let used = usages.get(&class).copied().unwrap_or(0);
+                let r = room(
+                    inv.total,
+                    inv.reserved,
+                    inv.allocation_ratio,
+                    inv.max_unit.unwrap_or(inv.total),
+                    used,
+                );
+                (class, r)
+            })
+            .collect();
+        Ok((room, traits))
+    }
+}
