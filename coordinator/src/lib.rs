@@ -4,6 +4,7 @@
 //! - [`api`]: the CRD types (the only source of `deploy/crds/`).
 //! - [`lifecycle`]: the pure decision core (no I/O, no clock).
 //! - [`nova`]: Nova and Placement (Keystone through `openstack_sdk`).
+//! - [`metrics`]: `/metrics` and the eviction counters.
 
 #![forbid(unsafe_code)]
 
@@ -12,4 +13,5 @@ pub mod eviction;
 pub mod fleet;
 pub mod k8s;
 pub mod lifecycle;
+pub mod metrics;
 pub mod nova;

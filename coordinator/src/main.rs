@@ -10,10 +10,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use hv_coordinator::api::eviction::MigrationPolicy;
 use hv_coordinator::fleet::{self, AgentEndpoint, FleetEndpoint, Registry};
 use hv_coordinator::k8s::eviction::EvictionContext;
 use hv_coordinator::k8s::{self, Context, Intervals, Template, Writers, leader::Election};
 use hv_coordinator::lifecycle::Policy;
+use hv_coordinator::metrics::Metrics;
 use hv_coordinator::nova::{Cloud, CloudSource, HttpPolicy, NovaClient};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector;
@@ -26,6 +28,9 @@ struct Args {
     /// gRPC address: AgentService, FleetService, grpc.health.v1, reflection.
     #[arg(long, env = "HV_LISTEN", default_value = "0.0.0.0:9090")]
     listen: SocketAddr,
+    /// HTTP address of /metrics (Prometheus) and /healthz.
+    #[arg(long, env = "HV_METRICS_LISTEN", default_value = "0.0.0.0:8080")]
+    metrics_listen: SocketAddr,
     /// Cloud name in clouds.yaml; without it the OS_* variables are used.
     #[arg(long, env = "OS_CLOUD")]
     os_cloud: Option<String>,
@@ -66,6 +71,10 @@ struct Args {
     /// Live migrations in flight at once across all evictions.
     #[arg(long, default_value_t = 5)]
     cluster_max_migrations: u32,
+    /// How a VM moves when neither its metadata (hypervisor.cloud.sap:eviction)
+    /// nor its Eviction's options.defaultPolicy says: liveMigrate, coldMigrate or skip.
+    #[arg(long, default_value = "liveMigrate", value_parser = policy)]
+    default_migration_policy: MigrationPolicy,
     /// Namespace of the leader-election Lease.
     #[arg(long, env = "POD_NAMESPACE", default_value = "hv-system")]
     namespace: String,
@@ -81,6 +90,11 @@ struct Args {
     /// JSON logs (production); the default is human-readable.
     #[arg(long, env = "HV_LOG_JSON")]
     log_json: bool,
+}
+
+fn policy(s: &str) -> Result<MigrationPolicy, String> {
+    serde_json::from_value(serde_json::Value::String(s.into()))
+        .map_err(|_| format!("{s:?} is not one of liveMigrate, coldMigrate, skip"))
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -126,6 +140,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     cloud.check_config().context("OpenStack credentials")?;
     let nova = Arc::new(NovaClient::new(cloud));
 
+    let metrics = Arc::new(Metrics::default());
+    let metrics_addr = hv_coordinator::metrics::serve(args.metrics_listen, metrics.clone())
+        .await
+        .with_context(|| format!("metrics listener on {}", args.metrics_listen))?;
+    tracing::info!(addr = %metrics_addr, "metrics listening");
     let server = fleet::Server::bind(args.listen).await?;
     let health = server.health.clone();
     tracing::info!(addr = %server.addr, "gRPC listening");
@@ -167,6 +186,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     let _ = leader_tx.send(true);
     health.set_self(true).await;
+    metrics.leader.store(true, std::sync::atomic::Ordering::Relaxed);
 
     let ev_ctx = Arc::new(EvictionContext {
         client: client.clone(),
@@ -174,6 +194,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         migrations: mig_reader,
         cluster_max: args.cluster_max_migrations,
         written: Default::default(),
+        metrics: metrics.clone(),
+        default_policy: args.default_migration_policy,
     });
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -218,6 +240,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // Hand over: stop acting first, then give the lease up.
     let _ = leader_tx.send(false);
     health.set_self(false).await;
+    metrics.leader.store(false, std::sync::atomic::Ordering::Relaxed);
     registry.close_all();
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), controllers).await;

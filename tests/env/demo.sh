@@ -64,14 +64,14 @@ curl -sf -o /dev/null -H "X-Auth-Token: $TOKEN" -H 'Content-Type: application/js
   -H 'OpenStack-API-Version: compute 2.96' "$(j .nova.compute_url)/os-aggregates" \
   -d '{"aggregate": {"name": "demo-az-1"}}'
 
-GRPC_PORT=$(free_port)
-"$BIN/hv-coordinator" --listen "127.0.0.1:$GRPC_PORT" --os-cloud demo --clouds-yaml "$HV_ENV_DIR/clouds.yaml" \
+GRPC_PORT=$(free_port); METRICS_PORT=$(free_port)
+"$BIN/hv-coordinator" --listen "127.0.0.1:$GRPC_PORT" --metrics-listen "127.0.0.1:$METRICS_PORT" --os-cloud demo --clouds-yaml "$HV_ENV_DIR/clouds.yaml" \
   --namespace default --aggregate demo-az-1 --custom-trait CUSTOM_HV_DEMO --busy-interval 1s --agent-heartbeat 2s \
   >"$LOGS/coordinator.log" 2>&1 &
 record coordinator $!
 wait_for "the coordinator" 30 "$BIN/hvctl" --coordinator "http://127.0.0.1:$GRPC_PORT" list
 export HV_COORDINATOR="http://127.0.0.1:$GRPC_PORT"
-say "coordinator up (gRPC $HV_COORDINATOR, logs $LOGS/coordinator.log)"
+say "coordinator up (gRPC $HV_COORDINATOR, metrics http://127.0.0.1:$METRICS_PORT/metrics, logs $LOGS/coordinator.log)"
 
 # Phase changes, as they happen, from the fleet API.
 "$BIN/hvctl" watch &
@@ -119,6 +119,7 @@ The region keeps running. Look around:
   grpcurl -plaintext 127.0.0.1:$GRPC_PORT list        # reflection, no proto files
   grpc_health_probe -addr 127.0.0.1:$GRPC_PORT -service node/compute-1
   curl -s http://127.0.0.1:$API_PORT/apis/hypervisor.cloud.sap/v1alpha1/hypervisors | jq '.items[].status.phase'
+  curl -s http://127.0.0.1:$METRICS_PORT/metrics | grep ^hv_   # eviction counters, leader
   logs: $LOGS
 
 Stop it all with: make demo-down

@@ -25,7 +25,8 @@ async fn main() {
     let flavors: Vec<&str> = (0..SERVERS).map(|i| ["1", "2", "3"][i % 3]).collect();
     let (host, coord, ids) = region.active_host_with(&admin, 4, &flavors, &[]).await;
     let log = region.env.dir.join("logs/nova-api-access.log");
-    let lines = || std::fs::read_to_string(&log).map(|s| s.lines().count()).unwrap_or(0);
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    let lines = || read().lines().count();
     let before = lines();
 
     let evs: Api<Eviction> = Api::all(region.kube.client.clone());
@@ -40,7 +41,13 @@ async fn main() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let calls = lines() - before;
+    // Requests only (the log also holds the odd traceback line).
+    let requests = |text: &str| -> Vec<String> {
+        text.lines().filter(|l| l.contains("\" ") && l.contains(" HTTP/")).map(str::to_string).collect()
+    };
+    let all = read();
+    let new: Vec<String> = requests(&all.lines().skip(before).collect::<Vec<_>>().join("\n"));
+    let calls = new.len();
     let st = ev.status.unwrap();
     let distinct: std::collections::BTreeSet<&str> = st.vms.iter().map(|v| v.id.as_str()).collect();
     if distinct.len() != st.vms.len() {
@@ -81,6 +88,31 @@ async fn main() {
         "  Nova API calls:            {calls} ({:.1} per migrated VM, from Nova's access log)",
         calls as f64 / f64::from(st.migrated.max(1))
     );
+    // Which calls: method and path, ids replaced, counted.
+    let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
+    for line in &new {
+        let request = line.split('"').nth(1).unwrap_or_default();
+        let mut parts = request.split(' ');
+        let method = parts.next().unwrap_or_default();
+        let path = parts.next().unwrap_or_default().split('?').next().unwrap_or_default();
+        let shape: Vec<&str> = path
+            .split('/')
+            .map(|seg| {
+                if seg.len() >= 32 || seg.chars().all(|c| c.is_ascii_digit()) && !seg.is_empty() {
+                    "{id}"
+                } else {
+                    seg
+                }
+            })
+            .collect();
+        *kinds.entry(format!("{method} {}", shape.join("/"))).or_default() += 1;
+    }
+    let mut kinds: Vec<(String, usize)> = kinds.into_iter().collect();
+    kinds.sort_by_key(|k| std::cmp::Reverse(k.1));
+    println!("  by kind (per migrated VM):");
+    for (kind, n) in kinds {
+        println!("    {:>5.1}  {kind}", n as f64 / f64::from(st.migrated.max(1)));
+    }
     for id in &ids {
         if let Err(e) = admin.delete_server(id).await {
             eprintln!("could not delete {id}: {e}");

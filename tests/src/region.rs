@@ -44,6 +44,8 @@ pub fn free_port() -> u16 {
 pub struct Proc {
     pub name: String,
     pub log: PathBuf,
+    /// `http://host:port/metrics` of a coordinator.
+    pub metrics: Option<String>,
     child: Option<Child>,
 }
 
@@ -61,7 +63,7 @@ impl Proc {
             .stderr(err)
             .spawn()
             .map_err(|e| format!("starting {name} ({:?}): {e}", cmd.get_program()))?;
-        Ok(Proc { name: name.to_string(), log, child: Some(child) })
+        Ok(Proc { name: name.to_string(), log, metrics: None, child: Some(child) })
     }
 
     /// SIGKILL, as a crash would.
@@ -158,6 +160,7 @@ impl Region {
     /// The same, listening on another port (a second replica).
     pub fn coordinator_on(&self, port: u16, password: Option<&str>, extra: &[&str]) -> Proc {
         let clouds = self.env.clouds_yaml(&self.dir, password).unwrap_or_else(|e| panic!("clouds.yaml: {e}"));
+        let metrics = format!("127.0.0.1:{}", free_port());
         let mut cmd = Command::new(bin("hv-coordinator"));
         cmd.env("KUBECONFIG", &self.kubeconfig)
             .env(
@@ -165,6 +168,7 @@ impl Region {
                 "info,kube_runtime=warn,kube_client=warn,openstack_sdk=warn,openstack_sdk_core=warn",
             )
             .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--metrics-listen", &metrics])
             .args(["--os-cloud", "hv", "--clouds-yaml"])
             .arg(&clouds)
             .args(["--namespace", "default", "--lease-name", &format!("hv-e2e-{}", self.id)])
@@ -172,8 +176,10 @@ impl Region {
             .args(["--agent-heartbeat", "1s", "--busy-interval", "1s", "--drift-interval", "2s"])
             .args(["--lease-duration", "4s", "--lease-retry", "500ms"])
             .args(extra);
-        Proc::spawn("hv-coordinator", &mut cmd, self.dir.join(format!("coordinator-{port}.log")))
-            .unwrap_or_else(|e| panic!("{e}"))
+        let mut p = Proc::spawn("hv-coordinator", &mut cmd, self.dir.join(format!("coordinator-{port}.log")))
+            .unwrap_or_else(|e| panic!("{e}"));
+        p.metrics = Some(format!("http://{metrics}/metrics"));
+        p
     }
 
     /// Starts `hv-agent run` for `node` against the ground's libvirt (test

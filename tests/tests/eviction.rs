@@ -3,7 +3,11 @@
 //! per attempt) and clearing it brings the host back; stuck migrations are
 //! aborted (Nova shows them cancelled), retried, and recorded
 //! non-migratable once the attempts run out while the rest finish; an
-//! Eviction deleted mid-way aborts what is in flight.
+//! Eviction deleted mid-way aborts what is in flight; a coordinator killed
+//! ten times loses and doubles nothing; a preflight stops before anything
+//! moves and `force` skips named checks; termination (by spec or by
+//! deleting the Node) cold-migrates and confirms, refuses while a server
+//! remains, and decommissions the host without leaving anything in Nova.
 //!
 //! The tests take turns: a VM evicted from one test's host may land on
 //! another's, which would change what that eviction finds. Nova's fake
@@ -19,8 +23,9 @@ use hv_coordinator::api::eviction::{EvictionPhase, VmState};
 use hv_coordinator::api::{Eviction, Hypervisor, Migration, Phase};
 use hv_tests::openstack::Admin;
 use hv_tests::region::{Proc, Region};
-use kube::Api;
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
 
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -71,6 +76,15 @@ async fn wait_eviction(evs: &Api<Eviction>, name: &str, want: EvictionPhase, coo
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// One sample of the coordinator's `/metrics` (0 when absent).
+async fn metric(coord: &Proc, name: &str) -> f64 {
+    let url = coord.metrics.clone().unwrap();
+    let text = reqwest::get(&url).await.unwrap().text().await.unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.parse().ok()))
+        .unwrap_or(0.0)
 }
 
 async fn migrations_of(region: &Region, eviction: &str) -> Vec<Migration> {
@@ -125,6 +139,14 @@ async fn maintenance_empties_the_host_and_clearing_it_brings_the_host_back() {
     let migs = migs.list(&ListParams::default()).await.unwrap().items;
     assert_eq!(migs.iter().filter(|m| m.spec.eviction == ev.metadata.name.clone().unwrap()).count(), 10);
     assert!(migs.iter().all(|m| m.status.as_ref().and_then(|s| s.nova_migration_id).is_some()));
+    // The same story in the coordinator's metrics.
+    assert_eq!(metric(&coord, "hv_eviction_migrations_started_total").await, 10.0);
+    assert_eq!(metric(&coord, "hv_eviction_migrations_succeeded_total").await, 10.0);
+    assert_eq!(metric(&coord, "hv_eviction_migrations_aborted_total").await, 0.0);
+    assert_eq!(metric(&coord, "hv_eviction_migration_duration_seconds_count").await, 10.0);
+    let mean = metric(&coord, "hv_eviction_migration_duration_seconds_sum").await / 10.0;
+    assert!((3.0..60.0).contains(&mean), "Nova's fake driver takes about 5 s per migration: {mean}");
+    assert_eq!(metric(&coord, "hv_coordinator_leader").await, 1.0);
 
     // Clear maintenance: back to Active, scheduling on.
     let patch = serde_json::json!({"spec": {"maintenance": "", "maintenanceReason": ""}});
@@ -170,6 +192,11 @@ async fn stuck_migrations_are_aborted_retried_and_given_up_while_the_rest_finish
         .filter(|m| m.status.as_ref().and_then(|s| s.nova_status.as_deref()) == Some("cancelled"))
         .count();
     assert_eq!(cancelled, 4, "Nova shows every aborted attempt cancelled");
+    assert_eq!(metric(&coord, "hv_eviction_migrations_started_total").await, 6.0);
+    assert_eq!(metric(&coord, "hv_eviction_migrations_retried_total").await, 2.0);
+    assert!(metric(&coord, "hv_eviction_migrations_aborted_total").await >= 4.0);
+    assert_eq!(metric(&coord, "hv_eviction_migrations_succeeded_total").await, 2.0);
+    assert_eq!(metric(&coord, "hv_eviction_migrations_non_migratable_total").await, 2.0);
     // AdminRequest with reEnable: the host goes back into service.
     region.wait_phase(&host, Phase::Active, Duration::from_secs(60), &coord).await;
     for id in &ids {
@@ -444,5 +471,56 @@ async fn preflight_stops_before_anything_moves_naming_each_vm_and_force_skips_na
             break;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_the_node_decommissions_its_host_and_keeps_the_hypervisor_as_the_record() {
+    let _turn = TURN.lock().await;
+    let region = Region::start("nodedel").await;
+    let admin = Admin::login(&region.env).await.unwrap();
+    // compute-10: the host this test retires.
+    let (host, coord, ids) = region.active_host_with(&admin, 9, &["1", "2"], &[]).await;
+    let nodes: Api<Node> = Api::all(region.kube.client.clone());
+    let node = nodes.get(&host).await.unwrap();
+    assert!(
+        node.finalizers().iter().any(|f| f == "hypervisor.cloud.sap/decommission"),
+        "{:?}",
+        node.finalizers()
+    );
+    assert!(region.hypervisor(&host).await.unwrap().metadata.owner_references.is_some_and(|o| !o.is_empty()));
+
+    nodes.delete(&host, &DeleteParams::default()).await.unwrap();
+    // Held while the host is emptied and removed from Nova.
+    let held = nodes.get_opt(&host).await.unwrap();
+    assert!(
+        held.is_some_and(|n| n.metadata.deletion_timestamp.is_some()),
+        "the Node waits for the decommission"
+    );
+    region.wait_phase(&host, Phase::Decommissioned, Duration::from_secs(120), &coord).await;
+    for id in &ids {
+        let s = admin.server(id).await.unwrap();
+        assert_eq!(s["status"], "ACTIVE", "{s}");
+        assert_ne!(s["OS-EXT-SRV-ATTR:host"].as_str(), Some(host.as_str()));
+    }
+    assert!(admin.service(&host).await.unwrap().is_none());
+    assert!(admin.providers_named(&host).await.unwrap().is_empty());
+
+    // Then the Node goes, and the Hypervisor stays, orphaned so the garbage
+    // collector leaves it (the stand-in has none; the owner reference is what it reads).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while nodes.get_opt(&host).await.unwrap().is_some() {
+        assert!(tokio::time::Instant::now() < deadline, "the Node was never released:\n{}", coord.tail(30));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let hv = region.hypervisor(&host).await.unwrap();
+    assert!(
+        hv.metadata.owner_references.as_ref().is_none_or(Vec::is_empty),
+        "{:?}",
+        hv.metadata.owner_references
+    );
+    assert_eq!(hv.status.and_then(|s| s.phase), Some(Phase::Decommissioned));
+    for id in &ids {
+        admin.delete_server(id).await.unwrap();
     }
 }

@@ -42,6 +42,7 @@ async fn a_live_migration_is_watched_aborted_and_then_completed() {
     ));
     let admin = Admin::login(&env).await.unwrap();
     let source = env.nova.hosts[1].clone();
+    let t0 = jiff::Timestamp::now() - jiff::SignedDuration::from_mins(1);
     let id = admin.boot_on(&format!("mig-{}", std::process::id()), &source, "1").await.unwrap();
 
     let on_host = nova.servers_on(&source).await.unwrap();
@@ -78,6 +79,21 @@ async fn a_live_migration_is_watched_aborted_and_then_completed() {
     let moved = nova.server(&id).await.unwrap().unwrap();
     assert_ne!(moved.host, source);
     assert_eq!(done.dest_compute.as_deref(), Some(moved.host.as_str()));
+
+    // The batched query an eviction uses: both attempts, off the source, since t0.
+    let from = nova.migrations_from(&source, t0).await.unwrap();
+    let mine: Vec<(i64, &str)> = from
+        .iter()
+        .filter(|m| m.instance_uuid.as_deref() == Some(id.as_str()))
+        .map(|m| (m.id, m.status.as_str()))
+        .collect();
+    assert_eq!(mine, [(done.id, "completed"), (running.id, "cancelled")], "{from:?}");
+    assert!(from.iter().all(|m| m.source_compute.as_deref() == Some(source.as_str())));
+    let later = nova.migrations_from(&source, jiff::Timestamp::now() + jiff::SignedDuration::from_mins(5));
+    assert!(
+        later.await.unwrap().iter().all(|m| m.instance_uuid.as_deref() != Some(id.as_str())),
+        "changes-since filters"
+    );
 
     admin.delete_server(&id).await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

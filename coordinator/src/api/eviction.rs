@@ -102,13 +102,22 @@ pub struct EvictionOptions {
     #[serde(default = "default_attempts")]
     #[schemars(default = "default_attempts", range(min = 1, max = 20))]
     pub max_attempts: u32,
-    /// Policy for VMs without a `hypervisor.cloud.sap:eviction` metadata key.
-    #[serde(default)]
-    pub default_policy: MigrationPolicy,
+    /// Policy for VMs without a `hypervisor.cloud.sap:eviction` metadata
+    /// key; unset: the coordinator's `--default-migration-policy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_policy: Option<MigrationPolicy>,
     /// Preflight checks to skip by name (`capacity`, `constraints`,
     /// `compatibility`). Use with care.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub force: Vec<String>,
+}
+
+impl EvictionOptions {
+    /// The policy of a VM without its own (the shell fills in the cluster
+    /// default before the pure step sees the options).
+    pub fn policy_default(&self) -> MigrationPolicy {
+        self.default_policy.unwrap_or_default()
+    }
 }
 
 impl Default for EvictionOptions {
@@ -119,7 +128,7 @@ impl Default for EvictionOptions {
             progress_timeout_seconds: default_progress_timeout(),
             completion_timeout_per_gi_b_seconds: default_completion_timeout(),
             max_attempts: default_attempts(),
-            default_policy: MigrationPolicy::default(),
+            default_policy: None,
             force: Vec::new(),
         }
     }

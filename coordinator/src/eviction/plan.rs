@@ -142,7 +142,7 @@ fn initial_records(input: &Input<'_>) -> Vec<VmStatus> {
     on_host
         .into_iter()
         .map(|s| {
-            let policy = s.policy.unwrap_or(input.options.default_policy);
+            let policy = s.policy.unwrap_or(input.options.policy_default());
             let (state, reason) = match policy {
                 MigrationPolicy::Skip => {
                     (VmState::Skipped, "policy skip: moved by somebody else".to_string())
@@ -211,7 +211,7 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
         return;
     };
     let status = att.nova_status.as_deref().unwrap_or("");
-    let live = srv.policy.unwrap_or(o.default_policy) != MigrationPolicy::ColdMigrate;
+    let live = srv.policy.unwrap_or(o.policy_default()) != MigrationPolicy::ColdMigrate;
     match status {
         "completed" | "confirmed" if srv.host != input.source => {
             vm.state = VmState::Migrated;
@@ -324,7 +324,7 @@ fn start_next(vms: &mut [VmStatus], input: &Input<'_>, actions: &mut Vec<Action>
             continue;
         }
         let Some(srv) = server(input, &vm.id) else { continue };
-        let policy = srv.policy.unwrap_or(input.options.default_policy);
+        let policy = srv.policy.unwrap_or(input.options.policy_default());
         if let Some(why) = incompatible(srv, policy, &input.options.force) {
             vm.state = VmState::NonMigratable;
             vm.reason = why;

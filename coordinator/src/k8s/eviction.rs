@@ -23,7 +23,8 @@ use crate::api::{Eviction, Migration, MigrationPhase, MigrationSpec, MigrationSt
 use crate::eviction::plan::{self, Action, AttemptObs, Input};
 use crate::eviction::preflight::preflight;
 use crate::lifecycle::NovaObs;
-use crate::nova::servers::is_final_status;
+use crate::metrics::{Metrics, tally};
+use crate::nova::servers::{NovaMigration, is_final_status};
 use crate::nova::{NovaClient, NovaError};
 
 /// Keeps a deleted Eviction until its in-flight migrations are aborted.
@@ -38,6 +39,9 @@ pub struct EvictionContext {
     /// Our own status writes, for reconciles the cache has not caught up
     /// with: a stale record would ask for an attempt twice.
     pub written: super::written::Written<Eviction>,
+    pub metrics: Arc<Metrics>,
+    /// Policy of VMs whose server and Eviction name none.
+    pub default_policy: MigrationPolicy,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -132,8 +136,17 @@ pub async fn reconcile(ev: Arc<Eviction>, ctx: Arc<EvictionContext>) -> Result<R
     }
     let mut attempts = Vec::new();
     let mut mig_status = Vec::new();
-    for vm in status.vms.iter().filter(|v| v.state == VmState::Migrating) {
-        let (obs, st) = observe_attempt(&ctx, &name, vm, now).await?;
+    let moving: Vec<&VmStatus> = status.vms.iter().filter(|v| v.state == VmState::Migrating).collect();
+    // One os-migrations call for every VM in flight (10 min of slack for
+    // clock skew; every attempt of this eviction was created after its start).
+    let from_host = if moving.is_empty() {
+        Vec::new()
+    } else {
+        let start = status.started_at.as_ref().map_or(now, |t| t.0);
+        ctx.nova.migrations_from(&source, start - jiff::SignedDuration::from_mins(10)).await?
+    };
+    for vm in moving {
+        let (obs, st) = observe_attempt(&ctx, &name, vm, &from_host, now).await?;
         attempts.extend(obs);
         mig_status.push((migration_name(&name, &vm.id, vm.attempts), st));
     }
@@ -150,9 +163,11 @@ pub async fn reconcile(ev: Arc<Eviction>, ctx: Arc<EvictionContext>) -> Result<R
         })
         .count();
     let slots = ctx.cluster_max.saturating_sub(u32::try_from(elsewhere).unwrap_or(u32::MAX));
+    let mut options = ev.spec.options.clone();
+    options.default_policy.get_or_insert(ctx.default_policy);
     let step = plan::step(&Input {
         source: &source,
-        options: &ev.spec.options,
+        options: &options,
         vms: &status.vms,
         servers: &servers,
         attempts: &attempts,
@@ -167,8 +182,13 @@ pub async fn reconcile(ev: Arc<Eviction>, ctx: Arc<EvictionContext>) -> Result<R
     s.vms = step.vms.clone();
     s.phase = Some(step.phase);
     fill_counts(&mut s, now);
-    let written = write_status(&api, &name, &s).await?;
-    ctx.written.remember(ev.metadata.resource_version.clone(), written);
+    // Unchanged records are not written again: every write wakes the
+    // Hypervisor's reconcile, which asks Nova about the host.
+    if s != status {
+        let written = write_status(&api, &name, &s).await?;
+        ctx.written.remember(ev.metadata.resource_version.clone(), written);
+    }
+    ctx.metrics.add(&tally(&status.vms, &step, now));
     for (mname, st) in mig_status {
         write_migration_status(&ctx.client, &mname, &st).await;
     }
@@ -275,7 +295,8 @@ async fn run_preflight(
     let servers = ctx.nova.servers_on(source).await?;
     let candidates = ctx.nova.candidates(source).await?;
     let o = &ev.spec.options;
-    let report = preflight(&servers, o.default_policy, &candidates, &o.force);
+    let default = o.default_policy.unwrap_or(ctx.default_policy);
+    let report = preflight(&servers, default, &candidates, &o.force);
     let mut s = status;
     s.observed_generation = ev.metadata.generation;
     s.started_at.get_or_insert(Time(now));
@@ -353,6 +374,7 @@ async fn observe_attempt(
     ctx: &EvictionContext,
     eviction: &str,
     vm: &VmStatus,
+    from_host: &[NovaMigration],
     now: Timestamp,
 ) -> Result<(Option<AttemptObs>, MigrationStatus), Error> {
     let mname = migration_name(eviction, &vm.id, vm.attempts);
@@ -374,12 +396,13 @@ async fn observe_attempt(
         };
         return Ok((Some(obs), st));
     }
-    let migrations = ctx.nova.migrations_of(&vm.id).await?;
+    let mut migrations =
+        from_host.iter().filter(|m| m.instance_uuid.as_deref() == Some(vm.id.as_str())).cloned();
     let found = match st.nova_migration_id {
-        Some(id) => migrations.into_iter().find(|m| m.id == id),
+        Some(id) => migrations.find(|m| m.id == id),
         // The newest one Nova created since we asked (Nova's clock and ours
         // are both UTC; a few seconds of slack for skew).
-        None => migrations.into_iter().find(|m| {
+        None => migrations.find(|m| {
             m.created_at
                 .as_deref()
                 .and_then(|c| format!("{}Z", c.trim_end_matches('Z')).parse::<Timestamp>().ok())
@@ -403,6 +426,8 @@ async fn observe_attempt(
     let mut progress_reported = false;
     if is_final_status(&m.status) {
         st.finished_at.get_or_insert(Time(now));
+    } else if m.status != "running" {
+        // Counters exist only while a live migration runs: nothing to ask.
     } else if let Some(p) = ctx.nova.progress_of(&vm.id).await?.into_iter().find(|p| p.id == m.id) {
         progress_reported = p.memory_processed_bytes.is_some() || p.disk_processed_bytes.is_some();
         let moved = p.memory_processed_bytes != st.memory_processed_bytes

@@ -153,6 +153,9 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
         publish(&ctx, &reference, EventType::Warning, "ActionFailed", failure).await;
     }
     ctx.health.set_node(&name, decision.phase == Phase::Active && agent.connected).await;
+    if let Some(keep) = super::nodes::release(node, decision.phase, new_status.service_id.as_deref(), &nova) {
+        super::nodes::let_go(&ctx.client, &name, keep).await?;
+    }
 
     let unreachable = matches!(nova, NovaObs::Unreachable(_));
     let next = if decision.transition.is_some() {
@@ -164,7 +167,9 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
         Duration::from_secs(1)
     } else {
         match decision.phase {
-            Phase::Active | Phase::Maintenance => ctx.intervals.drift,
+            // Evicting moves when its Eviction does, and that change triggers
+            // a reconcile; between them only drift matters.
+            Phase::Active | Phase::Maintenance | Phase::Evicting => ctx.intervals.drift,
             Phase::Aborted | Phase::Decommissioned => ctx.intervals.drift * 5,
             _ => ctx.intervals.busy,
         }

@@ -97,12 +97,31 @@ pub async fn run(
             }
         }
     };
-    // Evictions: a cache, and a reconcile of the Hypervisor they target.
+    // Evictions: a cache, and a reconcile of the Hypervisor they target
+    // when what the lifecycle reads of them changes (phase, counts, deletion).
     let (ev_tx, ev_rx) = mpsc::unbounded_channel::<String>();
     let evictions = watcher(ev_api, watcher::Config::default())
         .default_backoff()
         .reflect(writers.evictions)
-        .applied_objects();
+        .applied_objects()
+        .predicate_filter(
+            |e: &Eviction| {
+                let st = e.status.clone().unwrap_or_default();
+                let key = format!(
+                    "{:?}/{}/{}/{}/{}/{}",
+                    st.phase,
+                    st.migrated,
+                    st.total,
+                    st.non_migratable,
+                    st.conditions.iter().map(|c| c.status.as_str()).collect::<String>(),
+                    e.metadata.deletion_timestamp.is_some()
+                );
+                let mut h = std::hash::DefaultHasher::new();
+                std::hash::Hash::hash(&key, &mut h);
+                Some(std::hash::Hasher::finish(&h))
+            },
+            Default::default(),
+        );
     let eviction_triggers = async move {
         let mut evictions = std::pin::pin!(evictions);
         while let Some(item) = evictions.next().await {

@@ -4,14 +4,19 @@
 //! The spec is filled once, at creation, from the coordinator's defaults and
 //! the Node's `hypervisor.cloud.sap/*` annotations; from then on the
 //! Hypervisor's spec is the one source of truth and SREs edit it there.
+//!
+//! A selected Node carries our finalizer: deleting it is seed 000's Node
+//! Termination, and the Node stays until its host is decommissioned; the
+//! Hypervisor is then orphaned and stays as the record.
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 
 use super::FIELD_MANAGER;
-use crate::api::Hypervisor;
 use crate::api::hypervisor::HypervisorSpec;
+use crate::api::{Hypervisor, Phase};
+use crate::lifecycle::{NodeObs, NovaObs};
 
 /// Node annotations read at creation (comma-separated lists).
 pub const AGGREGATES_ANNOTATION: &str = "hypervisor.cloud.sap/aggregates";
@@ -48,14 +53,83 @@ pub fn spec_for(node: &Node, template: &Template) -> HypervisorSpec {
     spec
 }
 
-/// Creates the Hypervisor of `node` if it does not exist. Never updates one:
-/// an existing spec belongs to the SREs.
+/// Holds a selected Node's deletion until its host is out of Nova. Without
+/// it the Node would vanish at once, and with it (through the owner
+/// reference) the Hypervisor, before a single VM was moved.
+pub const NODE_FINALIZER: &str = "hypervisor.cloud.sap/decommission";
+
+/// Whether the Hypervisor controller may let a deleted Node go, and if so
+/// whether the Hypervisor must stay as the record (it is orphaned first,
+/// so the garbage collector leaves it).
+pub fn release(node: NodeObs, phase: Phase, service_id: Option<&str>, nova: &NovaObs) -> Option<Keep> {
+    if node != NodeObs::Deleting {
+        return None;
+    }
+    match (phase, nova) {
+        (Phase::Decommissioned, _) => Some(Keep::Record),
+        // Never in Nova: nothing to evict or to keep a record of.
+        (_, NovaObs::NotRegistered) if service_id.is_none() => Some(Keep::Nothing),
+        _ => None,
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    Record,
+    Nothing,
+}
+
+/// Lets the Node go: orphans the Hypervisor if it is to stay, then drops
+/// our finalizer.
+pub async fn let_go(client: &kube::Client, name: &str, keep: Keep) -> Result<(), kube::Error> {
+    if keep == Keep::Record {
+        let api: Api<Hypervisor> = Api::all(client.clone());
+        let patch = serde_json::json!({"metadata": {"ownerReferences": null}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    }
+    let api: Api<Node> = Api::all(client.clone());
+    if let Some(node) = api.get_opt(name).await? {
+        set_finalizer(&api, &node, false).await?;
+    }
+    tracing::info!(node = %name, record = ?keep, "Node released");
+    Ok(())
+}
+
+async fn set_finalizer(api: &Api<Node>, node: &Node, present: bool) -> Result<(), kube::Error> {
+    let has = node.finalizers().iter().any(|f| f == NODE_FINALIZER);
+    if has == present {
+        return Ok(());
+    }
+    let mut finalizers: Vec<String> =
+        node.finalizers().iter().filter(|f| *f != NODE_FINALIZER).cloned().collect();
+    if present {
+        finalizers.push(NODE_FINALIZER.into());
+    }
+    // The resourceVersion makes a concurrent change to the list a 409, retried on the next event.
+    let patch = serde_json::json!({"metadata": {
+        "finalizers": finalizers, "resourceVersion": node.metadata.resource_version,
+    }});
+    api.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+/// For every selected Node: its Hypervisor and our finalizer; a deleted
+/// Node whose Hypervisor is gone (deleted by hand) is let go at once.
 pub async fn ensure_hypervisor(client: &kube::Client, node: &Node, template: &Template) {
     let Some(name) = node.metadata.name.clone() else { return };
+    let api: Api<Hypervisor> = Api::all(client.clone());
+    let nodes: Api<Node> = Api::all(client.clone());
     if node.metadata.deletion_timestamp.is_some() {
+        if let Ok(None) = api.get_opt(&name).await
+            && let Err(e) = set_finalizer(&nodes, node, false).await
+        {
+            tracing::warn!(node = %name, error = %e, "could not release the Node");
+        }
         return;
     }
-    let api: Api<Hypervisor> = Api::all(client.clone());
+    if let Err(e) = set_finalizer(&nodes, node, true).await {
+        tracing::warn!(node = %name, error = %e, "could not add our finalizer to the Node");
+    }
     match api.get_opt(&name).await {
         Ok(Some(_)) => return,
         Ok(None) => {}
@@ -84,6 +158,36 @@ mod tests {
         n.metadata.annotations =
             Some(annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
         n
+    }
+
+    #[test]
+    fn a_deleted_node_is_let_go_only_once_nothing_in_nova_needs_it() {
+        use crate::lifecycle::NovaHost;
+        let registered = NovaObs::Registered(NovaHost::default());
+        let present = NodeObs::Present { ready: true };
+        for phase in [Phase::Active, Phase::Evicting, Phase::Maintenance, Phase::Onboarding] {
+            assert_eq!(release(NodeObs::Deleting, phase, Some("svc"), &registered), None, "{phase:?}");
+            assert_eq!(
+                release(NodeObs::Deleting, phase, Some("svc"), &NovaObs::NotRegistered),
+                None,
+                "{phase:?}: it was in Nova; the lifecycle must finish"
+            );
+            assert_eq!(release(present, phase, None, &NovaObs::NotRegistered), None);
+        }
+        assert_eq!(
+            release(NodeObs::Deleting, Phase::Decommissioned, Some("svc"), &NovaObs::Unknown),
+            Some(Keep::Record)
+        );
+        assert_eq!(
+            release(NodeObs::Deleting, Phase::Onboarding, None, &NovaObs::NotRegistered),
+            Some(Keep::Nothing)
+        );
+        assert_eq!(
+            release(NodeObs::Deleting, Phase::Onboarding, None, &NovaObs::Unknown),
+            None,
+            "Nova not seen"
+        );
+        assert_eq!(release(present, Phase::Decommissioned, None, &NovaObs::Unknown), None);
     }
 
     #[test]

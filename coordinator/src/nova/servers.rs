@@ -102,6 +102,8 @@ pub struct NovaMigration {
     pub id: i64,
     pub status: String,
     #[serde(default)]
+    pub instance_uuid: Option<String>,
+    #[serde(default)]
     pub source_compute: Option<String>,
     #[serde(default)]
     pub dest_compute: Option<String>,
@@ -190,6 +192,24 @@ impl NovaClient {
     /// Nova's migrations of one server, newest first.
     pub async fn migrations_of(&self, id: &str) -> Result<Vec<NovaMigration>, NovaError> {
         let call = Call::get(Service::Compute, "os-migrations").param("instance_uuid", id);
+        let what = call.describe();
+        let mut list: Vec<NovaMigration> = parse(self.cloud().call(call).await?, "migrations", &what)?;
+        list.sort_by_key(|m| std::cmp::Reverse(m.id));
+        Ok(list)
+    }
+
+    /// Every migration off `host` that changed since `since`, newest first:
+    /// one call for all the VMs an eviction is moving (os-migrations
+    /// filters `source_compute` and `changes-since`, 2.59+).
+    pub async fn migrations_from(
+        &self,
+        host: &str,
+        since: jiff::Timestamp,
+    ) -> Result<Vec<NovaMigration>, NovaError> {
+        let since = since.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+        let call = Call::get(Service::Compute, "os-migrations")
+            .param("source_compute", host)
+            .param("changes-since", &since);
         let what = call.describe();
         let mut list: Vec<NovaMigration> = parse(self.cloud().call(call).await?, "migrations", &what)?;
         list.sort_by_key(|m| std::cmp::Reverse(m.id));

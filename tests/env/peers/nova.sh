@@ -1,8 +1,8 @@
 # Placement (its own process, sqlite, gunicorn) and a Nova region in one
 # process (nova_region.py), both validating real Keystone tokens. Compute
-# hosts compute-1..9 run the fake live-migration driver (one per scenario
-# of the end-to-end tests, so they can run in parallel; compute-9 is the one
-# the decommission test retires).
+# hosts compute-1..10 run the fake live-migration driver (one per scenario
+# of the end-to-end tests, so they can run in parallel; compute-9 and
+# compute-10 are the ones the decommission tests retire).
 start_nova() {
   local dir="$HV_ENV_DIR/nova" pport nport ks paste
   pport=$(free_port); nport=$(free_port)
@@ -46,7 +46,7 @@ password = nova-secret" '{print} /^\[filter:authtoken\]/{getline; print; print c
     "$VENV/etc/nova/api-paste.ini" > "$paste"
   jq -n --arg paste "$paste" --arg ks "$ks" --argjson port "$nport" --arg log "$LOGS/nova-api-access.log" \
     '{paste: $paste, auth_url: $ks, port: $port, access_log: $log,
-      hosts: [range(1; 10) | "compute-\(.)"]}' > "$dir/region.json"
+      hosts: [range(1; 11) | "compute-\(.)"]}' > "$dir/region.json"
   "$VENV/bin/python" "$(dirname "$0")/nova_region.py" "$dir/region.json" "$dir/ready.json" \
     >>"$LOGS/nova-region.log" 2>&1 &
   record nova-region $!

@@ -297,6 +297,24 @@ fn a_cold_migration_is_confirmed_and_migrated_only_once_confirmed_and_never_abor
 }
 
 #[test]
+fn the_default_policy_applies_to_vms_without_their_own() {
+    let o =
+        EvictionOptions { default_policy: Some(MigrationPolicy::ColdMigrate), ..EvictionOptions::default() };
+    let mut own = srv("a", 2);
+    own.policy = Some(MigrationPolicy::LiveMigrate);
+    let s = step(&input(&o, &[], &[own, srv("b", 1)], &[], t(0)));
+    let live: Vec<bool> = s
+        .actions
+        .iter()
+        .filter_map(|a| if let Action::Migrate { live, .. } = a { Some(*live) } else { None })
+        .collect();
+    assert_eq!(live, [true, false], "a keeps its own policy; b takes the default");
+    let skip = EvictionOptions { default_policy: Some(MigrationPolicy::Skip), ..EvictionOptions::default() };
+    let s = step(&input(&skip, &[], &[srv("b", 1)], &[], t(0)));
+    assert_eq!((s.vms[0].state, s.phase), (VmState::Skipped, EvictionPhase::Succeeded));
+}
+
+#[test]
 fn backoff_doubles_and_is_capped() {
     let b: Vec<i64> = (1..=8).map(|a| backoff(a).as_secs()).collect();
     assert_eq!(b, [10, 20, 40, 80, 160, 300, 300, 300]);

@@ -1,0 +1,252 @@
+//! `/metrics` (Prometheus text format) and `/healthz` of the coordinator.
+//!
+//! The eviction counters are derived from each eviction step by a pure
+//! [`tally`] and added only once the step's status write succeeded, so a
+//! step that is computed again after a failed write is not counted twice.
+//! Counters start at zero in every process (Prometheus' `rate()` copes);
+//! the durable record is the Eviction's and Migrations' status.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use jiff::Timestamp;
+
+use crate::api::eviction::{VmState, VmStatus};
+use crate::eviction::plan::{Action, Step};
+
+/// Upper bounds (seconds) of the migration duration histogram.
+pub const DURATION_BUCKETS: [f64; 10] = [5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0];
+
+/// What one eviction step did, in metric terms.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Tally {
+    /// Migrations asked of Nova (first attempts and retries).
+    pub started: u64,
+    /// Of those, attempts after the first.
+    pub retried: u64,
+    pub aborted: u64,
+    /// VMs whose attempt completed in this step.
+    pub succeeded: u64,
+    pub non_migratable: u64,
+    /// Seconds from asking Nova to seeing the VM migrated, per success.
+    pub durations: Vec<f64>,
+}
+
+/// Compares the records before and after a step.
+pub fn tally(before: &[VmStatus], step: &Step, now: Timestamp) -> Tally {
+    let mut t = Tally::default();
+    for a in &step.actions {
+        match a {
+            Action::Migrate { attempt, .. } => {
+                t.started += 1;
+                t.retried += u64::from(*attempt > 1);
+            }
+            Action::Abort { .. } => t.aborted += 1,
+            Action::ConfirmResize { .. } => {}
+        }
+    }
+    for vm in &step.vms {
+        let was = before.iter().find(|b| b.id == vm.id).map(|b| b.state);
+        if was == Some(vm.state) {
+            continue;
+        }
+        match vm.state {
+            VmState::Migrated if was == Some(VmState::Migrating) => {
+                t.succeeded += 1;
+                if let Some(start) = &vm.attempt_started {
+                    t.durations.push(now.duration_since(start.0).as_secs_f64().max(0.0));
+                }
+            }
+            VmState::NonMigratable => t.non_migratable += 1,
+            _ => {}
+        }
+    }
+    t
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    pub leader: AtomicBool,
+    started: AtomicU64,
+    retried: AtomicU64,
+    aborted: AtomicU64,
+    succeeded: AtomicU64,
+    non_migratable: AtomicU64,
+    /// Cumulative counts per bucket of [`DURATION_BUCKETS`], then +Inf.
+    buckets: [AtomicU64; DURATION_BUCKETS.len() + 1],
+    /// Sum of durations in milliseconds.
+    sum_ms: AtomicU64,
+}
+
+impl Metrics {
+    pub fn add(&self, t: &Tally) {
+        self.started.fetch_add(t.started, Ordering::Relaxed);
+        self.retried.fetch_add(t.retried, Ordering::Relaxed);
+        self.aborted.fetch_add(t.aborted, Ordering::Relaxed);
+        self.succeeded.fetch_add(t.succeeded, Ordering::Relaxed);
+        self.non_migratable.fetch_add(t.non_migratable, Ordering::Relaxed);
+        for d in &t.durations {
+            let i = DURATION_BUCKETS.iter().position(|b| d <= b).unwrap_or(DURATION_BUCKETS.len());
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+            self.sum_ms.fetch_add((d * 1000.0) as u64, Ordering::Relaxed);
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut s = String::new();
+        s.push_str("# HELP hv_coordinator_leader Whether this replica leads.\n");
+        s.push_str("# TYPE hv_coordinator_leader gauge\n");
+        s.push_str(&format!("hv_coordinator_leader {}\n", u8::from(self.leader.load(Ordering::Relaxed))));
+        let counters = [
+            ("started", "Migrations asked of Nova, retries included.", &self.started),
+            ("retried", "Migration attempts after a VM's first.", &self.retried),
+            ("aborted", "Abort requests sent to Nova (stuck or cancelled migrations).", &self.aborted),
+            ("succeeded", "VMs migrated by an eviction.", &self.succeeded),
+            ("non_migratable", "VMs given up on (attempts exhausted or incompatible).", &self.non_migratable),
+        ];
+        for (name, help, v) in counters {
+            s.push_str(&format!("# HELP hv_eviction_migrations_{name}_total {help}\n"));
+            s.push_str(&format!("# TYPE hv_eviction_migrations_{name}_total counter\n"));
+            s.push_str(&format!("hv_eviction_migrations_{name}_total {}\n", get(v)));
+        }
+        let name = "hv_eviction_migration_duration_seconds";
+        s.push_str(&format!("# HELP {name} From asking Nova to seeing the VM on its new host.\n"));
+        s.push_str(&format!("# TYPE {name} histogram\n"));
+        let mut cumulative = 0;
+        for (i, b) in DURATION_BUCKETS.iter().enumerate() {
+            cumulative += get(&self.buckets[i]);
+            s.push_str(&format!("{name}_bucket{{le=\"{b}\"}} {cumulative}\n"));
+        }
+        cumulative += get(&self.buckets[DURATION_BUCKETS.len()]);
+        s.push_str(&format!("{name}_bucket{{le=\"+Inf\"}} {cumulative}\n"));
+        s.push_str(&format!("{name}_sum {}\n", get(&self.sum_ms) as f64 / 1000.0));
+        s.push_str(&format!("{name}_count {cumulative}\n"));
+        s
+    }
+
+    fn route(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+        let (code, body) = match req.uri().path() {
+            "/metrics" => (StatusCode::OK, self.render()),
+            "/healthz" => (StatusCode::OK, "ok\n".to_string()),
+            _ => (StatusCode::NOT_FOUND, "not found\n".to_string()),
+        };
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        *r.status_mut() = code;
+        r
+    }
+}
+
+/// Serves `/metrics` and `/healthz` until the process ends; answers the bound address.
+pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let m = metrics.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req| {
+                    let m = m.clone();
+                    async move { Ok::<_, Infallible>(m.route(&req)) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use super::*;
+    use crate::api::eviction::EvictionPhase;
+
+    fn vm(id: &str, state: VmState, attempts: u32, started: Option<Timestamp>) -> VmStatus {
+        VmStatus { id: id.into(), state, attempts, attempt_started: started.map(Time), ..Default::default() }
+    }
+
+    #[test]
+    fn a_step_is_tallied_by_its_actions_and_its_state_changes() {
+        let t0 = Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_secs(1_800_000_000);
+        let now = t0 + jiff::SignedDuration::from_secs(42);
+        let before = [
+            vm("a", VmState::Migrating, 1, Some(t0)),
+            vm("b", VmState::Migrating, 2, Some(t0)),
+            vm("c", VmState::Pending, 0, None),
+            vm("d", VmState::Backoff, 1, None),
+            vm("e", VmState::Pending, 0, None),
+        ];
+        let step = Step {
+            phase: EvictionPhase::Migrating,
+            vms: vec![
+                vm("a", VmState::Migrated, 1, Some(t0)),
+                vm("b", VmState::NonMigratable, 2, Some(t0)),
+                vm("c", VmState::Migrating, 1, Some(now)),
+                vm("d", VmState::Migrating, 2, Some(now)),
+                // Moved by somebody else: not our success.
+                vm("e", VmState::Migrated, 0, None),
+            ],
+            actions: vec![
+                Action::Migrate { server_id: "c".into(), attempt: 1, live: true, block_migration: false },
+                Action::Migrate { server_id: "d".into(), attempt: 2, live: true, block_migration: false },
+                Action::Abort {
+                    server_id: "x".into(),
+                    attempt: 1,
+                    nova_migration_id: Some(1),
+                    why: "x".into(),
+                },
+            ],
+        };
+        let t = tally(&before, &step, now);
+        assert_eq!(
+            t,
+            Tally {
+                started: 2,
+                retried: 1,
+                aborted: 1,
+                succeeded: 1,
+                non_migratable: 1,
+                durations: vec![42.0]
+            }
+        );
+        // The same records again: nothing new.
+        let again = Step { actions: vec![], ..step.clone() };
+        assert_eq!(tally(&step.vms, &again, now), Tally::default());
+    }
+
+    #[test]
+    fn the_text_format_has_cumulative_buckets() {
+        let m = Metrics::default();
+        m.add(&Tally { started: 3, succeeded: 2, durations: vec![4.0, 45.5], ..Tally::default() });
+        m.add(&Tally { durations: vec![7200.0], ..Tally::default() });
+        let s = m.render();
+        for line in [
+            "hv_eviction_migrations_started_total 3",
+            "hv_eviction_migrations_succeeded_total 2",
+            "hv_eviction_migrations_aborted_total 0",
+            "hv_eviction_migration_duration_seconds_bucket{le=\"5\"} 1",
+            "hv_eviction_migration_duration_seconds_bucket{le=\"30\"} 1",
+            "hv_eviction_migration_duration_seconds_bucket{le=\"60\"} 2",
+            "hv_eviction_migration_duration_seconds_bucket{le=\"3600\"} 2",
+            "hv_eviction_migration_duration_seconds_bucket{le=\"+Inf\"} 3",
+            "hv_eviction_migration_duration_seconds_sum 7249.5",
+            "hv_eviction_migration_duration_seconds_count 3",
+            "hv_coordinator_leader 0",
+        ] {
+            assert!(s.lines().any(|l| l == line), "missing {line:?} in\n{s}");
+        }
+    }
+}
