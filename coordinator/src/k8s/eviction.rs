@@ -322,7 +322,10 @@ async fn run_preflight(
     if report.findings.len() > SHOWN {
         msg.push_str(&format!("; and {} more", report.findings.len() - SHOWN));
     }
-    msg.push_str(". Fix it, or set spec.options.force to the checks to skip");
+    msg.push_str(
+        ". Fix it and delete this Eviction (maintenance makes a new one), \
+         or list the checks to skip in spec.options.force",
+    );
     tracing::warn!(eviction = %name, node = %source, findings = report.findings.len(), message = %msg, "preflight failed");
     set_condition(&mut s.conditions, PREFLIGHT, false, "Failed", msg, now, ev.metadata.generation);
     s.phase = Some(EvictionPhase::Failed);

@@ -96,20 +96,34 @@ pub async fn let_go(client: &kube::Client, name: &str, keep: Keep) -> Result<(),
 }
 
 async fn set_finalizer(api: &Api<Node>, node: &Node, present: bool) -> Result<(), kube::Error> {
-    let has = node.finalizers().iter().any(|f| f == NODE_FINALIZER);
-    if has == present {
-        return Ok(());
+    let mut node = node.clone();
+    // A concurrent change to the list is a 409 (the write carries the
+    // resourceVersion); read again and retry, since the Node watch passes
+    // on only Ready and deletion changes and would not bring us back.
+    for _ in 0..3 {
+        let has = node.finalizers().iter().any(|f| f == NODE_FINALIZER);
+        if has == present {
+            return Ok(());
+        }
+        let mut finalizers: Vec<String> =
+            node.finalizers().iter().filter(|f| *f != NODE_FINALIZER).cloned().collect();
+        if present {
+            finalizers.push(NODE_FINALIZER.into());
+        }
+        let patch = serde_json::json!({"metadata": {
+            "finalizers": finalizers, "resourceVersion": node.metadata.resource_version,
+        }});
+        match api.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(&node.name_any()).await? {
+                Some(fresh) => node = fresh,
+                None => return Ok(()),
+            },
+            Err(e) => return Err(e),
+        }
     }
-    let mut finalizers: Vec<String> =
-        node.finalizers().iter().filter(|f| *f != NODE_FINALIZER).cloned().collect();
-    if present {
-        finalizers.push(NODE_FINALIZER.into());
-    }
-    // The resourceVersion makes a concurrent change to the list a 409, retried on the next event.
-    let patch = serde_json::json!({"metadata": {
-        "finalizers": finalizers, "resourceVersion": node.metadata.resource_version,
-    }});
-    api.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    // Left for the next event or reconcile.
+    tracing::warn!(node = %node.name_any(), "the Node's finalizers kept changing; will try again");
     Ok(())
 }
 
