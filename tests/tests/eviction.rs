@@ -22,7 +22,7 @@ use hv_coordinator::api::eviction::{EvictionOptions, EvictionReason, EvictionSpe
 use hv_coordinator::api::eviction::{EvictionPhase, VmState};
 use hv_coordinator::api::{Eviction, Hypervisor, Migration, Phase};
 use hv_tests::openstack::Admin;
-use hv_tests::region::{Proc, Region};
+use hv_tests::region::{Proc, RETIRED_BY_TESTS, Region};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -329,6 +329,7 @@ async fn termination_cold_migrates_confirms_refuses_while_a_server_remains_then_
     ];
     // compute-9: the host this test retires (nothing else uses it).
     let (host, coord, ids) = region.active_host_with(&admin, 8, &["2", "1", "1", "1"], &annotations).await;
+    assert_eq!(host, RETIRED_BY_TESTS[0]);
     assert!(admin.aggregates_of(&host).await.unwrap().contains(&agg));
     assert!(admin.traits_of(&host).await.unwrap().contains(&"CUSTOM_HV_DECOM".to_string()));
     // One server cold-migrates, one is left to "somebody else".
@@ -481,6 +482,7 @@ async fn deleting_the_node_decommissions_its_host_and_keeps_the_hypervisor_as_th
     let admin = Admin::login(&region.env).await.unwrap();
     // compute-10: the host this test retires.
     let (host, coord, ids) = region.active_host_with(&admin, 9, &["1", "2"], &[]).await;
+    assert_eq!(host, RETIRED_BY_TESTS[1]);
     let nodes: Api<Node> = Api::all(region.kube.client.clone());
     let node = nodes.get(&host).await.unwrap();
     assert!(

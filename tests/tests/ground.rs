@@ -6,6 +6,7 @@
 
 use std::process::Command;
 
+use hv_tests::region::RETIRED_BY_TESTS;
 use hv_tests::{env, openstack, ovsdb};
 
 #[test]
@@ -89,7 +90,10 @@ async fn keystone_nova_and_placement_answer_with_real_tokens() {
             .unwrap();
     let hosts: Vec<&str> =
         services["services"].as_array().unwrap().iter().filter_map(|s| s["host"].as_str()).collect();
-    for h in &e.nova.hosts {
+    // The decommission tests (which may have run already) retire their hosts.
+    let kept = || e.nova.hosts.iter().filter(|h| !RETIRED_BY_TESTS.contains(&h.as_str()));
+    assert!(kept().count() >= 8, "{:?}", e.nova.hosts);
+    for h in kept() {
         assert!(hosts.contains(&h.as_str()), "{h} not registered: {hosts:?}");
     }
     let pmv = format!("placement {}", e.nova.placement_microversion);
@@ -97,7 +101,7 @@ async fn keystone_nova_and_placement_answer_with_real_tokens() {
         openstack::get(&format!("{}/resource_providers", e.nova.placement_url), &tok, &pmv).await.unwrap();
     let names: Vec<&str> =
         rps["resource_providers"].as_array().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
-    for h in &e.nova.hosts {
+    for h in kept() {
         assert!(names.contains(&h.as_str()), "no resource provider for {h}: {names:?}");
     }
 }

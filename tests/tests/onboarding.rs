@@ -169,6 +169,30 @@ async fn a_new_node_is_onboarded_tested_and_activated() {
         assert!(services.iter().any(|s| s == svc), "{svc} listed by reflection: {services:?}");
     }
 
+    // Maintenance on the empty host, then cleared: the agent's checks run
+    // again (a new test run) before scheduling reopens.
+    let run_before = hv.status.as_ref().map_or(0, |s| s.lifecycle.test_run);
+    let hvs: kube::Api<Hypervisor> = kube::Api::all(region.kube.client.clone());
+    let patch = serde_json::json!({"spec": {"maintenance": "manual", "maintenanceReason": "kernel update"}});
+    hvs.patch(host, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
+    region.wait_phase(host, Phase::Maintenance, SOON, &coord).await;
+    let svc = admin.service(host).await.unwrap().unwrap();
+    assert_eq!(svc["status"], "disabled");
+    assert!(svc["disabled_reason"].as_str().unwrap_or_default().contains("kernel update"), "{svc}");
+    wait_health(&url, &format!("node/{host}"), ServingStatus::NotServing).await;
+    let patch = serde_json::json!({"spec": {"maintenance": "", "maintenanceReason": ""}});
+    hvs.patch(host, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
+    let hv = region.wait_phase(host, Phase::Active, SOON, &coord).await;
+    let status = hv.status.unwrap();
+    assert!(
+        status.lifecycle.test_run > run_before,
+        "tested again: run {} after {run_before}",
+        status.lifecycle.test_run
+    );
+    assert!(status.checks.iter().all(|c| c.passed));
+    assert_eq!(admin.service(host).await.unwrap().unwrap()["status"], "enabled");
+    wait_health(&url, &format!("node/{host}"), ServingStatus::Serving).await;
+
     // The agent goes away: the node stops answering SERVING at once.
     agent.kill();
     wait_health(&url, &format!("node/{host}"), ServingStatus::NotServing).await;
