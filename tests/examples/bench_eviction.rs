@@ -8,12 +8,12 @@
 
 use std::time::Duration;
 
+use hv_coordinator::api::Eviction;
 use hv_coordinator::api::eviction::{EvictionOptions, EvictionPhase, EvictionReason, EvictionSpec};
-use hv_coordinator::api::{Eviction, Migration};
 use hv_tests::openstack::Admin;
 use hv_tests::region::Region;
 use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::PostParams;
 
 const SERVERS: usize = 12;
 const PARALLEL: u32 = 3;
@@ -58,14 +58,10 @@ async fn main() {
             coord.log.display()
         );
     }
-    let migs: Api<Migration> = Api::all(region.kube.client.clone());
-    let durations: Vec<f64> = migs
-        .list(&ListParams::default())
+    let durations: Vec<f64> = region
+        .migrations_of(&name)
         .await
-        .unwrap()
-        .items
         .into_iter()
-        .filter(|m| m.spec.eviction == name)
         .filter_map(|m| m.status)
         .filter_map(|s| Some(s.finished_at?.0.duration_since(s.started_at?.0).as_secs_f64()))
         .collect();

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use hv_coordinator::api::{Hypervisor, Phase};
+use hv_coordinator::api::{Hypervisor, Migration, Phase};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
@@ -295,6 +295,17 @@ impl Region {
             ids.push(id);
         }
         (host, coord, ids)
+    }
+
+    /// Every Migration object in this region's API.
+    pub async fn migrations(&self) -> Vec<Migration> {
+        let api: Api<Migration> = Api::all(self.kube.client.clone());
+        api.list(&Default::default()).await.unwrap_or_else(|e| panic!("listing Migrations: {e}")).items
+    }
+
+    /// The Migration objects of one Eviction (one per attempt).
+    pub async fn migrations_of(&self, eviction: &str) -> Vec<Migration> {
+        self.migrations().await.into_iter().filter(|m| m.spec.eviction == eviction).collect()
     }
 
     /// `hvctl retry NODE`, the real binary, against this region's API.

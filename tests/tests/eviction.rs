@@ -78,24 +78,13 @@ async fn wait_eviction(evs: &Api<Eviction>, name: &str, want: EvictionPhase, coo
     }
 }
 
-/// One sample of the coordinator's `/metrics` (0 when absent).
+/// One sample of the coordinator's `/metrics`; a missing one fails the test.
 async fn metric(coord: &Proc, name: &str) -> f64 {
     let url = coord.metrics.clone().unwrap();
     let text = reqwest::get(&url).await.unwrap().text().await.unwrap();
     text.lines()
         .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.parse().ok()))
-        .unwrap_or(0.0)
-}
-
-async fn migrations_of(region: &Region, eviction: &str) -> Vec<Migration> {
-    let api: Api<Migration> = Api::all(region.kube.client.clone());
-    api.list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|m| m.spec.eviction == eviction)
-        .collect()
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -128,6 +117,7 @@ async fn maintenance_empties_the_host_and_clearing_it_brings_the_host_back() {
         .into_iter()
         .find(|e| e.spec.hypervisor == host)
         .unwrap();
+    let ev_name = ev.name_any();
     let st = ev.status.unwrap();
     assert_eq!(st.phase, Some(EvictionPhase::Succeeded));
     assert_eq!((st.total, st.migrated), (10, 10));
@@ -135,9 +125,8 @@ async fn maintenance_empties_the_host_and_clearing_it_brings_the_host_back() {
     assert!(st.vms.iter().all(|v| v.state == VmState::Migrated && v.target_host.is_some()));
     let sizes: Vec<u64> = st.vms.iter().map(|v| v.memory_bytes).collect();
     assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "largest first: {sizes:?}");
-    let migs: Api<Migration> = Api::all(region.kube.client.clone());
-    let migs = migs.list(&ListParams::default()).await.unwrap().items;
-    assert_eq!(migs.iter().filter(|m| m.spec.eviction == ev.metadata.name.clone().unwrap()).count(), 10);
+    let migs = region.migrations_of(&ev_name).await;
+    assert_eq!(migs.len(), 10);
     assert!(migs.iter().all(|m| m.status.as_ref().and_then(|s| s.nova_migration_id).is_some()));
     // The same story in the coordinator's metrics.
     assert_eq!(metric(&coord, "hv_eviction_migrations_started_total").await, 10.0);
@@ -185,7 +174,7 @@ async fn stuck_migrations_are_aborted_retried_and_given_up_while_the_rest_finish
             (Some("ACTIVE"), Some(host.as_str()))
         );
     }
-    let migs = migrations_of(&region, &name).await;
+    let migs = region.migrations_of(&name).await;
     assert_eq!(migs.len(), 6, "2 attempts for each small server, 1 for each large one");
     let cancelled = migs
         .iter()
@@ -213,7 +202,8 @@ async fn deleting_an_eviction_aborts_what_is_in_flight() {
     let evs = create_eviction(&region, &name, &host, options).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let running = migrations_of(&region, &name)
+        let running = region
+            .migrations_of(&name)
             .await
             .iter()
             .any(|m| m.status.as_ref().and_then(|s| s.nova_status.as_deref()) == Some("running"));
@@ -235,7 +225,7 @@ async fn deleting_an_eviction_aborts_what_is_in_flight() {
     }
     let s = admin.server(&ids[0]).await.unwrap();
     assert_eq!(s["OS-EXT-SRV-ATTR:host"].as_str(), Some(host.as_str()), "the aborted VM stayed");
-    let migs = migrations_of(&region, &name).await;
+    let migs = region.migrations_of(&name).await;
     assert!(
         migs.iter().all(|m| m.status.as_ref().and_then(|s| s.nova_status.as_deref()) != Some("completed")),
         "nothing completed after the delete"
@@ -284,25 +274,12 @@ async fn a_coordinator_killed_at_ten_moments_of_an_eviction_loses_and_doubles_no
         );
         // None migrated twice: one completed Nova migration per server, and
         // never more Nova migrations than recorded attempts.
-        let url = format!("{}/os-migrations?instance_uuid={id}", region.env.nova.compute_url);
-        let mv = format!("compute {}", region.env.nova.compute_microversion);
-        let migs = hv_tests::openstack::get(&url, &admin.token, &mv).await.unwrap()["migrations"]
-            .as_array()
-            .cloned()
-            .unwrap();
+        let migs = admin.migrations_of(id).await.unwrap();
         let completed = migs.iter().filter(|m| m["status"] == "completed").count();
         assert_eq!(completed, 1, "{id}: {migs:?}");
         completed_total += completed;
-        let attempts: Vec<Migration> = {
-            let api: Api<Migration> = Api::all(region.kube.client.clone());
-            api.list(&ListParams::default())
-                .await
-                .unwrap()
-                .items
-                .into_iter()
-                .filter(|m| &m.spec.server_id == id)
-                .collect()
-        };
+        let attempts: Vec<Migration> =
+            region.migrations().await.into_iter().filter(|m| &m.spec.server_id == id).collect();
         assert!(
             migs.len() <= attempts.len(),
             "{id}: {} Nova migrations for {} recorded attempts",
@@ -438,7 +415,7 @@ async fn preflight_stops_before_anything_moves_naming_each_vm_and_force_skips_na
     assert!(msg.contains(&format!("capacity {huge}")) && msg.contains("MEMORY_MB 500000"), "{msg}");
     assert!(!msg.contains(&plain), "{msg}");
     // Nothing moved, nothing was asked of Nova.
-    assert!(migrations_of(&region, &name).await.is_empty());
+    assert!(region.migrations_of(&name).await.is_empty());
     for s in [&pinned, &traited, &huge, &plain] {
         assert_eq!(admin.server(s).await.unwrap()["OS-EXT-SRV-ATTR:host"].as_str(), Some(host.as_str()));
         assert!(admin.migrations_of(s).await.unwrap().is_empty(), "{s} was migrated");

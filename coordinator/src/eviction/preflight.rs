@@ -138,10 +138,18 @@ pub fn preflight(
                 check: CAPACITY,
                 vm,
                 reason: format!(
-                    "needs {}; no {} host has that much free (most memory free: {} MB)",
+                    "needs {}; no {} host has that much free{}",
                     describe(&srv.needs.resources),
                     if forced(CONSTRAINTS) { "enabled" } else { "admissible" },
-                    fitting.iter().map(|&i| free(&room[i], "MEMORY_MB")).max().unwrap_or(0)
+                    fitting
+                        .iter()
+                        .max_by_key(|&&i| free(&room[i], "MEMORY_MB"))
+                        .map(|&i| format!(
+                            " (most memory free: {} MB, on {})",
+                            free(&room[i], "MEMORY_MB"),
+                            candidates[i].host
+                        ))
+                        .unwrap_or_default()
                 ),
             }),
         }

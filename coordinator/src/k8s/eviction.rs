@@ -22,7 +22,6 @@ use crate::api::eviction::{EvictionPhase, EvictionStatus, MigrationPolicy, VmSta
 use crate::api::{Eviction, Migration, MigrationPhase, MigrationSpec, MigrationStatus};
 use crate::eviction::plan::{self, Action, AttemptObs, Input};
 use crate::eviction::preflight::preflight;
-use crate::lifecycle::NovaObs;
 use crate::metrics::{Metrics, tally};
 use crate::nova::servers::{NovaMigration, is_final_status};
 use crate::nova::{NovaClient, NovaError};
@@ -77,25 +76,24 @@ pub async fn reconcile(ev: Arc<Eviction>, ctx: Arc<EvictionContext>) -> Result<R
         if has_finalizer {
             remove_finalizer(&api, &ev).await?;
         }
-        // A failed preflight waits for a spec change (below); the rest is over.
-        if deleting || !(phase == EvictionPhase::Failed && preflight_failed(&status)) {
+        // Over, except a failed preflight: nothing moved, and a spec change
+        // (e.g. `force`) runs it again.
+        let rerun = !deleting
+            && phase == EvictionPhase::Failed
+            && preflight_failed(&status)
+            && ev.metadata.generation != status.observed_generation;
+        if !rerun {
             return Ok(Requeue::await_change());
         }
+        let mut s = status.clone();
+        s.phase = Some(EvictionPhase::Pending);
+        s.completed_at = None;
+        write_status(&api, &name, &s).await?;
+        return Ok(Requeue::requeue(Duration::from_millis(100)));
     }
     let source = ev.spec.hypervisor.clone();
     let now = Timestamp::now();
 
-    if !deleting && phase == EvictionPhase::Failed && preflight_failed(&status) {
-        // Nothing has moved: a spec change (e.g. `force`) runs the preflight again.
-        if ev.metadata.generation != status.observed_generation {
-            let mut s = status.clone();
-            s.phase = Some(EvictionPhase::Pending);
-            s.completed_at = None;
-            write_status(&api, &name, &s).await?;
-            return Ok(Requeue::requeue(Duration::from_millis(100)));
-        }
-        return Ok(Requeue::await_change());
-    }
     if !deleting && matches!(phase, EvictionPhase::Pending | EvictionPhase::Preflight) {
         return run_preflight(&api, &ctx, &ev, status, now).await;
     }
@@ -103,24 +101,18 @@ pub async fn reconcile(ev: Arc<Eviction>, ctx: Arc<EvictionContext>) -> Result<R
     // Nothing moves before the host stops taking new VMs (the lifecycle
     // disables it when it sees this Eviction).
     if phase == EvictionPhase::Disabling && !deleting {
-        match ctx.nova.observe(&source, &[]).await {
-            NovaObs::Registered(h) if h.enabled => {
-                let mut s = status.clone();
-                s.phase = Some(EvictionPhase::Disabling);
-                s.started_at.get_or_insert(Time(now));
-                write_status(&api, &name, &s).await?;
-                return Ok(Requeue::requeue(Duration::from_secs(1)));
-            }
-            NovaObs::Registered(_) => {}
-            NovaObs::NotRegistered => {
+        match ctx.nova.service_enabled(&source).await {
+            Ok(Some(true)) => return Ok(Requeue::requeue(Duration::from_secs(1))),
+            Ok(Some(false)) => {}
+            Ok(None) => {
                 let mut s = status.clone();
                 s.phase = Some(EvictionPhase::Failed);
                 s.progress = Some("no compute service".into());
                 write_status(&api, &name, &s).await?;
                 return Ok(Requeue::await_change());
             }
-            other => {
-                tracing::warn!(eviction = %name, nova = ?other, "Nova not usable; retrying");
+            Err(e) => {
+                tracing::warn!(eviction = %name, error = %e, "Nova not usable; retrying");
                 return Ok(Requeue::requeue(Duration::from_secs(5)));
             }
         }

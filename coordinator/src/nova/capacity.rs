@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use futures_util::{StreamExt, TryStreamExt, stream};
 use serde::Deserialize;
-use serde_json::Value;
 
 use super::error::NovaError;
 use super::host::NovaClient;
@@ -58,24 +57,16 @@ fn one() -> f64 {
     1.0
 }
 
-fn field<T: for<'de> Deserialize<'de>>(v: Value, key: &str, what: &str) -> Result<T, NovaError> {
-    let inner = v.get(key).cloned().ok_or_else(|| NovaError::Invalid(format!("{what}: no \"{key}\"")))?;
-    serde_json::from_value(inner).map_err(|e| NovaError::Invalid(format!("{what}: {e}")))
-}
-
 impl NovaClient {
     /// The hosts the VMs of `source` could go to. A host without a
     /// provider in Placement is left out (the scheduler could not use it).
     pub async fn candidates(&self, source: &str) -> Result<Vec<Candidate>, NovaError> {
         let call = Call::get(Service::Compute, "os-services").param("binary", "nova-compute");
-        let what = call.describe();
-        let services: Vec<ServiceRow> = field(self.cloud().call(call).await?, "services", &what)?;
+        let services: Vec<ServiceRow> = self.cloud().fetch(call, "services").await?;
         let call = Call::get(Service::Compute, "os-aggregates");
-        let what = call.describe();
-        let aggregates: Vec<AggregateRow> = field(self.cloud().call(call).await?, "aggregates", &what)?;
+        let aggregates: Vec<AggregateRow> = self.cloud().fetch(call, "aggregates").await?;
         let call = Call::get(Service::Placement, "resource_providers");
-        let what = call.describe();
-        let providers: Vec<ProviderRow> = field(self.cloud().call(call).await?, "resource_providers", &what)?;
+        let providers: Vec<ProviderRow> = self.cloud().fetch(call, "resource_providers").await?;
         let uuid_of: BTreeMap<String, String> = providers.into_iter().map(|p| (p.name, p.uuid)).collect();
 
         let usable = services
@@ -106,15 +97,11 @@ impl NovaClient {
         uuid: &str,
     ) -> Result<(BTreeMap<String, Room>, BTreeSet<String>), NovaError> {
         let call = Call::get(Service::Placement, format!("resource_providers/{uuid}/inventories"));
-        let what = call.describe();
-        let inventories: BTreeMap<String, Inventory> =
-            field(self.cloud().call(call).await?, "inventories", &what)?;
+        let inventories: BTreeMap<String, Inventory> = self.cloud().fetch(call, "inventories").await?;
         let call = Call::get(Service::Placement, format!("resource_providers/{uuid}/usages"));
-        let what = call.describe();
-        let usages: BTreeMap<String, u64> = field(self.cloud().call(call).await?, "usages", &what)?;
+        let usages: BTreeMap<String, u64> = self.cloud().fetch(call, "usages").await?;
         let call = Call::get(Service::Placement, format!("resource_providers/{uuid}/traits"));
-        let what = call.describe();
-        let traits: BTreeSet<String> = field(self.cloud().call(call).await?, "traits", &what)?;
+        let traits: BTreeSet<String> = self.cloud().fetch(call, "traits").await?;
         let room = inventories
             .into_iter()
             .map(|(class, inv)| {

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::error::NovaError;
-use super::http::{Call, Cloud, Service};
+use super::http::{Call, Cloud, Service, field};
 use crate::lifecycle::{Action, NovaHost, NovaObs};
 
 /// How often a generation conflict on the provider's traits is retried.
@@ -61,14 +61,6 @@ struct ProviderTraits {
 #[derive(Debug, Deserialize)]
 struct ServerRef {
     id: String,
-}
-
-fn field<T: for<'de> Deserialize<'de>>(v: Value, key: &str, what: &str) -> Result<T, NovaError> {
-    let inner = v
-        .get(key)
-        .cloned()
-        .ok_or_else(|| NovaError::Invalid(format!("{what}: no \"{key}\" in the answer")))?;
-    serde_json::from_value(inner).map_err(|e| NovaError::Invalid(format!("{what}: {e}")))
 }
 
 /// Nova and Placement as the lifecycle needs them.
@@ -180,9 +172,14 @@ impl NovaClient {
     async fn service(&self, host: &str) -> Result<Option<ComputeService>, NovaError> {
         let call =
             Call::get(Service::Compute, "os-services").param("binary", "nova-compute").param("host", host);
-        let what = call.describe();
-        let services: Vec<ComputeService> = field(self.cloud.call(call).await?, "services", &what)?;
+        let services: Vec<ComputeService> = self.cloud.fetch(call, "services").await?;
         Ok(services.into_iter().find(|s| s.host == host))
+    }
+
+    /// Whether the host's compute service takes new VMs; None without one.
+    /// One call, for waiters that need nothing else of the host.
+    pub async fn service_enabled(&self, host: &str) -> Result<Option<bool>, NovaError> {
+        Ok(self.service(host).await?.map(|s| s.status == "enabled"))
     }
 
     async fn hypervisor(&self, host: &str) -> Result<Option<HypervisorRef>, NovaError> {
@@ -203,8 +200,7 @@ impl NovaClient {
 
     async fn aggregates(&self) -> Result<Vec<Aggregate>, NovaError> {
         let call = Call::get(Service::Compute, "os-aggregates");
-        let what = call.describe();
-        field(self.cloud.call(call).await?, "aggregates", &what)
+        self.cloud.fetch(call, "aggregates").await
     }
 
     async fn aggregate_host(&self, host: &str, name: &str, add: bool) -> Result<(), NovaError> {
@@ -239,8 +235,7 @@ impl NovaClient {
 
     async fn provider(&self, name: &str) -> Result<Option<Provider>, NovaError> {
         let call = Call::get(Service::Placement, "resource_providers").param("name", name);
-        let what = call.describe();
-        let list: Vec<Provider> = field(self.cloud.call(call).await?, "resource_providers", &what)?;
+        let list: Vec<Provider> = self.cloud.fetch(call, "resource_providers").await?;
         Ok(list.into_iter().next())
     }
 
@@ -299,8 +294,7 @@ impl NovaClient {
         // Admin-only `host` filter; every project. The default page limit is
         // Nova's osapi_max_limit (1000), far above what one host carries.
         let call = Call::get(Service::Compute, "servers").param("host", host).param("all_tenants", "1");
-        let what = call.describe();
-        let servers: Vec<ServerRef> = field(self.cloud.call(call).await?, "servers", &what)?;
+        let servers: Vec<ServerRef> = self.cloud.fetch(call, "servers").await?;
         Ok(servers.into_iter().map(|s| s.id).collect())
     }
 }

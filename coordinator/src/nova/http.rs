@@ -170,6 +170,13 @@ impl Cloud {
 
     /// Sends a call, retrying transient failures; answers the JSON body
     /// (`Value::Null` for an empty one).
+    /// Calls and parses the answer's `key` (every list and object Nova and
+    /// Placement answer is wrapped in one).
+    pub async fn fetch<T: serde::de::DeserializeOwned>(&self, call: Call, key: &str) -> Result<T, NovaError> {
+        let what = call.describe();
+        field(self.call(call).await?, key, &what)
+    }
+
     pub async fn call(&self, call: Call) -> Result<Value, NovaError> {
         let mut pause = self.policy.first_pause;
         let mut reauthenticated = false;
@@ -255,4 +262,14 @@ fn classify_connect(e: OpenStackError) -> NovaError {
         },
         _ => NovaError::Unavailable(text),
     }
+}
+
+/// The answer's `key`, parsed; a missing key or a wrong shape is Invalid,
+/// naming the call.
+pub(super) fn field<T: serde::de::DeserializeOwned>(v: Value, key: &str, what: &str) -> Result<T, NovaError> {
+    let inner = v
+        .get(key)
+        .cloned()
+        .ok_or_else(|| NovaError::Invalid(format!("{what}: no \"{key}\" in the answer")))?;
+    serde_json::from_value(inner).map_err(|e| NovaError::Invalid(format!("{what}: {e}")))
 }

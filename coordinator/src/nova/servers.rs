@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::error::NovaError;
 use super::host::NovaClient;
-use super::http::{Call, Service};
+use super::http::{Call, Service, field};
 use crate::api::eviction::MigrationPolicy;
 use crate::eviction::plan::{POLICY_METADATA, Server};
 use crate::eviction::preflight::{Needs, flavor_resources};
@@ -131,18 +131,12 @@ pub struct Progress {
     pub disk_remaining_bytes: Option<u64>,
 }
 
-fn parse<T: for<'de> Deserialize<'de>>(v: Value, key: &str, what: &str) -> Result<T, NovaError> {
-    let inner = v.get(key).cloned().ok_or_else(|| NovaError::Invalid(format!("{what}: no \"{key}\"")))?;
-    serde_json::from_value(inner).map_err(|e| NovaError::Invalid(format!("{what}: {e}")))
-}
-
 impl NovaClient {
     /// Every server on `host`, all projects.
     pub async fn servers_on(&self, host: &str) -> Result<Vec<Server>, NovaError> {
         let call =
             Call::get(Service::Compute, "servers/detail").param("host", host).param("all_tenants", "1");
-        let what = call.describe();
-        let list: Vec<ServerDetail> = parse(self.cloud().call(call).await?, "servers", &what)?;
+        let list: Vec<ServerDetail> = self.cloud().fetch(call, "servers").await?;
         Ok(list.into_iter().map(ServerDetail::into_server).collect())
     }
 
@@ -151,7 +145,7 @@ impl NovaClient {
         let call = Call::get(Service::Compute, format!("servers/{id}"));
         let what = call.describe();
         match self.cloud().call(call).await {
-            Ok(v) => Ok(Some(parse::<ServerDetail>(v, "server", &what)?.into_server())),
+            Ok(v) => Ok(Some(field::<ServerDetail>(v, "server", &what)?.into_server())),
             Err(NovaError::NotFound(_)) => Ok(None),
             Err(e) => Err(e),
         }
@@ -165,22 +159,19 @@ impl NovaClient {
         } else {
             json!({"migrate": null})
         };
-        self.cloud()
-            .call(Call::with(Service::Compute, http::Method::POST, format!("servers/{id}/action"), body))
-            .await?;
-        Ok(())
+        self.server_action(id, body).await
+    }
+
+    async fn server_action(&self, id: &str, body: Value) -> Result<(), NovaError> {
+        let call = Call::with(Service::Compute, http::Method::POST, format!("servers/{id}/action"), body);
+        self.cloud().call(call).await.map(|_| ())
     }
 
     /// Confirms a finished cold migration. Confirming one that is already
     /// confirmed (409, the server no longer in VERIFY_RESIZE) succeeds.
     pub async fn confirm_resize(&self, id: &str) -> Result<(), NovaError> {
-        let body = json!({"confirmResize": null});
-        match self
-            .cloud()
-            .call(Call::with(Service::Compute, http::Method::POST, format!("servers/{id}/action"), body))
-            .await
-        {
-            Ok(_) => Ok(()),
+        match self.server_action(id, json!({"confirmResize": null})).await {
+            Ok(()) => Ok(()),
             Err(NovaError::Conflict(msg)) => match self.server(id).await? {
                 Some(s) if s.status == "VERIFY_RESIZE" => Err(NovaError::Conflict(msg)),
                 _ => Ok(()),
@@ -191,11 +182,7 @@ impl NovaClient {
 
     /// Nova's migrations of one server, newest first.
     pub async fn migrations_of(&self, id: &str) -> Result<Vec<NovaMigration>, NovaError> {
-        let call = Call::get(Service::Compute, "os-migrations").param("instance_uuid", id);
-        let what = call.describe();
-        let mut list: Vec<NovaMigration> = parse(self.cloud().call(call).await?, "migrations", &what)?;
-        list.sort_by_key(|m| std::cmp::Reverse(m.id));
-        Ok(list)
+        self.migration_list(Call::get(Service::Compute, "os-migrations").param("instance_uuid", id)).await
     }
 
     /// Every migration off `host` that changed since `since`, newest first:
@@ -210,8 +197,11 @@ impl NovaClient {
         let call = Call::get(Service::Compute, "os-migrations")
             .param("source_compute", host)
             .param("changes-since", &since);
-        let what = call.describe();
-        let mut list: Vec<NovaMigration> = parse(self.cloud().call(call).await?, "migrations", &what)?;
+        self.migration_list(call).await
+    }
+
+    async fn migration_list(&self, call: Call) -> Result<Vec<NovaMigration>, NovaError> {
+        let mut list: Vec<NovaMigration> = self.cloud().fetch(call, "migrations").await?;
         list.sort_by_key(|m| std::cmp::Reverse(m.id));
         Ok(list)
     }
@@ -219,8 +209,7 @@ impl NovaClient {
     /// Progress of the in-flight live migrations of one server.
     pub async fn progress_of(&self, id: &str) -> Result<Vec<Progress>, NovaError> {
         let call = Call::get(Service::Compute, format!("servers/{id}/migrations"));
-        let what = call.describe();
-        parse(self.cloud().call(call).await?, "migrations", &what)
+        self.cloud().fetch(call, "migrations").await
     }
 
     /// Aborts an in-flight live migration. One that already ended needs no

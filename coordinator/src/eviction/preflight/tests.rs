@@ -48,7 +48,11 @@ fn capacity_packs_largest_first_and_never_counts_the_same_room_twice() {
     let r = preflight(&vms, MigrationPolicy::LiveMigrate, &hosts, &[]);
     assert_eq!(checks(&r), [("capacity", "c")]);
     assert!(r.findings[0].reason.contains("MEMORY_MB 5120"), "{}", r.findings[0].reason);
-    assert!(r.findings[0].reason.contains("4096 MB"), "most free after packing: {}", r.findings[0].reason);
+    assert!(
+        r.findings[0].reason.contains("4096 MB, on h1"),
+        "most free after packing: {}",
+        r.findings[0].reason
+    );
 
     let roomy = [host("h1", 8, 12288), host("h2", 8, 12288)];
     let ok = preflight(&vms, MigrationPolicy::LiveMigrate, &roomy, &[]);
