@@ -1,21 +1,26 @@
-//! The validation checks of the Testing phase (seed 000): libvirt reachable
-//! over TCP, libvirt version, a domain can be defined and started, the
-//! expected OVS bridges, each Ceph pool. Run for the coordinator's
+//! The validation checks of the Testing phase (docs/checks.md): libvirt
+//! reachable, libvirt version, a domain can be defined and started, the
+//! expected OVS bridges and their settings, each Ceph pool. Run for the coordinator's
 //! RunChecks and by hand with `hv-agent checks`.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use hv_proto::v1::{CheckConfig, CheckResult};
 
 use crate::ceph::CephClient;
-use crate::libvirt::{Libvirt, parse_version};
+use crate::libvirt::blocking::Lane;
+use crate::libvirt::{CHECKS_FACTOR, Libvirt, LibvirtTarget, parse_version};
 use crate::ovsdb;
 
 /// Where the checks look.
 #[derive(Clone, Debug)]
 pub struct Endpoints {
-    pub libvirt_uri: String,
+    pub libvirt: LibvirtTarget,
+    /// The lane the libvirt checks run in: a run while the last one still
+    /// hangs fails at once instead of starting one more thread.
+    pub libvirt_lane: Lane,
     pub ovsdb_remote: String,
     pub ceph: Option<CephClient>,
     /// The `hv-ceph-probe` helper that runs the RBD checks out of process.
@@ -66,11 +71,12 @@ fn test_domain_xml(name: &str, domain_type: &str) -> String {
 }
 
 /// libvirt checks (blocking).
-pub fn libvirt_checks(uri: &str, min_version: &str, start_domain: bool) -> Vec<Outcome> {
+pub fn libvirt_checks(target: &LibvirtTarget, min_version: &str, start_domain: bool) -> Vec<Outcome> {
     let mut out = Vec::new();
     let mut conn = None;
+    let uri = &target.uri;
     out.push(timed("libvirt-reachable".into(), || {
-        let lv = Libvirt::open(uri).map_err(|e| e.to_string())?;
+        let lv = Libvirt::connect(target).map_err(|e| e.to_string())?;
         let v = lv.lib_version().map_err(|e| e.to_string())?;
         conn = Some((lv, v.clone()));
         Ok(format!("{uri} answered (libvirt {v})"))
@@ -116,37 +122,67 @@ fn start_and_destroy(lv: &Libvirt) -> Result<String, String> {
     Ok(format!("domain {name} ({kind}) defined, started, destroyed and undefined"))
 }
 
-/// OVS bridge checks.
-pub async fn ovs_checks(remote: &str, bridges: &[String], optional: &[String]) -> Vec<Outcome> {
+/// OVS checks: each expected bridge (present, and as the expectations
+/// say), then each `external_ids` key the Open_vSwitch row must carry.
+pub async fn ovs_checks(remote: &str, cfg: &CheckConfig) -> Vec<Outcome> {
     let t = Instant::now();
+    let expectations: Vec<ovsdb::Expectation> = cfg.bridge_expectations.iter().map(Into::into).collect();
+    let system_ids: BTreeMap<String, String> =
+        cfg.ovs_external_ids.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let listed = async {
         let c = ovsdb::Client::connect(remote).await.map_err(|e| e.to_string())?;
-        c.bridges().await.map_err(|e| e.to_string())
+        let bridges = c.bridges().await.map_err(|e| e.to_string())?;
+        let ids = if system_ids.is_empty() {
+            BTreeMap::new()
+        } else {
+            c.system_external_ids().await.map_err(|e| e.to_string())?
+        };
+        Ok::<_, String>((bridges, ids))
     };
+    let ms = |t: Instant| t.elapsed().as_millis() as u64;
     match tokio::time::timeout(Duration::from_secs(10), listed).await {
-        Ok(Ok(existing)) => ovsdb::check_bridges(&existing, bridges, optional)
-            .into_iter()
-            .map(|c| Outcome {
-                name: format!("ovs-bridge/{}", c.bridge),
-                passed: c.passed,
-                message: c.message,
-                duration_ms: t.elapsed().as_millis() as u64,
-            })
-            .collect(),
+        Ok(Ok((existing, ids))) => {
+            let mut out: Vec<Outcome> =
+                ovsdb::check_bridges(&existing, &cfg.bridges, &cfg.optional_bridges, &expectations)
+                    .into_iter()
+                    .map(|c| Outcome {
+                        name: format!("ovs-bridge/{}", c.bridge),
+                        passed: c.passed,
+                        message: c.message,
+                        duration_ms: ms(t),
+                    })
+                    .collect();
+            for (key, want) in &system_ids {
+                let one = BTreeMap::from([(key.clone(), want.clone())]);
+                let wrong = ovsdb::external_id_mismatches("external_ids", &ids, &one);
+                out.push(Outcome {
+                    name: format!("ovs-external-id/{key}"),
+                    passed: wrong.is_empty(),
+                    message: match wrong.first() {
+                        Some(w) => format!("Open_vSwitch {w}"),
+                        None => format!(
+                            "Open_vSwitch external_ids:{key} = {}",
+                            ids.get(key).cloned().unwrap_or_default()
+                        ),
+                    },
+                    duration_ms: ms(t),
+                });
+            }
+            out
+        }
         failed => {
             let why = match failed {
                 Ok(Err(e)) => e,
                 _ => format!("OVSDB at {remote} did not answer within 10 s"),
             };
-            bridges
+            let names = cfg
+                .bridges
                 .iter()
-                .chain(optional)
-                .map(|b| Outcome {
-                    name: format!("ovs-bridge/{b}"),
-                    passed: false,
-                    message: why.clone(),
-                    duration_ms: t.elapsed().as_millis() as u64,
-                })
+                .chain(&cfg.optional_bridges)
+                .map(|b| format!("ovs-bridge/{b}"))
+                .chain(system_ids.keys().map(|k| format!("ovs-external-id/{k}")));
+            names
+                .map(|name| Outcome { name, passed: false, message: why.clone(), duration_ms: ms(t) })
                 .collect()
         }
     }
@@ -154,17 +190,19 @@ pub async fn ovs_checks(remote: &str, bridges: &[String], optional: &[String]) -
 
 /// Every check the config asks for.
 pub async fn run(ep: &Endpoints, cfg: &CheckConfig) -> Vec<Outcome> {
-    let (uri, min, start) = (ep.libvirt_uri.clone(), cfg.min_libvirt_version.clone(), cfg.start_test_domain);
+    let (target, min, start) = (ep.libvirt.clone(), cfg.min_libvirt_version.clone(), cfg.start_test_domain);
+    // Starting a test domain under software emulation takes seconds; a
+    // hung libvirtd, for ever.
+    let deadline = ep.libvirt.deadline * CHECKS_FACTOR;
+    let what = format!("libvirt at {}", ep.libvirt.uri);
     let mut out =
-        tokio::task::spawn_blocking(move || libvirt_checks(&uri, &min, start)).await.unwrap_or_else(|e| {
-            vec![Outcome {
-                name: "libvirt-reachable".into(),
-                passed: false,
-                message: format!("check crashed: {e}"),
-                duration_ms: 0,
-            }]
-        });
-    out.extend(ovs_checks(&ep.ovsdb_remote, &cfg.bridges, &cfg.optional_bridges).await);
+        match ep.libvirt_lane.run(&what, deadline, move || Ok(libvirt_checks(&target, &min, start))).await {
+            Ok(outcomes) => outcomes,
+            Err(message) => {
+                vec![Outcome { name: "libvirt-reachable".into(), passed: false, message, duration_ms: 0 }]
+            }
+        };
+    out.extend(ovs_checks(&ep.ovsdb_remote, cfg).await);
     if !cfg.ceph_pools.is_empty() {
         let pools = cfg.ceph_pools.clone();
         match ep.ceph.clone() {

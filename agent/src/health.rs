@@ -4,17 +4,13 @@
 //! not merely that the process runs: a kubelet restart of an agent that
 //! lost libvirt is the right reaction.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use bytes::Bytes;
-use http_body_util::Full;
+use hv_listen::{Bytes, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 
 use crate::session::{SessionHandle, SessionStats};
 
@@ -82,31 +78,16 @@ impl Health {
             "/metrics" => (StatusCode::OK, self.metrics().await),
             _ => (StatusCode::NOT_FOUND, "not found\n".into()),
         };
-        let mut r = Response::new(Full::new(Bytes::from(body)));
-        *r.status_mut() = code;
-        r
+        hv_listen::text(code, body)
     }
 }
 
 /// Serve until the process ends. Returns the bound address.
 pub async fn serve(addr: SocketAddr, health: Health) -> std::io::Result<SocketAddr> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let bound = listener.local_addr()?;
     let health = Arc::new(health);
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
-            let h = health.clone();
-            tokio::spawn(async move {
-                let svc = service_fn(move |req| {
-                    let h = h.clone();
-                    async move { Ok::<_, Infallible>(h.route(req).await) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    Ok(bound)
+    hv_listen::serve(addr, hv_listen::Limits::default(), move |req| {
+        let h = health.clone();
+        async move { h.route(req).await }
+    })
+    .await
 }

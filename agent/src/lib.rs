@@ -1,13 +1,15 @@
-//! hv-agent: the per-node agent (DESIGN.md section 1).
+//! hv-agent: the per-node agent. It watches the node's libvirt, OVSDB and
+//! Ceph, runs the Testing-phase checks on request, and streams everything
+//! to the coordinator; it never writes to Kubernetes.
 //!
-//! - [`checks`]: the Testing-phase checks and the `hv-agent checks` table.
+//! - [`run`]: `hv-agent run`, the watchers, the session and the health listener wired together.
+//! - [`session`]: the stream to the coordinator, with its acknowledged outbox (docs/protocol.md).
+//! - [`checks`]: the Testing-phase checks and the `hv-agent checks` table (docs/checks.md).
+//! - [`libvirt`]: host facts, the domain inventory and lifecycle events; TLS and SASL logins.
+//! - [`ovsdb`]: Open vSwitch bridges and their expected settings (our own RFC 7047 client).
 //! - [`ceph`]: RBD pools readable as the node's restricted client (via `hv-ceph-probe`).
-//! - [`libvirt`]: host facts and the domain inventory over TCP.
-//! - [`ovsdb`]: Open vSwitch bridges over OVSDB (our own RFC 7047 client).
-//! - [`session`]: the stream to the coordinator, with its acknowledged outbox.
-//!
-//! Not implemented yet (issue 4): host load via sysinfo and kernel via nix, the checks runner, the
-//! session to the coordinator, `/healthz` and `/metrics`.
+//! - [`health`]: `/healthz` and `/metrics`.
+//! - [`backoff`]: jittered exponential backoff and timestamps.
 
 #![deny(unsafe_code)]
 

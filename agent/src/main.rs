@@ -1,4 +1,4 @@
-//! hv-agent: the per-node agent (DESIGN.md section 1).
+//! hv-agent: the per-node agent.
 //!
 //! `hv-agent checks` runs the Testing-phase checks once against the given
 //! endpoints and prints a table (or JSON): an SRE's first tool on a
@@ -12,7 +12,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use hv_agent::ceph::CephClient;
 use hv_agent::checks::{self, Endpoints};
-use hv_proto::v1::CheckConfig;
+use hv_agent::libvirt::{LibvirtTarget, SaslCredentials};
+use hv_proto::v1::{BridgeExpectation, CheckConfig};
 
 /// Per-node hypervisor agent.
 #[derive(Parser, Debug)]
@@ -60,12 +61,16 @@ struct RunArgs {
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 10s, 500ms, 2m"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" | "" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        _ => Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m)")),
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" | "" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.checked_mul(60).ok_or_else(|| format!("{s:?} is too long"))?),
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m)")),
+    };
+    if d.is_zero() {
+        return Err(format!("{s:?}: must be longer than zero"));
     }
+    Ok(d)
 }
 
 #[derive(clap::Args, Debug)]
@@ -80,9 +85,25 @@ struct ChecksCommand {
 /// Where the node's peers are, and what the checks expect of them.
 #[derive(clap::Args, Debug)]
 struct ChecksArgs {
-    /// libvirt URI (qemu+tcp://HOST:16509/system, or ch+tcp://… for Cloud Hypervisor).
+    /// libvirt URI: qemu+tls://HOST/system (client certificate), qemu+tcp://HOST:16509/system,
+    /// or ch+… for Cloud Hypervisor.
     #[arg(long, env = "HV_LIBVIRT_URI", default_value = "qemu+tcp://127.0.0.1:16509/system")]
     libvirt_uri: String,
+    /// Directory with the TLS client certificate for qemu+tls:// (cacert.pem, clientcert.pem,
+    /// clientkey.pem; libvirt's names). Default: libvirt's own paths.
+    #[arg(long, env = "HV_LIBVIRT_PKI_DIR")]
+    libvirt_pki_dir: Option<PathBuf>,
+    /// SASL user name, for a libvirtd with auth_tls or auth_tcp = "sasl".
+    #[arg(long, env = "HV_LIBVIRT_SASL_USERNAME")]
+    libvirt_sasl_username: Option<String>,
+    /// File holding the SASL password (first line); the variable HV_LIBVIRT_SASL_PASSWORD is
+    /// read when no file is given.
+    #[arg(long, env = "HV_LIBVIRT_SASL_PASSWORD_FILE")]
+    libvirt_sasl_password_file: Option<PathBuf>,
+    /// Longest a libvirt connection or snapshot may take before it counts as failed (a hung
+    /// libvirtd); the checks get four times this.
+    #[arg(long, env = "HV_LIBVIRT_DEADLINE", default_value = "30s", value_parser = parse_duration)]
+    libvirt_deadline: Duration,
     /// Lowest acceptable libvirt version.
     #[arg(long, env = "HV_MIN_LIBVIRT_VERSION", default_value = "8.0.0")]
     min_libvirt_version: String,
@@ -98,6 +119,19 @@ struct ChecksArgs {
     /// A bridge that is checked when present (repeatable).
     #[arg(long = "optional-bridge", default_values = ["br-provider"])]
     optional_bridges: Vec<String>,
+    /// Fail mode a bridge must have, BRIDGE=secure|standalone (repeatable; "" clears the default).
+    #[arg(long = "bridge-fail-mode", default_values = ["br-int=secure"], value_parser = pair)]
+    bridge_fail_modes: Vec<(String, String)>,
+    /// Datapath type a bridge must have, BRIDGE=system|netdev (repeatable).
+    #[arg(long = "bridge-datapath", value_parser = pair)]
+    bridge_datapaths: Vec<(String, String)>,
+    /// A port that must be on a bridge, BRIDGE=PORT (repeatable).
+    #[arg(long = "bridge-port", value_parser = pair)]
+    bridge_ports: Vec<(String, String)>,
+    /// An external_ids key the Open_vSwitch row must carry, KEY=VALUE or KEY=* for any value
+    /// (repeatable), e.g. ovn-bridge-mappings=*.
+    #[arg(long = "ovs-external-id", value_parser = pair)]
+    ovs_external_ids: Vec<(String, String)>,
     /// Ceph configuration file.
     #[arg(long, env = "HV_CEPH_CONF", default_value = "/etc/ceph/ceph.conf")]
     ceph_conf: PathBuf,
@@ -115,15 +149,79 @@ struct ChecksArgs {
     ceph_probe: Option<PathBuf>,
 }
 
-fn endpoints(a: &ChecksArgs) -> (Endpoints, CheckConfig) {
+/// `KEY=VALUE`, split at the first `=`.
+fn pair(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
+        _ => Err(format!("{s:?} is not KEY=VALUE")),
+    }
+}
+
+/// The bridge expectations the flags describe, one per bridge.
+fn expectations(a: &ChecksArgs) -> Vec<BridgeExpectation> {
+    let mut out: Vec<BridgeExpectation> = Vec::new();
+    let mut entry = |bridge: &str| -> usize {
+        match out.iter().position(|e| e.bridge == bridge) {
+            Some(i) => i,
+            None => {
+                out.push(BridgeExpectation { bridge: bridge.to_string(), ..Default::default() });
+                out.len() - 1
+            }
+        }
+    };
+    let mut set = Vec::new();
+    for (b, m) in &a.bridge_fail_modes {
+        set.push((entry(b), 0, m.clone()));
+    }
+    for (b, d) in &a.bridge_datapaths {
+        set.push((entry(b), 1, d.clone()));
+    }
+    for (b, p) in &a.bridge_ports {
+        set.push((entry(b), 2, p.clone()));
+    }
+    for (i, field, value) in set {
+        match field {
+            0 => out[i].fail_mode = value,
+            1 => out[i].datapath_type = value,
+            _ => out[i].ports.push(value),
+        }
+    }
+    out.sort_by(|a, b| a.bridge.cmp(&b.bridge));
+    out
+}
+
+/// The SASL credentials the flags name; an unreadable password file is an error.
+fn sasl(a: &ChecksArgs) -> Result<Option<SaslCredentials>, String> {
+    let Some(username) = a.libvirt_sasl_username.clone() else { return Ok(None) };
+    let password = match &a.libvirt_sasl_password_file {
+        Some(f) => std::fs::read_to_string(f)
+            .map_err(|e| format!("reading the libvirt SASL password from {}: {e}", f.display()))?
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string(),
+        None => std::env::var("HV_LIBVIRT_SASL_PASSWORD").map_err(|_| {
+            "--libvirt-sasl-username needs --libvirt-sasl-password-file or HV_LIBVIRT_SASL_PASSWORD"
+                .to_string()
+        })?,
+    };
+    Ok(Some(SaslCredentials { username, password }))
+}
+
+fn endpoints(a: &ChecksArgs) -> Result<(Endpoints, CheckConfig), String> {
     let ceph = a.ceph_id.clone().map(|id| CephClient {
         conf: a.ceph_conf.clone(),
         keyring: Some(a.ceph_keyring.clone().unwrap_or_else(|| checks::default_keyring(&id))),
         id,
         timeout: Duration::from_secs(10),
     });
+    let uri = match &a.libvirt_pki_dir {
+        Some(dir) => LibvirtTarget::with_pki_dir(&a.libvirt_uri, dir),
+        None => a.libvirt_uri.clone(),
+    };
     let ep = Endpoints {
-        libvirt_uri: a.libvirt_uri.clone(),
+        libvirt: LibvirtTarget { uri, sasl: sasl(a)?, deadline: a.libvirt_deadline },
+        libvirt_lane: Default::default(),
         ovsdb_remote: a.ovsdb.clone(),
         ceph,
         ceph_probe: a.ceph_probe.clone().unwrap_or_else(hv_agent::ceph::default_probe),
@@ -134,8 +232,10 @@ fn endpoints(a: &ChecksArgs) -> (Endpoints, CheckConfig) {
         optional_bridges: a.optional_bridges.clone(),
         ceph_pools: a.pools.clone(),
         start_test_domain: !a.no_test_domain,
+        bridge_expectations: expectations(a),
+        ovs_external_ids: a.ovs_external_ids.iter().cloned().collect(),
     };
-    (ep, cfg)
+    Ok((ep, cfg))
 }
 
 fn main() -> ExitCode {
@@ -157,7 +257,13 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let (ep, cfg) = endpoints(&r.peers);
+            let (ep, cfg) = match endpoints(&r.peers) {
+                Ok(x) => x,
+                Err(e) => {
+                    eprintln!("hv-agent: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             let agent = hv_agent::run::AgentConfig {
                 session: hv_agent::session::SessionConfig {
                     coordinator: r.coordinator.clone(),
@@ -189,7 +295,13 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let (ep, cfg) = endpoints(&a.peers);
+            let (ep, cfg) = match endpoints(&a.peers) {
+                Ok(x) => x,
+                Err(e) => {
+                    eprintln!("hv-agent: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             let outcomes = rt.block_on(checks::run(&ep, &cfg));
             if a.json {
                 match serde_json::to_string_pretty(&outcomes) {
@@ -219,5 +331,34 @@ mod tests {
         assert_eq!(super::parse_duration("2m"), Ok(std::time::Duration::from_secs(120)));
         assert!(super::parse_duration("ten").is_err());
         assert!(super::parse_duration("5h").is_err());
+        assert!(super::parse_duration("0s").is_err(), "a zero deadline or heartbeat is refused");
+        assert!(super::parse_duration("18446744073709551615m").is_err(), "too long, not a panic");
+    }
+
+    #[test]
+    fn bridge_flags_become_one_expectation_per_bridge() {
+        use clap::Parser;
+        let args = super::Args::parse_from([
+            "hv-agent",
+            "checks",
+            "--bridge-datapath",
+            "br-int=netdev",
+            "--bridge-port",
+            "br-int=patch-tun",
+            "--bridge-fail-mode",
+            "br-ex=standalone",
+        ]);
+        let super::Command::Checks(c) = args.command else { panic!("not checks") };
+        let e = super::expectations(&c.peers);
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert_eq!((e[0].bridge.as_str(), e[0].fail_mode.as_str()), ("br-ex", "standalone"));
+        assert_eq!((e[1].bridge.as_str(), e[1].datapath_type.as_str()), ("br-int", "netdev"));
+        assert_eq!(e[1].fail_mode, "", "giving the flag replaces the default br-int=secure");
+        assert_eq!(e[1].ports, vec!["patch-tun".to_string()]);
+        let d = super::Args::parse_from(["hv-agent", "checks"]);
+        let super::Command::Checks(c) = d.command else { panic!("not checks") };
+        let e = super::expectations(&c.peers);
+        assert_eq!((e[0].bridge.as_str(), e[0].fail_mode.as_str()), ("br-int", "secure"), "the default");
+        assert!(super::pair("novalue").is_err());
     }
 }

@@ -8,16 +8,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use hv_proto::v1::agent_message::Payload;
-use hv_proto::v1::{CheckReport, ConnectivityChange, DomainEvent, HostFacts, Inventory};
+use hv_proto::v1::{
+    CheckReport, CheckResult, ConnectivityChange, DomainEvent, HostFacts, Inventory, RunChecks,
+};
 use tokio::sync::mpsc;
 
 use crate::backoff::{Backoff, draw, timestamp_now as now};
 use crate::ceph::CephClient;
 use crate::checks::{self, Endpoints};
 use crate::health::{self, Health, Watcher};
-use crate::libvirt::Libvirt;
+use crate::libvirt::blocking::Lane;
 use crate::libvirt::events::LibvirtEvent;
 use crate::libvirt::watch::{WatchEvent, watch};
+use crate::libvirt::{Libvirt, LibvirtTarget};
 use crate::ovsdb;
 use crate::session::{Command, Session, SessionConfig, SessionHandle};
 
@@ -43,18 +46,19 @@ fn host_identity(f: &mut HostFacts) {
     }
 }
 
-/// Facts and inventory through a short connection of their own.
-async fn snapshot(uri: &str) -> Result<(HostFacts, Inventory), String> {
-    let uri = uri.to_string();
-    tokio::task::spawn_blocking(move || {
-        let lv = Libvirt::open(&uri).map_err(|e| e.to_string())?;
+/// Facts and inventory through a short connection of their own, in the
+/// snapshot lane under the target's deadline: a hung libvirtd must not hang
+/// the agent.
+async fn snapshot(target: &LibvirtTarget, lane: &Lane) -> Result<(HostFacts, Inventory), String> {
+    let (t, deadline) = (target.clone(), target.deadline);
+    lane.run("libvirt snapshot", deadline, move || {
+        let lv = Libvirt::connect(&t).map_err(|e| e.to_string())?;
         let mut facts = lv.facts().map_err(|e| e.to_string())?;
         host_identity(&mut facts);
         let domains = lv.inventory().map_err(|e| e.to_string())?;
         Ok((facts, Inventory { domains }))
     })
     .await
-    .map_err(|e| e.to_string())?
 }
 
 /// Starts everything; returns the health address and runs until the session ends.
@@ -92,18 +96,24 @@ pub async fn run(cfg: AgentConfig) -> Result<(), String> {
         let handle = handle.clone();
         let ep = cfg.endpoints.clone();
         tokio::spawn(async move {
-            let mut done_runs = std::collections::HashSet::new();
+            let mut reports = Reports::default();
             while let Some(cmd) = cmd_rx.recv().await {
                 match cmd {
                     Command::RunChecks(r) => {
-                        // A run is executed at most once per process (the coordinator may resend).
-                        if !done_runs.insert(r.run) {
-                            continue;
-                        }
-                        let config = r.config.unwrap_or_default();
-                        let outcomes = checks::run(&ep, &config).await;
-                        let results = outcomes.iter().map(|o| o.to_proto()).collect();
-                        handle.push(Payload::CheckReport(CheckReport { run: r.run, results })).await;
+                        // A run is executed at most once per process. Asked
+                        // again (a new leader whose predecessor acknowledged
+                        // the report and died before recording it), the
+                        // agent sends the report it kept.
+                        let report = match reports.get(&r) {
+                            Some(kept) => kept,
+                            None => {
+                                let config = r.config.clone().unwrap_or_default();
+                                let outcomes = checks::run(&ep, &config).await;
+                                let results = outcomes.iter().map(|o| o.to_proto()).collect();
+                                reports.keep(&r, results)
+                            }
+                        };
+                        handle.push(Payload::CheckReport(report)).await;
                     }
                     Command::Configure(_) => {}
                 }
@@ -115,14 +125,38 @@ pub async fn run(cfg: AgentConfig) -> Result<(), String> {
     Ok(())
 }
 
+/// The reports of the last few test runs, each with the request it
+/// answers: the same run of the same Hypervisor with the same configuration
+/// gets the kept report; anything else is run afresh.
+#[derive(Default)]
+struct Reports(std::collections::VecDeque<(RunChecks, CheckReport)>);
+
+impl Reports {
+    const KEPT: usize = 8;
+
+    fn get(&self, asked: &RunChecks) -> Option<CheckReport> {
+        self.0.iter().find(|(r, _)| r == asked).map(|(_, report)| report.clone())
+    }
+
+    fn keep(&mut self, asked: &RunChecks, results: Vec<CheckResult>) -> CheckReport {
+        let report = CheckReport { run: asked.run, results, hypervisor_uid: asked.hypervisor_uid.clone() };
+        if self.0.len() >= Self::KEPT {
+            self.0.pop_front();
+        }
+        self.0.push_back((asked.clone(), report.clone()));
+        report
+    }
+}
+
 async fn libvirt_task(cfg: AgentConfig, handle: SessionHandle, live: Arc<AtomicBool>) {
-    let uri = cfg.endpoints.libvirt_uri.clone();
+    let target = cfg.endpoints.libvirt.clone();
+    let uri = target.uri.clone();
     let (tx, mut rx) = mpsc::channel(256);
-    tokio::spawn(watch(uri.clone(), Backoff::default(), tx, live));
+    tokio::spawn(watch(target.clone(), Backoff::default(), tx, live));
     // Snapshots run in a task of their own, one at a time: a burst of events
     // asks for one snapshot, and events are never held up behind one.
     let (want_tx, want_rx) = mpsc::channel::<()>(1);
-    tokio::spawn(snapshot_task(uri.clone(), cfg.session.node.clone(), handle.clone(), want_rx));
+    tokio::spawn(snapshot_task(target, cfg.session.node.clone(), handle.clone(), want_rx));
     let want = move || {
         let _ = want_tx.try_send(());
     };
@@ -150,10 +184,16 @@ async fn libvirt_task(cfg: AgentConfig, handle: SessionHandle, live: Arc<AtomicB
     }
 }
 
-async fn snapshot_task(uri: String, node: String, handle: SessionHandle, mut want: mpsc::Receiver<()>) {
+async fn snapshot_task(
+    target: LibvirtTarget,
+    node: String,
+    handle: SessionHandle,
+    mut want: mpsc::Receiver<()>,
+) {
     let mut last_facts: Option<HostFacts> = None;
+    let lane = Lane::default();
     while want.recv().await.is_some() {
-        match snapshot(&uri).await {
+        match snapshot(&target, &lane).await {
             Ok((facts, inv)) => {
                 if last_facts.as_ref() != Some(&facts) {
                     handle.push(Payload::HostFacts(facts.clone())).await;
@@ -227,5 +267,33 @@ async fn ceph_task(
                 }))
                 .await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hv_proto::v1::CheckConfig;
+
+    fn asked(uid: &str, run: u64, bridges: &[&str]) -> RunChecks {
+        let config =
+            CheckConfig { bridges: bridges.iter().map(|b| b.to_string()).collect(), ..Default::default() };
+        RunChecks { run, config: Some(config), hypervisor_uid: uid.into() }
+    }
+
+    #[test]
+    fn a_kept_report_answers_only_the_same_run_of_the_same_hypervisor_and_configuration() {
+        let mut r = Reports::default();
+        let ok = vec![CheckResult { name: "ovs-bridge/br-int".into(), passed: true, ..Default::default() }];
+        let kept = r.keep(&asked("uid-1", 1, &["br-int"]), ok);
+        assert_eq!(kept.hypervisor_uid, "uid-1", "the report echoes the Hypervisor it answers");
+        assert_eq!(r.get(&asked("uid-1", 1, &["br-int"])), Some(kept));
+        assert_eq!(r.get(&asked("uid-2", 1, &["br-int"])), None, "a Hypervisor created anew runs again");
+        assert_eq!(r.get(&asked("uid-1", 1, &["br-int", "br-ex"])), None, "another configuration runs again");
+        assert_eq!(r.get(&asked("uid-1", 2, &["br-int"])), None);
+        for run in 2..=9 {
+            r.keep(&asked("uid-1", run, &[]), Vec::new());
+        }
+        assert_eq!(r.get(&asked("uid-1", 1, &["br-int"])), None, "only the last 8 are kept");
     }
 }

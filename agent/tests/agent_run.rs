@@ -54,14 +54,11 @@ async fn get(port: u16, path: &str) -> (u16, String) {
 }
 
 async fn wait_for<F: Fn(&[AgentMessage]) -> bool>(rec: &FakeCoordinator, what: &str, f: F) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        if f(&rec.messages().await) {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    hv_tests::wait::until(what, Duration::from_secs(20), String::new, || async {
+        let seen = rec.messages().await;
+        hv_tests::wait::ready_when(f(&seen), seen.len())
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -73,8 +70,13 @@ async fn the_agent_streams_the_node_and_answers_run_checks() {
         optional_bridges: vec![],
         ceph_pools: vec!["vms".into()],
         start_test_domain: true,
+        ..Default::default()
     };
-    let rec = FakeCoordinator::with_commands(vec![Down::RunChecks(RunChecks { run: 1, config: Some(cfg) })]);
+    let rec = FakeCoordinator::with_commands(vec![Down::RunChecks(RunChecks {
+        run: 1,
+        config: Some(cfg),
+        hypervisor_uid: "uid-1".into(),
+    })]);
     let url = rec.serve().await.unwrap();
     let health = free_port();
     let _agent = agent(&env, &url, &env.ovsdb.tcp, health);
@@ -120,14 +122,10 @@ async fn healthz_fails_when_a_watcher_is_not_live() {
     let env = hv_tests::env::require();
     let health = free_port();
     let _agent = agent(&env, "http://127.0.0.1:1", "tcp:127.0.0.1:1", health);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
+    // Once libvirt and Ceph are up, only the unreachable OVSDB is named.
+    hv_tests::wait::until("healthz to name only OVSDB", Duration::from_secs(15), String::new, || async {
         let (code, body) = get(health, "/healthz").await;
-        // Once libvirt and Ceph are up, only the unreachable OVSDB is named.
-        if code == 503 && body == "not live: ovsdb\n" {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "healthz stayed {code} {body}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        hv_tests::wait::ready_when(code == 503 && body == "not live: ovsdb\n", (code, body))
+    })
+    .await;
 }

@@ -6,6 +6,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use hv_agent::libvirt::LibvirtTarget;
 use hv_agent::libvirt::events::{LibvirtEvent, init_event_loop, subscribe};
 use hv_proto::v1::DomainEventKind;
 
@@ -69,7 +70,7 @@ async fn a_killed_libvirtd_is_reported_lost_and_reconnected_when_back() {
     let (tx, mut rx) = tokio::sync::mpsc::channel(16);
     let live = Arc::new(AtomicBool::new(false));
     let backoff = Backoff { base: Duration::from_millis(100), max: Duration::from_millis(500), jitter: 0.3 };
-    let task = tokio::spawn(watch(daemon.test_uri(), backoff, tx, live.clone()));
+    let task = tokio::spawn(watch(LibvirtTarget::plain(&daemon.test_uri()), backoff, tx, live.clone()));
     macro_rules! next {
         ($secs:expr) => {
             tokio::time::timeout(Duration::from_secs($secs), rx.recv()).await.unwrap()

@@ -29,7 +29,12 @@ async fn bridges_are_listed_with_their_ports() {
 async fn a_missing_bridge_fails_its_check_by_name() {
     let env = hv_tests::env::require();
     let c = Client::connect(&env.ovsdb.tcp).await.unwrap();
-    let checks = check_bridges(&c.bridges().await.unwrap(), &["br-int".into(), "br-hv-missing".into()], &[]);
+    let checks = check_bridges(
+        &c.bridges().await.unwrap(),
+        &["br-int".into(), "br-hv-missing".into()],
+        &[],
+        &hv_agent::ovsdb::default_expectations(),
+    );
     assert!(checks[0].passed, "{checks:?}");
     assert!(!checks[1].passed);
     assert!(checks[1].message.contains("br-hv-missing"), "{}", checks[1].message);
@@ -71,4 +76,40 @@ async fn a_bad_remote_is_a_clear_error() {
     assert!(err.contains("neither tcp:HOST:PORT nor unix:PATH"), "{err}");
     let err = Client::connect("tcp:127.0.0.1:1").await.err().unwrap().to_string();
     assert!(err.contains("connecting to OVSDB at tcp:127.0.0.1:1"), "{err}");
+}
+
+#[tokio::test]
+async fn a_bridge_in_the_wrong_fail_mode_and_missing_external_ids_fail_by_field() {
+    // An ovsdb-server of its own: the ground's Open_vSwitch row is shared.
+    let dir = std::env::temp_dir().join(format!("hv-ovs-expect-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let ovs = hv_tests::region::PrivateOvsdb::start(&dir, &["br-int", "br-ex"]).unwrap();
+    ovs.set_fail_mode("br-int", "standalone").unwrap();
+    let cfg = hv_proto::v1::CheckConfig {
+        bridges: vec!["br-int".into(), "br-ex".into()],
+        bridge_expectations: vec![hv_proto::v1::BridgeExpectation {
+            bridge: "br-int".into(),
+            fail_mode: "secure".into(),
+            ..Default::default()
+        }],
+        ovs_external_ids: [("ovn-bridge-mappings".to_string(), "*".to_string())].into(),
+        ..Default::default()
+    };
+    let out = hv_agent::checks::ovs_checks(&ovs.remote, &cfg).await;
+    let by = |n: &str| out.iter().find(|o| o.name == n).cloned().unwrap_or_else(|| panic!("{n}: {out:?}"));
+    let int = by("ovs-bridge/br-int");
+    assert!(!int.passed);
+    assert_eq!(int.message, "bridge br-int: fail_mode: wanted secure, found standalone");
+    assert!(by("ovs-bridge/br-ex").passed);
+    let ids = by("ovs-external-id/ovn-bridge-mappings");
+    assert!(!ids.passed);
+    assert_eq!(ids.message, "Open_vSwitch external_ids:ovn-bridge-mappings: wanted any value, found (unset)");
+
+    // The fix, as an SRE would make it.
+    ovs.set_fail_mode("br-int", "secure").unwrap();
+    ovs.vsctl(&["set", "Open_vSwitch", ".", "external_ids:ovn-bridge-mappings=physnet1:br-ex"]).unwrap();
+    let out = hv_agent::checks::ovs_checks(&ovs.remote, &cfg).await;
+    assert!(out.iter().all(|o| o.passed), "{out:?}");
+    assert_eq!(out.len(), 3);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -61,7 +61,11 @@ impl AgentService for Svc {
                 let _ = tx.send(Ok(CoordinatorMessage { payload: Some(again) })).await;
                 let _ = tx
                     .send(Ok(CoordinatorMessage {
-                        payload: Some(Down::RunChecks(RunChecks { run: 7, config: None })),
+                        payload: Some(Down::RunChecks(RunChecks {
+                            run: 7,
+                            config: None,
+                            hypervisor_uid: String::new(),
+                        })),
                     }))
                     .await;
             }
@@ -131,11 +135,11 @@ async fn replay_after_a_broken_stream_loses_nothing_and_resends_nothing_acked() 
         handle.push(event(i)).await;
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while handle.acked().await < 40 {
-        assert!(tokio::time::Instant::now() < deadline, "only {} acked", handle.acked().await);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    hv_tests::wait::until("40 messages acked", Duration::from_secs(10), String::new, || async {
+        let acked = handle.acked().await;
+        hv_tests::wait::ready_when(acked >= 40, acked)
+    })
+    .await;
     let mut durable = coord.durable.lock().await.clone();
     durable.sort();
     assert_eq!(durable, (1..=40).collect::<Vec<u64>>(), "every event is durable exactly once");
@@ -167,15 +171,15 @@ async fn unexpected_messages_are_logged_and_survived() {
     let cmd = tokio::time::timeout(Duration::from_secs(5), cmd_rx.recv()).await.unwrap().unwrap();
     assert_eq!(
         cmd,
-        Command::RunChecks(RunChecks { run: 7, config: None }),
+        Command::RunChecks(RunChecks { run: 7, config: None, hypervisor_uid: String::new() }),
         "commands after the junk still arrive"
     );
     handle.push(event(1)).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while handle.acked().await < 1 {
-        assert!(tokio::time::Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    hv_tests::wait::until("the event acked", Duration::from_secs(5), String::new, || async {
+        let acked = handle.acked().await;
+        hv_tests::wait::ready_when(acked >= 1, acked)
+    })
+    .await;
     assert_eq!(stats.unexpected_messages.load(Ordering::Relaxed), 2);
     assert_eq!(stats.connects.load(Ordering::Relaxed), 1, "the stream was kept");
     task.abort();
@@ -227,11 +231,16 @@ async fn a_garbled_coordinator_message_is_logged_and_survived() {
     let (cmd_tx, _rx) = mpsc::channel(8);
     let task = tokio::spawn(session.run(cmd_tx));
     handle.push(event(1)).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while stats.stream_errors.load(Ordering::Relaxed) < 2 {
-        assert!(tokio::time::Instant::now() < deadline, "the garbage was not reported as a stream error");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    hv_tests::wait::until(
+        "the garbage reported as stream errors",
+        Duration::from_secs(5),
+        String::new,
+        || async {
+            let errors = stats.stream_errors.load(Ordering::Relaxed);
+            hv_tests::wait::ready_when(errors >= 2, errors)
+        },
+    )
+    .await;
     assert!(!task.is_finished(), "the session survives and keeps reconnecting");
     assert_eq!(stats.connects.load(Ordering::Relaxed), 0, "no Welcome was ever decoded");
     assert_eq!(handle.acked().await, 0, "nothing is considered delivered");

@@ -1,21 +1,33 @@
-//! libvirt on the node, over TCP (`qemu+tcp://<host>:16509/system`, or
-//! `ch+tcp://…` for Cloud Hypervisor): host facts and the domain inventory.
+//! libvirt on the node (`qemu+tls://<host>/system`, `qemu+tcp://…`, or
+//! `ch+…` for Cloud Hypervisor): host facts and the domain inventory.
 //!
-//! The `virt` bindings are blocking; async callers wrap these calls in
-//! `spawn_blocking`.
+//! Authentication (docs/checks.md, "libvirt authentication"): TLS with a
+//! client certificate (libvirt reads `cacert.pem`, `clientcert.pem` and
+//! `clientkey.pem` from the URI's `pkipath`), and SASL credentials given to
+//! libvirt through the auth callback of `virConnectOpenAuth`.
+//!
+//! The `virt` bindings are blocking; async callers run these calls in a
+//! [`blocking::Lane`] under the target's deadline.
 
+pub mod blocking;
 pub mod events;
 pub mod watch;
 pub mod xml;
 
+use std::cell::RefCell;
+
 use hv_proto::v1::{Domain, DomainState, HostFacts};
-use virt::connect::Connect;
+use virt::connect::{Connect, ConnectAuth, ConnectCredential, ConnectCredentialType};
 use virt::domain::DomainState as VState;
+use virt::error::ErrorNumber;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LibvirtError {
     #[error("connecting to libvirt at {uri}: {message}")]
     Connect { uri: String, message: String },
+    /// libvirt refused our credentials (SASL), or asked for some we do not have.
+    #[error("libvirt at {uri} refused the agent's credentials ({who}): {message}")]
+    Auth { uri: String, who: String, message: String },
     #[error("libvirt {call}: {message}")]
     Call { call: &'static str, message: String },
     #[error(transparent)]
@@ -36,6 +48,81 @@ pub fn parse_version(s: &str) -> Option<(u32, u32, u32)> {
     Some((major, minor, micro))
 }
 
+/// Where libvirt is, how the agent logs in, and how long it waits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LibvirtTarget {
+    /// The connection URI, with `pkipath=DIR` for a TLS client certificate.
+    pub uri: String,
+    /// SASL credentials, for a libvirtd with `auth_tls` or `auth_tcp` = "sasl".
+    pub sasl: Option<SaslCredentials>,
+    /// Longest a connection or a snapshot may take; the checks (which may
+    /// start a test domain under emulation) get [`CHECKS_FACTOR`] times it.
+    pub deadline: std::time::Duration,
+}
+
+/// The libvirt checks' deadline, in multiples of [`LibvirtTarget::deadline`].
+pub const CHECKS_FACTOR: u32 = 4;
+
+impl Default for LibvirtTarget {
+    fn default() -> Self {
+        LibvirtTarget { uri: String::new(), sasl: None, deadline: std::time::Duration::from_secs(30) }
+    }
+}
+
+#[derive(Clone, PartialEq, Eq)]
+pub struct SaslCredentials {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for SaslCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SaslCredentials {{ username: {:?}, password: <redacted> }}", self.username)
+    }
+}
+
+impl LibvirtTarget {
+    /// No credentials: TCP without auth, or TLS with the default PKI paths.
+    pub fn plain(uri: &str) -> LibvirtTarget {
+        LibvirtTarget { uri: uri.to_string(), ..LibvirtTarget::default() }
+    }
+
+    /// `uri` with `pkipath=dir` added (libvirt's directory of `cacert.pem`,
+    /// `clientcert.pem` and `clientkey.pem`), unless it names one already.
+    pub fn with_pki_dir(uri: &str, dir: &std::path::Path) -> String {
+        if uri.contains("pkipath=") {
+            return uri.to_string();
+        }
+        let sep = if uri.contains('?') { '&' } else { '?' };
+        format!("{uri}{sep}pkipath={}", dir.display())
+    }
+}
+
+thread_local! {
+    /// The credentials for the `virConnectOpenAuth` call running on this
+    /// thread: libvirt calls the callback synchronously, on the caller's
+    /// thread, and the `virt` crate's callback is a plain function.
+    static SASL: RefCell<Option<SaslCredentials>> = const { RefCell::new(None) };
+}
+
+/// Answers libvirt's credential prompts from [`SASL`]; a prompt we cannot
+/// answer stays empty, and libvirt then fails the login.
+#[allow(clippy::ptr_arg)] // the signature is the `virt` crate's callback type
+fn answer(creds: &mut Vec<ConnectCredential>) {
+    SASL.with(|s| {
+        let Some(c) = s.borrow().clone() else { return };
+        for cred in creds.iter_mut() {
+            cred.result = match cred.typed {
+                ConnectCredentialType::AuthName | ConnectCredentialType::UserName => Some(c.username.clone()),
+                ConnectCredentialType::Passphrase | ConnectCredentialType::NoEchoPrompt => {
+                    Some(c.password.clone())
+                }
+                _ => None,
+            };
+        }
+    });
+}
+
 pub struct Libvirt {
     pub uri: String,
     pub(crate) conn: Connect,
@@ -43,9 +130,40 @@ pub struct Libvirt {
 
 impl Libvirt {
     pub fn open(uri: &str) -> Result<Libvirt, LibvirtError> {
-        let conn = Connect::open(Some(uri))
-            .map_err(|e| LibvirtError::Connect { uri: uri.to_string(), message: e.to_string() })?;
-        Ok(Libvirt { uri: uri.to_string(), conn })
+        Self::connect(&LibvirtTarget::plain(uri))
+    }
+
+    /// Opens `target`, logging in with its credentials where libvirt asks.
+    pub fn connect(target: &LibvirtTarget) -> Result<Libvirt, LibvirtError> {
+        let uri = target.uri.clone();
+        SASL.with(|s| *s.borrow_mut() = target.sasl.clone());
+        let mut auth = ConnectAuth::new(
+            vec![
+                ConnectCredentialType::AuthName,
+                ConnectCredentialType::UserName,
+                ConnectCredentialType::Passphrase,
+                ConnectCredentialType::NoEchoPrompt,
+            ],
+            answer,
+        );
+        let opened = Connect::open_auth(Some(&uri), &mut auth, 0);
+        SASL.with(|s| *s.borrow_mut() = None);
+        let conn = opened.map_err(|e| {
+            let auth_failed = matches!(
+                e.code(),
+                virt::enumutil::Enum::Known(ErrorNumber::AuthFailed | ErrorNumber::AuthCancelled)
+            );
+            if auth_failed {
+                let who = match &target.sasl {
+                    Some(c) => format!("SASL user {}", c.username),
+                    None => "no SASL credentials configured".to_string(),
+                };
+                LibvirtError::Auth { uri: uri.clone(), who, message: e.to_string() }
+            } else {
+                LibvirtError::Connect { uri: uri.clone(), message: e.to_string() }
+            }
+        })?;
+        Ok(Libvirt { uri, conn })
     }
 
     fn call<T>(call: &'static str, r: Result<T, virt::error::Error>) -> Result<T, LibvirtError> {
@@ -80,7 +198,7 @@ impl Libvirt {
             arch: if caps.arch.is_empty() { node.model } else { caps.arch },
             cpu_features: caps.cpu_features,
             numa_cells: caps.numa_cells,
-            memory_bytes: node.memory * 1024,
+            memory_bytes: node.memory.saturating_mul(1024),
             cpus: node.cpus,
             trait_candidates: traits,
         })
@@ -103,7 +221,7 @@ impl Libvirt {
                 name,
                 state: state(info.state) as i32,
                 vcpus: info.nr_virt_cpu,
-                memory_bytes: info.max_mem * 1024,
+                memory_bytes: info.max_mem.saturating_mul(1024),
                 disks,
                 pci_host_devices,
             });

@@ -7,9 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc;
 
-use super::Libvirt;
 use super::events::{LibvirtEvent, init_event_loop, subscribe};
+use super::{Libvirt, LibvirtTarget};
 use crate::backoff::{Backoff, draw};
+
+/// How long opening and subscribing may take.
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WatchEvent {
@@ -20,26 +22,34 @@ pub enum WatchEvent {
 
 /// Watch `uri` until `out` is closed. `live` tells whether the connection
 /// is up right now (for `/healthz`).
-pub async fn watch(uri: String, backoff: Backoff, out: mpsc::Sender<WatchEvent>, live: Arc<AtomicBool>) {
+pub async fn watch(
+    target: LibvirtTarget,
+    backoff: Backoff,
+    out: mpsc::Sender<WatchEvent>,
+    live: Arc<AtomicBool>,
+) {
     if let Err(e) = init_event_loop() {
         let _ = out.send(WatchEvent::Lost { reason: format!("libvirt event loop: {e}") }).await;
         return;
     }
     let mut attempt = 0u32;
     let mut reported_down = false;
+    let lane = super::blocking::Lane::default();
     loop {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let u = uri.clone();
-        let opened = tokio::task::spawn_blocking(move || -> Result<_, String> {
-            let lv = Libvirt::open(&u).map_err(|e| e.to_string())?;
-            lv.conn.set_keep_alive(5, 3).map_err(|e| format!("keepalive: {e}"))?;
-            let sub = subscribe(&lv.conn, tx)?;
-            let version = lv.lib_version().map_err(|e| e.to_string())?;
-            Ok((lv, sub, version))
-        })
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|r| r);
+        let t = target.clone();
+        // A libvirtd that accepts and never answers must not hang the
+        // watcher: past the deadline the attempt counts as failed (the
+        // blocking call's late result is dropped, closing it).
+        let opened = lane
+            .run("libvirt connection", t.deadline, move || {
+                let lv = Libvirt::connect(&t).map_err(|e| e.to_string())?;
+                lv.conn.set_keep_alive(5, 3).map_err(|e| format!("keepalive: {e}"))?;
+                let sub = subscribe(&lv.conn, tx)?;
+                let version = lv.lib_version().map_err(|e| e.to_string())?;
+                Ok((lv, sub, version))
+            })
+            .await;
         match opened {
             Ok((lv, sub, version)) => {
                 attempt = 0;

@@ -111,7 +111,7 @@ pub fn capabilities(xml: &str) -> Result<HostCaps, XmlError> {
             NumaCell {
                 id: cell.attribute("id").and_then(|i| i.parse().ok()).unwrap_or(0),
                 cpus,
-                memory_bytes: mem_kib * 1024,
+                memory_bytes: mem_kib.saturating_mul(1024),
             }
         })
         .collect();
@@ -233,5 +233,8 @@ mod tests {
         assert_eq!(c.cpu_features, vec!["avx512f", "vmx"]);
         assert_eq!(c.numa_cells.len(), 2);
         assert_eq!(c.numa_cells[1].memory_bytes, 2048 * 1024);
+        let huge = xml.replace(">2048<", ">18446744073709551615<");
+        let c = capabilities(&huge).unwrap();
+        assert_eq!(c.numa_cells[1].memory_bytes, u64::MAX, "a cell size past u64 bytes saturates");
     }
 }

@@ -30,7 +30,13 @@ pub enum OvsdbError {
     Rpc { method: String, error: Value },
     #[error("OVSDB transaction failed: {0}")]
     Transaction(Value),
+    #[error("OVSDB did not answer {method} within {secs} s")]
+    Timeout { method: String, secs: u64 },
 }
+
+/// How long a request waits for its reply: a connection that stays open but
+/// never answers must not hang a check or a watcher.
+pub const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, Value>>>>>;
 type Writer = Arc<Mutex<Box<dyn AsyncWrite + Send + Unpin>>>;
@@ -110,10 +116,14 @@ impl Client {
         let (tx, rx) = oneshot::channel();
         self.pending.lock().await.insert(id, tx);
         self.send(&json!({"method": method, "params": params, "id": id})).await?;
-        match rx.await {
-            Ok(Ok(result)) => Ok(result),
-            Ok(Err(error)) => Err(OvsdbError::Rpc { method: method.to_string(), error }),
-            Err(_) => Err(OvsdbError::Closed),
+        match tokio::time::timeout(CALL_TIMEOUT, rx).await {
+            Ok(Ok(Ok(result))) => Ok(result),
+            Ok(Ok(Err(error))) => Err(OvsdbError::Rpc { method: method.to_string(), error }),
+            Ok(Err(_)) => Err(OvsdbError::Closed),
+            Err(_) => {
+                self.pending.lock().await.remove(&id);
+                Err(OvsdbError::Timeout { method: method.to_string(), secs: CALL_TIMEOUT.as_secs() })
+            }
         }
     }
 
@@ -151,63 +161,182 @@ impl Client {
     }
 
     async fn read_loop(&self, mut reader: Box<dyn AsyncRead + Send + Unpin>) {
-        let mut buf: Vec<u8> = Vec::with_capacity(8192);
+        let mut decoder = Decoder::default();
         let mut chunk = vec![0u8; 16384];
         loop {
             let n = match reader.read(&mut chunk).await {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
-            buf.extend_from_slice(&chunk[..n]);
-            let mut consumed = 0;
-            {
-                let mut stream = serde_json::Deserializer::from_slice(&buf).into_iter::<Value>();
-                loop {
-                    match stream.next() {
-                        Some(Ok(msg)) => {
-                            consumed = stream.byte_offset();
-                            self.dispatch(msg).await;
-                        }
-                        Some(Err(e)) if e.is_eof() => break,
-                        // Garbage on the wire: the stream cannot be resynchronised.
-                        Some(Err(_)) => return,
-                        None => break,
-                    }
-                }
+            // Garbage on the wire: the stream cannot be resynchronised.
+            let Ok(messages) = decoder.feed(&chunk[..n]) else { return };
+            for msg in messages {
+                self.dispatch(msg).await;
             }
-            buf.drain(..consumed);
         }
     }
 
     async fn dispatch(&self, msg: Value) {
-        let method = msg.get("method").and_then(Value::as_str).map(str::to_string);
-        match method.as_deref() {
-            Some("echo") => {
-                let reply = json!({"id": msg.get("id").cloned().unwrap_or(Value::Null),
-                                   "result": msg.get("params").cloned().unwrap_or(json!([])), "error": null});
+        match Incoming::of(msg) {
+            Incoming::Echo(reply) => {
                 let _ = self.send(&reply).await;
             }
-            Some("update") => {
-                let params = msg.get("params").and_then(Value::as_array).cloned().unwrap_or_default();
-                let id = params.first().and_then(Value::as_str).unwrap_or_default().to_string();
-                let updates = params.get(1).cloned().unwrap_or(Value::Null);
-                let sender = self.monitors.lock().await.get(&id).cloned();
+            Incoming::Update { monitor, updates } => {
+                let sender = self.monitors.lock().await.get(&monitor).cloned();
                 if let Some(tx) = sender {
                     let _ = tx.send(updates).await;
                 }
             }
-            Some(_) => {} // other notifications (locked, stolen) are not used
-            None => {
-                let Some(id) = msg.get("id").and_then(Value::as_u64) else { return };
+            Incoming::Reply { id, outcome } => {
                 if let Some(tx) = self.pending.lock().await.remove(&id) {
-                    let err = msg.get("error").cloned().unwrap_or(Value::Null);
-                    let _ = tx.send(if err.is_null() {
-                        Ok(msg.get("result").cloned().unwrap_or(Value::Null))
-                    } else {
-                        Err(err)
-                    });
+                    let _ = tx.send(outcome);
                 }
             }
+            Incoming::Ignored => {}
         }
+    }
+}
+
+/// Splits the bytes an OVSDB server sends into JSON values: they arrive
+/// concatenated, with no framing, and may be cut anywhere. Each byte is
+/// scanned once (nesting depth and strings tracked across feeds) and each
+/// value parsed once it is closed, so a large message arriving in many
+/// small reads costs linear time. Pure (fuzzed).
+#[derive(Debug, Default)]
+pub struct Decoder {
+    buf: Vec<u8>,
+    /// How far `buf` has been scanned.
+    scanned: usize,
+    /// Open objects and arrays at `scanned`.
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+}
+
+/// The stream holds something that is not JSON: it cannot be resynchronised.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Garbage;
+
+impl Decoder {
+    /// Most a single message may take while it is incomplete; a server that
+    /// sends more without closing a value is not speaking OVSDB.
+    pub const MAX_PENDING: usize = 64 << 20;
+
+    /// Takes `bytes`; answers every value now complete, in order. A value
+    /// on the wire is an object or an array (JSON-RPC's messages).
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Vec<Value>, Garbage> {
+        self.buf.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        let mut start = 0;
+        while self.scanned < self.buf.len() {
+            let b = self.buf[self.scanned];
+            self.scanned += 1;
+            if self.in_string {
+                match (self.escaped, b) {
+                    (true, _) => self.escaped = false,
+                    (false, b'\\') => self.escaped = true,
+                    (false, b'"') => self.in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match b {
+                b'"' if self.depth > 0 => self.in_string = true,
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' => {
+                    self.depth = self.depth.checked_sub(1).ok_or(Garbage)?;
+                    if self.depth == 0 {
+                        let value =
+                            serde_json::from_slice(&self.buf[start..self.scanned]).map_err(|_| Garbage)?;
+                        out.push(value);
+                        start = self.scanned;
+                    }
+                }
+                b' ' | b'\t' | b'\r' | b'\n' => {}
+                _ if self.depth == 0 => return Err(Garbage),
+                _ => {}
+            }
+        }
+        self.buf.drain(..start);
+        self.scanned -= start;
+        if self.buf.len() > Self::MAX_PENDING {
+            return Err(Garbage);
+        }
+        Ok(out)
+    }
+}
+
+/// What one message from the server means to the client. Pure (fuzzed).
+#[derive(Debug, PartialEq)]
+pub enum Incoming {
+    /// The server's inactivity probe; this is the answer to send.
+    Echo(Value),
+    /// A monitor's `update` notification.
+    Update { monitor: String, updates: Value },
+    /// The reply to request `id`.
+    Reply { id: u64, outcome: Result<Value, Value> },
+    /// Anything else (other notifications, a reply without a usable id).
+    Ignored,
+}
+
+impl Incoming {
+    pub fn of(msg: Value) -> Incoming {
+        match msg.get("method").and_then(Value::as_str) {
+            Some("echo") => Incoming::Echo(json!({
+                "id": msg.get("id").cloned().unwrap_or(Value::Null),
+                "result": msg.get("params").cloned().unwrap_or(json!([])),
+                "error": null,
+            })),
+            Some("update") => {
+                let params = msg.get("params").and_then(Value::as_array).cloned().unwrap_or_default();
+                let monitor = params.first().and_then(Value::as_str).unwrap_or_default().to_string();
+                Incoming::Update { monitor, updates: params.get(1).cloned().unwrap_or(Value::Null) }
+            }
+            Some(_) => Incoming::Ignored,
+            None => {
+                let Some(id) = msg.get("id").and_then(Value::as_u64) else { return Incoming::Ignored };
+                let err = msg.get("error").cloned().unwrap_or(Value::Null);
+                let outcome = if err.is_null() {
+                    Ok(msg.get("result").cloned().unwrap_or(Value::Null))
+                } else {
+                    Err(err)
+                };
+                Incoming::Reply { id, outcome }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn brackets_and_quotes_inside_strings_do_not_end_a_value() {
+        let wire = br#"{"a":"}\"]{","b":[1,{"c":"\\"}]} [2]"#;
+        for cut in 0..=wire.len() {
+            let mut d = Decoder::default();
+            let mut got = d.feed(&wire[..cut]).unwrap_or_else(|_| panic!("cut at {cut}"));
+            got.extend(d.feed(&wire[cut..]).unwrap_or_else(|_| panic!("cut at {cut}")));
+            assert_eq!(got, vec![json!({"a": "}\"]{", "b": [1, {"c": "\\"}]}), json!([2])], "cut at {cut}");
+        }
+        assert_eq!(Decoder::default().feed(b"]"), Err(Garbage));
+        assert_eq!(Decoder::default().feed(b"42 "), Err(Garbage), "a bare scalar is not a message");
+    }
+
+    #[test]
+    fn a_large_message_in_small_reads_is_reassembled() {
+        // About 3 MiB in 4 KiB reads (a bridge with 100 000 ports).
+        let rows: Vec<Value> =
+            (0..100_000).map(|i| json!({"name": format!("port-{i:06}"), "ofport": i})).collect();
+        let wire = serde_json::to_vec(&json!({"id": 1, "result": [{"rows": rows}]})).unwrap_or_default();
+        assert!(wire.len() > 2 << 20);
+        let mut d = Decoder::default();
+        let mut got = Vec::new();
+        for chunk in wire.chunks(4096) {
+            got.extend(d.feed(chunk).unwrap_or_default());
+        }
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0]["result"][0]["rows"][99_999]["name"], "port-099999");
     }
 }

@@ -4,5 +4,8 @@ mod bridges;
 mod client;
 pub mod wire;
 
-pub use bridges::{Bridge, BridgeChange, BridgeCheck, BridgeWatch, check_bridges};
-pub use client::{Client, OvsdbError};
+pub use bridges::{
+    Bridge, BridgeChange, BridgeCheck, BridgeWatch, Expectation, apply_updates, bridges_from, check_bridges,
+    default_expectations, external_id_mismatches, mismatches,
+};
+pub use client::{Client, Decoder, Garbage, Incoming, OvsdbError};

@@ -1,4 +1,4 @@
-//! The agent's one long-lived stream to the coordinator (DESIGN.md section 7).
+//! The agent's one long-lived stream to the coordinator (docs/protocol.md).
 //!
 //! Hello first; the coordinator's Welcome says what it already holds, and
 //! the outbox replays the rest. Then heartbeats (jittered), whatever the
@@ -152,6 +152,7 @@ impl Session {
                 Capability::CephRbd as i32,
                 Capability::Checks as i32,
                 Capability::DomainEvents as i32,
+                Capability::BridgeExpectations as i32,
             ],
             replay_from: acked + 1,
         };
@@ -171,7 +172,7 @@ impl Session {
                     ob.ack(w.acked_seq);
                     ob.rewind();
                     if let Some(d) = w.heartbeat_interval.and_then(|d| Duration::try_from(d).ok()) {
-                        heartbeat = d.max(Duration::from_millis(100));
+                        heartbeat = bounded_heartbeat(d);
                     }
                 }
                 _ => return Err(StreamEnd::NoWelcome),
@@ -203,7 +204,7 @@ impl Session {
                         }
                         Some(Down::Configure(c)) => {
                             if let Some(d) = c.heartbeat_interval.and_then(|d| Duration::try_from(d).ok()) {
-                                heartbeat = d.max(Duration::from_millis(100));
+                                heartbeat = bounded_heartbeat(d);
                             }
                             if commands.send(Command::Configure(c)).await.is_err() { return Ok(()); }
                         }
@@ -218,6 +219,12 @@ impl Session {
             }
         }
     }
+}
+
+/// The heartbeat interval a coordinator asks for, within sane bounds (a
+/// huge one would overflow the next beat's deadline; a tiny one would flood).
+pub fn bounded_heartbeat(d: Duration) -> Duration {
+    d.clamp(Duration::from_millis(100), Duration::from_secs(3600))
 }
 
 /// ±20 % around the interval, so a fleet of agents does not beat in step.
@@ -239,4 +246,17 @@ fn host_load() -> Heartbeat {
         hb.memory_available_bytes = sys.available_memory();
     }
     hb
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_heartbeat_interval_from_the_coordinator_is_bounded() {
+        assert_eq!(bounded_heartbeat(Duration::MAX), Duration::from_secs(3600));
+        assert_eq!(bounded_heartbeat(Duration::ZERO), Duration::from_millis(100));
+        // The deadline a huge interval would make: no overflow.
+        let _ = tokio::time::Instant::now() + jitter(bounded_heartbeat(Duration::from_secs(u64::MAX)));
+    }
 }
