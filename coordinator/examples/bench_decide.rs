@@ -1,6 +1,6 @@
 //! `make bench` (for now): the cost of one lifecycle decision, the unit of
 //! work the coordinator pays per hypervisor per reconcile. Run in release.
-//! Prints figures; asserts nothing (DESIGN.md section 9: benchmarks, not
+//! Prints figures; asserts nothing (benchmarks, not
 //! timed tests).
 
 use std::collections::BTreeSet;
@@ -43,6 +43,7 @@ fn main() {
         nova: NovaObs::Registered(host),
         eviction: None,
         retry: None,
+        close_hosts: Vec::new(),
     };
     println!("lifecycle::decide, one hypervisor, 40 instances (release build)");
     println!("{:<34} {:>12} {:>14}", "case", "ns/decision", "decisions/s");

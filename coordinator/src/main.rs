@@ -11,12 +11,15 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use hv_coordinator::api::eviction::MigrationPolicy;
+use hv_coordinator::eviction::limit::ClusterLimit;
 use hv_coordinator::fleet::{self, AgentEndpoint, FleetEndpoint, Registry};
+use hv_coordinator::k8s::acting::LeaderOnlyLayer;
 use hv_coordinator::k8s::eviction::EvictionContext;
-use hv_coordinator::k8s::{self, Context, Intervals, Template, Writers, leader::Election};
+use hv_coordinator::k8s::leader::{Election, LeaseGuard};
+use hv_coordinator::k8s::{self, Context, Gate, Intervals, Template, Writers};
 use hv_coordinator::lifecycle::Policy;
 use hv_coordinator::metrics::Metrics;
-use hv_coordinator::nova::{Cloud, CloudSource, HttpPolicy, NovaClient};
+use hv_coordinator::nova::{Cloud, CloudSource, HttpPolicy, Nova, NovaClient};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector;
 use tokio::sync::{broadcast, mpsc, watch};
@@ -53,6 +56,12 @@ struct Args {
     /// New Hypervisors skip Testing (annotation hypervisor.cloud.sap/skip-tests=true).
     #[arg(long)]
     skip_tests: bool,
+    /// Suffix removed from a Node name to get the Nova host its nova-compute
+    /// registered under (repeatable; the first that matches): `.example.local`
+    /// maps the Node compute-4.example.local to compute-4. The Node annotation
+    /// hypervisor.cloud.sap/nova-host overrides it.
+    #[arg(long = "nova-host-strip-suffix")]
+    nova_host_strip_suffixes: Vec<String>,
     /// How long Onboarding waits for nova-compute to register.
     #[arg(long, default_value = "15m", value_parser = duration)]
     registration_timeout: Duration,
@@ -68,9 +77,18 @@ struct Args {
     /// Heartbeat interval told to agents; three missed ones end a session.
     #[arg(long, default_value = "10s", value_parser = duration)]
     agent_heartbeat: Duration,
-    /// Live migrations in flight at once across all evictions.
-    #[arg(long, default_value_t = 5)]
+    /// Live migrations in flight at once across all evictions (at least 1).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     cluster_max_migrations: u32,
+    /// How far Nova's clock may lag the coordinator's. A migration request
+    /// whose answer was lost is matched to the migration Nova created for
+    /// the server after we asked, less this.
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    nova_clock_skew: Duration,
+    /// How long an Eviction waits for its host's compute service to be
+    /// disabled before it fails (nothing moves before that).
+    #[arg(long, default_value = "10m", value_parser = duration)]
+    eviction_disable_timeout: Duration,
     /// How a VM moves when neither its metadata (hypervisor.cloud.sap:eviction)
     /// nor its Eviction's options.defaultPolicy says: liveMigrate, coldMigrate or skip.
     #[arg(long, default_value = "liveMigrate", value_parser = policy)]
@@ -83,10 +101,24 @@ struct Args {
     /// This replica's identity in the Lease (default: POD_NAME, else host name and pid).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// How long a lease stands unrenewed before a follower may take it.
     #[arg(long, default_value = "15s", value_parser = duration)]
     lease_duration: Duration,
+    /// A leader that has not renewed within this stops acting (and exits);
+    /// shorter than --lease-duration, so two replicas never act at once.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    lease_renew_deadline: Duration,
+    /// Pause between lease tries (followers) and renewals (the leader).
     #[arg(long, default_value = "2s", value_parser = duration)]
     lease_retry: Duration,
+    /// Longest wait for an answer of the Kubernetes API to a request (not a watch).
+    #[arg(long, default_value = "15s", value_parser = duration)]
+    kube_timeout: Duration,
+    /// Longest wait for a connection to Kubernetes, Nova, Placement or Keystone. A call
+    /// that changes something starts only while the lease has this much and a second
+    /// left before --lease-renew-deadline, so it is sent before another replica can lead.
+    #[arg(long, default_value = "3s", value_parser = duration)]
+    connect_timeout: Duration,
     /// JSON logs (production); the default is human-readable.
     #[arg(long, env = "HV_LOG_JSON")]
     log_json: bool,
@@ -128,17 +160,60 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let client =
-        kube::Client::try_default().await.context("Kubernetes client (KUBECONFIG or in-cluster config)")?;
+    if args.lease_renew_deadline >= args.lease_duration || args.lease_retry >= args.lease_renew_deadline {
+        anyhow::bail!(
+            "need --lease-retry ({:?}) < --lease-renew-deadline ({:?}) < --lease-duration ({:?})",
+            args.lease_retry,
+            args.lease_renew_deadline,
+            args.lease_duration
+        );
+    }
+    // Two clients: requests get a read timeout (a hung call must not hang
+    // a reconcile or a lease renewal); watches are long polls and get none.
+    let config =
+        kube::Config::infer().await.context("Kubernetes client (KUBECONFIG or in-cluster config)")?;
+    let watch_client = kube::Client::try_from(config.clone()).context("Kubernetes client")?;
+    let mut request_config = config;
+    let http = HttpPolicy { connect_timeout: args.connect_timeout, ..HttpPolicy::default() };
+    let connect = args.connect_timeout.min(args.kube_timeout);
+    request_config.connect_timeout = Some(connect);
+    request_config.read_timeout = Some(args.kube_timeout);
+    request_config.write_timeout = Some(args.kube_timeout);
+    // A call that changes something starts only while the lease has a
+    // connection's time and a second left before the renew deadline: it is
+    // on the wire before this replica stops leading, and a follower may take
+    // the lease only a lease duration after the last renewal (docs/failover.md).
+    let margin = connect + Duration::from_secs(1);
+    if margin + args.lease_retry >= args.lease_renew_deadline {
+        anyhow::bail!(
+            "--lease-renew-deadline ({:?}) must exceed --lease-retry ({:?}) plus the {:?} a call needs to start \
+             (--connect-timeout and a second)",
+            args.lease_renew_deadline,
+            args.lease_retry,
+            margin
+        );
+    }
+    let guard = Arc::new(LeaseGuard::new(margin));
+    // The election renews its Lease with `client`; the controllers write
+    // with `acting`, which sends nothing that changes state without the lease.
+    let client = kube::Client::try_from(request_config.clone()).context("Kubernetes client")?;
+    let acting = kube::client::ClientBuilder::try_from(request_config)
+        .context("Kubernetes client")?
+        .with_layer(&LeaderOnlyLayer(guard.clone()))
+        .build();
     let source = match &args.os_cloud {
         Some(cloud) => CloudSource::CloudsYaml { cloud: cloud.clone(), file: args.clouds_yaml.clone() },
         None => CloudSource::Env,
     };
     // A configuration that cannot work is the operator's to fix now; a
     // Keystone that rejects or does not answer is an observation per node.
-    let cloud = Cloud::new(source, HttpPolicy::default());
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
+        format!("{host}-{}", std::process::id())
+    });
+    let cloud = Cloud::new(source, http).with_lease_guard(guard.clone()).with_identity(&identity);
     cloud.check_config().context("OpenStack credentials")?;
-    let nova = Arc::new(NovaClient::new(cloud));
+    let nova: Arc<dyn Nova> = Arc::new(NovaClient::new(cloud));
 
     let metrics = Arc::new(Metrics::default());
     let metrics_addr = hv_coordinator::metrics::serve(args.metrics_listen, metrics.clone())
@@ -160,25 +235,25 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let (ev_reader, ev_writer) = reflector::store();
     let (mig_reader, mig_writer) = reflector::store();
     let (events, _) = broadcast::channel(1024);
-    let agents =
-        AgentEndpoint { registry: registry.clone(), leader: leader_rx, heartbeat: args.agent_heartbeat };
+    let agents = AgentEndpoint {
+        registry: registry.clone(),
+        hypervisors: hv_reader.clone(),
+        leader: leader_rx,
+        heartbeat: args.agent_heartbeat,
+    };
     let fleet_api =
         FleetEndpoint { hypervisors: hv_reader.clone(), registry: registry.clone(), events: events.clone() };
     let grpc = tokio::spawn(server.serve(agents, fleet_api, stopped(stop_rx.clone())));
 
-    let identity = args.identity.clone().unwrap_or_else(|| {
-        let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
-        format!("{host}-{}", std::process::id())
-    });
     let election = Election {
         lease: args.lease_name.clone(),
         identity: identity.clone(),
         lease_duration: args.lease_duration,
-        renew_every: args.lease_duration / 3,
+        renew_deadline: args.lease_renew_deadline,
         retry: args.lease_retry,
     };
     tokio::select! {
-        _ = election.acquire(&client, &args.namespace) => {}
+        _ = election.acquire(&client, &args.namespace, &guard) => {}
         _ = terminated() => {
             let _ = stop_tx.send(true);
             return Ok(());
@@ -188,27 +263,33 @@ async fn run(args: Args) -> anyhow::Result<()> {
     health.set_self(true).await;
     metrics.leader.store(true, std::sync::atomic::Ordering::Relaxed);
 
+    let gate = Arc::new(Gate::new(guard.clone()));
     let ev_ctx = Arc::new(EvictionContext {
-        client: client.clone(),
+        client: acting.clone(),
         nova: nova.clone(),
         migrations: mig_reader,
-        cluster_max: args.cluster_max_migrations,
+        hypervisors: hv_reader.clone(),
+        limit: Arc::new(ClusterLimit::new(args.cluster_max_migrations)),
+        gate: gate.clone(),
         written: Default::default(),
         metrics: metrics.clone(),
         default_policy: args.default_migration_policy,
+        disable_timeout: args.eviction_disable_timeout,
+        nova_clock_skew: args.nova_clock_skew,
     });
     let ctx = Arc::new(Context {
-        client: client.clone(),
+        client: acting.clone(),
         nova,
         registry: registry.clone(),
         health: health.clone(),
         recorder: Recorder::new(
-            client.clone(),
+            acting.clone(),
             Reporter { controller: "hv-coordinator".into(), instance: Some(identity.clone()) },
         ),
         hypervisors: hv_reader,
         nodes: node_reader,
         evictions: ev_reader,
+        gate,
         policy: Policy {
             registration_timeout: jiff::SignedDuration::try_from(args.registration_timeout)?,
             checks_timeout: jiff::SignedDuration::try_from(args.checks_timeout)?,
@@ -222,8 +303,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         custom_traits: args.custom_traits.clone(),
         ceph_pools: args.ceph_pools.clone(),
         skip_tests: args.skip_tests,
+        nova_host_strip_suffixes: args.nova_host_strip_suffixes.clone(),
     };
     let mut controllers = tokio::spawn(k8s::run(
+        watch_client.clone(),
         ctx,
         ev_ctx,
         args.node_selector.clone(),
@@ -233,11 +316,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         stop_rx.clone(),
     ));
     let lost = tokio::select! {
-        _ = terminated() => false,
-        _ = election.hold(&client, &args.namespace) => true,
-        _ = &mut controllers => true,
+        _ = terminated() => None,
+        _ = election.hold(&client, &args.namespace, &guard) => Some("lost the leader lease"),
+        _ = &mut controllers => Some("the controllers stopped (a cache could not sync)"),
     };
     // Hand over: stop acting first, then give the lease up.
+    guard.revoke();
     let _ = leader_tx.send(false);
     health.set_self(false).await;
     metrics.leader.store(false, std::sync::atomic::Ordering::Relaxed);
@@ -245,8 +329,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), controllers).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), grpc).await;
-    if lost {
-        anyhow::bail!("lost the leader lease {}; exiting to restart as a follower", args.lease_name);
+    if let Some(why) = lost {
+        anyhow::bail!("{why} ({}); exiting to restart as a follower", args.lease_name);
     }
     election.release(&client, &args.namespace).await;
     tracing::info!("stopped");

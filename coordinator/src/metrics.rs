@@ -6,17 +6,13 @@
 //! Counters start at zero in every process (Prometheus' `rate()` copes);
 //! the durable record is the Eviction's and Migrations' status.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use bytes::Bytes;
-use http_body_util::Full;
+use hv_listen::{Bytes, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use jiff::Timestamp;
 
 use crate::api::eviction::{VmState, VmStatus};
@@ -134,37 +130,21 @@ impl Metrics {
     }
 
     fn route(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
-        let (code, body) = match req.uri().path() {
-            "/metrics" => (StatusCode::OK, self.render()),
-            "/healthz" => (StatusCode::OK, "ok\n".to_string()),
-            _ => (StatusCode::NOT_FOUND, "not found\n".to_string()),
-        };
-        let mut r = Response::new(Full::new(Bytes::from(body)));
-        *r.status_mut() = code;
-        r
+        match req.uri().path() {
+            "/metrics" => hv_listen::text(StatusCode::OK, self.render()),
+            "/healthz" => hv_listen::text(StatusCode::OK, "ok\n"),
+            _ => hv_listen::text(StatusCode::NOT_FOUND, "not found\n"),
+        }
     }
 }
 
 /// Serves `/metrics` and `/healthz` until the process ends; answers the bound address.
 pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<SocketAddr> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let bound = listener.local_addr()?;
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
-            let m = metrics.clone();
-            tokio::spawn(async move {
-                let svc = service_fn(move |req| {
-                    let m = m.clone();
-                    async move { Ok::<_, Infallible>(m.route(&req)) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    Ok(bound)
+    hv_listen::serve(addr, hv_listen::Limits::default(), move |req| {
+        let m = metrics.clone();
+        async move { m.route(&req) }
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -6,6 +6,9 @@
 
 use std::fmt;
 
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
 /// `status` of a condition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ConditionStatus {
@@ -61,14 +64,21 @@ pub enum ConditionType {
     Evicted,
     /// Hypervisor: the node's lifecycle is stopped on an error until retried.
     Aborted,
+    /// Hypervisor: being deleted; True once nothing in Nova depends on the
+    /// host and the object may go, False while the deletion is held.
+    Deleting,
     /// Hypervisor: an agent session is live.
     AgentConnected,
     /// Hypervisor: the HA detector considers the node alive.
     NodeHealthy,
-    /// Eviction: the preflight checks passed.
-    PreflightPassed,
-    /// Eviction: every VM reached a final state.
-    Complete,
+    /// Eviction: the preflight's verdict (which VMs cannot go, and why).
+    Preflight,
+    /// Eviction: its target and options are usable (a managed Hypervisor,
+    /// options within bounds, a reason it may use).
+    Target,
+    /// Eviction: the host's compute service is disabled, so nothing new
+    /// lands while it is emptied.
+    HostDisabled,
 }
 
 impl ConditionType {
@@ -79,10 +89,12 @@ impl ConditionType {
             ConditionType::SchedulingEnabled => "SchedulingEnabled",
             ConditionType::Evicted => "Evicted",
             ConditionType::Aborted => "Aborted",
+            ConditionType::Deleting => "Deleting",
             ConditionType::AgentConnected => "AgentConnected",
             ConditionType::NodeHealthy => "NodeHealthy",
-            ConditionType::PreflightPassed => "PreflightPassed",
-            ConditionType::Complete => "Complete",
+            ConditionType::Preflight => "Preflight",
+            ConditionType::Target => "Target",
+            ConditionType::HostDisabled => "HostDisabled",
         }
     }
 
@@ -92,10 +104,11 @@ impl ConditionType {
             | ConditionType::Tested
             | ConditionType::SchedulingEnabled
             | ConditionType::Evicted
-            | ConditionType::Aborted => Owner::Lifecycle,
+            | ConditionType::Aborted
+            | ConditionType::Deleting => Owner::Lifecycle,
             ConditionType::AgentConnected => Owner::Fleet,
             ConditionType::NodeHealthy => Owner::Ha,
-            ConditionType::PreflightPassed | ConditionType::Complete => Owner::Eviction,
+            ConditionType::Preflight | ConditionType::Target | ConditionType::HostDisabled => Owner::Eviction,
         }
     }
 }
@@ -103,5 +116,103 @@ impl ConditionType {
 impl fmt::Display for ConditionType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// A condition as its owner wants it; [`merge`] stamps the times.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DesiredCondition {
+    pub type_: ConditionType,
+    pub status: ConditionStatus,
+    pub reason: String,
+    pub message: String,
+}
+
+impl DesiredCondition {
+    pub fn new(
+        type_: ConditionType,
+        status: ConditionStatus,
+        reason: &str,
+        message: impl Into<String>,
+    ) -> Self {
+        DesiredCondition { type_, status, reason: reason.to_string(), message: message.into() }
+    }
+}
+
+/// The one way conditions are written, on every kind: `existing` with each
+/// desired condition set, the Kubernetes way. `lastTransitionTime` moves
+/// only when `status` changes, so an SRE can tell how long something has
+/// been stuck, not how long ago we last reconciled; conditions of other
+/// types (other owners) are kept untouched and in place.
+pub fn merge(
+    existing: &[Condition],
+    desired: &[DesiredCondition],
+    now: Timestamp,
+    generation: Option<i64>,
+) -> Vec<Condition> {
+    let mut out: Vec<Condition> = existing.to_vec();
+    for d in desired {
+        let type_ = d.type_.as_str();
+        let status = d.status.as_str();
+        match out.iter_mut().find(|c| c.type_ == type_) {
+            Some(c) => {
+                if c.status != status {
+                    c.last_transition_time = Time(now);
+                    c.status = status.to_string();
+                }
+                c.reason = d.reason.to_string();
+                c.message = d.message.clone();
+                c.observed_generation = generation;
+            }
+            None => out.push(Condition {
+                type_: type_.to_string(),
+                status: status.to_string(),
+                reason: d.reason.to_string(),
+                message: d.message.clone(),
+                last_transition_time: Time(now),
+                observed_generation: generation,
+            }),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn want(status: ConditionStatus, reason: &'static str) -> DesiredCondition {
+        DesiredCondition::new(ConditionType::Tested, status, reason, "")
+    }
+
+    #[test]
+    fn transition_time_moves_only_with_status() {
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        let t1 = Timestamp::from_second(2_000).unwrap();
+        let t2 = Timestamp::from_second(3_000).unwrap();
+        let a = merge(&[], &[want(ConditionStatus::False, "Running")], t0, Some(1));
+        let b = merge(&a, &[want(ConditionStatus::False, "WaitingForAgent")], t1, Some(2));
+        assert_eq!(b[0].last_transition_time.0, t0, "same status keeps the time");
+        assert_eq!(b[0].reason, "WaitingForAgent");
+        assert_eq!(b[0].observed_generation, Some(2));
+        let c = merge(&b, &[want(ConditionStatus::True, "Passed")], t2, Some(2));
+        assert_eq!(c[0].last_transition_time.0, t2);
+        assert_eq!(c.len(), 1);
+    }
+
+    #[test]
+    fn foreign_conditions_are_kept() {
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        let foreign = Condition {
+            type_: "AgentConnected".into(),
+            status: "True".into(),
+            reason: "Connected".into(),
+            message: String::new(),
+            last_transition_time: Time(t0),
+            observed_generation: None,
+        };
+        let out = merge(std::slice::from_ref(&foreign), &[want(ConditionStatus::True, "Passed")], t0, None);
+        assert_eq!(out[0], foreign);
+        assert_eq!(out[1].type_, "Tested");
     }
 }

@@ -1,4 +1,4 @@
-//! `Eviction`: take the VMs off one hypervisor (DESIGN.md section 4).
+//! `Eviction`: take the VMs off one hypervisor (docs/eviction.md).
 //! Preflight -> disable -> migrate -> complete -> optional re-enable.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -22,18 +22,20 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.options) || !has(self.options.force) || self.options.force.all(f, f in ['capacity', 'constraints', 'compatibility'])").message("spec.options.force entries must be capacity, constraints or compatibility").field_path(".options.force"))]
 pub struct EvictionSpec {
     /// Name of the Hypervisor (= Node) to evict. Immutable.
     #[x_kube(validation = Rule::new("self == oldSelf").message("spec.hypervisor is immutable"))]
     #[schemars(length(min = 1, max = 253))]
     pub hypervisor: String,
-    /// Why; decides whether the node is re-enabled afterwards (seed 000).
+    /// Why; decides whether the node is re-enabled afterwards. Immutable.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.reason is immutable"))]
     pub reason: EvictionReason,
     #[serde(default)]
     pub options: EvictionOptions,
 }
 
-/// Eviction reasons of seed 000.
+/// Why a host is evicted; decides whether it is re-enabled afterwards.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
 pub enum EvictionReason {
     /// The HA detector found the node failed. Never re-enabled automatically.
@@ -48,7 +50,7 @@ pub enum EvictionReason {
 
 impl EvictionReason {
     /// Whether the node goes back into service when the eviction is over,
-    /// given the `options.reEnable` the user set (seed 000's table).
+    /// given the `options.reEnable` the user set (docs/eviction.md).
     pub fn re_enables(self, option: Option<bool>) -> bool {
         match self {
             EvictionReason::NodeFailure | EvictionReason::Decommission => false,
@@ -95,9 +97,9 @@ pub struct EvictionOptions {
     pub progress_timeout_seconds: u64,
     /// A migration running longer than this many seconds per GiB of VM
     /// memory is stuck.
-    #[serde(default = "default_completion_timeout")]
+    #[serde(rename = "completionTimeoutPerGiBSeconds", default = "default_completion_timeout")]
     #[schemars(default = "default_completion_timeout", range(min = 1))]
-    pub completion_timeout_per_gi_b_seconds: u64,
+    pub completion_timeout_per_gib_seconds: u64,
     /// Attempts per VM before it is marked non-migratable.
     #[serde(default = "default_attempts")]
     #[schemars(default = "default_attempts", range(min = 1, max = 20))]
@@ -126,7 +128,7 @@ impl Default for EvictionOptions {
             re_enable: None,
             max_parallel: default_parallel(),
             progress_timeout_seconds: default_progress_timeout(),
-            completion_timeout_per_gi_b_seconds: default_completion_timeout(),
+            completion_timeout_per_gib_seconds: default_completion_timeout(),
             max_attempts: default_attempts(),
             default_policy: None,
             force: Vec::new(),
@@ -147,7 +149,7 @@ fn default_attempts() -> u32 {
     3
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default, JsonSchema)]
 pub enum EvictionPhase {
     #[default]
     Pending,
@@ -181,6 +183,11 @@ pub struct EvictionStatus {
     /// "migrated/total", for `kubectl get evictions`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<String>,
+    /// The Nova host being emptied, fixed when the preflight passes: once
+    /// VMs move, the eviction follows this host whatever becomes of its
+    /// Hypervisor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// VMs on the host when the eviction started.
     #[serde(default)]
     pub total: u32,
@@ -233,6 +240,11 @@ pub struct VmStatus {
     pub state: VmState,
     #[serde(default)]
     pub attempts: u32,
+    /// Attempts whose request never reached Nova (no connection to it, or
+    /// no token from Keystone): asked again after a pause, and not counted
+    /// against `maxAttempts` (an outage is not the VM's fault).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub not_sent: u32,
     /// Host the VM ended on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_host: Option<String>,
@@ -248,4 +260,8 @@ pub struct VmStatus {
     /// In Backoff: when the next attempt may start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at: Option<Time>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

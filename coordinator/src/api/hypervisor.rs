@@ -1,7 +1,9 @@
 //! `Hypervisor`: one per Kubernetes Node that runs nova-compute, named after
 //! the Node and owned by it. `spec` is what the SRE wants; `status` is what the
 //! coordinator observed and decided, including the bookkeeping the lifecycle
-//! core needs to resume after a restart (DESIGN.md section 3).
+//! core needs to resume after a restart (docs/lifecycle.md).
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
@@ -24,7 +26,7 @@ use super::eviction::EvictionReason;
     printcolumn = r#"{"name":"Maintenance","type":"string","jsonPath":".spec.maintenance"}"#,
     printcolumn = r#"{"name":"Instances","type":"integer","jsonPath":".status.instances.count"}"#,
     printcolumn = r#"{"name":"Agent","type":"boolean","jsonPath":".status.agent.connected"}"#,
-    printcolumn = r#"{"name":"Libvirt","type":"string","jsonPath":".status.libVirtVersion","priority":1}"#,
+    printcolumn = r#"{"name":"Libvirt","type":"string","jsonPath":".status.libvirtVersion","priority":1}"#,
     printcolumn = r#"{"name":"Service","type":"string","jsonPath":".status.serviceId","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -33,6 +35,17 @@ use super::eviction::EvictionReason;
 #[x_kube(validation = Rule::new("oldSelf.maintenance != 'termination' || self.maintenance == 'termination'").message("spec.maintenance 'termination' cannot be undone").field_path(".maintenance"))]
 #[x_kube(validation = Rule::new("self.customTraits.all(t, t.matches('^CUSTOM_[A-Z0-9_]{1,248}$'))").message("spec.customTraits entries must match ^CUSTOM_[A-Z0-9_]+$").field_path(".customTraits"))]
 pub struct HypervisorSpec {
+    /// The host name nova-compute registered under (`CONF.host`), when it
+    /// differs from the Kubernetes Node name (`compute-4` for the Node
+    /// `compute-4.example.local`). Empty: the Node name. Filled at creation
+    /// from the Node annotation `hypervisor.cloud.sap/nova-host` or the
+    /// coordinator's `--nova-host-strip-suffix`. Once the compute service
+    /// was found, the host it was found under is kept in
+    /// `status.lifecycle.novaHost` and a later change here is refused with a
+    /// condition (docs/lifecycle.md, "Nova host names").
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 255))]
+    pub nova_host: String,
     /// Nova host aggregates the host must be a member of. An aggregate that
     /// does not exist in Nova stops onboarding (phase Aborted).
     #[serde(default)]
@@ -54,11 +67,7 @@ pub struct HypervisorSpec {
     #[serde(default)]
     #[schemars(length(max = 200))]
     pub maintenance_reason: String,
-    /// Whether the HA detector may fence and evacuate this node on failure.
-    #[serde(default = "default_true")]
-    #[schemars(default = "default_true")]
-    pub high_availability: bool,
-    /// How the agent and the coordinator reach the node's libvirt.
+    /// What the Testing phase expects of the node's libvirt.
     #[serde(default)]
     pub libvirt: LibvirtSpec,
     /// Open vSwitch bridges the Testing phase expects.
@@ -69,11 +78,14 @@ pub struct HypervisorSpec {
     pub ceph: CephSpec,
 }
 
-fn default_true() -> bool {
-    true
+impl HypervisorSpec {
+    /// The Nova host this spec names for the Hypervisor `name`.
+    pub fn nova_host<'a>(&'a self, name: &'a str) -> &'a str {
+        if self.nova_host.is_empty() { name } else { &self.nova_host }
+    }
 }
 
-/// Maintenance modes of seed 000 (`""` when the node is not in maintenance).
+/// Maintenance modes (`""` when the node is not in maintenance; docs/lifecycle.md).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 pub enum MaintenanceMode {
     /// Not in maintenance.
@@ -109,7 +121,7 @@ impl MaintenanceMode {
         }
     }
 
-    /// The eviction reason a maintenance of this mode runs with (seed 000's
+    /// The eviction reason a maintenance of this mode runs with (docs/lifecycle.md's
     /// table of eviction reasons).
     pub fn eviction_reason(self) -> Option<EvictionReason> {
         match self {
@@ -122,26 +134,11 @@ impl MaintenanceMode {
     }
 }
 
-/// libvirt driver backend.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum LibvirtBackend {
-    /// QEMU/KVM: `qemu+tcp://<host>:<port>/system`.
-    #[default]
-    Qemu,
-    /// Cloud Hypervisor: `ch+tcp://<host>:<port>/system`.
-    Ch,
-}
-
+/// What the Testing phase expects of the node's libvirt. (How the agent
+/// reaches libvirt, URI and credentials, is the agent's configuration.)
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LibvirtSpec {
-    #[serde(default)]
-    pub backend: LibvirtBackend,
-    /// libvirtd TCP port.
-    #[serde(default = "default_libvirt_port")]
-    #[schemars(default = "default_libvirt_port", range(min = 1, max = 65535))]
-    pub port: u16,
     /// Lowest acceptable libvirt version, "major.minor.micro".
     #[serde(default = "default_min_libvirt")]
     #[schemars(default = "default_min_libvirt", regex(pattern = r"^[0-9]+\.[0-9]+\.[0-9]+$"))]
@@ -150,16 +147,8 @@ pub struct LibvirtSpec {
 
 impl Default for LibvirtSpec {
     fn default() -> Self {
-        LibvirtSpec {
-            backend: LibvirtBackend::default(),
-            port: default_libvirt_port(),
-            minimum_version: default_min_libvirt(),
-        }
+        LibvirtSpec { minimum_version: default_min_libvirt() }
     }
-}
-
-fn default_libvirt_port() -> u16 {
-    16509
 }
 
 fn default_min_libvirt() -> String {
@@ -177,12 +166,74 @@ pub struct OvsSpec {
     #[serde(default = "default_optional_bridges")]
     #[schemars(default = "default_optional_bridges")]
     pub optional_bridges: Vec<String>,
+    /// What bridges must look like beyond existing; a mismatch fails the
+    /// bridge's check naming the field, the wanted and the found value.
+    /// Default: br-int in fail mode secure (standalone makes it a learning
+    /// switch when its controller is gone).
+    #[serde(default = "default_expectations")]
+    #[schemars(default = "default_expectations")]
+    pub expectations: Vec<BridgeExpectation>,
+    /// `external_ids` the Open_vSwitch table's row must carry, e.g.
+    /// `ovn-bridge-mappings`; the value `*` accepts any non-empty value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub external_ids: BTreeMap<String, String>,
 }
 
 impl Default for OvsSpec {
     fn default() -> Self {
-        OvsSpec { bridges: default_bridges(), optional_bridges: default_optional_bridges() }
+        OvsSpec {
+            bridges: default_bridges(),
+            optional_bridges: default_optional_bridges(),
+            expectations: default_expectations(),
+            external_ids: BTreeMap::new(),
+        }
     }
+}
+
+/// One bridge's expected settings; unset fields are not checked.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BridgeExpectation {
+    #[schemars(length(min = 1, max = 255))]
+    pub bridge: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_mode: Option<FailMode>,
+    /// `system` or `netdev` (OVSDB's empty value means `system`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub datapath_type: String,
+    /// Ports that must be on the bridge.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<String>,
+    /// `external_ids` the Bridge row must carry; `*` accepts any non-empty value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub external_ids: BTreeMap<String, String>,
+}
+
+/// An OVS bridge's behaviour when its controller is unreachable.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FailMode {
+    /// Drop what the controller has not programmed.
+    Secure,
+    /// Act as a learning switch.
+    Standalone,
+}
+
+impl FailMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailMode::Secure => "secure",
+            FailMode::Standalone => "standalone",
+        }
+    }
+}
+
+fn default_expectations() -> Vec<BridgeExpectation> {
+    vec![BridgeExpectation {
+        bridge: "br-int".into(),
+        fail_mode: Some(FailMode::Secure),
+        ..BridgeExpectation::default()
+    }]
 }
 
 fn default_bridges() -> Vec<String> {
@@ -201,7 +252,7 @@ pub struct CephSpec {
     pub pools: Vec<String>,
 }
 
-/// Lifecycle phase (seed 000's state diagram).
+/// Lifecycle phase (docs/lifecycle.md).
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, JsonSchema,
 )]
@@ -288,7 +339,7 @@ pub struct HypervisorStatus {
     pub hypervisor_id: Option<String>,
     /// libvirt version reported by the agent, "major.minor.micro".
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lib_virt_version: Option<String>,
+    pub libvirt_version: Option<String>,
     /// Hypervisor (QEMU / Cloud Hypervisor) version reported by the agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hypervisor_version: Option<String>,
@@ -297,12 +348,6 @@ pub struct HypervisorStatus {
     pub checks: Vec<CheckResultStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instances: Option<InstancesStatus>,
-    /// Placement inventory totals of the host's resource provider.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub capacity: Option<Resources>,
-    /// Placement usages of the host's resource provider.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allocation: Option<Resources>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentStatus>,
     /// The lifecycle core's own bookkeeping, so a restarted coordinator
@@ -336,18 +381,6 @@ pub struct InstancesStatus {
     pub ids: Vec<String>,
 }
 
-/// Resource amounts in base units.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Resources {
-    #[serde(default)]
-    pub vcpus: u64,
-    #[serde(default)]
-    pub memory_bytes: u64,
-    #[serde(default)]
-    pub disk_bytes: u64,
-}
-
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentStatus {
@@ -365,6 +398,10 @@ pub struct AgentStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LifecycleRecord {
+    /// The Nova host the compute service was found under; every Nova call
+    /// for this Hypervisor uses it from then on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nova_host: Option<String>,
     /// Aggregates this controller added (and may therefore remove).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub applied_aggregates: Vec<String>,

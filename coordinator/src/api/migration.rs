@@ -60,6 +60,9 @@ pub enum MigrationPhase {
     Failed,
     /// The eviction was cancelled.
     Cancelled,
+    /// The request never reached Nova (no connection, no token); the VM is
+    /// asked for again under a new attempt, and this one does not count.
+    NotSent,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]

@@ -1,8 +1,11 @@
-//! Eviction, pure (DESIGN.md section 4): [`preflight::preflight`] decides
-//! whether every VM of the host could be placed elsewhere, and
-//! [`plan::step`] decides, for one Eviction, which VM moves next, which
-//! migration is stuck and what every VM's record says. The shell that runs
-//! them against Nova is `k8s::eviction`.
+//! Eviction, pure (docs/eviction.md): [`preflight::preflight`] decides
+//! whether every VM of the host could be placed elsewhere, [`plan::step`]
+//! decides, for one Eviction, which VM moves next, which migration is stuck
+//! and what every VM's record says, and [`checks`] refuses an Eviction that
+//! cannot run. [`limit::ClusterLimit`] is the cluster-wide migration limit.
+//! The shell that runs them against Nova is `k8s::eviction`.
 
+pub mod checks;
+pub mod limit;
 pub mod plan;
 pub mod preflight;

@@ -1,4 +1,4 @@
-//! One step of an eviction as a pure function (DESIGN.md section 4): which
+//! One step of an eviction as a pure function (docs/eviction.md): which
 //! VM to move next, which migration is stuck, what each VM's record says.
 //!
 //! [`step`] maps (options, the VM records so far, what Nova shows now, the
@@ -6,14 +6,22 @@
 //! the new records, the phase and the actions. No I/O, no clock.
 //!
 //! Rules:
-//! - Every VM found on the host at the start gets a record, largest memory
-//!   first, and ends in a final state: Migrated, Gone, NonMigratable or
-//!   Skipped. Nothing is fire-and-forget.
+//! - Every VM on the host gets a record, largest memory first, and ends in
+//!   a final state: Migrated, Gone, NonMigratable or Skipped. Nothing is
+//!   fire-and-forget. A server that lands on the host after the start (booted
+//!   while the host was being disabled) gets a record when it is first seen;
+//!   a migrated one that comes back is moved again. The eviction succeeds
+//!   only when every server Nova shows on the host has a final record.
+//! - A server whose host Nova does not say is not judged: missing is not
+//!   "elsewhere".
 //! - At most `maxParallel` migrations in flight from the host, and no more
 //!   than the cluster-wide `slots` left by other evictions.
 //! - A VM is never started twice in one attempt: a new attempt number is
 //!   recorded before its migration is asked for, and a record in
 //!   Migrating is only ever resolved from Nova's answer for that attempt.
+//! - A request that never reached Nova (no connection, no token) moves
+//!   nothing: the VM is asked for again after a pause, and that attempt
+//!   does not count against `maxAttempts`.
 //! - Stuck (no progress for `progressTimeoutSeconds` where Nova reports
 //!   progress, or running longer than `completionTimeoutPerGiBSeconds` ×
 //!   GiB of memory): abort, wait
@@ -26,6 +34,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::eviction::{EvictionOptions, EvictionPhase, MigrationPolicy, VmState, VmStatus};
+use crate::nova::servers::NovaState;
 
 /// Server metadata key with a VM's own policy (`live`, `cold`, `skip`).
 /// (Nova metadata keys allow no `/`: `^[a-zA-Z0-9-_:. ]{1,255}$`.)
@@ -40,8 +49,9 @@ const MAX_BACKOFF: SignedDuration = SignedDuration::from_mins(5);
 pub struct Server {
     pub id: String,
     pub name: String,
-    /// The compute host it is on (`OS-EXT-SRV-ATTR:host`).
-    pub host: String,
+    /// The compute host it is on (`OS-EXT-SRV-ATTR:host`); None when Nova
+    /// did not say.
+    pub host: Option<String>,
     /// Nova's server status (`ACTIVE`, `VERIFY_RESIZE`, ...).
     pub status: String,
     pub memory_bytes: u64,
@@ -62,8 +72,8 @@ pub struct AttemptObs {
     pub server_id: String,
     pub attempt: u32,
     pub nova_migration_id: Option<i64>,
-    /// Nova's status verbatim; None while Nova shows no migration yet.
-    pub nova_status: Option<String>,
+    /// Nova's status; None while Nova shows no migration yet.
+    pub nova_status: Option<NovaState>,
     pub started_at: Timestamp,
     /// Last time a progress counter moved (or the start).
     pub last_progress_at: Timestamp,
@@ -72,6 +82,9 @@ pub struct AttemptObs {
     pub progress_reported: bool,
     /// We asked Nova to abort it already.
     pub abort_requested: bool,
+    /// The request never reached Nova: nothing moves, and the attempt does
+    /// not count.
+    pub not_sent: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -114,8 +127,20 @@ pub fn is_final(s: VmState) -> bool {
     matches!(s, VmState::Migrated | VmState::Gone | VmState::NonMigratable | VmState::Skipped)
 }
 
+impl Server {
+    fn on(&self, host: &str) -> bool {
+        self.host.as_deref() == Some(host)
+    }
+
+    /// Known to be on another host than `source`.
+    fn elsewhere(&self, source: &str) -> Option<&str> {
+        self.host.as_deref().filter(|h| *h != source)
+    }
+}
+
 pub fn step(input: &Input<'_>) -> Step {
-    let mut vms = if input.vms.is_empty() { initial_records(input) } else { input.vms.to_vec() };
+    let mut vms = input.vms.to_vec();
+    vms.extend(new_records(input, &vms));
     let mut actions = Vec::new();
     for vm in vms.iter_mut() {
         advance(vm, input, &mut actions);
@@ -134,10 +159,12 @@ pub fn step(input: &Input<'_>) -> Step {
     Step { phase, vms, actions }
 }
 
-/// One record per server on the host, largest memory first (ties by id,
-/// so the order is stable across restarts).
-fn initial_records(input: &Input<'_>) -> Vec<VmStatus> {
-    let mut on_host: Vec<&Server> = input.servers.iter().filter(|s| s.host == input.source).collect();
+/// A record for every server on the host that has none yet, largest
+/// memory first (ties by id, so the order is stable across restarts): all
+/// of them on the first step, late arrivals after.
+fn new_records(input: &Input<'_>, have: &[VmStatus]) -> Vec<VmStatus> {
+    let mut on_host: Vec<&Server> =
+        input.servers.iter().filter(|s| s.on(input.source) && !have.iter().any(|v| v.id == s.id)).collect();
     on_host.sort_by(|a, b| b.memory_bytes.cmp(&a.memory_bytes).then_with(|| a.id.cmp(&b.id)));
     on_host
         .into_iter()
@@ -171,6 +198,13 @@ fn attempt<'a>(input: &'a Input<'_>, vm: &VmStatus) -> Option<&'a AttemptObs> {
 
 /// Resolve what Nova says about one record.
 fn advance(vm: &mut VmStatus, input: &Input<'_>, actions: &mut Vec<Action>) {
+    // Moved off, then back (by hand): it must go again.
+    if vm.state == VmState::Migrated && server(input, &vm.id).is_some_and(|s| s.on(input.source)) {
+        vm.state = VmState::Pending;
+        vm.target_host = None;
+        vm.reason = "came back to the host after it was moved; moving it again".into();
+        return;
+    }
     if is_final(vm.state) {
         return;
     }
@@ -181,10 +215,12 @@ fn advance(vm: &mut VmStatus, input: &Input<'_>, actions: &mut Vec<Action>) {
         return;
     };
     match vm.state {
-        VmState::Pending | VmState::Backoff if srv.host != input.source => {
-            vm.state = VmState::Migrated;
-            vm.target_host = Some(srv.host.clone());
-            vm.reason = "moved off by somebody else".into();
+        VmState::Pending | VmState::Backoff => {
+            if let Some(h) = srv.elsewhere(input.source) {
+                vm.state = VmState::Migrated;
+                vm.target_host = Some(h.to_string());
+                vm.reason = "moved off by somebody else".into();
+            }
         }
         VmState::Migrating => supervise(vm, srv, input, actions),
         _ => {}
@@ -194,9 +230,9 @@ fn advance(vm: &mut VmStatus, input: &Input<'_>, actions: &mut Vec<Action>) {
 fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut Vec<Action>) {
     let o = input.options;
     let Some(att) = attempt(input, vm) else {
-        if srv.host != input.source {
+        if let Some(h) = srv.elsewhere(input.source) {
             vm.state = VmState::Migrated;
-            vm.target_host = Some(srv.host.clone());
+            vm.target_host = Some(h.to_string());
             return;
         }
         // Asked for, not visible in Nova yet, or the request was lost in a
@@ -210,25 +246,33 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
         }
         return;
     };
-    let status = att.nova_status.as_deref().unwrap_or("");
+    if att.not_sent {
+        vm.not_sent = vm.not_sent.saturating_add(1);
+        vm.state = VmState::Backoff;
+        vm.reason = format!("attempt {}: Nova could not be reached; asking again", vm.attempts);
+        vm.retry_at = Some(Time(input.now + FIRST_BACKOFF));
+        return;
+    }
     let live = srv.policy.unwrap_or(o.policy_default()) != MigrationPolicy::ColdMigrate;
-    match status {
-        "completed" | "confirmed" if srv.host != input.source => {
-            vm.state = VmState::Migrated;
-            vm.target_host = Some(srv.host.clone());
-            vm.reason.clear();
+    match &att.nova_status {
+        Some(NovaState::Completed | NovaState::Confirmed) => {
+            // Nova can report completed a moment before the host field
+            // moves; a host it does not say is not judged either.
+            if let Some(h) = srv.elsewhere(input.source) {
+                vm.state = VmState::Migrated;
+                vm.target_host = Some(h.to_string());
+                vm.reason.clear();
+            }
         }
-        // Nova can report completed a moment before the host field moves.
-        "completed" | "confirmed" => {}
         // A cold migration is over only once confirmed (the confirmation
         // frees the source); confirm it, even when cancelled: the server
         // already runs on the target.
-        "finished" => {
+        Some(NovaState::Finished) => {
             if srv.status == "VERIFY_RESIZE" {
                 actions.push(Action::ConfirmResize { server_id: vm.id.clone(), attempt: vm.attempts });
             }
         }
-        "failed" | "error" | "cancelled" | "aborted" | "reverted" => {
+        Some(status @ (NovaState::Failed | NovaState::Cancelled | NovaState::Reverted)) => {
             let why = if att.abort_requested {
                 vm.reason.clone()
             } else {
@@ -280,13 +324,14 @@ fn stuck(vm: &VmStatus, att: &AttemptObs, o: &EvictionOptions, now: Timestamp) -
 }
 
 fn fail_attempt(vm: &mut VmStatus, why: String, o: &EvictionOptions, now: Timestamp) {
-    if vm.attempts >= o.max_attempts {
+    let failed = vm.attempts.saturating_sub(vm.not_sent);
+    if failed >= o.max_attempts {
         vm.state = VmState::NonMigratable;
-        vm.reason = format!("{} attempts failed; last: {why}", vm.attempts);
+        vm.reason = format!("{failed} attempts failed; last: {why}");
     } else {
         vm.state = VmState::Backoff;
         vm.reason = why;
-        vm.retry_at = Some(Time(now + backoff(vm.attempts)));
+        vm.retry_at = Some(Time(now + backoff(failed)));
     }
 }
 
@@ -303,7 +348,7 @@ fn secs(s: u64) -> SignedDuration {
 /// `completionTimeoutPerGiB` × memory (rounded up to whole GiB).
 pub fn completion_limit(o: &EvictionOptions, memory_bytes: u64) -> SignedDuration {
     let gib = memory_bytes.div_ceil(1 << 30).max(1);
-    secs(o.completion_timeout_per_gi_b_seconds.saturating_mul(gib))
+    secs(o.completion_timeout_per_gib_seconds.saturating_mul(gib))
 }
 
 /// Start the next VMs, in record order (largest first), within the limits.

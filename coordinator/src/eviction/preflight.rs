@@ -1,4 +1,4 @@
-//! Preflight as a pure function (issue 6): before anything moves, could
+//! Preflight as a pure function (docs/eviction.md): before anything moves, could
 //! Nova's scheduler place every VM of the host somewhere else?
 //!
 //! Three named checks, each skippable with `options.force`:
@@ -261,7 +261,9 @@ pub fn flavor_resources(
     volume_backed: bool,
     extra_specs: &BTreeMap<String, String>,
 ) -> BTreeMap<String, u64> {
-    let disk = if volume_backed { 0 } else { root_gb } + ephemeral_gb + swap_mb.div_ceil(1024);
+    // Saturating: these come from Nova; a flavor past u64 cannot fit anyway.
+    let root = if volume_backed { 0 } else { root_gb };
+    let disk = root.saturating_add(ephemeral_gb).saturating_add(swap_mb.div_ceil(1024));
     let mut r = BTreeMap::from([
         ("VCPU".to_string(), vcpus),
         ("MEMORY_MB".to_string(), ram_mb),

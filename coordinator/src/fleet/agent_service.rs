@@ -1,5 +1,5 @@
 //! `AgentService.Connect`, the coordinator's end of each agent's stream
-//! (DESIGN.md section 7): Hello first, Welcome with what we already hold,
+//! (docs/protocol.md): Hello first, Welcome with what we already hold,
 //! then an Ack for every message and commands from the lifecycle.
 
 use std::sync::Arc;
@@ -14,9 +14,14 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::registry::Registry;
+use crate::api::Hypervisor;
+use kube::runtime::reflector::{ObjectRef, Store};
 
 pub struct AgentEndpoint {
     pub registry: Arc<Registry>,
+    /// The Hypervisors: a session is taken only for a node that has one, so
+    /// the registry holds at most one entry per managed node.
+    pub hypervisors: Store<Hypervisor>,
     /// Only the leader takes sessions: agents of a follower retry and the
     /// Service routes them to the leader (the follower is not ready).
     pub leader: watch::Receiver<bool>,
@@ -45,10 +50,17 @@ impl AgentService for AgentEndpoint {
             _ => return Err(Status::invalid_argument("the first message must be Hello")),
         };
         if !valid_node_name(&hello.node) {
-            return Err(Status::invalid_argument(format!("Hello names an invalid node {:?}", hello.node)));
+            let shown = super::registry::bounded(&hello.node, 64);
+            return Err(Status::invalid_argument(format!("Hello names an invalid node {shown:?}")));
+        }
+        if self.hypervisors.get(&ObjectRef::new(&hello.node)).is_none() {
+            return Err(Status::failed_precondition(format!(
+                "no Hypervisor named {} (yet): the coordinator takes sessions only for managed nodes; retry",
+                hello.node
+            )));
         }
         let (tx, rx) = mpsc::channel(64);
-        let opened = self.registry.open(&hello.node, &hello.boot_id, &hello.agent_version, tx.clone());
+        let opened = self.registry.open(&hello, tx.clone());
         tracing::info!(
             node = %hello.node, session = opened.id, agent_version = %hello.agent_version,
             acked = opened.acked, "agent session opened"

@@ -38,7 +38,7 @@ pub fn to_proto(hv: &Hypervisor, registry: &Registry) -> pb::Hypervisor {
         agent_last_heartbeat: agent
             .last_seen
             .map(|t| prost_types::Timestamp { seconds: t.as_second(), nanos: t.subsec_nanosecond() }),
-        libvirt_version: status.lib_virt_version.clone().unwrap_or_default(),
+        libvirt_version: status.libvirt_version.clone().unwrap_or_default(),
         service_id: status.service_id.clone().unwrap_or_default(),
         hypervisor_id: status.hypervisor_id.clone().unwrap_or_default(),
         conditions: status

@@ -11,6 +11,9 @@ pub mod agent_service;
 pub mod fleet_service;
 pub mod registry;
 
+#[cfg(test)]
+mod fuzz;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -31,6 +34,11 @@ pub struct Health {
 }
 
 impl Health {
+    /// Health reported through `reporter` (the gRPC server holds its service).
+    pub fn new(reporter: HealthReporter) -> Health {
+        Health { reporter }
+    }
+
     pub fn service_name(node: &str) -> String {
         format!("node/{node}")
     }

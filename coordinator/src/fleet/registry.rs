@@ -2,9 +2,16 @@
 //! node), the acknowledged sequence, the latest facts and check report.
 //!
 //! The registry is memory only. After a coordinator restart the agents
-//! reconnect and replay what was not acknowledged; check runs are asked for
-//! again by the lifecycle, since the run number lives in the Hypervisor's
-//! status.
+//! reconnect and replay what was not acknowledged; a test run is asked for
+//! again by the lifecycle (its number lives in the Hypervisor's status), and
+//! the agent answers a run it already ran with the report it kept, so a
+//! report acknowledged by a leader that died before writing it is not lost
+//! (docs/protocol.md).
+//!
+//! Everything an agent sends is bounded before it is kept: strings are cut
+//! to a length that fits a status or a condition message, and a report keeps
+//! at most [`MAX_CHECKS`] results. A status past etcd's size limit would
+//! wedge its node.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -12,7 +19,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use hv_proto::v1::agent_message::Payload;
 use hv_proto::v1::coordinator_message::Payload as Down;
-use hv_proto::v1::{AgentMessage, CheckConfig, CheckReport, CoordinatorMessage, HostFacts, RunChecks};
+use hv_proto::v1::{
+    AgentMessage, Capability, CheckConfig, CheckReport, CheckResult, CoordinatorMessage, Hello, HostFacts,
+    RunChecks,
+};
 use jiff::Timestamp;
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
@@ -21,6 +31,25 @@ use crate::api::hypervisor::CheckResultStatus;
 use crate::lifecycle;
 
 pub type Outbound = mpsc::Sender<Result<CoordinatorMessage, Status>>;
+
+/// Results kept of one check report.
+pub const MAX_CHECKS: usize = 64;
+/// Longest check message kept (bytes, cut at a character boundary).
+pub const MAX_MESSAGE: usize = 1024;
+/// Longest short string kept (names, versions, host names).
+pub const MAX_SHORT: usize = 253;
+
+/// `s` cut to at most `max` bytes, at a character boundary.
+pub fn bounded(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
 
 /// The agent's side of a node, as the lifecycle and the SRE surface see it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -32,7 +61,12 @@ pub struct AgentView {
     pub since: Option<Timestamp>,
     pub libvirt_version: Option<String>,
     pub hypervisor_version: Option<String>,
+    /// The host name the agent reports (libvirt's, else the kernel's).
+    pub hostname: Option<String>,
     pub checks: Option<lifecycle::CheckReport>,
+    /// metadata.uid of the Hypervisor whose run `checks` answers: a report
+    /// for a Hypervisor since deleted and created anew is not this one's.
+    pub checks_hypervisor: String,
     /// Messages the agent had to drop from its outbox (from heartbeats).
     pub dropped: u64,
     pub domains: Option<u32>,
@@ -43,7 +77,8 @@ struct Live {
     tx: Outbound,
     /// Dropped to end the session when a newer one for the node replaces it.
     _close: oneshot::Sender<()>,
-    sent_runs: HashSet<u64>,
+    /// (Hypervisor uid, run) asked of this session.
+    sent_runs: HashSet<(String, u64)>,
 }
 
 #[derive(Default)]
@@ -52,6 +87,8 @@ struct Node {
     boot_id: String,
     acked: u64,
     agent_version: String,
+    /// The agent checks bridge settings, not only presence.
+    checks_bridge_settings: bool,
     last_seen: Option<Timestamp>,
     since: Option<Timestamp>,
     facts: Option<HostFacts>,
@@ -95,7 +132,8 @@ impl Registry {
     /// Registers a session for `node`, replacing (and thereby closing) any
     /// previous one. A new agent process (another boot id) starts its
     /// sequence again, so the acknowledged sequence resets.
-    pub fn open(&self, node: &str, boot_id: &str, agent_version: &str, tx: Outbound) -> Opened {
+    pub fn open(&self, hello: &Hello, tx: Outbound) -> Opened {
+        let (node, boot_id) = (hello.node.as_str(), hello.boot_id.as_str());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (close_tx, closed) = oneshot::channel();
         let acked = self.with(|nodes| {
@@ -112,7 +150,8 @@ impl Registry {
                 n.boot_id = boot_id.to_string();
                 n.acked = 0;
             }
-            n.agent_version = agent_version.to_string();
+            n.agent_version = bounded(&hello.agent_version, 64);
+            n.checks_bridge_settings = hello.capabilities.contains(&(Capability::BridgeExpectations as i32));
             n.last_seen = Some(Timestamp::now());
             n.since = n.last_seen;
             n.live = Some(Live { id, tx, _close: close_tx, sent_runs: HashSet::new() });
@@ -163,7 +202,7 @@ impl Registry {
                 }
                 Some(Payload::CheckReport(r)) => {
                     tracing::info!(node, run = r.run, checks = r.results.len(), "check report");
-                    n.checks = Some(r);
+                    n.checks = Some(judged(r, n.checks_bridge_settings));
                     notify = true;
                 }
                 Some(Payload::DomainEvent(e)) => {
@@ -200,27 +239,32 @@ impl Registry {
                 libvirt_version: n
                     .facts
                     .as_ref()
-                    .map(|f| f.libvirt_version.clone())
+                    .map(|f| bounded(&f.libvirt_version, 64))
                     .filter(|v| !v.is_empty()),
                 hypervisor_version: n
                     .facts
                     .as_ref()
-                    .map(|f| format!("{} {}", f.hypervisor_type, f.hypervisor_version).trim().to_string())
+                    .map(|f| {
+                        let v = format!("{} {}", f.hypervisor_type, f.hypervisor_version);
+                        bounded(v.trim(), 64)
+                    })
                     .filter(|v| !v.is_empty()),
+                hostname: n.facts.as_ref().map(|f| bounded(&f.hostname, MAX_SHORT)).filter(|h| !h.is_empty()),
                 checks: n.checks.as_ref().map(report),
+                checks_hypervisor: n.checks.as_ref().map(|r| r.hypervisor_uid.clone()).unwrap_or_default(),
                 dropped: n.dropped,
                 domains: n.domains,
             }
         })
     }
 
-    /// Asks the node's agent to run checks, once per run and session (the
-    /// lifecycle asks on every reconcile while Testing). False when no
-    /// session is live.
-    pub fn run_checks(&self, node: &str, run: u64, config: CheckConfig) -> bool {
+    /// Asks the node's agent to run checks for run `run` of the Hypervisor
+    /// `hypervisor_uid`, once per run and session (the lifecycle asks on
+    /// every reconcile while Testing). False when no session is live.
+    pub fn run_checks(&self, node: &str, hypervisor_uid: &str, run: u64, config: CheckConfig) -> bool {
         let tx = self.with(|nodes| {
             let live = nodes.get_mut(node)?.live.as_mut()?;
-            if !live.sent_runs.insert(run) {
+            if !live.sent_runs.insert((hypervisor_uid.to_string(), run)) {
                 return Some(None);
             }
             Some(Some(live.tx.clone()))
@@ -230,7 +274,11 @@ impl Registry {
             Some(None) => true,
             Some(Some(tx)) => {
                 let msg = CoordinatorMessage {
-                    payload: Some(Down::RunChecks(RunChecks { run, config: Some(config) })),
+                    payload: Some(Down::RunChecks(RunChecks {
+                        run,
+                        config: Some(config),
+                        hypervisor_uid: hypervisor_uid.to_string(),
+                    })),
                 };
                 tracing::info!(node, run, "asking the agent to run its checks");
                 tx.try_send(Ok(msg)).is_ok()
@@ -244,27 +292,45 @@ impl Registry {
     }
 }
 
+/// The name of the check an agent without bridge-setting checks fails.
+pub const AGENT_TOO_OLD: &str = "agent-checks-bridge-settings";
+
+/// A report bounded to [`MAX_CHECKS`] results and, from an agent that
+/// cannot check bridge settings, failed: it would pass a br-int in fail
+/// mode standalone by its presence alone. Judged when it arrives, by the
+/// agent that sent it.
+fn judged(mut r: CheckReport, checks_bridge_settings: bool) -> CheckReport {
+    r.results.truncate(MAX_CHECKS);
+    if !checks_bridge_settings {
+        r.results.truncate(MAX_CHECKS - 1);
+        r.results.push(CheckResult {
+            name: AGENT_TOO_OLD.into(),
+            passed: false,
+            message: "this agent checks bridges by presence only, not their fail mode, datapath, ports or \
+                      external_ids; upgrade hv-agent"
+                .into(),
+            ..Default::default()
+        });
+    }
+    r
+}
+
 fn report(r: &CheckReport) -> lifecycle::CheckReport {
-    lifecycle::CheckReport {
-        run: r.run,
-        results: r
-            .results
-            .iter()
-            .map(|c| CheckResultStatus {
-                name: c.name.clone(),
-                passed: c.passed,
-                message: c.message.clone(),
-                duration_ms: c.duration.as_ref().map_or(0, |d| {
-                    u64::try_from(d.seconds.saturating_mul(1000) + i64::from(d.nanos / 1_000_000))
-                        .unwrap_or(0)
-                }),
-                time: c.finished_at.as_ref().and_then(|t| {
-                    Timestamp::new(t.seconds, t.nanos)
-                        .ok()
-                        .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time)
-                }),
-            })
-            .collect(),
+    lifecycle::CheckReport { run: r.run, results: r.results.iter().map(result).collect() }
+}
+
+fn result(c: &CheckResult) -> CheckResultStatus {
+    CheckResultStatus {
+        name: bounded(&c.name, MAX_SHORT),
+        passed: c.passed,
+        message: bounded(&c.message, MAX_MESSAGE),
+        duration_ms: c.duration.as_ref().map_or(0, |d| {
+            let ms = d.seconds.saturating_mul(1000).saturating_add(i64::from(d.nanos / 1_000_000));
+            u64::try_from(ms).unwrap_or(0)
+        }),
+        time: c.finished_at.as_ref().and_then(|t| {
+            Timestamp::new(t.seconds, t.nanos).ok().map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time)
+        }),
     }
 }
 
@@ -279,7 +345,18 @@ mod tests {
 
     fn report(run: u64) -> Payload {
         let ok = CheckResult { name: "x".into(), passed: true, ..Default::default() };
-        Payload::CheckReport(CheckReport { run, results: vec![ok] })
+        Payload::CheckReport(CheckReport { run, results: vec![ok], hypervisor_uid: "uid-1".into() })
+    }
+
+    /// The Hello of a current agent.
+    fn hello(node: &str, boot_id: &str, version: &str) -> Hello {
+        Hello {
+            node: node.into(),
+            boot_id: boot_id.into(),
+            agent_version: version.into(),
+            capabilities: vec![Capability::Checks as i32, Capability::BridgeExpectations as i32],
+            ..Default::default()
+        }
     }
 
     fn registry() -> (Registry, mpsc::UnboundedReceiver<String>) {
@@ -291,10 +368,10 @@ mod tests {
     fn a_second_session_replaces_the_first_and_the_first_goes_quiet() {
         let (r, mut changed) = registry();
         let (tx1, _rx1) = mpsc::channel(8);
-        let mut first = r.open("n1", "boot-a", "1.0", tx1);
+        let mut first = r.open(&hello("n1", "boot-a", "1.0"), tx1);
         assert!(matches!(first.closed.try_recv(), Err(oneshot::error::TryRecvError::Empty)));
         let (tx2, _rx2) = mpsc::channel(8);
-        let second = r.open("n1", "boot-a", "1.0", tx2);
+        let second = r.open(&hello("n1", "boot-a", "1.0"), tx2);
         let signal = first.closed.try_recv();
         assert!(
             matches!(signal, Err(oneshot::error::TryRecvError::Closed)),
@@ -321,7 +398,7 @@ mod tests {
     fn replays_are_acknowledged_but_applied_once_and_a_new_boot_starts_over() {
         let (r, _changed) = registry();
         let (tx, _rx) = mpsc::channel(8);
-        let s = r.open("n1", "boot-a", "1.0", tx);
+        let s = r.open(&hello("n1", "boot-a", "1.0"), tx);
         assert_eq!(r.receive("n1", s.id, msg(5, report(7))), Some(5));
         assert_eq!(r.receive("n1", s.id, msg(4, report(1))), Some(5), "an old message changes nothing");
         assert_eq!(r.view("n1").checks.map(|c| c.run), Some(7));
@@ -330,20 +407,24 @@ mod tests {
         assert_eq!(r.view("n1").dropped, 3);
 
         let (tx, _rx) = mpsc::channel(8);
-        assert_eq!(r.open("n1", "boot-a", "1.0", tx).acked, 6, "same process reconnecting: resume");
+        assert_eq!(r.open(&hello("n1", "boot-a", "1.0"), tx).acked, 6, "same process reconnecting: resume");
         let (tx, _rx) = mpsc::channel(8);
-        assert_eq!(r.open("n1", "boot-b", "1.0", tx).acked, 0, "a restarted agent numbers from 1 again");
+        assert_eq!(
+            r.open(&hello("n1", "boot-b", "1.0"), tx).acked,
+            0,
+            "a restarted agent numbers from 1 again"
+        );
     }
 
     #[test]
     fn checks_are_sent_once_per_run_and_session() {
         let (r, _changed) = registry();
-        assert!(!r.run_checks("n1", 1, CheckConfig::default()), "no session, nothing sent");
+        assert!(!r.run_checks("n1", "uid-1", 1, CheckConfig::default()), "no session, nothing sent");
         let (tx, mut rx) = mpsc::channel(8);
-        r.open("n1", "boot-a", "1.0", tx);
-        assert!(r.run_checks("n1", 1, CheckConfig::default()));
-        assert!(r.run_checks("n1", 1, CheckConfig::default()));
-        assert!(r.run_checks("n1", 2, CheckConfig::default()));
+        r.open(&hello("n1", "boot-a", "1.0"), tx);
+        assert!(r.run_checks("n1", "uid-1", 1, CheckConfig::default()));
+        assert!(r.run_checks("n1", "uid-1", 1, CheckConfig::default()));
+        assert!(r.run_checks("n1", "uid-1", 2, CheckConfig::default()));
         let mut runs = Vec::new();
         while let Ok(Ok(m)) = rx.try_recv() {
             if let Some(Down::RunChecks(rc)) = m.payload {
@@ -351,5 +432,80 @@ mod tests {
             }
         }
         assert_eq!(runs, vec![1, 2]);
+        assert!(r.run_checks("n1", "uid-2", 1, CheckConfig::default()), "run 1 of a Hypervisor created anew");
+        let again = rx.try_recv().ok().and_then(Result::ok).and_then(|m| m.payload);
+        assert!(
+            matches!(again, Some(Down::RunChecks(rc)) if rc.hypervisor_uid == "uid-2" && rc.run == 1),
+            "sent again, for the new Hypervisor"
+        );
+    }
+
+    #[test]
+    fn a_report_names_the_hypervisor_it_answers_and_an_old_agent_fails_its_checks() {
+        let (r, _changed) = registry();
+        let (tx, _rx) = mpsc::channel(8);
+        let s = r.open(&hello("n1", "boot-a", "1.0"), tx);
+        r.receive("n1", s.id, msg(1, report(1)));
+        let v = r.view("n1");
+        assert_eq!(v.checks_hypervisor, "uid-1");
+        assert!(v.checks.is_some_and(|c| c.results.iter().all(|c| c.passed)));
+
+        let (tx, _rx) = mpsc::channel(8);
+        let old = Hello { capabilities: vec![Capability::Checks as i32], ..hello("n1", "boot-b", "0.9") };
+        let s = r.open(&old, tx);
+        r.receive("n1", s.id, msg(1, report(1)));
+        let checks = r.view("n1").checks.unwrap_or_else(|| panic!("no report"));
+        let failed: Vec<&str> =
+            checks.results.iter().filter(|c| !c.passed).map(|c| c.name.as_str()).collect();
+        assert_eq!(failed, vec![AGENT_TOO_OLD]);
+    }
+
+    #[test]
+    fn a_check_duration_at_the_edge_of_i64_does_not_overflow() {
+        let c = CheckResult {
+            duration: Some(prost_types::Duration { seconds: i64::MAX, nanos: 999_999_999 }),
+            ..Default::default()
+        };
+        assert_eq!(result(&c).duration_ms, u64::try_from(i64::MAX).unwrap_or(0));
+        let negative = CheckResult {
+            duration: Some(prost_types::Duration { seconds: i64::MIN, nanos: -999_999_999 }),
+            ..Default::default()
+        };
+        assert_eq!(result(&negative).duration_ms, 0);
+    }
+
+    #[test]
+    fn what_an_agent_sends_is_bounded_before_it_is_kept() {
+        let (r, _changed) = registry();
+        let (tx, _rx) = mpsc::channel(8);
+        let s = r.open(&hello("n1", "boot-a", &"v".repeat(10_000)), tx);
+        let huge = CheckResult {
+            name: "n".repeat(5_000),
+            passed: false,
+            message: "é".repeat(100_000),
+            ..Default::default()
+        };
+        let many =
+            Payload::CheckReport(CheckReport { run: 1, results: vec![huge; 1_000], ..Default::default() });
+        assert_eq!(r.receive("n1", s.id, msg(1, many)), Some(1));
+        let facts = Payload::HostFacts(HostFacts {
+            hostname: "h".repeat(100_000),
+            libvirt_version: "9".repeat(500),
+            ..Default::default()
+        });
+        assert_eq!(r.receive("n1", s.id, msg(2, facts)), Some(2));
+        let v = r.view("n1");
+        let checks = v.checks.unwrap_or_else(|| panic!("no report"));
+        assert_eq!(checks.results.len(), MAX_CHECKS);
+        assert!(
+            checks
+                .results
+                .iter()
+                .all(|c| c.name.len() <= MAX_SHORT + 3 && c.message.len() <= MAX_MESSAGE + 3)
+        );
+        assert!(v.agent_version.len() <= 67 && v.hostname.unwrap_or_default().len() <= MAX_SHORT + 3);
+        assert!(v.libvirt_version.unwrap_or_default().len() <= 67);
+        assert_eq!(bounded("ab", 5), "ab");
+        assert_eq!(bounded("éé", 3), "é…", "cut at a character boundary");
     }
 }

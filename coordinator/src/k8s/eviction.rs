@@ -1,46 +1,68 @@
-//! The Eviction controller: the imperative shell around
-//! [`eviction::plan::step`](crate::eviction::plan::step). One reconcile
-//! observes the servers and their migrations in Nova, steps, creates a
-//! `Migration` object for each new attempt *before* asking Nova, aborts
-//! stuck ones, and writes the Eviction's and the Migrations' status.
+//! The Eviction controller: the imperative shell around the pure checks,
+//! preflight and step of `crate::eviction` (docs/eviction.md). Each reconcile
+//! reads as observe → decide → record → act:
 //!
-//! Before anything moves, the preflight (`eviction::preflight`) checks
-//! against Nova and Placement that every VM has somewhere to go.
+//! - an Eviction that cannot run (unknown host, a reason it may not use,
+//!   options out of bounds) is refused with its `Target` condition;
+//! - Pending: the preflight against Nova and Placement;
+//! - Disabling: wait, with a deadline, until the host takes no new VMs;
+//! - Migrating (and cancelling): observe the servers and their migrations
+//!   in Nova, get slots from the cluster-wide limit, step, **record** the
+//!   step (new attempts included) in the Eviction's status and a Migration
+//!   object per attempt, and only then ask Nova.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
-use super::FIELD_MANAGER;
+use super::{FIELD_MANAGER, Gate, write};
+use crate::api::condition::{DesiredCondition, merge};
 use crate::api::eviction::{EvictionPhase, EvictionStatus, MigrationPolicy, VmState, VmStatus};
-use crate::api::{Eviction, Migration, MigrationPhase, MigrationSpec, MigrationStatus};
-use crate::eviction::plan::{self, Action, AttemptObs, Input};
+use crate::api::{
+    ConditionStatus, ConditionType, Eviction, Hypervisor, Migration, MigrationPhase, MigrationSpec,
+    MigrationStatus,
+};
+use crate::eviction::checks::{self, Refusal, Target};
+use crate::eviction::limit::ClusterLimit;
+use crate::eviction::plan::{self, Action, AttemptObs, Input, Server};
 use crate::eviction::preflight::preflight;
 use crate::metrics::{Metrics, tally};
-use crate::nova::servers::{NovaMigration, is_final_status};
-use crate::nova::{NovaClient, NovaError};
+use crate::nova::servers::{NovaMigration, NovaState};
+use crate::nova::{Nova, NovaError};
 
 /// Keeps a deleted Eviction until its in-flight migrations are aborted.
 pub const FINALIZER: &str = "hypervisor.cloud.sap/eviction";
+/// Before the caches are synced nothing is decided: missing is not absent.
+const CACHE_WAIT: Duration = Duration::from_millis(500);
+/// Look at a moving eviction again this soon.
+const POLL: Duration = Duration::from_secs(1);
 
 pub struct EvictionContext {
     pub client: kube::Client,
-    pub nova: Arc<NovaClient>,
+    pub nova: Arc<dyn Nova>,
     pub migrations: Store<Migration>,
+    /// The Hypervisors, for the Nova host an Eviction's target names.
+    pub hypervisors: Store<Hypervisor>,
     /// Migrations in flight across all evictions at once.
-    pub cluster_max: u32,
+    pub limit: Arc<ClusterLimit>,
+    pub gate: Arc<Gate>,
     /// Our own status writes, for reconciles the cache has not caught up
     /// with: a stale record would ask for an attempt twice.
     pub written: super::written::Written<Eviction>,
     pub metrics: Arc<Metrics>,
     /// Policy of VMs whose server and Eviction name none.
     pub default_policy: MigrationPolicy,
+    /// How long Disabling waits for the host's compute service to be disabled.
+    pub disable_timeout: Duration,
+    /// How far Nova's clock may be behind ours: a migration Nova created up
+    /// to this long before we asked can still be the one we asked for.
+    pub nova_clock_skew: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +71,10 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("Nova: {0}")]
     Nova(#[from] NovaError),
+    #[error(
+        "Migration {0} belongs to an earlier Eviction of the same name; waiting for the garbage collector to remove it"
+    )]
+    Leftover(String),
 }
 
 /// Name of the Migration object of one attempt.
@@ -59,66 +85,337 @@ pub fn migration_name(eviction: &str, server_id: &str, attempt: u32) -> String {
 
 pub async fn reconcile(ev: Arc<Eviction>, ctx: Arc<EvictionContext>) -> Result<Requeue, Error> {
     let ev = ctx.written.freshest(ev);
-    let name = ev.name_any();
-    let api: Api<Eviction> = Api::all(ctx.client.clone());
-    let status = ev.status.clone().unwrap_or_default();
+    if !ctx.gate.open() {
+        return Ok(Requeue::requeue(CACHE_WAIT));
+    }
+    let ev = match hold_or_release(&ctx, ev).await? {
+        Ok(ev) => ev,
+        Err(next) => return Ok(next),
+    };
+    let now = Timestamp::now();
+    let source = match source(&ctx, &ev).await? {
+        Ok(source) => source,
+        Err(refusal) => return refuse(&ctx, &ev, refusal, now).await,
+    };
+    let deleting = ev.metadata.deletion_timestamp.is_some();
+    match status_of(&ev).phase.unwrap_or_default() {
+        EvictionPhase::Pending | EvictionPhase::Preflight if !deleting => {
+            run_preflight(&ctx, &ev, &source, now).await
+        }
+        EvictionPhase::Disabling if !deleting => wait_disabled(&ctx, &ev, &source, now).await,
+        _ => migrate(&ctx, &ev, &source, now).await,
+    }
+}
+
+pub fn error_policy(ev: Arc<Eviction>, error: &Error, _ctx: Arc<EvictionContext>) -> Requeue {
+    tracing::warn!(eviction = %ev.name_any(), error = %error, "eviction reconcile failed");
+    match error {
+        Error::Kube(kube::Error::Api(e)) if e.code == 409 => Requeue::requeue(Duration::from_millis(200)),
+        _ => Requeue::requeue(Duration::from_secs(5)),
+    }
+}
+
+fn status_of(ev: &Eviction) -> EvictionStatus {
+    ev.status.clone().unwrap_or_default()
+}
+
+fn api(ctx: &EvictionContext) -> Api<Eviction> {
+    Api::all(ctx.client.clone())
+}
+
+/// The finalizer while the Eviction runs (answers the Eviction as it now
+/// is); a finished one lets go of its finalizer and its slots, and stays
+/// final unless a failed preflight is to run again after a spec change
+/// (normally `force`).
+async fn hold_or_release(
+    ctx: &EvictionContext,
+    ev: Arc<Eviction>,
+) -> Result<Result<Arc<Eviction>, Requeue>, Error> {
+    let status = status_of(&ev);
     let phase = status.phase.unwrap_or_default();
     let deleting = ev.metadata.deletion_timestamp.is_some();
-    let has_finalizer = ev.finalizers().iter().any(|f| f == FINALIZER);
-    if !deleting && !has_finalizer && !phase.is_final() {
-        let mut finalizers = ev.finalizers().to_vec();
-        finalizers.push(FINALIZER.into());
-        let patch = serde_json::json!({"metadata": {"finalizers": finalizers}});
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
-        return Ok(Requeue::requeue(Duration::from_millis(100)));
-    }
-    if phase.is_final() {
-        if has_finalizer {
-            remove_finalizer(&api, &ev).await?;
+    if !phase.is_final() {
+        if !deleting && let Some(held) = write::finalizer(&api(ctx), ev.as_ref(), FINALIZER, true).await? {
+            return Ok(Ok(Arc::new(held)));
         }
-        // Over, except a failed preflight: nothing moved, and a spec change
-        // (e.g. `force`) runs it again.
-        let rerun = !deleting
-            && phase == EvictionPhase::Failed
-            && preflight_failed(&status)
-            && ev.metadata.generation != status.observed_generation;
-        if !rerun {
-            return Ok(Requeue::await_change());
+        return Ok(Ok(ev));
+    }
+    ctx.limit.release(&ev.name_any());
+    write::finalizer(&api(ctx), ev.as_ref(), FINALIZER, false).await?;
+    let rerun = !deleting
+        && phase == EvictionPhase::Failed
+        && preflight_failed(&status)
+        && ev.metadata.generation != status.observed_generation;
+    if !rerun {
+        return Ok(Err(Requeue::await_change()));
+    }
+    let mut s = status;
+    s.phase = Some(EvictionPhase::Pending);
+    s.completed_at = None;
+    record(ctx, &ev, s).await?;
+    Ok(Err(Requeue::requeue(Duration::from_millis(100))))
+}
+
+fn preflight_failed(s: &EvictionStatus) -> bool {
+    s.conditions.iter().any(|c| c.type_ == ConditionType::Preflight.as_str() && c.status == "False")
+}
+
+/// The Nova host to empty: the one recorded once the eviction started (VMs
+/// may be moving; nothing that happens to the Hypervisor or the spec then
+/// turns it into a refusal), else the one its target names, or why this
+/// Eviction cannot run.
+async fn source(ctx: &EvictionContext, ev: &Eviction) -> Result<Result<String, Refusal>, Error> {
+    let status = status_of(ev);
+    let started =
+        !matches!(status.phase.unwrap_or_default(), EvictionPhase::Pending | EvictionPhase::Preflight);
+    if started && let Some(host) = status.host {
+        return Ok(Ok(host));
+    }
+    match target(ctx, ev).await? {
+        Ok(host) => Ok(Ok(host)),
+        // Started before the host was recorded: follow the host by name.
+        Err(r) if started => {
+            tracing::warn!(eviction = %ev.name_any(), reason = r.reason, "target changed mid-eviction; following it by name");
+            Ok(Ok(ev.spec.hypervisor.clone()))
         }
-        let mut s = status.clone();
-        s.phase = Some(EvictionPhase::Pending);
-        s.completed_at = None;
-        write_status(&api, &name, &s).await?;
-        return Ok(Requeue::requeue(Duration::from_millis(100)));
+        Err(r) => Ok(Err(r)),
     }
-    let source = ev.spec.hypervisor.clone();
-    let now = Timestamp::now();
+}
 
-    if !deleting && matches!(phase, EvictionPhase::Pending | EvictionPhase::Preflight) {
-        return run_preflight(&api, &ctx, &ev, status, now).await;
+/// The Nova host the Eviction's target names, or why it cannot run.
+async fn target(ctx: &EvictionContext, ev: &Eviction) -> Result<Result<String, Refusal>, Error> {
+    let name = &ev.spec.hypervisor;
+    let hv = match ctx.hypervisors.get(&ObjectRef::new(name)) {
+        Some(hv) => Some((*hv).clone()),
+        None => Api::<Hypervisor>::all(ctx.client.clone()).get_opt(name).await?,
+    };
+    let owned = |hv: &Hypervisor| {
+        let uid = hv.meta().uid.as_deref();
+        ev.owner_references()
+            .iter()
+            .any(|o| o.controller == Some(true) && o.kind == "Hypervisor" && Some(o.uid.as_str()) == uid)
+    };
+    let found = Target { managed: hv.is_some(), owned_by_hypervisor: hv.as_ref().is_some_and(owned) };
+    Ok(checks::check(name, ev.spec.reason, &ev.spec.options, &found).map(|()| {
+        hv.map(|hv| {
+            let status = hv.status.clone().unwrap_or_default();
+            crate::lifecycle::nova_host(name, &hv.spec, &status).to_string()
+        })
+        .unwrap_or_default()
+    }))
+}
+
+/// Ends the Eviction Failed with the refusal in its `Target` condition.
+async fn refuse(ctx: &EvictionContext, ev: &Eviction, r: Refusal, now: Timestamp) -> Result<Requeue, Error> {
+    tracing::warn!(eviction = %ev.name_any(), reason = r.reason, message = %r.message, "eviction refused");
+    let mut s = status_of(ev);
+    let c = DesiredCondition::new(ConditionType::Target, ConditionStatus::False, r.reason, r.message);
+    s.conditions = merge(&s.conditions, &[c], now, ev.metadata.generation);
+    s.observed_generation = ev.metadata.generation;
+    s.phase = Some(EvictionPhase::Failed);
+    s.progress = Some(format!("refused: {}", r.reason));
+    s.completed_at.get_or_insert(Time(now));
+    record(ctx, ev, s).await?;
+    Ok(Requeue::await_change())
+}
+
+/// Writes the Eviction's status over the version this reconcile read and
+/// remembers it for a cache that lags; an unchanged status is not written
+/// (every write wakes the Hypervisor's reconcile).
+async fn record(ctx: &EvictionContext, ev: &Eviction, s: EvictionStatus) -> Result<(), Error> {
+    if Some(&s) == ev.status.as_ref() {
+        return Ok(());
     }
+    let written =
+        write::status(&api(ctx), &ev.name_any(), ev.metadata.resource_version.as_deref(), &s).await?;
+    ctx.written.remember(ev.metadata.resource_version.clone(), written);
+    Ok(())
+}
 
-    // Nothing moves before the host stops taking new VMs (the lifecycle
-    // disables it when it sees this Eviction).
-    if phase == EvictionPhase::Disabling && !deleting {
-        match ctx.nova.service_enabled(&source).await {
-            Ok(Some(true)) => return Ok(Requeue::requeue(Duration::from_secs(1))),
-            Ok(Some(false)) => {}
-            Ok(None) => {
-                let mut s = status.clone();
-                s.phase = Some(EvictionPhase::Failed);
-                s.progress = Some("no compute service".into());
-                write_status(&api, &name, &s).await?;
-                return Ok(Requeue::await_change());
-            }
-            Err(e) => {
-                tracing::warn!(eviction = %name, error = %e, "Nova not usable; retrying");
-                return Ok(Requeue::requeue(Duration::from_secs(5)));
-            }
+/// Could every VM be placed elsewhere? Failing stops the eviction before
+/// anything moves, with a condition naming each VM and why.
+async fn run_preflight(
+    ctx: &EvictionContext,
+    ev: &Eviction,
+    source: &str,
+    now: Timestamp,
+) -> Result<Requeue, Error> {
+    let servers = ctx.nova.servers_on(source).await?;
+    let candidates = ctx.nova.candidates(source).await?;
+    let o = &ev.spec.options;
+    let report = preflight(&servers, o.default_policy.unwrap_or(ctx.default_policy), &candidates, &o.force);
+    let mut s = status_of(ev);
+    s.observed_generation = ev.metadata.generation;
+    s.started_at.get_or_insert(Time(now));
+    let passed = report.findings.is_empty();
+    let (status, reason, message) = if passed {
+        tracing::info!(eviction = %ev.name_any(), node = %source, summary = %report.summary, "preflight passed");
+        s.phase = Some(EvictionPhase::Disabling);
+        s.host = Some(source.to_string());
+        (ConditionStatus::True, "Passed", report.summary)
+    } else {
+        let msg = findings_message(&report.findings);
+        tracing::warn!(eviction = %ev.name_any(), node = %source, message = %msg, "preflight failed");
+        s.phase = Some(EvictionPhase::Failed);
+        s.progress = Some("preflight failed".into());
+        s.completed_at = Some(Time(now));
+        (ConditionStatus::False, "Failed", msg)
+    };
+    let c = DesiredCondition::new(ConditionType::Preflight, status, reason, message);
+    s.conditions = merge(&s.conditions, &[c], now, ev.metadata.generation);
+    record(ctx, ev, s).await?;
+    Ok(if passed { Requeue::requeue(Duration::from_millis(100)) } else { Requeue::await_change() })
+}
+
+fn findings_message(findings: &[crate::eviction::preflight::Finding]) -> String {
+    const SHOWN: usize = 20;
+    let lines: Vec<String> = findings.iter().take(SHOWN).map(ToString::to_string).collect();
+    let mut msg = format!("{} VM(s) cannot be moved: {}", findings.len(), lines.join("; "));
+    if findings.len() > SHOWN {
+        msg.push_str(&format!("; and {} more", findings.len() - SHOWN));
+    }
+    msg.push_str(
+        ". Fix it and delete this Eviction (maintenance makes a new one), \
+         or list the checks to skip in spec.options.force",
+    );
+    msg
+}
+
+/// Nothing moves before the host stops taking new VMs (the lifecycle
+/// disables it when it sees this Eviction); not for ever, though.
+async fn wait_disabled(
+    ctx: &EvictionContext,
+    ev: &Eviction,
+    source: &str,
+    now: Timestamp,
+) -> Result<Requeue, Error> {
+    let since = status_of(ev).started_at.map_or(now, |t| t.0);
+    let waited = now.duration_since(since);
+    let (reason, message) = match ctx.nova.service_enabled(source).await {
+        Ok(Some(false)) => {
+            let mut s = status_of(ev);
+            s.phase = Some(EvictionPhase::Migrating);
+            let c = DesiredCondition::new(ConditionType::HostDisabled, ConditionStatus::True, "Disabled", "");
+            s.conditions = merge(&s.conditions, &[c], now, ev.metadata.generation);
+            record(ctx, ev, s).await?;
+            return Ok(Requeue::requeue(Duration::from_millis(100)));
         }
-    }
+        Ok(None) => ("NoComputeService", format!("Nova shows no compute service for host {source}")),
+        Ok(Some(true)) if waited.as_secs() >= ctx.disable_timeout.as_secs() as i64 => (
+            "NotDisabled",
+            format!("the compute service of {source} was still enabled after {}s", waited.as_secs()),
+        ),
+        Ok(Some(true)) => return Ok(Requeue::requeue(POLL)),
+        Err(e) => {
+            tracing::warn!(eviction = %ev.name_any(), error = %e, "Nova not usable; retrying");
+            return Ok(Requeue::requeue(Duration::from_secs(5)));
+        }
+    };
+    let mut s = status_of(ev);
+    let c = DesiredCondition::new(ConditionType::HostDisabled, ConditionStatus::False, reason, message);
+    s.conditions = merge(&s.conditions, &[c], now, ev.metadata.generation);
+    s.phase = Some(EvictionPhase::Failed);
+    s.progress = Some(reason.to_string());
+    s.completed_at = Some(Time(now));
+    record(ctx, ev, s).await?;
+    Ok(Requeue::await_change())
+}
 
-    let mut servers = ctx.nova.servers_on(&source).await?;
+/// What Nova shows of the servers and their current attempts, and the
+/// Migration statuses that record it.
+struct Seen {
+    servers: Vec<Server>,
+    attempts: Vec<AttemptObs>,
+    /// Migration name, the version read, and the status that records what
+    /// Nova shows.
+    records: Vec<(String, Option<String>, MigrationStatus)>,
+}
+
+/// One step of the migrations: observe, step, record, act.
+async fn migrate(
+    ctx: &EvictionContext,
+    ev: &Eviction,
+    source: &str,
+    now: Timestamp,
+) -> Result<Requeue, Error> {
+    let name = ev.name_any();
+    let before = status_of(ev);
+    let deleting = ev.metadata.deletion_timestamp.is_some();
+    let seen = observe(ctx, ev, source, &before, now).await?;
+    // Options edited out of bounds mid-eviction: what is in flight is
+    // followed (with defaults for the bad fields), nothing new starts.
+    let (mut options, invalid) = checks::sanitized(&ev.spec.options);
+    options.default_policy.get_or_insert(ctx.default_policy);
+    let in_flight = count(&before.vms, VmState::Migrating);
+    let want = if deleting || invalid.is_some() { 0 } else { options.max_parallel.saturating_sub(in_flight) };
+    let slots = ctx.limit.grant(&name, in_flight, want);
+    let step = plan::step(&Input {
+        source,
+        options: &options,
+        vms: &before.vms,
+        servers: &seen.servers,
+        attempts: &seen.attempts,
+        slots,
+        cancelled: deleting,
+        now,
+    });
+    // Record each new attempt before asking Nova, so a crash in between
+    // can never lead to a second request for the same attempt.
+    let mut s = before.clone();
+    s.vms = step.vms.clone();
+    s.phase = Some(step.phase);
+    fill_counts(&mut s, now);
+    if let Some(c) = options_condition(&before, invalid) {
+        s.conditions = merge(&s.conditions, &[c], now, ev.metadata.generation);
+    }
+    record(ctx, ev, s).await?;
+    ctx.metrics.add(&tally(&before.vms, &step, now));
+    for (mname, read, st) in &seen.records {
+        write_migration(ctx, mname, read.as_deref(), st).await;
+    }
+    act(ctx, ev, source, &step, now).await?;
+    if step.phase.is_final() {
+        ctx.limit.release(&name);
+    }
+    if deleting && step.phase == EvictionPhase::Cancelled {
+        write::finalizer(&api(ctx), ev, FINALIZER, false).await?;
+        return Ok(Requeue::await_change());
+    }
+    Ok(Requeue::requeue(if step.phase.is_final() { Duration::from_secs(300) } else { POLL }))
+}
+
+/// The `Target` condition of a running eviction: False while its options
+/// are out of bounds, True again once they are fixed; None when there is
+/// nothing to say.
+fn options_condition(before: &EvictionStatus, invalid: Option<String>) -> Option<DesiredCondition> {
+    let was_invalid =
+        before.conditions.iter().any(|c| c.type_ == ConditionType::Target.as_str() && c.status == "False");
+    match invalid {
+        Some(why) => Some(DesiredCondition::new(
+            ConditionType::Target,
+            ConditionStatus::False,
+            "InvalidSpec",
+            format!("{why}; nothing new starts until it is fixed, migrations in flight are followed"),
+        )),
+        None if was_invalid => {
+            Some(DesiredCondition::new(ConditionType::Target, ConditionStatus::True, "Valid", String::new()))
+        }
+        None => None,
+    }
+}
+
+fn count(vms: &[VmStatus], state: VmState) -> u32 {
+    u32::try_from(vms.iter().filter(|v| v.state == state).count()).unwrap_or(u32::MAX)
+}
+
+async fn observe(
+    ctx: &EvictionContext,
+    ev: &Eviction,
+    source: &str,
+    status: &EvictionStatus,
+    now: Timestamp,
+) -> Result<Seen, Error> {
+    let mut servers = ctx.nova.servers_on(source).await?;
     for vm in status.vms.iter().filter(|v| !plan::is_final(v.state)) {
         if !servers.iter().any(|s| s.id == vm.id)
             && let Some(s) = ctx.nova.server(&vm.id).await?
@@ -126,8 +423,6 @@ pub async fn reconcile(ev: Arc<Eviction>, ctx: Arc<EvictionContext>) -> Result<R
             servers.push(s);
         }
     }
-    let mut attempts = Vec::new();
-    let mut mig_status = Vec::new();
     let moving: Vec<&VmStatus> = status.vms.iter().filter(|v| v.state == VmState::Migrating).collect();
     // One os-migrations call for every VM in flight (10 min of slack for
     // clock skew; every attempt of this eviction was created after its start).
@@ -135,330 +430,273 @@ pub async fn reconcile(ev: Arc<Eviction>, ctx: Arc<EvictionContext>) -> Result<R
         Vec::new()
     } else {
         let start = status.started_at.as_ref().map_or(now, |t| t.0);
-        ctx.nova.migrations_from(&source, start - jiff::SignedDuration::from_mins(10)).await?
+        ctx.nova.migrations_from(source, start - jiff::SignedDuration::from_mins(10)).await?
     };
+    let mut seen = Seen { servers, attempts: Vec::new(), records: Vec::new() };
     for vm in moving {
-        let (obs, st) = observe_attempt(&ctx, &name, vm, &from_host, now).await?;
-        attempts.extend(obs);
-        mig_status.push((migration_name(&name, &vm.id, vm.attempts), st));
+        let mname = migration_name(&ev.name_any(), &vm.id, vm.attempts);
+        let mine = migration_of(ctx, ev, &mname);
+        let read = mine.as_ref().and_then(|m| m.metadata.resource_version.clone());
+        let recorded = mine.and_then(|m| m.status.clone()).unwrap_or_default();
+        let others = claimed(ctx, ev, vm);
+        let (obs, st) = observe_attempt(ctx, vm, recorded, &from_host, &others, now).await?;
+        seen.attempts.extend(obs);
+        seen.records.push((mname, read, st));
     }
-    let elsewhere = ctx
-        .migrations
-        .state()
-        .iter()
-        .filter(|m| m.spec.eviction != name)
-        .filter(|m| {
-            matches!(
-                m.status.as_ref().and_then(|s| s.phase),
-                Some(MigrationPhase::Running | MigrationPhase::Pending)
-            )
-        })
-        .count();
-    let slots = ctx.cluster_max.saturating_sub(u32::try_from(elsewhere).unwrap_or(u32::MAX));
-    let mut options = ev.spec.options.clone();
-    options.default_policy.get_or_insert(ctx.default_policy);
-    let step = plan::step(&Input {
-        source: &source,
-        options: &options,
-        vms: &status.vms,
-        servers: &servers,
-        attempts: &attempts,
-        slots,
-        cancelled: deleting,
-        now,
-    });
+    Ok(seen)
+}
 
-    // Record each new attempt before asking Nova, so a crash in between
-    // can never lead to a second request for the same attempt.
-    let mut s = status.clone();
-    s.vms = step.vms.clone();
-    s.phase = Some(step.phase);
-    fill_counts(&mut s, now);
-    // Unchanged records are not written again: every write wakes the
-    // Hypervisor's reconcile, which asks Nova about the host.
-    if s != status {
-        let written = write_status(&api, &name, &s).await?;
-        ctx.written.remember(ev.metadata.resource_version.clone(), written);
+/// This Eviction's Migration `name`: one of an earlier Eviction by the same
+/// name (not yet garbage-collected) is not ours to read or write.
+fn migration_of(ctx: &EvictionContext, ev: &Eviction, name: &str) -> Option<Arc<Migration>> {
+    ctx.migrations.get(&ObjectRef::new(name)).filter(|m| owned_by(m, ev))
+}
+
+fn owned_by(m: &Migration, ev: &Eviction) -> bool {
+    let uid = ev.metadata.uid.as_deref();
+    uid.is_some() && m.owner_references().iter().any(|o| Some(o.uid.as_str()) == uid)
+}
+
+/// Nova migrations already matched to this VM's earlier attempts: never
+/// the current attempt's.
+fn claimed(ctx: &EvictionContext, ev: &Eviction, vm: &VmStatus) -> Vec<i64> {
+    (1..vm.attempts)
+        .filter_map(|a| migration_of(ctx, ev, &migration_name(&ev.name_any(), &vm.id, a)))
+        .filter_map(|m| m.status.as_ref().and_then(|s| s.nova_migration_id))
+        .collect()
+}
+
+/// What Nova shows of one VM's current attempt, and the Migration status
+/// that records it.
+async fn observe_attempt(
+    ctx: &EvictionContext,
+    vm: &VmStatus,
+    mut st: MigrationStatus,
+    from_host: &[NovaMigration],
+    claimed: &[i64],
+    now: Timestamp,
+) -> Result<(Option<AttemptObs>, MigrationStatus), Error> {
+    let asked = vm.attempt_started.as_ref().map_or(now, |t| t.0);
+    let abort_requested = st.phase == Some(MigrationPhase::Aborted);
+    let base = |id, status, progress_reported| AttemptObs {
+        server_id: vm.id.clone(),
+        attempt: vm.attempts,
+        nova_migration_id: id,
+        nova_status: status,
+        started_at: asked,
+        last_progress_at: asked,
+        progress_reported,
+        abort_requested,
+        not_sent: false,
+    };
+    if st.phase == Some(MigrationPhase::NotSent) {
+        return Ok((Some(AttemptObs { not_sent: true, ..base(None, None, false) }), st));
     }
-    ctx.metrics.add(&tally(&status.vms, &step, now));
-    for (mname, st) in mig_status {
-        write_migration_status(&ctx.client, &mname, &st).await;
+    if st.phase == Some(MigrationPhase::Failed) && st.nova_migration_id.is_none() {
+        // Nova refused the request outright.
+        return Ok((Some(base(None, Some(NovaState::Failed), false)), st));
     }
+    let slack = jiff::SignedDuration::try_from(ctx.nova_clock_skew).unwrap_or(jiff::SignedDuration::ZERO);
+    let Some(m) = find_attempt(vm, &st, from_host, asked - slack, claimed) else {
+        return Ok((None, st));
+    };
+    st.nova_migration_id = Some(m.id);
+    st.nova_status = Some(m.status.to_string());
+    st.target_host = m.dest_compute.clone().or(st.target_host);
+    if !abort_requested {
+        st.phase = Some(match &m.status {
+            NovaState::Completed | NovaState::Confirmed => MigrationPhase::Completed,
+            NovaState::Failed | NovaState::Reverted => MigrationPhase::Failed,
+            NovaState::Cancelled => MigrationPhase::Cancelled,
+            _ => MigrationPhase::Running,
+        });
+    }
+    let mut progress_reported = false;
+    if m.status.is_final() {
+        st.finished_at.get_or_insert(Time(now));
+    } else if m.status == (NovaState::Running { live_running: true }) {
+        // Counters exist only while a live migration runs.
+        if let Some(p) = ctx.nova.progress_of(&vm.id).await?.into_iter().find(|p| p.id == m.id) {
+            progress_reported = record_progress(&mut st, &p, now);
+        }
+    }
+    let mut obs = base(Some(m.id), Some(m.status.clone()), progress_reported);
+    obs.started_at = st.started_at.as_ref().map_or(asked, |t| t.0);
+    obs.last_progress_at = st.last_progress_at.as_ref().map_or(asked, |t| t.0);
+    Ok((Some(obs), st))
+}
+
+/// Copies Nova's progress counters into the record; `last_progress_at`
+/// moves only when a counter did. Answers whether Nova reports counters.
+fn record_progress(st: &mut MigrationStatus, p: &crate::nova::servers::Progress, now: Timestamp) -> bool {
+    let moved = p.memory_processed_bytes != st.memory_processed_bytes
+        || p.memory_remaining_bytes != st.memory_remaining_bytes
+        || p.disk_processed_bytes != st.disk_processed_bytes;
+    if moved {
+        st.last_progress_at = Some(Time(now));
+    }
+    st.memory_total_bytes = p.memory_total_bytes;
+    st.memory_processed_bytes = p.memory_processed_bytes;
+    st.memory_remaining_bytes = p.memory_remaining_bytes;
+    st.disk_total_bytes = p.disk_total_bytes;
+    st.disk_processed_bytes = p.disk_processed_bytes;
+    st.disk_remaining_bytes = p.disk_remaining_bytes;
+    p.memory_processed_bytes.is_some() || p.disk_processed_bytes.is_some()
+}
+
+/// This attempt's Nova migration: the one recorded, else the newest one Nova
+/// created for the server since `since` (when we asked, less the clock skew
+/// allowed between Nova and us) that no earlier attempt claimed.
+fn find_attempt<'a>(
+    vm: &VmStatus,
+    st: &MigrationStatus,
+    from_host: &'a [NovaMigration],
+    since: Timestamp,
+    claimed: &[i64],
+) -> Option<&'a NovaMigration> {
+    let mut of_vm = from_host.iter().filter(|m| m.instance_uuid.as_deref() == Some(vm.id.as_str()));
+    match st.nova_migration_id {
+        Some(id) => of_vm.find(|m| m.id == id),
+        None => of_vm
+            .filter(|m| !claimed.contains(&m.id) && m.created_at.is_some_and(|c| c >= since))
+            .max_by_key(|m| (m.created_at, m.id)),
+    }
+}
+
+/// Executes the step's actions: a Migration object, then the Nova request,
+/// for each new attempt; confirmations; aborts.
+async fn act(
+    ctx: &EvictionContext,
+    ev: &Eviction,
+    source: &str,
+    step: &plan::Step,
+    now: Timestamp,
+) -> Result<(), Error> {
+    let name = ev.name_any();
     for action in &step.actions {
         match action {
             Action::Migrate { server_id, attempt, live, block_migration } => {
                 let vm = step.vms.iter().find(|v| &v.id == server_id).cloned().unwrap_or_default();
                 let mname = migration_name(&name, server_id, *attempt);
-                let mut m = Migration::new(
-                    &mname,
-                    MigrationSpec {
-                        eviction: name.clone(),
-                        server_id: server_id.clone(),
-                        server_name: vm.name.clone(),
-                        source_host: source.clone(),
-                        attempt: *attempt,
-                        policy: if *live {
-                            MigrationPolicy::LiveMigrate
-                        } else {
-                            MigrationPolicy::ColdMigrate
-                        },
-                        block_migration: *block_migration,
-                        memory_bytes: vm.memory_bytes,
-                    },
-                );
-                m.metadata.owner_references = ev.controller_owner_ref(&()).map(|o| vec![o]);
-                let mapi: Api<Migration> = Api::all(ctx.client.clone());
-                let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-                match mapi.create(&pp, &m).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(e)) if e.code == 409 => {}
-                    Err(e) => return Err(e.into()),
-                }
-                let mut st = MigrationStatus {
-                    phase: Some(MigrationPhase::Pending),
-                    started_at: Some(Time(now)),
-                    last_progress_at: Some(Time(now)),
-                    ..Default::default()
-                };
-                match ctx.nova.migrate(server_id, *live).await {
-                    Ok(()) => {
-                        tracing::info!(eviction = %name, server = %server_id, attempt, "migration requested")
-                    }
-                    Err(e) => {
-                        tracing::warn!(eviction = %name, server = %server_id, attempt, error = %e, "migration refused");
-                        st.phase = Some(MigrationPhase::Failed);
-                        st.nova_status = Some("refused".into());
-                        st.message = e.to_string();
-                        st.finished_at = Some(Time(now));
-                    }
-                }
-                write_migration_status(&ctx.client, &mname, &st).await;
+                let read =
+                    create_migration(ctx, ev, &mname, source, &vm, *attempt, *live, *block_migration).await?;
+                let st = request_migration(ctx, &name, server_id, *attempt, *live, now).await?;
+                write_migration(ctx, &mname, read.as_deref(), &st).await;
             }
             Action::ConfirmResize { server_id, attempt } => {
                 ctx.nova.confirm_resize(server_id).await?;
                 tracing::info!(eviction = %name, server = %server_id, attempt, "cold migration confirmed");
             }
             Action::Abort { server_id, attempt, nova_migration_id, why } => {
-                let mname = migration_name(&name, server_id, *attempt);
                 if let Some(id) = nova_migration_id {
                     ctx.nova.abort_migration(server_id, *id).await?;
                 }
                 tracing::warn!(eviction = %name, server = %server_id, attempt, reason = %why, "migration aborted");
-                let mut st = ctx
-                    .migrations
-                    .get(&ObjectRef::new(&mname))
-                    .and_then(|m| m.status.clone())
-                    .unwrap_or_default();
+                let mname = migration_name(&name, server_id, *attempt);
+                let mine = migration_of(ctx, ev, &mname);
+                let read = mine.as_ref().and_then(|m| m.metadata.resource_version.clone());
+                let mut st = mine.and_then(|m| m.status.clone()).unwrap_or_default();
                 st.phase = Some(MigrationPhase::Aborted);
                 st.message = why.clone();
-                write_migration_status(&ctx.client, &mname, &st).await;
+                write_migration(ctx, &mname, read.as_deref(), &st).await;
             }
         }
     }
-    if deleting && step.phase == EvictionPhase::Cancelled {
-        remove_finalizer(&api, &ev).await?;
-        return Ok(Requeue::await_change());
-    }
-    Ok(Requeue::requeue(if step.phase.is_final() {
-        Duration::from_secs(300)
-    } else {
-        Duration::from_secs(1)
-    }))
+    Ok(())
 }
 
-/// Type of the Eviction condition that carries the preflight's verdict.
-pub const PREFLIGHT: &str = "Preflight";
-
-fn preflight_failed(s: &EvictionStatus) -> bool {
-    s.conditions.iter().any(|c| c.type_ == PREFLIGHT && c.status == "False")
-}
-
-/// Could every VM be placed elsewhere? Failing stops the eviction before
-/// anything moves, with a condition naming each VM and why.
-async fn run_preflight(
-    api: &Api<Eviction>,
+/// Creates the Migration object of one attempt; answers its version. One
+/// that exists already is ours only if this Eviction owns it (recorded
+/// before a crash); one of an earlier Eviction by the same name is an error
+/// until the garbage collector removed it.
+#[allow(clippy::too_many_arguments)]
+async fn create_migration(
     ctx: &EvictionContext,
     ev: &Eviction,
-    status: EvictionStatus,
-    now: Timestamp,
-) -> Result<Requeue, Error> {
-    let name = ev.name_any();
-    let source = &ev.spec.hypervisor;
-    let servers = ctx.nova.servers_on(source).await?;
-    let candidates = ctx.nova.candidates(source).await?;
-    let o = &ev.spec.options;
-    let default = o.default_policy.unwrap_or(ctx.default_policy);
-    let report = preflight(&servers, default, &candidates, &o.force);
-    let mut s = status;
-    s.observed_generation = ev.metadata.generation;
-    s.started_at.get_or_insert(Time(now));
-    if report.findings.is_empty() {
-        tracing::info!(eviction = %name, node = %source, summary = %report.summary, "preflight passed");
-        set_condition(
-            &mut s.conditions,
-            PREFLIGHT,
-            true,
-            "Passed",
-            report.summary,
-            now,
-            ev.metadata.generation,
-        );
-        s.phase = Some(EvictionPhase::Disabling);
-        write_status(api, &name, &s).await?;
-        return Ok(Requeue::requeue(Duration::from_millis(100)));
-    }
-    const SHOWN: usize = 20;
-    let mut msg = format!("{} VM(s) cannot be moved: ", report.findings.len());
-    let lines: Vec<String> = report.findings.iter().take(SHOWN).map(ToString::to_string).collect();
-    msg.push_str(&lines.join("; "));
-    if report.findings.len() > SHOWN {
-        msg.push_str(&format!("; and {} more", report.findings.len() - SHOWN));
-    }
-    msg.push_str(
-        ". Fix it and delete this Eviction (maintenance makes a new one), \
-         or list the checks to skip in spec.options.force",
-    );
-    tracing::warn!(eviction = %name, node = %source, findings = report.findings.len(), message = %msg, "preflight failed");
-    set_condition(&mut s.conditions, PREFLIGHT, false, "Failed", msg, now, ev.metadata.generation);
-    s.phase = Some(EvictionPhase::Failed);
-    s.progress = Some("preflight failed".into());
-    s.completed_at = Some(Time(now));
-    write_status(api, &name, &s).await?;
-    Ok(Requeue::await_change())
-}
-
-/// Sets one condition; `lastTransitionTime` moves only with its status.
-fn set_condition(
-    conditions: &mut Vec<Condition>,
-    type_: &str,
-    ok: bool,
-    reason: &str,
-    message: String,
-    now: Timestamp,
-    generation: Option<i64>,
-) {
-    let status = if ok { "True" } else { "False" }.to_string();
-    match conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) => {
-            if c.status != status {
-                c.last_transition_time = Time(now);
-                c.status = status;
-            }
-            c.reason = reason.into();
-            c.message = message;
-            c.observed_generation = generation;
-        }
-        None => conditions.push(Condition {
-            type_: type_.into(),
-            status,
-            reason: reason.into(),
-            message,
-            last_transition_time: Time(now),
-            observed_generation: generation,
-        }),
+    mname: &str,
+    source: &str,
+    vm: &VmStatus,
+    attempt: u32,
+    live: bool,
+    block_migration: bool,
+) -> Result<Option<String>, Error> {
+    let policy = if live { MigrationPolicy::LiveMigrate } else { MigrationPolicy::ColdMigrate };
+    let spec = MigrationSpec {
+        eviction: ev.name_any(),
+        server_id: vm.id.clone(),
+        server_name: vm.name.clone(),
+        source_host: source.to_string(),
+        attempt,
+        policy,
+        block_migration,
+        memory_bytes: vm.memory_bytes,
+    };
+    let mut m = Migration::new(mname, spec);
+    m.metadata.owner_references = ev.controller_owner_ref(&()).map(|o| vec![o]);
+    let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    let api = Api::<Migration>::all(ctx.client.clone());
+    match api.create(&pp, &m).await {
+        Ok(created) => Ok(created.metadata.resource_version),
+        Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(mname).await? {
+            Some(existing) if owned_by(&existing, ev) => Ok(existing.metadata.resource_version),
+            _ => Err(Error::Leftover(mname.to_string())),
+        },
+        Err(e) => Err(e.into()),
     }
 }
 
-pub fn error_policy(ev: Arc<Eviction>, error: &Error, _ctx: Arc<EvictionContext>) -> Requeue {
-    tracing::warn!(eviction = %ev.name_any(), error = %error, "eviction reconcile failed");
-    Requeue::requeue(Duration::from_secs(5))
-}
-
-/// What Nova shows of one VM's current attempt, and the Migration status to record.
-async fn observe_attempt(
+/// Asks Nova to move the server; answers the attempt's Migration status.
+/// An answer that was lost leaves the attempt in flight, to be found in
+/// Nova's migrations: asking again could move the VM twice.
+async fn request_migration(
     ctx: &EvictionContext,
     eviction: &str,
-    vm: &VmStatus,
-    from_host: &[NovaMigration],
+    server_id: &str,
+    attempt: u32,
+    live: bool,
     now: Timestamp,
-) -> Result<(Option<AttemptObs>, MigrationStatus), Error> {
-    let mname = migration_name(eviction, &vm.id, vm.attempts);
-    let mut st =
-        ctx.migrations.get(&ObjectRef::new(&mname)).and_then(|m| m.status.clone()).unwrap_or_default();
-    let asked = vm.attempt_started.as_ref().map_or(now, |t| t.0);
-    let abort_requested = st.phase == Some(MigrationPhase::Aborted);
-    if st.phase == Some(MigrationPhase::Failed) && st.nova_migration_id.is_none() {
-        // Nova refused the request outright.
-        let obs = AttemptObs {
-            server_id: vm.id.clone(),
-            attempt: vm.attempts,
-            nova_migration_id: None,
-            nova_status: Some("error".into()),
-            started_at: asked,
-            last_progress_at: asked,
-            progress_reported: false,
-            abort_requested,
-        };
-        return Ok((Some(obs), st));
-    }
-    let mut migrations =
-        from_host.iter().filter(|m| m.instance_uuid.as_deref() == Some(vm.id.as_str())).cloned();
-    let found = match st.nova_migration_id {
-        Some(id) => migrations.find(|m| m.id == id),
-        // The newest one Nova created since we asked (Nova's clock and ours
-        // are both UTC; a few seconds of slack for skew).
-        None => migrations.find(|m| {
-            m.created_at
-                .as_deref()
-                .and_then(|c| format!("{}Z", c.trim_end_matches('Z')).parse::<Timestamp>().ok())
-                .is_some_and(|c| c.as_second() + 5 >= asked.as_second())
-        }),
+) -> Result<MigrationStatus, Error> {
+    let mut st = MigrationStatus {
+        phase: Some(MigrationPhase::Pending),
+        started_at: Some(Time(now)),
+        last_progress_at: Some(Time(now)),
+        ..Default::default()
     };
-    let Some(m) = found else {
-        return Ok((None, st));
-    };
-    st.nova_migration_id = Some(m.id);
-    st.nova_status = Some(m.status.clone());
-    st.target_host = m.dest_compute.clone().or(st.target_host);
-    if !abort_requested {
-        st.phase = Some(match m.status.as_str() {
-            "completed" | "confirmed" => MigrationPhase::Completed,
-            "failed" | "error" | "reverted" => MigrationPhase::Failed,
-            "cancelled" | "aborted" => MigrationPhase::Cancelled,
-            _ => MigrationPhase::Running,
-        });
-    }
-    let mut progress_reported = false;
-    if is_final_status(&m.status) {
-        st.finished_at.get_or_insert(Time(now));
-    } else if m.status != "running" {
-        // Counters exist only while a live migration runs: nothing to ask.
-    } else if let Some(p) = ctx.nova.progress_of(&vm.id).await?.into_iter().find(|p| p.id == m.id) {
-        progress_reported = p.memory_processed_bytes.is_some() || p.disk_processed_bytes.is_some();
-        let moved = p.memory_processed_bytes != st.memory_processed_bytes
-            || p.memory_remaining_bytes != st.memory_remaining_bytes
-            || p.disk_processed_bytes != st.disk_processed_bytes;
-        if moved {
-            st.last_progress_at = Some(Time(now));
+    match ctx.nova.migrate(server_id, live).await {
+        Ok(()) => tracing::info!(eviction, server = %server_id, attempt, "migration requested"),
+        Err(e @ NovaError::Unknown(_)) => {
+            tracing::warn!(eviction, server = %server_id, attempt, error = %e, "migration request's answer lost; looking in Nova");
+            st.message =
+                format!("the answer to the request was lost ({e}); looking for the migration in Nova");
         }
-        st.memory_total_bytes = p.memory_total_bytes;
-        st.memory_processed_bytes = p.memory_processed_bytes;
-        st.memory_remaining_bytes = p.memory_remaining_bytes;
-        st.disk_total_bytes = p.disk_total_bytes;
-        st.disk_processed_bytes = p.disk_processed_bytes;
-        st.disk_remaining_bytes = p.disk_remaining_bytes;
+        // Not sent: this replica no longer leads. The attempt stays
+        // recorded; the next leader finds no migration and retries it.
+        Err(e @ NovaError::NotLeader(_)) => return Err(e.into()),
+        // Not sent either: Nova or Keystone could not be reached, or no
+        // token was had. Asked again later; the attempt does not count.
+        Err(e @ (NovaError::Unavailable(_) | NovaError::Unauthorized(_) | NovaError::Config(_))) => {
+            tracing::warn!(eviction, server = %server_id, attempt, error = %e, "migration request not sent");
+            st.phase = Some(MigrationPhase::NotSent);
+            st.message = e.to_string();
+            st.finished_at = Some(Time(now));
+        }
+        Err(e) => {
+            tracing::warn!(eviction, server = %server_id, attempt, error = %e, "migration refused");
+            st.phase = Some(MigrationPhase::Failed);
+            st.nova_status = Some("refused".into());
+            st.message = e.to_string();
+            st.finished_at = Some(Time(now));
+        }
     }
-    let obs = AttemptObs {
-        server_id: vm.id.clone(),
-        attempt: vm.attempts,
-        nova_migration_id: Some(m.id),
-        nova_status: Some(m.status),
-        started_at: st.started_at.as_ref().map_or(asked, |t| t.0),
-        last_progress_at: st.last_progress_at.as_ref().map_or(asked, |t| t.0),
-        progress_reported,
-        abort_requested,
-    };
-    Ok((Some(obs), st))
+    Ok(st)
 }
 
 fn fill_counts(s: &mut EvictionStatus, now: Timestamp) {
-    let count =
-        |state: VmState| u32::try_from(s.vms.iter().filter(|v| v.state == state).count()).unwrap_or(u32::MAX);
     s.total = u32::try_from(s.vms.len()).unwrap_or(u32::MAX);
-    s.migrated = count(VmState::Migrated);
-    s.gone = count(VmState::Gone);
-    s.non_migratable = count(VmState::NonMigratable);
-    s.in_flight = count(VmState::Migrating);
+    s.migrated = count(&s.vms, VmState::Migrated);
+    s.gone = count(&s.vms, VmState::Gone);
+    s.non_migratable = count(&s.vms, VmState::NonMigratable);
+    s.in_flight = count(&s.vms, VmState::Migrating);
     s.progress = Some(format!("{}/{}", s.migrated, s.total));
     s.started_at.get_or_insert(Time(now));
     if s.phase.is_some_and(|p| p.is_final()) {
@@ -466,28 +704,53 @@ fn fill_counts(s: &mut EvictionStatus, now: Timestamp) {
     }
 }
 
-async fn write_status(api: &Api<Eviction>, name: &str, status: &EvictionStatus) -> Result<Eviction, Error> {
-    let patch = serde_json::json!({
-        "apiVersion": "hypervisor.cloud.sap/v1alpha1", "kind": "Eviction", "status": status,
-    });
-    Ok(api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?)
-}
-
-async fn write_migration_status(client: &kube::Client, name: &str, status: &MigrationStatus) {
-    let api: Api<Migration> = Api::all(client.clone());
-    let patch = serde_json::json!({
-        "apiVersion": "hypervisor.cloud.sap/v1alpha1", "kind": "Migration", "status": status,
-    });
-    if let Err(e) =
-        api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await
-    {
+/// A Migration's status, over the version read: a write over a newer one
+/// (another leader's) fails, and the next reconcile writes what it sees.
+async fn write_migration(ctx: &EvictionContext, name: &str, read: Option<&str>, status: &MigrationStatus) {
+    let Some(read) = read else {
+        // Not in the cache yet (or not ours): the next reconcile writes it.
+        tracing::debug!(migration = %name, "Migration not read yet; its status waits");
+        return;
+    };
+    let api: Api<Migration> = Api::all(ctx.client.clone());
+    if let Err(e) = write::status(&api, name, Some(read), status).await {
         tracing::warn!(migration = %name, error = %e, "could not write Migration status");
     }
 }
 
-async fn remove_finalizer(api: &Api<Eviction>, ev: &Eviction) -> Result<(), Error> {
-    let finalizers: Vec<String> = ev.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect();
-    let patch = serde_json::json!({"metadata": {"finalizers": finalizers}});
-    api.patch(&ev.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
-    Ok(())
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nova(id: i64, server: &str, created: Timestamp) -> NovaMigration {
+        NovaMigration {
+            id,
+            status: NovaState::Running { live_running: true },
+            instance_uuid: Some(server.into()),
+            source_compute: Some("node-1".into()),
+            dest_compute: None,
+            created_at: Some(created),
+            updated_at: None,
+        }
+    }
+
+    #[test]
+    fn an_attempt_is_matched_across_clock_skew_never_to_an_earlier_attempts_migration() {
+        let asked = Timestamp::from_second(1_800_000_000).unwrap_or(Timestamp::UNIX_EPOCH);
+        let skew = jiff::SignedDuration::from_secs(60);
+        let vm = VmStatus { id: "vm-a".into(), attempts: 2, ..Default::default() };
+        let none = MigrationStatus::default();
+        // Nova's clock 40 s behind ours: its migration looks older than our request.
+        let behind = [nova(7, "vm-a", asked - jiff::SignedDuration::from_secs(40))];
+        assert_eq!(find_attempt(&vm, &none, &behind, asked - skew, &[]).map(|m| m.id), Some(7));
+        // The first attempt's migration (id 6), and another server's, are never ours.
+        let earlier = [nova(6, "vm-a", asked - jiff::SignedDuration::from_secs(20)), nova(9, "vm-b", asked)];
+        assert_eq!(find_attempt(&vm, &none, &earlier, asked - skew, &[6]).map(|m| m.id), None);
+        // Of the candidates, the newest.
+        let both = [nova(6, "vm-a", asked - jiff::SignedDuration::from_secs(20)), nova(8, "vm-a", asked)];
+        assert_eq!(find_attempt(&vm, &none, &both, asked - skew, &[]).map(|m| m.id), Some(8));
+        // Once recorded, only the recorded one.
+        let recorded = MigrationStatus { nova_migration_id: Some(6), ..Default::default() };
+        assert_eq!(find_attempt(&vm, &recorded, &both, asked - skew, &[]).map(|m| m.id), Some(6));
+    }
 }

@@ -1,9 +1,8 @@
 //! The Hypervisor controller: the imperative shell around
-//! [`lifecycle::decide`](crate::lifecycle::decide). One reconcile gathers the
-//! observations (Node, agent, Nova, Eviction, retry annotation), decides,
-//! executes the actions (each idempotent), writes status with server-side
-//! apply under our field manager, records Kubernetes Events and sets the
-//! node's gRPC health.
+//! [`lifecycle::decide`](crate::lifecycle::decide). One reconcile reads as
+//! observe (Node, agent, Nova, Eviction, retry annotation) → decide → act
+//! (each action idempotent) → write (status by server-side apply over the
+//! version read) → tell (Events, the fleet stream, gRPC health).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,32 +10,39 @@ use std::time::Duration;
 use hv_proto::v1 as pb;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
 use super::status::compose;
-use crate::api::eviction::{EvictionOptions, EvictionPhase};
+use super::{Gate, write};
+use crate::api::condition::merge;
+use crate::api::eviction::EvictionOptions;
 use crate::api::{Eviction, EvictionSpec, Hypervisor, HypervisorStatus, Phase};
 use crate::fleet::fleet_service::to_proto;
-use crate::fleet::{Health, Registry};
-use crate::lifecycle::{self, Action, AgentObs, EvictionObs, Input, NodeObs, NovaObs, Observations, Policy};
-use crate::nova::NovaClient;
+use crate::fleet::{AgentView, Health, Registry};
+use crate::lifecycle::{
+    self, Action, AgentObs, Decision, EvictionObs, Input, NodeObs, NovaObs, Observations, Policy,
+};
+use crate::nova::Nova;
 
 /// Annotation an SRE (or `hvctl retry`) sets to a new value to retry an
 /// Aborted node.
 pub const RETRY_ANNOTATION: &str = "hypervisor.cloud.sap/retry";
 /// Field manager of every write this controller makes.
 pub const FIELD_MANAGER: &str = "hv-coordinator";
+/// Holds a Hypervisor's deletion while VMs may depend on its host
+/// ([`lifecycle::deletion`]).
+pub const FINALIZER: &str = "hypervisor.cloud.sap/in-service";
 
 /// How often a node is looked at again without a trigger.
 #[derive(Clone, Debug)]
 pub struct Intervals {
     /// Phases where something is under way (Onboarding, Testing, Ready, Evicting).
     pub busy: Duration,
-    /// Active and Maintenance: the drift check.
+    /// Active, Maintenance and Decommissioned: the drift check.
     pub drift: Duration,
     /// After a failed action or an unreachable Nova.
     pub retry: Duration,
@@ -54,13 +60,14 @@ impl Default for Intervals {
 
 pub struct Context {
     pub client: kube::Client,
-    pub nova: Arc<NovaClient>,
+    pub nova: Arc<dyn Nova>,
     pub registry: Arc<Registry>,
     pub health: Health,
     pub recorder: Recorder,
     pub hypervisors: Store<Hypervisor>,
     pub nodes: Store<Node>,
     pub evictions: Store<Eviction>,
+    pub gate: Arc<Gate>,
     pub policy: Policy,
     pub intervals: Intervals,
     pub events: tokio::sync::broadcast::Sender<pb::HypervisorEvent>,
@@ -76,66 +83,166 @@ pub enum Error {
     Unnamed,
 }
 
+/// What one reconcile saw, beside the core's observations.
+struct Seen {
+    obs: Observations,
+    agent: AgentView,
+    /// The Nova host the observations are of.
+    host: String,
+}
+
 pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let hv = ctx.written.freshest(hv);
+    if !ctx.gate.open() {
+        return Ok(Requeue::requeue(Duration::from_millis(500)));
+    }
     let name = hv.metadata.name.clone().ok_or(Error::Unnamed)?;
+    let deleting = hv.metadata.deletion_timestamp.is_some();
+    let hv = if deleting { hv } else { hold(&ctx, hv).await? };
     let status = hv.status.clone().unwrap_or_default();
-    let phase = status.phase.unwrap_or_default();
-    let node = observe_node(&ctx, &name).await?;
-    let agent = ctx.registry.view(&name);
-    let nova = if phase == Phase::Decommissioned {
-        NovaObs::Unknown
-    } else {
-        ctx.nova.observe(&name, &hv.spec.aggregates).await
-    };
-    let obs = Observations {
-        node,
-        agent: AgentObs { connected: agent.connected },
-        checks: agent.checks.clone(),
-        nova: nova.clone(),
-        eviction: observe_eviction(&ctx.evictions, &name, &status),
-        retry: hv.annotations().get(RETRY_ANNOTATION).cloned(),
-    };
+    let seen = observe(&ctx, &hv, &name, &status).await?;
+    let deletion = deleting.then(|| {
+        lifecycle::deletion::may_go(
+            status.phase.unwrap_or_default(),
+            status.service_id.as_deref(),
+            &seen.obs.nova,
+        )
+    });
+    if let Some(Ok(())) = deletion {
+        tracing::info!(node = %name, "Hypervisor deleted; nothing in Nova depends on its host");
+        write::finalizer(&api(&ctx), hv.as_ref(), FINALIZER, false).await?;
+        return Ok(Requeue::await_change());
+    }
     let now = Timestamp::now();
+    let policy = &ctx.policy;
     let decision = lifecycle::decide(&Input {
         name: &name,
         spec: &hv.spec,
         status: &status,
-        obs: &obs,
-        policy: &ctx.policy,
+        obs: &seen.obs,
+        policy,
         now,
     });
+    let outcome = act(&ctx, &hv, &name, &seen.host, &decision).await;
+    let mut new_status =
+        compose(&status, &decision, &seen.agent, &seen.obs.nova, hv.metadata.generation, now);
+    // The record says "deleted" only once Nova answered the delete.
+    new_status.lifecycle.service_deleted |= outcome.service_deleted;
+    if let Some(verdict) = &deletion {
+        let held = [lifecycle::deletion::condition(verdict)];
+        new_status.conditions = merge(&new_status.conditions, &held, now, hv.metadata.generation);
+    }
+    if new_status != status {
+        let written =
+            write::status(&api(&ctx), &name, hv.metadata.resource_version.as_deref(), &new_status).await?;
+        ctx.written.remember(hv.metadata.resource_version.clone(), written);
+    }
+    tell(&ctx, &hv, &name, &decision, &new_status, &outcome.failures, &seen.agent).await;
+    if let Some(keep) =
+        super::nodes::release(seen.obs.node, decision.phase, new_status.service_id.as_deref(), &seen.obs.nova)
+    {
+        super::nodes::let_go(&ctx.client, &name, keep).await?;
+    }
+    Ok(Requeue::requeue(next_look(&ctx.intervals, &decision, &seen.obs.nova, !outcome.failures.is_empty())))
+}
 
-    let service_id = decision.service_id.clone();
-    let mut failures = Vec::new();
+/// Our finalizer on the Hypervisor, so that its deletion waits for its host
+/// ([`lifecycle::deletion`]); answers the object as it now is.
+async fn hold(ctx: &Context, hv: Arc<Hypervisor>) -> Result<Arc<Hypervisor>, Error> {
+    Ok(match write::finalizer(&api(ctx), hv.as_ref(), FINALIZER, true).await? {
+        Some(updated) => Arc::new(updated),
+        None => hv,
+    })
+}
+
+pub fn error_policy(hv: Arc<Hypervisor>, error: &Error, ctx: Arc<Context>) -> Requeue {
+    tracing::warn!(node = %hv.name_any(), error = %error, "reconcile failed");
+    match error {
+        // Someone wrote since we read (or a newer leader did): look again now.
+        Error::Kube(kube::Error::Api(e)) if e.code == 409 => Requeue::requeue(Duration::from_millis(200)),
+        _ => Requeue::requeue(ctx.intervals.retry),
+    }
+}
+
+fn api(ctx: &Context) -> Api<Hypervisor> {
+    Api::all(ctx.client.clone())
+}
+
+async fn observe(
+    ctx: &Context,
+    hv: &Hypervisor,
+    name: &str,
+    status: &HypervisorStatus,
+) -> Result<Seen, Error> {
+    let phase = status.phase.unwrap_or_default();
+    let node = observe_node(ctx, name).await?;
+    let agent = ctx.registry.view(name);
+    let host = lifecycle::nova_host(name, &hv.spec, status).to_string();
+    let nova = ctx.nova.observe(&host, &hv.spec.aggregates).await;
+    let close_hosts = match &nova {
+        NovaObs::NotRegistered if phase == Phase::Onboarding => {
+            observe_close_hosts(ctx, &host, agent.hostname.as_deref()).await
+        }
+        _ => Vec::new(),
+    };
+    let obs = Observations {
+        node,
+        agent: AgentObs { connected: agent.connected },
+        // Only a report of this Hypervisor's own runs: one created anew
+        // under the same name starts again at run 1.
+        checks: agent
+            .checks
+            .clone()
+            .filter(|_| Some(agent.checks_hypervisor.as_str()) == hv.meta().uid.as_deref()),
+        nova,
+        eviction: observe_eviction(ctx, name, status).await?,
+        retry: hv.annotations().get(RETRY_ANNOTATION).cloned(),
+        close_hosts,
+    };
+    Ok(Seen { obs, agent, host })
+}
+
+/// What executing a decision's actions came to.
+#[derive(Default)]
+struct Outcome {
+    failures: Vec<String>,
+    service_deleted: bool,
+}
+
+async fn act(ctx: &Context, hv: &Hypervisor, name: &str, host: &str, decision: &Decision) -> Outcome {
+    let mut out = Outcome::default();
+    let service_id = decision.service_id.as_deref();
     for action in &decision.actions {
-        let result = execute(&ctx, &hv, &name, service_id.as_deref(), action).await;
-        match result {
-            Ok(()) => tracing::info!(node = %name, action = %action, "done"),
+        match execute(ctx, hv, name, host, service_id, action).await {
+            Ok(()) => {
+                tracing::info!(node = %name, action = %action, "done");
+                out.service_deleted |= matches!(action, Action::DeleteService { .. });
+            }
             Err(e) => {
                 tracing::warn!(node = %name, action = %action, error = %e, "action failed");
-                failures.push(format!("{action}: {e}"));
+                out.failures.push(format!("{action}: {e}"));
             }
         }
     }
+    out
+}
 
-    let new_status = compose(&status, &decision, &agent, &nova, hv.metadata.generation, now);
-    if new_status != status {
-        let written = write_status(&ctx.client, &name, &new_status).await?;
-        ctx.written.remember(hv.metadata.resource_version.clone(), written);
-    }
+/// Events, the fleet stream and the node's gRPC health.
+async fn tell(
+    ctx: &Context,
+    hv: &Hypervisor,
+    name: &str,
+    decision: &Decision,
+    new_status: &HypervisorStatus,
+    failures: &[String],
+    agent: &AgentView,
+) {
     let reference = hv.object_ref(&());
     if let Some(t) = &decision.transition {
         tracing::info!(node = %name, from = t.from.as_str(), to = t.to.as_str(), reason = %t.reason, "phase changed");
-        publish(
-            &ctx,
-            &reference,
-            EventType::Normal,
-            t.to.as_str(),
-            &format!("{} -> {}: {}", t.from.as_str(), t.to.as_str(), t.reason),
-        )
-        .await;
-        let mut updated = (*hv).clone();
+        let note = format!("{} -> {}: {}", t.from.as_str(), t.to.as_str(), t.reason);
+        publish(ctx, &reference, EventType::Normal, t.to.as_str(), &note).await;
+        let mut updated = hv.clone();
         updated.status = Some(new_status.clone());
         let ev = pb::HypervisorEvent {
             hypervisor: Some(to_proto(&updated, &ctx.registry)),
@@ -145,53 +252,60 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
         };
         let _ = ctx.events.send(ev);
     }
-    for drift in &decision.drift {
-        tracing::warn!(node = %name, drift = %drift, "Nova drifted; repairing");
-        publish(&ctx, &reference, EventType::Warning, "DriftRepaired", drift).await;
+    for w in &decision.warnings {
+        tracing::warn!(node = %name, reason = w.reason, message = %w.message, "warning");
+        publish(ctx, &reference, EventType::Warning, w.reason, &w.message).await;
     }
-    for failure in &failures {
-        publish(&ctx, &reference, EventType::Warning, "ActionFailed", failure).await;
+    for failure in failures {
+        publish(ctx, &reference, EventType::Warning, "ActionFailed", failure).await;
     }
-    ctx.health.set_node(&name, decision.phase == Phase::Active && agent.connected).await;
-    if let Some(keep) = super::nodes::release(node, decision.phase, new_status.service_id.as_deref(), &nova) {
-        super::nodes::let_go(&ctx.client, &name, keep).await?;
-    }
+    ctx.health.set_node(name, decision.phase == Phase::Active && agent.connected).await;
+}
 
-    let unreachable = matches!(nova, NovaObs::Unreachable(_));
-    let next = if decision.transition.is_some() {
+fn next_look(i: &Intervals, d: &Decision, nova: &NovaObs, failed: bool) -> Duration {
+    if d.transition.is_some() {
         Duration::from_millis(200)
-    } else if !failures.is_empty() || unreachable {
-        ctx.intervals.retry
-    } else if decision.actions.iter().any(|a| !matches!(a, Action::RunChecks { .. })) {
+    } else if failed || matches!(nova, NovaObs::Unreachable(_)) {
+        i.retry
+    } else if d.actions.iter().any(|a| !matches!(a, Action::RunChecks { .. })) {
         // Look at the result of what we just changed soon.
         Duration::from_secs(1)
     } else {
-        match decision.phase {
+        match d.phase {
             // Evicting moves when its Eviction does, and that change triggers
-            // a reconcile; between them only drift matters.
-            Phase::Active | Phase::Maintenance | Phase::Evicting => ctx.intervals.drift,
-            Phase::Aborted | Phase::Decommissioned => ctx.intervals.drift * 5,
-            _ => ctx.intervals.busy,
+            // a reconcile; between them only drift matters. Decommissioned:
+            // a host that registers again is disabled within one interval.
+            Phase::Active | Phase::Maintenance | Phase::Evicting | Phase::Decommissioned => i.drift,
+            Phase::Aborted => i.drift * 5,
+            _ => i.busy,
         }
-    };
-    Ok(Requeue::requeue(next))
+    }
 }
 
-pub fn error_policy(hv: Arc<Hypervisor>, error: &Error, ctx: Arc<Context>) -> Requeue {
-    tracing::warn!(node = %hv.name_any(), error = %error, "reconcile failed");
-    Requeue::requeue(ctx.intervals.retry)
+/// Compute services that look like `host`, for a host Nova does not know
+/// (a wrong Node-name mapping shows at once). Empty when Nova cannot say.
+async fn observe_close_hosts(ctx: &Context, host: &str, agent_hostname: Option<&str>) -> Vec<String> {
+    match ctx.nova.compute_hosts().await {
+        Ok(services) => lifecycle::close_hosts(host, agent_hostname, &services),
+        Err(e) => {
+            tracing::debug!(node = %host, error = %e, "listing compute services");
+            Vec::new()
+        }
+    }
 }
 
 async fn execute(
     ctx: &Context,
     hv: &Hypervisor,
     name: &str,
+    host: &str,
     service_id: Option<&str>,
     action: &Action,
 ) -> Result<(), String> {
     match action {
         Action::RunChecks { run } => {
-            if ctx.registry.run_checks(name, *run, super::check_config(&hv.spec)) {
+            let uid = hv.meta().uid.as_deref().unwrap_or_default();
+            if ctx.registry.run_checks(name, uid, *run, super::check_config(&hv.spec)) {
                 Ok(())
             } else {
                 Err("the agent is not connected".into())
@@ -199,22 +313,15 @@ async fn execute(
         }
         Action::CreateEviction { name: ev, reason } => {
             let api: Api<Eviction> = Api::all(ctx.client.clone());
-            let mut eviction = Eviction::new(
-                ev,
-                EvictionSpec {
-                    hypervisor: name.to_string(),
-                    reason: *reason,
-                    options: EvictionOptions::default(),
-                },
-            );
+            let spec = EvictionSpec {
+                hypervisor: name.to_string(),
+                reason: *reason,
+                options: EvictionOptions::default(),
+            };
+            let mut eviction = Eviction::new(ev, spec);
             eviction.metadata.owner_references = hv.controller_owner_ref(&()).map(|o| vec![o]);
-            match api
-                .create(
-                    &PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() },
-                    &eviction,
-                )
-                .await
-            {
+            let pp = PostParams { field_manager: Some(super::FIELD_MANAGER.into()), ..Default::default() };
+            match api.create(&pp, &eviction).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
                 Err(e) => Err(e.to_string()),
@@ -228,7 +335,7 @@ async fn execute(
                 Err(e) => Err(e.to_string()),
             }
         }
-        _ => ctx.nova.execute(name, service_id, action).await.map_err(|e| e.to_string()),
+        _ => ctx.nova.execute(host, service_id, action).await.map_err(|e| e.to_string()),
     }
 }
 
@@ -239,33 +346,51 @@ async fn observe_node(ctx: &Context, name: &str) -> Result<NodeObs, Error> {
         Some(n) => Some((*n).clone()),
         None => Api::<Node>::all(ctx.client.clone()).get_opt(name).await?,
     };
-    Ok(match node {
-        None => NodeObs::Absent,
-        Some(n) if n.metadata.deletion_timestamp.is_some() => NodeObs::Deleting,
-        Some(n) => NodeObs::Present { ready: node_ready(&n) },
-    })
+    Ok(node.as_ref().map_or(NodeObs::Absent, node_obs))
 }
 
-pub(super) fn node_ready(n: &Node) -> bool {
+/// What the lifecycle reads of a Node (and what wakes it: `triggers`).
+pub fn node_obs(n: &Node) -> NodeObs {
+    if n.metadata.deletion_timestamp.is_some() {
+        return NodeObs::Deleting;
+    }
     let conditions = n.status.as_ref().and_then(|s| s.conditions.as_ref());
-    conditions.into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
+    NodeObs::Present {
+        ready: conditions.into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True"),
+    }
 }
 
 /// The Eviction named in our record, else a running one aimed at the node.
-fn observe_eviction(store: &Store<Eviction>, node: &str, status: &HypervisorStatus) -> Option<EvictionObs> {
-    let named = status.lifecycle.eviction.as_ref().and_then(|r| store.get(&ObjectRef::new(&r.name)));
-    let ev = named.or_else(|| {
-        store.state().into_iter().find(|e| {
-            e.spec.hypervisor == node
-                && !e.status.as_ref().and_then(|s| s.phase).unwrap_or_default().is_final()
-        })
-    })?;
+/// A named one missing from the cache is confirmed absent by a direct read:
+/// the lifecycle takes "absent" as "deleted", and a cache that lags (just
+/// after a start or a fail-over) must never re-enable a host mid-eviction.
+async fn observe_eviction(
+    ctx: &Context,
+    node: &str,
+    status: &HypervisorStatus,
+) -> Result<Option<EvictionObs>, Error> {
+    if let Some(r) = &status.lifecycle.eviction {
+        return Ok(match ctx.evictions.get(&ObjectRef::new(&r.name)) {
+            Some(ev) => Some(eviction_obs(&ev)),
+            None => {
+                Api::<Eviction>::all(ctx.client.clone()).get_opt(&r.name).await?.as_ref().map(eviction_obs)
+            }
+        });
+    }
+    let running = ctx.evictions.state().into_iter().find(|e| {
+        e.spec.hypervisor == node && !e.status.as_ref().and_then(|s| s.phase).unwrap_or_default().is_final()
+    });
+    Ok(running.map(|e| eviction_obs(&e)))
+}
+
+/// What the lifecycle reads of an Eviction (and what wakes it: `triggers`).
+pub fn eviction_obs(ev: &Eviction) -> EvictionObs {
     let st = ev.status.clone().unwrap_or_default();
-    Some(EvictionObs {
+    EvictionObs {
         name: ev.name_any(),
         reason: ev.spec.reason,
         re_enable: ev.spec.reason.re_enables(ev.spec.options.re_enable),
-        phase: st.phase.unwrap_or(EvictionPhase::default()),
+        phase: st.phase.unwrap_or_default(),
         message: st
             .conditions
             .iter()
@@ -275,21 +400,7 @@ fn observe_eviction(store: &Store<Eviction>, node: &str, status: &HypervisorStat
         migrated: st.migrated,
         total: st.total,
         deleting: ev.metadata.deletion_timestamp.is_some(),
-    })
-}
-
-async fn write_status(
-    client: &kube::Client,
-    name: &str,
-    status: &HypervisorStatus,
-) -> Result<Hypervisor, Error> {
-    let api: Api<Hypervisor> = Api::all(client.clone());
-    let patch = serde_json::json!({
-        "apiVersion": "hypervisor.cloud.sap/v1alpha1",
-        "kind": "Hypervisor",
-        "status": status,
-    });
-    Ok(api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?)
+    }
 }
 
 async fn publish(

@@ -1,42 +1,84 @@
 //! The Kubernetes side: the Node watcher that creates a Hypervisor for each
-//! selected Node ([`nodes`]), the Hypervisor controller ([`hypervisor`]),
-//! the status it writes ([`status`]) and leader election ([`leader`]).
+//! selected Node ([`nodes`]), the Hypervisor controller ([`hypervisor`]), the
+//! Eviction controller ([`eviction`]), what wakes them ([`triggers`]), the one
+//! way status and finalizers are written ([`write`]), the status the
+//! lifecycle composes ([`status`]) and leader election ([`leader`]).
 
+pub mod acting;
 pub mod eviction;
 pub mod hypervisor;
 pub mod leader;
 pub mod nodes;
 pub mod status;
+pub mod triggers;
+pub mod write;
 pub mod written;
 
+#[cfg(test)]
+mod shell_tests;
+
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures_util::StreamExt;
-use hv_proto::v1::CheckConfig;
+use hv_proto::v1::{BridgeExpectation, CheckConfig};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{Controller, WatchStreamExt, predicates, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 
+use crate::api::eviction::VmState;
 use crate::api::hypervisor::HypervisorSpec;
 use crate::api::{Eviction, Hypervisor, Migration};
 
 pub use hypervisor::{Context, FIELD_MANAGER, Intervals, RETRY_ANNOTATION};
 pub use nodes::Template;
 
-/// What the agent must check for this node, from its spec (DESIGN.md section 3).
+/// What the agent must check for this node, from its spec (docs/checks.md).
 pub fn check_config(spec: &HypervisorSpec) -> CheckConfig {
+    let expectations = spec.ovs.expectations.iter().map(|e| BridgeExpectation {
+        bridge: e.bridge.clone(),
+        fail_mode: e.fail_mode.map(|m| m.as_str().to_string()).unwrap_or_default(),
+        datapath_type: e.datapath_type.clone(),
+        ports: e.ports.clone(),
+        external_ids: e.external_ids.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+    });
     CheckConfig {
         min_libvirt_version: spec.libvirt.minimum_version.clone(),
         bridges: spec.ovs.bridges.clone(),
         optional_bridges: spec.ovs.optional_bridges.clone(),
         ceph_pools: spec.ceph.pools.clone(),
         start_test_domain: true,
+        bridge_expectations: expectations.collect(),
+        ovs_external_ids: spec.ovs.external_ids.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
     }
 }
 
-/// The writing ends of the caches the controller reads ([`Context`]'s stores).
+/// Whether the controllers may decide now: every cache they read has its
+/// first full list, and this replica provably holds the leader lease.
+/// Before the caches are whole, an object missing from one is unknown, not
+/// absent (a host mid-eviction must not be re-enabled because its Eviction
+/// is not cached yet); once the lease lapses, a deposed leader asks nothing
+/// more of anyone.
+#[derive(Debug)]
+pub struct Gate {
+    synced: AtomicBool,
+    lease: Arc<leader::LeaseGuard>,
+}
+
+impl Gate {
+    pub fn new(lease: Arc<leader::LeaseGuard>) -> Gate {
+        Gate { synced: AtomicBool::new(false), lease }
+    }
+
+    pub fn open(&self) -> bool {
+        self.synced.load(Ordering::Acquire) && self.lease.holds()
+    }
+}
+
+/// The writing ends of the caches the controllers read ([`Context`]'s stores).
 pub struct Writers {
     pub hypervisors: reflector::store::Writer<Hypervisor>,
     pub nodes: reflector::store::Writer<Node>,
@@ -44,9 +86,13 @@ pub struct Writers {
     pub migrations: reflector::store::Writer<Migration>,
 }
 
-/// Runs the Node watcher and the Hypervisor and Eviction controllers until `stop` turns true.
-/// `changed` carries node names the agent sessions want reconciled.
+/// Runs the Node watcher and the Hypervisor and Eviction controllers until
+/// `stop` turns true. `watch_client` serves the watches (no read timeout);
+/// the contexts' clients serve requests. `changed` carries node names the
+/// agent sessions want reconciled.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
+    watch_client: kube::Client,
     ctx: Arc<Context>,
     ev_ctx: Arc<eviction::EvictionContext>,
     node_selector: String,
@@ -55,134 +101,134 @@ pub async fn run(
     changed: mpsc::UnboundedReceiver<String>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    let client = ctx.client.clone();
-    let hv_api: Api<Hypervisor> = Api::all(client.clone());
-    let node_api: Api<Node> = Api::all(client.clone());
-    let ev_api: Api<Eviction> = Api::all(client.clone());
-
-    // Nodes: a cache for the controller, a Hypervisor for each new one, and a
-    // reconcile of the Hypervisor when what the lifecycle reads of its Node
-    // changes (Ready, deletion). Not on every Node update: kubelets write
-    // their Node every few seconds, and each reconcile asks Nova six questions.
     let (node_tx, node_rx) = mpsc::unbounded_channel::<String>();
-    let nodes = watcher(node_api, watcher::Config::default().labels(&node_selector))
-        .default_backoff()
-        .reflect(writers.nodes)
-        .applied_objects()
-        .predicate_filter(
-            |n: &Node| {
-                let ready = u64::from(hypervisor::node_ready(n));
-                let deleting = u64::from(n.metadata.deletion_timestamp.is_some());
-                Some(1 + ready + 2 * deleting)
-            },
-            Default::default(),
-        );
-    let creator = {
-        let client = client.clone();
-        async move {
-            let mut nodes = std::pin::pin!(nodes);
-            while let Some(item) = nodes.next().await {
-                match item {
-                    Ok(node) => {
-                        nodes::ensure_hypervisor(&client, &node, &template).await;
-                        if let Some(name) = node.metadata.name {
-                            let _ = node_tx.send(name);
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "node watch"),
-                }
-            }
-        }
-    };
-    // Evictions: a cache, and a reconcile of the Hypervisor they target
-    // when what the lifecycle reads of them changes (phase, counts, deletion).
     let (ev_tx, ev_rx) = mpsc::unbounded_channel::<String>();
-    let evictions = watcher(ev_api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writers.evictions)
-        .applied_objects()
-        .predicate_filter(
-            |e: &Eviction| {
-                let st = e.status.clone().unwrap_or_default();
-                let key = format!(
-                    "{:?}/{}/{}/{}/{}/{}",
-                    st.phase,
-                    st.migrated,
-                    st.total,
-                    st.non_migratable,
-                    st.conditions.iter().map(|c| c.status.as_str()).collect::<String>(),
-                    e.metadata.deletion_timestamp.is_some()
-                );
-                let mut h = std::hash::DefaultHasher::new();
-                std::hash::Hash::hash(&key, &mut h);
-                Some(std::hash::Hasher::finish(&h))
-            },
-            Default::default(),
-        );
-    let eviction_triggers = async move {
-        let mut evictions = std::pin::pin!(evictions);
-        while let Some(item) = evictions.next().await {
-            match item {
-                Ok(ev) => {
-                    let _ = ev_tx.send(ev.spec.hypervisor.clone());
-                }
-                Err(e) => tracing::warn!(error = %e, "eviction watch"),
-            }
-        }
-    };
-    // Hypervisors: reconcile on spec, annotation (retry) or deletion
-    // changes, not on our own status writes.
-    let hypervisors = watcher(hv_api, watcher::Config::default())
+    let wc = &watch_client;
+    let to_ref = |n: String| ObjectRef::<Hypervisor>::new(&n);
+    let hypervisors = watcher(Api::<Hypervisor>::all(wc.clone()), watcher::Config::default())
         .default_backoff()
         .reflect(writers.hypervisors)
         .applied_objects()
-        .predicate_filter(
-            |h: &Hypervisor| {
-                let parts = [
-                    predicates::generation(h),
-                    predicates::annotations(h),
-                    h.metadata.deletion_timestamp.as_ref().map(|_| 1),
-                ];
-                Some(parts.iter().fold(17u64, |acc, p| acc.wrapping_mul(31).wrapping_add(p.unwrap_or(0))))
-            },
-            Default::default(),
-        );
-    let reader = ctx.hypervisors.clone();
-    let to_ref = |n: String| ObjectRef::<Hypervisor>::new(&n);
-    let controller = Controller::for_stream(hypervisors, reader)
-        .reconcile_on(tokio_stream::wrappers::UnboundedReceiverStream::new(changed).map(to_ref))
-        .reconcile_on(tokio_stream::wrappers::UnboundedReceiverStream::new(node_rx).map(to_ref))
-        .reconcile_on(tokio_stream::wrappers::UnboundedReceiverStream::new(ev_rx).map(to_ref))
+        .predicate_filter(triggers::hypervisor, Default::default());
+    let hypervisor_controller = Controller::for_stream(hypervisors, ctx.hypervisors.clone())
+        .reconcile_on(UnboundedReceiverStream::new(changed).map(to_ref))
+        .reconcile_on(UnboundedReceiverStream::new(node_rx).map(to_ref))
+        .reconcile_on(UnboundedReceiverStream::new(ev_rx).map(to_ref))
         .graceful_shutdown_on(stopped(stop.clone()))
-        .run(hypervisor::reconcile, hypervisor::error_policy, ctx)
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "controller");
-            }
-        });
-    // Migrations: a cache for the Eviction controller (cluster-wide limit,
-    // per-attempt records).
-    let migrations = watcher(Api::<Migration>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(writers.migrations)
-        .applied_objects()
-        .for_each(|_| async {});
-    let evictions = Controller::new(Api::<Eviction>::all(client.clone()), watcher::Config::default())
+        .run(hypervisor::reconcile, hypervisor::error_policy, ctx.clone())
+        .for_each(|res| log_result("hypervisor controller", res));
+    let eviction_controller = Controller::new(Api::<Eviction>::all(wc.clone()), watcher::Config::default())
         .graceful_shutdown_on(stopped(stop.clone()))
-        .run(eviction::reconcile, eviction::error_policy, ev_ctx)
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "eviction controller");
-            }
-        });
+        .run(eviction::reconcile, eviction::error_policy, ev_ctx.clone())
+        .for_each(|res| log_result("eviction controller", res));
     tokio::select! {
-        _ = controller => {}
-        _ = evictions => {}
-        _ = creator => {}
-        _ = eviction_triggers => {}
-        _ = migrations => {}
+        _ = hypervisor_controller => {}
+        _ = eviction_controller => {}
+        _ = watch_nodes(wc, &ctx.client, &node_selector, &template, writers.nodes, node_tx) => {}
+        _ = watch_evictions(wc, writers.evictions, ev_tx) => {}
+        _ = cache_migrations(wc, writers.migrations) => {}
+        // Never ends unless the caches cannot sync: a branch that ended
+        // would drop the controllers, and the coordinator exits.
+        _ = async { if sync(&ctx, &ev_ctx).await { std::future::pending::<()>().await } } => {}
     }
+}
+
+async fn stopped(mut rx: tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+async fn log_result<T, E: std::fmt::Display>(what: &'static str, res: Result<T, E>) {
+    if let Err(e) = res {
+        tracing::debug!(error = %e, what, "controller");
+    }
+}
+
+/// Nodes: a cache for the Hypervisor controller, a Hypervisor for each new
+/// one, and a reconcile of its Hypervisor when what the lifecycle reads of
+/// the Node changes (`triggers::node`), not on every kubelet write.
+async fn watch_nodes(
+    watch_client: &kube::Client,
+    client: &kube::Client,
+    selector: &str,
+    template: &Template,
+    writer: reflector::store::Writer<Node>,
+    wake: mpsc::UnboundedSender<String>,
+) {
+    let nodes = watcher(Api::<Node>::all(watch_client.clone()), watcher::Config::default().labels(selector))
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(triggers::node, Default::default());
+    let mut nodes = std::pin::pin!(nodes);
+    while let Some(item) = nodes.next().await {
+        match item {
+            Ok(node) => {
+                nodes::ensure_hypervisor(client, &node, template).await;
+                if let Some(name) = node.metadata.name {
+                    let _ = wake.send(name);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "node watch"),
+        }
+    }
+}
+
+/// Evictions: a cache, and a reconcile of the Hypervisor they target when
+/// what the lifecycle reads of them changes (`triggers::eviction`).
+async fn watch_evictions(
+    watch_client: &kube::Client,
+    writer: reflector::store::Writer<Eviction>,
+    wake: mpsc::UnboundedSender<String>,
+) {
+    let evictions = watcher(Api::<Eviction>::all(watch_client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(triggers::eviction, Default::default());
+    let mut evictions = std::pin::pin!(evictions);
+    while let Some(item) = evictions.next().await {
+        match item {
+            Ok(ev) => {
+                let _ = wake.send(ev.spec.hypervisor.clone());
+            }
+            Err(e) => tracing::warn!(error = %e, "eviction watch"),
+        }
+    }
+}
+
+/// Migrations: a cache for the Eviction controller (the per-attempt records).
+async fn cache_migrations(watch_client: &kube::Client, writer: reflector::store::Writer<Migration>) {
+    watcher(Api::<Migration>::all(watch_client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .for_each(|_| async {})
+        .await;
+}
+
+/// Waits for every cache's first list, seeds the cluster migration limit
+/// with what is in flight (a previous leader's migrations count from the
+/// start), then lets the controllers decide. False when a cache can never
+/// sync (its writer is gone): nothing would ever be decided.
+async fn sync(ctx: &Context, ev_ctx: &eviction::EvictionContext) -> bool {
+    let ready = futures_util::future::join4(
+        ctx.hypervisors.wait_until_ready(),
+        ctx.nodes.wait_until_ready(),
+        ctx.evictions.wait_until_ready(),
+        ev_ctx.migrations.wait_until_ready(),
+    )
+    .await;
+    if ready.0.is_err() || ready.1.is_err() || ready.2.is_err() || ready.3.is_err() {
+        tracing::error!("a cache's writer went away before its first list");
+        return false;
+    }
+    let in_flight = ctx.evictions.state().into_iter().map(|e| {
+        let moving =
+            e.status.as_ref().map_or(0, |s| s.vms.iter().filter(|v| v.state == VmState::Migrating).count());
+        (kube::ResourceExt::name_any(e.as_ref()), u32::try_from(moving).unwrap_or(u32::MAX))
+    });
+    ev_ctx.limit.seed(in_flight);
+    ctx.gate.synced.store(true, Ordering::Release);
+    tracing::info!("caches synced; deciding");
+    true
 }

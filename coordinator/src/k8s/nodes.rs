@@ -1,16 +1,15 @@
 //! A `Hypervisor` for every selected Node, named after it and owned by it
-//! (DESIGN.md section 3, Initial -> Onboarding).
+//! (docs/lifecycle.md, Initial -> Onboarding).
 //!
 //! The spec is filled once, at creation, from the coordinator's defaults and
 //! the Node's `hypervisor.cloud.sap/*` annotations; from then on the
 //! Hypervisor's spec is the one source of truth and SREs edit it there.
 //!
-//! A selected Node carries our finalizer: deleting it is seed 000's Node
-//! Termination, and the Node stays until its host is decommissioned; the
+//! A selected Node carries our finalizer: deleting it is a termination, and the Node stays until its host is decommissioned; the
 //! Hypervisor is then orphaned and stays as the record.
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::{Resource, ResourceExt};
 
 use super::FIELD_MANAGER;
@@ -23,6 +22,8 @@ pub const AGGREGATES_ANNOTATION: &str = "hypervisor.cloud.sap/aggregates";
 pub const TRAITS_ANNOTATION: &str = "hypervisor.cloud.sap/custom-traits";
 pub const POOLS_ANNOTATION: &str = "hypervisor.cloud.sap/ceph-pools";
 pub const SKIP_TESTS_ANNOTATION: &str = "hypervisor.cloud.sap/skip-tests";
+/// The host name nova-compute registered under, when not the Node name.
+pub const NOVA_HOST_ANNOTATION: &str = "hypervisor.cloud.sap/nova-host";
 
 /// Defaults for new Hypervisors (coordinator flags).
 #[derive(Clone, Debug, Default)]
@@ -31,6 +32,25 @@ pub struct Template {
     pub custom_traits: Vec<String>,
     pub ceph_pools: Vec<String>,
     pub skip_tests: bool,
+    /// Suffixes removed from a Node name to get its Nova host (the first
+    /// that matches), e.g. `.example.local`.
+    pub nova_host_strip_suffixes: Vec<String>,
+}
+
+/// The Nova host of a new Node: its annotation, else the Node name without
+/// the first matching suffix, else the Node name ("" in spec).
+fn nova_host_for(node: &Node, template: &Template) -> String {
+    if let Some(h) = node.annotations().get(NOVA_HOST_ANNOTATION).map(|h| h.trim()).filter(|h| !h.is_empty())
+    {
+        return h.to_string();
+    }
+    let name = node.name_any();
+    template
+        .nova_host_strip_suffixes
+        .iter()
+        .filter(|s| !s.is_empty())
+        .find_map(|s| name.strip_suffix(s.as_str()).filter(|h| !h.is_empty()).map(str::to_string))
+        .unwrap_or_default()
 }
 
 /// Pure: the spec of a new Hypervisor for `node`.
@@ -43,10 +63,10 @@ pub fn spec_for(node: &Node, template: &Template) -> HypervisorSpec {
         }
     };
     let mut spec = HypervisorSpec {
+        nova_host: nova_host_for(node, template),
         aggregates: list(AGGREGATES_ANNOTATION, &template.aggregates),
         custom_traits: list(TRAITS_ANNOTATION, &template.custom_traits),
         skip_tests: ann.get(SKIP_TESTS_ANNOTATION).map_or(template.skip_tests, |v| v.trim() == "true"),
-        high_availability: true,
         ..HypervisorSpec::default()
     };
     spec.ceph.pools = list(POOLS_ANNOTATION, &template.ceph_pools);
@@ -79,13 +99,18 @@ pub enum Keep {
     Nothing,
 }
 
-/// Lets the Node go: orphans the Hypervisor if it is to stay, then drops
-/// our finalizer.
+/// Lets the Node go: orphans the Hypervisor if it is to stay (dropping only
+/// the Node's owner reference, over the version read), then drops our
+/// finalizer.
 pub async fn let_go(client: &kube::Client, name: &str, keep: Keep) -> Result<(), kube::Error> {
     if keep == Keep::Record {
         let api: Api<Hypervisor> = Api::all(client.clone());
-        let patch = serde_json::json!({"metadata": {"ownerReferences": null}});
-        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        if let Some(hv) = api.get_opt(name).await? {
+            let node_ref = hv.owner_references().iter().find(|o| o.kind == "Node" && o.name == name).cloned();
+            if let Some(owner) = node_ref {
+                super::write::drop_owner(&api, &hv, &owner.uid).await?;
+            }
+        }
     }
     let api: Api<Node> = Api::all(client.clone());
     if let Some(node) = api.get_opt(name).await? {
@@ -96,35 +121,7 @@ pub async fn let_go(client: &kube::Client, name: &str, keep: Keep) -> Result<(),
 }
 
 async fn set_finalizer(api: &Api<Node>, node: &Node, present: bool) -> Result<(), kube::Error> {
-    let mut node = node.clone();
-    // A concurrent change to the list is a 409 (the write carries the
-    // resourceVersion); read again and retry, since the Node watch passes
-    // on only Ready and deletion changes and would not bring us back.
-    for _ in 0..3 {
-        let has = node.finalizers().iter().any(|f| f == NODE_FINALIZER);
-        if has == present {
-            return Ok(());
-        }
-        let mut finalizers: Vec<String> =
-            node.finalizers().iter().filter(|f| *f != NODE_FINALIZER).cloned().collect();
-        if present {
-            finalizers.push(NODE_FINALIZER.into());
-        }
-        let patch = serde_json::json!({"metadata": {
-            "finalizers": finalizers, "resourceVersion": node.metadata.resource_version,
-        }});
-        match api.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(&node.name_any()).await? {
-                Some(fresh) => node = fresh,
-                None => return Ok(()),
-            },
-            Err(e) => return Err(e),
-        }
-    }
-    // Left for the next event or reconcile.
-    tracing::warn!(node = %node.name_any(), "the Node's finalizers kept changing; will try again");
-    Ok(())
+    super::write::finalizer(api, node, NODE_FINALIZER, present).await.map(|_| ())
 }
 
 /// For every selected Node: its Hypervisor and our finalizer; a deleted
@@ -211,6 +208,7 @@ mod tests {
             custom_traits: vec![],
             ceph_pools: vec!["vms".into()],
             skip_tests: false,
+            nova_host_strip_suffixes: vec![],
         };
         let s = spec_for(&node(&[]), &t);
         assert_eq!(
@@ -231,5 +229,21 @@ mod tests {
         assert!(s.ceph.pools.is_empty());
         assert!(s.skip_tests);
         assert_eq!(s.ovs.bridges, vec!["br-int".to_string(), "br-ex".to_string()]);
+    }
+
+    #[test]
+    fn the_nova_host_comes_from_the_annotation_else_a_stripped_suffix_else_the_node_name() {
+        let mut t = Template::default();
+        let mut n = node(&[]);
+        n.metadata.name = Some("compute-4.example.local".into());
+        assert_eq!(spec_for(&n, &t).nova_host, "", "no mapping: the Node name");
+        t.nova_host_strip_suffixes = vec![".other".into(), ".example.local".into()];
+        assert_eq!(spec_for(&n, &t).nova_host, "compute-4");
+        assert_eq!(spec_for(&n, &t).nova_host("compute-4.example.local"), "compute-4");
+        n.metadata.annotations = Some([(NOVA_HOST_ANNOTATION.to_string(), " hv-4 ".to_string())].into());
+        assert_eq!(spec_for(&n, &t).nova_host, "hv-4", "the annotation wins");
+        let mut whole = node(&[]);
+        whole.metadata.name = Some(".example.local".into());
+        assert_eq!(spec_for(&whole, &t).nova_host, "", "a suffix is never the whole name");
     }
 }

@@ -8,10 +8,10 @@
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use crate::api::condition::merge;
 use crate::api::hypervisor::{AgentStatus, InstancesStatus};
 use crate::api::{ConditionStatus, ConditionType, HypervisorStatus};
 use crate::fleet::AgentView;
-use crate::lifecycle::conditions::merge;
 use crate::lifecycle::{Decision, DesiredCondition, NovaObs};
 
 pub fn compose(
@@ -32,7 +32,7 @@ pub fn compose(
     s.service_id = d.service_id.clone();
     s.hypervisor_id = d.hypervisor_id.clone();
     if let Some(v) = &agent.libvirt_version {
-        s.lib_virt_version = Some(v.clone());
+        s.libvirt_version = Some(v.clone());
     }
     if let Some(v) = &agent.hypervisor_version {
         s.hypervisor_version = Some(v.clone());
@@ -82,7 +82,7 @@ mod tests {
             service_id: Some("svc".into()),
             hypervisor_id: None,
             checks: None,
-            drift: vec![],
+            warnings: vec![],
         }
     }
 

@@ -1,4 +1,4 @@
-//! The lifecycle of one hypervisor, in one place (seed 000's state diagram).
+//! The lifecycle of one hypervisor, in one place (docs/lifecycle.md).
 //!
 //! ```text
 //! Initial ─▶ Onboarding ─▶ Testing ─▶ Ready ─▶ Active ◀──────────────┐
@@ -12,9 +12,8 @@
 //!                                                           Evicting ─▶ Decommissioned
 //! ```
 //!
-//! Maintenance exits through Onboarding, as seed 000's "Re-Enable after
-//! maint." arrow does, so the checks run again (DESIGN.md section 3) and the
-//! aggregates and traits are re-verified.
+//! Maintenance exits through Onboarding (docs/decisions/0008), so the
+//! checks run again and the aggregates and traits are re-verified.
 //!
 //! Safety rules encoded here, and checked by the property tests in `props.rs`:
 //! - `EnableService` is emitted only in Ready (after passed checks or
@@ -32,11 +31,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::action::Action;
 use super::observe::{EvictionObs, NodeObs, NovaHost, NovaObs, Observations};
+use crate::api::condition::DesiredCondition;
 use crate::api::eviction::EvictionPhase;
 use crate::api::hypervisor::{
     AbortRecord, CheckResultStatus, EvictionRef, HypervisorSpec, HypervisorStatus, LifecycleRecord,
 };
-use crate::api::{ConditionStatus, ConditionType, EvictionReason, MaintenanceMode, Phase};
+use crate::api::{ConditionStatus, ConditionType, MaintenanceMode, Phase};
 
 /// Tunables of the lifecycle (coordinator flags).
 #[derive(Clone, Debug, PartialEq)]
@@ -68,15 +68,6 @@ pub struct Input<'a> {
     pub now: Timestamp,
 }
 
-/// A condition as this controller wants it; `conditions::merge` stamps times.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DesiredCondition {
-    pub type_: ConditionType,
-    pub status: ConditionStatus,
-    pub reason: String,
-    pub message: String,
-}
-
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transition {
     pub from: Phase,
@@ -100,9 +91,29 @@ pub struct Decision {
     pub hypervisor_id: Option<String>,
     /// New check results to store, when a report for the current run arrived.
     pub checks: Option<Vec<CheckResultStatus>>,
-    /// Nova state we found changed behind our back and are repairing
-    /// (one Kubernetes Event each).
-    pub drift: Vec<String>,
+    /// What an SRE should hear about even though nothing failed: Nova
+    /// changed behind our back and is being repaired, Nova enables new
+    /// services, a decommissioned host registered again. One Warning Event each.
+    pub warnings: Vec<Warning>,
+}
+
+/// A Warning Event the shell records: its reason and note.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Warning {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// Warning reasons (the Event's `reason`, for alerts and `kubectl get events`).
+pub const DRIFT_REPAIRED: &str = "DriftRepaired";
+pub const NOVA_ENABLES_NEW_SERVICES: &str = "NovaEnablesNewServices";
+pub const SERVICE_RE_REGISTERED: &str = "ServiceReRegistered";
+
+/// The Nova host every Nova call for this Hypervisor uses: the one its
+/// compute service was found under, else the one its spec names
+/// (docs/lifecycle.md, "Nova host names").
+pub fn nova_host<'a>(name: &'a str, spec: &'a HypervisorSpec, status: &'a HypervisorStatus) -> &'a str {
+    status.lifecycle.nova_host.as_deref().unwrap_or_else(|| spec.nova_host(name))
 }
 
 /// Every transition [`decide`] can make. The property tests check that no
@@ -133,6 +144,8 @@ pub const ALLOWED_TRANSITIONS: &[(Phase, Phase)] = &[
 ];
 
 const ONBOARDING_DISABLE_REASON: &str = "hv-lifecycle: onboarding, not tested yet";
+const RE_REGISTERED_DISABLE_REASON: &str =
+    "hv-lifecycle: host was decommissioned; re-registered service disabled";
 
 /// Decide the next step for one hypervisor. Pure: same input, same output.
 pub fn decide(input: &Input<'_>) -> Decision {
@@ -146,7 +159,7 @@ pub fn decide(input: &Input<'_>) -> Decision {
         Phase::Active => active(&mut d),
         Phase::Evicting => evicting(&mut d),
         Phase::Maintenance => maintenance(&mut d),
-        Phase::Decommissioned => {}
+        Phase::Decommissioned => decommissioned(&mut d),
     }
     d.finish()
 }
@@ -172,6 +185,14 @@ fn onboarding(d: &mut Draft<'_>) {
     let Some(host) = registered(d) else {
         return;
     };
+    if host.enabled && d.input.status.service_id.is_none() {
+        let msg = format!(
+            "Nova enabled the compute service of {} the moment it registered (enable_new_services = True); \
+             it is disabled until the checks pass. Set enable_new_services = False in nova.conf (docs/nova.md)",
+            d.nova_host()
+        );
+        d.warn(NOVA_ENABLES_NEW_SERVICES, msg);
+    }
     d.guard_disabled(host, ONBOARDING_DISABLE_REASON);
     if let Err(bad) = d.spec_traits() {
         let msg = format!("spec.customTraits has invalid entries: {}", list(&bad));
@@ -284,6 +305,12 @@ fn ready(d: &mut Draft<'_>) {
     if d.hold_requested() {
         return hold(d);
     }
+    if let Some(ev) = d.obs().eviction.as_ref().filter(|e| !e.phase.is_final() && !e.deleting) {
+        // A hand-made Eviction of a host not yet in service: it stays
+        // disabled until the eviction is over.
+        let msg = format!("Eviction {} runs; the host is enabled once it is over", ev.name);
+        return d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "EvictionRunning", msg);
+    }
     match &d.obs().nova {
         NovaObs::Registered(host) if host.enabled => {
             d.go(Phase::Active, "compute service enabled in Nova".into());
@@ -321,7 +348,7 @@ fn active(d: &mut Draft<'_>) {
     if !host.enabled {
         d.actions.push(Action::EnableService);
         let why = host.disabled_reason.clone().unwrap_or_default();
-        d.drift.push(format!("compute service was disabled in Nova ({why}); re-enabled"));
+        d.warn(DRIFT_REPAIRED, format!("compute service was disabled in Nova ({why}); re-enabled"));
     }
     if !host.unknown_aggregates.is_empty() {
         let msg = format!("aggregate(s) {} do not exist in Nova", list(&host.unknown_aggregates));
@@ -331,7 +358,7 @@ fn active(d: &mut Draft<'_>) {
         let before = d.actions.len();
         d.sync_nova_config(host);
         if d.actions.len() > before {
-            d.drift.push("aggregates or traits differed from spec; repaired".into());
+            d.warn(DRIFT_REPAIRED, "aggregates or traits differed from spec; repaired".into());
         }
     }
 }
@@ -359,8 +386,9 @@ fn evicting(d: &mut Draft<'_>) {
             Some(e) => match e.phase {
                 EvictionPhase::Succeeded if mode == MaintenanceMode::Termination => decommission(d),
                 EvictionPhase::Succeeded => {
-                    d.set(ConditionType::Evicted, ConditionStatus::True, "Evicted", eviction_summary(&e));
-                    d.go(Phase::Maintenance, format!("Eviction {} complete", e.name));
+                    if report_evicted(d, &e) {
+                        d.go(Phase::Maintenance, format!("Eviction {} complete", e.name));
+                    }
                 }
                 EvictionPhase::Failed | EvictionPhase::Cancelled => {
                     let msg = format!(
@@ -390,6 +418,9 @@ fn evicting(d: &mut Draft<'_>) {
         d.record.eviction = None;
         return d.go(Phase::Onboarding, "maintenance cleared; re-validating before re-enabling".into());
     }
+    if observed.as_ref().is_none_or(|e| e.phase.is_final()) && follow_another(d) {
+        return;
+    }
     match observed {
         Some(e) if !e.phase.is_final() => {
             if let NovaObs::Registered(host) = &d.obs().nova {
@@ -397,15 +428,16 @@ fn evicting(d: &mut Draft<'_>) {
             }
             d.set(ConditionType::Evicted, ConditionStatus::False, "EvictionRunning", eviction_summary(&e));
         }
-        Some(e) if e.phase == EvictionPhase::Succeeded && r.reason == EvictionReason::Decommission => {
-            decommission(d)
-        }
+        // A hand-made Eviction never decommissions, whatever its reason:
+        // only termination does (the Eviction controller refuses such a
+        // reason on a hand-made Eviction anyway).
         Some(e) if e.phase == EvictionPhase::Succeeded && !e.re_enable => {
-            d.set(ConditionType::Evicted, ConditionStatus::True, "Evicted", eviction_summary(&e));
-            d.go(
-                Phase::Maintenance,
-                format!("Eviction {} complete; reason {} does not re-enable", e.name, r.reason.as_str()),
-            );
+            if report_evicted(d, &e) {
+                d.go(
+                    Phase::Maintenance,
+                    format!("Eviction {} complete; reason {} does not re-enable", e.name, r.reason.as_str()),
+                );
+            }
         }
         Some(e) if e.phase == EvictionPhase::Succeeded => {
             re_enable(d, &format!("Eviction {} complete", e.name))
@@ -422,6 +454,54 @@ fn evicting(d: &mut Draft<'_>) {
             d.go(Phase::Maintenance, msg);
         }
     }
+}
+
+/// The recorded Eviction is over, but another one empties the host: it is
+/// followed (recorded as the current one) instead of ending the eviction,
+/// so the host is never re-enabled while VMs are still being moved off.
+fn follow_another(d: &mut Draft<'_>) -> bool {
+    let recorded = d.record.eviction.as_ref().map(|r| r.name.clone());
+    let Some(other) = d
+        .obs()
+        .eviction
+        .as_ref()
+        .filter(|e| !e.phase.is_final() && !e.deleting && Some(&e.name) != recorded.as_ref())
+    else {
+        return false;
+    };
+    let other = other.clone();
+    d.record.eviction = Some(EvictionRef {
+        name: other.name.clone(),
+        reason: other.reason,
+        re_enable: other.re_enable,
+        for_maintenance: false,
+    });
+    d.set(ConditionType::Evicted, ConditionStatus::False, "EvictionRunning", eviction_summary(&other));
+    true
+}
+
+/// The `Evicted` condition once an eviction succeeded, from Nova, not from
+/// the Eviction: true only when Nova shows the host empty; servers the
+/// eviction skipped or could not move are named. False when Nova cannot
+/// say (then nothing moves on).
+fn report_evicted(d: &mut Draft<'_>, e: &EvictionObs) -> bool {
+    let NovaObs::Registered(host) = &d.obs().nova else {
+        let msg = format!("{}; waiting for Nova to show the host", eviction_summary(e));
+        d.set(ConditionType::Evicted, ConditionStatus::Unknown, "NovaUnknown", msg);
+        return false;
+    };
+    if host.instances.is_empty() {
+        d.set(ConditionType::Evicted, ConditionStatus::True, "Evicted", eviction_summary(e));
+    } else {
+        let msg = format!(
+            "{}; {} instance(s) remain on the host (skipped or not movable, see the Eviction): {}",
+            eviction_summary(e),
+            host.instances.len(),
+            host.instances.join(", ")
+        );
+        d.set(ConditionType::Evicted, ConditionStatus::False, "InstancesRemain", msg);
+    }
+    true
 }
 
 fn maintenance(d: &mut Draft<'_>) {
@@ -475,7 +555,9 @@ fn hold(d: &mut Draft<'_>) {
             d.guard_disabled(host, &reason);
             Some(host.instances.is_empty())
         }
-        NovaObs::NotRegistered => Some(true),
+        // A host never registered is empty; one that was and is not listed
+        // now may be hidden by a down cell: missing is not empty.
+        NovaObs::NotRegistered if d.input.status.service_id.is_none() => Some(true),
         _ => None,
     };
     if mode != MaintenanceMode::Termination && empty == Some(true) {
@@ -535,7 +617,6 @@ fn decommission(d: &mut Draft<'_>) {
     if host.aggregates.is_empty() && left.is_empty() {
         d.record.applied_aggregates.clear();
         d.record.applied_traits.clear();
-        d.record.service_deleted = true;
         d.actions.push(Action::DeleteService { service_id: host.service_id.clone() });
         let msg = "deleting the compute service".into();
         return d.set(ConditionType::Evicted, ConditionStatus::True, "Decommissioning", msg);
@@ -546,6 +627,26 @@ fn decommission(d: &mut Draft<'_>) {
         "Decommissioning",
         "leaving aggregates and removing traits".into(),
     );
+}
+
+/// Decommissioned is terminal, but nova-compute on a re-installed host
+/// registers a new service, which Nova enables by default: it is disabled
+/// again at once and reported (docs/lifecycle.md).
+fn decommissioned(d: &mut Draft<'_>) {
+    let NovaObs::Registered(host) = &d.obs().nova else {
+        return;
+    };
+    let msg = format!(
+        "a compute service ({}) registered again for decommissioned host {}; kept disabled. \
+         To use the host again, delete this Hypervisor and re-create its Node",
+        host.service_id,
+        d.nova_host()
+    );
+    if host.enabled {
+        d.warn(SERVICE_RE_REGISTERED, format!("{msg}; it was enabled and is disabled now"));
+        d.guard_disabled(host, RE_REGISTERED_DISABLE_REASON);
+    }
+    d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "ReRegistered", msg);
 }
 
 fn re_enable(d: &mut Draft<'_>, why: &str) {
@@ -560,7 +661,7 @@ fn re_enable(d: &mut Draft<'_>, why: &str) {
 }
 
 /// The registered host, or None after setting the condition (and aborting
-/// where seed 000 says so).
+/// where docs/lifecycle.md says so).
 fn registered<'a>(d: &mut Draft<'a>) -> Option<&'a NovaHost> {
     match &d.obs().nova {
         NovaObs::Registered(host) => Some(host),
@@ -587,15 +688,26 @@ fn registered<'a>(d: &mut Draft<'a>) -> Option<&'a NovaHost> {
             let since = d.phase_since();
             let waited = since.map(|s| d.input.now.duration_since(s));
             if waited.is_some_and(|w| w > d.input.policy.registration_timeout) {
-                let msg = format!(
+                let mut msg = format!(
                     "nova-compute on host {} did not register within {}",
-                    d.input.name,
+                    d.nova_host(),
                     human(d.input.policy.registration_timeout)
                 );
+                if !d.obs().close_hosts.is_empty() {
+                    msg.push_str(&format!("; close: {}", d.obs().close_hosts.join(", ")));
+                }
                 d.abort(ConditionType::Onboarded, "RegistrationTimeout", msg);
-            } else {
-                let msg = format!("waiting for nova-compute on host {} to register", d.input.name);
+            } else if d.obs().close_hosts.is_empty() {
+                let msg = format!("waiting for nova-compute on host {} to register", d.nova_host());
                 d.set(ConditionType::Onboarded, ConditionStatus::False, "WaitingForNovaCompute", msg);
+            } else {
+                let msg = format!(
+                    "no compute service registered as host {}; close: {}. \
+                     If one of them is this node, set spec.novaHost to it",
+                    d.nova_host(),
+                    d.obs().close_hosts.join(", ")
+                );
+                d.set(ConditionType::Onboarded, ConditionStatus::False, "NovaHostNotFound", msg);
             }
             None
         }
@@ -615,7 +727,7 @@ struct Draft<'a> {
     service_id: Option<String>,
     hypervisor_id: Option<String>,
     checks: Option<Vec<CheckResultStatus>>,
-    drift: Vec<String>,
+    warnings: Vec<Warning>,
 }
 
 impl<'a> Draft<'a> {
@@ -630,6 +742,11 @@ impl<'a> Draft<'a> {
         let mut service_id = input.status.service_id.clone();
         let mut hypervisor_id = input.status.hypervisor_id.clone();
         if let NovaObs::Registered(host) = &input.obs.nova {
+            // The shell observed the host `nova_host()` names; from now on
+            // that is the host, whatever spec says later.
+            if record.nova_host.is_none() {
+                record.nova_host = Some(nova_host(input.name, input.spec, input.status).to_string());
+            }
             service_id = Some(host.service_id.clone());
             if host.hypervisor_id.is_some() {
                 hypervisor_id = host.hypervisor_id.clone();
@@ -650,12 +767,20 @@ impl<'a> Draft<'a> {
             service_id,
             hypervisor_id,
             checks: None,
-            drift: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 
     fn obs(&self) -> &'a Observations {
         self.input.obs
+    }
+
+    fn nova_host(&self) -> &'a str {
+        nova_host(self.input.name, self.input.spec, self.input.status)
+    }
+
+    fn warn(&mut self, reason: &'static str, message: String) {
+        self.warnings.push(Warning { reason, message });
     }
 
     fn phase_since(&self) -> Option<Timestamp> {
@@ -793,6 +918,16 @@ impl<'a> Draft<'a> {
     }
 
     fn finish(mut self) -> Decision {
+        if let Some(registered) = self.record.nova_host.clone()
+            && registered != self.input.spec.nova_host(self.input.name)
+        {
+            let msg = format!(
+                "spec.novaHost names {} but the compute service was found as {registered}, which stays in use; \
+                 revert spec.novaHost, or decommission this Hypervisor and create a new one",
+                self.input.spec.nova_host(self.input.name)
+            );
+            self.set(ConditionType::Onboarded, ConditionStatus::False, "NovaHostChanged", msg);
+        }
         self.default_conditions();
         let phase_since = if self.transition.is_some() {
             Some(Time(self.input.now))
@@ -810,7 +945,7 @@ impl<'a> Draft<'a> {
             service_id: self.service_id,
             hypervisor_id: self.hypervisor_id,
             checks: self.checks,
-            drift: self.drift,
+            warnings: self.warnings,
         }
     }
 
@@ -887,7 +1022,9 @@ impl<'a> Draft<'a> {
             (_, Some(reason)) => (False, "Disabling", reason),
             _ => enabled,
         };
-        self.set(T::SchedulingEnabled, s, r, m);
+        if !has(&self.set, T::SchedulingEnabled) {
+            self.set(T::SchedulingEnabled, s, r, m);
+        }
     }
 }
 

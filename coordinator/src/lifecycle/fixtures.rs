@@ -66,6 +66,7 @@ pub fn obs() -> Observations {
         nova: NovaObs::Registered(host()),
         eviction: None,
         retry: None,
+        close_hosts: Vec::new(),
     }
 }
 

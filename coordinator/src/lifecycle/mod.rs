@@ -1,5 +1,5 @@
-//! The hypervisor lifecycle as a pure function (DESIGN.md sections 2–3,
-//! seed 000_8cb8f31902051619.txt).
+//! The hypervisor lifecycle as a pure function (docs/lifecycle.md;
+//! docs/decisions/0001 for the shape).
 //!
 //! [`decide`] maps (spec, status, observations, policy, now) to a
 //! [`Decision`]: the phase to be in, the conditions this controller owns, the
@@ -16,13 +16,19 @@
 //!   whose status write failed, and simply decide again.
 
 mod action;
-pub mod conditions;
 mod decide;
+pub mod deletion;
 mod observe;
 
+pub use crate::api::condition::DesiredCondition;
 pub use action::Action;
-pub use decide::{ALLOWED_TRANSITIONS, Decision, DesiredCondition, Input, Policy, Transition, decide};
-pub use observe::{AgentObs, CheckReport, EvictionObs, NodeObs, NovaHost, NovaObs, Observations};
+pub use decide::{
+    ALLOWED_TRANSITIONS, DRIFT_REPAIRED, Decision, Input, NOVA_ENABLES_NEW_SERVICES, Policy,
+    SERVICE_RE_REGISTERED, Transition, Warning, decide, nova_host,
+};
+pub use observe::{
+    AgentObs, CheckReport, EvictionObs, NodeObs, NovaHost, NovaObs, Observations, close_hosts,
+};
 
 #[cfg(test)]
 mod fixtures;

@@ -21,15 +21,18 @@ pub struct Observations {
     pub eviction: Option<EvictionObs>,
     /// Value of the `hypervisor.cloud.sap/retry` annotation.
     pub retry: Option<String>,
+    /// When Nova shows no compute service under the host's name: the ones
+    /// that look like it, each with why ("compute-4 (same short name)").
+    pub close_hosts: Vec<String>,
 }
 
 /// The Kubernetes Node the hypervisor is named after.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NodeObs {
     Present {
         ready: bool,
     },
-    /// The Node has a deletionTimestamp: seed 000's "Node Termination", which
+    /// The Node has a deletionTimestamp: a Node termination, which
     /// the lifecycle treats as `spec.maintenance: termination`.
     Deleting,
     /// Confirmed absent by a direct read. Not treated as termination: a Node
@@ -82,11 +85,11 @@ pub struct NovaHost {
     pub instances: Vec<String>,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct EvictionObs {
     pub name: String,
     pub reason: EvictionReason,
-    /// Re-enable when done, after seed 000's rule for the reason and the
+    /// Re-enable when done, after the rule for the reason and the
     /// eviction's options.
     pub re_enable: bool,
     pub phase: EvictionPhase,
@@ -95,4 +98,56 @@ pub struct EvictionObs {
     pub total: u32,
     /// The object has a deletionTimestamp (being cancelled).
     pub deleting: bool,
+}
+
+/// Compute services that look like `host` when Nova has none by that name:
+/// the same short name (the first DNS label, case aside), or the host name
+/// the node's agent reports (or its short name). Each with why, for the
+/// `Onboarded` condition. Pure; the shell lists the services.
+pub fn close_hosts(host: &str, agent_hostname: Option<&str>, services: &[String]) -> Vec<String> {
+    let short = |h: &str| h.split('.').next().unwrap_or(h).to_ascii_lowercase();
+    let mut out = Vec::new();
+    for s in services.iter().filter(|s| s.as_str() != host) {
+        let why = if short(s) == short(host) {
+            Some(format!("same short name as {host}"))
+        } else {
+            agent_hostname
+                .filter(|a| !a.is_empty() && (s.eq_ignore_ascii_case(a) || short(s) == short(a)))
+                .map(|a| format!("the node's agent reports host name {a}"))
+        };
+        if let Some(why) = why {
+            out.push(format!("{s} ({why})"));
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::close_hosts;
+
+    fn hosts(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn short_names_and_the_agents_host_name_are_close_others_are_not() {
+        let services = hosts(&["compute-4", "compute-40", "Compute-5.lab", "db-1", "hv17.rack3"]);
+        assert_eq!(
+            close_hosts("compute-4.example.local", None, &services),
+            vec!["compute-4 (same short name as compute-4.example.local)"]
+        );
+        assert_eq!(
+            close_hosts("compute-5", None, &services),
+            vec!["Compute-5.lab (same short name as compute-5)"]
+        );
+        assert_eq!(
+            close_hosts("node-17", Some("hv17.rack3.example"), &services),
+            vec!["hv17.rack3 (the node's agent reports host name hv17.rack3.example)"]
+        );
+        assert!(close_hosts("compute-4", None, &services).is_empty(), "an exact match is not 'close'");
+        assert!(close_hosts("compute-7", Some(""), &services).is_empty());
+    }
 }

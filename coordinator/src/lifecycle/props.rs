@@ -37,6 +37,10 @@ fn check_one_step(st: &HypervisorStatus, o: &Observations, d: &Decision) -> Resu
     if enables && !matches!(from, Phase::Ready | Phase::Active | Phase::Evicting) {
         return Err(format!("EnableService in {from}"));
     }
+    let eviction_runs = o.eviction.as_ref().is_some_and(|e| !e.phase.is_final() && !e.deleting);
+    if enables && eviction_runs {
+        return Err(format!("EnableService in {from} while an Eviction runs"));
+    }
     if let NovaObs::Registered(h) = &o.nova {
         let disables = d.actions.iter().any(|a| matches!(a, Action::DisableService { .. }));
         if h.enabled && matches!(from, Phase::Onboarding | Phase::Testing | Phase::Aborted) && !disables {
@@ -67,8 +71,14 @@ fn check_one_step(st: &HypervisorStatus, o: &Observations, d: &Decision) -> Resu
             return Err("left Aborted without a fresh retry".into());
         }
     }
-    if from == Phase::Decommissioned && !d.actions.is_empty() {
-        return Err("actions on a Decommissioned node".into());
+    if from == Phase::Decommissioned {
+        // The one thing done for a decommissioned host: a compute service
+        // that registered again is disabled.
+        let re_registered_enabled = matches!(&o.nova, NovaObs::Registered(h) if h.enabled);
+        let only_disable = d.actions.iter().all(|a| matches!(a, Action::DisableService { .. }));
+        if !only_disable || re_registered_enabled == d.actions.is_empty() {
+            return Err(format!("actions {:?} on a Decommissioned node with nova {:?}", d.actions, o.nova));
+        }
     }
     if d.transition.is_some() != (d.phase != from) {
         return Err("transition record does not match the phase change".into());
@@ -187,6 +197,7 @@ fn one_step_rules_hold_on_the_whole_grid() {
                                             nova: nova.clone(),
                                             eviction: ev.clone(),
                                             retry: retry.clone(),
+                                            close_hosts: Vec::new(),
                                         };
                                         for now in [t(60), t(100_000)] {
                                             let input = Input {
@@ -434,7 +445,15 @@ impl Sim {
             RetryKind::Same => self.status.lifecycle.handled_retry.clone().or(Some("r0".into())),
             RetryKind::Fresh => Some(format!("r{}", self.now.as_second())),
         };
-        Observations { node: s.node, agent: AgentObs { connected: s.agent }, checks, nova, eviction, retry }
+        Observations {
+            node: s.node,
+            agent: AgentObs { connected: s.agent },
+            checks,
+            nova,
+            eviction,
+            retry,
+            close_hosts: Vec::new(),
+        }
     }
 
     /// Apply the step's spec change as the API server would (CEL: termination
@@ -472,6 +491,10 @@ impl Sim {
         self.status.phase = Some(d.phase);
         self.status.phase_since = d.phase_since;
         self.status.lifecycle = d.record;
+        // The shell records the delete once Nova answered it.
+        if d.actions.iter().any(|a| matches!(a, Action::DeleteService { .. })) {
+            self.status.lifecycle.service_deleted = true;
+        }
         self.status.service_id = d.service_id;
         self.status.hypervisor_id = d.hypervisor_id;
         Ok(())

@@ -1,4 +1,4 @@
-//! One row per transition of seed 000's state diagram (and of the flows it
+//! One row per transition of docs/lifecycle.md's state diagram (and of the flows it
 //! describes in prose), then rows for transitions that must not happen.
 
 use super::fixtures::*;
@@ -30,7 +30,7 @@ fn maintenance_of(s: &mut HypervisorStatus, mode: &str, reason: crate::api::Evic
 
 #[rustfmt::skip]
 const ROWS: &[Row] = &[
-    // ---- seed 000: onboarding
+    // ---- onboarding
     Row { name: "Initial -> Onboarding: new K8s Node detected", from: Phase::Initial, setup: |_, _, o| o.nova = NovaObs::NotRegistered, to: Phase::Onboarding, must: &[], never: &["enable"] },
     Row { name: "Onboarding -> Testing: configuration completed", from: Phase::Onboarding, setup: |_, _, _| {}, to: Phase::Testing, must: &["run checks (run 1)"], never: &["enable"] },
     Row { name: "Onboarding -> Ready: skipTests", from: Phase::Onboarding, setup: |sp, _, _| sp.skip_tests = true, to: Phase::Ready, must: &[], never: &["run checks", "enable"] },
@@ -48,7 +48,7 @@ const ROWS: &[Row] = &[
     Row { name: "Testing -> Aborted: a check failed", from: Phase::Testing, setup: |_, _, o| o.checks = Some(report(1, &["ovs-bridge/br-ex"])), to: Phase::Aborted, must: &[], never: &["enable"] },
     Row { name: "Testing -> Aborted: no report in time", from: Phase::Testing, setup: |_, _, _| {}, to: Phase::Aborted, must: &[], never: &["enable"] },
     Row { name: "Ready -> Active: Nova scheduling enabled", from: Phase::Ready, setup: |_, _, o| with_host(o, |h| h.enabled = true), to: Phase::Active, must: &[], never: &["disable"] },
-    // ---- seed 000: maintenance, eviction, decommissioning
+    // ---- maintenance, eviction, decommissioning
     Row { name: "Active -> Evicting: admin sets maintenance manual", from: Phase::Active, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Manual; sp.maintenance_reason = "firmware".into(); with_host(o, |h| { h.enabled = true; h.instances = vec!["vm-1".into()] }) }, to: Phase::Evicting, must: &["disable compute service (hv-lifecycle: maintenance (manual): firmware)", "create eviction node-1-manual-1 (AdminRequest)"], never: &["enable"] },
     Row { name: "Active -> Evicting: Gardener rolling update (auto)", from: Phase::Active, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Auto; with_host(o, |h| { h.enabled = true; h.instances = vec!["vm-1".into()] }) }, to: Phase::Evicting, must: &["create eviction node-1-auto-1 (RollingUpdate)"], never: &[] },
     Row { name: "Active -> Evicting: HA event (ha)", from: Phase::Active, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Ha; with_host(o, |h| { h.enabled = true; h.instances = vec!["vm-1".into()] }) }, to: Phase::Evicting, must: &["create eviction node-1-ha-1 (NodeFailure)"], never: &[] },
@@ -76,8 +76,11 @@ const ROWS: &[Row] = &[
     Row { name: "forbidden Aborted -> anything without retry", from: Phase::Aborted, setup: |_, _, o| o.checks = Some(report(1, &[])), to: Phase::Aborted, must: &[], never: &["enable", "run checks"] },
     Row { name: "forbidden Aborted -> Onboarding on an already handled retry", from: Phase::Aborted, setup: |_, s, o| { s.lifecycle.handled_retry = Some("r1".into()); o.retry = Some("r1".into()) }, to: Phase::Aborted, must: &[], never: &[] },
     Row { name: "forbidden Aborted -> Evicting on termination (retry first)", from: Phase::Aborted, setup: |_, _, o| o.node = NodeObs::Deleting, to: Phase::Aborted, must: &[], never: &["create eviction", "delete"] },
+    Row { name: "forbidden Ready -> Active while a hand-made Eviction empties the host", from: Phase::Ready, setup: |_, _, o| o.eviction = ev("drain-1", AdminRequest, Migrating), to: Phase::Ready, must: &[], never: &["enable"] },
     Row { name: "forbidden Ready -> Active before Nova shows it enabled", from: Phase::Ready, setup: |_, _, _| {}, to: Phase::Ready, must: &["enable compute service"], never: &[] },
     Row { name: "forbidden Active -> Maintenance while VMs remain", from: Phase::Active, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Auto; with_host(o, |h| h.instances = vec!["vm-1".into()]) }, to: Phase::Evicting, must: &["create eviction"], never: &[] },
+    Row { name: "forbidden Active -> Maintenance when a registered service is missing from Nova's list (a down cell hides it)", from: Phase::Active, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Auto; o.nova = NovaObs::NotRegistered }, to: Phase::Evicting, must: &["create eviction node-1-auto-1 (RollingUpdate)"], never: &["enable"] },
+    Row { name: "Onboarding -> Maintenance: maintenance requested before the service ever registered", from: Phase::Onboarding, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Auto; o.nova = NovaObs::NotRegistered }, to: Phase::Maintenance, must: &[], never: &["create eviction"] },
     Row { name: "forbidden Active -> Decommissioned directly", from: Phase::Active, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Termination; o.nova = NovaObs::NotRegistered }, to: Phase::Evicting, must: &["create eviction node-1-termination-1 (Decommission)"], never: &["delete"] },
     Row { name: "forbidden Active -> Evicting/decommission on a missing (not deleting) Node", from: Phase::Active, setup: |_, _, o| { o.node = NodeObs::Absent; with_host(o, |h| h.enabled = true) }, to: Phase::Active, must: &[], never: &["create eviction", "delete", "disable"] },
     Row { name: "forbidden Maintenance -> Active directly", from: Phase::Maintenance, setup: |_, _, o| with_host(o, |h| h.enabled = false), to: Phase::Onboarding, must: &[], never: &["enable"] },
@@ -85,8 +88,10 @@ const ROWS: &[Row] = &[
     Row { name: "forbidden Evicting -> Decommissioned while instances remain", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Termination; maintenance_of(s, "termination", Decommission); o.eviction = ev("node-1-termination-1", Decommission, Succeeded); with_host(o, |h| { h.aggregates.clear(); h.instances = vec!["vm-stuck".into()] }) }, to: Phase::Evicting, must: &[], never: &["delete", "remove"] },
     Row { name: "forbidden Evicting -> Decommissioned when the service vanished unchecked", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Termination; maintenance_of(s, "termination", Decommission); o.eviction = ev("node-1-termination-1", Decommission, Succeeded); o.nova = NovaObs::NotRegistered }, to: Phase::Evicting, must: &[], never: &[] },
     Row { name: "forbidden Evicting -> Maintenance while the eviction runs", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Manual; maintenance_of(s, "manual", AdminRequest); o.eviction = ev("node-1-manual-1", AdminRequest, Migrating) }, to: Phase::Evicting, must: &[], never: &["create eviction", "enable"] },
+    Row { name: "forbidden Evicting -> Active while another Eviction still empties the host", from: Phase::Evicting, setup: |_, s, o| { s.lifecycle.eviction = Some(eviction_ref("drain", RollingUpdate, false)); o.eviction = ev("drain-2", AdminRequest, Migrating) }, to: Phase::Evicting, must: &[], never: &["enable"] },
     Row { name: "forbidden Evicting -> Active for a NodeFailure eviction that was cancelled", from: Phase::Evicting, setup: |_, s, _| s.lifecycle.eviction = Some(eviction_ref("ha-1", NodeFailure, false)), to: Phase::Maintenance, must: &[], never: &["enable"] },
     Row { name: "forbidden Decommissioned -> anything", from: Phase::Decommissioned, setup: |_, _, o| { o.retry = Some("r9".into()); o.checks = Some(report(1, &[])) }, to: Phase::Decommissioned, must: &[], never: &["enable", "create", "add"] },
+    Row { name: "Decommissioned: a compute service registered again is disabled, nothing else", from: Phase::Decommissioned, setup: |_, _, o| { with_host(o, |h| { h.enabled = true; h.service_id = "svc-2".into() }) }, to: Phase::Decommissioned, must: &["disable compute service (hv-lifecycle: host was decommissioned; re-registered service disabled)"], never: &["enable", "add", "delete", "run checks"] },
 ];
 
 fn run_row(row: &Row) -> Decision {
@@ -218,7 +223,8 @@ fn drift_in_active_is_repaired_and_reported() {
     let d = decide_at(&spec(), &status(Phase::Active), &o, t(1));
     let acts: Vec<String> = d.actions.iter().map(|a| a.to_string()).collect();
     assert_eq!(acts, vec!["enable compute service", "add traits CUSTOM_HANA"]);
-    assert_eq!(d.drift.len(), 2, "{:?}", d.drift);
+    assert_eq!(d.warnings.len(), 2, "{:?}", d.warnings);
+    assert!(d.warnings.iter().all(|w| w.reason == DRIFT_REPAIRED), "{:?}", d.warnings);
     assert_eq!(d.phase, Phase::Active);
 }
 
@@ -247,4 +253,76 @@ fn restart_with_eviction_not_yet_visible_recreates_under_the_same_name() {
     let acts: Vec<String> = d.actions.iter().map(|a| a.to_string()).collect();
     assert_eq!(acts, vec!["create eviction node-1-auto-1 (RollingUpdate)"]);
     assert_eq!(d.record.eviction_seq, 1, "no second eviction is minted");
+}
+
+fn condition(d: &Decision, t: crate::api::ConditionType) -> DesiredCondition {
+    d.conditions.iter().find(|c| c.type_ == t).cloned().unwrap_or_else(|| panic!("no {t} condition"))
+}
+
+#[test]
+fn onboarding_names_close_compute_services_when_the_nova_host_is_not_found() {
+    let mut o = obs();
+    o.nova = NovaObs::NotRegistered;
+    let d = decide_at(&spec(), &status(Phase::Onboarding), &o, t(1));
+    assert_eq!(condition(&d, crate::api::ConditionType::Onboarded).reason, "WaitingForNovaCompute");
+    o.close_hosts = vec!["node (same short name)".into()];
+    let d = decide_at(&spec(), &status(Phase::Onboarding), &o, t(1));
+    let c = condition(&d, crate::api::ConditionType::Onboarded);
+    assert_eq!(c.reason, "NovaHostNotFound");
+    assert!(c.message.contains("node-1") && c.message.contains("node (same short name)"), "{}", c.message);
+    assert_eq!(d.phase, Phase::Onboarding, "still waiting: the service may yet register");
+    // Past the registration timeout, the abort names them too.
+    let d = decide_at(&spec(), &status(Phase::Onboarding), &o, t(3600));
+    assert_eq!(d.phase, Phase::Aborted);
+    let c = condition(&d, crate::api::ConditionType::Onboarded);
+    assert!(c.reason == "RegistrationTimeout" && c.message.contains("close: node"), "{c:?}");
+}
+
+#[test]
+fn the_nova_host_is_the_one_in_spec_until_found_then_the_found_one_stays() {
+    let mut sp = spec();
+    sp.nova_host = "node".into();
+    let mut st = status(Phase::Onboarding);
+    assert_eq!(nova_host(NAME, &sp, &st), "node");
+    let d = decide_at(&sp, &st, &obs(), t(1));
+    assert_eq!(d.record.nova_host.as_deref(), Some("node"), "recorded once registered");
+    st.lifecycle = d.record;
+    st.phase = Some(d.phase);
+    sp.nova_host = "elsewhere".into();
+    assert_eq!(nova_host(NAME, &sp, &st), "node", "a later spec change does not move the host");
+    let d = decide_at(&sp, &st, &obs(), t(2));
+    let c = condition(&d, crate::api::ConditionType::Onboarded);
+    assert_eq!(c.reason, "NovaHostChanged");
+    assert!(c.message.contains("elsewhere") && c.message.contains("node"), "{}", c.message);
+    sp.nova_host = String::new();
+    assert_eq!(nova_host(NAME, &sp, &status(Phase::Initial)), NAME, "empty: the Node name");
+}
+
+#[test]
+fn a_service_nova_enabled_on_registration_is_reported_once() {
+    let mut o = obs();
+    with_host(&mut o, |h| h.enabled = true);
+    let mut st = status(Phase::Onboarding);
+    st.service_id = None;
+    let d = decide_at(&spec(), &st, &o, t(1));
+    assert!(d.warnings.iter().any(|w| w.reason == NOVA_ENABLES_NEW_SERVICES), "{:?}", d.warnings);
+    assert!(d.actions.iter().any(|a| matches!(a, Action::DisableService { .. })));
+    st.service_id = d.service_id.clone();
+    let d = decide_at(&spec(), &st, &o, t(2));
+    assert!(d.warnings.is_empty(), "said once, at the first registration: {:?}", d.warnings);
+}
+
+#[test]
+fn a_decommissioned_host_that_registers_again_is_disabled_and_reported() {
+    let mut o = obs();
+    with_host(&mut o, |h| h.enabled = true);
+    let d = decide_at(&spec(), &status(Phase::Decommissioned), &o, t(1));
+    assert!(d.warnings.iter().any(|w| w.reason == SERVICE_RE_REGISTERED), "{:?}", d.warnings);
+    let c = condition(&d, crate::api::ConditionType::SchedulingEnabled);
+    assert_eq!((c.status, c.reason.as_str()), (crate::api::ConditionStatus::False, "ReRegistered"));
+    // Once disabled it stays reported, with no further action or Event.
+    with_host(&mut o, |h| h.enabled = false);
+    let d = decide_at(&spec(), &status(Phase::Decommissioned), &o, t(2));
+    assert!(d.actions.is_empty() && d.warnings.is_empty(), "{:?} {:?}", d.actions, d.warnings);
+    assert_eq!(condition(&d, crate::api::ConditionType::SchedulingEnabled).reason, "ReRegistered");
 }

@@ -18,7 +18,7 @@ use crate::eviction::preflight::{Candidate, Room, room};
 const CONCURRENCY: usize = 8;
 
 #[derive(Debug, Deserialize)]
-struct ServiceRow {
+pub(super) struct ServiceRow {
     host: String,
     #[serde(default)]
     zone: String,
@@ -29,7 +29,7 @@ struct ServiceRow {
 }
 
 #[derive(Debug, Deserialize)]
-struct AggregateRow {
+pub(super) struct AggregateRow {
     #[serde(default)]
     hosts: Option<Vec<String>>,
     #[serde(default)]
@@ -37,13 +37,13 @@ struct AggregateRow {
 }
 
 #[derive(Debug, Deserialize)]
-struct ProviderRow {
+pub(super) struct ProviderRow {
     uuid: String,
     name: String,
 }
 
 #[derive(Debug, Deserialize)]
-struct Inventory {
+pub(super) struct Inventory {
     total: u64,
     #[serde(default)]
     reserved: u64,
@@ -55,6 +55,13 @@ struct Inventory {
 
 fn one() -> f64 {
     1.0
+}
+
+impl Inventory {
+    /// Room left in this inventory with `used` of it taken.
+    pub(super) fn room(&self, used: u64) -> Room {
+        room(self.total, self.reserved, self.allocation_ratio, self.max_unit.unwrap_or(self.total), used)
+    }
 }
 
 impl NovaClient {
@@ -105,14 +112,7 @@ impl NovaClient {
         let room = inventories
             .into_iter()
             .map(|(class, inv)| {
-                let used = usages.get(&class).copied().unwrap_or(0);
-                let r = room(
-                    inv.total,
-                    inv.reserved,
-                    inv.allocation_ratio,
-                    inv.max_unit.unwrap_or(inv.total),
-                    used,
-                );
+                let r = inv.room(usages.get(&class).copied().unwrap_or(0));
                 (class, r)
             })
             .collect();

@@ -18,7 +18,7 @@ use crate::lifecycle::{Action, NovaHost, NovaObs};
 const TRAIT_ATTEMPTS: u32 = 5;
 
 #[derive(Debug, Deserialize)]
-struct ComputeService {
+pub(super) struct ComputeService {
     id: String,
     host: String,
     status: String,
@@ -27,7 +27,7 @@ struct ComputeService {
 }
 
 #[derive(Debug, Deserialize)]
-struct HypervisorRef {
+pub(super) struct HypervisorRef {
     id: String,
     hypervisor_hostname: String,
     #[serde(default)]
@@ -35,12 +35,12 @@ struct HypervisorRef {
 }
 
 #[derive(Debug, Deserialize)]
-struct ServiceRef {
+pub(super) struct ServiceRef {
     host: String,
 }
 
 #[derive(Debug, Deserialize)]
-struct Aggregate {
+pub(super) struct Aggregate {
     id: i64,
     name: String,
     #[serde(default)]
@@ -48,18 +48,18 @@ struct Aggregate {
 }
 
 #[derive(Debug, Deserialize)]
-struct Provider {
+pub(super) struct Provider {
     uuid: String,
 }
 
 #[derive(Debug, Deserialize)]
-struct ProviderTraits {
+pub(super) struct ProviderTraits {
     traits: Vec<String>,
     resource_provider_generation: i64,
 }
 
 #[derive(Debug, Deserialize)]
-struct ServerRef {
+pub(super) struct ServerRef {
     id: String,
 }
 
@@ -174,6 +174,13 @@ impl NovaClient {
             Call::get(Service::Compute, "os-services").param("binary", "nova-compute").param("host", host);
         let services: Vec<ComputeService> = self.cloud.fetch(call, "services").await?;
         Ok(services.into_iter().find(|s| s.host == host))
+    }
+
+    /// The host names of every nova-compute service in the region.
+    pub async fn compute_hosts(&self) -> Result<Vec<String>, NovaError> {
+        let call = Call::get(Service::Compute, "os-services").param("binary", "nova-compute");
+        let services: Vec<ComputeService> = self.cloud.fetch(call, "services").await?;
+        Ok(services.into_iter().map(|s| s.host).collect())
     }
 
     /// Whether the host's compute service takes new VMs; None without one.

@@ -14,10 +14,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openstack_sdk::api::{QueryAsync, QueryParams, RestEndpoint, raw};
+use openstack_sdk::api::{ApiError, QueryAsync, QueryParams, RestEndpoint, raw};
 use openstack_sdk::config::{CloudConfig, ConfigFile};
 use openstack_sdk::types::{ApiVersion, ServiceType};
-use openstack_sdk::{AsyncOpenStack, OpenStackError};
+use openstack_sdk::{AsyncOpenStack, OpenStackError, RestError};
 use serde_json::Value;
 use tokio::sync::Mutex;
 
@@ -66,6 +66,10 @@ impl CloudSource {
 #[derive(Clone, Debug)]
 pub struct HttpPolicy {
     pub timeout: Duration,
+    /// Longest wait for a connection. A call is sent only while the lease
+    /// has this much (and a margin) left, so it is on the wire before the
+    /// leader's renew deadline.
+    pub connect_timeout: Duration,
     /// Attempts for a transient failure (timeouts, 5xx), with doubling pauses.
     pub attempts: u32,
     pub first_pause: Duration,
@@ -73,7 +77,12 @@ pub struct HttpPolicy {
 
 impl Default for HttpPolicy {
     fn default() -> Self {
-        HttpPolicy { timeout: Duration::from_secs(30), attempts: 3, first_pause: Duration::from_millis(300) }
+        HttpPolicy {
+            timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(3),
+            attempts: 3,
+            first_pause: Duration::from_millis(300),
+        }
     }
 }
 
@@ -83,6 +92,12 @@ pub struct Cloud {
     source: CloudSource,
     policy: HttpPolicy,
     session: Mutex<Option<Arc<AsyncOpenStack>>>,
+    /// When set, a call is sent only while this replica provably holds the
+    /// leader lease: a deposed leader asks Nova nothing.
+    guard: Option<Arc<crate::k8s::leader::LeaseGuard>>,
+    /// `hv-coordinator/VERSION (IDENTITY)`: in the OpenStack services' logs,
+    /// which replica asked.
+    user_agent: http::HeaderValue,
 }
 
 /// One request: a method, a path relative to the service's catalog endpoint,
@@ -94,6 +109,8 @@ pub struct Call {
     pub path: String,
     pub query: Vec<(&'static str, String)>,
     pub body: Option<Value>,
+    /// Set by [`Cloud`] on the way out: who is calling.
+    headers: http::HeaderMap,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,13 +121,16 @@ pub enum Service {
 
 impl Call {
     pub fn get(service: Service, path: impl Into<String>) -> Call {
-        Call { service, method: http::Method::GET, path: path.into(), query: Vec::new(), body: None }
+        Call::new(service, http::Method::GET, path.into(), None)
+    }
+    fn new(service: Service, method: http::Method, path: String, body: Option<Value>) -> Call {
+        Call { service, method, path, query: Vec::new(), body, headers: http::HeaderMap::new() }
     }
     pub fn with(service: Service, method: http::Method, path: impl Into<String>, body: Value) -> Call {
-        Call { service, method, path: path.into(), query: Vec::new(), body: Some(body) }
+        Call::new(service, method, path.into(), Some(body))
     }
     pub fn delete(service: Service, path: impl Into<String>) -> Call {
-        Call { service, method: http::Method::DELETE, path: path.into(), query: Vec::new(), body: None }
+        Call::new(service, http::Method::DELETE, path.into(), None)
     }
     pub fn param(mut self, key: &'static str, value: impl Into<String>) -> Call {
         self.query.push((key, value.into()));
@@ -119,6 +139,16 @@ impl Call {
     /// "GET os-services", for messages.
     pub fn describe(&self) -> String {
         format!("{} {}", self.method, self.path)
+    }
+
+    /// Whether sending this call twice does no more than sending it once
+    /// (HTTP's idempotent methods). A POST (a server action, an aggregate
+    /// change) is not: it is never sent again on an unknown outcome.
+    pub fn idempotent(&self) -> bool {
+        matches!(
+            self.method,
+            http::Method::GET | http::Method::HEAD | http::Method::PUT | http::Method::DELETE
+        )
     }
 }
 
@@ -148,6 +178,9 @@ impl RestEndpoint for Call {
             Some(v) => Ok(Some(("application/json", serde_json::to_vec(v)?))),
         }
     }
+    fn request_headers(&self) -> Option<&http::HeaderMap> {
+        Some(&self.headers)
+    }
     fn min_version(&self) -> Option<ApiVersion> {
         let (major, minor) = match self.service {
             Service::Compute => COMPUTE_MICROVERSION,
@@ -159,7 +192,25 @@ impl RestEndpoint for Call {
 
 impl Cloud {
     pub fn new(source: CloudSource, policy: HttpPolicy) -> Cloud {
-        Cloud { source, policy, session: Mutex::new(None) }
+        let user_agent =
+            http::HeaderValue::from_static(concat!("hv-coordinator/", env!("CARGO_PKG_VERSION")));
+        Cloud { source, policy, session: Mutex::new(None), guard: None, user_agent }
+    }
+
+    /// Names this replica in the User-Agent of every call (its lease identity).
+    pub fn with_identity(mut self, identity: &str) -> Cloud {
+        let ua = format!("hv-coordinator/{} ({identity})", env!("CARGO_PKG_VERSION"));
+        if let Ok(v) = http::HeaderValue::from_str(&ua) {
+            self.user_agent = v;
+        }
+        self
+    }
+
+    /// Sends no call unless `guard` says this replica holds the leader
+    /// lease with margin to spare.
+    pub fn with_lease_guard(mut self, guard: Arc<crate::k8s::leader::LeaseGuard>) -> Cloud {
+        self.guard = Some(guard);
+        self
     }
 
     /// Fails when the configuration cannot work at all (no such cloud, no
@@ -177,6 +228,12 @@ impl Cloud {
         field(self.call(call).await?, key, &what)
     }
 
+    /// Sends a call. A call that was not done (`Unavailable`) is sent
+    /// again after a pause, a bounded number of times; an idempotent call
+    /// whose outcome is unknown too. A POST whose outcome is unknown is
+    /// returned as [`NovaError::Unknown`] for the caller to look at what
+    /// happened: sending it again could do it twice. A rejected token (401,
+    /// which Nova answers before doing anything) is renewed once.
     pub async fn call(&self, call: Call) -> Result<Value, NovaError> {
         let mut pause = self.policy.first_pause;
         let mut reauthenticated = false;
@@ -188,7 +245,7 @@ impl Cloud {
                     *self.session.lock().await = None;
                     reauthenticated = true;
                 }
-                Err(e) if e.is_transient() && attempt < self.policy.attempts => {
+                Err(e) if retry_allowed(&call, &e) && attempt < self.policy.attempts => {
                     tracing::debug!(call = %call.describe(), error = %e, attempt, "retrying");
                     tokio::time::sleep(pause).await;
                     pause *= 2;
@@ -202,23 +259,23 @@ impl Cloud {
     async fn once(&self, call: &Call) -> Result<Value, NovaError> {
         let session = self.session().await?;
         let what = call.describe();
-        let rsp =
-            raw(call.clone()).skip_error_check(true).query_async(session.as_ref()).await.map_err(|e| {
-                let text = e.to_string();
-                if text.contains("401")
-                    || text.contains("403")
-                    || text.to_lowercase().contains("unauthorized")
-                {
-                    NovaError::Unauthorized(format!("{what}: {text}"))
-                } else {
-                    NovaError::Unavailable(format!("{what}: {text}"))
-                }
-            })?;
+        // Checked after the session (whose Keystone round may take long) and
+        // right before the request leaves.
+        if let Some(guard) = &self.guard {
+            guard.ensure().map_err(|e| NovaError::NotLeader(format!("{what}: {e}")))?;
+        }
+        let mut call = call.clone();
+        call.headers.insert(http::header::USER_AGENT, self.user_agent.clone());
+        let rsp = raw(call.clone())
+            .skip_error_check(true)
+            .query_async(session.as_ref())
+            .await
+            .map_err(|e| classify_call(e, &what, call.idempotent()))?;
         let status = rsp.status().as_u16();
         let body = String::from_utf8_lossy(rsp.body()).into_owned();
         tracing::debug!(call = %what, status, "openstack call");
         if !(200..300).contains(&status) {
-            return Err(NovaError::from_status(status, &what, &body));
+            return Err(NovaError::from_status(status, &what, &body, call.idempotent()));
         }
         if body.trim().is_empty() {
             return Ok(Value::Null);
@@ -235,7 +292,7 @@ impl Cloud {
         let connect = AsyncOpenStack::builder(&cfg)
             .disable_auth_cache(true)
             .http_timeout(self.policy.timeout)
-            .http_connect_timeout(self.policy.timeout.min(Duration::from_secs(10)))
+            .http_connect_timeout(self.policy.connect_timeout.min(self.policy.timeout))
             .connect();
         let session = Arc::new(connect.await.map_err(classify_connect)?);
         *slot = Some(session.clone());
@@ -243,23 +300,60 @@ impl Cloud {
     }
 }
 
+/// Whether a failed call may be sent again: when nothing was done, or when
+/// doing it twice is the same as once.
+fn retry_allowed(call: &Call, e: &NovaError) -> bool {
+    match e {
+        NovaError::Unavailable(_) => true,
+        NovaError::Unknown(_) => call.idempotent(),
+        _ => false,
+    }
+}
+
+/// A call that got no HTTP answer, by the error's kind (never its text):
+/// no connection means nothing was sent; a timeout or a broken connection
+/// after sending leaves a change's outcome unknown; Keystone refusing a
+/// fresh token is a rejection.
+fn classify_call(e: ApiError<RestError>, what: &str, idempotent: bool) -> NovaError {
+    let text = format!("{what}: {e}");
+    match &e {
+        ApiError::Client { source: RestError::Communication { source } } if source.is_connect() => {
+            NovaError::Unavailable(text)
+        }
+        ApiError::Client { source: RestError::Communication { .. } } if idempotent => {
+            NovaError::Unavailable(text)
+        }
+        ApiError::Client { source: RestError::Communication { .. } } => NovaError::Unknown(text),
+        ApiError::Client { source: RestError::AuthError { source } } => classify_auth(source, text),
+        ApiError::OpenStack { status, .. }
+        | ApiError::OpenStackService { status, .. }
+        | ApiError::OpenStackUnrecognized { status, .. } => {
+            NovaError::from_status(status.as_u16(), what, &e.to_string(), idempotent)
+        }
+        ApiError::Catalog { .. } => NovaError::Config(text),
+        _ => NovaError::Invalid(text),
+    }
+}
+
+fn classify_auth(e: &openstack_sdk::AuthError, text: String) -> NovaError {
+    use openstack_sdk::AuthError;
+    match e {
+        AuthError::Identity(id) if id.code >= 500 => NovaError::Unavailable(text),
+        AuthError::Identity(_) | AuthError::AuthReceipt(_) => NovaError::Unauthorized(text),
+        AuthError::AuthValueNotSupplied(_) | AuthError::PluginMalformedRequirement => NovaError::Config(text),
+        _ => NovaError::Unavailable(text),
+    }
+}
+
 /// Keystone said no (a wrong password is not transient) versus Keystone or
 /// the network did not answer.
 fn classify_connect(e: OpenStackError) -> NovaError {
-    use openstack_sdk::AuthError;
     let text = format!("keystone: {e}");
     match &e {
         OpenStackError::Communication { .. } | OpenStackError::NoResponse {} => NovaError::Unavailable(text),
         OpenStackError::Http { status } if status.is_server_error() => NovaError::Unavailable(text),
         OpenStackError::Http { .. } => NovaError::Unauthorized(text),
-        OpenStackError::AuthError { source } => match source {
-            AuthError::Identity(id) if id.code >= 500 => NovaError::Unavailable(text),
-            AuthError::Identity(_) | AuthError::AuthReceipt(_) => NovaError::Unauthorized(text),
-            AuthError::AuthValueNotSupplied(_) | AuthError::PluginMalformedRequirement => {
-                NovaError::Config(text)
-            }
-            _ => NovaError::Unavailable(text),
-        },
+        OpenStackError::AuthError { source } => classify_auth(source, text),
         _ => NovaError::Unavailable(text),
     }
 }
@@ -272,4 +366,40 @@ pub(super) fn field<T: serde::de::DeserializeOwned>(v: Value, key: &str, what: &
         .cloned()
         .ok_or_else(|| NovaError::Invalid(format!("{what}: no \"{key}\" in the answer")))?;
     serde_json::from_value(inner).map_err(|e| NovaError::Invalid(format!("{what}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    async fn post_error(url: &str) -> ApiError<RestError> {
+        let e = reqwest::Client::new().post(url).body("{}").send().await.expect_err("the call must fail");
+        ApiError::Client { source: RestError::from(e) }
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_sent_nothing_whatever_its_url_says() {
+        // A port bound then released: nothing listens there.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let url = format!("http://127.0.0.1:{port}/v2.1/401/403/os-services/401");
+        let e = classify_call(post_error(&url).await, "PUT os-services/401 (401 Unauthorized)", false);
+        assert!(matches!(e, NovaError::Unavailable(_)), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_connection_cut_after_the_request_left_leaves_a_change_unknown() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v2.1/servers/401/action", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await; // read the request, then hang up
+            }
+        });
+        let e = classify_call(post_error(&url).await, "POST servers/401/action", false);
+        assert!(matches!(e, NovaError::Unknown(_)), "a live migration may have started: {e}");
+        let e = classify_call(post_error(&url).await, "GET servers/401", true);
+        assert!(matches!(e, NovaError::Unavailable(_)), "a read is safe to ask again: {e}");
+    }
 }

@@ -1,4 +1,4 @@
-//! Nova and Placement, as the lifecycle needs them (DESIGN.md section 3):
+//! Nova and Placement, as the lifecycle needs them (docs/nova.md):
 //! Keystone authentication and the catalog through `openstack_sdk`
 //! ([`http`]), the host operations over it ([`host`]), and typed errors
 //! ([`error`]).
@@ -9,6 +9,80 @@ pub mod host;
 pub mod http;
 pub mod servers;
 
+#[cfg(test)]
+mod fuzz;
+
 pub use error::NovaError;
 pub use host::NovaClient;
 pub use http::{Cloud, CloudSource, HttpPolicy};
+
+use jiff::Timestamp;
+
+use crate::eviction::plan::Server;
+use crate::eviction::preflight::Candidate;
+use crate::lifecycle::{Action, NovaObs};
+use servers::{NovaMigration, Progress};
+
+/// What the controllers ask of Nova and Placement: the narrow face of
+/// [`NovaClient`]. The controllers hold it as a trait object so that each
+/// reconcile can be tested at the request level against a fake, while every
+/// claim about the real Nova is tested against the real one.
+#[tonic::async_trait]
+pub trait Nova: Send + Sync {
+    /// Nova's view of `host`, for the lifecycle core.
+    async fn observe(&self, host: &str, wanted_aggregates: &[String]) -> NovaObs;
+    /// The host names of every nova-compute service.
+    async fn compute_hosts(&self) -> Result<Vec<String>, NovaError>;
+    /// One action of a decision (idempotent).
+    async fn execute(&self, host: &str, service_id: Option<&str>, action: &Action) -> Result<(), NovaError>;
+    async fn servers_on(&self, host: &str) -> Result<Vec<Server>, NovaError>;
+    async fn server(&self, id: &str) -> Result<Option<Server>, NovaError>;
+    async fn candidates(&self, source: &str) -> Result<Vec<Candidate>, NovaError>;
+    async fn service_enabled(&self, host: &str) -> Result<Option<bool>, NovaError>;
+    async fn migrations_from(&self, host: &str, since: Timestamp) -> Result<Vec<NovaMigration>, NovaError>;
+    async fn progress_of(&self, id: &str) -> Result<Vec<Progress>, NovaError>;
+    /// Not idempotent: never retried on an unknown outcome.
+    async fn migrate(&self, id: &str, live: bool) -> Result<(), NovaError>;
+    async fn confirm_resize(&self, id: &str) -> Result<(), NovaError>;
+    async fn abort_migration(&self, id: &str, migration: i64) -> Result<(), NovaError>;
+}
+
+#[tonic::async_trait]
+impl Nova for NovaClient {
+    async fn observe(&self, host: &str, wanted_aggregates: &[String]) -> NovaObs {
+        NovaClient::observe(self, host, wanted_aggregates).await
+    }
+    async fn compute_hosts(&self) -> Result<Vec<String>, NovaError> {
+        NovaClient::compute_hosts(self).await
+    }
+    async fn execute(&self, host: &str, service_id: Option<&str>, action: &Action) -> Result<(), NovaError> {
+        NovaClient::execute(self, host, service_id, action).await
+    }
+    async fn servers_on(&self, host: &str) -> Result<Vec<Server>, NovaError> {
+        NovaClient::servers_on(self, host).await
+    }
+    async fn server(&self, id: &str) -> Result<Option<Server>, NovaError> {
+        NovaClient::server(self, id).await
+    }
+    async fn candidates(&self, source: &str) -> Result<Vec<Candidate>, NovaError> {
+        NovaClient::candidates(self, source).await
+    }
+    async fn service_enabled(&self, host: &str) -> Result<Option<bool>, NovaError> {
+        NovaClient::service_enabled(self, host).await
+    }
+    async fn migrations_from(&self, host: &str, since: Timestamp) -> Result<Vec<NovaMigration>, NovaError> {
+        NovaClient::migrations_from(self, host, since).await
+    }
+    async fn progress_of(&self, id: &str) -> Result<Vec<Progress>, NovaError> {
+        NovaClient::progress_of(self, id).await
+    }
+    async fn migrate(&self, id: &str, live: bool) -> Result<(), NovaError> {
+        NovaClient::migrate(self, id, live).await
+    }
+    async fn confirm_resize(&self, id: &str) -> Result<(), NovaError> {
+        NovaClient::confirm_resize(self, id).await
+    }
+    async fn abort_migration(&self, id: &str, migration: i64) -> Result<(), NovaError> {
+        NovaClient::abort_migration(self, id, migration).await
+    }
+}

@@ -12,7 +12,7 @@ use crate::eviction::plan::{POLICY_METADATA, Server};
 use crate::eviction::preflight::{Needs, flavor_resources};
 
 #[derive(Debug, Deserialize)]
-struct ServerDetail {
+pub(super) struct ServerDetail {
     id: String,
     #[serde(default)]
     name: String,
@@ -37,7 +37,7 @@ struct ServerDetail {
 
 /// The flavor embedded in the server (2.47+).
 #[derive(Debug, Deserialize)]
-struct Flavor {
+pub(super) struct Flavor {
     ram: u64,
     #[serde(default)]
     vcpus: u64,
@@ -53,7 +53,7 @@ struct Flavor {
 }
 
 impl ServerDetail {
-    fn into_server(self) -> Server {
+    pub(super) fn into_server(self) -> Server {
         let policy = match self.metadata.get(POLICY_METADATA).map(String::as_str) {
             Some("live") => Some(MigrationPolicy::LiveMigrate),
             Some("cold") => Some(MigrationPolicy::ColdMigrate),
@@ -64,7 +64,7 @@ impl ServerDetail {
         Server {
             id: self.id,
             name: self.name,
-            host: self.host.unwrap_or_default(),
+            host: self.host.filter(|h| !h.is_empty()),
             status: self.status,
             memory_bytes: self.flavor.ram.saturating_mul(1 << 20),
             policy,
@@ -96,21 +96,124 @@ fn needs(f: &Flavor, volume_backed: bool, pinned_az: Option<String>, project_id:
     needs
 }
 
-/// One live migration as Nova reports it (os-migrations, 2.59+).
+/// A migration's `status` as Nova reports it, typed once, here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NovaState {
+    /// Accepted, not moving yet (queued, accepted, preparing, pre-migrating).
+    Queued,
+    /// Under way (running, migrating, post-migrating, confirming, reverting).
+    /// Only a live migration's `running` has progress counters.
+    Running { live_running: bool },
+    /// A cold migration done and waiting for its confirmation (VERIFY_RESIZE).
+    Finished,
+    /// A live migration done (or an evacuation: `done`).
+    Completed,
+    /// A cold migration confirmed.
+    Confirmed,
+    /// failed, error
+    Failed,
+    /// cancelled, aborted
+    Cancelled,
+    /// A cold migration reverted.
+    Reverted,
+    /// Something this client does not know; treated as under way.
+    Other(String),
+}
+
+impl NovaState {
+    /// Nothing more happens after these. A cold migration's `Finished` is
+    /// not one: it still waits for its confirmation.
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self,
+            NovaState::Completed
+                | NovaState::Confirmed
+                | NovaState::Failed
+                | NovaState::Cancelled
+                | NovaState::Reverted
+        )
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            NovaState::Queued => "queued",
+            NovaState::Running { live_running: true } => "running",
+            NovaState::Running { live_running: false } => "migrating",
+            NovaState::Finished => "finished",
+            NovaState::Completed => "completed",
+            NovaState::Confirmed => "confirmed",
+            NovaState::Failed => "failed",
+            NovaState::Cancelled => "cancelled",
+            NovaState::Reverted => "reverted",
+            NovaState::Other(s) => s,
+        }
+    }
+}
+
+impl From<&str> for NovaState {
+    fn from(s: &str) -> Self {
+        match s {
+            "queued" | "accepted" | "preparing" | "pre-migrating" => NovaState::Queued,
+            "running" => NovaState::Running { live_running: true },
+            "migrating" | "post-migrating" | "confirming" | "reverting" => {
+                NovaState::Running { live_running: false }
+            }
+            "finished" => NovaState::Finished,
+            "completed" | "done" => NovaState::Completed,
+            "confirmed" => NovaState::Confirmed,
+            "failed" | "error" => NovaState::Failed,
+            "cancelled" | "aborted" => NovaState::Cancelled,
+            "reverted" => NovaState::Reverted,
+            other => NovaState::Other(other.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for NovaState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn nova_state<'de, D: serde::Deserializer<'de>>(d: D) -> Result<NovaState, D::Error> {
+    let s = String::deserialize(d)?;
+    Ok(NovaState::from(s.as_str()))
+}
+
+/// Nova's timestamps: UTC, without a zone (`2026-11-23T11:00:00.000000`),
+/// or with one. Unparseable is None (never "now").
+fn nova_time<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<jiff::Timestamp>, D::Error> {
+    let s: Option<String> = Option::deserialize(d)?;
+    Ok(s.and_then(|s| parse_nova_time(&s)))
+}
+
+pub fn parse_nova_time(s: &str) -> Option<jiff::Timestamp> {
+    let s = s.trim();
+    if let Ok(t) = s.parse::<jiff::Timestamp>() {
+        return Some(t);
+    }
+    s.parse::<jiff::civil::DateTime>()
+        .ok()
+        .and_then(|dt| dt.to_zoned(jiff::tz::TimeZone::UTC).ok())
+        .map(|z| z.timestamp())
+}
+
+/// One migration as Nova reports it (os-migrations, 2.59+).
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct NovaMigration {
     pub id: i64,
-    pub status: String,
+    #[serde(deserialize_with = "nova_state")]
+    pub status: NovaState,
     #[serde(default)]
     pub instance_uuid: Option<String>,
     #[serde(default)]
     pub source_compute: Option<String>,
     #[serde(default)]
     pub dest_compute: Option<String>,
-    #[serde(default)]
-    pub created_at: Option<String>,
-    #[serde(default)]
-    pub updated_at: Option<String>,
+    #[serde(default, deserialize_with = "nova_time")]
+    pub created_at: Option<jiff::Timestamp>,
+    #[serde(default, deserialize_with = "nova_time")]
+    pub updated_at: Option<jiff::Timestamp>,
 }
 
 /// Progress counters of an in-flight live migration (servers/{id}/migrations).
@@ -137,7 +240,15 @@ impl NovaClient {
         let call =
             Call::get(Service::Compute, "servers/detail").param("host", host).param("all_tenants", "1");
         let list: Vec<ServerDetail> = self.cloud().fetch(call, "servers").await?;
-        Ok(list.into_iter().map(ServerDetail::into_server).collect())
+        // Listed by host: a server whose host field is hidden is on it.
+        Ok(list
+            .into_iter()
+            .map(|d| {
+                let mut s = d.into_server();
+                s.host.get_or_insert_with(|| host.to_string());
+                s
+            })
+            .collect())
     }
 
     /// One server wherever it is; None when it was deleted.
@@ -227,7 +338,7 @@ impl NovaClient {
                     .migrations_of(id)
                     .await?
                     .into_iter()
-                    .any(|m| m.id == migration && is_final_status(&m.status));
+                    .any(|m| m.id == migration && m.status.is_final());
                 if ended { Ok(()) } else { Err(NovaError::Conflict(msg)) }
             }
             Err(e) => Err(e),
@@ -235,8 +346,36 @@ impl NovaClient {
     }
 }
 
-/// Nova migration statuses after which nothing more happens. A cold
-/// migration's `finished` is not one: it still waits for confirmation.
-pub fn is_final_status(status: &str) -> bool {
-    matches!(status, "completed" | "confirmed" | "failed" | "error" | "cancelled" | "aborted" | "reverted")
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nova_statuses_and_times_are_typed_once() {
+        let m: NovaMigration = serde_json::from_value(serde_json::json!({
+            "id": 7, "status": "post-migrating", "instance_uuid": "u",
+            "created_at": "2026-11-23T11:00:00.000000", "updated_at": null
+        }))
+        .unwrap();
+        assert_eq!(m.status, NovaState::Running { live_running: false });
+        assert_eq!(m.created_at, "2026-11-23T11:00:00Z".parse().ok());
+        assert_eq!(m.updated_at, None);
+        for (s, fin) in
+            [("completed", true), ("error", true), ("aborted", true), ("finished", false), ("queued", false)]
+        {
+            assert_eq!(NovaState::from(s).is_final(), fin, "{s}");
+        }
+        assert_eq!(NovaState::from("whatever"), NovaState::Other("whatever".into()));
+        assert_eq!(parse_nova_time("2026-11-23T11:00:00Z"), "2026-11-23T11:00:00Z".parse().ok());
+        assert_eq!(parse_nova_time("yesterday"), None);
+    }
+
+    #[test]
+    fn a_server_without_a_host_field_has_no_host() {
+        let d: ServerDetail = serde_json::from_value(serde_json::json!({
+            "id": "s", "flavor": {"ram": 512}
+        }))
+        .unwrap();
+        assert_eq!(d.into_server().host, None, "not \"\": a missing host is unknown, not elsewhere");
+    }
 }

@@ -15,7 +15,7 @@ fn srv(id: &str, gib: u64) -> Server {
     Server {
         id: id.into(),
         name: format!("vm-{id}"),
-        host: "src".into(),
+        host: Some("src".into()),
         status: "ACTIVE".into(),
         memory_bytes: gib * GIB,
         policy: None,
@@ -46,6 +46,7 @@ fn running(id: &str, attempt: u32, started: i64, progress: i64) -> AttemptObs {
         last_progress_at: t(progress),
         progress_reported: true,
         abort_requested: false,
+        not_sent: false,
     }
 }
 
@@ -82,7 +83,7 @@ fn a_completed_migration_frees_its_slot_for_the_next_vm() {
     let o = EvictionOptions::default();
     let mut servers = vec![srv("a", 4), srv("b", 2), srv("c", 1)];
     let first = step(&input(&o, &[], &servers, &[], t(0)));
-    servers[0].host = "dst-1".into();
+    servers[0].host = Some("dst-1".into());
     let mut done = running("a", 1, 0, 5);
     done.nova_status = Some("completed".into());
     let attempts = vec![done, running("b", 1, 0, 5)];
@@ -187,7 +188,7 @@ fn deleted_and_moved_servers_end_gone_and_migrated() {
     let servers = vec![srv("a", 4), srv("b", 2), srv("c", 1)];
     let s = step(&input(&o, &[], &servers, &[], t(0)));
     let mut moved = srv("b", 2);
-    moved.host = "elsewhere".into();
+    moved.host = Some("elsewhere".into());
     let now = vec![moved]; // a deleted while migrating, c deleted while pending
     let s = step(&input(&o, &s.vms, &now, &[], t(1)));
     let states: Vec<VmState> = s.vms.iter().map(|v| v.state).collect();
@@ -261,7 +262,7 @@ fn a_cancelled_eviction_aborts_in_flight_starts_nothing_and_ends_cancelled() {
 
 #[test]
 fn a_cold_migration_is_confirmed_and_migrated_only_once_confirmed_and_never_aborted() {
-    let o = EvictionOptions { completion_timeout_per_gi_b_seconds: 10, ..EvictionOptions::default() };
+    let o = EvictionOptions { completion_timeout_per_gib_seconds: 10, ..EvictionOptions::default() };
     let mut cold = srv("a", 1);
     cold.policy = Some(MigrationPolicy::ColdMigrate);
     let first = step(&input(&o, &[], std::slice::from_ref(&cold), &[], t(0)));
@@ -276,7 +277,7 @@ fn a_cold_migration_is_confirmed_and_migrated_only_once_confirmed_and_never_abor
 
     // Finished: the server waits in VERIFY_RESIZE on the target; confirm it.
     let mut moved = cold.clone();
-    moved.host = "dst".into();
+    moved.host = Some("dst".into());
     moved.status = "VERIFY_RESIZE".into();
     let fin = step(&input(&o, &first.vms, std::slice::from_ref(&moved), &[att("finished")], t(5)));
     assert_eq!(fin.actions, [Action::ConfirmResize { server_id: "a".into(), attempt: 1 }]);
@@ -328,10 +329,18 @@ enum Fate {
     Fails,
     Hangs,
     Deleted,
+    /// The request never reached Nova.
+    NotSent,
 }
 
 fn fate() -> impl Strategy<Value = Fate> {
-    prop_oneof![4 => Just(Fate::Completes), 2 => Just(Fate::Fails), 1 => Just(Fate::Hangs), 1 => Just(Fate::Deleted)]
+    prop_oneof![
+        4 => Just(Fate::Completes),
+        2 => Just(Fate::Fails),
+        1 => Just(Fate::Hangs),
+        1 => Just(Fate::Deleted),
+        1 => Just(Fate::NotSent),
+    ]
 }
 
 proptest! {
@@ -373,23 +382,24 @@ proptest! {
                             // Nova cannot abort a cold migration; a hanging one would never end.
                             Fate::Completes | Fate::Hangs if cold => {
                                 if let Some(sv) = servers.iter_mut().find(|x| &x.id == server_id) {
-                                    sv.host = "dst".into();
+                                    sv.host = Some("dst".into());
                                     sv.status = "VERIFY_RESIZE".into();
                                 }
                                 attempts.push(AttemptObs { nova_status: Some("finished".into()), ..obs });
                             }
                             Fate::Completes => {
-                                if let Some(sv) = servers.iter_mut().find(|x| &x.id == server_id) { sv.host = "dst".into(); }
+                                if let Some(sv) = servers.iter_mut().find(|x| &x.id == server_id) { sv.host = Some("dst".into()); }
                                 attempts.push(AttemptObs { nova_status: Some("completed".into()), ..obs });
                             }
                             Fate::Fails => attempts.push(AttemptObs { nova_status: Some("error".into()), ..obs }),
                             Fate::Hangs => attempts.push(obs),
                             Fate::Deleted => servers.retain(|x| &x.id != server_id),
+                            Fate::NotSent => attempts.push(AttemptObs { nova_migration_id: None, nova_status: None, not_sent: true, ..obs }),
                         }
                     }
                     Action::ConfirmResize { server_id, attempt } => {
                         let att = attempts.iter_mut().find(|x| &x.server_id == server_id && x.attempt == *attempt);
-                        prop_assert!(att.as_ref().is_some_and(|x| x.nova_status.as_deref() == Some("finished")), "confirm of an unfinished migration");
+                        prop_assert!(att.as_ref().is_some_and(|x| x.nova_status == Some(NovaState::Finished)), "confirm of an unfinished migration");
                         if let Some(x) = att { x.nova_status = Some("confirmed".into()); }
                         if let Some(sv) = servers.iter_mut().find(|x| &x.id == server_id) { sv.status = "ACTIVE".into(); }
                     }
@@ -414,11 +424,92 @@ proptest! {
         prop_assert!(finished, "the eviction did not finish: {vms:?}");
         prop_assert_eq!(vms.len(), sizes.len());
         prop_assert!(vms.iter().all(|v| is_final(v.state)));
-        prop_assert!(vms.iter().all(|v| v.attempts <= 3));
+        prop_assert!(vms.iter().all(|v| v.attempts - v.not_sent <= 3), "attempts Nova never got do not count");
         for v in &vms {
             if v.state == VmState::Migrated {
                 prop_assert_eq!(v.target_host.as_deref(), Some("dst"));
             }
         }
     }
+}
+
+#[test]
+fn a_server_that_lands_on_the_host_after_the_start_is_moved_too() {
+    let o = EvictionOptions::default();
+    let first = step(&input(&o, &[], &[srv("a", 4)], &[], t(0)));
+    assert_eq!(first.vms.len(), 1);
+    // "a" is moved; meanwhile "late" was scheduled onto the host before
+    // Nova saw it disabled.
+    let mut a = srv("a", 4);
+    a.host = Some("dst".into());
+    let done = AttemptObs { nova_status: Some(NovaState::Completed), ..running("a", 1, 0, 0) };
+    let servers = vec![a, srv("late", 2)];
+    let s = step(&input(&o, &first.vms, &servers, &[done], t(10)));
+    assert_eq!(
+        s.vms.iter().map(|v| (v.id.as_str(), v.state)).collect::<Vec<_>>(),
+        [("a", VmState::Migrated), ("late", VmState::Migrating)]
+    );
+    assert_eq!(migrated_ids(&s.actions), ["late"]);
+    assert_eq!(s.phase, EvictionPhase::Migrating, "not Succeeded while a server remains on the host");
+}
+
+#[test]
+fn a_server_whose_host_nova_does_not_say_is_not_counted_migrated() {
+    let o = EvictionOptions::default();
+    let first = step(&input(&o, &[], &[srv("a", 4)], &[], t(0)));
+    let mut a = srv("a", 4);
+    a.host = None;
+    let done = AttemptObs { nova_status: Some(NovaState::Completed), ..running("a", 1, 0, 0) };
+    let s = step(&input(&o, &first.vms, std::slice::from_ref(&a), std::slice::from_ref(&done), t(10)));
+    assert_eq!(s.vms[0].state, VmState::Migrating, "unknown is not elsewhere");
+    assert_eq!(s.phase, EvictionPhase::Migrating);
+    // Nor is a pending one with no host.
+    let pending = step(&input(&o, &[], &[srv("b", 1)], &[], t(0)));
+    let mut vms = pending.vms.clone();
+    vms[0].state = VmState::Pending;
+    let mut b = srv("b", 1);
+    b.host = None;
+    let mut i = input(&o, &vms, std::slice::from_ref(&b), &[], t(1));
+    i.slots = 0;
+    assert_eq!(step(&i).vms[0].state, VmState::Pending);
+}
+
+#[test]
+fn a_migrated_server_that_comes_back_is_moved_again() {
+    let o = EvictionOptions::default();
+    let vm = VmStatus {
+        id: "a".into(),
+        state: VmState::Migrated,
+        attempts: 1,
+        target_host: Some("dst".into()),
+        ..Default::default()
+    };
+    let s = step(&input(&o, &[vm], &[srv("a", 4)], &[], t(100)));
+    assert_eq!(s.vms[0].state, VmState::Migrating, "{:?}", s.vms[0]);
+    assert_eq!(s.vms[0].attempts, 2);
+    assert_eq!(migrated_ids(&s.actions), ["a"]);
+}
+
+#[test]
+fn a_request_that_never_reached_nova_is_asked_again_and_does_not_count() {
+    let o = EvictionOptions { max_attempts: 1, ..EvictionOptions::default() };
+    let servers = vec![srv("a", 1)];
+    let s = step(&input(&o, &[], &servers, &[], t(0)));
+    let unsent =
+        AttemptObs { nova_migration_id: None, nova_status: None, not_sent: true, ..running("a", 1, 0, 0) };
+    let s = step(&input(&o, &s.vms, &servers, std::slice::from_ref(&unsent), t(1)));
+    assert_eq!((s.vms[0].state, s.vms[0].not_sent), (VmState::Backoff, 1), "{:?}", s.vms[0]);
+    assert!(s.vms[0].reason.contains("could not be reached"), "{}", s.vms[0].reason);
+    let s = step(&input(&o, &s.vms, &servers, std::slice::from_ref(&unsent), t(11)));
+    assert_eq!(
+        s.actions,
+        vec![Action::Migrate { server_id: "a".into(), attempt: 2, live: true, block_migration: false }],
+        "a new attempt, though maxAttempts is 1"
+    );
+    // Attempt 2 reaches Nova and fails: that is the one attempt allowed.
+    let mut failed = running("a", 2, 11, 11);
+    failed.nova_status = Some("error".into());
+    let s = step(&input(&o, &s.vms, &servers, &[unsent, failed], t(12)));
+    assert_eq!(s.vms[0].state, VmState::NonMigratable);
+    assert!(s.vms[0].reason.starts_with("1 attempts failed"), "{}", s.vms[0].reason);
 }

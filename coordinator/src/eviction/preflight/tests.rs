@@ -8,7 +8,7 @@ fn vm(id: &str, vcpus: u64, ram_mb: u64) -> Server {
     Server {
         id: id.into(),
         name: format!("vm-{id}"),
-        host: "src".into(),
+        host: Some("src".into()),
         status: "ACTIVE".into(),
         memory_bytes: ram_mb << 20,
         policy: None,
@@ -210,6 +210,9 @@ fn flavors_become_placement_requests_as_nova_builds_them() {
     ]);
     let r = flavor_resources(2, 1024, 0, 0, 0, false, &specs);
     assert_eq!(r, BTreeMap::from([("PCPU".into(), 2), ("MEMORY_MB".into(), 1024)]));
+    // Sizes at the edge of u64 (from Nova, not ours to trust) saturate.
+    let r = flavor_resources(1, 1, u64::MAX, u64::MAX, u64::MAX, false, &none);
+    assert_eq!(r.get("DISK_GB"), Some(&u64::MAX));
 }
 
 #[test]

@@ -1,0 +1,789 @@
+//! Request-level tests of the two reconcilers: each runs once against a
+//! mock Kubernetes API (`tower_test`, as kube-rs' controller examples do)
+//! and a fake Nova, and the test checks the requests it made, in order.
+//! A change to what a reconcile asks or writes shows here without the
+//! ground; what Nova and the API server do with it is the end-to-end
+//! suite's to show.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Method, Request, Response};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use kube::client::Body;
+use kube::runtime::controller::Action as Requeue;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{reflector, watcher};
+use serde_json::{Value, json};
+
+use super::eviction::{self, EvictionContext};
+use super::hypervisor::{self, Context, Intervals};
+use super::leader::LeaseGuard;
+use super::{Gate, written::Written};
+use crate::api::eviction::{
+    EvictionOptions, EvictionPhase, EvictionReason, EvictionSpec, EvictionStatus, VmState, VmStatus,
+};
+use crate::api::hypervisor::EvictionRef;
+use crate::api::{Eviction, Hypervisor, HypervisorSpec, HypervisorStatus, Phase};
+use crate::eviction::limit::ClusterLimit;
+use crate::eviction::plan::Server;
+use crate::eviction::preflight::Candidate;
+use crate::fleet::{Health, Registry};
+use crate::lifecycle::{Action, NovaHost, NovaObs, Policy};
+use crate::metrics::Metrics;
+use crate::nova::servers::{NovaMigration, Progress};
+use crate::nova::{Nova, NovaError};
+
+/// What happened, in order: "k8s METHOD PATH" and "nova CALL".
+type Log = Arc<Mutex<Vec<String>>>;
+
+fn entries(log: &Log) -> Vec<String> {
+    log.lock().map(|l| l.clone()).unwrap_or_default()
+}
+
+fn push(log: &Log, line: String) {
+    if let Ok(mut l) = log.lock() {
+        l.push(line);
+    }
+}
+
+/// A mock API server answering with `answer`, logging each request and
+/// keeping the bodies of writes.
+fn api(
+    log: Log,
+    bodies: Arc<Mutex<Vec<(String, Value)>>>,
+    answer: fn(&Method, &str) -> (u16, Value),
+) -> kube::Client {
+    let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    tokio::spawn(async move {
+        while let Some((req, send)) = handle.next_request().await {
+            let (method, path) = (req.method().clone(), req.uri().path().to_string());
+            let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            push(&log, format!("k8s {method} {path}"));
+            if let Ok(mut b) = bodies.lock() {
+                b.push((format!("{method} {path}"), body));
+            }
+            let (code, out) = answer(&method, &path);
+            let rsp = Response::builder()
+                .status(code)
+                .body(Body::from(serde_json::to_vec(&out).unwrap_or_default()));
+            if let Ok(rsp) = rsp {
+                send.send_response(rsp);
+            }
+        }
+    });
+    kube::Client::new(svc, "default")
+}
+
+fn not_found() -> (u16, Value) {
+    (
+        404,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"}),
+    )
+}
+
+/// A Hypervisor as the API server would answer a write of it.
+fn hv_json(name: &str, rv: &str) -> Value {
+    json!({"apiVersion": "hypervisor.cloud.sap/v1alpha1", "kind": "Hypervisor",
+           "metadata": {"name": name, "resourceVersion": rv, "uid": "hv-uid"}, "spec": {}})
+}
+
+/// Nova as a test wants it, recording every call.
+struct FakeNova {
+    log: Log,
+    obs: NovaObs,
+    servers: Vec<Server>,
+    migrate: Result<(), NovaError>,
+    execute: Result<(), NovaError>,
+    /// Whether Nova shows the host's compute service enabled.
+    service_enabled: Option<bool>,
+}
+
+#[tonic::async_trait]
+impl Nova for FakeNova {
+    async fn observe(&self, host: &str, _: &[String]) -> NovaObs {
+        push(&self.log, format!("nova observe {host}"));
+        self.obs.clone()
+    }
+    async fn compute_hosts(&self) -> Result<Vec<String>, NovaError> {
+        Ok(Vec::new())
+    }
+    async fn execute(&self, _: &str, _: Option<&str>, action: &Action) -> Result<(), NovaError> {
+        push(&self.log, format!("nova {action}"));
+        self.execute.clone()
+    }
+    async fn servers_on(&self, _: &str) -> Result<Vec<Server>, NovaError> {
+        Ok(self.servers.clone())
+    }
+    async fn server(&self, _: &str) -> Result<Option<Server>, NovaError> {
+        Ok(None)
+    }
+    async fn candidates(&self, _: &str) -> Result<Vec<Candidate>, NovaError> {
+        Ok(Vec::new())
+    }
+    async fn service_enabled(&self, _: &str) -> Result<Option<bool>, NovaError> {
+        Ok(self.service_enabled)
+    }
+    async fn migrations_from(&self, _: &str, _: Timestamp) -> Result<Vec<NovaMigration>, NovaError> {
+        Ok(Vec::new())
+    }
+    async fn progress_of(&self, _: &str) -> Result<Vec<Progress>, NovaError> {
+        Ok(Vec::new())
+    }
+    async fn migrate(&self, id: &str, _: bool) -> Result<(), NovaError> {
+        push(&self.log, format!("nova migrate {id}"));
+        self.migrate.clone()
+    }
+    async fn confirm_resize(&self, _: &str) -> Result<(), NovaError> {
+        Ok(())
+    }
+    async fn abort_migration(&self, _: &str, _: i64) -> Result<(), NovaError> {
+        Ok(())
+    }
+}
+
+fn gate(open: bool) -> Arc<Gate> {
+    let lease = Arc::new(LeaseGuard::new(Duration::ZERO));
+    lease.renewed(tokio::time::Instant::now(), Duration::from_secs(3600));
+    let g = Gate::new(lease);
+    g.synced.store(open, std::sync::atomic::Ordering::Release);
+    Arc::new(g)
+}
+
+struct Hv {
+    ctx: Arc<Context>,
+    log: Log,
+    bodies: Arc<Mutex<Vec<(String, Value)>>>,
+}
+
+fn hypervisor_ctx(
+    answer: fn(&Method, &str) -> (u16, Value),
+    nova: NovaObs,
+    open: bool,
+    evictions: Vec<Eviction>,
+) -> Hv {
+    hypervisor_ctx_executing(answer, nova, open, evictions, Ok(()))
+}
+
+/// As `hypervisor_ctx`, with every Nova action answering `execute`.
+fn hypervisor_ctx_executing(
+    answer: fn(&Method, &str) -> (u16, Value),
+    nova: NovaObs,
+    open: bool,
+    evictions: Vec<Eviction>,
+    execute: Result<(), NovaError>,
+) -> Hv {
+    let log: Log = Arc::default();
+    let bodies = Arc::default();
+    let client = api(log.clone(), Arc::clone(&bodies), answer);
+    let (nodes, mut node_writer) = reflector::store::<Node>();
+    let mut node = Node::default();
+    node.metadata.name = Some("node-1".into());
+    node.status = serde_json::from_value(json!({"conditions": [{"type": "Ready", "status": "True"}]})).ok();
+    node_writer.apply_watcher_event(&watcher::Event::Apply(node));
+    let (evs, mut ev_writer) = reflector::store::<Eviction>();
+    for e in evictions {
+        ev_writer.apply_watcher_event(&watcher::Event::Apply(e));
+    }
+    let (changed, _) = tokio::sync::mpsc::unbounded_channel();
+    let (reporter, _) = tonic_health::server::health_reporter();
+    let ctx = Context {
+        client: client.clone(),
+        nova: Arc::new(FakeNova {
+            log: log.clone(),
+            obs: nova,
+            servers: Vec::new(),
+            migrate: Ok(()),
+            execute,
+            service_enabled: Some(false),
+        }),
+        registry: Arc::new(Registry::new(changed)),
+        health: Health::new(reporter),
+        recorder: Recorder::new(client, Reporter { controller: "test".into(), instance: None }),
+        hypervisors: reflector::store::<Hypervisor>().0,
+        nodes,
+        evictions: evs,
+        gate: gate(open),
+        policy: Policy::default(),
+        intervals: Intervals::default(),
+        events: tokio::sync::broadcast::channel(8).0,
+        written: Written::default(),
+    };
+    Hv { ctx: Arc::new(ctx), log, bodies }
+}
+
+fn hypervisor(phase: Option<Phase>, record: Option<EvictionRef>) -> Arc<Hypervisor> {
+    let mut h = Hypervisor::new("node-1", HypervisorSpec::default());
+    h.metadata.resource_version = Some("7".into());
+    h.metadata.uid = Some("hv-uid".into());
+    h.metadata.finalizers = Some(vec![hypervisor::FINALIZER.into()]);
+    let mut st = HypervisorStatus { phase, ..Default::default() };
+    st.service_id = Some("svc-1".into());
+    st.lifecycle.eviction = record;
+    h.status = Some(st);
+    Arc::new(h)
+}
+
+fn registered(enabled: bool, instances: &[&str]) -> NovaObs {
+    NovaObs::Registered(NovaHost {
+        service_id: "svc-1".into(),
+        hypervisor_id: Some("hv-1".into()),
+        enabled,
+        traits: Some(Default::default()),
+        instances: instances.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    })
+}
+
+fn status_writes(bodies: &Arc<Mutex<Vec<(String, Value)>>>) -> Vec<Value> {
+    let b = bodies.lock().map(|b| b.clone()).unwrap_or_default();
+    b.into_iter()
+        .filter(|(what, _)| what.starts_with("PATCH") && what.ends_with("/status"))
+        .map(|(_, v)| v)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_new_hypervisor_is_onboarded_with_one_status_write_over_the_version_read() {
+    let t = hypervisor_ctx(
+        |m, p| match (m.as_str(), p) {
+            ("PATCH", "/apis/hypervisor.cloud.sap/v1alpha1/hypervisors/node-1/status") => {
+                (200, hv_json("node-1", "8"))
+            }
+            _ => (201, json!({})),
+        },
+        NovaObs::NotRegistered,
+        true,
+        vec![],
+    );
+    let next = hypervisor::reconcile(hypervisor(None, None), t.ctx.clone()).await.map_err(|e| e.to_string());
+    assert_eq!(next, Ok(Requeue::requeue(Duration::from_millis(200))), "a transition: look again soon");
+    let writes = status_writes(&t.bodies);
+    assert_eq!(writes.len(), 1, "{:?}", entries(&t.log));
+    assert_eq!(writes[0]["metadata"]["resourceVersion"], "7", "written over the version read");
+    assert_eq!(writes[0]["status"]["phase"], "Onboarding");
+    let log = entries(&t.log);
+    assert_eq!(log[0], "nova observe node-1");
+    assert!(log.iter().any(|l| l.starts_with("k8s POST /apis/events.k8s.io/v1/")), "an Event: {log:?}");
+}
+
+#[tokio::test]
+async fn nothing_is_asked_or_written_before_the_caches_are_whole() {
+    let t = hypervisor_ctx(|_, _| (500, json!({})), NovaObs::NotRegistered, false, vec![]);
+    let next = hypervisor::reconcile(hypervisor(None, None), t.ctx.clone()).await.map_err(|e| e.to_string());
+    assert_eq!(next, Ok(Requeue::requeue(Duration::from_millis(500))));
+    assert!(entries(&t.log).is_empty(), "{:?}", entries(&t.log));
+}
+
+fn hand_made(phase: EvictionPhase) -> Value {
+    json!({"apiVersion": "hypervisor.cloud.sap/v1alpha1", "kind": "Eviction",
+           "metadata": {"name": "drain-1", "resourceVersion": "3"},
+           "spec": {"hypervisor": "node-1", "reason": "RollingUpdate"},
+           "status": {"phase": phase}})
+}
+
+#[tokio::test]
+async fn a_named_eviction_missing_from_the_cache_is_read_before_the_host_is_re_enabled() {
+    // Evicting under a hand-made RollingUpdate Eviction that the cache does
+    // not show yet: the reconcile reads it, finds it running, and leaves
+    // the host disabled.
+    let record = EvictionRef {
+        name: "drain-1".into(),
+        reason: EvictionReason::RollingUpdate,
+        re_enable: true,
+        for_maintenance: false,
+    };
+    let t = hypervisor_ctx(
+        |m, p| match (m.as_str(), p) {
+            ("GET", "/apis/hypervisor.cloud.sap/v1alpha1/evictions/drain-1") => {
+                (200, hand_made(EvictionPhase::Migrating))
+            }
+            ("PATCH", _) => (200, hv_json("node-1", "8")),
+            _ => (201, json!({})),
+        },
+        registered(false, &["vm-1"]),
+        true,
+        vec![],
+    );
+    hypervisor::reconcile(hypervisor(Some(Phase::Evicting), Some(record.clone())), t.ctx.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let log = entries(&t.log);
+    assert!(
+        log.contains(&"k8s GET /apis/hypervisor.cloud.sap/v1alpha1/evictions/drain-1".to_string()),
+        "{log:?}"
+    );
+    assert!(!log.iter().any(|l| l.starts_with("nova enable")), "re-enabled mid-eviction: {log:?}");
+
+    // Truly gone (404): the eviction ended before completion, and its reason
+    // re-enables the host.
+    let gone = hypervisor_ctx(
+        |m, p| match (m.as_str(), p) {
+            ("GET", "/apis/hypervisor.cloud.sap/v1alpha1/evictions/drain-1") => not_found(),
+            ("PATCH", _) => (200, hv_json("node-1", "8")),
+            _ => (201, json!({})),
+        },
+        registered(false, &[]),
+        true,
+        vec![],
+    );
+    hypervisor::reconcile(hypervisor(Some(Phase::Evicting), Some(record)), gone.ctx.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        entries(&gone.log).iter().any(|l| l == "nova enable compute service"),
+        "{:?}",
+        entries(&gone.log)
+    );
+}
+
+#[tokio::test]
+async fn the_service_is_recorded_deleted_only_once_nova_answered_the_delete() {
+    // The decommission tail of a host Nova shows empty, outside every
+    // aggregate: the next action is the DELETE of its compute service.
+    let record = EvictionRef {
+        name: "node-1-termination-1".into(),
+        reason: EvictionReason::Decommission,
+        re_enable: false,
+        for_maintenance: true,
+    };
+    let mut done = Eviction::new(
+        "node-1-termination-1",
+        EvictionSpec {
+            hypervisor: "node-1".into(),
+            reason: EvictionReason::Decommission,
+            options: EvictionOptions::default(),
+        },
+    );
+    done.status = Some(EvictionStatus { phase: Some(EvictionPhase::Succeeded), ..Default::default() });
+    let answer = |m: &Method, _: &str| match m.as_str() {
+        "PATCH" => (200, hv_json("node-1", "8")),
+        _ => (201, json!({})),
+    };
+    let decommissioning = || {
+        let mut hv = (*hypervisor(Some(Phase::Evicting), Some(record.clone()))).clone();
+        hv.spec.maintenance = crate::api::MaintenanceMode::Termination;
+        Arc::new(hv)
+    };
+    for (execute, deleted) in
+        [(Err(NovaError::Unknown("DELETE: connection reset".into())), false), (Ok(()), true)]
+    {
+        let t = hypervisor_ctx_executing(answer, registered(false, &[]), true, vec![done.clone()], execute);
+        hypervisor::reconcile(decommissioning(), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+        let log = entries(&t.log);
+        assert!(log.iter().any(|l| l.starts_with("nova delete compute service")), "{log:?}");
+        let writes = status_writes(&t.bodies);
+        let recorded = writes.last().and_then(|w| w["status"]["lifecycle"]["serviceDeleted"].as_bool());
+        assert_eq!(recorded.unwrap_or(false), deleted, "{writes:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_status_write_over_a_newer_version_fails_and_is_retried_soon() {
+    let t = hypervisor_ctx(
+        |m, _| match m.as_str() {
+            "PATCH" => (
+                409,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409, "message": "the object has been modified"}),
+            ),
+            _ => (201, json!({})),
+        },
+        NovaObs::NotRegistered,
+        true,
+        vec![],
+    );
+    let hv = hypervisor(None, None);
+    let err =
+        hypervisor::reconcile(hv.clone(), t.ctx.clone()).await.err().unwrap_or_else(|| panic!("no conflict"));
+    assert_eq!(
+        hypervisor::error_policy(hv, &err, t.ctx.clone()),
+        Requeue::requeue(Duration::from_millis(200))
+    );
+}
+
+struct Ev {
+    ctx: Arc<EvictionContext>,
+    log: Log,
+    bodies: Arc<Mutex<Vec<(String, Value)>>>,
+}
+
+fn eviction_ctx(
+    answer: fn(&Method, &str) -> (u16, Value),
+    servers: Vec<Server>,
+    migrate: Result<(), NovaError>,
+    managed: bool,
+) -> Ev {
+    let log: Log = Arc::default();
+    let bodies = Arc::default();
+    let client = api(log.clone(), Arc::clone(&bodies), answer);
+    let (hypervisors, mut hv_writer) = reflector::store::<Hypervisor>();
+    if managed {
+        hv_writer
+            .apply_watcher_event(&watcher::Event::Apply((*hypervisor(Some(Phase::Evicting), None)).clone()));
+    }
+    let ctx = EvictionContext {
+        client,
+        nova: Arc::new(FakeNova {
+            log: log.clone(),
+            obs: NovaObs::Unknown,
+            servers,
+            migrate,
+            execute: Ok(()),
+            service_enabled: Some(true),
+        }),
+        migrations: reflector::store().0,
+        hypervisors,
+        limit: Arc::new(ClusterLimit::new(5)),
+        gate: gate(true),
+        written: Written::default(),
+        metrics: Arc::new(Metrics::default()),
+        default_policy: Default::default(),
+        disable_timeout: Duration::from_secs(600),
+        nova_clock_skew: Duration::from_secs(60),
+    };
+    Ev { ctx: Arc::new(ctx), log, bodies }
+}
+
+fn an_eviction(status: Option<EvictionStatus>) -> Arc<Eviction> {
+    let spec = EvictionSpec {
+        hypervisor: "node-1".into(),
+        reason: EvictionReason::AdminRequest,
+        options: EvictionOptions::default(),
+    };
+    let mut e = Eviction::new("ev", spec);
+    e.metadata.resource_version = Some("5".into());
+    e.metadata.uid = Some("ev-uid".into());
+    e.metadata.finalizers = Some(vec![eviction::FINALIZER.into()]);
+    e.status = status;
+    Arc::new(e)
+}
+
+fn ev_json() -> Value {
+    json!({"apiVersion": "hypervisor.cloud.sap/v1alpha1", "kind": "Eviction",
+           "metadata": {"name": "ev", "resourceVersion": "6"}, "spec": {"hypervisor": "node-1", "reason": "AdminRequest"}})
+}
+
+/// The answer to any write of an Eviction or one of its Migrations.
+fn ev_or_migration(_: &Method, path: &str) -> (u16, Value) {
+    if path.contains("/migrations") {
+        return (
+            200,
+            json!({"apiVersion": "hypervisor.cloud.sap/v1alpha1", "kind": "Migration", "metadata": {"name": "m", "resourceVersion": "1"},
+            "spec": {"eviction": "ev", "serverId": "vm-a", "sourceHost": "node-1", "attempt": 1, "policy": "liveMigrate"}}),
+        );
+    }
+    (200, ev_json())
+}
+
+fn server(id: &str) -> Server {
+    Server {
+        id: id.into(),
+        name: id.into(),
+        host: Some("node-1".into()),
+        status: "ACTIVE".into(),
+        memory_bytes: 1 << 30,
+        policy: None,
+        locked: false,
+        pci_passthrough: false,
+        local_disk: false,
+        needs: Default::default(),
+    }
+}
+
+fn migrating(vms: Vec<VmStatus>) -> Option<EvictionStatus> {
+    Some(EvictionStatus {
+        phase: Some(EvictionPhase::Migrating),
+        started_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now())),
+        vms,
+        ..Default::default()
+    })
+}
+
+#[tokio::test]
+async fn an_eviction_of_an_unmanaged_host_is_refused_with_its_target_condition() {
+    let t = eviction_ctx(
+        |m, p| match (m.as_str(), p) {
+            ("GET", "/apis/hypervisor.cloud.sap/v1alpha1/hypervisors/node-1") => not_found(),
+            _ => (200, ev_json()),
+        },
+        vec![],
+        Ok(()),
+        false,
+    );
+    eviction::reconcile(an_eviction(None), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    let writes = status_writes(&t.bodies);
+    assert_eq!(writes.len(), 1, "{:?}", entries(&t.log));
+    assert_eq!(writes[0]["status"]["phase"], "Failed");
+    assert_eq!(writes[0]["status"]["conditions"][0]["type"], "Target");
+    assert_eq!(writes[0]["status"]["conditions"][0]["reason"], "UnknownHypervisor");
+    assert!(!entries(&t.log).iter().any(|l| l.starts_with("nova")), "Nova never asked");
+}
+
+#[tokio::test]
+async fn a_new_attempt_is_recorded_and_its_migration_object_created_before_nova_is_asked() {
+    let t = eviction_ctx(ev_or_migration, vec![server("vm-a")], Ok(()), true);
+    let vm =
+        VmStatus { id: "vm-a".into(), state: VmState::Pending, memory_bytes: 1 << 30, ..Default::default() };
+    eviction::reconcile(an_eviction(migrating(vec![vm])), t.ctx.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let log = entries(&t.log);
+    let at = |what: &str| {
+        log.iter().position(|l| l.starts_with(what)).unwrap_or_else(|| panic!("no {what} in {log:?}"))
+    };
+    let recorded = at("k8s PATCH /apis/hypervisor.cloud.sap/v1alpha1/evictions/ev/status");
+    let created = at("k8s POST /apis/hypervisor.cloud.sap/v1alpha1/migrations");
+    let asked = at("nova migrate vm-a");
+    assert!(recorded < asked && created < asked, "recorded and created before Nova was asked: {log:?}");
+    let writes = status_writes(&t.bodies);
+    assert_eq!(writes[0]["metadata"]["resourceVersion"], "5");
+    assert_eq!(writes[0]["status"]["vms"][0]["attempts"], 1);
+    assert_eq!(writes[0]["status"]["vms"][0]["state"], "Migrating");
+}
+
+#[tokio::test]
+async fn a_migration_request_whose_answer_was_lost_stays_in_flight_not_refused() {
+    let lost = Err(NovaError::Unknown("POST servers/vm-a/action: connection reset".into()));
+    let t = eviction_ctx(ev_or_migration, vec![server("vm-a")], lost, true);
+    let vm =
+        VmStatus { id: "vm-a".into(), state: VmState::Pending, memory_bytes: 1 << 30, ..Default::default() };
+    eviction::reconcile(an_eviction(migrating(vec![vm])), t.ctx.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let bodies = t.bodies.lock().map(|b| b.clone()).unwrap_or_default();
+    let migration = bodies
+        .iter()
+        .rfind(|(what, _)| what.starts_with("PATCH /apis/hypervisor.cloud.sap/v1alpha1/migrations/"))
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("no Migration status written"));
+    assert_eq!(migration["status"]["phase"], "Pending", "{migration}");
+    assert!(migration["status"]["message"].as_str().unwrap_or_default().contains("lost"), "{migration}");
+    assert!(migration["status"]["novaStatus"].is_null(), "not recorded as refused: {migration}");
+}
+
+fn migration_status_written(bodies: &Arc<Mutex<Vec<(String, Value)>>>) -> Value {
+    let bodies = bodies.lock().map(|b| b.clone()).unwrap_or_default();
+    bodies
+        .iter()
+        .rfind(|(what, _)| what.starts_with("PATCH /apis/hypervisor.cloud.sap/v1alpha1/migrations/"))
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("no Migration status written"))
+}
+
+#[tokio::test]
+async fn a_migration_request_that_never_reached_nova_is_recorded_not_sent() {
+    let down = Err(NovaError::Unavailable("POST servers/vm-a/action: connection refused".into()));
+    let t = eviction_ctx(ev_or_migration, vec![server("vm-a")], down, true);
+    let vm =
+        VmStatus { id: "vm-a".into(), state: VmState::Pending, memory_bytes: 1 << 30, ..Default::default() };
+    eviction::reconcile(an_eviction(migrating(vec![vm])), t.ctx.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let migration = migration_status_written(&t.bodies);
+    assert_eq!(migration["status"]["phase"], "NotSent", "{migration}");
+    assert_eq!(migration["metadata"]["resourceVersion"], "1", "written over the version created");
+}
+
+#[tokio::test]
+async fn a_migration_left_by_an_earlier_eviction_of_the_same_name_is_not_taken_for_ours() {
+    let t = eviction_ctx(
+        |m, p| match (m.as_str(), p) {
+            ("POST", "/apis/hypervisor.cloud.sap/v1alpha1/migrations") => (
+                409,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409}),
+            ),
+            ("GET", p) if p.starts_with("/apis/hypervisor.cloud.sap/v1alpha1/migrations/") => (
+                200,
+                json!({"apiVersion": "hypervisor.cloud.sap/v1alpha1", "kind": "Migration",
+                       "metadata": {"name": "ev-vm-a-1", "resourceVersion": "3",
+                                    "ownerReferences": [{"apiVersion": "hypervisor.cloud.sap/v1alpha1", "kind": "Eviction",
+                                                         "name": "ev", "uid": "an-older-ev-uid", "controller": true}]},
+                       "spec": {"eviction": "ev", "serverId": "vm-a", "sourceHost": "node-1", "attempt": 1, "policy": "liveMigrate"}}),
+            ),
+            _ => ev_or_migration(m, p),
+        },
+        vec![server("vm-a")],
+        Ok(()),
+        true,
+    );
+    let vm =
+        VmStatus { id: "vm-a".into(), state: VmState::Pending, memory_bytes: 1 << 30, ..Default::default() };
+    let e = eviction::reconcile(an_eviction(migrating(vec![vm])), t.ctx.clone()).await.err();
+    assert!(matches!(e, Some(eviction::Error::Leftover(_))), "{e:?}");
+    assert!(!entries(&t.log).iter().any(|l| l.starts_with("nova migrate")), "{:?}", entries(&t.log));
+}
+
+#[tokio::test]
+async fn a_running_eviction_edited_out_of_bounds_or_orphaned_is_followed_not_refused() {
+    // Started on node-1, whose Hypervisor is gone now (not managed), with
+    // maxParallel edited to 0 on a server that skipped validation.
+    let t = eviction_ctx(
+        |m, p| match (m.as_str(), p) {
+            ("GET", "/apis/hypervisor.cloud.sap/v1alpha1/hypervisors/node-1") => not_found(),
+            _ => ev_or_migration(m, p),
+        },
+        vec![server("vm-a")],
+        Ok(()),
+        false,
+    );
+    let vm =
+        VmStatus { id: "vm-a".into(), state: VmState::Pending, memory_bytes: 1 << 30, ..Default::default() };
+    let mut status = migrating(vec![vm]);
+    if let Some(s) = status.as_mut() {
+        s.host = Some("node-1".into());
+    }
+    let mut ev = (*an_eviction(status)).clone();
+    ev.spec.options.max_parallel = 0;
+    eviction::reconcile(Arc::new(ev), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    let writes = status_writes(&t.bodies);
+    let last = writes.last().cloned().unwrap_or_default();
+    assert_eq!(last["status"]["phase"], "Migrating", "not refused mid-flight: {last}");
+    let target = last["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Target").cloned())
+        .unwrap_or_default();
+    assert_eq!((target["status"].as_str(), target["reason"].as_str()), (Some("False"), Some("InvalidSpec")));
+    assert!(!entries(&t.log).iter().any(|l| l.starts_with("nova migrate")), "nothing new starts");
+}
+
+#[tokio::test]
+async fn our_finalizer_is_added_and_the_status_written_over_the_version_it_left() {
+    let t = hypervisor_ctx(
+        |m, p| match (m.as_str(), p) {
+            ("PATCH", "/apis/hypervisor.cloud.sap/v1alpha1/hypervisors/node-1") => {
+                let mut v = hv_json("node-1", "9");
+                v["metadata"]["finalizers"] = json!([hypervisor::FINALIZER]);
+                (200, v)
+            }
+            ("PATCH", _) => (200, hv_json("node-1", "10")),
+            _ => (201, json!({})),
+        },
+        registered(true, &["vm-1"]),
+        true,
+        vec![],
+    );
+    let mut bare = (*hypervisor(Some(Phase::Active), None)).clone();
+    bare.metadata.finalizers = None;
+    hypervisor::reconcile(Arc::new(bare), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    let bodies = t.bodies.lock().map(|b| b.clone()).unwrap_or_default();
+    let (_, patch) = bodies
+        .iter()
+        .find(|(w, _)| w == "PATCH /apis/hypervisor.cloud.sap/v1alpha1/hypervisors/node-1")
+        .cloned()
+        .unwrap_or_else(|| panic!("no finalizer patch: {:?}", entries(&t.log)));
+    assert_eq!(patch[1]["value"], json!([hypervisor::FINALIZER]), "{patch}");
+    let writes = status_writes(&t.bodies);
+    assert!(writes.iter().all(|w| w["metadata"]["resourceVersion"] == "9"), "{writes:?}");
+}
+
+#[tokio::test]
+async fn deleting_the_hypervisor_of_a_host_in_service_is_held_with_a_condition() {
+    let answer = |m: &Method, _: &str| match m.as_str() {
+        "PATCH" => (200, hv_json("node-1", "8")),
+        _ => (201, json!({})),
+    };
+    let deleting = |phase| {
+        let mut hv = (*hypervisor(Some(phase), None)).clone();
+        hv.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()));
+        Arc::new(hv)
+    };
+    let t = hypervisor_ctx(answer, registered(true, &["vm-1"]), true, vec![]);
+    hypervisor::reconcile(deleting(Phase::Active), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    let log = entries(&t.log);
+    assert!(
+        !log.iter().any(|l| l == "k8s PATCH /apis/hypervisor.cloud.sap/v1alpha1/hypervisors/node-1"),
+        "{log:?}"
+    );
+    let writes = status_writes(&t.bodies);
+    let deleting_condition = writes
+        .last()
+        .and_then(|w| w["status"]["conditions"].as_array().cloned())
+        .and_then(|c| c.into_iter().find(|c| c["type"] == "Deleting"))
+        .unwrap_or_else(|| panic!("no Deleting condition: {writes:?}"));
+    assert_eq!(deleting_condition["status"], "False");
+    assert!(deleting_condition["message"].as_str().unwrap_or_default().contains("1 instance(s)"));
+
+    // Decommissioned: the finalizer goes, and nothing is asked of Nova.
+    let t = hypervisor_ctx(answer, NovaObs::NotRegistered, true, vec![]);
+    hypervisor::reconcile(deleting(Phase::Decommissioned), t.ctx.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let bodies = t.bodies.lock().map(|b| b.clone()).unwrap_or_default();
+    let released = bodies
+        .iter()
+        .find(|(w, _)| w == "PATCH /apis/hypervisor.cloud.sap/v1alpha1/hypervisors/node-1")
+        .map(|(_, p)| p.clone())
+        .unwrap_or_else(|| panic!("finalizer kept: {:?}", entries(&t.log)));
+    assert_eq!(released[1]["op"], "remove", "{released}");
+    assert!(entries(&t.log).iter().all(|l| !l.starts_with("nova ") || l.starts_with("nova observe")));
+}
+
+#[tokio::test]
+async fn a_passed_report_of_an_earlier_hypervisor_by_the_same_name_is_not_this_ones() {
+    use hv_proto::v1::agent_message::Payload;
+    use hv_proto::v1::{AgentMessage, Capability, CheckReport, CheckResult, Hello};
+    let answer = |m: &Method, _: &str| match m.as_str() {
+        "PATCH" => (200, hv_json("node-1", "8")),
+        _ => (201, json!({})),
+    };
+    for (uid, next) in [("the-first-hypervisors-uid", "Testing"), ("hv-uid", "Ready")] {
+        let t = hypervisor_ctx(answer, registered(false, &[]), true, vec![]);
+        let (tx, _rx) = tokio::sync::mpsc::channel(8);
+        let hello = Hello {
+            node: "node-1".into(),
+            boot_id: "boot".into(),
+            capabilities: vec![Capability::Checks as i32, Capability::BridgeExpectations as i32],
+            ..Default::default()
+        };
+        let session = t.ctx.registry.open(&hello, tx);
+        let passed = CheckResult { name: "libvirt-reachable".into(), passed: true, ..Default::default() };
+        let report = CheckReport { run: 1, results: vec![passed], hypervisor_uid: uid.into() };
+        let msg = AgentMessage { seq: 1, sent_at: None, payload: Some(Payload::CheckReport(report)) };
+        t.ctx.registry.receive("node-1", session.id, msg);
+        let mut hv = (*hypervisor(Some(Phase::Testing), None)).clone();
+        if let Some(st) = hv.status.as_mut() {
+            st.lifecycle.test_run = 1;
+            st.lifecycle.test_started =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()));
+            st.phase_since = st.lifecycle.test_started.clone();
+        }
+        hypervisor::reconcile(Arc::new(hv), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+        let writes = status_writes(&t.bodies);
+        let phase = writes.last().map(|w| w["status"]["phase"].clone()).unwrap_or_default();
+        assert_eq!(phase, next, "report for {uid}: {writes:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_host_nova_keeps_enabled_fails_the_eviction_at_the_disabling_deadline() {
+    let disabling = |ago: i64| {
+        migrating(vec![]).map(|mut s| {
+            s.phase = Some(EvictionPhase::Disabling);
+            s.started_at = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                Timestamp::now() - jiff::SignedDuration::from_secs(ago),
+            ));
+            s
+        })
+    };
+    // Within the 10 minutes allowed: wait, write nothing, move nothing.
+    let t = eviction_ctx(ev_or_migration, vec![server("vm-a")], Ok(()), true);
+    let next =
+        eviction::reconcile(an_eviction(disabling(30)), t.ctx.clone()).await.map_err(|e| e.to_string());
+    assert_eq!(next, Ok(Requeue::requeue(Duration::from_secs(1))));
+    assert!(status_writes(&t.bodies).is_empty());
+    // Past them: Failed, saying why, and nothing was asked to move.
+    let t = eviction_ctx(ev_or_migration, vec![server("vm-a")], Ok(()), true);
+    eviction::reconcile(an_eviction(disabling(601)), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    let writes = status_writes(&t.bodies);
+    let last = writes.last().cloned().unwrap_or_default();
+    assert_eq!(last["status"]["phase"], "Failed", "{last}");
+    let c = last["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "HostDisabled").cloned())
+        .unwrap_or_default();
+    assert_eq!((c["status"].as_str(), c["reason"].as_str()), (Some("False"), Some("NotDisabled")), "{c}");
+    assert!(!entries(&t.log).iter().any(|l| l.starts_with("nova migrate")));
+}

@@ -1,0 +1,88 @@
+//! When a watched object wakes a Hypervisor's reconcile.
+//!
+//! A reconcile asks Nova several questions, so it should run when something
+//! the lifecycle reads has changed, not on every write (kubelets write their
+//! Node every few seconds; the Eviction controller writes its status every
+//! second while it moves VMs). The rule here is one a reader can extend
+//! without knowing `decide()`: the trigger of an object is a hash of
+//! **exactly the observation the shell builds from it** for the core. A
+//! field the core starts to read is added to the observation, and so to the
+//! trigger, in one place.
+
+use std::hash::{Hash, Hasher};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+
+use crate::api::{Eviction, Hypervisor};
+
+fn digest(value: &impl Hash) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    value.hash(&mut h);
+    h.finish()
+}
+
+/// What the lifecycle reads of a Node.
+pub fn node(n: &Node) -> Option<u64> {
+    Some(digest(&super::hypervisor::node_obs(n)))
+}
+
+/// What the lifecycle reads of an Eviction.
+pub fn eviction(e: &Eviction) -> Option<u64> {
+    Some(digest(&super::hypervisor::eviction_obs(e)))
+}
+
+/// What the lifecycle reads of its own object: the spec (its generation),
+/// the annotations (the retry token), deletion. Not its own status writes.
+pub fn hypervisor(h: &Hypervisor) -> Option<u64> {
+    let deleting = h.metadata.deletion_timestamp.is_some();
+    Some(digest(&(h.metadata.generation, h.annotations(), deleting)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_triggers_on_ready_and_deletion_not_on_heartbeats() {
+        let ready = |status: &str, beat: &str| -> Node {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n", "resourceVersion": beat},
+                "status": {"conditions": [{"type": "Ready", "status": status,
+                    "lastHeartbeatTime": format!("2026-11-23T11:00:0{beat}Z")}]}
+            }))
+            .unwrap()
+        };
+        assert_eq!(node(&ready("True", "1")), node(&ready("True", "2")), "a heartbeat changes nothing");
+        assert_ne!(node(&ready("True", "1")), node(&ready("False", "1")));
+        let mut deleting = ready("True", "1");
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH));
+        assert_ne!(node(&ready("True", "1")), node(&deleting));
+    }
+
+    #[test]
+    fn an_eviction_triggers_on_what_the_lifecycle_reads_of_it() {
+        use crate::api::eviction::{EvictionPhase, EvictionSpec, EvictionStatus, VmStatus};
+        let mut e = Eviction::new(
+            "ev",
+            EvictionSpec {
+                hypervisor: "n".into(),
+                reason: crate::api::EvictionReason::AdminRequest,
+                options: Default::default(),
+            },
+        );
+        e.status =
+            Some(EvictionStatus { phase: Some(EvictionPhase::Migrating), total: 3, ..Default::default() });
+        let before = eviction(&e);
+        // A VM's progress record alone: the lifecycle does not read it.
+        if let Some(s) = e.status.as_mut() {
+            s.vms.push(VmStatus { id: "a".into(), ..Default::default() });
+        }
+        assert_eq!(before, eviction(&e));
+        if let Some(s) = e.status.as_mut() {
+            s.migrated = 1;
+        }
+        assert_ne!(before, eviction(&e), "counts are in the observation");
+    }
+}
