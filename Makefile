@@ -2,11 +2,12 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: help build test test-env-up test-env-down test-unit lint fmt crds crds-check demo demo-down bench
+.PHONY: help build demo-check test test-env-up test-env-down test-unit lint fmt crds crds-check demo demo-down bench
 
 help:
 	@echo "make demo        a local region: three new nodes onboarded to Active (make demo-down stops it)"
-	@echo "make test        run the whole test suite (brings the test ground up and down)"
+	@echo "make demo-check  the demo, non-interactive: exits (and tears down) once the nodes are Active"
+	@echo "make test        run the whole test suite (brings the test ground up and down; HV_TEST_ORDER=random|reverse|cargo, HV_TEST_SEED)"
 	@echo "make test-env-up / test-env-down   the real peers on loopback, by themselves"
 	@echo "make test-unit   only the tests that need no peer"
 	@echo "make lint        rustfmt check and clippy -D warnings"
@@ -49,6 +50,9 @@ crds-check:
 
 demo:
 	bash tests/env/demo.sh
+
+demo-check:
+	HV_DEMO_ONESHOT=1 bash tests/env/demo.sh
 
 demo-down:
 	HV_ENV_DIR=$(CURDIR)/.hv-demo bash tests/env/down.sh

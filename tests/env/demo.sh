@@ -9,6 +9,11 @@
 # prints each phase change as it happens until all three are Active. Then
 # it leaves everything running to look around, and says how to stop it
 # (make demo-down).
+#
+# On a fresh machine it first installs what is missing (Debian packages,
+# including the C libraries the build links, and the Python venv), then
+# builds. HV_DEMO_ONESHOT=1 (`make demo-check`) stops the region and exits
+# once the nodes are Active: what CI runs on a clean checkout.
 set -euo pipefail
 export HV_ENV_DIR="${HV_DEMO_DIR:-$(cd "$(dirname "$0")/../.." && pwd)/.hv-demo}"
 T0=$(date +%s%N)
@@ -21,12 +26,22 @@ if [[ -d "$HV_ENV_DIR" ]]; then
   bash "$(dirname "$0")/down.sh" 2>/dev/null
 fi
 
-say "building the binaries (a few minutes on a fresh clone)"
-(cd "$REPO" && cargo build -q -p hv-coordinator -p hv-agent -p hv-ceph-probe -p hv-tests --bins)
+say "installing what is missing (Debian packages and the Python venv, a few minutes the first time)"
+VENV=$(bash "$(dirname "$0")/install.sh" 2> >(sed -u 's/^/    /' >&2) | tail -1)
+export HV_SKIP_INSTALL=1 HV_VENV="$VENV"
+
+say "building the binaries (several minutes on a fresh clone)"
+mkdir -p "$HV_ENV_DIR"
+BUILD_LOG="$HV_ENV_DIR/build.log"
+if ! (cd "$REPO" && cargo build -p hv-coordinator -p hv-agent -p hv-ceph-probe -p hv-tests --bins 2>&1 \
+      | tee "$BUILD_LOG" | { grep --line-buffered -E '^ *(Compiling hv-|Finished)' || true; } | sed -u 's/^ */    /'); then
+  tail -40 "$BUILD_LOG" >&2
+  die "the build failed (whole output in $BUILD_LOG)"
+fi
 BIN="$REPO/target/debug"
 
-say "starting the local region (packages and Python venv on first use)"
-bash "$(dirname "$0")/up.sh" 2>&1 | sed 's/^/    /'
+say "starting the local region"
+bash "$(dirname "$0")/up.sh" 2>&1 | sed -u 's/^/    /'
 E="$ENV_FILE"
 j() { jq -r "$1" "$E"; }
 
@@ -85,13 +100,20 @@ for n in "${NODES[@]}"; do
 done
 say "created Kubernetes Nodes ${NODES[*]}"
 
+# The agents log in to libvirt as a site's would: TLS with a client
+# certificate, SASL (SCRAM-SHA-256) on top.
+printf '%s\n' "$(j .libvirt.tls.sasl.password)" > "$HV_ENV_DIR/libvirt-sasl-password"
+chmod 600 "$HV_ENV_DIR/libvirt-sasl-password"
 for n in "${NODES[@]}"; do
   "$BIN/hv-agent" run --node "$n" --coordinator "$HV_COORDINATOR" --heartbeat 2s --health-listen 127.0.0.1:0 \
-    --libvirt-uri "$(j .libvirt.test_uri)" --ovsdb "$(j .ovsdb.tcp)" --ceph-conf "$(j .ceph.conf)" \
+    --libvirt-uri "$(j .libvirt.tls.uri)" --libvirt-pki-dir "$(j .libvirt.tls.pki_dir)" \
+    --libvirt-sasl-username "$(j .libvirt.tls.sasl.username)" \
+    --libvirt-sasl-password-file "$HV_ENV_DIR/libvirt-sasl-password" \
+    --ovsdb "$(j .ovsdb.tcp)" --ceph-conf "$(j .ceph.conf)" \
     --ceph-id "$(j .ceph.client.id)" --ceph-keyring "$(j .ceph.client.keyring)" >"$LOGS/agent-$n.log" 2>&1 &
   record "agent-$n" $!
 done
-say "started one hv-agent per node"
+say "started one hv-agent per node (libvirt over TLS with SASL)"
 
 deadline=$(( $(date +%s) + 300 ))
 until [[ $("$BIN/hvctl" list --phase Active | tail -n +2 | wc -l) -eq ${#NODES[@]} ]]; do
@@ -105,6 +127,12 @@ sleep 0.5
 kill $WATCH 2>/dev/null || true
 say "all ${#NODES[@]} nodes Active"
 "$BIN/hvctl" list | sed 's/^/    /'
+
+if [[ -n "${HV_DEMO_ONESHOT:-}" ]]; then
+  say "HV_DEMO_ONESHOT is set: stopping the region"
+  bash "$(dirname "$0")/down.sh"
+  exit 0
+fi
 
 cat <<EOF
 

@@ -7,7 +7,19 @@ conductor, scheduler and both computes.
 
 The Nova API is served on a real loopback port, with keystonemiddleware
 validating real Keystone tokens (from the paste file written by
-peers/nova.sh). Nova reaches Placement (a separate process) through the
+peers/nova.sh). Besides eventlet's access log, every request is written
+as a JSON line to the request log: when it arrived (UTC, microseconds), its
+method, path, status and User-Agent (the coordinator names its replica
+there), so tests can tell who called Nova when.
+
+A control port (no authentication, loopback only) lets tests act on a fake
+host as an operator would on a real one:
+    POST /hosts/HOST/stop     stop its nova-compute (Nova's service group
+                              sees it down after service_down_time)
+    POST /hosts/HOST/start    start it again; a host whose compute service
+                              was deleted registers a new one, as a
+                              re-installed host does
+    GET  /hosts               {"HOST": "running" | "stopped"} Nova reaches Placement (a separate process) through the
 Keystone catalog with its own service credentials, as in production.
 Neutron, Glance and Cinder are Nova's fixtures.
 
@@ -80,19 +92,84 @@ class Region(test.TestCase):
         self.computes = {h: self.start_service("compute", host=h) for h in C["hosts"]}
 
 
+def request_log(app, path):
+    """`app`, writing one JSON line per request to `path` (see the module doc)."""
+    import datetime
+
+    out = open(path, "a", buffering=1)
+
+    def logged(environ, start_response):
+        at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
+        seen = {}
+
+        def start(status, headers, exc_info=None):
+            seen["status"] = int(status.split()[0])
+            return start_response(status, headers, exc_info)
+
+        body = app(environ, start)
+        out.write(json.dumps({"at": at, "method": environ.get("REQUEST_METHOD", ""),
+                              "path": environ.get("PATH_INFO", ""), "status": seen.get("status"),
+                              "user_agent": environ.get("HTTP_USER_AGENT", "")}) + "\n")
+        return body
+
+    return logged
+
+
+def control_app(region):
+    """The control port's WSGI app (see the module doc)."""
+
+    def app(environ, start_response):
+        method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
+        parts = [p for p in path.split("/") if p]
+
+        def answer(code, body):
+            data = json.dumps(body).encode()
+            start_response(code, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
+            return [data]
+
+        if method == "GET" and parts == ["hosts"]:
+            return answer("200 OK", {h: ("stopped" if h in region.stopped else "running")
+                                     for h in region.computes})
+        if method == "POST" and len(parts) == 3 and parts[0] == "hosts" and parts[2] in ("stop", "start"):
+            host, verb = parts[1], parts[2]
+            if host not in region.computes:
+                return answer("404 Not Found", {"error": f"no fake host {host}"})
+            try:
+                if verb == "stop" and host not in region.stopped:
+                    region.computes[host].stop()
+                    region.stopped.add(host)
+                elif verb == "start":
+                    if host not in region.stopped:
+                        region.computes[host].stop()
+                    region.computes[host] = region.start_service("compute", host=host)
+                    region.stopped.discard(host)
+            except Exception as e:  # the test that asked sees why
+                say(f"control: {verb} {host} failed: {e!r}")
+                return answer("500 Internal Server Error", {"error": repr(e)})
+            say(f"control: {verb} {host}")
+            return answer("200 OK", {"host": host, "state": "stopped" if host in region.stopped else "running"})
+        return answer("404 Not Found", {"error": f"no route {method} {path}"})
+
+    return app
+
+
 def main():
     say("setting up the fixtures and services")
     region = Region("runTest")
     region.setUp()
+    region.stopped = set()
     say("services started")
-    app = nova_wsgi.Loader().load_app("osapi_compute")
+    app = request_log(nova_wsgi.Loader().load_app("osapi_compute"), C["request_log"])
     # Registers the API service record, as the real WSGI entry point does.
     wsgi_app._setup_service(CONF.host, "osapi_compute")
     sock = eventlet.listen(("127.0.0.1", C["port"]))
     # Line-buffered: tests and the benchmark count the requests in it as they happen.
     eventlet.spawn(eventlet.wsgi.server, sock, app, log=open(C["access_log"], "a", buffering=1), log_output=True)
+    control = eventlet.listen(("127.0.0.1", C["control_port"]))
+    eventlet.spawn(eventlet.wsgi.server, control, control_app(region), log_output=False)
     with open(ready_file + ".tmp", "w") as f:
-        json.dump({"url": f"http://127.0.0.1:{C['port']}/v2.1", "hosts": C["hosts"]}, f)
+        json.dump({"url": f"http://127.0.0.1:{C['port']}/v2.1", "hosts": C["hosts"],
+                   "control_url": f"http://127.0.0.1:{C['control_port']}"}, f)
     os.rename(ready_file + ".tmp", ready_file)
     say(f"ready: API on 127.0.0.1:{C['port']}, hosts {', '.join(C['hosts'])}")
     # The fixtures capture logs in memory: keep them from growing.

@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
 # make test: bring the test ground up, run every test, take the ground down
 # (whatever the outcome), and exit with the tests' status.
+#
+# The test executables (one per crate's unit tests and one per file in a
+# tests/ directory) run one after the other, in an order set by
+# HV_TEST_ORDER: `random` (the default; the seed is printed, and
+# HV_TEST_SEED=N repeats an order), `reverse`, or `cargo` (cargo's own). The
+# suite must pass in any order: no test may rely on another having run.
+# Arguments are passed to every test executable (a name filter, say).
 set -uo pipefail
 here="$(dirname "$0")"
 source "$here/lib.sh"
@@ -15,9 +22,42 @@ if ! bash "$here/up.sh"; then
   [[ -n "${HV_KEEP_ENV:-}" ]] || bash "$here/down.sh"
   exit 1
 fi
-# The end-to-end tests run the workspace's binaries as processes (hv-coordinator,
-# hvctl, hv-agent, hv-ceph-probe); `cargo test` alone builds only test harnesses.
-"${CARGO:-cargo}" build --workspace --bins && "${CARGO:-cargo}" test --workspace --all-targets "$@"
+
+run_all() {
+  local cargo="${CARGO:-cargo}" plan
+  # The end-to-end tests run the workspace's binaries as processes
+  # (hv-coordinator, hvctl, hv-agent, hv-ceph-probe); `cargo test` alone
+  # builds only test harnesses.
+  "$cargo" build --workspace --bins || return 1
+  plan=$(mktemp)
+  "$cargo" test --workspace --all-targets --no-run --message-format=json 2>/dev/null \
+    | jq -r 'select(.reason == "compiler-artifact" and .profile.test == true and .executable != null)
+             | select(.target.kind[0] == "lib" or .target.kind[0] == "bin" or .target.kind[0] == "test")
+             | "\(.target.name)\t\(.target.kind[0])\t\(.manifest_path)\t\(.executable)"' > "$plan" || return 1
+  [[ -s "$plan" ]] || { echo "no test executables were built" >&2; return 1; }
+  local order="${HV_TEST_ORDER:-random}" seed="${HV_TEST_SEED:-$RANDOM$RANDOM}"
+  case "$order" in
+    cargo) ;;
+    reverse) tac "$plan" > "$plan.o" && mv "$plan.o" "$plan" ;;
+    random) python3 -c 'import random,sys; l=open(sys.argv[1]).read().splitlines(); random.Random(int(sys.argv[2])).shuffle(l); print("\n".join(l))' "$plan" "$seed" > "$plan.o" && mv "$plan.o" "$plan" ;;
+    *) echo "HV_TEST_ORDER is cargo, reverse or random, not $order" >&2; return 1 ;;
+  esac
+  echo "== test order: $order$([[ $order == random ]] && echo " (HV_TEST_SEED=$seed)"): $(cut -f1,2 "$plan" | tr '\t' ':' | paste -sd' ')" >&2
+  local failed=() name kind manifest exe
+  while IFS=$'\t' read -r name kind manifest exe; do
+    echo "== $name ($kind)" >&2
+    # As cargo does: from the package's directory.
+    if ! (cd "$(dirname "$manifest")" && "$exe" "$@"); then
+      failed+=("$name ($kind)")
+    fi
+  done < "$plan"
+  rm -f "$plan"
+  if ((${#failed[@]})); then
+    echo "failed: ${failed[*]} (order $order${seed:+, HV_TEST_SEED=$seed})" >&2
+    return 1
+  fi
+}
+run_all "$@"
 rc=$?
 if [[ -n "${HV_KEEP_ENV:-}" ]]; then
   echo "HV_KEEP_ENV is set: the test ground stays up (make test-env-down stops it)" >&2

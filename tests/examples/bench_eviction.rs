@@ -23,7 +23,8 @@ async fn main() {
     let region = Region::start("bench-evict").await;
     let admin = Admin::login(&region.env).await.unwrap();
     let flavors: Vec<&str> = (0..SERVERS).map(|i| ["1", "2", "3"][i % 3]).collect();
-    let (host, coord, ids) = region.active_host_with(&admin, 4, &flavors, &[]).await;
+    let zone = hv_tests::hosts::zone(&region.env, 2).await;
+    let (host, coord, ids) = region.active_host_with(&admin, &zone, &flavors, &[]).await;
     let log = region.env.dir.join("logs/nova-api-access.log");
     let read = || std::fs::read_to_string(&log).unwrap_or_default();
     let lines = || read().lines().count();

@@ -41,6 +41,26 @@ pub struct Libvirt {
     pub test_uri: String,
     /// The QEMU driver (TCG) in session mode: real domains.
     pub qemu_session_uri: String,
+    /// The same libvirtd over TLS with SASL.
+    pub tls: LibvirtTls,
+}
+
+/// libvirt over TLS (client certificate) with SASL (SCRAM-SHA-256) on top.
+#[derive(Debug, Clone, Deserialize)]
+pub struct LibvirtTls {
+    /// `test+tls://localhost:PORT/default`
+    pub uri: String,
+    /// cacert.pem, clientcert.pem, clientkey.pem of an accepted client.
+    pub pki_dir: PathBuf,
+    /// The same with a client certificate from another CA.
+    pub wrong_ca_pki_dir: PathBuf,
+    pub sasl: SaslUser,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct SaslUser {
+    pub username: String,
+    pub password: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -101,6 +121,8 @@ pub struct Nova {
     pub placement_url: String,
     /// Fake compute hosts (nova-compute with the fake live-migration driver).
     pub hosts: Vec<String>,
+    /// The region's control port: stop and start a fake host's nova-compute.
+    pub control_url: String,
     pub compute_microversion: String,
     pub placement_microversion: String,
 }
@@ -137,23 +159,71 @@ pub fn require() -> TestEnv {
 impl TestEnv {
     /// A clouds.yaml with one cloud, `hv`, logging in as the coordinator's
     /// service user (with `password` instead of the real one, to test a
-    /// rejection). Written into `dir`; answers its path.
-    pub fn clouds_yaml(&self, dir: &Path, password: Option<&str>) -> std::io::Result<PathBuf> {
+    /// rejection), reaching Keystone, Nova and Placement where `via` says
+    /// (a fault proxy) instead of where the catalog says. Written into
+    /// `dir` as `name`; answers its path.
+    pub fn clouds_yaml_via(
+        &self,
+        dir: &Path,
+        name: &str,
+        password: Option<&str>,
+        via: &Via,
+    ) -> std::io::Result<PathBuf> {
         let ks = &self.keystone;
         let who = &ks.coordinator;
-        let yaml = format!(
+        let mut yaml = format!(
             "clouds:\n  hv:\n    region_name: {region}\n    interface: public\n    identity_api_version: 3\n    auth:\n      auth_url: {url}\n      username: {user}\n      password: {password}\n      project_name: {project}\n      user_domain_name: {udom}\n      project_domain_name: {pdom}\n",
             region = ks.region,
-            url = ks.auth_url,
+            url = via.keystone.as_ref().map_or(ks.auth_url.clone(), |u| format!("{u}/v3")),
             user = who.username,
             password = password.unwrap_or(&who.password),
             project = who.project_name,
             udom = who.user_domain_name,
             pdom = who.project_domain_name,
         );
+        if let Some(u) = &via.compute {
+            yaml.push_str(&format!("    compute_endpoint_override: {u}/v2.1\n"));
+        }
+        if let Some(u) = &via.placement {
+            yaml.push_str(&format!("    placement_endpoint_override: {u}\n"));
+        }
         std::fs::create_dir_all(dir)?;
-        let path = dir.join("clouds.yaml");
+        let path = dir.join(name);
         std::fs::write(&path, yaml)?;
         Ok(path)
     }
+
+    /// The same, straight to the peers, as `clouds.yaml`.
+    pub fn clouds_yaml(&self, dir: &Path, password: Option<&str>) -> std::io::Result<PathBuf> {
+        self.clouds_yaml_via(dir, "clouds.yaml", password, &Via::default())
+    }
+
+    /// host:port of Keystone, Nova and Placement, for a fault proxy's upstream.
+    pub fn upstreams(&self) -> Upstreams {
+        let host_port =
+            |url: &str| url.split("//").nth(1).and_then(|r| r.split('/').next()).unwrap_or("").to_string();
+        Upstreams {
+            keystone: host_port(&self.keystone.auth_url),
+            compute: host_port(&self.nova.compute_url),
+            placement: host_port(&self.nova.placement_url),
+        }
+    }
+}
+
+/// Where a coordinator reaches its peers instead of directly: base URLs
+/// (`http://127.0.0.1:PORT`) of fault proxies.
+#[derive(Clone, Debug, Default)]
+pub struct Via {
+    pub kube: Option<String>,
+    pub keystone: Option<String>,
+    pub compute: Option<String>,
+    pub placement: Option<String>,
+}
+
+/// host:port of each OpenStack peer.
+#[derive(Clone, Debug)]
+pub struct Upstreams {
+    pub keystone: String,
+    pub compute: String,
+    pub placement: String,
 }

@@ -8,12 +8,15 @@
 
 pub mod env;
 pub mod fake_coordinator;
+pub mod fault_proxy;
+pub mod hosts;
 pub mod kube_standin;
 pub mod kube_target;
 pub mod libvirtd;
 pub mod openstack;
 pub mod ovsdb;
 pub mod region;
+pub mod wait;
 
 use std::path::PathBuf;
 

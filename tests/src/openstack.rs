@@ -173,6 +173,23 @@ impl Admin {
         let v = send(reqwest::Method::POST, &self.compute("servers"), &self.token, &self.mv(), Some(body))
             .await?;
         let id = v["server"]["id"].as_str().unwrap_or_default().to_string();
+        self.wait_active(name, id).await
+    }
+
+    /// Boots a server onto `host` whatever its state (`nova:HOST`, an
+    /// admin's forced host: no scheduler filter, so a disabled host too),
+    /// as a server that lands on a host while it is being emptied.
+    pub async fn boot_forced(&self, name: &str, host: &str, flavor: &str) -> Result<String, ApiError> {
+        let body = json!({"server": {"name": name, "imageRef": "155d900f-4e14-4e4c-a73d-069cbf4541e6",
+            "flavorRef": flavor, "networks": "none", "availability_zone": format!("nova:{host}")}});
+        let v = send(reqwest::Method::POST, &self.compute("servers"), &self.token, &self.mv(), Some(body))
+            .await?;
+        let id = v["server"]["id"].as_str().unwrap_or_default().to_string();
+        self.wait_active(name, id).await
+    }
+
+    /// Waits up to 30 s for a booted server to be ACTIVE; ERROR is an error.
+    async fn wait_active(&self, name: &str, id: String) -> Result<String, ApiError> {
         for _ in 0..300 {
             let s = self.server(&id).await?;
             match s["status"].as_str() {
@@ -194,6 +211,18 @@ impl Admin {
         })
     }
 
+    /// The ids of every server Nova shows on `host`, all projects.
+    pub async fn servers_on(&self, host: &str) -> Result<Vec<String>, ApiError> {
+        let url = self.compute(&format!("servers?host={host}&all_tenants=1"));
+        let v = get(&url, &self.token, &self.mv()).await?;
+        Ok(v["servers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["id"].as_str().map(str::to_string))
+            .collect())
+    }
+
     pub async fn server(&self, id: &str) -> Result<Value, ApiError> {
         Ok(get(&self.compute(&format!("servers/{id}")), &self.token, &self.mv()).await?["server"].clone())
     }
@@ -205,6 +234,31 @@ impl Admin {
             send(reqwest::Method::POST, &self.compute("os-aggregates"), &self.token, &self.mv(), Some(body))
                 .await?;
         Ok(v["aggregate"]["id"].as_i64().unwrap_or_default())
+    }
+
+    /// Every aggregate: (id, name, availability zone, hosts).
+    pub async fn aggregates(&self) -> Result<Vec<(i64, String, Option<String>, Vec<String>)>, ApiError> {
+        let v = get(&self.compute("os-aggregates"), &self.token, &self.mv()).await?;
+        Ok(v["aggregates"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|a| {
+                let hosts = a["hosts"].as_array().into_iter().flatten();
+                (
+                    a["id"].as_i64().unwrap_or_default(),
+                    a["name"].as_str().unwrap_or_default().to_string(),
+                    a["availability_zone"].as_str().map(str::to_string),
+                    hosts.filter_map(|h| h.as_str().map(str::to_string)).collect(),
+                )
+            })
+            .collect())
+    }
+
+    pub async fn add_to_aggregate(&self, id: i64, host: &str) -> Result<(), ApiError> {
+        let body = json!({"add_host": {"host": host}});
+        let url = self.compute(&format!("os-aggregates/{id}/action"));
+        send(reqwest::Method::POST, &url, &self.token, &self.mv(), Some(body)).await.map(|_| ())
     }
 
     pub async fn remove_from_aggregate(&self, id: i64, host: &str) -> Result<(), ApiError> {
@@ -259,6 +313,27 @@ impl Admin {
         send(reqwest::Method::POST, &url, &self.token, &self.mv(), Some(body)).await.map(|_| ())
     }
 
+    /// Live-migrates `id` onto `host` past the scheduler, as an operator
+    /// can at compute 2.67 (`force`): the one way a server still lands on a
+    /// host that is disabled. Waits until it is ACTIVE there.
+    pub async fn live_migrate_forced(&self, id: &str, host: &str) -> Result<(), ApiError> {
+        let body = json!({"os-migrateLive": {"host": host, "block_migration": "auto", "force": true}});
+        let url = self.compute(&format!("servers/{id}/action"));
+        send(reqwest::Method::POST, &url, &self.token, "compute 2.67", Some(body)).await?;
+        for _ in 0..600 {
+            let s = self.server(id).await?;
+            if s["status"] == "ACTIVE" && s["OS-EXT-SRV-ATTR:host"].as_str() == Some(host) {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        Err(ApiError::Status {
+            what: format!("move {id} to {host}"),
+            status: 408,
+            body: "not there within 60s".into(),
+        })
+    }
+
     /// Nova's migrations of one server (`migration_type`, `status`, ...).
     pub async fn migrations_of(&self, id: &str) -> Result<Vec<Value>, ApiError> {
         let url = self.compute(&format!("os-migrations?instance_uuid={id}"));
@@ -277,4 +352,48 @@ impl Admin {
             .await
             .map(|_| ())
     }
+}
+
+/// What the region's control port can do to a fake host's nova-compute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FakeHost {
+    /// Stop it: Nova's service group sees it down after `service_down_time`.
+    Stop,
+    /// Start it (again); a host whose compute service was deleted registers
+    /// a new one, as a re-installed host does.
+    Start,
+}
+
+/// Acts on the fake host `host` through the region's control port.
+pub async fn fake_host(nova: &crate::env::Nova, host: &str, what: FakeHost) -> Result<(), ApiError> {
+    let verb = match what {
+        FakeHost::Stop => "stop",
+        FakeHost::Start => "start",
+    };
+    let url = format!("{}/hosts/{host}/{verb}", nova.control_url);
+    let what = format!("POST {url}");
+    let resp = reqwest::Client::new().post(&url).send().await.map_err(|e| ApiError::Http(what.clone(), e))?;
+    let status = resp.status().as_u16();
+    if status != 200 {
+        let body = resp.text().await.unwrap_or_default();
+        return Err(ApiError::Status { what, status, body });
+    }
+    Ok(())
+}
+
+/// One request the Nova API took, from its request log.
+#[derive(Clone, Debug, serde::Deserialize)]
+pub struct NovaRequest {
+    pub at: jiff::Timestamp,
+    pub method: String,
+    pub path: String,
+    pub status: Option<u16>,
+    pub user_agent: String,
+}
+
+/// Every request the ground's Nova API took so far (its own log, written as
+/// each request arrives).
+pub fn nova_requests(env: &crate::env::TestEnv) -> Vec<NovaRequest> {
+    let text = std::fs::read_to_string(env.dir.join("logs/nova-api-requests.jsonl")).unwrap_or_default();
+    text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }

@@ -1,5 +1,5 @@
 //! One-shot OVSDB (RFC 7047) JSON-RPC over TCP, for checking the ground.
-//! The agent's long-lived client is a different thing (issue 4).
+//! The agent's long-lived client is a different thing (`agent/src/ovsdb/`).
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

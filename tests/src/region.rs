@@ -15,21 +15,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use hv_coordinator::api::{Hypervisor, Migration, Phase};
+use hv_coordinator::api::eviction::{EvictionOptions, EvictionPhase, EvictionReason, EvictionSpec};
+use hv_coordinator::api::{Eviction, Hypervisor, Migration, Phase};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 
-use crate::env::TestEnv;
+use crate::env::{TestEnv, Via};
 use crate::kube_target::KubeTarget;
 
 /// A workspace binary built beside the test executable. `cargo test` does
 /// not build other packages' binaries: `make test` runs `cargo build
 /// --workspace --bins` first.
-/// Hosts the decommission tests retire (compute service and provider
-/// deleted): no other test may count on them.
-pub const RETIRED_BY_TESTS: [&str; 2] = ["compute-9", "compute-10"];
-
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_default();
     let dir = exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
@@ -139,11 +136,8 @@ impl Region {
         let kubeconfig = match &kube.standin {
             Some(s) => {
                 let path = dir.join("kubeconfig");
-                let yaml = format!(
-                    "apiVersion: v1\nkind: Config\nclusters:\n- name: standin\n  cluster:\n    server: {}\ncontexts:\n- name: standin\n  context:\n    cluster: standin\n    user: hv\ncurrent-context: standin\nusers:\n- name: hv\n  user: {{}}\n",
-                    s.url()
-                );
-                std::fs::write(&path, yaml).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                std::fs::write(&path, kubeconfig_yaml(&s.url()))
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                 path
             }
             None => PathBuf::from(std::env::var_os("KUBECONFIG").unwrap_or_default()),
@@ -163,10 +157,28 @@ impl Region {
 
     /// The same, listening on another port (a second replica).
     pub fn coordinator_on(&self, port: u16, password: Option<&str>, extra: &[&str]) -> Proc {
-        let clouds = self.env.clouds_yaml(&self.dir, password).unwrap_or_else(|e| panic!("clouds.yaml: {e}"));
+        self.coordinator_via(port, password, &Via::default(), extra)
+    }
+
+    /// A coordinator reaching Kubernetes, Keystone, Nova or Placement
+    /// through the fault proxies `via` names.
+    pub fn coordinator_via(&self, port: u16, password: Option<&str>, via: &Via, extra: &[&str]) -> Proc {
+        let clouds = self
+            .env
+            .clouds_yaml_via(&self.dir, &format!("clouds-{port}.yaml"), password, via)
+            .unwrap_or_else(|e| panic!("clouds.yaml: {e}"));
+        let kubeconfig = match &via.kube {
+            Some(url) => {
+                let path = self.dir.join(format!("kubeconfig-{port}"));
+                std::fs::write(&path, kubeconfig_yaml(url))
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                path
+            }
+            None => self.kubeconfig.clone(),
+        };
         let metrics = format!("127.0.0.1:{}", free_port());
         let mut cmd = Command::new(bin("hv-coordinator"));
-        cmd.env("KUBECONFIG", &self.kubeconfig)
+        cmd.env("KUBECONFIG", &kubeconfig)
             .env(
                 "RUST_LOG",
                 "info,kube_runtime=warn,kube_client=warn,openstack_sdk=warn,openstack_sdk_core=warn",
@@ -178,10 +190,11 @@ impl Region {
             .args(["--namespace", "default", "--lease-name", &format!("hv-e2e-{}", self.id)])
             .args(["--node-selector", &format!("hv-e2e={}", self.id)])
             .args(["--agent-heartbeat", "1s", "--busy-interval", "1s", "--drift-interval", "2s"])
-            .args(["--lease-duration", "4s", "--lease-retry", "500ms"])
+            .args(["--lease-duration", "4s", "--lease-renew-deadline", "3s", "--lease-retry", "500ms"])
+            .args(["--kube-timeout", "5s", "--connect-timeout", "500ms"])
             .args(extra);
-        let mut p = Proc::spawn("hv-coordinator", &mut cmd, self.dir.join(format!("coordinator-{port}.log")))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let log = self.dir.join(format!("coordinator-{port}.log"));
+        let mut p = Proc::spawn("hv-coordinator", &mut cmd, log).unwrap_or_else(|e| panic!("{e}"));
         p.metrics = Some(format!("http://{metrics}/metrics"));
         p
     }
@@ -224,77 +237,116 @@ impl Region {
             .unwrap_or_else(|e| panic!("creating Node {name}: {e}"));
     }
 
+    /// The Hypervisor `name`, if it exists; a failed read fails the test.
     pub async fn hypervisor(&self, name: &str) -> Option<Hypervisor> {
         let api: Api<Hypervisor> = Api::all(self.kube.client.clone());
-        api.get_opt(name).await.ok().flatten()
+        api.get_opt(name).await.unwrap_or_else(|e| panic!("reading Hypervisor {name}: {e}"))
     }
 
     /// Waits for `name` to reach `phase`; on timeout fails with its status
     /// and the end of the coordinator's log.
     pub async fn wait_phase(&self, name: &str, phase: Phase, timeout: Duration, coord: &Proc) -> Hypervisor {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let hv = self.hypervisor(name).await;
-            if let Some(hv) = &hv
-                && hv.status.as_ref().and_then(|s| s.phase) == Some(phase)
-            {
-                return hv.clone();
-            }
-            if tokio::time::Instant::now() > deadline {
-                let status =
-                    hv.and_then(|h| h.status).map(|s| serde_json::to_string_pretty(&s).unwrap_or_default());
-                panic!(
-                    "{name} did not reach {} within {timeout:?}; status: {}\n--- coordinator log:\n{}",
-                    phase.as_str(),
-                    status.unwrap_or_else(|| "(no Hypervisor)".into()),
-                    coord.tail(40)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        crate::wait::until(
+            &format!("{name} {}", phase.as_str()),
+            timeout,
+            || coord.tail(40),
+            || async {
+                match self.hypervisor(name).await {
+                    Some(hv) if hv.status.as_ref().and_then(|s| s.phase) == Some(phase) => {
+                        crate::wait::Poll::Ready(hv)
+                    }
+                    None => crate::wait::Poll::Pending("(no Hypervisor)".into()),
+                    Some(hv) => crate::wait::Poll::Pending(hv.status.map_or("(no status yet)".into(), |s| {
+                        serde_json::to_string_pretty(&s).unwrap_or_default()
+                    })),
+                }
+            },
+        )
+        .await
     }
 
     /// Waits for condition `type_` of `name` to have `reason`; answers its message.
     pub async fn wait_condition(&self, name: &str, type_: &str, reason: &str, coord: &Proc) -> String {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let hv = self.hypervisor(name).await;
-            let c = hv.as_ref().map(|h| Self::condition(h, type_)).unwrap_or_default();
-            if c.1 == reason {
-                return c.2;
-            }
-            if tokio::time::Instant::now() > deadline {
-                panic!(
-                    "{name}: {type_} stayed {c:?}, wanted {reason}\n--- coordinator log:\n{}",
-                    coord.tail(40)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let what = format!("{name}: {type_} {reason}");
+        crate::wait::until(
+            &what,
+            Duration::from_secs(60),
+            || coord.tail(40),
+            || async {
+                let c = self.hypervisor(name).await.map(|h| Self::condition(&h, type_)).unwrap_or_default();
+                if c.1 == reason {
+                    crate::wait::Poll::Ready(c.2)
+                } else {
+                    crate::wait::Poll::Pending(format!("{c:?}"))
+                }
+            },
+        )
+        .await
     }
 
-    /// Puts Nova host number `index` under this region as an Active node
-    /// (skipTests, no agent) and boots servers of `flavors` on it; answers the
-    /// host name, the running coordinator and the server ids.
+    /// Puts the zone's source host under this region as an Active node
+    /// (skipTests, no agent) and boots servers of `flavors` on it, in the
+    /// zone; answers the host name, the running coordinator and the server ids.
     pub async fn active_host_with(
         &self,
         admin: &crate::openstack::Admin,
-        index: usize,
+        zone: &crate::hosts::Zone,
         flavors: &[&str],
         annotations: &[(&str, &str)],
     ) -> (String, Proc, Vec<String>) {
-        let host = self.env.nova.hosts[index].clone();
+        let host = zone.source.host.clone();
         let coord = self.coordinator(None, &["--skip-tests"]);
         self.create_node(&host, annotations).await;
         self.wait_phase(&host, Phase::Active, Duration::from_secs(60), &coord).await;
         let mut ids = Vec::new();
         for (i, flavor) in flavors.iter().enumerate() {
-            let name = format!("{}-{i}", self.id);
-            let id =
-                admin.boot_on(&name, &host, flavor).await.unwrap_or_else(|e| panic!("booting {name}: {e}"));
-            ids.push(id);
+            ids.push(zone.boot(admin, &format!("{}-{i}", self.id), &host, flavor).await);
         }
         (host, coord, ids)
+    }
+
+    /// Creates the Eviction `name` of `host` by hand.
+    pub async fn create_eviction(
+        &self,
+        name: &str,
+        host: &str,
+        reason: EvictionReason,
+        options: EvictionOptions,
+    ) {
+        let evs: Api<Eviction> = Api::all(self.kube.client.clone());
+        let ev = Eviction::new(name, EvictionSpec { hypervisor: host.into(), reason, options });
+        evs.create(&PostParams::default(), &ev)
+            .await
+            .unwrap_or_else(|e| panic!("creating Eviction {name}: {e}"));
+    }
+
+    pub async fn eviction(&self, name: &str) -> Option<Eviction> {
+        let evs: Api<Eviction> = Api::all(self.kube.client.clone());
+        evs.get_opt(name).await.unwrap_or_else(|e| panic!("reading Eviction {name}: {e}"))
+    }
+
+    /// Waits for the Eviction `name` to reach `phase`.
+    pub async fn wait_eviction(
+        &self,
+        name: &str,
+        phase: EvictionPhase,
+        timeout: Duration,
+        coord: &Proc,
+    ) -> Eviction {
+        crate::wait::until(
+            &format!("Eviction {name} {phase:?}"),
+            timeout,
+            || coord.tail(40),
+            || async {
+                let ev = self.eviction(name).await;
+                let now = ev.as_ref().and_then(|e| e.status.as_ref()).and_then(|s| s.phase);
+                match ev {
+                    Some(e) if now == Some(phase) => crate::wait::Poll::Ready(e),
+                    other => crate::wait::Poll::Pending(format!("{:?}", other.and_then(|e| e.status))),
+                }
+            },
+        )
+        .await
     }
 
     /// Every Migration object in this region's API.
@@ -319,11 +371,29 @@ impl Region {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The Kubernetes Events about the object `name`, as (reason, note).
+    pub async fn events_for(&self, name: &str) -> Vec<(String, String)> {
+        let api: Api<k8s_openapi::api::events::v1::Event> = Api::all(self.kube.client.clone());
+        let list = api.list(&Default::default()).await.unwrap_or_else(|e| panic!("listing Events: {e}"));
+        list.items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+            .collect()
+    }
+
     /// A condition of `hv` as (status, reason, message).
     pub fn condition(hv: &Hypervisor, type_: &str) -> (String, String, String) {
         let c = hv.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == type_).cloned());
         c.map(|c| (c.status, c.reason, c.message)).unwrap_or_default()
     }
+}
+
+/// A kubeconfig for the API server at `url` (no credentials: the stand-in).
+fn kubeconfig_yaml(url: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: standin\n  cluster:\n    server: {url}\ncontexts:\n- name: standin\n  context:\n    cluster: standin\n    user: hv\ncurrent-context: standin\nusers:\n- name: hv\n  user: {{}}\n"
+    )
 }
 
 /// An ovsdb-server of one test's own (userspace, unix socket), for a node
@@ -363,12 +433,18 @@ impl PrivateOvsdb {
         Ok(me)
     }
 
-    fn vsctl(&self, args: &[&str]) -> Result<(), String> {
+    pub fn vsctl(&self, args: &[&str]) -> Result<(), String> {
         run(Command::new("ovs-vsctl").arg(format!("--db={}", self.remote)).arg("--no-wait").args(args))
     }
 
+    /// Adds a bridge; `br-int` in fail mode secure, as Neutron and OVN set it.
     pub fn add_bridge(&self, name: &str) -> Result<(), String> {
-        self.vsctl(&["add-br", name])
+        self.vsctl(&["add-br", name])?;
+        if name == "br-int" { self.set_fail_mode(name, "secure") } else { Ok(()) }
+    }
+
+    pub fn set_fail_mode(&self, bridge: &str, mode: &str) -> Result<(), String> {
+        self.vsctl(&["set-fail-mode", bridge, mode])
     }
 }
 

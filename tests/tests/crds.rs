@@ -189,6 +189,24 @@ fn cel_eviction_target_is_immutable() {
 }
 
 #[test]
+fn cel_eviction_reason_is_immutable_and_force_names_known_checks() {
+    let ev = |reason: &str, force: Value| {
+        json!({"apiVersion": "hypervisor.cloud.sap/v1alpha1", "kind": "Eviction", "metadata": {"name": "e"},
+               "spec": {"hypervisor": "node-1", "reason": reason, "options": {"force": force}}})
+    };
+    let crd = "evictions.hypervisor.cloud.sap";
+    check(crd, ev("AdminRequest", json!(["capacity", "constraints"])), None).unwrap();
+    let err = check(crd, ev("RollingUpdate", json!([])), Some(ev("AdminRequest", json!([])))).unwrap_err();
+    assert!(err.contains("spec.reason is immutable"), "{err}");
+    let err =
+        check(crd, ev("AdminRequest", json!(["capcity"])), Some(ev("AdminRequest", json!([])))).unwrap_err();
+    assert!(err.contains("force entries"), "{err}");
+    let bare = json!({"apiVersion": "hypervisor.cloud.sap/v1alpha1", "kind": "Eviction", "metadata": {"name": "e"},
+                      "spec": {"hypervisor": "node-1", "reason": "AdminRequest"}});
+    check(crd, bare, None).unwrap();
+}
+
+#[test]
 fn typed_round_trip_of_a_full_hypervisor() {
     let obj = json!({
         "apiVersion": "hypervisor.cloud.sap/v1alpha1", "kind": "Hypervisor", "metadata": {"name": "node-1"},
@@ -198,7 +216,8 @@ fn typed_round_trip_of_a_full_hypervisor() {
     });
     let h: api::Hypervisor = serde_json::from_value(obj).unwrap();
     assert_eq!(h.spec.maintenance, api::MaintenanceMode::Ha);
-    assert_eq!(h.spec.libvirt.port, 16509, "defaults apply when absent");
+    assert_eq!(h.spec.libvirt.minimum_version, "8.0.0", "defaults apply when absent");
+    assert_eq!(h.spec.ovs.expectations[0].bridge, "br-int", "br-int expected secure by default");
     assert_eq!(h.spec.ovs.bridges, vec!["br-int", "br-ex"]);
     let st = h.status.unwrap();
     assert_eq!(st.phase, Some(api::Phase::Active));

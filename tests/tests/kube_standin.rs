@@ -229,19 +229,135 @@ async fn a_kube_runtime_controller_runs_unchanged() {
     for i in 0..3 {
         api.create(&PostParams::default(), &hv(&format!("node-{i}"))).await.unwrap();
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let all = api.list(&ListParams::default()).await.unwrap();
-        let done = all
-            .items
-            .iter()
-            .filter(|h| h.status.as_ref().and_then(|s| s.phase) == Some(Phase::Onboarding))
-            .count();
-        if done == 3 {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "controller reconciled {done} of 3");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    hv_tests::wait::until(
+        "the controller to reconcile all 3",
+        Duration::from_secs(10),
+        String::new,
+        || async {
+            let all = api.list(&ListParams::default()).await.unwrap();
+            let done = all
+                .items
+                .iter()
+                .filter(|h| h.status.as_ref().and_then(|s| s.phase) == Some(Phase::Onboarding))
+                .count();
+            hv_tests::wait::ready_when(done == 3, done)
+        },
+    )
+    .await;
     handle.abort();
+}
+
+/// Server-side apply with field ownership, as the API server documents it
+/// ("Server-Side Apply": a field a manager applied and now omits is removed
+/// unless someone else owns it; another applier's field is a conflict unless
+/// forced, and forcing takes it over).
+#[tokio::test]
+async fn apply_removes_what_a_manager_stopped_applying_and_keeps_what_others_own() {
+    let (_s, c) = standin().await;
+    let api: Api<Hypervisor> = Api::all(c);
+    api.create(&PostParams::default(), &hv("node-1")).await.unwrap();
+    let apply = |manager: &'static str, force: bool| {
+        let pp = PatchParams::apply(manager);
+        if force { pp.force() } else { pp }
+    };
+    let status = |s: serde_json::Value| json!({"apiVersion": "hypervisor.cloud.sap/v1alpha1", "kind": "Hypervisor", "status": s});
+    let cond = |t: &str, s: &str| json!({"type": t, "status": s, "reason": "R", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"});
+    // Two managers own different fields.
+    let a = status(
+        json!({"phase": "Evicting", "hypervisorVersion": "QEMU 8", "conditions": [cond("Onboarded", "True")]}),
+    );
+    api.patch_status("node-1", &apply("lifecycle", false), &Patch::Apply(&a)).await.unwrap();
+    let b = status(json!({"agent": {"connected": true}, "conditions": [cond("AgentConnected", "True")]}));
+    api.patch_status("node-1", &apply("fleet", false), &Patch::Apply(&b)).await.unwrap();
+    // The first omits hypervisorVersion and its condition: both go, the
+    // other manager's stay.
+    let a2 = status(json!({"phase": "Maintenance"}));
+    let h = api.patch_status("node-1", &apply("lifecycle", false), &Patch::Apply(&a2)).await.unwrap();
+    let st = h.status.unwrap();
+    assert_eq!(st.phase, Some(Phase::Maintenance));
+    assert_eq!(st.hypervisor_version, None, "a field the manager stopped applying is removed");
+    let types: Vec<&str> = st.conditions.iter().map(|c| c.type_.as_str()).collect();
+    assert_eq!(types, vec!["AgentConnected"], "the other manager's condition stays");
+    assert_eq!(st.agent.map(|a| a.connected), Some(true));
+    // Setting the other's field to another value: a conflict, unless forced.
+    let grab = status(json!({"agent": {"connected": false}}));
+    let e = api.patch_status("node-1", &apply("lifecycle", false), &Patch::Apply(&grab)).await.unwrap_err();
+    assert_eq!(code(&e), 409, "{e}");
+    assert!(e.to_string().contains("fleet") && e.to_string().contains(".status.agent.connected"), "{e}");
+    let h = api.patch_status("node-1", &apply("lifecycle", true), &Patch::Apply(&grab)).await.unwrap();
+    assert_eq!(h.status.unwrap().agent.map(|a| a.connected), Some(false));
+    // Taken over: when the lifecycle now omits it, it goes, though the fleet
+    // once applied it.
+    let h = api.patch_status("node-1", &apply("lifecycle", false), &Patch::Apply(&a2)).await.unwrap();
+    assert_eq!(h.status.unwrap().agent.map(|a| a.connected), None);
+    // The same value is no conflict: shared ownership, kept while either applies it.
+    let both = status(json!({"phase": "Maintenance"}));
+    api.patch_status("node-1", &apply("fleet", false), &Patch::Apply(&both)).await.unwrap();
+    let h = api
+        .patch_status("node-1", &apply("lifecycle", false), &Patch::Apply(&status(json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(h.status.unwrap().phase, Some(Phase::Maintenance), "still owned by the fleet");
+}
+
+/// The garbage collector (the API server's "Garbage Collection" doc): when
+/// an owner goes, its dependents are deleted in the background (their own
+/// finalizers respected), or orphaned with `propagationPolicy: Orphan`; a
+/// dependent whose owner reference was removed stays.
+#[tokio::test]
+async fn owners_going_take_their_dependents_or_orphan_them() {
+    use hv_coordinator::api::eviction::{Eviction, EvictionReason, EvictionSpec};
+    use kube::Resource;
+    let (_s, c) = standin().await;
+    let nodes: Api<Node> = Api::all(c.clone());
+    let hvs: Api<Hypervisor> = Api::all(c.clone());
+    let evs: Api<Eviction> = Api::all(c.clone());
+    let owned =
+        |owner: &dyn Fn() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference| vec![owner()];
+    for name in ["n1", "n2", "n3"] {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        let n = nodes.create(&PostParams::default(), &n).await.unwrap();
+        let mut h = hv(name);
+        h.metadata.owner_references = Some(owned(&|| n.controller_owner_ref(&()).unwrap()));
+        let h = hvs.create(&PostParams::default(), &h).await.unwrap();
+        let mut e = Eviction::new(
+            &format!("{name}-ev"),
+            EvictionSpec {
+                hypervisor: name.into(),
+                reason: EvictionReason::AdminRequest,
+                options: Default::default(),
+            },
+        );
+        e.metadata.owner_references = Some(owned(&|| h.controller_owner_ref(&()).unwrap()));
+        e.metadata.finalizers = Some(vec!["hypervisor.cloud.sap/eviction".into()]);
+        evs.create(&PostParams::default(), &e).await.unwrap();
+    }
+    // Background: the Hypervisor goes; its Eviction is held by its finalizer.
+    nodes.delete("n1", &DeleteParams::default()).await.unwrap();
+    assert!(hvs.get_opt("n1").await.unwrap().is_none(), "dependent deleted with its owner");
+    let e = evs.get("n1-ev").await.unwrap();
+    assert!(e.metadata.deletion_timestamp.is_some(), "marked; its finalizer holds it");
+    let rm = json!({"metadata": {"finalizers": null}});
+    evs.patch("n1-ev", &PatchParams::default(), &Patch::Merge(&rm)).await.unwrap();
+    assert!(evs.get_opt("n1-ev").await.unwrap().is_none());
+    // Orphan: the Hypervisor stays, without the reference.
+    nodes
+        .delete(
+            "n2",
+            &DeleteParams {
+                propagation_policy: Some(kube::api::PropagationPolicy::Orphan),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let h = hvs.get("n2").await.unwrap();
+    assert!(h.metadata.owner_references.unwrap_or_default().is_empty());
+    // A reference removed before the owner goes: the dependent stays.
+    let drop_ref = json!({"metadata": {"ownerReferences": null}});
+    hvs.patch("n3", &PatchParams::default(), &Patch::Merge(&drop_ref)).await.unwrap();
+    nodes.delete("n3", &DeleteParams::default()).await.unwrap();
+    assert!(hvs.get_opt("n3").await.unwrap().is_some(), "no longer a dependent");
+    assert!(evs.get_opt("n3-ev").await.unwrap().is_some());
 }

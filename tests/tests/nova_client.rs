@@ -26,7 +26,8 @@ async fn the_client_sees_the_host_and_changes_it_idempotently() {
     let dir = tempdir("nova-client-ops");
     let nova = client(&env, &dir, None);
     let admin = Admin::login(&env).await.unwrap();
-    let host = env.nova.hosts[3].clone();
+    let claim = hv_tests::hosts::claim(&env).await;
+    let host = claim.host.clone();
     let agg = unique("nc-agg");
     admin.create_aggregate(&agg).await.unwrap();
 
@@ -85,7 +86,8 @@ async fn an_unknown_host_is_not_registered() {
 async fn a_wrong_password_is_a_rejection_and_a_dead_keystone_is_unreachable() {
     let env = hv_tests::env::require();
     let nova = client(&env, &tempdir("nova-client-badpw"), Some("wrong-password"));
-    let obs = nova.observe(&env.nova.hosts[0], &[]).await;
+    let claim = hv_tests::hosts::claim(&env).await;
+    let obs = nova.observe(&claim.host, &[]).await;
     assert!(matches!(&obs, NovaObs::Rejected(_)), "{obs:?}");
 
     let mut dead = env.clone();
@@ -100,7 +102,7 @@ async fn a_wrong_password_is_a_rejection_and_a_dead_keystone_is_unreachable() {
         first_pause: std::time::Duration::from_millis(10),
         ..HttpPolicy::default()
     };
-    let obs = NovaClient::new(Cloud::new(source, policy)).observe(&env.nova.hosts[0], &[]).await;
+    let obs = NovaClient::new(Cloud::new(source, policy)).observe(&claim.host, &[]).await;
     assert!(matches!(&obs, NovaObs::Unreachable(_)), "{obs:?}");
 }
 

@@ -1,19 +1,21 @@
 //! End to end: a Kubernetes Node appears and, with no human, is onboarded
 //! into Nova, tested by its agent and opened for scheduling, or stopped in
-//! Aborted with a cause an SRE can act on (issue 5).
+//! Aborted with a cause an SRE can act on (docs/lifecycle.md).
 //!
 //! Real `hv-coordinator`, `hv-agent` and `hvctl` binaries; the ground's real
 //! Keystone, Nova, Placement, libvirtd, OVSDB and Ceph; the Kubernetes API
-//! stand-in (or `KUBECONFIG`). Each test owns one Nova host, so the tests
-//! run in parallel.
+//! stand-in (or `KUBECONFIG`). Each test claims a Nova host of its own
+//! (`hv_tests::hosts`), so the tests run in parallel.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 
 use hv_coordinator::api::{Hypervisor, Phase};
+use hv_tests::hosts::{self, Claim};
 use hv_tests::openstack::Admin;
 use hv_tests::region::{AgentPeers, PrivateOvsdb, Proc, Region, ceph_client, set_ceph_caps};
+use hv_tests::wait::{Poll, ready_when, until};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -30,28 +32,23 @@ fn unique(prefix: &str) -> String {
 
 /// grpc.health.v1 Check, as grpc_health_probe does it. Err is the gRPC code.
 async fn health(url: &str, service: &str) -> Result<ServingStatus, tonic::Code> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let channel = loop {
+    let channel = until(&format!("coordinator {url}"), Duration::from_secs(20), String::new, || async {
         match tonic::transport::Endpoint::from_shared(url.to_string()).unwrap().connect().await {
-            Ok(c) => break c,
-            Err(e) if tokio::time::Instant::now() > deadline => panic!("coordinator {url}: {e}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            Ok(c) => Poll::Ready(c),
+            Err(e) => Poll::Pending(e.to_string()),
         }
-    };
+    })
+    .await;
     let rsp = HealthClient::new(channel).check(HealthCheckRequest { service: service.into() }).await;
     rsp.map(|r| r.into_inner().status()).map_err(|s| s.code())
 }
 
 async fn wait_health(url: &str, service: &str, want: ServingStatus) {
-    let deadline = tokio::time::Instant::now() + SOON;
-    loop {
+    let _ = until(&format!("{service} {want:?}"), SOON, String::new, || async {
         let got = health(url, service).await;
-        if got == Ok(want) {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{service} stayed {got:?}, wanted {want:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        ready_when(got == Ok(want), got)
+    })
+    .await;
 }
 
 /// Waits for Aborted; `condition` must carry `reason` and name `cause`.
@@ -76,24 +73,21 @@ async fn retry_to_active(region: &Region, host: &str, coord: &Proc) {
     region.wait_phase(host, Phase::Active, SOON, coord).await;
 }
 
-async fn events_for(region: &Region, name: &str) -> Vec<(String, String)> {
-    let api: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::all(region.kube.client.clone());
-    let list = api.list(&Default::default()).await.unwrap();
-    list.items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
-        .collect()
+/// A region with a claimed host, and a coordinator.
+async fn region_with_host(test: &str, extra: &[&str]) -> (Region, Claim, Proc) {
+    let region = Region::start(test).await;
+    let host = hosts::claim(&region.env).await;
+    let coord = region.coordinator(None, extra);
+    (region, host, coord)
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_new_node_is_onboarded_tested_and_activated() {
-    let region = Region::start("happy").await;
+async fn a_new_node_is_onboarded_and_waits_in_testing_disabled_without_an_agent() {
+    let (region, claim, coord) = region_with_host("onboard", &[]).await;
+    let host = claim.host.as_str();
     let admin = Admin::login(&region.env).await.unwrap();
-    let host = "compute-1";
     let agg = unique("e2e-az");
     admin.create_aggregate(&agg).await.unwrap();
-    let coord = region.coordinator(None, &[]);
     let url = region.grpc_url();
     wait_health(&url, "", ServingStatus::Serving).await;
     assert_eq!(
@@ -103,7 +97,6 @@ async fn a_new_node_is_onboarded_tested_and_activated() {
     );
 
     region.create_node(host, &[(AGGREGATES, &agg), (TRAITS, "CUSTOM_HV_E2E")]).await;
-    // No agent yet: the node is onboarded and waits in Testing.
     let hv = region.wait_phase(host, Phase::Testing, SOON, &coord).await;
     region.wait_condition(host, "Tested", "WaitingForAgent", &coord).await;
     assert!(admin.aggregates_of(host).await.unwrap().contains(&agg), "host added to {agg} in Nova");
@@ -116,61 +109,105 @@ async fn a_new_node_is_onboarded_tested_and_activated() {
     assert_eq!(health(&url, &format!("node/{host}")).await, Ok(ServingStatus::NotServing));
     let owner = hv.metadata.owner_references.clone().unwrap_or_default();
     assert_eq!(owner.first().map(|o| (o.kind.as_str(), o.name.as_str())), Some(("Node", host)));
+}
 
-    let mut agent = region.agent(host, &AgentPeers::default());
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agents_checks_activate_the_node_and_open_scheduling() {
+    let (region, claim, coord) = region_with_host("activate", &[]).await;
+    let host = claim.host.as_str();
+    let admin = Admin::login(&region.env).await.unwrap();
+    let _agent = region.agent(host, &AgentPeers::default());
+    region.create_node(host, &[]).await;
     let hv = region.wait_phase(host, Phase::Active, SOON, &coord).await;
     let status = hv.status.clone().unwrap();
     assert!(!status.checks.is_empty() && status.checks.iter().all(|c| c.passed), "{:?}", status.checks);
     assert!(status.checks.iter().any(|c| c.name == "ovs-bridge/br-ex"));
-    assert_eq!(status.lib_virt_version.as_deref().map(|v| !v.is_empty()), Some(true));
+    assert_eq!(status.libvirt_version.as_deref().map(|v| !v.is_empty()), Some(true));
+    let svc = admin.service(host).await.unwrap().unwrap();
     assert_eq!(status.service_id.as_deref(), svc["id"].as_str());
-    assert_eq!(admin.service(host).await.unwrap().unwrap()["status"], "enabled", "scheduling opened in Nova");
-    wait_health(&url, &format!("node/{host}"), ServingStatus::Serving).await;
-    let reasons: Vec<String> = events_for(&region, host).await.into_iter().map(|e| e.0).collect();
+    assert_eq!(svc["status"], "enabled", "scheduling opened in Nova");
+    wait_health(&region.grpc_url(), &format!("node/{host}"), ServingStatus::Serving).await;
+    let reasons: Vec<String> = region.events_for(host).await.into_iter().map(|e| e.0).collect();
     for phase in ["Onboarding", "Testing", "Ready", "Active"] {
         assert!(reasons.iter().any(|r| r == phase), "an Event for {phase}: {reasons:?}");
     }
+}
 
-    // Someone re-enables... here: disables the host behind our back. The
-    // drift check puts it back and says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_service_disabled_by_hand_is_re_enabled_with_a_drift_event() {
+    let (region, claim, coord) = region_with_host("drift", &["--skip-tests"]).await;
+    let host = claim.host.as_str();
+    let admin = Admin::login(&region.env).await.unwrap();
+    region.create_node(host, &[]).await;
+    region.wait_phase(host, Phase::Active, SOON, &coord).await;
     admin
         .set_service(host, serde_json::json!({"status": "disabled", "disabled_reason": "by hand"}))
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + SOON;
-    while admin.service(host).await.unwrap().unwrap()["status"] != "enabled" {
-        assert!(tokio::time::Instant::now() < deadline, "drift not repaired:\n{}", coord.tail(30));
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let events = events_for(&region, host).await;
-        if events.iter().any(|e| e.0 == "DriftRepaired" && e.1.contains("by hand")) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "a DriftRepaired Event naming the old reason: {events:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    until(
+        "the drift repaired",
+        SOON,
+        || coord.tail(30),
+        || async {
+            let svc = admin.service(host).await.unwrap().unwrap_or_default();
+            ready_when(svc["status"] == "enabled", svc)
+        },
+    )
+    .await;
+    until(
+        "a DriftRepaired Event naming the old reason",
+        Duration::from_secs(10),
+        || coord.tail(10),
+        || async {
+            let events = region.events_for(host).await;
+            ready_when(events.iter().any(|e| e.0 == "DriftRepaired" && e.1.contains("by hand")), events)
+        },
+    )
+    .await;
+}
 
-    // The fleet API, through the real hvctl.
-    let out = std::process::Command::new(hv_tests::region::bin("hvctl"))
-        .args(["--coordinator", &url, "list"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.lines().any(|l| l.starts_with(host) && l.contains("Active") && l.contains("yes")), "{text}");
-
+#[tokio::test(flavor = "multi_thread")]
+async fn hvctl_lists_the_fleet_and_reflection_names_the_services() {
+    let (region, claim, coord) = region_with_host("fleet", &["--skip-tests"]).await;
+    let host = claim.host.as_str();
+    let _agent = region.agent(host, &AgentPeers::default());
+    region.create_node(host, &[]).await;
+    region.wait_phase(host, Phase::Active, SOON, &coord).await;
+    let url = region.grpc_url();
+    let text = until(
+        "hvctl to show the node Active with its agent",
+        SOON,
+        || coord.tail(10),
+        || async {
+            let out = std::process::Command::new(hv_tests::region::bin("hvctl"))
+                .args(["--coordinator", &url, "list"])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            ready_when(
+                text.lines().any(|l| l.starts_with(host) && l.contains("Active") && l.contains("yes")),
+                text,
+            )
+        },
+    )
+    .await;
+    assert!(text.starts_with("NAME"), "{text}");
     // Reflection: grpcurl and grpc_health_probe need no proto files.
     let services = reflected_services(&url).await;
     for svc in ["hv.v1.AgentService", "hv.v1.FleetService", "grpc.health.v1.Health"] {
         assert!(services.iter().any(|s| s == svc), "{svc} listed by reflection: {services:?}");
     }
+}
 
-    // Maintenance on the empty host, then cleared: the agent's checks run
-    // again (a new test run) before scheduling reopens.
+#[tokio::test(flavor = "multi_thread")]
+async fn clearing_maintenance_runs_the_checks_again_before_scheduling_reopens() {
+    let (region, claim, coord) = region_with_host("retest", &[]).await;
+    let host = claim.host.as_str();
+    let admin = Admin::login(&region.env).await.unwrap();
+    let url = region.grpc_url();
+    let _agent = region.agent(host, &AgentPeers::default());
+    region.create_node(host, &[]).await;
+    let hv = region.wait_phase(host, Phase::Active, SOON, &coord).await;
     let run_before = hv.status.as_ref().map_or(0, |s| s.lifecycle.test_run);
     let hvs: kube::Api<Hypervisor> = kube::Api::all(region.kube.client.clone());
     let patch = serde_json::json!({"spec": {"maintenance": "manual", "maintenanceReason": "kernel update"}});
@@ -192,34 +229,41 @@ async fn a_new_node_is_onboarded_tested_and_activated() {
     assert!(!status.checks.is_empty() && status.checks.iter().all(|c| c.passed), "{:?}", status.checks);
     assert_eq!(admin.service(host).await.unwrap().unwrap()["status"], "enabled");
     wait_health(&url, &format!("node/{host}"), ServingStatus::Serving).await;
+}
 
-    // The agent goes away: the node stops answering SERVING at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_going_away_turns_the_nodes_health_not_serving() {
+    let (region, claim, coord) = region_with_host("agentgone", &[]).await;
+    let host = claim.host.as_str();
+    let mut agent = region.agent(host, &AgentPeers::default());
+    region.create_node(host, &[]).await;
+    region.wait_phase(host, Phase::Active, SOON, &coord).await;
+    let url = region.grpc_url();
+    wait_health(&url, &format!("node/{host}"), ServingStatus::Serving).await;
     agent.kill();
     wait_health(&url, &format!("node/{host}"), ServingStatus::NotServing).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn skip_tests_goes_straight_to_ready_and_active() {
-    let region = Region::start("skip").await;
+    let (region, claim, coord) = region_with_host("skip", &[]).await;
+    let host = claim.host.as_str();
     let admin = Admin::login(&region.env).await.unwrap();
-    let host = "compute-2";
-    let coord = region.coordinator(None, &[]);
     region.create_node(host, &[(SKIP_TESTS, "true")]).await;
     let hv = region.wait_phase(host, Phase::Active, SOON, &coord).await;
     assert_eq!(Region::condition(&hv, "Tested").1, "Skipped");
     assert!(hv.status.unwrap().checks.is_empty(), "no checks ran");
-    let phases: Vec<String> = events_for(&region, host).await.into_iter().map(|e| e.0).collect();
+    let phases: Vec<String> = region.events_for(host).await.into_iter().map(|e| e.0).collect();
     assert!(!phases.iter().any(|p| p == "Testing"), "never in Testing: {phases:?}");
     assert_eq!(admin.service(host).await.unwrap().unwrap()["status"], "enabled");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_aggregate_aborts_and_a_retry_after_the_fix_succeeds() {
-    let region = Region::start("noagg").await;
+    let (region, claim, coord) = region_with_host("noagg", &[]).await;
+    let host = claim.host.as_str();
     let admin = Admin::login(&region.env).await.unwrap();
-    let host = "compute-3";
     let agg = unique("e2e-missing");
-    let coord = region.coordinator(None, &[]);
     let _agent = region.agent(host, &AgentPeers::default());
     region.create_node(host, &[(AGGREGATES, &agg)]).await;
     let hv = expect_abort(&region, host, "Aborted", "AggregateNotFound", &agg, &coord).await;
@@ -233,32 +277,65 @@ async fn a_missing_aggregate_aborts_and_a_retry_after_the_fix_succeeds() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_missing_br_ex_aborts_and_a_retry_after_the_fix_succeeds() {
-    let region = Region::start("nobrex").await;
-    let host = "compute-4";
+async fn a_missing_br_ex_and_a_standalone_br_int_abort_and_a_retry_after_the_fix_succeeds() {
+    let (region, claim, coord) = region_with_host("nobrex", &[]).await;
+    let host = claim.host.as_str();
     let ovs = PrivateOvsdb::start(&region.dir, &["br-int"]).unwrap();
-    let coord = region.coordinator(None, &[]);
+    // A learning switch where the integration bridge must drop what its
+    // controller did not program.
+    ovs.set_fail_mode("br-int", "standalone").unwrap();
     let _agent = region.agent(host, &AgentPeers { ovsdb: Some(ovs.remote.clone()), ..Default::default() });
     region.create_node(host, &[]).await;
     let hv = expect_abort(&region, host, "Tested", "ChecksFailed", "br-ex", &coord).await;
-    let failed: Vec<String> =
-        hv.status.unwrap().checks.into_iter().filter(|c| !c.passed).map(|c| c.name).collect();
-    assert_eq!(failed, vec!["ovs-bridge/br-ex".to_string()]);
+    let failed: Vec<(String, String)> =
+        hv.status.unwrap().checks.into_iter().filter(|c| !c.passed).map(|c| (c.name, c.message)).collect();
+    let names: Vec<&str> = failed.iter().map(|f| f.0.as_str()).collect();
+    assert_eq!(names, vec!["ovs-bridge/br-int", "ovs-bridge/br-ex"], "{failed:?}");
+    assert_eq!(failed[0].1, "bridge br-int: fail_mode: wanted secure, found standalone");
 
     ovs.add_bridge("br-ex").unwrap();
+    ovs.set_fail_mode("br-int", "secure").unwrap();
     retry_to_active(&region, host, &coord).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_node_named_unlike_its_nova_host_is_mapped_and_an_unmapped_one_names_the_close_hosts() {
+    let (region, claim, coord) =
+        region_with_host("novahost", &["--nova-host-strip-suffix", ".example.local"]).await;
+    let admin = Admin::login(&region.env).await.unwrap();
+    let nova_host = claim.host.as_str();
+    let node = format!("{nova_host}.example.local");
+    let unmapped = format!("{nova_host}.elsewhere.test");
+    let (node, unmapped) = (node.as_str(), unmapped.as_str());
+    let _agent = region.agent(node, &AgentPeers::default());
+    region.create_node(node, &[]).await;
+    region.create_node(unmapped, &[]).await;
+
+    let hv = region.wait_phase(node, Phase::Active, SOON, &coord).await;
+    assert_eq!(hv.spec.nova_host, nova_host);
+    assert_eq!(hv.status.as_ref().and_then(|s| s.lifecycle.nova_host.as_deref()), Some(nova_host));
+    assert_eq!(admin.service(nova_host).await.unwrap().unwrap()["status"], "enabled");
+    wait_health(&region.grpc_url(), &format!("node/{node}"), ServingStatus::Serving).await;
+
+    // The same short name without a mapping: the condition says where to look.
+    let msg = region.wait_condition(unmapped, "Onboarded", "NovaHostNotFound", &coord).await;
+    assert!(msg.contains(&format!("{nova_host} (same short name as {unmapped})")), "{msg}");
+    assert!(msg.contains("spec.novaHost"), "{msg}");
+    assert_eq!(
+        region.hypervisor(unmapped).await.and_then(|h| h.status).and_then(|s| s.phase),
+        Some(Phase::Onboarding)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_unreadable_ceph_pool_aborts_and_a_retry_after_the_fix_succeeds() {
-    let region = Region::start("noceph").await;
-    let host = "compute-5";
+    let (region, claim, coord) = region_with_host("noceph", &[]).await;
+    let host = claim.host.as_str();
     let env = &region.env;
     let id = format!("e2e-{}", std::process::id());
     let pool = env.ceph.readable_pool.clone();
     let wrong = format!("profile rbd pool={}", env.ceph.forbidden_pool);
     let keyring = ceph_client(env, &id, &wrong, &region.dir).unwrap();
-    let coord = region.coordinator(None, &[]);
     let peers = AgentPeers { ceph_id: Some(id.clone()), ceph_keyring: Some(keyring), ..Default::default() };
     let _agent = region.agent(host, &peers);
     region.create_node(host, &[(POOLS, &pool)]).await;
@@ -271,7 +348,8 @@ async fn an_unreadable_ceph_pool_aborts_and_a_retry_after_the_fix_succeeds() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_wrong_keystone_password_aborts_and_a_retry_after_the_fix_succeeds() {
     let region = Region::start("badpw").await;
-    let host = "compute-6";
+    let claim = hosts::claim(&region.env).await;
+    let host = claim.host.as_str();
     let mut coord = region.coordinator(Some("not-the-password"), &[]);
     let _agent = region.agent(host, &AgentPeers::default());
     region.create_node(host, &[]).await;
@@ -291,19 +369,23 @@ async fn a_wrong_keystone_password_aborts_and_a_retry_after_the_fix_succeeds() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_coordinator_killed_mid_onboarding_resumes_without_repeating_nova_calls() {
-    let region = Region::start("restart").await;
+    let (region, claim, mut coord) = region_with_host("restart", &[]).await;
+    let host = claim.host.as_str();
     let admin = Admin::login(&region.env).await.unwrap();
-    let host = "compute-7";
     let agg = unique("e2e-restart");
     let agg_id = admin.create_aggregate(&agg).await.unwrap();
-    let mut coord = region.coordinator(None, &[]);
     region.create_node(host, &[(AGGREGATES, &agg), (TRAITS, "CUSTOM_HV_RESTART")]).await;
     // Kill it the moment Nova shows the host in the aggregate.
-    let deadline = tokio::time::Instant::now() + SOON;
-    while !admin.aggregates_of(host).await.unwrap().contains(&agg) {
-        assert!(tokio::time::Instant::now() < deadline, "never added:\n{}", coord.tail(30));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until(
+        "the host in its aggregate",
+        SOON,
+        || coord.tail(30),
+        || async {
+            let aggs = admin.aggregates_of(host).await.unwrap();
+            ready_when(aggs.contains(&agg), aggs)
+        },
+    )
+    .await;
     coord.kill();
     let killed_in = region.hypervisor(host).await.and_then(|h| h.status).and_then(|s| s.phase);
 
@@ -319,9 +401,8 @@ async fn a_coordinator_killed_mid_onboarding_resumes_without_repeating_nova_call
 
 #[tokio::test(flavor = "multi_thread")]
 async fn only_the_leader_acts_and_a_stopped_leader_hands_over() {
-    let region = Region::start("leader").await;
-    let host = "compute-8";
-    let mut first = region.coordinator(None, &[]);
+    let (region, claim, mut first) = region_with_host("leader", &[]).await;
+    let host = claim.host.as_str();
     wait_health(&region.grpc_url(), "", ServingStatus::Serving).await;
     let other_port = hv_tests::region::free_port();
     let second = region.coordinator_on(other_port, None, &[]);
@@ -329,26 +410,27 @@ async fn only_the_leader_acts_and_a_stopped_leader_hands_over() {
     // The follower says it is not serving, and turns agents away.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(health(&second_url, "").await, Ok(ServingStatus::NotServing));
-    assert_eq!(agent_connect_code(&second_url).await, tonic::Code::Unavailable);
+    assert_eq!(agent_connect_code(&second_url, host).await, tonic::Code::Unavailable);
 
     region.create_node(host, &[(SKIP_TESTS, "true")]).await;
     region.wait_phase(host, Phase::Active, SOON, &first).await;
     first.stop();
     wait_health(&second_url, "", ServingStatus::Serving).await;
     // The new leader has the node in hand: it answers for it.
-    let deadline = tokio::time::Instant::now() + SOON;
-    while health(&second_url, &format!("node/{host}")).await != Ok(ServingStatus::NotServing) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "new leader never reconciled {host}:\n{}",
-            second.tail(30)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let _ = until(
+        &format!("the new leader to answer for {host}"),
+        SOON,
+        || second.tail(30),
+        || async {
+            let got = health(&second_url, &format!("node/{host}")).await;
+            ready_when(got == Ok(ServingStatus::NotServing), got)
+        },
+    )
+    .await;
 }
 
 /// Opens AgentService.Connect with a Hello and answers the gRPC code.
-async fn agent_connect_code(url: &str) -> tonic::Code {
+async fn agent_connect_code(url: &str, node: &str) -> tonic::Code {
     use hv_proto::v1::agent_message::Payload;
     use hv_proto::v1::agent_service_client::AgentServiceClient;
     use hv_proto::v1::{AgentMessage, Hello};
@@ -356,7 +438,7 @@ async fn agent_connect_code(url: &str) -> tonic::Code {
     let hello = AgentMessage {
         seq: 0,
         sent_at: None,
-        payload: Some(Payload::Hello(Hello { node: "compute-8".into(), ..Default::default() })),
+        payload: Some(Payload::Hello(Hello { node: node.into(), ..Default::default() })),
     };
     let rsp = AgentServiceClient::new(channel).connect(tokio_stream::iter(vec![hello])).await;
     match rsp {

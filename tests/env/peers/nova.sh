@@ -1,11 +1,12 @@
 # Placement (its own process, sqlite, gunicorn) and a Nova region in one
 # process (nova_region.py), both validating real Keystone tokens. Compute
-# hosts compute-1..10 run the fake live-migration driver (one per scenario
+# hosts compute-1..17 run the fake live-migration driver (one per scenario
 # of the end-to-end tests, so they can run in parallel; compute-9 and
-# compute-10 are the ones the decommission tests retire).
+# compute-10 are the ones the decommission tests retire). The region's
+# control port stops and starts a fake host's nova-compute.
 start_nova() {
-  local dir="$HV_ENV_DIR/nova" pport nport ks paste
-  pport=$(free_port); nport=$(free_port)
+  local dir="$HV_ENV_DIR/nova" pport nport cport ks paste
+  pport=$(free_port); nport=$(free_port); cport=$(free_port)
   ks=$(jq -r .keystone.auth_url "$ENV_FILE.partial")
   mkdir -p "$dir/placement"
   local authtoken="www_authenticate_uri = $ks
@@ -44,9 +45,10 @@ CONF
 username = nova
 password = nova-secret" '{print} /^\[filter:authtoken\]/{getline; print; print conf}' \
     "$VENV/etc/nova/api-paste.ini" > "$paste"
-  jq -n --arg paste "$paste" --arg ks "$ks" --argjson port "$nport" --arg log "$LOGS/nova-api-access.log" \
-    '{paste: $paste, auth_url: $ks, port: $port, access_log: $log,
-      hosts: [range(1; 11) | "compute-\(.)"]}' > "$dir/region.json"
+  jq -n --arg paste "$paste" --arg ks "$ks" --argjson port "$nport" --argjson cport "$cport" \
+    --arg log "$LOGS/nova-api-access.log" --arg requests "$LOGS/nova-api-requests.jsonl" \
+    '{paste: $paste, auth_url: $ks, port: $port, control_port: $cport, access_log: $log, request_log: $requests,
+      hosts: [range(1; 18) | "compute-\(.)"]}' > "$dir/region.json"
   "$VENV/bin/python" "$(dirname "$0")/nova_region.py" "$dir/region.json" "$dir/ready.json" \
     >>"$LOGS/nova-region.log" 2>&1 &
   record nova-region $!
@@ -54,5 +56,6 @@ password = nova-secret" '{print} /^\[filter:authtoken\]/{getline; print; print c
   put --arg nova "http://127.0.0.1:$nport/v2.1" --arg placement "http://127.0.0.1:$pport" \
       --slurpfile ready "$dir/ready.json" '.nova = {
       compute_url: $nova, placement_url: $placement, hosts: $ready[0].hosts,
+      control_url: $ready[0].control_url,
       compute_microversion: "2.96", placement_microversion: "1.39" }'
 }

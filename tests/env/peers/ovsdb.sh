@@ -1,5 +1,6 @@
 # ovsdb-server with the Open_vSwitch schema, userspace only (no kernel
-# module, no vswitchd, so no tap devices), with br-int and br-ex created.
+# module, no vswitchd, so no tap devices), with br-int (fail mode secure, as
+# Neutron and OVN set it) and br-ex created.
 start_ovsdb() {
   local dir="$HV_ENV_DIR/ovs" port
   port=$(free_port)
@@ -15,6 +16,7 @@ start_ovsdb() {
   for br in br-int br-ex; do
     ovs-vsctl --db="unix:$dir/db.sock" --no-wait add-br "$br"
   done
+  ovs-vsctl --db="unix:$dir/db.sock" --no-wait set-fail-mode br-int secure
   put --argjson port "$port" --arg sock "$dir/db.sock" '.ovsdb = {
       host: "127.0.0.1", port: $port, tcp: "tcp:127.0.0.1:\($port)", unix: "unix:\($sock)",
       bridges: ["br-int", "br-ex"] }'

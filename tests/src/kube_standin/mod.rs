@@ -13,6 +13,14 @@
 //! - create (with `generateName`), replace, delete; merge patch (RFC 7386),
 //!   JSON patch (RFC 6902, `test` included) and server-side apply, on the
 //!   main resource and on `/status`;
+//! - server-side apply with field ownership per field manager (`ownership`):
+//!   a field a manager applied and omits now is removed unless another
+//!   owns it, keyed lists (`x-kubernetes-list-type: map`) merge by key and
+//!   their elements are owned one by one, another applier's field is a 409
+//!   conflict unless forced, and forcing takes it over;
+//! - the garbage collector: when an object goes, the objects whose
+//!   ownerReferences name it are deleted (their finalizers respected), or
+//!   orphaned with `propagationPolicy: Orphan`;
 //! - the status subresource: writes to the main resource never change
 //!   status, writes to `/status` change nothing else; `metadata.generation`
 //!   moves only when something outside metadata and status changes;
@@ -25,19 +33,22 @@
 //!
 //! Limits (what a real API server does and this one does not):
 //! - strategic merge patch is rejected (415): use merge or JSON patch;
-//! - server-side apply merges the applied object into the live one (maps
-//!   recursively, lists replaced whole, except `x-kubernetes-list-type: map`
-//!   lists of the CRDs, merged by key); it tracks no field ownership, so it
-//!   never reports conflicts and never removes fields a manager stopped applying;
+//! - apply tracks only appliers: fields changed by non-apply writes (PUT,
+//!   merge and JSON patch) keep their apply owner, where the API server would
+//!   record an `Update` manager; metadata (labels, annotations) is not
+//!   tracked; `managedFields` is not shown in objects;
 //! - no schema validation, defaulting, pruning, CEL rules, admission or
 //!   webhooks (the CEL rules are tested with kube-cel in `tests/tests/crds.rs`);
 //! - no OpenAPI document: `kubectl apply` needs `--validate=false`
 //!   (`kubectl get` works, with the CRDs' printer columns as a Table);
 //! - no authentication or authorization; no pagination (`limit` is ignored,
 //!   lists are whole); namespaces need not exist;
-//! - no garbage collection by owner references;
+//! - the garbage collector runs at once, in the request that removes the
+//!   owner; `Foreground` deletion behaves like `Background`, and
+//!   `blockOwnerDeletion` is ignored;
 //! - the watch history keeps the last 10,000 events.
 
+mod ownership;
 mod resources;
 mod server;
 mod store;

@@ -13,14 +13,12 @@ use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, broadcast, mpsc};
 
 use super::resources::{self, ResourceType};
-use super::store::{ApiError, Key, Part, Store, WatchEvent, apply_merge};
+use super::store::{ApiError, Key, Part, Store, WatchEvent};
 
 type Body = BoxBody<Bytes, Infallible>;
 
@@ -56,18 +54,16 @@ impl StandIn {
         let listener =
             tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("binding {addr}: {e}"))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else { continue };
-                let store = store.clone();
-                tokio::spawn(async move {
-                    let svc = service_fn(move |req| handle(store.clone(), req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
-                });
+        let limits = hv_listen::Limits { max_connections: 1024, ..Default::default() };
+        let task = tokio::spawn(hv_listen::accept_loop(listener, limits, move |req| {
+            let store = store.clone();
+            async move {
+                match handle(store, req).await {
+                    Ok(r) => r,
+                    Err(never) => match never {},
+                }
             }
-        });
+        }));
         Ok(StandIn { addr, task })
     }
 
@@ -516,7 +512,6 @@ async fn object_verb(
     let part = if t.status { Part::Status } else { Part::Main };
     let ns = t.namespace.clone().unwrap_or_default();
     let mut s = store.lock().await;
-    let rt = s.types[t.resource].clone();
     let key = |name: &str| -> Key { (t.resource, ns.clone(), name.to_string()) };
     match (method, &t.name) {
         (&Method::POST, None) => {
@@ -531,7 +526,15 @@ async fn object_verb(
             }
             s.update(&key(name), obj, part).map(|v| (200, v))
         }
-        (&Method::DELETE, Some(name)) => s.delete(&key(name), &now()).map(|v| (200, v)),
+        (&Method::DELETE, Some(name)) => {
+            // DeleteOptions in the body: propagationPolicy Orphan leaves the
+            // dependents (Background and Foreground delete them).
+            let orphan = serde_json::from_slice::<Value>(body)
+                .ok()
+                .and_then(|o| o.get("propagationPolicy").and_then(Value::as_str).map(|p| p == "Orphan"))
+                .unwrap_or(false);
+            s.delete(&key(name), &now(), orphan).map(|v| (200, v))
+        }
         (&Method::PATCH, Some(name)) => {
             let k = key(name);
             let media = ctype.split(';').next().unwrap_or("").trim();
@@ -550,29 +553,15 @@ async fn object_verb(
                     s.update(&k, doc, part).map(|v| (200, v))
                 }
                 "application/apply-patch+yaml" => {
-                    if q.get("fieldManager").is_none_or(|m| m.is_empty()) {
+                    let Some(manager) = q.get("fieldManager").filter(|m| !m.is_empty()) else {
                         return Err(ApiError::new(
                             400,
                             "BadRequest",
                             "fieldManager is required for apply patch",
                         ));
-                    }
-                    let applied = parse()?;
-                    if !s.contains(&k) {
-                        if t.status {
-                            return Err(ApiError::not_found(&rt, name));
-                        }
-                        let mut obj = applied;
-                        obj["metadata"]["name"] = json!(name);
-                        return s.create(t.resource, &ns, obj, &now()).map(|v| (201, v));
-                    }
-                    let live = s.get(&k)?;
-                    let mut merged = apply_merge(&live, &applied, &rt.map_lists, "");
-                    // Apply carries no precondition unless the applied object names a version.
-                    if applied.pointer("/metadata/resourceVersion").is_none() {
-                        merged["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"].clone();
-                    }
-                    s.update(&k, merged, part).map(|v| (200, v))
+                    };
+                    let force = q.get("force").is_some_and(|f| f == "true");
+                    s.apply(&k, parse()?, manager, force, part, &now())
                 }
                 "application/strategic-merge-patch+json" => Err(ApiError::new(
                     415,

@@ -1,11 +1,12 @@
 //! The stand-in's state: objects, resource versions and the event history,
 //! with the API server's object semantics (see the module doc in `mod.rs`).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
+use super::ownership::{self, Owners};
 use super::resources::ResourceType;
 
 /// A `Status` error, as the API server sends it.
@@ -46,6 +47,11 @@ pub struct WatchEvent {
 pub struct Store {
     pub types: Vec<ResourceType>,
     objects: BTreeMap<Key, Value>,
+    /// Who applied which fields of each object (`ownership`).
+    owners: BTreeMap<Key, Owners>,
+    /// Objects deleted with `propagationPolicy: Orphan` while finalizers
+    /// held them: their dependents are orphaned, not deleted, when they go.
+    orphaning: BTreeSet<Key>,
     rv: u64,
     history: VecDeque<WatchEvent>,
     /// The oldest resourceVersion from which a watch can still resume.
@@ -68,6 +74,8 @@ impl Store {
         Store {
             types,
             objects: BTreeMap::new(),
+            owners: BTreeMap::new(),
+            orphaning: BTreeSet::new(),
             rv: 1,
             history: VecDeque::new(),
             oldest: 1,
@@ -232,6 +240,8 @@ impl Store {
         if deleting && no_finalizers {
             self.objects.remove(key);
             self.emit(key.0, &key.1, "DELETED", new.clone(), rv);
+            let orphan = self.orphaning.remove(key);
+            self.collect_garbage(key, &new, orphan, now_of(&new));
             return Ok(new);
         }
         self.objects.insert(key.clone(), new.clone());
@@ -239,12 +249,17 @@ impl Store {
         Ok(new)
     }
 
-    /// Delete, or mark for deletion while finalizers remain.
-    pub fn delete(&mut self, key: &Key, now: &str) -> Result<Value, ApiError> {
+    /// Delete, or mark for deletion while finalizers remain. Its dependents
+    /// (objects whose ownerReferences name it) are deleted when it goes, or
+    /// orphaned (the reference removed) when `orphan`.
+    pub fn delete(&mut self, key: &Key, now: &str, orphan: bool) -> Result<Value, ApiError> {
         let mut live = self.get(key)?;
         let finalizers =
             live.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
         if finalizers {
+            if orphan {
+                self.orphaning.insert(key.clone());
+            }
             if live.pointer("/metadata/deletionTimestamp").is_some() {
                 return Ok(live);
             }
@@ -260,12 +275,107 @@ impl Store {
         self.objects.remove(key);
         metadata_mut(&mut live)?.insert("resourceVersion".into(), json!(rv.to_string()));
         self.emit(key.0, &key.1, "DELETED", live.clone(), rv);
+        self.collect_garbage(key, &live, orphan, now);
         Ok(live)
+    }
+
+    /// The garbage collector, for an owner that is gone: each dependent
+    /// (ownerReferences naming its uid) is deleted in the background (its
+    /// own finalizers respected, its own dependents after it), or orphaned.
+    /// Like the API server's, it runs after the owner is removed; unlike it,
+    /// at once and in the same call.
+    fn collect_garbage(&mut self, owner_key: &Key, owner: &Value, orphan: bool, now: &str) {
+        self.owners.remove(owner_key);
+        let Some(uid) = owner.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_string) else {
+            return;
+        };
+        let dependents: Vec<Key> = self
+            .objects
+            .iter()
+            .filter(|(_, v)| {
+                v.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {
+                    refs.iter().any(|r| r.get("uid").and_then(Value::as_str) == Some(uid.as_str()))
+                })
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for dep in dependents {
+            let Ok(mut obj) = self.get(&dep) else { continue };
+            if orphan {
+                if let Some(refs) = obj.pointer_mut("/metadata/ownerReferences").and_then(Value::as_array_mut)
+                {
+                    refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()));
+                }
+                let _ = self.update(&dep, obj, Part::Main);
+            } else {
+                let _ = self.delete(&dep, now, false);
+            }
+        }
+    }
+
+    /// Server-side apply of `applied` by `manager` to `part` of the object
+    /// (created when missing), with field ownership (`ownership`).
+    pub fn apply(
+        &mut self,
+        key: &Key,
+        applied: Value,
+        manager: &str,
+        force: bool,
+        part: Part,
+        now: &str,
+    ) -> Result<(u16, Value), ApiError> {
+        let rt = self.types[key.0].clone();
+        let status = part == Part::Status;
+        // The part an apply may change: status through /status, the rest
+        // (not status, when it is a subresource) through the object.
+        let mut mine = applied.clone();
+        if let Some(o) = mine.as_object_mut() {
+            o.remove("apiVersion");
+            o.remove("kind");
+            o.remove("metadata");
+            if status {
+                o.retain(|k, _| k == "status");
+            } else if rt.status_subresource {
+                o.remove("status");
+            }
+        }
+        if !self.contains(key) {
+            if status {
+                return Err(ApiError::not_found(&rt, &key.2));
+            }
+            let mut obj = applied;
+            obj["metadata"]["name"] = json!(key.2);
+            let created = self.create(key.0, &key.1, obj, now)?;
+            let owners = self.owners.entry(key.clone()).or_default();
+            let mut merged = created.clone();
+            let by = ownership::Applier { manager, status, force: true };
+            let _ = ownership::apply(owners, &by, &Value::Null, &mine, &mut merged, &rt.map_lists);
+            return Ok((201, created));
+        }
+        let live = self.get(key)?;
+        let mut merged = apply_merge(&live, &applied, &rt.map_lists, "");
+        let owners = self.owners.entry(key.clone()).or_default();
+        let mut trial = owners.clone();
+        let by = ownership::Applier { manager, status, force };
+        ownership::apply(&mut trial, &by, &live, &mine, &mut merged, &rt.map_lists)
+            .map_err(|m| ApiError::new(409, "Conflict", m))?;
+        // Apply carries no precondition unless the applied object names a version.
+        if applied.pointer("/metadata/resourceVersion").is_none() {
+            merged["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"].clone();
+        }
+        let out = self.update(key, merged, part)?;
+        self.owners.insert(key.clone(), trial);
+        Ok((200, out))
     }
 
     pub fn contains(&self, key: &Key) -> bool {
         self.objects.contains_key(key)
     }
+}
+
+/// `deletionTimestamp` of an object, for dependents deleted with it.
+fn now_of(obj: &Value) -> &str {
+    obj.pointer("/metadata/deletionTimestamp").and_then(Value::as_str).unwrap_or("1970-01-01T00:00:00Z")
 }
 
 fn metadata_mut(obj: &mut Value) -> Result<&mut Map<String, Value>, ApiError> {

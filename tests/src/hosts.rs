@@ -1,0 +1,172 @@
+//! The ground's fake Nova hosts, handed out to tests: no test names a host.
+//!
+//! A test claims a host and holds it until its claim is dropped; the claim
+//! is a file in `$HV_ENV_DIR/hosts/` holding the claimant's pid, so tests in
+//! parallel (and test binaries, were they run in parallel) never share one,
+//! and a claim left by a crashed test process is taken back. A claimed host
+//! is scrubbed of what an earlier test may have left on it (servers, a
+//! zone). A test that deletes a host's compute service retires the host: it
+//! is never handed out again on this ground.
+//!
+//! A test whose servers move (every eviction) claims a [`Zone`]: its own
+//! hosts in an availability zone of their own, its servers booted into it.
+//! Nova keeps a server in the zone it was booted into, so migrations land
+//! only on the zone's hosts, never on another test's.
+#![allow(clippy::panic)] // a test that gets no host fails
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::env::TestEnv;
+use crate::openstack::Admin;
+
+/// A host held by this test.
+#[derive(Debug)]
+pub struct Claim {
+    pub host: String,
+    file: PathBuf,
+    retired: Option<PathBuf>,
+}
+
+impl Claim {
+    /// Never hand this host out again (its compute service is gone or will be).
+    pub fn retire(&self) {
+        if let Some(r) = &self.retired {
+            let _ = std::fs::write(r, std::process::id().to_string());
+        }
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+fn dir(env: &TestEnv) -> PathBuf {
+    let d = env.dir.join("hosts");
+    let _ = std::fs::create_dir_all(&d);
+    d
+}
+
+/// Takes `file` for this process when free, or when its holder is dead.
+fn take(file: &Path) -> bool {
+    let me = std::process::id().to_string();
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(file) {
+        Ok(mut f) => std::io::Write::write_all(&mut f, me.as_bytes()).is_ok(),
+        Err(_) => {
+            let holder = std::fs::read_to_string(file).unwrap_or_default();
+            let alive =
+                holder.trim().parse::<u32>().is_ok_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+            if !alive {
+                let _ = std::fs::remove_file(file);
+            }
+            false
+        }
+    }
+}
+
+/// Claims a free host that is not retired, scrubbed; waits for one up to
+/// two minutes.
+pub async fn claim(env: &TestEnv) -> Claim {
+    let d = dir(env);
+    for _ in 0..600 {
+        for host in &env.nova.hosts {
+            if is_retired(env, host) {
+                continue;
+            }
+            let file = d.join(format!("{host}.claim"));
+            if take(&file) {
+                let retired = Some(d.join(format!("{host}.retired")));
+                let claim = Claim { host: host.clone(), file, retired };
+                scrub(env, &claim.host).await;
+                return claim;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("no free Nova host on the ground within 2 minutes ({} hosts)", env.nova.hosts.len());
+}
+
+/// Names of the aggregates that are test zones.
+pub const ZONE_PREFIX: &str = "hv-zone-";
+
+/// What an earlier holder may have left on `host`: its servers, and its
+/// place in a test zone (Nova moves no host with servers between zones, so
+/// the servers go first). Best effort: a host Nova cannot reach keeps them.
+async fn scrub(env: &TestEnv, host: &str) {
+    let Ok(admin) = Admin::login(env).await else { return };
+    let servers = admin.servers_on(host).await.unwrap_or_default();
+    for id in &servers {
+        let _ = admin.delete_server(id).await;
+    }
+    for _ in 0..150 {
+        if admin.servers_on(host).await.map_or(true, |s| s.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for (id, name, _, hosts) in admin.aggregates().await.unwrap_or_default() {
+        if name.starts_with(ZONE_PREFIX) && hosts.iter().any(|h| h == host) {
+            for _ in 0..50 {
+                if admin.remove_from_aggregate(id, host).await.is_ok() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+/// A source host and `targets`, claimed, in an availability zone of their
+/// own (the targets enabled in Nova, ready to take servers).
+#[derive(Debug)]
+pub struct Zone {
+    pub name: String,
+    pub source: Claim,
+    pub targets: Vec<Claim>,
+}
+
+/// Claims a zone with `targets` hosts to move servers to.
+pub async fn zone(env: &TestEnv, targets: usize) -> Zone {
+    let source = claim(env).await;
+    let mut claimed = Vec::new();
+    for _ in 0..targets {
+        claimed.push(claim(env).await);
+    }
+    let admin = Admin::login(env).await.unwrap_or_else(|e| panic!("admin login: {e}"));
+    // A zone of its own, never reused: no host of an earlier zone is in it.
+    static ZONES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = ZONES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let stamp = jiff::Timestamp::now().as_millisecond();
+    let name = format!("{ZONE_PREFIX}{stamp}-{}-{n}-{}", std::process::id(), source.host);
+    let id = admin.create_zone(&name).await.unwrap_or_else(|e| panic!("zone {name}: {e}"));
+    for host in std::iter::once(&source).chain(&claimed).map(|c| c.host.as_str()) {
+        admin.add_to_aggregate(id, host).await.unwrap_or_else(|e| panic!("{host} into {name}: {e}"));
+    }
+    for t in &claimed {
+        let enable = serde_json::json!({"status": "enabled"});
+        admin.set_service(&t.host, enable).await.unwrap_or_else(|e| panic!("enabling {}: {e}", t.host));
+    }
+    Zone { name, source, targets: claimed }
+}
+
+impl Zone {
+    /// Boots a server on `host` in this zone (it stays in the zone when it moves).
+    pub async fn boot(&self, admin: &Admin, name: &str, host: &str, flavor: &str) -> String {
+        admin
+            .boot_in(name, host, flavor, Some(&self.name))
+            .await
+            .unwrap_or_else(|e| panic!("booting {name} on {host} in {}: {e}", self.name))
+    }
+
+    /// Whether `host` is one of this zone's.
+    pub fn holds(&self, host: &str) -> bool {
+        self.source.host == host || self.targets.iter().any(|t| t.host == host)
+    }
+}
+
+/// Whether a test retired `host` on this ground.
+pub fn is_retired(env: &TestEnv, host: &str) -> bool {
+    dir(env).join(format!("{host}.retired")).exists()
+}
