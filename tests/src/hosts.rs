@@ -1,11 +1,13 @@
 //! The ground's fake Nova hosts, handed out to tests: no test names a host.
 //!
-//! A test claims a host and holds it until its claim is dropped; the claim
-//! is a file in `$HV_ENV_DIR/hosts/` holding the claimant's pid, so tests in
-//! parallel (and test binaries, were they run in parallel) never share one,
-//! and a claim left by a crashed test process is taken back. A claimed host
-//! is scrubbed of what an earlier test may have left on it (servers, a
-//! zone). A test that deletes a host's compute service retires the host: it
+//! A test claims a host and holds it until its claim is dropped: the claim
+//! is an exclusive lock (flock) on a file in `$HV_ENV_DIR/hosts/`, held
+//! through a file handle of the claim's own, so tests in parallel threads or
+//! processes never share a host, and the kernel lets go of the claims of a
+//! test process that crashed. The files are never removed: a lock on a
+//! removed file would no longer exclude a claimant of a new file of the same
+//! name. A claimed host is scrubbed of what an earlier test may have left on
+//! it (servers, a zone). A test that deletes a host's compute service retires the host: it
 //! is never handed out again on this ground.
 //!
 //! A test whose servers move (every eviction) claims a [`Zone`]: its own
@@ -24,7 +26,8 @@ use crate::openstack::Admin;
 #[derive(Debug)]
 pub struct Claim {
     pub host: String,
-    file: PathBuf,
+    /// The locked claim file; closing it (dropping the claim) frees the host.
+    _lock: std::fs::File,
     retired: Option<PathBuf>,
 }
 
@@ -37,33 +40,20 @@ impl Claim {
     }
 }
 
-impl Drop for Claim {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.file);
-    }
-}
-
 fn dir(env: &TestEnv) -> PathBuf {
     let d = env.dir.join("hosts");
     let _ = std::fs::create_dir_all(&d);
     d
 }
 
-/// Takes `file` for this process when free, or when its holder is dead.
-fn take(file: &Path) -> bool {
-    let me = std::process::id().to_string();
-    match std::fs::OpenOptions::new().write(true).create_new(true).open(file) {
-        Ok(mut f) => std::io::Write::write_all(&mut f, me.as_bytes()).is_ok(),
-        Err(_) => {
-            let holder = std::fs::read_to_string(file).unwrap_or_default();
-            let alive =
-                holder.trim().parse::<u32>().is_ok_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
-            if !alive {
-                let _ = std::fs::remove_file(file);
-            }
-            false
-        }
-    }
+/// Locks `file` for this claim when nobody holds it. The pid written into it
+/// is for a reader of the directory; the lock alone decides.
+fn take(file: &Path) -> Option<std::fs::File> {
+    let mut f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(file).ok()?;
+    f.try_lock().ok()?;
+    let _ = f.set_len(0);
+    let _ = std::io::Write::write_all(&mut f, std::process::id().to_string().as_bytes());
+    Some(f)
 }
 
 /// Claims a free host that is not retired, scrubbed; waits for one up to
@@ -76,9 +66,9 @@ pub async fn claim(env: &TestEnv) -> Claim {
                 continue;
             }
             let file = d.join(format!("{host}.claim"));
-            if take(&file) {
+            if let Some(lock) = take(&file) {
                 let retired = Some(d.join(format!("{host}.retired")));
-                let claim = Claim { host: host.clone(), file, retired };
+                let claim = Claim { host: host.clone(), _lock: lock, retired };
                 scrub(env, &claim.host).await;
                 return claim;
             }
@@ -169,4 +159,41 @@ impl Zone {
 /// Whether a test retired `host` on this ground.
 pub fn is_retired(env: &TestEnv, host: &str) -> bool {
     dir(env).join(format!("{host}.retired")).exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::take;
+    use std::sync::{Arc, Barrier};
+
+    /// Claimants racing for one host: exactly one holds it, every round,
+    /// until it lets go. (The earlier create-then-write claim lost this
+    /// race: a claimant that read the file before its pid was written
+    /// removed it as a dead holder's, and a third took the host too.)
+    #[test]
+    fn claimants_racing_for_one_host_never_share_it() {
+        let dir = std::env::temp_dir().join(format!("hv-claims-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for round in 0..100 {
+            let file = dir.join(format!("host-{round}.claim"));
+            let barrier = Arc::new(Barrier::new(8));
+            let handles: Vec<_> = (0..8)
+                .map(|_| {
+                    let (file, barrier) = (file.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        let held = take(&file);
+                        // Hold it while the others try.
+                        barrier.wait();
+                        held.is_some()
+                    })
+                })
+                .collect();
+            let winners =
+                handles.into_iter().map(|h| h.join().is_ok_and(|got| got)).filter(|got| *got).count();
+            assert_eq!(winners, 1, "round {round}: {winners} claimants hold the host");
+            assert!(take(&file).is_some(), "free again once its holder let go");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
