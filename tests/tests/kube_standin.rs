@@ -361,3 +361,34 @@ async fn owners_going_take_their_dependents_or_orphan_them() {
     assert!(hvs.get_opt("n3").await.unwrap().is_some(), "no longer a dependent");
     assert!(evs.get_opt("n3-ev").await.unwrap().is_some());
 }
+
+/// An object with two owners (the API server's "Garbage Collection" doc: a
+/// dependent is deleted once none of its owners is left): the first owner
+/// going removes only its reference; the second going deletes it.
+#[tokio::test]
+async fn a_dependent_with_two_owners_goes_only_with_the_last() {
+    use kube::Resource;
+    let (_s, c) = standin().await;
+    let nodes: Api<Node> = Api::all(c.clone());
+    let hvs: Api<Hypervisor> = Api::all(c.clone());
+    let mut refs = vec![];
+    for name in ["owner-a", "owner-b"] {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        let n = nodes.create(&PostParams::default(), &n).await.unwrap();
+        let mut r = n.controller_owner_ref(&()).unwrap();
+        r.controller = Some(name == "owner-a"); // at most one controller
+        refs.push(r);
+    }
+    let mut h = hv("shared");
+    h.metadata.owner_references = Some(refs);
+    hvs.create(&PostParams::default(), &h).await.unwrap();
+
+    nodes.delete("owner-a", &DeleteParams::default()).await.unwrap();
+    let h = hvs.get_opt("shared").await.unwrap().expect("kept while owner-b exists");
+    let left: Vec<_> = h.metadata.owner_references.unwrap_or_default().into_iter().map(|r| r.name).collect();
+    assert_eq!(left, ["owner-b"], "only the gone owner's reference is removed");
+
+    nodes.delete("owner-b", &DeleteParams::default()).await.unwrap();
+    assert!(hvs.get_opt("shared").await.unwrap().is_none(), "deleted with its last owner");
+}

@@ -19,8 +19,9 @@
 //!   their elements are owned one by one, another applier's field is a 409
 //!   conflict unless forced, and forcing takes it over;
 //! - the garbage collector: when an object goes, the objects whose
-//!   ownerReferences name it are deleted (their finalizers respected), or
-//!   orphaned with `propagationPolicy: Orphan`;
+//!   ownerReferences name it are deleted (their finalizers respected) once
+//!   no other owner of theirs is left (the reference to the gone owner is
+//!   removed while one is), or orphaned with `propagationPolicy: Orphan`;
 //! - the status subresource: writes to the main resource never change
 //!   status, writes to `/status` change nothing else; `metadata.generation`
 //!   moves only when something outside metadata and status changes;
@@ -45,7 +46,9 @@
 //!   lists are whole); namespaces need not exist;
 //! - the garbage collector runs at once, in the request that removes the
 //!   owner; `Foreground` deletion behaves like `Background`, and
-//!   `blockOwnerDeletion` is ignored;
+//!   `blockOwnerDeletion` is ignored; an object created with an owner
+//!   reference to an object that does not exist is kept (the API server's
+//!   collector would delete it as dangling);
 //! - the watch history keeps the last 10,000 events.
 
 mod ownership;

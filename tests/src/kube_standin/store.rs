@@ -301,7 +301,10 @@ impl Store {
             .collect();
         for dep in dependents {
             let Ok(mut obj) = self.get(&dep) else { continue };
-            if orphan {
+            // As the API server's collector: a dependent goes only when none
+            // of its owners is left; while one is, only the reference to the
+            // gone owner is removed.
+            if orphan || self.has_another_owner(&obj, &uid) {
                 if let Some(refs) = obj.pointer_mut("/metadata/ownerReferences").and_then(Value::as_array_mut)
                 {
                     refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()));
@@ -311,6 +314,18 @@ impl Store {
                 let _ = self.delete(&dep, now, false);
             }
         }
+    }
+
+    /// Whether `obj` names an owner other than `gone` that still exists.
+    fn has_another_owner(&self, obj: &Value, gone: &str) -> bool {
+        let refs = obj.pointer("/metadata/ownerReferences").and_then(Value::as_array);
+        refs.into_iter().flatten().filter_map(|r| r.get("uid").and_then(Value::as_str)).any(|uid| {
+            uid != gone
+                && self
+                    .objects
+                    .values()
+                    .any(|o| o.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid))
+        })
     }
 
     /// Server-side apply of `applied` by `manager` to `part` of the object
