@@ -415,6 +415,16 @@ fn eviction_ctx(
     migrate: Result<(), NovaError>,
     managed: bool,
 ) -> Ev {
+    eviction_ctx_limited(answer, servers, migrate, managed, 5)
+}
+
+fn eviction_ctx_limited(
+    answer: fn(&Method, &str) -> (u16, Value),
+    servers: Vec<Server>,
+    migrate: Result<(), NovaError>,
+    managed: bool,
+    cluster_max: u32,
+) -> Ev {
     let log: Log = Arc::default();
     let bodies = Arc::default();
     let client = api(log.clone(), Arc::clone(&bodies), answer);
@@ -435,7 +445,7 @@ fn eviction_ctx(
         }),
         migrations: reflector::store().0,
         hypervisors,
-        limit: Arc::new(ClusterLimit::new(5)),
+        limit: Arc::new(ClusterLimit::new(cluster_max)),
         gate: gate(true),
         written: Written::default(),
         metrics: Arc::new(Metrics::default()),
@@ -786,4 +796,36 @@ async fn a_host_nova_keeps_enabled_fails_the_eviction_at_the_disabling_deadline(
         .unwrap_or_default();
     assert_eq!((c["status"].as_str(), c["reason"].as_str()), (Some("False"), Some("NotDisabled")), "{c}");
     assert!(!entries(&t.log).iter().any(|l| l.starts_with("nova migrate")));
+}
+
+/// Finding "the cluster migration limit is not atomic": Evictions
+/// reconciled together share the leader's one limit, so with a cluster
+/// limit of 2 three Evictions of two VMs each (maxParallel 2) start two
+/// migrations in all, not six (nor three, were a step to start one).
+#[tokio::test]
+async fn evictions_reconciled_together_start_no_more_than_the_cluster_limit() {
+    let servers = vec![server("vm-a"), server("vm-b")];
+    let t = eviction_ctx_limited(ev_or_migration, servers, Ok(()), true, 2);
+    let pending = |id: &str| VmStatus {
+        id: id.into(),
+        state: VmState::Pending,
+        memory_bytes: 1 << 30,
+        ..Default::default()
+    };
+    let evictions: Vec<Arc<Eviction>> = ["ev-1", "ev-2", "ev-3"]
+        .into_iter()
+        .map(|name| {
+            let mut e = (*an_eviction(migrating(vec![pending("vm-a"), pending("vm-b")]))).clone();
+            e.metadata.name = Some(name.into());
+            e.metadata.uid = Some(format!("{name}-uid"));
+            Arc::new(e)
+        })
+        .collect();
+    let runs = evictions.into_iter().map(|e| eviction::reconcile(e, t.ctx.clone()));
+    for r in futures_util::future::join_all(runs).await {
+        r.unwrap_or_else(|e| panic!("{e}"));
+    }
+    let asked = entries(&t.log).iter().filter(|l| l.starts_with("nova migrate")).count();
+    assert_eq!(asked, 2, "{:?}", entries(&t.log));
+    assert_eq!(t.ctx.limit.held(), 2);
 }
