@@ -124,3 +124,48 @@ fn tempdir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// Finding "two acting leaders": a replica whose lease guard does not hold
+/// (never won, or its renewals stopped) sends Nova nothing, read or change;
+/// Nova's own request log has no request with this replica's identity.
+/// Renewed, the same client is let through.
+#[tokio::test]
+async fn a_replica_without_the_lease_sends_nova_nothing() {
+    use hv_coordinator::k8s::leader::LeaseGuard;
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tokio::time::Instant;
+    let env = hv_tests::env::require();
+    let dir = tempdir("nova-client-lease");
+    let claim = hv_tests::hosts::claim(&env).await;
+    let host = claim.host.clone();
+    let identity = unique("deposed-replica");
+    let guard = Arc::new(LeaseGuard::new(Duration::from_secs(1)));
+    let file = env.clouds_yaml(&dir, None).unwrap();
+    let source = CloudSource::CloudsYaml { cloud: "hv".into(), file: Some(file) };
+    let cloud =
+        Cloud::new(source, HttpPolicy::default()).with_identity(&identity).with_lease_guard(guard.clone());
+    let nova = NovaClient::new(cloud);
+
+    let admin = Admin::login(&env).await.unwrap();
+    let sid = admin.service(&host).await.unwrap().unwrap()["id"].as_str().unwrap().to_string();
+    let sid = Some(sid.as_str());
+    let disable = Action::DisableService { reason: "a deposed leader's".into() };
+    let refused = nova.execute(&host, sid, &disable).await;
+    assert!(matches!(refused, Err(NovaError::NotLeader(_))), "{refused:?}");
+    // A renewal that is older than the renew deadline is no lease either.
+    guard.renewed(Instant::now() - Duration::from_secs(20), Duration::from_secs(10));
+    let refused = nova.execute(&host, sid, &disable).await;
+    assert!(matches!(refused, Err(NovaError::NotLeader(_))), "{refused:?}");
+    let mine = |env: &hv_tests::env::TestEnv| {
+        hv_tests::openstack::nova_requests(env)
+            .into_iter()
+            .filter(|r| r.user_agent.contains(&identity))
+            .count()
+    };
+    assert_eq!(mine(&env), 0, "Nova saw a request from a replica without the lease");
+
+    guard.renewed(Instant::now(), Duration::from_secs(10));
+    assert!(matches!(nova.observe(&host, &[]).await, NovaObs::Registered(_)));
+    assert!(mine(&env) > 0, "once it leads, its requests reach Nova (and the log names it)");
+}
