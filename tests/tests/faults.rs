@@ -271,8 +271,11 @@ async fn a_restart_mid_eviction_never_re_enables_the_host_while_the_eviction_run
             (Admin::login(&region.env).await.unwrap(), host.clone(), samples.clone());
         tokio::spawn(async move {
             loop {
-                let svc = admin.service(&host).await.unwrap().unwrap_or_default();
-                let status = svc["status"].as_str().unwrap_or_default().to_string();
+                // A failed read is a sample too: it shows, it does not stop the sampling.
+                let status = match admin.service(&host).await {
+                    Ok(svc) => svc.unwrap_or_default()["status"].as_str().unwrap_or("missing").to_string(),
+                    Err(e) => format!("unread: {e}"),
+                };
                 samples.lock().unwrap().push((jiff::Timestamp::now(), status));
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
@@ -288,12 +291,13 @@ async fn a_restart_mid_eviction_never_re_enables_the_host_while_the_eviction_run
         },
     )
     .await;
-    // A restart whose Eviction cache fills late: the list of Evictions takes
-    // 3 s to come back.
+    // A restart whose Eviction cache fills late: the first two reads of
+    // Evictions (the list of each of the two controllers that watch them)
+    // take 3 s to come back.
     coord.kill();
     let kube = FaultProxy::start(&region.kube.standin.as_ref().unwrap().addr.to_string()).await;
     let slow = Match::method_path("GET", "/apis/hypervisor.cloud.sap/v1alpha1/evictions");
-    kube.rule(slow, Fault::Delay(Duration::from_secs(3)), Some(1));
+    kube.rule(slow, Fault::Delay(Duration::from_secs(3)), Some(2));
     let via = Via { kube: Some(kube.url()), ..Via::default() };
     let coord = region.coordinator_via(region.grpc_port, None, &via, &[]);
     let ev =
@@ -302,7 +306,8 @@ async fn a_restart_mid_eviction_never_re_enables_the_host_while_the_eviction_run
     let done = ev.status.and_then(|s| s.completed_at).map(|t| t.0).unwrap();
     let during: Vec<_> = samples.lock().unwrap().iter().filter(|(at, _)| *at < done).cloned().collect();
     assert!(during.len() >= 5, "{during:?}");
-    assert!(during.iter().all(|(_, s)| s == "disabled"), "re-enabled while the eviction ran: {during:?}");
+    assert!(during.iter().all(|(_, s)| s != "enabled"), "re-enabled while the eviction ran: {during:?}");
+    assert!(during.iter().filter(|(_, s)| s == "disabled").count() >= 5, "{during:?}");
     // A RollingUpdate eviction re-enables its host at the end.
     region.wait_phase(&host, Phase::Active, Duration::from_secs(60), &coord).await;
     moved_once_each(&admin, &host, &ids).await;
@@ -375,14 +380,44 @@ async fn a_check_report_acknowledged_by_a_leader_that_died_before_recording_it_i
     // The leader can no longer write to Kubernetes; the agent connects, runs
     // the checks, and its report is acknowledged on the stream.
     kube.blackhole(true);
-    let _agent = region.agent(&host, &AgentPeers::default());
-    until(
-        "the report acknowledged by the first leader",
+    let agent = region.agent(&host, &AgentPeers::default());
+    let seq = until(
+        "the report taken in by the first leader",
         Duration::from_secs(20),
         || first.tail(20),
         || async {
             let log = std::fs::read_to_string(&first.log).unwrap_or_default();
-            hv_tests::wait::ready_when(log.contains("check report"), log.lines().count())
+            let line = log.lines().map(plain).find(|l| l.contains("check report"));
+            hv_tests::wait::ready_if(line.and_then(|l| value_of(&l, "seq")?.parse::<u64>().ok()))
+        },
+    )
+    .await;
+    // The ack reached the agent (its outbox let go of the report): without
+    // the new leader's question the report would be gone for good.
+    let metrics = until(
+        "the agent's health address",
+        Duration::from_secs(10),
+        || agent.tail(10),
+        || async {
+            let log = std::fs::read_to_string(&agent.log).unwrap_or_default();
+            let line = log.lines().map(plain).find(|l| l.contains("health and metrics listening"));
+            hv_tests::wait::ready_if(line.and_then(|l| value_of(&l, "addr")))
+        },
+    )
+    .await;
+    until(
+        "the agent to hold the report's ack",
+        Duration::from_secs(10),
+        || agent.tail(10),
+        || async {
+            let text = reqwest::get(format!("http://{metrics}/metrics")).await.ok();
+            let text = match text {
+                Some(r) => r.text().await.unwrap_or_default(),
+                None => String::new(),
+            };
+            let acked =
+                text.lines().find_map(|l| l.strip_prefix("hv_agent_acked_seq ")?.trim().parse::<u64>().ok());
+            hv_tests::wait::ready_when(acked.is_some_and(|a| a >= seq), (acked, seq))
         },
     )
     .await;
@@ -441,4 +476,29 @@ async fn an_agent_speaking_for_a_node_without_a_hypervisor_is_refused() {
     )
     .await;
     assert_eq!(code, tonic::Code::FailedPrecondition);
+}
+
+/// A log line without its colours.
+fn plain(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // An escape sequence runs to its final letter.
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The value of `key=value` in a plain log line.
+fn value_of(line: &str, key: &str) -> Option<String> {
+    let at = line.find(&format!(" {key}="))? + key.len() + 2;
+    Some(line[at..].split_whitespace().next()?.trim_matches('"').to_string())
 }

@@ -201,7 +201,7 @@ impl Registry {
                     n.domains = Some(u32::try_from(inv.domains.len()).unwrap_or(u32::MAX));
                 }
                 Some(Payload::CheckReport(r)) => {
-                    tracing::info!(node, run = r.run, checks = r.results.len(), "check report");
+                    tracing::info!(node, seq = msg.seq, run = r.run, checks = r.results.len(), "check report");
                     n.checks = Some(judged(r, n.checks_bridge_settings));
                     notify = true;
                 }
