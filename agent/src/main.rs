@@ -33,7 +33,7 @@ enum Command {
 
 #[derive(clap::Args, Debug)]
 struct RunArgs {
-    /// This node's name (the Kubernetes Node = the Nova host).
+    /// This node's name: the Kubernetes Node it runs on (its Nova host may differ; the coordinator maps it).
     #[arg(long, env = "NODE_NAME")]
     node: String,
     /// The coordinator's gRPC endpoint.

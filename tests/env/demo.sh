@@ -20,6 +20,10 @@ T0=$(date +%s%N)
 source "$(dirname "$0")/lib.sh"
 say() { printf '\033[1m[demo %5.1fs]\033[0m %s\n' "$(elapsed)" "$*"; }
 NODES=(compute-1 compute-2 compute-3)
+# Non-interactive (CI): whatever happens, nothing is left running.
+if [[ -n "${HV_DEMO_ONESHOT:-}" ]]; then
+  trap 'rc=$?; kill ${WATCH:-} 2>/dev/null || true; bash "$(dirname "$0")/down.sh" >/dev/null 2>&1 || true; exit $rc' EXIT
+fi
 
 if [[ -d "$HV_ENV_DIR" ]]; then
   say "stopping the previous demo"
@@ -91,7 +95,7 @@ say "coordinator up (gRPC $HV_COORDINATOR, metrics http://127.0.0.1:$METRICS_POR
 # Phase changes, as they happen, from the fleet API.
 "$BIN/hvctl" watch &
 WATCH=$!
-trap 'kill $WATCH 2>/dev/null || true' EXIT
+[[ -n "${HV_DEMO_ONESHOT:-}" ]] || trap 'kill $WATCH 2>/dev/null || true' EXIT
 
 for n in "${NODES[@]}"; do
   curl -sf -o /dev/null -H 'Content-Type: application/json' "http://127.0.0.1:$API_PORT/api/v1/nodes" -d "$(jq -n --arg n "$n" \
@@ -130,7 +134,6 @@ say "all ${#NODES[@]} nodes Active"
 
 if [[ -n "${HV_DEMO_ONESHOT:-}" ]]; then
   say "HV_DEMO_ONESHOT is set: stopping the region"
-  bash "$(dirname "$0")/down.sh"
   exit 0
 fi
 

@@ -18,8 +18,8 @@ APT_PACKAGES=(
   openvswitch-switch
   # Ceph: one mon, one memstore OSD; client libraries for the agent
   ceph-mon ceph-osd ceph-common librados-dev librbd-dev
-  # helpers the scripts use
-  jq procps iproute2 curl
+  # helpers the scripts use (openssl makes the test PKI, python3-venv the venv)
+  jq procps iproute2 curl openssl python3-venv
 )
 
 missing=()
@@ -38,7 +38,8 @@ if ((${#missing[@]})); then
   # One progress line per 25 packages set up, so a first install (a few
   # hundred packages, a minute or two) is visibly moving.
   log=$(mktemp)
-  if ! $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >"$log" 2>&1; then
+  if ! $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" 2>&1 | tee "$log" \
+       | awk '/^Setting up/ { n++; if (n % 25 == 0) { printf "[install] %d packages set up\n", n; fflush() } }' >&2; then
     tail -20 "$log" >&2; rm -f "$log"; $SUDO rm -f /usr/sbin/policy-rc.d
     progress "apt-get install failed"; exit 1
   fi

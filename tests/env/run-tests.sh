@@ -30,10 +30,14 @@ run_all() {
   # builds only test harnesses.
   "$cargo" build --workspace --bins || return 1
   plan=$(mktemp)
-  "$cargo" test --workspace --all-targets --no-run --message-format=json 2>/dev/null \
+  local build_err; build_err=$(mktemp)
+  # A build error must show: cargo's diagnostics go to a file, printed when it fails.
+  "$cargo" test --workspace --all-targets --no-run --message-format=json 2>"$build_err" \
     | jq -r 'select(.reason == "compiler-artifact" and .profile.test == true and .executable != null)
              | select(.target.kind[0] == "lib" or .target.kind[0] == "bin" or .target.kind[0] == "test")
-             | "\(.target.name)\t\(.target.kind[0])\t\(.manifest_path)\t\(.executable)"' > "$plan" || return 1
+             | "\(.target.name)\t\(.target.kind[0])\t\(.manifest_path)\t\(.executable)"' > "$plan" \
+    || { cat "$build_err" >&2; rm -f "$build_err"; return 1; }
+  rm -f "$build_err"
   [[ -s "$plan" ]] || { echo "no test executables were built" >&2; return 1; }
   local order="${HV_TEST_ORDER:-random}" seed="${HV_TEST_SEED:-$RANDOM$RANDOM}"
   case "$order" in

@@ -425,6 +425,9 @@ impl PrivateOvsdb {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        if !sock.exists() {
+            return Err(format!("private ovsdb-server made no socket {} within 5 s", sock.display()));
+        }
         let me = PrivateOvsdb { remote: format!("unix:{}", sock.display()), _proc: proc };
         me.vsctl(&["init"])?;
         for br in bridges {

@@ -1,9 +1,9 @@
 # Placement (its own process, sqlite, gunicorn) and a Nova region in one
 # process (nova_region.py), both validating real Keystone tokens. Compute
-# hosts compute-1..17 run the fake live-migration driver (one per scenario
-# of the end-to-end tests, so they can run in parallel; compute-9 and
-# compute-10 are the ones the decommission tests retire). The region's
-# control port stops and starts a fake host's nova-compute.
+# hosts compute-1..17 run the fake live-migration driver; the end-to-end
+# tests claim them through hv_tests::hosts (a test that deletes a host's
+# service retires it). The region's control port stops and starts a fake
+# host's nova-compute.
 start_nova() {
   local dir="$HV_ENV_DIR/nova" pport nport cport ks paste
   pport=$(free_port); nport=$(free_port); cport=$(free_port)
