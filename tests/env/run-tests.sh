@@ -32,7 +32,7 @@ run_all() {
   plan=$(mktemp)
   local build_err; build_err=$(mktemp)
   # A build error must show: cargo's diagnostics go to a file, printed when it fails.
-  "$cargo" test --workspace --all-targets --no-run --message-format=json 2>"$build_err" \
+  "$cargo" test --workspace --all-targets --no-run --message-format=json-render-diagnostics 2>"$build_err" \
     | jq -r 'select(.reason == "compiler-artifact" and .profile.test == true and .executable != null)
              | select(.target.kind[0] == "lib" or .target.kind[0] == "bin" or .target.kind[0] == "test")
              | "\(.target.name)\t\(.target.kind[0])\t\(.manifest_path)\t\(.executable)"' > "$plan" \

@@ -67,6 +67,10 @@ pub async fn claim(env: &TestEnv) -> Claim {
             }
             let file = d.join(format!("{host}.claim"));
             if let Some(lock) = take(&file) {
+                // Retired by the holder that just let go of it.
+                if is_retired(env, host) {
+                    continue;
+                }
                 let retired = Some(d.join(format!("{host}.retired")));
                 let claim = Claim { host: host.clone(), _lock: lock, retired };
                 scrub(env, &claim.host).await;
@@ -81,11 +85,15 @@ pub async fn claim(env: &TestEnv) -> Claim {
 /// Names of the aggregates that are test zones.
 pub const ZONE_PREFIX: &str = "hv-zone-";
 
-/// What an earlier holder may have left on `host`: its servers, and its
-/// place in a test zone (Nova moves no host with servers between zones, so
-/// the servers go first). Best effort: a host Nova cannot reach keeps them.
+/// What an earlier holder may have left on `host`: its servers, its place
+/// in a test zone (Nova moves no host with servers between zones, so the
+/// servers go first), and its compute service disabled (an eviction's source
+/// stays disabled when its test ends first; Nova schedules nothing onto a
+/// disabled host, not even a boot that names it). The service is enabled,
+/// as Nova registered it. Best effort: a host Nova cannot reach keeps them.
 async fn scrub(env: &TestEnv, host: &str) {
     let Ok(admin) = Admin::login(env).await else { return };
+    let _ = admin.set_service(host, serde_json::json!({"status": "enabled"})).await;
     let servers = admin.servers_on(host).await.unwrap_or_default();
     for id in &servers {
         let _ = admin.delete_server(id).await;

@@ -385,7 +385,8 @@ async fn termination_cold_migrates_confirms_refuses_while_a_server_remains_then_
         Duration::from_secs(60),
         || coord.tail(30),
         || async {
-            let svc = admin.service(&host).await.unwrap();
+            // A passing error of Nova's is a poll that saw nothing.
+            let svc = admin.service(&host).await.ok().flatten();
             if svc.is_some() {
                 registered.lock().unwrap().get_or_insert_with(std::time::Instant::now);
             }

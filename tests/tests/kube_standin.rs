@@ -391,4 +391,18 @@ async fn a_dependent_with_two_owners_goes_only_with_the_last() {
 
     nodes.delete("owner-b", &DeleteParams::default()).await.unwrap();
     assert!(hvs.get_opt("shared").await.unwrap().is_none(), "deleted with its last owner");
+
+    // An owner that no longer exists does not keep a dependent alive.
+    let mut n = Node::default();
+    n.metadata.name = Some("owner-c".into());
+    let n = nodes.create(&PostParams::default(), &n).await.unwrap();
+    let mut dangling = n.controller_owner_ref(&()).unwrap();
+    dangling.controller = Some(false);
+    dangling.name = "long-gone".into();
+    dangling.uid = "uid-of-a-node-deleted-long-ago".into();
+    let mut h = hv("half-orphaned");
+    h.metadata.owner_references = Some(vec![n.controller_owner_ref(&()).unwrap(), dangling]);
+    hvs.create(&PostParams::default(), &h).await.unwrap();
+    nodes.delete("owner-c", &DeleteParams::default()).await.unwrap();
+    assert!(hvs.get_opt("half-orphaned").await.unwrap().is_none(), "its only live owner went");
 }

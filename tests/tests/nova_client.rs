@@ -154,9 +154,12 @@ async fn a_replica_without_the_lease_sends_nova_nothing() {
     let refused = nova.execute(&host, sid, &disable).await;
     assert!(matches!(refused, Err(NovaError::NotLeader(_))), "{refused:?}");
     // A renewal that is older than the renew deadline is no lease either.
-    guard.renewed(Instant::now() - Duration::from_secs(20), Duration::from_secs(10));
+    let long_ago = Instant::now().checked_sub(Duration::from_secs(20)).unwrap_or_else(Instant::now);
+    guard.renewed(long_ago, Duration::from_secs(10));
     let refused = nova.execute(&host, sid, &disable).await;
     assert!(matches!(refused, Err(NovaError::NotLeader(_))), "{refused:?}");
+    // Nor does it read.
+    assert!(!matches!(nova.observe(&host, &[]).await, NovaObs::Registered(_)), "a read went out");
     let mine = |env: &hv_tests::env::TestEnv| {
         hv_tests::openstack::nova_requests(env)
             .into_iter()

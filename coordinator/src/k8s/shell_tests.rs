@@ -798,10 +798,11 @@ async fn a_host_nova_keeps_enabled_fails_the_eviction_at_the_disabling_deadline(
     assert!(!entries(&t.log).iter().any(|l| l.starts_with("nova migrate")));
 }
 
-/// Finding "the cluster migration limit is not atomic": Evictions
-/// reconciled together share the leader's one limit, so with a cluster
-/// limit of 2 three Evictions of two VMs each (maxParallel 2) start two
-/// migrations in all, not six (nor three, were a step to start one).
+/// Finding "the cluster migration limit is not atomic": the reconciles of
+/// all Evictions draw from the leader's one limit (its grants are atomic:
+/// `limit.rs`), so with a cluster limit of 2 three Evictions of two VMs each
+/// (maxParallel 2) start two migrations in all, not six (nor three, were a
+/// step to start one).
 #[tokio::test]
 async fn evictions_reconciled_together_start_no_more_than_the_cluster_limit() {
     let servers = vec![server("vm-a"), server("vm-b")];
