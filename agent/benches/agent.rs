@@ -79,7 +79,7 @@ fn main() {
         let stub = FakeCoordinator::with_commands(vec![]);
         let url = stub.serve().await.unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_hv-agent"))
-            .args(["run", "--node", "bench", "--coordinator", &url, "--health-listen", "127.0.0.1:0"])
+            .args(["run", "--node", "bench", "--insecure", "--coordinator", &url, "--health-listen", "127.0.0.1:0"])
             .args(["--libvirt-uri", &uri, "--ovsdb", &env.ovsdb.tcp])
             // Production-like: the node's RBD pool is watched (through hv-ceph-probe).
             .args(["--ceph-conf", &env.ceph.conf.to_string_lossy(), "--ceph-id", &env.ceph.client.id])

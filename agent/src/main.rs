@@ -36,9 +36,23 @@ struct RunArgs {
     /// This node's name: the Kubernetes Node it runs on (its Nova host may differ; the coordinator maps it).
     #[arg(long, env = "NODE_NAME")]
     node: String,
-    /// The coordinator's gRPC endpoint.
-    #[arg(long, env = "HV_COORDINATOR", default_value = "http://hv-coordinator.hv-system:9090")]
+    /// The coordinator's gRPC endpoint (https; http only with --insecure).
+    #[arg(long, env = "HV_COORDINATOR", default_value = "https://hv-coordinator.hv-system:9090")]
     coordinator: String,
+    /// This agent's PEM certificate: its URI SAN spiffe://DOMAIN/node/NODE
+    /// names the node it speaks for. Re-read at each connection.
+    #[arg(long, env = "HV_TLS_CERT", requires_all = ["tls_key", "tls_ca"])]
+    tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, env = "HV_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// PEM CA that signed the coordinator's certificate.
+    #[arg(long, env = "HV_TLS_CA", requires = "tls_cert")]
+    tls_ca: Option<PathBuf>,
+    /// Talk to the coordinator in plain text, without a certificate (a
+    /// coordinator started with --insecure). A laboratory's setting.
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key", "tls_ca"])]
+    insecure: bool,
     /// Heartbeat interval (the coordinator's Welcome may override it), e.g. 10s.
     #[arg(long, env = "HV_HEARTBEAT", default_value = "10s", value_parser = parse_duration)]
     heartbeat: Duration,
@@ -238,6 +252,26 @@ fn endpoints(a: &ChecksArgs) -> Result<(Endpoints, CheckConfig), String> {
     Ok((ep, cfg))
 }
 
+/// The session's TLS from the flags: a certificate, or plain text only
+/// when asked for by name, and a URL scheme that says the same.
+fn session_tls(r: &RunArgs) -> Result<Option<hv_tls::TlsFiles>, String> {
+    let https = r.coordinator.starts_with("https://");
+    if r.insecure {
+        if https {
+            return Err(format!("--insecure talks plain text; {} asks for TLS", r.coordinator));
+        }
+        tracing::warn!(coordinator = %r.coordinator, "--insecure: no client certificate; the coordinator cannot tell this agent from anyone");
+        return Ok(None);
+    }
+    let (Some(cert), Some(key), Some(ca)) = (&r.tls_cert, &r.tls_key, &r.tls_ca) else {
+        return Err("the session needs --tls-cert, --tls-key and --tls-ca (or --insecure for a coordinator without TLS)".into());
+    };
+    if !https {
+        return Err(format!("with a certificate the coordinator's URL is https://, not {}", r.coordinator));
+    }
+    Ok(Some(hv_tls::TlsFiles { cert: cert.clone(), key: key.clone(), ca: ca.clone() }))
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     match args.command {
@@ -264,6 +298,13 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            let tls = match session_tls(&r) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("hv-agent: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             let agent = hv_agent::run::AgentConfig {
                 session: hv_agent::session::SessionConfig {
                     coordinator: r.coordinator.clone(),
@@ -273,6 +314,7 @@ fn main() -> ExitCode {
                     heartbeat: r.heartbeat,
                     buffer: r.buffer,
                     backoff: Default::default(),
+                    tls,
                 },
                 endpoints: ep,
                 ceph_pools: cfg.ceph_pools,
@@ -323,6 +365,29 @@ mod tests {
     #[test]
     fn the_command_line_is_well_formed() {
         super::Args::command().debug_assert();
+    }
+
+    #[test]
+    fn the_session_is_tls_unless_insecure_is_asked_for_by_name() {
+        use clap::Parser;
+        let run = |extra: &[&str]| {
+            let mut argv = vec!["hv-agent", "run", "--node", "n1"];
+            argv.extend_from_slice(extra);
+            let super::Command::Run(r) = super::Args::parse_from(argv).command else { panic!("not run") };
+            super::session_tls(&r)
+        };
+        let certs = ["--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-ca", "ca.pem"];
+        assert!(run(&[]).unwrap_err().contains("--tls-cert"), "no certificate, no session");
+        let tls = run(&certs).unwrap().unwrap();
+        assert_eq!(tls.cert, std::path::PathBuf::from("c.pem"));
+        let http = [&certs[..], &["--coordinator", "http://c:9090"]].concat();
+        assert!(run(&http).unwrap_err().contains("https://"));
+        assert_eq!(run(&["--insecure", "--coordinator", "http://c:9090"]), Ok(None));
+        assert!(run(&["--insecure"]).unwrap_err().contains("plain text"), "the default URL is https");
+        let both = [&certs[..], &["--insecure"]].concat();
+        assert!(
+            super::Args::try_parse_from([&["hv-agent", "run", "--node", "n1"][..], &both].concat()).is_err()
+        );
     }
 
     #[test]

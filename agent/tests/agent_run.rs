@@ -27,7 +27,7 @@ fn free_port() -> u16 {
 
 fn agent(env: &hv_tests::env::TestEnv, coordinator: &str, ovsdb: &str, health: u16) -> Agent {
     let child = Command::new(env!("CARGO_BIN_EXE_hv-agent"))
-        .args(["run", "--node", "node-1", "--coordinator", coordinator])
+        .args(["run", "--node", "node-1", "--insecure", "--coordinator", coordinator])
         .args(["--heartbeat", "500ms", "--health-listen", &format!("127.0.0.1:{health}")])
         .args(["--libvirt-uri", &env.libvirt.test_uri, "--ovsdb", ovsdb])
         .args(["--ceph-conf", &env.ceph.conf.to_string_lossy(), "--ceph-id", &env.ceph.client.id])

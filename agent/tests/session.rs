@@ -116,6 +116,7 @@ fn config(url: String) -> SessionConfig {
         heartbeat: Duration::from_secs(3600),
         buffer: 1000,
         backoff: Backoff { base: Duration::from_millis(50), max: Duration::from_millis(200), jitter: 0.2 },
+        tls: None,
     }
 }
 

@@ -31,6 +31,29 @@ struct Args {
     /// gRPC address: AgentService, FleetService, grpc.health.v1, reflection.
     #[arg(long, env = "HV_LISTEN", default_value = "0.0.0.0:9090")]
     listen: SocketAddr,
+    /// PEM certificate (chain) the gRPC server presents; re-read when the file
+    /// changes. With --tls-key and --client-ca; without them, --insecure.
+    #[arg(long, env = "HV_TLS_CERT", requires_all = ["tls_key", "client_ca"])]
+    tls_cert: Option<PathBuf>,
+    /// The server certificate's private key (PEM); re-read with it.
+    #[arg(long, env = "HV_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// PEM CA that signs the clients' certificates (agents' and SREs');
+    /// every gRPC client must show one. Re-read when the file changes.
+    #[arg(long, env = "HV_CLIENT_CA", requires = "tls_cert")]
+    client_ca: Option<PathBuf>,
+    /// Trust domain of agent certificates: an agent's certificate names its
+    /// node with the URI SAN spiffe://DOMAIN/node/NAME, and it may speak for
+    /// that node only.
+    #[arg(long, env = "HV_TRUST_DOMAIN", default_value = "hypervisor.cloud.sap")]
+    trust_domain: String,
+    /// Serve gRPC in plain text without client certificates: anyone who
+    /// reaches the port can then speak for any node. A laboratory's setting.
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key", "client_ca"])]
+    insecure: bool,
+    /// gRPC connections open at once (agents, SREs); more wait.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
     /// HTTP address of /metrics (Prometheus) and /healthz.
     #[arg(long, env = "HV_METRICS_LISTEN", default_value = "0.0.0.0:8080")]
     metrics_listen: SocketAddr,
@@ -122,6 +145,31 @@ struct Args {
     /// JSON logs (production); the default is human-readable.
     #[arg(long, env = "HV_LOG_JSON")]
     log_json: bool,
+}
+
+/// The gRPC server's TLS from the flags: mutual TLS, or plain text only
+/// when asked for by name.
+fn grpc_tls(args: &Args) -> anyhow::Result<Option<fleet::Tls>> {
+    if args.insecure {
+        tracing::warn!(
+            "--insecure: gRPC in plain text without client certificates; anyone who reaches {} can speak for any node",
+            args.listen
+        );
+        return Ok(None);
+    }
+    let (Some(cert), Some(key), Some(ca)) = (&args.tls_cert, &args.tls_key, &args.client_ca) else {
+        anyhow::bail!(
+            "gRPC needs --tls-cert, --tls-key and --client-ca (agents and SREs show certificates from that CA); \
+             --insecure serves plain text to anyone"
+        );
+    };
+    let files = hv_tls::TlsFiles { cert: cert.clone(), key: key.clone(), ca: ca.clone() };
+    let config = hv_tls::server::config(&files).context("gRPC TLS")?;
+    let limits = hv_tls::server::Limits {
+        max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+        ..Default::default()
+    };
+    Ok(Some(fleet::Tls { config, limits, stats: Default::default() }))
 }
 
 fn policy(s: &str) -> Result<MigrationPolicy, String> {
@@ -220,6 +268,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("metrics listener on {}", args.metrics_listen))?;
     tracing::info!(addr = %metrics_addr, "metrics listening");
+    let tls = grpc_tls(&args)?;
+    if let Some(tls) = &tls {
+        metrics.set_tls(tls.stats.clone());
+    }
     let server = fleet::Server::bind(args.listen).await?;
     let health = server.health.clone();
     tracing::info!(addr = %server.addr, "gRPC listening");
@@ -240,10 +292,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         hypervisors: hv_reader.clone(),
         leader: leader_rx,
         heartbeat: args.agent_heartbeat,
+        trust_domain: tls.is_some().then(|| args.trust_domain.clone()),
+        refused: metrics.agent_sessions_refused.clone(),
     };
     let fleet_api =
         FleetEndpoint { hypervisors: hv_reader.clone(), registry: registry.clone(), events: events.clone() };
-    let grpc = tokio::spawn(server.serve(agents, fleet_api, stopped(stop_rx.clone())));
+    let grpc = tokio::spawn(server.serve(agents, fleet_api, tls, stopped(stop_rx.clone())));
 
     let election = Election {
         lease: args.lease_name.clone(),

@@ -80,9 +80,17 @@ pub struct Metrics {
     buckets: [AtomicU64; DURATION_BUCKETS.len() + 1],
     /// Sum of durations in milliseconds.
     sum_ms: AtomicU64,
+    /// Agent sessions refused: the client certificate did not name the node.
+    pub agent_sessions_refused: Arc<AtomicU64>,
+    /// The gRPC listener's TLS counters, when it serves TLS.
+    tls: std::sync::OnceLock<Arc<hv_tls::server::Stats>>,
 }
 
 impl Metrics {
+    pub fn set_tls(&self, stats: Arc<hv_tls::server::Stats>) {
+        let _ = self.tls.set(stats);
+    }
+
     pub fn add(&self, t: &Tally) {
         self.started.fetch_add(t.started, Ordering::Relaxed);
         self.retried.fetch_add(t.retried, Ordering::Relaxed);
@@ -113,6 +121,21 @@ impl Metrics {
             s.push_str(&format!("# HELP hv_eviction_migrations_{name}_total {help}\n"));
             s.push_str(&format!("# TYPE hv_eviction_migrations_{name}_total counter\n"));
             s.push_str(&format!("hv_eviction_migrations_{name}_total {}\n", get(v)));
+        }
+        let refused = "hv_coordinator_agent_sessions_refused_total";
+        s.push_str(&format!(
+            "# HELP {refused} Agent sessions refused: the client certificate named another node or none.\n"
+        ));
+        s.push_str(&format!("# TYPE {refused} counter\n{refused} {}\n", get(&self.agent_sessions_refused)));
+        if let Some(tls) = self.tls.get() {
+            let failed = "hv_coordinator_grpc_tls_handshakes_failed_total";
+            s.push_str(&format!("# HELP {failed} gRPC TLS handshakes refused (no, expired or foreign client certificate) or timed out.\n"));
+            s.push_str(&format!("# TYPE {failed} counter\n{failed} {}\n", get(&tls.handshakes_failed)));
+            let open = "hv_coordinator_grpc_connections";
+            s.push_str(&format!(
+                "# HELP {open} gRPC connections open.\n# TYPE {open} gauge\n{open} {}\n",
+                get(&tls.connections)
+            ));
         }
         let name = "hv_eviction_migration_duration_seconds";
         s.push_str(&format!("# HELP {name} From asking Nova to seeing the VM on its new host.\n"));

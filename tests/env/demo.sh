@@ -20,10 +20,22 @@ T0=$(date +%s%N)
 source "$(dirname "$0")/lib.sh"
 say() { printf '\033[1m[demo %5.1fs]\033[0m %s\n' "$(elapsed)" "$*"; }
 NODES=(compute-1 compute-2 compute-3)
-# Non-interactive (CI): whatever happens, nothing is left running.
-if [[ -n "${HV_DEMO_ONESHOT:-}" ]]; then
-  trap 'rc=$?; kill ${WATCH:-} 2>/dev/null || true; bash "$(dirname "$0")/down.sh" >/dev/null 2>&1 || true; exit $rc' EXIT
-fi
+# Non-interactive (CI): whatever happens, nothing is left running; on a
+# failure the logs' last lines are shown first (down.sh removes them).
+oneshot_exit() {
+  local rc=$?
+  kill "${WATCH:-}" 2>/dev/null || true
+  if ((rc != 0)); then
+    for f in "$HV_ENV_DIR"/build.log "$HV_ENV_DIR"/logs/*.log; do
+      [[ -f "$f" ]] || continue
+      printf -- '--- last lines of %s\n' "$f" >&2
+      tail -n 30 "$f" >&2
+    done
+  fi
+  [[ -n "${HV_KEEP_ENV:-}" ]] || bash "$(dirname "$0")/down.sh" || true
+  exit "$rc"
+}
+[[ -z "${HV_DEMO_ONESHOT:-}" ]] || trap oneshot_exit EXIT
 
 if [[ -d "$HV_ENV_DIR" ]]; then
   say "stopping the previous demo"
@@ -83,14 +95,22 @@ curl -sf -o /dev/null -H "X-Auth-Token: $TOKEN" -H 'Content-Type: application/js
   -H 'OpenStack-API-Version: compute 2.96' "$(j .nova.compute_url)/os-aggregates" \
   -d '{"aggregate": {"name": "demo-az-1"}}'
 
+# gRPC is mutual TLS: a CA, the coordinator's certificate, an SRE's for
+# hvctl, and one per node naming it (what cert-manager issues on a cluster).
+PKI="$HV_ENV_DIR/pki"
+"$BIN/hv-test-pki" "$PKI" $(printf -- '--node %s ' "${NODES[@]}")
+CA="$PKI/hv-demo-ca.ca.pem"
+export HV_TLS_CERT="$PKI/sre.pem" HV_TLS_KEY="$PKI/sre.key" HV_TLS_CA="$CA"
+
 GRPC_PORT=$(free_port); METRICS_PORT=$(free_port)
 "$BIN/hv-coordinator" --listen "127.0.0.1:$GRPC_PORT" --metrics-listen "127.0.0.1:$METRICS_PORT" --os-cloud demo --clouds-yaml "$HV_ENV_DIR/clouds.yaml" \
+  --tls-cert "$PKI/coordinator.pem" --tls-key "$PKI/coordinator.key" --client-ca "$CA" \
   --namespace default --aggregate demo-az-1 --custom-trait CUSTOM_HV_DEMO --busy-interval 1s --agent-heartbeat 2s \
   >"$LOGS/coordinator.log" 2>&1 &
 record coordinator $!
-wait_for "the coordinator" 30 "$BIN/hvctl" --coordinator "http://127.0.0.1:$GRPC_PORT" list
-export HV_COORDINATOR="http://127.0.0.1:$GRPC_PORT"
-say "coordinator up (gRPC $HV_COORDINATOR, metrics http://127.0.0.1:$METRICS_PORT/metrics, logs $LOGS/coordinator.log)"
+export HV_COORDINATOR="https://127.0.0.1:$GRPC_PORT"
+wait_for "the coordinator" 30 "$BIN/hvctl" list
+say "coordinator up (gRPC over mutual TLS $HV_COORDINATOR, metrics http://127.0.0.1:$METRICS_PORT/metrics, logs $LOGS/coordinator.log)"
 
 # Phase changes, as they happen, from the fleet API.
 "$BIN/hvctl" watch &
@@ -110,6 +130,7 @@ printf '%s\n' "$(j .libvirt.tls.sasl.password)" > "$HV_ENV_DIR/libvirt-sasl-pass
 chmod 600 "$HV_ENV_DIR/libvirt-sasl-password"
 for n in "${NODES[@]}"; do
   "$BIN/hv-agent" run --node "$n" --coordinator "$HV_COORDINATOR" --heartbeat 2s --health-listen 127.0.0.1:0 \
+    --tls-cert "$PKI/node-$n.pem" --tls-key "$PKI/node-$n.key" --tls-ca "$CA" \
     --libvirt-uri "$(j .libvirt.tls.uri)" --libvirt-pki-dir "$(j .libvirt.tls.pki_dir)" \
     --libvirt-sasl-username "$(j .libvirt.tls.sasl.username)" \
     --libvirt-sasl-password-file "$HV_ENV_DIR/libvirt-sasl-password" \
@@ -117,7 +138,7 @@ for n in "${NODES[@]}"; do
     --ceph-id "$(j .ceph.client.id)" --ceph-keyring "$(j .ceph.client.keyring)" >"$LOGS/agent-$n.log" 2>&1 &
   record "agent-$n" $!
 done
-say "started one hv-agent per node (libvirt over TLS with SASL)"
+say "started one hv-agent per node (its certificate names its node; libvirt over TLS with SASL)"
 
 deadline=$(( $(date +%s) + 300 ))
 until [[ $("$BIN/hvctl" list --phase Active | tail -n +2 | wc -l) -eq ${#NODES[@]} ]]; do
@@ -142,13 +163,15 @@ cat <<EOF
 The region keeps running. Look around:
 
   export KUBECONFIG=$KCFG HV_COORDINATOR=$HV_COORDINATOR PATH=$BIN:\$PATH
+  export HV_TLS_CERT=$HV_TLS_CERT HV_TLS_KEY=$HV_TLS_KEY HV_TLS_CA=$HV_TLS_CA   # an SRE's certificate
   hvctl list                      # the fleet, from the coordinator
   hvctl get compute-1             # one node with its conditions
   hvctl health compute-1          # grpc.health.v1 for node/compute-1
   hvctl watch                     # phase changes as they happen
   kubectl get hv                  # if kubectl is installed (--validate=false for apply)
-  grpcurl -plaintext 127.0.0.1:$GRPC_PORT list        # reflection, no proto files
-  grpc_health_probe -addr 127.0.0.1:$GRPC_PORT -service node/compute-1
+  grpcurl -cacert \$HV_TLS_CA -cert \$HV_TLS_CERT -key \$HV_TLS_KEY 127.0.0.1:$GRPC_PORT list   # reflection
+  grpc_health_probe -addr 127.0.0.1:$GRPC_PORT -tls -tls-ca-cert \$HV_TLS_CA \\
+    -tls-client-cert \$HV_TLS_CERT -tls-client-key \$HV_TLS_KEY -service node/compute-1
   curl -s http://127.0.0.1:$API_PORT/apis/hypervisor.cloud.sap/v1alpha1/hypervisors | jq '.items[].status.phase'
   curl -s http://127.0.0.1:$METRICS_PORT/metrics | grep ^hv_   # eviction counters, leader
   logs: $LOGS

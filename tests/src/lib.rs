@@ -15,6 +15,7 @@ pub mod kube_target;
 pub mod libvirtd;
 pub mod openstack;
 pub mod ovsdb;
+pub mod pki;
 pub mod region;
 pub mod wait;
 

@@ -23,6 +23,8 @@ use kube::api::{ObjectMeta, PostParams};
 
 use crate::env::{TestEnv, Via};
 use crate::kube_target::KubeTarget;
+use crate::pki::Pki;
+use hv_tls::TlsFiles;
 
 /// A workspace binary built beside the test executable. `cargo test` does
 /// not build other packages' binaries: `make test` runs `cargo build
@@ -65,6 +67,11 @@ impl Proc {
             .spawn()
             .map_err(|e| format!("starting {name} ({:?}): {e}", cmd.get_program()))?;
         Ok(Proc { name: name.to_string(), log, metrics: None, child: Some(child) })
+    }
+
+    /// The process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// SIGKILL, as a crash would.
@@ -123,6 +130,12 @@ pub struct Region {
     /// The coordinator's gRPC port (fixed per region, so a restarted
     /// coordinator is found by the agents at the same address).
     pub grpc_port: u16,
+    /// This test's gRPC certificates: the coordinator's, an SRE's, one per
+    /// node's agent.
+    pub pki: Pki,
+    /// The coordinator's server certificate and the SRE's client one.
+    pub server_tls: TlsFiles,
+    pub sre_tls: TlsFiles,
 }
 
 impl Region {
@@ -142,11 +155,30 @@ impl Region {
             }
             None => PathBuf::from(std::env::var_os("KUBECONFIG").unwrap_or_default()),
         };
-        Region { env, kube, dir, kubeconfig, id, grpc_port: free_port() }
+        let pki = Pki::new(&dir.join("pki"), "hv-test-ca");
+        let (server_tls, sre_tls) = (pki.server(), pki.sre());
+        Region { env, kube, dir, kubeconfig, id, grpc_port: free_port(), pki, server_tls, sre_tls }
     }
 
     pub fn grpc_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.grpc_port)
+        format!("https://127.0.0.1:{}", self.grpc_port)
+    }
+
+    /// A gRPC channel to the coordinator at `url` as an SRE (client
+    /// certificate of this region's CA); an error when it cannot connect.
+    pub async fn channel_to(&self, url: &str) -> Result<tonic::transport::Channel, String> {
+        connect(url, &self.sre_tls).await
+    }
+
+    /// `hvctl` with this region's coordinator and an SRE's certificate.
+    pub fn hvctl(&self) -> Command {
+        let mut cmd = Command::new(bin("hvctl"));
+        cmd.env("KUBECONFIG", &self.kubeconfig)
+            .env("HV_COORDINATOR", self.grpc_url())
+            .env("HV_TLS_CERT", &self.sre_tls.cert)
+            .env("HV_TLS_KEY", &self.sre_tls.key)
+            .env("HV_TLS_CA", &self.sre_tls.ca);
+        cmd
     }
 
     /// Starts `hv-coordinator` with short intervals, logging in with
@@ -193,6 +225,9 @@ impl Region {
             .args(["--lease-duration", "4s", "--lease-renew-deadline", "3s", "--lease-retry", "500ms"])
             .args(["--kube-timeout", "5s", "--connect-timeout", "500ms"])
             .args(extra);
+        cmd.arg("--tls-cert").arg(&self.server_tls.cert);
+        cmd.arg("--tls-key").arg(&self.server_tls.key);
+        cmd.arg("--client-ca").arg(&self.server_tls.ca);
         let log = self.dir.join(format!("coordinator-{port}.log"));
         let mut p = Proc::spawn("hv-coordinator", &mut cmd, log).unwrap_or_else(|e| panic!("{e}"));
         p.metrics = Some(format!("http://{metrics}/metrics"));
@@ -203,9 +238,16 @@ impl Region {
     /// driver), and the given or the ground's OVSDB and Ceph client.
     pub fn agent(&self, node: &str, peers: &AgentPeers) -> Proc {
         let env = &self.env;
+        let tls = self.pki.node(node);
         let mut cmd = Command::new(bin("hv-agent"));
         cmd.env("RUST_LOG", "info")
             .args(["run", "--node", node, "--coordinator", &self.grpc_url()])
+            .arg("--tls-cert")
+            .arg(&tls.cert)
+            .arg("--tls-key")
+            .arg(&tls.key)
+            .arg("--tls-ca")
+            .arg(&tls.ca)
             .args(["--heartbeat", "1s", "--health-listen", "127.0.0.1:0"])
             .args(["--libvirt-uri", &env.libvirt.test_uri])
             .args(["--ovsdb", peers.ovsdb.as_deref().unwrap_or(&env.ovsdb.tcp)])
@@ -362,11 +404,7 @@ impl Region {
 
     /// `hvctl retry NODE`, the real binary, against this region's API.
     pub fn retry(&self, node: &str) -> String {
-        let out = Command::new(bin("hvctl"))
-            .env("KUBECONFIG", &self.kubeconfig)
-            .args(["retry", node])
-            .output()
-            .unwrap_or_else(|e| panic!("hvctl: {e}"));
+        let out = self.hvctl().args(["retry", node]).output().unwrap_or_else(|e| panic!("hvctl: {e}"));
         assert!(out.status.success(), "hvctl retry failed: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
@@ -485,4 +523,14 @@ fn ceph(env: &TestEnv) -> Command {
         .args(["--connect-timeout", "10", "-n", &format!("client.{}", env.ceph.admin.id), "--keyring"])
         .arg(&env.ceph.admin.keyring);
     c
+}
+
+/// A gRPC channel to `url` with the client certificate `tls`.
+pub async fn connect(url: &str, tls: &TlsFiles) -> Result<tonic::transport::Channel, String> {
+    let config = hv_tls::client::config(tls).map_err(|e| e.to_string())?;
+    let endpoint = tonic::transport::Endpoint::from_shared(url.to_string())
+        .map_err(|e| e.to_string())?
+        .tls_config(config)
+        .map_err(|e| e.to_string())?;
+    endpoint.connect().await.map_err(|e| hv_tls::explain(&e))
 }

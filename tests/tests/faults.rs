@@ -303,6 +303,13 @@ async fn a_restart_mid_eviction_never_re_enables_the_host_while_the_eviction_run
     let ev =
         region.wait_eviction("rolling", EvictionPhase::Succeeded, Duration::from_secs(180), &coord).await;
     sampler.abort();
+    // The delay hit what it was meant for: the two controllers' first lists.
+    let delayed: Vec<_> = kube.seen().into_iter().filter(|r| r.fault.is_some()).collect();
+    assert_eq!(delayed.len(), 2, "{delayed:?}");
+    assert!(
+        delayed.iter().all(|r| r.path.contains("/evictions") && !r.path.contains("watch=")),
+        "{delayed:?}"
+    );
     let done = ev.status.and_then(|s| s.completed_at).map(|t| t.0).unwrap();
     let during: Vec<_> = samples.lock().unwrap().iter().filter(|(at, _)| *at < done).cloned().collect();
     assert!(during.len() >= 5, "{during:?}");
@@ -377,9 +384,12 @@ async fn a_check_report_acknowledged_by_a_leader_that_died_before_recording_it_i
     let host = claim.host.clone();
     region.create_node(&host, &[]).await;
     region.wait_condition(&host, "Tested", "WaitingForAgent", &first).await;
-    // The leader can no longer write to Kubernetes; the agent connects, runs
-    // the checks, and its report is acknowledged on the stream.
-    kube.blackhole(true);
+    // The leader can no longer write the Hypervisor's status (each write is
+    // held past its timeout; its Lease still renews, so it stays leader);
+    // the agent connects, runs the checks, and its report is acknowledged
+    // on the stream.
+    let status_writes = Match::method_path("PATCH", &format!("/hypervisors/{host}/status"));
+    kube.rule(status_writes, Fault::Delay(Duration::from_secs(120)), None);
     let agent = region.agent(&host, &AgentPeers::default());
     let seq = until(
         "the report taken in by the first leader",
@@ -448,9 +458,10 @@ async fn an_agent_speaking_for_a_node_without_a_hypervisor_is_refused() {
         Duration::from_secs(20),
         || coord.tail(10),
         || async {
-            match tonic::transport::Endpoint::from_shared(url.clone()).unwrap().connect().await {
+            // The node's own certificate: what is refused is the node, not the caller.
+            match hv_tests::region::connect(&url, &region.pki.node("ghost-node")).await {
                 Ok(c) => Poll::Ready(c),
-                Err(e) => Poll::Pending(e.to_string()),
+                Err(e) => Poll::Pending(e),
             }
         },
     )

@@ -31,11 +31,11 @@ fn unique(prefix: &str) -> String {
 }
 
 /// grpc.health.v1 Check, as grpc_health_probe does it. Err is the gRPC code.
-async fn health(url: &str, service: &str) -> Result<ServingStatus, tonic::Code> {
+async fn health(region: &Region, url: &str, service: &str) -> Result<ServingStatus, tonic::Code> {
     let channel = until(&format!("coordinator {url}"), Duration::from_secs(20), String::new, || async {
-        match tonic::transport::Endpoint::from_shared(url.to_string()).unwrap().connect().await {
+        match region.channel_to(url).await {
             Ok(c) => Poll::Ready(c),
-            Err(e) => Poll::Pending(e.to_string()),
+            Err(e) => Poll::Pending(e),
         }
     })
     .await;
@@ -43,9 +43,9 @@ async fn health(url: &str, service: &str) -> Result<ServingStatus, tonic::Code> 
     rsp.map(|r| r.into_inner().status()).map_err(|s| s.code())
 }
 
-async fn wait_health(url: &str, service: &str, want: ServingStatus) {
+async fn wait_health(region: &Region, url: &str, service: &str, want: ServingStatus) {
     let _ = until(&format!("{service} {want:?}"), SOON, String::new, || async {
-        let got = health(url, service).await;
+        let got = health(region, url, service).await;
         ready_when(got == Ok(want), got)
     })
     .await;
@@ -89,9 +89,9 @@ async fn a_new_node_is_onboarded_and_waits_in_testing_disabled_without_an_agent(
     let agg = unique("e2e-az");
     admin.create_aggregate(&agg).await.unwrap();
     let url = region.grpc_url();
-    wait_health(&url, "", ServingStatus::Serving).await;
+    wait_health(&region, &url, "", ServingStatus::Serving).await;
     assert_eq!(
-        health(&url, &format!("node/{host}")).await,
+        health(&region, &url, &format!("node/{host}")).await,
         Err(tonic::Code::NotFound),
         "unknown before its Node"
     );
@@ -106,7 +106,7 @@ async fn a_new_node_is_onboarded_and_waits_in_testing_disabled_without_an_agent(
     );
     let svc = admin.service(host).await.unwrap().unwrap();
     assert_eq!(svc["status"], "disabled", "no VM may land before the checks pass: {svc}");
-    assert_eq!(health(&url, &format!("node/{host}")).await, Ok(ServingStatus::NotServing));
+    assert_eq!(health(&region, &url, &format!("node/{host}")).await, Ok(ServingStatus::NotServing));
     let owner = hv.metadata.owner_references.clone().unwrap_or_default();
     assert_eq!(owner.first().map(|o| (o.kind.as_str(), o.name.as_str())), Some(("Node", host)));
 }
@@ -126,7 +126,7 @@ async fn the_agents_checks_activate_the_node_and_open_scheduling() {
     let svc = admin.service(host).await.unwrap().unwrap();
     assert_eq!(status.service_id.as_deref(), svc["id"].as_str());
     assert_eq!(svc["status"], "enabled", "scheduling opened in Nova");
-    wait_health(&region.grpc_url(), &format!("node/{host}"), ServingStatus::Serving).await;
+    wait_health(&region, &region.grpc_url(), &format!("node/{host}"), ServingStatus::Serving).await;
     let reasons: Vec<String> = region.events_for(host).await.into_iter().map(|e| e.0).collect();
     for phase in ["Onboarding", "Testing", "Ready", "Active"] {
         assert!(reasons.iter().any(|r| r == phase), "an Event for {phase}: {reasons:?}");
@@ -179,10 +179,7 @@ async fn hvctl_lists_the_fleet_and_reflection_names_the_services() {
         SOON,
         || coord.tail(10),
         || async {
-            let out = std::process::Command::new(hv_tests::region::bin("hvctl"))
-                .args(["--coordinator", &url, "list"])
-                .output()
-                .unwrap();
+            let out = region.hvctl().args(["--coordinator", &url, "list"]).output().unwrap();
             let text = String::from_utf8_lossy(&out.stdout).into_owned();
             ready_when(
                 text.lines().any(|l| l.starts_with(host) && l.contains("Active") && l.contains("yes")),
@@ -193,7 +190,7 @@ async fn hvctl_lists_the_fleet_and_reflection_names_the_services() {
     .await;
     assert!(text.starts_with("NAME"), "{text}");
     // Reflection: grpcurl and grpc_health_probe need no proto files.
-    let services = reflected_services(&url).await;
+    let services = reflected_services(&region, &url).await;
     for svc in ["hv.v1.AgentService", "hv.v1.FleetService", "grpc.health.v1.Health"] {
         assert!(services.iter().any(|s| s == svc), "{svc} listed by reflection: {services:?}");
     }
@@ -216,7 +213,7 @@ async fn clearing_maintenance_runs_the_checks_again_before_scheduling_reopens() 
     let svc = admin.service(host).await.unwrap().unwrap();
     assert_eq!(svc["status"], "disabled");
     assert!(svc["disabled_reason"].as_str().unwrap_or_default().contains("kernel update"), "{svc}");
-    wait_health(&url, &format!("node/{host}"), ServingStatus::NotServing).await;
+    wait_health(&region, &url, &format!("node/{host}"), ServingStatus::NotServing).await;
     let patch = serde_json::json!({"spec": {"maintenance": "", "maintenanceReason": ""}});
     hvs.patch(host, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
     let hv = region.wait_phase(host, Phase::Active, SOON, &coord).await;
@@ -228,7 +225,7 @@ async fn clearing_maintenance_runs_the_checks_again_before_scheduling_reopens() 
     );
     assert!(!status.checks.is_empty() && status.checks.iter().all(|c| c.passed), "{:?}", status.checks);
     assert_eq!(admin.service(host).await.unwrap().unwrap()["status"], "enabled");
-    wait_health(&url, &format!("node/{host}"), ServingStatus::Serving).await;
+    wait_health(&region, &url, &format!("node/{host}"), ServingStatus::Serving).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -239,9 +236,9 @@ async fn an_agent_going_away_turns_the_nodes_health_not_serving() {
     region.create_node(host, &[]).await;
     region.wait_phase(host, Phase::Active, SOON, &coord).await;
     let url = region.grpc_url();
-    wait_health(&url, &format!("node/{host}"), ServingStatus::Serving).await;
+    wait_health(&region, &url, &format!("node/{host}"), ServingStatus::Serving).await;
     agent.kill();
-    wait_health(&url, &format!("node/{host}"), ServingStatus::NotServing).await;
+    wait_health(&region, &url, &format!("node/{host}"), ServingStatus::NotServing).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -315,7 +312,7 @@ async fn a_node_named_unlike_its_nova_host_is_mapped_and_an_unmapped_one_names_t
     assert_eq!(hv.spec.nova_host, nova_host);
     assert_eq!(hv.status.as_ref().and_then(|s| s.lifecycle.nova_host.as_deref()), Some(nova_host));
     assert_eq!(admin.service(nova_host).await.unwrap().unwrap()["status"], "enabled");
-    wait_health(&region.grpc_url(), &format!("node/{node}"), ServingStatus::Serving).await;
+    wait_health(&region, &region.grpc_url(), &format!("node/{node}"), ServingStatus::Serving).await;
 
     // The same short name without a mapping: the condition says where to look.
     let msg = region.wait_condition(unmapped, "Onboarded", "NovaHostNotFound", &coord).await;
@@ -403,26 +400,26 @@ async fn a_coordinator_killed_mid_onboarding_resumes_without_repeating_nova_call
 async fn only_the_leader_acts_and_a_stopped_leader_hands_over() {
     let (region, claim, mut first) = region_with_host("leader", &[]).await;
     let host = claim.host.as_str();
-    wait_health(&region.grpc_url(), "", ServingStatus::Serving).await;
+    wait_health(&region, &region.grpc_url(), "", ServingStatus::Serving).await;
     let other_port = hv_tests::region::free_port();
     let second = region.coordinator_on(other_port, None, &[]);
-    let second_url = format!("http://127.0.0.1:{other_port}");
+    let second_url = format!("https://127.0.0.1:{other_port}");
     // The follower says it is not serving, and turns agents away.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(health(&second_url, "").await, Ok(ServingStatus::NotServing));
-    assert_eq!(agent_connect_code(&second_url, host).await, tonic::Code::Unavailable);
+    assert_eq!(health(&region, &second_url, "").await, Ok(ServingStatus::NotServing));
+    assert_eq!(agent_connect_code(&region, &second_url, host).await, tonic::Code::Unavailable);
 
     region.create_node(host, &[(SKIP_TESTS, "true")]).await;
     region.wait_phase(host, Phase::Active, SOON, &first).await;
     first.stop();
-    wait_health(&second_url, "", ServingStatus::Serving).await;
+    wait_health(&region, &second_url, "", ServingStatus::Serving).await;
     // The new leader has the node in hand: it answers for it.
     let _ = until(
         &format!("the new leader to answer for {host}"),
         SOON,
         || second.tail(30),
         || async {
-            let got = health(&second_url, &format!("node/{host}")).await;
+            let got = health(&region, &second_url, &format!("node/{host}")).await;
             ready_when(got == Ok(ServingStatus::NotServing), got)
         },
     )
@@ -430,11 +427,11 @@ async fn only_the_leader_acts_and_a_stopped_leader_hands_over() {
 }
 
 /// Opens AgentService.Connect with a Hello and answers the gRPC code.
-async fn agent_connect_code(url: &str, node: &str) -> tonic::Code {
+async fn agent_connect_code(region: &Region, url: &str, node: &str) -> tonic::Code {
     use hv_proto::v1::agent_message::Payload;
     use hv_proto::v1::agent_service_client::AgentServiceClient;
     use hv_proto::v1::{AgentMessage, Hello};
-    let channel = tonic::transport::Endpoint::from_shared(url.to_string()).unwrap().connect().await.unwrap();
+    let channel = hv_tests::region::connect(url, &region.pki.node(node)).await.unwrap();
     let hello = AgentMessage {
         seq: 0,
         sent_at: None,
@@ -448,12 +445,12 @@ async fn agent_connect_code(url: &str, node: &str) -> tonic::Code {
 }
 
 /// What `grpcurl list` shows: the services named by server reflection.
-async fn reflected_services(url: &str) -> Vec<String> {
+async fn reflected_services(region: &Region, url: &str) -> Vec<String> {
     use tonic_reflection::pb::v1::ServerReflectionRequest;
     use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
     use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
     use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
-    let channel = tonic::transport::Endpoint::from_shared(url.to_string()).unwrap().connect().await.unwrap();
+    let channel = region.channel_to(url).await.unwrap();
     let req = ServerReflectionRequest {
         host: String::new(),
         message_request: Some(MessageRequest::ListServices(String::new())),

@@ -33,6 +33,11 @@ pub struct SessionConfig {
     pub heartbeat: Duration,
     pub buffer: usize,
     pub backoff: Backoff,
+    /// This agent's certificate (naming its node), key, and the CA of the
+    /// coordinator's certificate; read at each connection, so a rotated
+    /// certificate is used from the next one on. `None`: plain text
+    /// (`--insecure`).
+    pub tls: Option<hv_tls::TlsFiles>,
 }
 
 /// Commands from the coordinator, for the rest of the agent.
@@ -130,15 +135,17 @@ impl Session {
     }
 
     async fn stream_once(&self, commands: &mpsc::Sender<Command>) -> Result<(), StreamEnd> {
-        let endpoint = tonic::transport::Endpoint::from_shared(self.cfg.coordinator.clone())
-            .map_err(|e| StreamEnd::Connect(self.cfg.coordinator.clone(), e.to_string()))?
+        let connect_error = |e: String| StreamEnd::Connect(self.cfg.coordinator.clone(), e);
+        let mut endpoint = tonic::transport::Endpoint::from_shared(self.cfg.coordinator.clone())
+            .map_err(|e| connect_error(e.to_string()))?
             .connect_timeout(Duration::from_secs(5))
             .http2_keep_alive_interval(Duration::from_secs(20))
             .keep_alive_timeout(Duration::from_secs(10));
-        let channel = endpoint
-            .connect()
-            .await
-            .map_err(|e| StreamEnd::Connect(self.cfg.coordinator.clone(), e.to_string()))?;
+        if let Some(files) = &self.cfg.tls {
+            let tls = hv_tls::client::config(files).map_err(|e| connect_error(e.to_string()))?;
+            endpoint = endpoint.tls_config(tls).map_err(|e| connect_error(e.to_string()))?;
+        }
+        let channel = endpoint.connect().await.map_err(|e| connect_error(hv_tls::explain(&e)))?;
         let mut client = AgentServiceClient::new(channel);
         let (tx, rx) = mpsc::channel::<AgentMessage>(256);
         let acked = self.handle.outbox.lock().await.acked();

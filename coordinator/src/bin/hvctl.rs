@@ -2,6 +2,7 @@
 //! FleetService and health service; `retry` is a write to the Hypervisor
 //! (the retry annotation), so it works whichever replica leads.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -17,9 +18,19 @@ use tonic_health::pb::health_client::HealthClient;
 #[derive(Parser, Debug)]
 #[command(version, about = "Look at and act on the hypervisor fleet")]
 struct Args {
-    /// The coordinator's gRPC endpoint.
-    #[arg(long, env = "HV_COORDINATOR", default_value = "http://127.0.0.1:9090", global = true)]
+    /// The coordinator's gRPC endpoint: https:// with a client certificate,
+    /// http:// only for a coordinator started with --insecure.
+    #[arg(long, env = "HV_COORDINATOR", default_value = "https://127.0.0.1:9090", global = true)]
     coordinator: String,
+    /// Your PEM client certificate, from the CA the coordinator trusts.
+    #[arg(long, env = "HV_TLS_CERT", global = true)]
+    tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, env = "HV_TLS_KEY", global = true)]
+    tls_key: Option<PathBuf>,
+    /// PEM CA that signed the coordinator's certificate.
+    #[arg(long, env = "HV_TLS_CA", global = true)]
+    tls_ca: Option<PathBuf>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -54,12 +65,34 @@ async fn main() -> ExitCode {
     }
 }
 
+/// TLS for an https:// coordinator: the three files are needed.
+fn client_tls(
+    coordinator: &str,
+    files: (&Option<PathBuf>, &Option<PathBuf>, &Option<PathBuf>),
+) -> anyhow::Result<Option<tonic::transport::ClientTlsConfig>> {
+    if !coordinator.starts_with("https://") {
+        return Ok(None);
+    }
+    let (Some(cert), Some(key), Some(ca)) = files else {
+        anyhow::bail!(
+            "{coordinator} is TLS: give --tls-cert, --tls-key and --tls-ca (or HV_TLS_CERT, HV_TLS_KEY, HV_TLS_CA)"
+        );
+    };
+    let files = hv_tls::TlsFiles { cert: cert.clone(), key: key.clone(), ca: ca.clone() };
+    Ok(Some(hv_tls::client::config(&files)?))
+}
+
 async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // Only the commands that ask the coordinator need its certificates.
     let channel = || async {
-        tonic::transport::Endpoint::from_shared(args.coordinator.clone())?
+        let mut endpoint = tonic::transport::Endpoint::from_shared(args.coordinator.clone())?;
+        if let Some(tls) = client_tls(&args.coordinator, (&args.tls_cert, &args.tls_key, &args.tls_ca))? {
+            endpoint = endpoint.tls_config(tls)?;
+        }
+        endpoint
             .connect()
             .await
-            .map_err(|e| anyhow::anyhow!("coordinator {}: {e}", args.coordinator))
+            .map_err(|e| anyhow::anyhow!("coordinator {}: {}", args.coordinator, hv_tls::explain(&e)))
     };
     match args.command {
         Cmd::List { phases } => {

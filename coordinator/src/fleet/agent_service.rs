@@ -3,12 +3,14 @@
 //! then an Ack for every message and commands from the lifecycle.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hv_proto::v1::agent_message::Payload;
 use hv_proto::v1::agent_service_server::AgentService;
 use hv_proto::v1::coordinator_message::Payload as Down;
 use hv_proto::v1::{Ack, AgentMessage, CoordinatorMessage, Welcome};
+use rustls_pki_types::CertificateDer;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -28,6 +30,31 @@ pub struct AgentEndpoint {
     /// What the agents are told to beat at; a session silent for three
     /// intervals is considered dead.
     pub heartbeat: Duration,
+    /// The trust domain of agent certificates: a session is taken only for
+    /// the node its client certificate names. `None` only with `--insecure`.
+    pub trust_domain: Option<String>,
+    /// Sessions refused because the certificate did not name the Hello's node.
+    pub refused: Arc<AtomicU64>,
+}
+
+/// Whether the client certificate of `certs` speaks for `node`: `Err` with
+/// what it speaks for instead (for the log and the caller).
+pub fn certificate_speaks_for(
+    certs: Option<&[CertificateDer<'static>]>,
+    trust_domain: &str,
+    node: &str,
+) -> Result<(), String> {
+    let Some(leaf) = certs.and_then(|c| c.first()) else {
+        return Err("no client certificate".into());
+    };
+    match hv_tls::node_of(leaf, trust_domain) {
+        Some(n) if n == node => Ok(()),
+        Some(n) => Err(format!("a certificate for node {n}")),
+        None => Err(format!(
+            "a certificate for no node of {trust_domain} (URIs {:?})",
+            hv_tls::identity::uris_of(leaf)
+        )),
+    }
 }
 
 #[tonic::async_trait]
@@ -41,6 +68,7 @@ impl AgentService for AgentEndpoint {
         if !*self.leader.borrow() {
             return Err(Status::unavailable("this coordinator replica is not the leader; retry"));
         }
+        let certs = request.peer_certs();
         let mut inbound = request.into_inner();
         let first = tokio::time::timeout(Duration::from_secs(10), inbound.message())
             .await
@@ -52,6 +80,16 @@ impl AgentService for AgentEndpoint {
         if !valid_node_name(&hello.node) {
             let shown = super::registry::bounded(&hello.node, 64);
             return Err(Status::invalid_argument(format!("Hello names an invalid node {shown:?}")));
+        }
+        if let Some(td) = &self.trust_domain
+            && let Err(shown) = certificate_speaks_for(certs.as_deref().map(Vec::as_slice), td, &hello.node)
+        {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(node = %hello.node, presented = %shown, "refused an agent session: its certificate does not name the node");
+            return Err(Status::permission_denied(format!(
+                "Hello names node {} but the client showed {shown}",
+                hello.node
+            )));
         }
         if self.hypervisors.get(&ObjectRef::new(&hello.node)).is_none() {
             return Err(Status::failed_precondition(format!(
@@ -113,7 +151,32 @@ pub fn valid_node_name(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::valid_node_name;
+    #![allow(clippy::unwrap_used)]
+    use super::{certificate_speaks_for, valid_node_name};
+    use rcgen::{CertificateParams, KeyPair, SanType};
+    use rustls_pki_types::CertificateDer;
+
+    fn cert_for(uri: &str) -> CertificateDer<'static> {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.subject_alt_names = vec![SanType::URI(uri.try_into().unwrap())];
+        p.self_signed(&KeyPair::generate().unwrap()).unwrap().der().clone()
+    }
+
+    /// A session is the node's only with the node's own certificate.
+    #[test]
+    fn only_a_certificate_naming_the_hellos_node_speaks_for_it() {
+        let td = "hypervisor.cloud.sap";
+        let a = vec![cert_for("spiffe://hypervisor.cloud.sap/node/node-a")];
+        assert_eq!(certificate_speaks_for(Some(&a), td, "node-a"), Ok(()));
+        let forged = certificate_speaks_for(Some(&a), td, "node-b").unwrap_err();
+        assert!(forged.contains("node node-a"), "{forged}");
+        let sre = vec![cert_for("spiffe://hypervisor.cloud.sap/sre/alice")];
+        assert!(certificate_speaks_for(Some(&sre), td, "node-a").unwrap_err().contains("no node"));
+        let other_domain = vec![cert_for("spiffe://elsewhere.example/node/node-a")];
+        assert!(certificate_speaks_for(Some(&other_domain), td, "node-a").is_err());
+        assert_eq!(certificate_speaks_for(None, td, "node-a").unwrap_err(), "no client certificate");
+        assert_eq!(certificate_speaks_for(Some(&[]), td, "node-a").unwrap_err(), "no client certificate");
+    }
 
     #[test]
     fn node_names_are_dns_subdomains() {

@@ -87,10 +87,14 @@ impl Server {
         Ok(Server { listener, addr, health, health_service })
     }
 
+    /// Serves until `shutdown`: over mutual TLS when `tls` is given (every
+    /// client shows a certificate from its CA), else in plain text
+    /// (`--insecure`).
     pub async fn serve(
         self,
         agents: AgentEndpoint,
         fleet: FleetEndpoint,
+        tls: Option<Tls>,
         shutdown: impl std::future::Future<Output = ()> + Send,
     ) -> Result<(), ServeError> {
         let reflection = tonic_reflection::server::Builder::configure()
@@ -98,16 +102,39 @@ impl Server {
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .build_v1()
             .map_err(|e| ServeError::Reflection(e.to_string()))?;
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(self.listener);
-        tonic::transport::Server::builder()
+        let router = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            // An agent holds one stream; an SRE's watch one more.
+            .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
             .add_service(self.health_service)
             .add_service(reflection)
-            .add_service(AgentServiceServer::new(agents))
-            .add_service(FleetServiceServer::new(fleet))
-            .serve_with_incoming_shutdown(incoming, shutdown)
-            .await?;
+            .add_service(AgentServiceServer::new(agents).max_decoding_message_size(MAX_MESSAGE_BYTES))
+            .add_service(FleetServiceServer::new(fleet).max_decoding_message_size(MAX_MESSAGE_BYTES));
+        match tls {
+            Some(tls) => {
+                let incoming = hv_tls::server::incoming(self.listener, tls.config, tls.limits, tls.stats);
+                router.serve_with_incoming_shutdown(incoming, shutdown).await?
+            }
+            None => {
+                let incoming = tokio_stream::wrappers::TcpListenerStream::new(self.listener);
+                router.serve_with_incoming_shutdown(incoming, shutdown).await?
+            }
+        }
         Ok(())
     }
+}
+
+/// The largest message taken from a client: an agent's inventory of a few
+/// hundred domains is far below it.
+pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
+/// Streams one client connection may hold open at once.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 16;
+
+/// The server's TLS: its configuration (certificate and client CA re-read
+/// when their files change), the listener's bounds, and its counters.
+pub struct Tls {
+    pub config: std::sync::Arc<hv_tls::server::ServerConfig>,
+    pub limits: hv_tls::server::Limits,
+    pub stats: std::sync::Arc<hv_tls::server::Stats>,
 }

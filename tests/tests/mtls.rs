@@ -1,0 +1,213 @@
+//! Only real agents speak for their node: mutual TLS between the real
+//! `hv-coordinator` and its clients, with certificates made per test
+//! (`hv_tests::pki`). A certificate names one node; a Hello for another is
+//! refused and the node's real session stays; no certificate, one past its
+//! end and one from another CA are refused at the handshake; certificates
+//! and the client CA rotated on disk are used without a restart.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use hv_coordinator::api::Phase;
+use hv_proto::v1::agent_message::Payload;
+use hv_proto::v1::agent_service_client::AgentServiceClient;
+use hv_proto::v1::{AgentMessage, Hello};
+use hv_tests::hosts;
+use hv_tests::pki::{Pki, Usage};
+use hv_tests::region::{AgentPeers, Proc, Region, connect};
+use hv_tests::wait::{Poll, ready_when, until};
+use hv_tls::TlsFiles;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
+
+const SOON: Duration = Duration::from_secs(60);
+
+/// Waits until the coordinator answers an SRE's health check.
+async fn serving(region: &Region, coord: &Proc) {
+    let url = region.grpc_url();
+    until(
+        "the coordinator over TLS",
+        Duration::from_secs(30),
+        || coord.tail(20),
+        || async {
+            match region.channel_to(&url).await {
+                Ok(c) => {
+                    let rsp = HealthClient::new(c).check(HealthCheckRequest { service: String::new() }).await;
+                    ready_when(rsp.is_ok(), format!("{rsp:?}"))
+                }
+                Err(e) => Poll::Pending(e),
+            }
+        },
+    )
+    .await;
+}
+
+/// A Hello for `node` over a connection made with `tls`: the gRPC code.
+async fn hello_as(region: &Region, tls: &TlsFiles, node: &str) -> Result<tonic::Code, String> {
+    let channel = connect(&region.grpc_url(), tls).await?;
+    let hello = AgentMessage {
+        seq: 0,
+        sent_at: None,
+        payload: Some(Payload::Hello(Hello { node: node.into(), ..Default::default() })),
+    };
+    match AgentServiceClient::new(channel).connect(tokio_stream::iter(vec![hello])).await {
+        Ok(_) => Ok(tonic::Code::Ok),
+        Err(s) => Ok(s.code()),
+    }
+}
+
+/// A counter of `/metrics` at `url`.
+async fn metric(url: &str, name: &str) -> Option<f64> {
+    let text = reqwest::get(url).await.ok()?.text().await.ok()?;
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The agent's metrics address, from its log.
+fn agent_metrics(agent: &Proc) -> Option<String> {
+    let log = std::fs::read_to_string(&agent.log).ok()?;
+    let line = log.lines().find(|l| l.contains("health and metrics listening"))?;
+    let at = line.find("127.0.0.1:")?;
+    let addr: String =
+        line[at..].chars().take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':').collect();
+    Some(format!("http://{addr}/metrics"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_certificate_for_one_node_cannot_speak_for_another_and_the_real_session_stays() {
+    let region = Region::start("forged").await;
+    let claim = hosts::claim(&region.env).await;
+    let host = claim.host.clone();
+    let coord = region.coordinator(None, &["--skip-tests"]);
+    let agent = region.agent(&host, &AgentPeers::default());
+    region.create_node(&host, &[]).await;
+    region.wait_phase(&host, Phase::Active, SOON, &coord).await;
+    let agent_url = until(
+        "the agent's metrics",
+        Duration::from_secs(10),
+        || agent.tail(10),
+        || async { hv_tests::wait::ready_if(agent_metrics(&agent)) },
+    )
+    .await;
+    let connects = "hv_agent_session_connects_total";
+    until(
+        "the agent's session",
+        Duration::from_secs(20),
+        || agent.tail(10),
+        || async {
+            let n = metric(&agent_url, connects).await;
+            ready_when(n == Some(1.0), n)
+        },
+    )
+    .await;
+
+    // node-a's certificate, a Hello for the real host: refused by name.
+    let forged = region.pki.node("node-a");
+    assert_eq!(hello_as(&region, &forged, &host).await, Ok(tonic::Code::PermissionDenied));
+    assert_eq!(hello_as(&region, &forged, &host).await, Ok(tonic::Code::PermissionDenied));
+    // An SRE's certificate names no node either.
+    assert_eq!(hello_as(&region, &region.sre_tls, &host).await, Ok(tonic::Code::PermissionDenied));
+    let refused =
+        metric(coord.metrics.as_deref().unwrap(), "hv_coordinator_agent_sessions_refused_total").await;
+    assert_eq!(refused, Some(3.0));
+    assert!(std::fs::read_to_string(&coord.log).unwrap().contains("refused an agent session"), "logged");
+
+    // The real session was never replaced: the agent did not reconnect,
+    // and the node stays Active with its agent.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(metric(&agent_url, connects).await, Some(1.0), "the real agent's session was untouched");
+    let hv = region.hypervisor(&host).await.unwrap();
+    assert_eq!(hv.status.as_ref().and_then(|s| s.phase), Some(Phase::Active));
+    // The node's own certificate is let through (the agent's, issued again).
+    let own = region.pki.node(&host);
+    assert_eq!(hello_as(&region, &own, &host).await, Ok(tonic::Code::Ok));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_certificate_an_expired_one_and_one_from_another_ca_are_refused_at_the_handshake() {
+    let region = Region::start("refused").await;
+    let coord = region.coordinator(None, &[]);
+    serving(&region, &coord).await;
+    let url = region.grpc_url();
+
+    // No client certificate: only the CA, to trust the server.
+    let bare = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(std::fs::read(&region.sre_tls.ca).unwrap()));
+    let endpoint = tonic::transport::Endpoint::from_shared(url.clone()).unwrap().tls_config(bare).unwrap();
+    let none = match endpoint.connect().await {
+        Ok(c) => HealthClient::new(c).check(HealthCheckRequest { service: String::new() }).await.err(),
+        Err(e) => Some(tonic::Status::unavailable(hv_tls::explain(&e))),
+    };
+    assert!(none.is_some(), "a client without a certificate got an answer");
+
+    let expired = region.pki.issue("expired", Usage::Client, vec![region.pki.node_san("node-x")], true);
+    let other = Pki::new(&region.dir.join("other-pki"), "other-ca");
+    let mut foreign = other.node("node-x");
+    foreign.ca = region.sre_tls.ca.clone(); // it trusts the right server; its own CA is foreign
+    for (what, tls) in [("expired", &expired), ("another CA's", &foreign)] {
+        let got = match connect(&url, tls).await {
+            Ok(c) => HealthClient::new(c).check(HealthCheckRequest { service: String::new() }).await.err(),
+            Err(e) => Some(tonic::Status::unavailable(e)),
+        };
+        assert!(got.is_some(), "an {what} certificate got an answer");
+    }
+    let failed =
+        metric(coord.metrics.as_deref().unwrap(), "hv_coordinator_grpc_tls_handshakes_failed_total").await;
+    assert!(failed.is_some_and(|n| n >= 3.0), "three handshakes refused and counted: {failed:?}");
+    assert!(region.channel_to(&url).await.is_ok(), "the SRE's certificate still works");
+}
+
+/// Writes `from` over `to` the way a Secret volume does: a new file renamed
+/// into place.
+fn replace(from: &std::path::Path, to: &std::path::Path) {
+    let tmp = to.with_extension("new");
+    std::fs::copy(from, &tmp).unwrap();
+    std::fs::rename(&tmp, to).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rotated_certificate_and_ca_are_used_without_a_restart() {
+    let region = Region::start("rotate").await;
+    let coord = region.coordinator(None, &[]);
+    serving(&region, &coord).await;
+    let url = region.grpc_url();
+    let pid = coord.pid();
+
+    // A new CA: the coordinator's certificate and its client CA rotated on
+    // disk, as cert-manager does.
+    let next = Pki::new(&region.dir.join("next-pki"), "next-ca");
+    let server = next.server();
+    replace(&server.key, &region.server_tls.key);
+    replace(&server.cert, &region.server_tls.cert);
+    replace(&next.ca, &region.server_tls.ca);
+    let sre = next.sre();
+
+    // A client of the new CA is let in, and it trusts only the new CA: the
+    // server shows its new certificate.
+    let got = until(
+        "a client of the new CA",
+        Duration::from_secs(20),
+        || coord.tail(20),
+        || async {
+            match connect(&url, &sre).await {
+                Ok(c) => {
+                    let rsp = HealthClient::new(c).check(HealthCheckRequest { service: String::new() }).await;
+                    ready_when(rsp.is_ok(), format!("{rsp:?}"))
+                }
+                Err(e) => Poll::Pending(e),
+            }
+        },
+    )
+    .await;
+    drop(got);
+    // One of the old CA is turned away now.
+    let mut old = region.sre_tls.clone();
+    old.ca = next.ca.clone();
+    let refused = match connect(&url, &old).await {
+        Ok(c) => HealthClient::new(c).check(HealthCheckRequest { service: String::new() }).await.err(),
+        Err(e) => Some(tonic::Status::unavailable(e)),
+    };
+    assert!(refused.is_some(), "a certificate of the old CA still got an answer");
+    assert_eq!(coord.pid(), pid, "no restart");
+    assert!(std::fs::read_to_string(&coord.log).unwrap().contains("reloaded after its files changed"));
+}

@@ -1,0 +1,23 @@
+//! The clients' side (the agent, `hvctl`, the tests): the CA that signed
+//! the coordinator's certificate, and this client's certificate and key.
+//!
+//! The files are read when a connection is made, so a client that
+//! reconnects uses a rotated certificate from then on without a restart.
+
+use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+
+use crate::{TlsError, TlsFiles, read};
+
+/// tonic's client TLS setting for `files`, read now.
+pub fn config(files: &TlsFiles) -> Result<ClientTlsConfig, TlsError> {
+    // Parsed here, so a broken file is named now rather than as a handshake
+    // failure later.
+    crate::server::certs(&files.ca)?;
+    crate::server::certs(&files.cert)?;
+    let ca = read(&files.ca)?;
+    let cert = read(&files.cert)?;
+    let key = read(&files.key)?;
+    Ok(ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca))
+        .identity(Identity::from_pem(cert, key)))
+}

@@ -1,0 +1,93 @@
+//! Who a certificate speaks for.
+//!
+//! An agent's certificate carries the URI SAN
+//! `spiffe://<trust-domain>/node/<node name>`: the SPIFFE form, so a site
+//! that issues SPIFFE identities (SPIRE, cert-manager's csi-driver-spiffe)
+//! needs nothing of its own, and a URI cannot be mistaken for a host name
+//! the way a DNS SAN can. A certificate with no such URI, or with more than
+//! one, speaks for no node.
+
+use rustls_pki_types::CertificateDer;
+
+/// The URI SAN of `node`'s certificate in `trust_domain`.
+pub fn node_uri(trust_domain: &str, node: &str) -> String {
+    format!("spiffe://{trust_domain}/node/{node}")
+}
+
+/// Every URI SAN of `cert` (for logs: what a refused client showed).
+pub fn uris_of(cert: &CertificateDer<'_>) -> Vec<String> {
+    match webpki::EndEntityCert::try_from(cert) {
+        Ok(c) => c.valid_uri_names().map(str::to_string).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The node `cert` speaks for in `trust_domain`, if exactly one.
+pub fn node_of(cert: &CertificateDer<'_>, trust_domain: &str) -> Option<String> {
+    let prefix = format!("spiffe://{trust_domain}/node/");
+    let mut nodes = uris_of(cert).into_iter().filter_map(|u| u.strip_prefix(&prefix).map(str::to_string));
+    let node = nodes.next().filter(|n| !n.is_empty() && !n.contains('/'))?;
+    match nodes.next() {
+        Some(_) => None,
+        None => Some(node),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use rcgen::{CertificateParams, KeyPair, SanType};
+
+    fn cert_with(sans: Vec<SanType>) -> CertificateDer<'static> {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.subject_alt_names = sans;
+        p.self_signed(&KeyPair::generate().unwrap()).unwrap().der().clone()
+    }
+
+    fn uri(s: &str) -> SanType {
+        SanType::URI(s.try_into().unwrap())
+    }
+
+    #[test]
+    fn the_node_is_the_one_spiffe_uri_of_the_trust_domain() {
+        let td = "hypervisor.cloud.sap";
+        let cases: Vec<(Vec<SanType>, Option<&str>)> = vec![
+            (vec![uri("spiffe://hypervisor.cloud.sap/node/compute-1")], Some("compute-1")),
+            (
+                vec![
+                    SanType::DnsName("compute-2".try_into().unwrap()),
+                    uri("spiffe://hypervisor.cloud.sap/node/compute-2"),
+                ],
+                Some("compute-2"),
+            ),
+            // Another trust domain, another path, a DNS name alone: no node.
+            (vec![uri("spiffe://elsewhere.example/node/compute-1")], None),
+            (vec![uri("spiffe://hypervisor.cloud.sap/sre/alice")], None),
+            (vec![SanType::DnsName("compute-1".try_into().unwrap())], None),
+            (vec![uri("spiffe://hypervisor.cloud.sap/node/")], None),
+            (vec![uri("spiffe://hypervisor.cloud.sap/node/a/b")], None),
+            // Two nodes in one certificate: it speaks for neither.
+            (
+                vec![
+                    uri("spiffe://hypervisor.cloud.sap/node/a"),
+                    uri("spiffe://hypervisor.cloud.sap/node/b"),
+                ],
+                None,
+            ),
+            (vec![], None),
+        ];
+        for (sans, want) in cases {
+            let shown = format!("{sans:?}");
+            assert_eq!(node_of(&cert_with(sans), td).as_deref(), want, "{shown}");
+        }
+        assert_eq!(node_uri(td, "compute-1"), "spiffe://hypervisor.cloud.sap/node/compute-1");
+    }
+
+    #[test]
+    fn garbage_is_no_certificate_and_no_node() {
+        let junk = CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x00]);
+        assert!(uris_of(&junk).is_empty());
+        assert_eq!(node_of(&junk, "hypervisor.cloud.sap"), None);
+    }
+}
