@@ -26,8 +26,12 @@ pub struct Pki {
     pub ca: PathBuf,
 }
 
+/// Writes `text` to `path` as a new file renamed into place, so a reader
+/// (a coordinator re-reading its certificate) never sees half of it.
 fn write(path: &Path, text: &str) {
-    std::fs::write(path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let tmp = path.with_extension("writing");
+    std::fs::write(&tmp, text).unwrap_or_else(|e| panic!("{}: {e}", tmp.display()));
+    std::fs::rename(&tmp, path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
 }
 
 /// What a leaf certificate is for.
@@ -78,7 +82,9 @@ impl Pki {
             key: self.dir.join(format!("{name}.key")),
             ca: self.ca.clone(),
         };
-        // The key first: a reader that sees the new certificate finds its key.
+        // The key first: a reader that sees the new certificate finds its key
+        // (one that reads in between finds the new key with the old
+        // certificate, does not load them, and keeps what it had).
         write(&files.key, &key.serialize_pem());
         write(&files.cert, &cert.pem());
         files

@@ -155,21 +155,30 @@ pub fn config(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {
         .with_client_cert_verifier(verifier)
         .with_cert_resolver(Arc::new(ReloadingCert(cert)));
     cfg.alpn_protocols = vec![b"h2".to_vec()];
+    // No session resumption: a resumed session brings the client
+    // certificate verified back then, never checked again, so a certificate
+    // past its end or of a CA rotated out would still get in.
+    cfg.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    cfg.send_tls13_tickets = 0;
     Ok(Arc::new(cfg))
 }
 
 /// Bounds on the listener.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
-    /// Connections open at once; the next waits until one closes.
+    /// Established connections open at once; past it new ones wait.
     pub max_connections: usize,
+    /// Handshakes under way at once; past it a new connection is closed at
+    /// once, so clients that never finish a handshake cannot take the
+    /// places of the agents.
+    pub max_handshakes: usize,
     /// A client that has not finished its handshake by then is dropped.
     pub handshake_timeout: Duration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_connections: 10_000, handshake_timeout: Duration::from_secs(10) }
+        Limits { max_connections: 10_000, max_handshakes: 256, handshake_timeout: Duration::from_secs(5) }
     }
 }
 
@@ -242,7 +251,8 @@ impl AsyncWrite for Conn {
 /// Accepts on `listener` and hands over each connection once its TLS
 /// handshake is done; handshakes run side by side, so a slow or silent
 /// client holds up no one. Accept errors (out of file descriptors) pause
-/// the loop, 10 ms doubling to 1 s, instead of spinning.
+/// the loop, 10 ms doubling to 1 s, instead of spinning. The loop ends (and
+/// the port is closed) when the server drops the stream.
 pub fn incoming(
     listener: TcpListener,
     config: Arc<ServerConfig>,
@@ -252,11 +262,15 @@ pub fn incoming(
     let (tx, rx) = mpsc::channel(64);
     let acceptor = TlsAcceptor::from(config);
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let handshakes = Arc::new(Semaphore::new(limits.max_handshakes.max(1)));
     tokio::spawn(async move {
         let mut pause = Duration::from_millis(10);
         loop {
-            let Ok(slot) = slots.clone().acquire_owned().await else { return };
-            let (tcp, peer) = match listener.accept().await {
+            let accepted = tokio::select! {
+                _ = tx.closed() => return,
+                a = listener.accept() => a,
+            };
+            let (tcp, peer) = match accepted {
                 Ok(c) => {
                     pause = Duration::from_millis(10);
                     c
@@ -268,11 +282,19 @@ pub fn incoming(
                     continue;
                 }
             };
+            let Ok(handshake) = handshakes.clone().try_acquire_owned() else {
+                stats.handshakes_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%peer, "too many TLS handshakes under way; connection closed");
+                continue;
+            };
             let _ = tcp.set_nodelay(true);
-            let (acceptor, tx, stats) = (acceptor.clone(), tx.clone(), stats.clone());
+            let (acceptor, tx, stats, slots) = (acceptor.clone(), tx.clone(), stats.clone(), slots.clone());
             tokio::spawn(async move {
-                match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await {
+                let done = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await;
+                drop(handshake);
+                match done {
                     Ok(Ok(tls)) => {
+                        let Ok(slot) = slots.acquire_owned().await else { return };
                         stats.connections.fetch_add(1, Ordering::Relaxed);
                         let _ = tx.send(Ok(Conn { tls, _slot: slot, stats })).await;
                     }
@@ -289,4 +311,136 @@ pub fn incoming(
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, SanType};
+    use rustls::pki_types::ServerName;
+    use rustls::{ClientConfig, ClientConnection, HandshakeKind, ServerConnection};
+
+    struct Ca {
+        params: CertificateParams,
+        key: KeyPair,
+        pem: String,
+    }
+
+    fn ca() -> Ca {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let key = KeyPair::generate().unwrap();
+        let pem = params.self_signed(&key).unwrap().pem();
+        Ca { params, key, pem }
+    }
+
+    /// A leaf of `ca` for `sans`: (certificate PEM, key PEM).
+    fn leaf(ca: &Ca, sans: Vec<SanType>, expired: bool) -> (String, String) {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.subject_alt_names = sans;
+        if expired {
+            p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        }
+        let key = KeyPair::generate().unwrap();
+        let cert = p.signed_by(&key, &Issuer::from_params(&ca.params, &ca.key)).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    fn server_files(dir: &Path, ca: &Ca) -> TlsFiles {
+        std::fs::create_dir_all(dir).unwrap();
+        let (cert, key) = leaf(ca, vec![SanType::DnsName("localhost".try_into().unwrap())], false);
+        let files = TlsFiles { cert: dir.join("tls.crt"), key: dir.join("tls.key"), ca: dir.join("ca.crt") };
+        std::fs::write(&files.cert, cert).unwrap();
+        std::fs::write(&files.key, key).unwrap();
+        std::fs::write(&files.ca, &ca.pem).unwrap();
+        files
+    }
+
+    fn client_config(trust: &Ca, client: Option<(String, String)>) -> Arc<ClientConfig> {
+        let mut roots = RootCertStore::empty();
+        roots.add(CertificateDer::from_pem_slice(trust.pem.as_bytes()).unwrap()).unwrap();
+        let b = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots);
+        let cfg = match client {
+            Some((cert, key)) => b
+                .with_client_auth_cert(
+                    vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()],
+                    PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+                )
+                .unwrap(),
+            None => b.with_no_client_auth(),
+        };
+        Arc::new(cfg)
+    }
+
+    /// A handshake in memory, including what follows it (session tickets).
+    fn handshake(
+        client: &Arc<ClientConfig>,
+        server: &Arc<ServerConfig>,
+    ) -> Result<HandshakeKind, rustls::Error> {
+        let mut c = ClientConnection::new(client.clone(), ServerName::try_from("localhost").unwrap())?;
+        let mut s = ServerConnection::new(server.clone())?;
+        for _ in 0..20 {
+            let mut buf = Vec::new();
+            while c.wants_write() {
+                c.write_tls(&mut buf).unwrap();
+            }
+            if !buf.is_empty() {
+                s.read_tls(&mut &buf[..]).unwrap();
+                s.process_new_packets()?;
+            }
+            let mut buf = Vec::new();
+            while s.wants_write() {
+                s.write_tls(&mut buf).unwrap();
+            }
+            if !buf.is_empty() {
+                c.read_tls(&mut &buf[..]).unwrap();
+                c.process_new_packets()?;
+            }
+            if !c.is_handshaking() && !s.is_handshaking() && !c.wants_write() && !s.wants_write() {
+                return Ok(s.handshake_kind().unwrap());
+            }
+        }
+        panic!("the handshake did not end")
+    }
+
+    fn node(ca: &Ca, expired: bool) -> (String, String) {
+        let uri = SanType::URI("spiffe://hypervisor.cloud.sap/node/n1".try_into().unwrap());
+        leaf(ca, vec![uri], expired)
+    }
+
+    /// Only certificates of the client CA get in, every time with a full
+    /// handshake: a resumed session would bring back a certificate checked
+    /// once, before an expiry or a CA rotation.
+    #[test]
+    fn clients_are_verified_at_every_connection_never_resumed() {
+        let dir = std::env::temp_dir().join(format!("hv-tls-server-{}", std::process::id()));
+        let good = ca();
+        let files = server_files(&dir, &good);
+        let server = config(&files).unwrap();
+        let client = client_config(&good, Some(node(&good, false)));
+        assert_eq!(handshake(&client, &server).unwrap(), HandshakeKind::Full);
+        assert_eq!(
+            handshake(&client, &server).unwrap(),
+            HandshakeKind::Full,
+            "the same client is not resumed"
+        );
+
+        assert!(handshake(&client_config(&good, None), &server).is_err(), "no certificate");
+        assert!(handshake(&client_config(&good, Some(node(&good, true))), &server).is_err(), "expired");
+        let other = ca();
+        assert!(handshake(&client_config(&good, Some(node(&other, false))), &server).is_err(), "another CA");
+
+        // The client CA rotated on disk: the same client config, once let in,
+        // is turned away at its next connection.
+        let next = dir.join("ca.crt.next");
+        std::fs::write(&next, &other.pem).unwrap();
+        std::fs::rename(&next, &files.ca).unwrap(); // a new file, as a Secret volume swaps it in
+        assert!(handshake(&client, &server).is_err(), "a certificate of the CA rotated out");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

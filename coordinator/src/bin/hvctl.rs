@@ -31,6 +31,9 @@ struct Args {
     /// PEM CA that signed the coordinator's certificate.
     #[arg(long, env = "HV_TLS_CA", global = true)]
     tls_ca: Option<PathBuf>,
+    /// Talk plain text to an http:// coordinator started with --insecure.
+    #[arg(long, global = true)]
+    insecure: bool,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -68,10 +71,21 @@ async fn main() -> ExitCode {
 /// TLS for an https:// coordinator: the three files are needed.
 fn client_tls(
     coordinator: &str,
+    insecure: bool,
     files: (&Option<PathBuf>, &Option<PathBuf>, &Option<PathBuf>),
 ) -> anyhow::Result<Option<tonic::transport::ClientTlsConfig>> {
-    if !coordinator.starts_with("https://") {
-        return Ok(None);
+    match (coordinator.starts_with("https://"), insecure) {
+        (true, true) => anyhow::bail!("--insecure talks plain text; {coordinator} asks for TLS"),
+        (false, false) => anyhow::bail!(
+            "{coordinator} is plain text: use https://, or --insecure for a coordinator without TLS"
+        ),
+        (false, true) => {
+            eprintln!(
+                "hvctl: warning: --insecure: plain text, no certificate; anyone on the way can read and answer"
+            );
+            return Ok(None);
+        }
+        (true, false) => {}
     }
     let (Some(cert), Some(key), Some(ca)) = files else {
         anyhow::bail!(
@@ -86,7 +100,9 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Only the commands that ask the coordinator need its certificates.
     let channel = || async {
         let mut endpoint = tonic::transport::Endpoint::from_shared(args.coordinator.clone())?;
-        if let Some(tls) = client_tls(&args.coordinator, (&args.tls_cert, &args.tls_key, &args.tls_ca))? {
+        if let Some(tls) =
+            client_tls(&args.coordinator, args.insecure, (&args.tls_cert, &args.tls_key, &args.tls_ca))?
+        {
             endpoint = endpoint.tls_config(tls)?;
         }
         endpoint
@@ -172,5 +188,19 @@ fn print_one(h: &PbHypervisor) {
     println!("conditions:");
     for c in &h.conditions {
         println!("  {:<18} {:<7} {:<22} {}", c.r#type, c.status, c.reason, c.message);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::client_tls;
+
+    #[test]
+    fn plain_text_only_when_asked_for_by_name() {
+        let none = (&None, &None, &None);
+        assert!(client_tls("https://c:9090", false, none).unwrap_err().to_string().contains("--tls-cert"));
+        assert!(client_tls("http://c:9090", false, none).unwrap_err().to_string().contains("--insecure"));
+        assert!(client_tls("http://c:9090", true, none).unwrap().is_none());
+        assert!(client_tls("https://c:9090", true, none).is_err());
     }
 }

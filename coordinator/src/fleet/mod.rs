@@ -3,9 +3,10 @@
 //! standard health service and server reflection, on one port.
 //!
 //! Health: the service `""` answers for the coordinator itself and is
-//! SERVING only on the leader, so a Kubernetes gRPC readiness probe keeps
-//! followers out of the Service; `node/<name>` is SERVING only while that
-//! node is Active with a live agent (set by the controller).
+//! SERVING only on the leader (the kubelet's probes speak no TLS and use
+//! `/readyz` on the metrics port instead, which says the same);
+//! `node/<name>` is SERVING only while that node is Active with a live
+//! agent (set by the controller).
 
 pub mod agent_service;
 pub mod fleet_service;
