@@ -1,8 +1,12 @@
-//! `/healthz` and `/metrics` on a small HTTP listener.
+//! `/livez`, `/healthz` and `/metrics` on a small HTTP listener.
 //!
-//! Healthy means every watcher (libvirt, OVSDB, Ceph) is live right now,
-//! not merely that the process runs: a kubelet restart of an agent that
-//! lost libvirt is the right reaction.
+//! `/livez` is the liveness probe's: it answers while the agent's runtime
+//! does, whatever its peers do. Restarting the agent because libvirtd, OVSDB
+//! or Ceph is down would not bring them back, and would drop the session
+//! that reports them down.
+//!
+//! `/healthz` says whether every watcher (libvirt, OVSDB, Ceph) is live right
+//! now: for a readiness probe, dashboards and people, never for liveness.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -74,6 +78,7 @@ impl Health {
 
     async fn route(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
         let (code, body) = match req.uri().path() {
+            "/livez" => (StatusCode::OK, "alive\n".into()),
             "/healthz" => self.healthz(),
             "/metrics" => (StatusCode::OK, self.metrics().await),
             _ => (StatusCode::NOT_FOUND, "not found\n".into()),

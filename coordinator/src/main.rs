@@ -20,6 +20,7 @@ use hv_coordinator::k8s::{self, Context, Gate, Intervals, Template, Writers};
 use hv_coordinator::lifecycle::Policy;
 use hv_coordinator::metrics::Metrics;
 use hv_coordinator::nova::{Cloud, CloudSource, HttpPolicy, Nova, NovaClient};
+use kube::ResourceExt as _;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector;
 use tokio::sync::{broadcast, mpsc, watch};
@@ -297,6 +298,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let fleet_api =
         FleetEndpoint { hypervisors: hv_reader.clone(), registry: registry.clone(), events: events.clone() };
+    {
+        let (hvs, registry) = (hv_reader.clone(), registry.clone());
+        metrics.set_fleet(move || {
+            hv_coordinator::metrics::fleet(hvs.state().iter().map(|h| {
+                let phase = h.status.as_ref().and_then(|s| s.phase).unwrap_or_default();
+                (phase, registry.view(&h.name_any()).connected)
+            }))
+        });
+    }
     let grpc = tokio::spawn(server.serve(agents, fleet_api, tls, stopped(stop_rx.clone())));
 
     let election = Election {

@@ -1,4 +1,4 @@
-//! `/metrics` (Prometheus text format) and `/healthz` of the coordinator.
+//! `/metrics` (Prometheus text format), `/healthz` and `/readyz` of the coordinator.
 //!
 //! The eviction counters are derived from each eviction step by a pure
 //! [`tally`] and added only once the step's status write succeeded, so a
@@ -15,6 +15,7 @@ use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use jiff::Timestamp;
 
+use crate::api::Phase;
 use crate::api::eviction::{VmState, VmStatus};
 use crate::eviction::plan::{Action, Step};
 
@@ -84,11 +85,42 @@ pub struct Metrics {
     pub agent_sessions_refused: Arc<AtomicU64>,
     /// The gRPC listener's TLS counters, when it serves TLS.
     tls: std::sync::OnceLock<Arc<hv_tls::server::Stats>>,
+    /// The fleet as this replica sees it (the Hypervisor cache and the
+    /// agent sessions), shown only while it leads.
+    fleet: std::sync::OnceLock<FleetSource>,
+}
+
+type FleetSource = Box<dyn Fn() -> Fleet + Send + Sync>;
+
+/// Phases in which a host's agent must be connected: a host in Maintenance
+/// may be down for its work, one in Onboarding has none yet.
+const AGENT_EXPECTED: [Phase; 4] = [Phase::Testing, Phase::Ready, Phase::Active, Phase::Evicting];
+
+/// The fleet in numbers, for alerts: Hypervisors per phase, and those that
+/// should have an agent and have none.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Fleet {
+    pub phases: std::collections::BTreeMap<Phase, u64>,
+    pub without_agent: u64,
+}
+
+/// Counts `hypervisors` (phase, agent connected).
+pub fn fleet(hypervisors: impl IntoIterator<Item = (Phase, bool)>) -> Fleet {
+    let mut f = Fleet::default();
+    for (phase, connected) in hypervisors {
+        *f.phases.entry(phase).or_default() += 1;
+        f.without_agent += u64::from(!connected && AGENT_EXPECTED.contains(&phase));
+    }
+    f
 }
 
 impl Metrics {
     pub fn set_tls(&self, stats: Arc<hv_tls::server::Stats>) {
         let _ = self.tls.set(stats);
+    }
+
+    pub fn set_fleet(&self, source: impl Fn() -> Fleet + Send + Sync + 'static) {
+        let _ = self.fleet.set(Box::new(source));
     }
 
     pub fn add(&self, t: &Tally) {
@@ -137,6 +169,20 @@ impl Metrics {
                 get(&tls.connections)
             ));
         }
+        if let Some(source) = self.fleet.get().filter(|_| self.leader.load(Ordering::Relaxed)) {
+            let f = source();
+            s.push_str("# HELP hv_hypervisors Hypervisors per phase (shown by the leader only).\n");
+            s.push_str("# TYPE hv_hypervisors gauge\n");
+            for p in Phase::ALL {
+                let n = f.phases.get(&p).copied().unwrap_or(0);
+                s.push_str(&format!("hv_hypervisors{{phase=\"{}\"}} {n}\n", p.as_str()));
+            }
+            let w = "hv_hypervisors_without_agent";
+            s.push_str(&format!(
+                "# HELP {w} Hypervisors in Testing, Ready, Active or Evicting whose agent is not connected.\n"
+            ));
+            s.push_str(&format!("# TYPE {w} gauge\n{w} {}\n", f.without_agent));
+        }
         let name = "hv_eviction_migration_duration_seconds";
         s.push_str(&format!("# HELP {name} From asking Nova to seeing the VM on its new host.\n"));
         s.push_str(&format!("# TYPE {name} histogram\n"));
@@ -153,15 +199,26 @@ impl Metrics {
     }
 
     fn route(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
-        match req.uri().path() {
-            "/metrics" => hv_listen::text(StatusCode::OK, self.render()),
-            "/healthz" => hv_listen::text(StatusCode::OK, "ok\n"),
-            _ => hv_listen::text(StatusCode::NOT_FOUND, "not found\n"),
+        let (code, body) = self.answer(req.uri().path());
+        hv_listen::text(code, body)
+    }
+
+    /// `/healthz` is liveness: the process answers, whatever its peers do.
+    /// `/readyz` is readiness: only the leader, so a Service in front of the
+    /// replicas reaches the one that takes agents (the kubelet's probes
+    /// speak no TLS, so they cannot use the gRPC health service).
+    fn answer(&self, path: &str) -> (StatusCode, String) {
+        match path {
+            "/metrics" => (StatusCode::OK, self.render()),
+            "/healthz" => (StatusCode::OK, "ok\n".into()),
+            "/readyz" if self.leader.load(Ordering::Relaxed) => (StatusCode::OK, "leader\n".into()),
+            "/readyz" => (StatusCode::SERVICE_UNAVAILABLE, "follower\n".into()),
+            _ => (StatusCode::NOT_FOUND, "not found\n".into()),
         }
     }
 }
 
-/// Serves `/metrics` and `/healthz` until the process ends; answers the bound address.
+/// Serves `/metrics`, `/healthz` and `/readyz` until the process ends; answers the bound address.
 pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<SocketAddr> {
     hv_listen::serve(addr, hv_listen::Limits::default(), move |req| {
         let m = metrics.clone();
@@ -179,6 +236,43 @@ mod tests {
 
     fn vm(id: &str, state: VmState, attempts: u32, started: Option<Timestamp>) -> VmStatus {
         VmStatus { id: id.into(), state, attempts, attempt_started: started.map(Time), ..Default::default() }
+    }
+
+    #[test]
+    fn the_fleet_is_counted_by_phase_and_missing_agents_only_where_one_belongs() {
+        let f = fleet([
+            (Phase::Active, true),
+            (Phase::Active, false),
+            (Phase::Maintenance, false),
+            (Phase::Onboarding, false),
+            (Phase::Aborted, true),
+            (Phase::Evicting, false),
+        ]);
+        assert_eq!(f.phases.get(&Phase::Active), Some(&2));
+        assert_eq!(
+            f.without_agent, 2,
+            "Active and Evicting without an agent; Maintenance and Onboarding may be"
+        );
+        let m = Metrics::default();
+        let snapshot = f.clone();
+        m.set_fleet(move || snapshot.clone());
+        assert!(!m.render().contains("hv_hypervisors{"), "a follower does not speak for the fleet");
+        m.leader.store(true, Ordering::Relaxed);
+        let text = m.render();
+        assert!(text.contains("hv_hypervisors{phase=\"Active\"} 2\n"), "{text}");
+        assert!(text.contains("hv_hypervisors{phase=\"Decommissioned\"} 0\n"), "every phase, zeros too");
+        assert!(text.contains("hv_hypervisors_without_agent 2\n"));
+    }
+
+    #[test]
+    fn only_the_leader_is_ready_and_every_replica_is_alive() {
+        let m = Metrics::default();
+        assert_eq!(m.answer("/healthz").0, StatusCode::OK);
+        assert_eq!(m.answer("/readyz"), (StatusCode::SERVICE_UNAVAILABLE, "follower\n".into()));
+        m.leader.store(true, Ordering::Relaxed);
+        assert_eq!(m.answer("/readyz"), (StatusCode::OK, "leader\n".into()));
+        assert_eq!(m.answer("/healthz").0, StatusCode::OK);
+        assert_eq!(m.answer("/nope").0, StatusCode::NOT_FOUND);
     }
 
     #[test]
