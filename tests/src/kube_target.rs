@@ -49,8 +49,11 @@ pub async fn connect(kubeconfig: Option<PathBuf>, require_cluster: bool) -> Resu
             Err("HV_REQUIRE_CLUSTER=1 but KUBECONFIG is not set: no cluster to run against".to_string())
         }
         None => {
-            let s =
-                StandIn::start(&crate::repo_root().join("deploy/crds"), ([127, 0, 0, 1], 0).into()).await?;
+            // Who asked for what, added to the ground's record (the chart's
+            // RBAC is checked against it after the suite).
+            let audit = crate::env::env_file().parent().map(|d| d.join(crate::rbac::AUDIT_FILE));
+            let crds = crate::repo_root().join("deploy/crds");
+            let s = StandIn::start_recording(&crds, ([127, 0, 0, 1], 0).into(), 10_000, audit).await?;
             let client = s.client().map_err(|e| format!("client for the stand-in: {e}"))?;
             Ok(KubeTarget { client, standin: Some(s) })
         }

@@ -13,9 +13,11 @@ pub mod hosts;
 pub mod kube_standin;
 pub mod kube_target;
 pub mod libvirtd;
+pub mod manifests;
 pub mod openstack;
 pub mod ovsdb;
 pub mod pki;
+pub mod rbac;
 pub mod region;
 pub mod wait;
 

@@ -199,14 +199,12 @@ impl Region {
             .env
             .clouds_yaml_via(&self.dir, &format!("clouds-{port}.yaml"), password, via)
             .unwrap_or_else(|e| panic!("clouds.yaml: {e}"));
-        let kubeconfig = match &via.kube {
-            Some(url) => {
-                let path = self.dir.join(format!("kubeconfig-{port}"));
-                std::fs::write(&path, kubeconfig_yaml(url))
-                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-                path
-            }
-            None => self.kubeconfig.clone(),
+        // The coordinator's own user (a token the stand-in records its
+        // requests under, for the chart's RBAC check).
+        let kubeconfig = match (&via.kube, &self.kube.standin) {
+            (Some(url), _) => self.coordinator_kubeconfig(port, url),
+            (None, Some(s)) => self.coordinator_kubeconfig(port, &s.url()),
+            (None, None) => self.kubeconfig.clone(),
         };
         let metrics = format!("127.0.0.1:{}", free_port());
         let mut cmd = Command::new(bin("hv-coordinator"));
@@ -232,6 +230,14 @@ impl Region {
         let mut p = Proc::spawn("hv-coordinator", &mut cmd, log).unwrap_or_else(|e| panic!("{e}"));
         p.metrics = Some(format!("http://{metrics}/metrics"));
         p
+    }
+
+    fn coordinator_kubeconfig(&self, port: u16, url: &str) -> PathBuf {
+        let path = self.dir.join(format!("kubeconfig-{port}"));
+        let text = kubeconfig_yaml(url)
+            .replace("  user: {}\n", &format!("  user:\n    token: {}\n", crate::rbac::COORDINATOR_USER));
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        path
     }
 
     /// Starts `hv-agent run` for `node` against the ground's libvirt (test

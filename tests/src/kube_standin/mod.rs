@@ -51,6 +51,7 @@
 //!   collector would delete it as dangling);
 //! - the watch history keeps the last 10,000 events.
 
+pub mod audit;
 mod ownership;
 mod resources;
 mod server;

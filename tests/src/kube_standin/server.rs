@@ -17,6 +17,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, broadcast, mpsc};
 
+use super::audit::{Access, Audit};
 use super::resources::{self, ResourceType};
 use super::store::{ApiError, Key, Part, Store, WatchEvent};
 
@@ -48,6 +49,18 @@ impl StandIn {
         addr: SocketAddr,
         history: usize,
     ) -> Result<StandIn, String> {
+        Self::start_recording(crd_dir, addr, history, None).await
+    }
+
+    /// As [`start_with_history`](Self::start_with_history), recording who
+    /// asked for what in `audit` (see [`super::audit`]).
+    pub async fn start_recording(
+        crd_dir: &Path,
+        addr: SocketAddr,
+        history: usize,
+        audit: Option<std::path::PathBuf>,
+    ) -> Result<StandIn, String> {
+        let audit = Arc::new(Audit::to(audit));
         let mut types = resources::builtins();
         types.extend(resources::from_crd_dir(crd_dir)?);
         let store = Arc::new(Mutex::new(Store::new(types, history)));
@@ -56,9 +69,9 @@ impl StandIn {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let limits = hv_listen::Limits { max_connections: 1024, ..Default::default() };
         let task = tokio::spawn(hv_listen::accept_loop(listener, limits, move |req| {
-            let store = store.clone();
+            let (store, audit) = (store.clone(), audit.clone());
             async move {
-                match handle(store, req).await {
+                match handle(store, &audit, req).await {
                     Ok(r) => r,
                     Err(never) => match never {},
                 }
@@ -252,8 +265,13 @@ fn matches(obj: &Value, labels: Option<&str>, fields: Option<&str>) -> bool {
     true
 }
 
-async fn handle(store: Arc<Mutex<Store>>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+async fn handle(
+    store: Arc<Mutex<Store>>,
+    audit: &Audit,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
     let q = query(&req);
+    let user = super::audit::user(req.headers());
     let table =
         req.headers().get("accept").and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("as=Table"));
     let method = req.method().clone();
@@ -271,6 +289,17 @@ async fn handle(store: Arc<Mutex<Store>>, req: Request<Incoming>) -> Result<Resp
         Ok(r) => r,
         Err(e) => return Ok(error(&e)),
     };
+    if let Route::Object(t) = &route {
+        let rt = &store.lock().await.types[t.resource];
+        let watch = q.get("watch").is_some_and(|w| w == "true" || w == "1");
+        audit.record(Access {
+            user,
+            verb: super::audit::verb(&method, t.name.is_some(), watch).into(),
+            group: rt.group.clone(),
+            resource: rt.plural.clone(),
+            subresource: if t.status { "status".into() } else { String::new() },
+        });
+    }
     let resp = match route {
         Route::Version => json_response(
             200,

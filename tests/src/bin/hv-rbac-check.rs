@@ -1,0 +1,41 @@
+//! After the end-to-end tests: does the chart grant the coordinator exactly
+//! what it asked of the Kubernetes API during them? Reads the stand-ins'
+//! record in the ground's directory and the chart's rules; exits 1 naming
+//! each difference.
+
+use std::process::ExitCode;
+
+use hv_tests::rbac;
+
+fn main() -> ExitCode {
+    let Some(dir) = hv_tests::env::env_file().parent().map(std::path::Path::to_path_buf) else {
+        eprintln!("hv-rbac-check: no test ground directory");
+        return ExitCode::from(2);
+    };
+    let record = dir.join(rbac::AUDIT_FILE);
+    let used = hv_tests::kube_standin::audit::read(&record);
+    if used.is_empty() {
+        eprintln!("hv-rbac-check: nothing recorded in {} (did the end-to-end tests run?)", record.display());
+        return ExitCode::from(2);
+    }
+    let rules = match rbac::read_rules(&rbac::chart_rules()) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("hv-rbac-check: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match rbac::check(&rules, &used, rbac::COORDINATOR_USER) {
+        Ok(n) => {
+            println!("RBAC: the chart grants the coordinator exactly the {n} permissions it used");
+            ExitCode::SUCCESS
+        }
+        Err(problems) => {
+            eprintln!("RBAC: the chart's coordinator rules differ from what it used ({}):", record.display());
+            for p in problems {
+                eprintln!("  {p}");
+            }
+            ExitCode::from(1)
+        }
+    }
+}
