@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: help build demo-check test test-env-up test-env-down test-unit lint fmt crds crds-check demo demo-down bench
+.PHONY: help build demo-check test test-env-up test-env-down test-unit lint fmt crds crds-check chart-check images-check demo demo-down bench
 
 help:
 	@echo "make demo        a local region: three new nodes onboarded to Active (make demo-down stops it)"
@@ -12,7 +12,9 @@ help:
 	@echo "make test-unit   only the tests that need no peer"
 	@echo "make lint        rustfmt check and clippy -D warnings"
 	@echo "make crds        regenerate deploy/crds/ from coordinator/src/api"
-	@echo "make crds-check  fail if deploy/crds/ differs from the Rust types"
+	@echo "make crds-check  fail if deploy/crds/ (or the chart's copy) differs from the Rust types"
+	@echo "make chart-check lint and render deploy/helm/hv with real Helm, check every object against the API types"
+	@echo "make images-check the Containerfiles' runtime packages against the libraries the binaries link"
 	@echo "make bench       print the benchmark figures"
 	@echo "make build       build every crate and target"
 
@@ -40,13 +42,20 @@ fmt:
 
 crds:
 	$(CARGO) run -q -p hv-coordinator --bin crdgen -- deploy/crds
+	cp deploy/crds/*.yaml deploy/helm/hv/crds/
 
 crds-check:
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	$(CARGO) run -q -p hv-coordinator --bin crdgen -- "$$tmp" >/dev/null; \
-	if ! diff -ru deploy/crds "$$tmp"; then \
-	  echo "deploy/crds/ drifted from coordinator/src/api: run 'make crds' and commit the result" >&2; exit 1; \
-	fi; echo "deploy/crds/ matches the Rust types"
+	if ! diff -ru deploy/crds "$$tmp" || ! diff -ru deploy/crds deploy/helm/hv/crds; then \
+	  echo "deploy/crds/ or the chart's crds/ drifted from coordinator/src/api: run 'make crds' and commit the result" >&2; exit 1; \
+	fi; echo "deploy/crds/ and the chart's crds/ match the Rust types"
+
+chart-check:
+	bash deploy/helm/check.sh
+
+images-check: build
+	bash deploy/images/check.sh
 
 demo:
 	bash tests/env/demo.sh

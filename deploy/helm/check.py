@@ -1,0 +1,120 @@
+"""Lints and renders the chart with real Helm (v4, as a library: the
+helm-python-sdk wheel, no helm binary), for `make chart-check`.
+
+- The chart's defaults alone must be refused by values.schema.json, naming
+  exactly the values an SRE must set.
+- Every ci/*-values.yaml must lint clean (strict: warnings fail) and render;
+  the manifests are written to OUT/<case>/ for the Rust check against the
+  Kubernetes API types (hv-manifest-check).
+- crds/ must be the generated CRDs of deploy/crds/.
+"""
+import filecmp
+import os
+import sys
+
+import helm_python as helm
+
+CHART = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hv")
+REQUIRED = {"/openstack/cloudsSecret", "/openstack/cloud"}
+
+
+def fail(msg):
+    print(f"chart-check: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def problems(report):
+    """Lint messages at warning level or worse (1 is info)."""
+    return [m for m in report["messages"] if m["severity"] >= 2]
+
+
+def objects(rendered):
+    for path, text in rendered.items():
+        if not path.endswith(".yaml"):
+            continue
+        for doc in text.split("\n---"):
+            obj = helm.values_from_yaml(doc) if doc.strip() else None
+            if obj:
+                yield obj
+
+
+def policy(case, rendered):
+    """What the chart promises an SRE, on every rendering."""
+    by_kind = {}
+    for o in objects(rendered):
+        by_kind.setdefault(o["kind"], []).append(o)
+    agent = by_kind["DaemonSet"][0]["spec"]["template"]["spec"]
+    coord = by_kind["Deployment"][0]["spec"]["template"]["spec"]
+    a, c = agent["containers"][0], coord["containers"][0]
+    checks = {
+        # Liveness never depends on libvirt, OVSDB, Ceph, Nova or the lease.
+        "agent liveness is /livez": a["livenessProbe"]["httpGet"]["path"] == "/livez",
+        "coordinator liveness is /healthz": c["livenessProbe"]["httpGet"]["path"] == "/healthz",
+        "only the leader is ready": c["readinessProbe"]["httpGet"]["path"] == "/readyz",
+        "the agent has no API token": agent.get("automountServiceAccountToken") is False,
+        "host mounts are read-only": all(m.get("readOnly") for m in a["volumeMounts"] if m["name"] != "tmp"),
+        "SASL mechanisms in the agent image": "libsasl2-modules" in open(os.path.join(CHART, "..", "..", "images", "Containerfile.agent")).read(),
+        "no privilege": all(
+            x["securityContext"]["allowPrivilegeEscalation"] is False
+            and x["securityContext"]["capabilities"]["drop"] == ["ALL"]
+            for x in (a, c)
+        ),
+        "TLS flags on both sides": "--tls-cert=/etc/hv-agent/tls/tls.crt" in a["args"]
+        and "--client-ca=/etc/hv/tls/ca.crt" in c["args"]
+        and not any(x.startswith("--insecure") for x in a["args"] + c["args"]),
+        "limits set": all("limits" in x["resources"] and "requests" in x["resources"] for x in (a, c)),
+        # Only the leader is Ready: a rolling update or a PDB would wait for ever.
+        "coordinator replaced, not rolled": by_kind["Deployment"][0]["spec"]["strategy"]["type"] == "Recreate",
+        "the agent runs where the coordinator looks": bool(agent["nodeSelector"]),
+        "no wildcard in RBAC": not any(
+            "*" in str(r) for kind in ("ClusterRole", "Role") for o in by_kind.get(kind, []) for r in o.get("rules") or []
+        ),
+    }
+    broken = [k for k, ok in checks.items() if not ok]
+    if broken:
+        fail(f"{case}: {broken}")
+
+
+def main(out):
+    # The defaults alone: refused by the schema, for the required values only.
+    report = helm.lint(CHART, strict=True)
+    named = {p for m in problems(report) for p in REQUIRED if f"'{p}'" in m["error"]}
+    if named != REQUIRED:
+        fail(f"the defaults should be refused for {sorted(REQUIRED)}; lint said {report['messages']}")
+    others = [m for m in problems(report) if not any(f"'{p}'" in m["error"] for p in REQUIRED)]
+    if others:
+        fail(f"the defaults have other problems: {others}")
+    print(f"defaults refused by the schema, naming {', '.join(sorted(REQUIRED))}")
+
+    chart = helm.Chart.load(CHART)
+    cases = sorted(f for f in os.listdir(os.path.join(CHART, "ci")) if f.endswith("-values.yaml"))
+    if not cases:
+        fail("no ci/*-values.yaml")
+    for case in cases:
+        with open(os.path.join(CHART, "ci", case)) as f:
+            values = helm.values_from_yaml(f.read())
+        report = helm.lint(CHART, values, strict=True)
+        if problems(report) or report["errors"]:
+            fail(f"{case}: {report['messages']} {report['errors']}")
+        rendered = chart.render(values, name="hv", namespace="hv-system", is_install=True)
+        dest = os.path.join(out, case.removesuffix("-values.yaml"))
+        os.makedirs(dest, exist_ok=True)
+        n = 0
+        for path, text in sorted(rendered.items()):
+            if not path.endswith(".yaml") or not text.strip():
+                continue
+            with open(os.path.join(dest, os.path.basename(path)), "w") as f:
+                f.write(text)
+            n += 1
+        policy(case, rendered)
+        print(f"{case}: lint clean, {n} templates rendered into {dest}, policies hold")
+
+    generated = os.path.join(CHART, "..", "..", "crds")
+    cmp = filecmp.dircmp(generated, os.path.join(CHART, "crds"))
+    if cmp.left_only or cmp.right_only or cmp.diff_files:
+        fail(f"crds/ differs from deploy/crds/ (run make crds): {cmp.left_only} {cmp.right_only} {cmp.diff_files}")
+    print(f"crds/ matches deploy/crds/ ({len(cmp.same_files)} CRDs)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

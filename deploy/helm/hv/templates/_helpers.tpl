@@ -1,0 +1,37 @@
+{{- define "hv.labels" -}}
+app.kubernetes.io/name: hv
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "hv.coordinator.selector" -}}
+app.kubernetes.io/name: hv
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: coordinator
+{{- end -}}
+
+{{- define "hv.agent.selector" -}}
+app.kubernetes.io/name: hv
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: agent
+{{- end -}}
+
+{{- define "hv.coordinator.name" -}}{{ .Release.Name }}-coordinator{{- end -}}
+{{- define "hv.agent.name" -}}{{ .Release.Name }}-agent{{- end -}}
+
+{{- define "hv.image" -}}
+{{ .image.repository }}:{{ .image.tag | default .chart.AppVersion }}
+{{- end -}}
+
+{{/* No privilege, no capability, nothing written but /tmp. (The agent still needs a
+namespace whose pod security admits hostNetwork and hostPath: privileged.) */}}
+{{- define "hv.containerSecurity" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
