@@ -23,24 +23,28 @@ use tonic_health::pb::health_client::HealthClient;
 
 const SOON: Duration = Duration::from_secs(60);
 
-/// Waits until the coordinator answers an SRE's health check.
-async fn serving(region: &Region, coord: &Proc) {
+/// Whether the coordinator at `url` answers a health check of a client
+/// with `tls`; the error says why not (refused at the handshake or after).
+async fn answers(url: &str, tls: &TlsFiles) -> Result<(), String> {
+    let channel = connect(url, tls).await?;
+    let rsp = HealthClient::new(channel).check(HealthCheckRequest { service: String::new() }).await;
+    rsp.map(|_| ()).map_err(|s| s.to_string())
+}
+
+/// Waits until the coordinator answers a client with `tls`.
+async fn serving_to(region: &Region, coord: &Proc, tls: &TlsFiles) {
     let url = region.grpc_url();
-    until(
-        "the coordinator over TLS",
-        Duration::from_secs(30),
-        || coord.tail(20),
-        || async {
-            match region.channel_to(&url).await {
-                Ok(c) => {
-                    let rsp = HealthClient::new(c).check(HealthCheckRequest { service: String::new() }).await;
-                    ready_when(rsp.is_ok(), format!("{rsp:?}"))
-                }
-                Err(e) => Poll::Pending(e),
-            }
-        },
-    )
-    .await;
+    let ready = || async {
+        match answers(&url, tls).await {
+            Ok(()) => Poll::Ready(()),
+            Err(e) => Poll::Pending(e),
+        }
+    };
+    until("the coordinator over TLS", Duration::from_secs(30), || coord.tail(20), ready).await;
+}
+
+async fn serving(region: &Region, coord: &Proc) {
+    serving_to(region, coord, &region.sre_tls).await;
 }
 
 /// A Hello for `node` over a connection made with `tls`: the gRPC code.
@@ -145,11 +149,7 @@ async fn no_certificate_an_expired_one_and_one_from_another_ca_are_refused_at_th
     let mut foreign = other.node("node-x");
     foreign.ca = region.sre_tls.ca.clone(); // it trusts the right server; its own CA is foreign
     for (what, tls) in [("expired", &expired), ("another CA's", &foreign)] {
-        let got = match connect(&url, tls).await {
-            Ok(c) => HealthClient::new(c).check(HealthCheckRequest { service: String::new() }).await.err(),
-            Err(e) => Some(tonic::Status::unavailable(e)),
-        };
-        assert!(got.is_some(), "an {what} certificate got an answer");
+        assert!(answers(&url, tls).await.is_err(), "an {what} certificate got an answer");
     }
     let failed =
         metric(coord.metrics.as_deref().unwrap(), "hv_coordinator_grpc_tls_handshakes_failed_total").await;
@@ -184,30 +184,11 @@ async fn a_rotated_certificate_and_ca_are_used_without_a_restart() {
 
     // A client of the new CA is let in, and it trusts only the new CA: the
     // server shows its new certificate.
-    let got = until(
-        "a client of the new CA",
-        Duration::from_secs(20),
-        || coord.tail(20),
-        || async {
-            match connect(&url, &sre).await {
-                Ok(c) => {
-                    let rsp = HealthClient::new(c).check(HealthCheckRequest { service: String::new() }).await;
-                    ready_when(rsp.is_ok(), format!("{rsp:?}"))
-                }
-                Err(e) => Poll::Pending(e),
-            }
-        },
-    )
-    .await;
-    drop(got);
+    serving_to(&region, &coord, &sre).await;
     // One of the old CA is turned away now.
     let mut old = region.sre_tls.clone();
     old.ca = next.ca.clone();
-    let refused = match connect(&url, &old).await {
-        Ok(c) => HealthClient::new(c).check(HealthCheckRequest { service: String::new() }).await.err(),
-        Err(e) => Some(tonic::Status::unavailable(e)),
-    };
-    assert!(refused.is_some(), "a certificate of the old CA still got an answer");
+    assert!(answers(&url, &old).await.is_err(), "a certificate of the old CA still got an answer");
     assert_eq!(coord.pid(), pid, "no restart");
     assert!(std::fs::read_to_string(&coord.log).unwrap().contains("reloaded after its files changed"));
 }
