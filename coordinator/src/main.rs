@@ -303,7 +303,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         metrics.set_fleet(move || {
             hv_coordinator::metrics::fleet(hvs.state().iter().map(|h| {
                 let phase = h.status.as_ref().and_then(|s| s.phase).unwrap_or_default();
-                (phase, registry.view(&h.name_any()).connected)
+                (phase, registry.connected(&h.name_any()))
             }))
         });
     }

@@ -69,6 +69,20 @@ impl Proc {
         Ok(Proc { name: name.to_string(), log, metrics: None, child: Some(child) })
     }
 
+    /// The value of `key=value` in the first line of this process's log
+    /// that contains `text` (tracing's colours taken out).
+    pub fn logged(&self, text: &str, key: &str) -> Option<String> {
+        let log = std::fs::read_to_string(&self.log).ok()?;
+        let line = log.lines().map(without_colours).find(|l| l.contains(text))?;
+        let at = line.find(&format!(" {key}="))? + key.len() + 2;
+        Some(line[at..].split_whitespace().next()?.trim_matches('"').to_string())
+    }
+
+    /// `http://host:port/metrics` of an agent, from its log.
+    pub fn agent_metrics(&self) -> Option<String> {
+        self.logged("health and metrics listening", "addr").map(|a| format!("http://{a}/metrics"))
+    }
+
     /// The process id while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
@@ -539,4 +553,30 @@ pub async fn connect(url: &str, tls: &TlsFiles) -> Result<tonic::transport::Chan
         .tls_config(config)
         .map_err(|e| e.to_string())?;
     endpoint.connect().await.map_err(|e| hv_tls::explain(&e))
+}
+
+/// One sample `name` of the `/metrics` at `url`: None when it cannot be read
+/// or does not have it.
+pub async fn metric(url: &str, name: &str) -> Option<f64> {
+    let text = reqwest::get(url).await.ok()?.text().await.ok()?;
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// A log line without its ANSI colours.
+fn without_colours(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // An escape sequence runs to its final letter.
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

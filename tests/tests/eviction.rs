@@ -85,10 +85,7 @@ async fn wait_eviction(evs: &Api<Eviction>, name: &str, want: EvictionPhase, coo
 /// One sample of the coordinator's `/metrics`; a missing one fails the test.
 async fn metric(coord: &Proc, name: &str) -> f64 {
     let url = coord.metrics.clone().unwrap();
-    let text = reqwest::get(&url).await.unwrap().text().await.unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.parse().ok()))
-        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    hv_tests::region::metric(&url, name).await.unwrap_or_else(|| panic!("no {name} at {url}"))
 }
 
 #[tokio::test(flavor = "multi_thread")]

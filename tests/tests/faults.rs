@@ -17,7 +17,7 @@ use hv_tests::env::Via;
 use hv_tests::fault_proxy::{Fault, FaultProxy, Match};
 use hv_tests::hosts::{self, Zone};
 use hv_tests::openstack::Admin;
-use hv_tests::region::{AgentPeers, Proc, Region, free_port};
+use hv_tests::region::{AgentPeers, Proc, Region, free_port, metric};
 use hv_tests::wait::{Poll, until};
 
 /// Proxies in front of Keystone, Nova and Placement.
@@ -396,9 +396,7 @@ async fn a_check_report_acknowledged_by_a_leader_that_died_before_recording_it_i
         Duration::from_secs(20),
         || first.tail(20),
         || async {
-            let log = std::fs::read_to_string(&first.log).unwrap_or_default();
-            let line = log.lines().map(plain).find(|l| l.contains("check report"));
-            hv_tests::wait::ready_if(line.and_then(|l| value_of(&l, "seq")?.parse::<u64>().ok()))
+            hv_tests::wait::ready_if(first.logged("check report", "seq").and_then(|s| s.parse::<f64>().ok()))
         },
     )
     .await;
@@ -408,11 +406,7 @@ async fn a_check_report_acknowledged_by_a_leader_that_died_before_recording_it_i
         "the agent's health address",
         Duration::from_secs(10),
         || agent.tail(10),
-        || async {
-            let log = std::fs::read_to_string(&agent.log).unwrap_or_default();
-            let line = log.lines().map(plain).find(|l| l.contains("health and metrics listening"));
-            hv_tests::wait::ready_if(line.and_then(|l| value_of(&l, "addr")))
-        },
+        || async { hv_tests::wait::ready_if(agent.agent_metrics()) },
     )
     .await;
     until(
@@ -420,13 +414,7 @@ async fn a_check_report_acknowledged_by_a_leader_that_died_before_recording_it_i
         Duration::from_secs(10),
         || agent.tail(10),
         || async {
-            let text = reqwest::get(format!("http://{metrics}/metrics")).await.ok();
-            let text = match text {
-                Some(r) => r.text().await.unwrap_or_default(),
-                None => String::new(),
-            };
-            let acked =
-                text.lines().find_map(|l| l.strip_prefix("hv_agent_acked_seq ")?.trim().parse::<u64>().ok());
+            let acked = metric(&metrics, "hv_agent_acked_seq").await;
             hv_tests::wait::ready_when(acked.is_some_and(|a| a >= seq), (acked, seq))
         },
     )
@@ -487,29 +475,4 @@ async fn an_agent_speaking_for_a_node_without_a_hypervisor_is_refused() {
     )
     .await;
     assert_eq!(code, tonic::Code::FailedPrecondition);
-}
-
-/// A log line without its colours.
-fn plain(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // An escape sequence runs to its final letter.
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// The value of `key=value` in a plain log line.
-fn value_of(line: &str, key: &str) -> Option<String> {
-    let at = line.find(&format!(" {key}="))? + key.len() + 2;
-    Some(line[at..].split_whitespace().next()?.trim_matches('"').to_string())
 }

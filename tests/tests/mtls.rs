@@ -15,7 +15,7 @@ use hv_proto::v1::agent_service_client::AgentServiceClient;
 use hv_proto::v1::{AgentMessage, Hello};
 use hv_tests::hosts;
 use hv_tests::pki::{Pki, Usage};
-use hv_tests::region::{AgentPeers, Proc, Region, connect};
+use hv_tests::region::{AgentPeers, Proc, Region, connect, metric};
 use hv_tests::wait::{Poll, ready_when, until};
 use hv_tls::TlsFiles;
 use tonic_health::pb::HealthCheckRequest;
@@ -61,22 +61,6 @@ async fn hello_as(region: &Region, tls: &TlsFiles, node: &str) -> Result<tonic::
     }
 }
 
-/// A counter of `/metrics` at `url`.
-async fn metric(url: &str, name: &str) -> Option<f64> {
-    let text = reqwest::get(url).await.ok()?.text().await.ok()?;
-    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
-/// The agent's metrics address, from its log.
-fn agent_metrics(agent: &Proc) -> Option<String> {
-    let log = std::fs::read_to_string(&agent.log).ok()?;
-    let line = log.lines().find(|l| l.contains("health and metrics listening"))?;
-    let at = line.find("127.0.0.1:")?;
-    let addr: String =
-        line[at..].chars().take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':').collect();
-    Some(format!("http://{addr}/metrics"))
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_certificate_for_one_node_cannot_speak_for_another_and_the_real_session_stays() {
     let region = Region::start("forged").await;
@@ -90,7 +74,7 @@ async fn a_certificate_for_one_node_cannot_speak_for_another_and_the_real_sessio
         "the agent's metrics",
         Duration::from_secs(10),
         || agent.tail(10),
-        || async { hv_tests::wait::ready_if(agent_metrics(&agent)) },
+        || async { hv_tests::wait::ready_if(agent.agent_metrics()) },
     )
     .await;
     let connects = "hv_agent_session_connects_total";

@@ -42,8 +42,12 @@ fn provider() -> Arc<CryptoProvider> {
 }
 
 pub(crate) fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let pem = read(path)?;
-    let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem)
+    parse_certs(path, &read(path)?)
+}
+
+/// The certificates in `pem`, read from `path` (named in errors).
+pub(crate) fn parse_certs(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<_, _>>()
         .map_err(|e| TlsError::Pem { path: path.to_path_buf(), what: e.to_string() })?;
     if certs.is_empty() {

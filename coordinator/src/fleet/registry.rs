@@ -226,6 +226,12 @@ impl Registry {
         ack
     }
 
+    /// Whether `node`'s agent has a live session (what `view` says, without
+    /// copying the rest: asked for every node on each metrics scrape).
+    pub fn connected(&self, node: &str) -> bool {
+        self.with(|nodes| nodes.get(node).is_some_and(|n| n.live.is_some()))
+    }
+
     pub fn view(&self, node: &str) -> AgentView {
         self.with(|nodes| {
             let Some(n) = nodes.get(node) else {
