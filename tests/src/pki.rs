@@ -7,6 +7,7 @@
 #![allow(clippy::panic)] // a test without its certificates fails
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hv_tls::TlsFiles;
 use rcgen::{
@@ -61,6 +62,34 @@ impl Pki {
     /// validity ended in 2021) and writes it with its key. The CA file is
     /// the one of this PKI.
     pub fn issue(&self, name: &str, usage: Usage, sans: Vec<SanType>, expired: bool) -> TlsFiles {
+        // 2020-01-01 to 2021-01-01.
+        let (start, end) = (1_577_836_800, 1_609_459_200);
+        let past =
+            expired.then(|| (UNIX_EPOCH + Duration::from_secs(start), UNIX_EPOCH + Duration::from_secs(end)));
+        self.issue_valid(name, usage, sans, past)
+    }
+
+    /// `node`'s agent certificate, valid from now until `until` (to see
+    /// what ends when it expires); written where [`node`](Self::node) writes.
+    pub fn node_until(&self, node: &str, until: SystemTime) -> TlsFiles {
+        let from = SystemTime::now() - Duration::from_secs(60);
+        self.issue_valid(
+            &format!("node-{node}"),
+            Usage::Client,
+            vec![self.node_san(node)],
+            Some((from, until)),
+        )
+    }
+
+    /// As [`issue`](Self::issue), valid over `validity` (default: rcgen's,
+    /// 1975 to 4096).
+    fn issue_valid(
+        &self,
+        name: &str,
+        usage: Usage,
+        sans: Vec<SanType>,
+        validity: Option<(SystemTime, SystemTime)>,
+    ) -> TlsFiles {
         let mut params = CertificateParams::default();
         params.distinguished_name = DistinguishedName::new();
         params.distinguished_name.push(DnType::CommonName, name);
@@ -70,9 +99,9 @@ impl Pki {
             Usage::Server => ExtendedKeyUsagePurpose::ServerAuth,
             Usage::Client => ExtendedKeyUsagePurpose::ClientAuth,
         }];
-        if expired {
-            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
-            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        if let Some((from, until)) = validity {
+            params.not_before = from.into();
+            params.not_after = until.into();
         }
         let key = KeyPair::generate().unwrap_or_else(|e| panic!("{name} key: {e}"));
         let issuer = Issuer::from_params(&self.ca_params, &self.ca_key);

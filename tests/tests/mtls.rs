@@ -3,7 +3,9 @@
 //! (`hv_tests::pki`). A certificate names one node; a Hello for another is
 //! refused and the node's real session stays; no certificate, one past its
 //! end and one from another CA are refused at the handshake; certificates
-//! and the client CA rotated on disk are used without a restart.
+//! and the client CA rotated on disk are used without a restart; an agent's
+//! session ends when its certificate does, and it comes back with the one
+//! renewed on disk.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -175,4 +177,66 @@ async fn a_rotated_certificate_and_ca_are_used_without_a_restart() {
     assert!(answers(&url, &old).await.is_err(), "a certificate of the old CA still got an answer");
     assert_eq!(coord.pid(), pid, "no restart");
     assert!(std::fs::read_to_string(&coord.log).unwrap().contains("reloaded after its files changed"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_ends_with_its_certificate_and_the_agent_returns_with_the_renewed_one() {
+    let region = Region::start("expiry").await;
+    let claim = hosts::claim(&region.env).await;
+    let host = claim.host.clone();
+    let coord = region.coordinator(None, &["--skip-tests"]);
+    // Valid for 40 s: time to open a session, then it runs out under it.
+    let ends = std::time::SystemTime::now() + Duration::from_secs(40);
+    let short = region.pki.node_until(&host, ends);
+    let agent = region.agent_with(&host, &AgentPeers::default(), &short);
+    region.create_node(&host, &[]).await;
+    region.wait_phase(&host, Phase::Active, SOON, &coord).await;
+    let agent_url = until(
+        "the agent's metrics",
+        Duration::from_secs(10),
+        || agent.tail(10),
+        || async { hv_tests::wait::ready_if(agent.agent_metrics()) },
+    )
+    .await;
+    let connects = "hv_agent_session_connects_total";
+    until(
+        "the agent's session",
+        Duration::from_secs(20),
+        || agent.tail(10),
+        || async {
+            let n = metric(&agent_url, connects).await;
+            ready_when(n == Some(1.0), n)
+        },
+    )
+    .await;
+    assert!(std::time::SystemTime::now() < ends, "the session must open before the certificate ends");
+
+    // Renewed on disk (as cert-manager does), long before the end: the
+    // agent keeps its session, made with the old one, until that ends.
+    let renewed = region.pki.issue("renewed", Usage::Client, vec![region.pki.node_san(&host)], false);
+    replace(&renewed.key, &short.key);
+    replace(&renewed.cert, &short.cert);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(metric(&agent_url, connects).await, Some(1.0), "no new session while the first is valid");
+
+    // At its end the coordinator ends the session; the agent reconnects
+    // with the renewed certificate, read from disk, without a restart.
+    let left = ends.duration_since(std::time::SystemTime::now()).unwrap_or_default();
+    until(
+        "a second session",
+        left + Duration::from_secs(30),
+        || agent.tail(20),
+        || async {
+            let n = metric(&agent_url, connects).await;
+            ready_when(n == Some(2.0), n)
+        },
+    )
+    .await;
+    // notAfter is kept to the second.
+    let end = ends - Duration::from_secs(1);
+    assert!(std::time::SystemTime::now() >= end, "the first session lasted until its certificate's end");
+    let log = std::fs::read_to_string(&coord.log).unwrap();
+    assert!(log.contains("its client certificate expired"), "{}", coord.tail(30));
+    let hv = region.hypervisor(&host).await.unwrap();
+    assert_eq!(hv.status.as_ref().and_then(|s| s.phase), Some(Phase::Active));
 }

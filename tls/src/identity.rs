@@ -33,6 +33,15 @@ pub fn node_of(cert: &CertificateDer<'_>, trust_domain: &str) -> Option<String> 
     }
 }
 
+/// When `cert` stops being valid (its notAfter); None when it cannot be
+/// read. webpki checks validity at the handshake only; a session that
+/// outlives its certificate is ended at this time by its server.
+pub fn not_after(cert: &CertificateDer<'_>) -> Option<std::time::SystemTime> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    let secs = u64::try_from(parsed.validity().not_after.timestamp()).ok()?;
+    Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -89,5 +98,15 @@ mod tests {
         let junk = CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x00]);
         assert!(uris_of(&junk).is_empty());
         assert_eq!(node_of(&junk, "hypervisor.cloud.sap"), None);
+        assert_eq!(not_after(&junk), None);
+    }
+
+    #[test]
+    fn the_end_of_validity_is_read_to_the_second() {
+        let end = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_900_000_000);
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.not_after = end.into();
+        let cert = p.self_signed(&KeyPair::generate().unwrap()).unwrap().der().clone();
+        assert_eq!(not_after(&cert), Some(end));
     }
 }

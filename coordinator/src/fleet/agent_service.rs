@@ -91,6 +91,13 @@ impl AgentService for AgentEndpoint {
                 hello.node
             )));
         }
+        // A certificate is checked at the handshake; the session it opened
+        // ends when it expires, and the agent comes back with its renewed one.
+        let expires = self
+            .trust_domain
+            .as_ref()
+            .and_then(|_| certs.as_deref()?.first().and_then(hv_tls::not_after))
+            .map(until_instant);
         if self.hypervisors.get(&ObjectRef::new(&hello.node)).is_none() {
             return Err(Status::failed_precondition(format!(
                 "no Hypervisor named {} (yet): the coordinator takes sessions only for managed nodes; retry",
@@ -114,9 +121,17 @@ impl AgentService for AgentEndpoint {
         let node = hello.node;
         tokio::spawn(async move {
             let mut closed = opened.closed;
+            let expiry = async move {
+                match expires {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::pin!(expiry);
             let why = loop {
                 tokio::select! {
                     _ = &mut closed => break "replaced by a newer session".to_string(),
+                    () = &mut expiry => break "its client certificate expired".to_string(),
                     msg = tokio::time::timeout(silence, inbound.message()) => match msg {
                         Err(_) => break format!("silent for {}s", silence.as_secs()),
                         Ok(Ok(None)) => break "closed by the agent".to_string(),
@@ -138,6 +153,12 @@ impl AgentService for AgentEndpoint {
         });
         Ok(Response::new(ReceiverStream::new(rx)))
     }
+}
+
+/// The monotonic instant of wall-clock time `at` (now, if it has passed).
+fn until_instant(at: std::time::SystemTime) -> tokio::time::Instant {
+    let left = at.duration_since(std::time::SystemTime::now()).unwrap_or_default();
+    tokio::time::Instant::now() + left
 }
 
 /// A Kubernetes node name: a DNS subdomain (lowercase alphanumerics, `-`, `.`).
