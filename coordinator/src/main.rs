@@ -16,6 +16,7 @@ use hv_coordinator::fleet::{self, AgentEndpoint, FleetEndpoint, Registry};
 use hv_coordinator::k8s::acting::LeaderOnlyLayer;
 use hv_coordinator::k8s::eviction::EvictionContext;
 use hv_coordinator::k8s::leader::{Election, LeaseGuard};
+use hv_coordinator::k8s::leader_pod::LeaderPod;
 use hv_coordinator::k8s::{self, Context, Gate, Intervals, Template, Writers};
 use hv_coordinator::lifecycle::Policy;
 use hv_coordinator::metrics::Metrics;
@@ -125,6 +126,13 @@ struct Args {
     /// This replica's identity in the Lease (default: POD_NAME, else host name and pid).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// Label this replica's pod (named by --identity, in --namespace)
+    /// hypervisor.cloud.sap/leader=true while it leads, and be Ready while
+    /// the label agrees with the role: the chart's Service selects the
+    /// label, so every replica can be Ready and a PodDisruptionBudget can
+    /// let one go. Without it only the leader is Ready.
+    #[arg(long, requires = "identity")]
+    label_leader_pod: bool,
     /// How long a lease stands unrenewed before a follower may take it.
     #[arg(long, default_value = "15s", value_parser = duration)]
     lease_duration: Duration,
@@ -308,6 +316,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         });
     }
     let grpc = tokio::spawn(server.serve(agents, fleet_api, tls, stopped(stop_rx.clone())));
+    // With the plain client: a follower must be able to clear its label.
+    let pod =
+        args.label_leader_pod.then(|| Arc::new(LeaderPod::new(client.clone(), &args.namespace, &identity)));
+    if let Some(pod) = &pod {
+        metrics.set_pod_label(pod.state.clone());
+        let (pod, role) = (pod.clone(), leader_tx.subscribe());
+        tokio::spawn(async move { pod.follow(role, args.lease_retry).await });
+    }
 
     let election = Election {
         lease: args.lease_name.clone(),
@@ -393,6 +409,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), controllers).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), grpc).await;
+    if let Some(pod) = &pod {
+        // Best effort: a label left behind keeps this pod out of the
+        // Service all the same (not Ready), and the next start clears it.
+        match tokio::time::timeout(Duration::from_secs(3), pod.write(false)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not clear the pod's leader label"),
+            Err(_) => tracing::warn!("could not clear the pod's leader label: no answer within 3s"),
+        }
+    }
     if let Some(why) = lost {
         anyhow::bail!("{why} ({}); exiting to restart as a follower", args.lease_name);
     }

@@ -88,6 +88,8 @@ pub struct Metrics {
     /// The fleet as this replica sees it (the Hypervisor cache and the
     /// agent sessions), shown only while it leads.
     fleet: std::sync::OnceLock<FleetSource>,
+    /// This replica's pod label, when it labels its pod (`k8s::leader_pod`).
+    pod_label: std::sync::OnceLock<Arc<crate::k8s::leader_pod::LabelState>>,
 }
 
 type FleetSource = Box<dyn Fn() -> Fleet + Send + Sync>;
@@ -203,16 +205,27 @@ impl Metrics {
         hv_listen::text(code, body)
     }
 
+    /// Readiness follows this replica's pod label from now on.
+    pub fn set_pod_label(&self, state: Arc<crate::k8s::leader_pod::LabelState>) {
+        let _ = self.pod_label.set(state);
+    }
+
     /// `/healthz` is liveness: the process answers, whatever its peers do.
-    /// `/readyz` is readiness: only the leader, so a Service in front of the
-    /// replicas reaches the one that takes agents (the kubelet's probes
-    /// speak no TLS, so they cannot use the gRPC health service).
+    /// `/readyz` is readiness (`k8s::leader_pod::readiness`): a replica whose
+    /// pod label agrees with its role, or without pod labels only the
+    /// leader (the kubelet's probes speak no TLS, so they cannot use the
+    /// gRPC health service).
     fn answer(&self, path: &str) -> (StatusCode, String) {
         match path {
             "/metrics" => (StatusCode::OK, self.render()),
             "/healthz" => (StatusCode::OK, "ok\n".into()),
-            "/readyz" if self.leader.load(Ordering::Relaxed) => (StatusCode::OK, "leader\n".into()),
-            "/readyz" => (StatusCode::SERVICE_UNAVAILABLE, "follower\n".into()),
+            "/readyz" => {
+                let label = self.pod_label.get().map(|s| s.get());
+                match crate::k8s::leader_pod::readiness(self.leader.load(Ordering::Relaxed), label) {
+                    (true, why) => (StatusCode::OK, format!("{why}\n")),
+                    (false, why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+                }
+            }
             _ => (StatusCode::NOT_FOUND, "not found\n".into()),
         }
     }

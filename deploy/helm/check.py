@@ -50,7 +50,19 @@ def policy(case, rendered):
         # Liveness never depends on libvirt, OVSDB, Ceph, Nova or the lease.
         "agent liveness is /livez": a["livenessProbe"]["httpGet"]["path"] == "/livez",
         "coordinator liveness is /healthz": c["livenessProbe"]["httpGet"]["path"] == "/healthz",
-        "only the leader is ready": c["readinessProbe"]["httpGet"]["path"] == "/readyz",
+        "readiness is /readyz": c["readinessProbe"]["httpGet"]["path"] == "/readyz",
+        "the Service selects the leader's label": "--label-leader-pod" in c["args"]
+        and any(
+            s["spec"]["selector"].get("hypervisor.cloud.sap/leader") == "true"
+            and any(p["name"] == "grpc" for p in s["spec"]["ports"])
+            for s in by_kind["Service"]
+        ),
+        # Every replica is Ready, so a budget of one lets a drain take the leader.
+        "a budget lets one replica go": [
+            (b["spec"].get("maxUnavailable"), b["spec"].get("unhealthyPodEvictionPolicy"))
+            for b in by_kind.get("PodDisruptionBudget", [])
+        ]
+        == [(1, "AlwaysAllow")],
         "the agent has no API token": agent.get("automountServiceAccountToken") is False,
         "host mounts are read-only": all(m.get("readOnly") for m in a["volumeMounts"] if m["name"] != "tmp"),
         "SASL mechanisms in the agent image": "libsasl2-modules" in open(os.path.join(CHART, "..", "..", "images", "Containerfile.agent")).read(),
@@ -63,8 +75,8 @@ def policy(case, rendered):
         and "--client-ca=/etc/hv/tls/ca.crt" in c["args"]
         and not any(x.startswith("--insecure") for x in a["args"] + c["args"]),
         "limits set": all("limits" in x["resources"] and "requests" in x["resources"] for x in (a, c)),
-        # Only the leader is Ready: a rolling update or a PDB would wait for ever.
-        "coordinator replaced, not rolled": by_kind["Deployment"][0]["spec"]["strategy"]["type"] == "Recreate",
+        "coordinator rolled, a standby first": by_kind["Deployment"][0]["spec"]["strategy"]
+        == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
         "the agent runs where the coordinator looks": bool(agent["nodeSelector"]),
         "no wildcard in RBAC": not any(
             "*" in str(r) for kind in ("ClusterRole", "Role") for o in by_kind.get(kind, []) for r in o.get("rules") or []

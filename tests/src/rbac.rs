@@ -13,6 +13,10 @@ use crate::kube_standin::audit::Access;
 pub const AUDIT_FILE: &str = "kube-audit.jsonl";
 /// The bearer token (the user) in the coordinator's kubeconfig in the tests.
 pub const COORDINATOR_USER: &str = "hv-coordinator";
+/// The coordinator's own namespace in the tests (its Lease and its Pods),
+/// not `default`, where the Events of cluster-scoped objects go: so a rule
+/// in the wrong one of the chart's Role and ClusterRole fails the check.
+pub const COORDINATOR_NAMESPACE: &str = "hv-system";
 
 /// One RBAC rule, as in a ClusterRole or Role.
 #[derive(Clone, Debug, serde::Deserialize)]
@@ -31,22 +35,30 @@ pub struct Rules {
     pub namespace: Vec<Rule>,
 }
 
-/// A permission: verb, group, and resource or resource/subresource.
-pub type Permission = (String, String, String);
+/// A permission: where (`cluster` for the ClusterRole, `namespace` for the
+/// Role in the coordinator's own namespace), verb, group, and resource or
+/// resource/subresource.
+pub type Permission = (&'static str, String, String, String);
 
-fn permission(a: &Access) -> Permission {
+/// A request in the coordinator's own namespace needs its Role; any other
+/// (cluster-scoped, across namespaces, or in another namespace such as the
+/// Events of cluster-scoped objects in `default`) needs its ClusterRole.
+fn permission(a: &Access, own_namespace: &str) -> Permission {
     let resource = if a.subresource.is_empty() {
         a.resource.clone()
     } else {
         format!("{}/{}", a.resource, a.subresource)
     };
-    (a.verb.clone(), a.group.clone(), resource)
+    let scope = if a.namespace == own_namespace { "namespace" } else { "cluster" };
+    (scope, a.verb.clone(), a.group.clone(), resource)
 }
 
 /// Every permission `rules` grant; a wildcard is an error.
 pub fn granted(rules: &Rules) -> Result<BTreeSet<Permission>, String> {
     let mut out = BTreeSet::new();
-    for r in rules.cluster.iter().chain(&rules.namespace) {
+    let scoped =
+        rules.cluster.iter().map(|r| ("cluster", r)).chain(rules.namespace.iter().map(|r| ("namespace", r)));
+    for (scope, r) in scoped {
         for field in r.api_groups.iter().chain(&r.resources).chain(&r.verbs) {
             if field.contains('*') {
                 return Err(format!("a wildcard in {r:?}: grant what is used, by name"));
@@ -55,7 +67,7 @@ pub fn granted(rules: &Rules) -> Result<BTreeSet<Permission>, String> {
         for g in &r.api_groups {
             for res in &r.resources {
                 for v in &r.verbs {
-                    out.insert((v.clone(), g.clone(), res.clone()));
+                    out.insert((scope, v.clone(), g.clone(), res.clone()));
                 }
             }
         }
@@ -63,17 +75,20 @@ pub fn granted(rules: &Rules) -> Result<BTreeSet<Permission>, String> {
     Ok(out)
 }
 
-/// Compares what `user` used with what `rules` grant: every use granted,
-/// every grant used. The error lists each difference.
-pub fn check(rules: &Rules, used: &[Access], user: &str) -> Result<usize, Vec<String>> {
+/// Compares what `user` used with what `rules` grant: every use granted in
+/// the right scope, every grant used. The error lists each difference.
+pub fn check(rules: &Rules, used: &[Access], user: &str, own_namespace: &str) -> Result<usize, Vec<String>> {
     let granted = granted(rules).map_err(|e| vec![e])?;
-    let used: BTreeSet<Permission> = used.iter().filter(|a| a.user == user).map(permission).collect();
+    let used: BTreeSet<Permission> =
+        used.iter().filter(|a| a.user == user).map(|a| permission(a, own_namespace)).collect();
     let mut problems: Vec<String> = used
         .difference(&granted)
-        .map(|(v, g, r)| format!("used but not granted: {v} {r} (group {g:?})"))
+        .map(|(s, v, g, r)| format!("used but not granted: {v} {r} (group {g:?}, {s} rules)"))
         .collect();
     problems.extend(
-        granted.difference(&used).map(|(v, g, r)| format!("granted but never used: {v} {r} (group {g:?})")),
+        granted
+            .difference(&used)
+            .map(|(s, v, g, r)| format!("granted but never used: {v} {r} (group {g:?}, {s} rules)")),
     );
     if problems.is_empty() { Ok(used.len()) } else { Err(problems) }
 }
@@ -98,12 +113,13 @@ mod tests {
         granted(rules)
             .unwrap()
             .into_iter()
-            .map(|(verb, group, res)| {
+            .map(|(scope, verb, group, res)| {
                 let (resource, subresource) = match res.split_once('/') {
                     Some((r, s)) => (r.to_string(), s.to_string()),
                     None => (res, String::new()),
                 };
-                Access { user: COORDINATOR_USER.into(), verb, group, resource, subresource }
+                let namespace = if scope == "namespace" { COORDINATOR_NAMESPACE } else { "" }.to_string();
+                Access { user: COORDINATOR_USER.into(), verb, group, resource, subresource, namespace }
             })
             .collect()
     }
@@ -116,27 +132,51 @@ mod tests {
         let rules = read_rules(&chart_rules()).unwrap();
         let used = uses(&rules);
         assert!(!used.is_empty());
-        assert_eq!(check(&rules, &used, COORDINATOR_USER), Ok(used.len()));
+        assert_eq!(check(&rules, &used, COORDINATOR_USER, COORDINATOR_NAMESPACE), Ok(used.len()));
         // Another user's requests are not the coordinator's.
         let mut others = used.clone();
         others.push(Access { user: "anonymous".into(), verb: "delete".into(), ..used[0].clone() });
-        assert!(check(&rules, &others, COORDINATOR_USER).is_ok());
+        assert!(check(&rules, &others, COORDINATOR_USER, COORDINATOR_NAMESPACE).is_ok());
 
         for (i, rule) in rules.cluster.iter().enumerate() {
             for (j, verb) in rule.verbs.iter().enumerate() {
                 let mut fewer = rules.clone();
                 fewer.cluster[i].verbs.remove(j);
-                let problems = check(&fewer, &used, COORDINATOR_USER).unwrap_err();
+                let problems = check(&fewer, &used, COORDINATOR_USER, COORDINATOR_NAMESPACE).unwrap_err();
                 assert!(problems.iter().all(|p| p.starts_with("used but not granted")), "{problems:?}");
                 assert!(problems.iter().any(|p| p.contains(&format!(" {verb} "))), "{verb}: {problems:?}");
             }
         }
         let mut wide = rules.clone();
         wide.cluster[0].verbs.push("*".into());
-        assert!(check(&wide, &used, COORDINATOR_USER).unwrap_err()[0].contains("wildcard"));
+        assert!(
+            check(&wide, &used, COORDINATOR_USER, COORDINATOR_NAMESPACE).unwrap_err()[0].contains("wildcard")
+        );
         let mut extra = rules.clone();
         extra.cluster[0].verbs.push("deletecollection".into());
-        let problems = check(&extra, &used, COORDINATOR_USER).unwrap_err();
+        let problems = check(&extra, &used, COORDINATOR_USER, COORDINATOR_NAMESPACE).unwrap_err();
         assert!(problems.iter().all(|p| p.starts_with("granted but never used")), "{problems:?}");
+
+        // A namespaced rule moved to the other scope: what was used in the
+        // coordinator's namespace is no longer granted there, and the
+        // ClusterRole grants what nobody used cluster-wide.
+        let mut moved = rules.clone();
+        let lease = moved.namespace.remove(0);
+        moved.cluster.push(lease);
+        let problems = check(&moved, &used, COORDINATOR_USER, COORDINATOR_NAMESPACE).unwrap_err();
+        assert!(
+            problems.iter().any(|p| p.starts_with("used but not granted") && p.contains("namespace rules"))
+        );
+        assert!(
+            problems.iter().any(|p| p.starts_with("granted but never used") && p.contains("cluster rules"))
+        );
+        // Events of cluster-scoped objects go to `default`: a ClusterRole's.
+        let mut events_in_default = used.clone();
+        events_in_default.retain(|a| a.namespace.is_empty());
+        for a in &mut events_in_default {
+            a.namespace = "default".into();
+        }
+        let cluster_only = Rules { cluster: rules.cluster.clone(), namespace: Vec::new() };
+        assert!(check(&cluster_only, &events_in_default, COORDINATOR_USER, COORDINATOR_NAMESPACE).is_ok());
     }
 }

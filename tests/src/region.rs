@@ -49,6 +49,8 @@ pub struct Proc {
     pub log: PathBuf,
     /// `http://host:port/metrics` of a coordinator.
     pub metrics: Option<String>,
+    /// The Pod a coordinator runs in (its identity), on the stand-in.
+    pub pod: Option<String>,
     child: Option<Child>,
 }
 
@@ -66,7 +68,7 @@ impl Proc {
             .stderr(err)
             .spawn()
             .map_err(|e| format!("starting {name} ({:?}): {e}", cmd.get_program()))?;
-        Ok(Proc { name: name.to_string(), log, metrics: None, child: Some(child) })
+        Ok(Proc { name: name.to_string(), log, metrics: None, pod: None, child: Some(child) })
     }
 
     /// The value of `key=value` in the first line of this process's log
@@ -207,8 +209,29 @@ impl Region {
     }
 
     /// A coordinator reaching Kubernetes, Keystone, Nova or Placement
-    /// through the fault proxies `via` names.
+    /// through the fault proxies `via` names; on the stand-in, in a Pod of
+    /// its own (as a Deployment would start it).
     pub fn coordinator_via(&self, port: u16, password: Option<&str>, via: &Via, extra: &[&str]) -> Proc {
+        static PODS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = PODS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let pod = format!("hv-coordinator-{port}-{n}");
+        if let Some(s) = &self.kube.standin {
+            create_pod(&s.url(), &pod);
+        }
+        self.coordinator_in(&pod, port, password, via, extra)
+    }
+
+    /// A coordinator in the Pod `pod` (a restarted container keeps its
+    /// Pod): on the stand-in it labels the Pod while it leads, as the
+    /// chart runs it.
+    pub fn coordinator_in(
+        &self,
+        pod: &str,
+        port: u16,
+        password: Option<&str>,
+        via: &Via,
+        extra: &[&str],
+    ) -> Proc {
         let clouds = self
             .env
             .clouds_yaml_via(&self.dir, &format!("clouds-{port}.yaml"), password, via)
@@ -231,7 +254,7 @@ impl Region {
             .args(["--metrics-listen", &metrics])
             .args(["--os-cloud", "hv", "--clouds-yaml"])
             .arg(&clouds)
-            .args(["--namespace", "default", "--lease-name", &format!("hv-e2e-{}", self.id)])
+            .args(["--namespace", crate::rbac::COORDINATOR_NAMESPACE, "--lease-name", &self.lease()])
             .args(["--node-selector", &format!("hv-e2e={}", self.id)])
             .args(["--agent-heartbeat", "1s", "--busy-interval", "1s", "--drift-interval", "2s"])
             .args(["--lease-duration", "4s", "--lease-renew-deadline", "3s", "--lease-retry", "500ms"])
@@ -240,10 +263,38 @@ impl Region {
         cmd.arg("--tls-cert").arg(&self.server_tls.cert);
         cmd.arg("--tls-key").arg(&self.server_tls.key);
         cmd.arg("--client-ca").arg(&self.server_tls.ca);
+        if self.kube.standin.is_some() {
+            cmd.args(["--identity", pod, "--label-leader-pod"]);
+        }
         let log = self.dir.join(format!("coordinator-{port}.log"));
         let mut p = Proc::spawn("hv-coordinator", &mut cmd, log).unwrap_or_else(|e| panic!("{e}"));
         p.metrics = Some(format!("http://{metrics}/metrics"));
+        p.pod = self.kube.standin.is_some().then(|| pod.to_string());
         p
+    }
+
+    /// The name of this region's leader-election Lease (in
+    /// [`COORDINATOR_NAMESPACE`](crate::rbac::COORDINATOR_NAMESPACE)).
+    pub fn lease(&self) -> String {
+        format!("hv-e2e-{}", self.id)
+    }
+
+    /// Whether the Pod of coordinator `p` carries the leader label.
+    pub async fn leader_labelled(&self, p: &Proc) -> bool {
+        self.pod_labelled(p.pod.as_deref().unwrap_or_else(|| panic!("{} runs in no Pod", p.name))).await
+    }
+
+    /// Whether the coordinator Pod `pod` carries the leader label.
+    pub async fn pod_labelled(&self, pod: &str) -> bool {
+        use k8s_openapi::api::core::v1::Pod;
+        let api: Api<Pod> = Api::namespaced(self.kube.client.clone(), crate::rbac::COORDINATOR_NAMESPACE);
+        let got = api.get(pod).await.unwrap_or_else(|e| panic!("Pod {pod}: {e}"));
+        got.metadata
+            .labels
+            .unwrap_or_default()
+            .get(hv_coordinator::k8s::leader_pod::LABEL)
+            .map(String::as_str)
+            == Some("true")
     }
 
     fn coordinator_kubeconfig(&self, port: u16, url: &str) -> PathBuf {
@@ -257,8 +308,12 @@ impl Region {
     /// Starts `hv-agent run` for `node` against the ground's libvirt (test
     /// driver), and the given or the ground's OVSDB and Ceph client.
     pub fn agent(&self, node: &str, peers: &AgentPeers) -> Proc {
+        self.agent_with(node, peers, &self.pki.node(node))
+    }
+
+    /// The same, with the certificate files `tls`.
+    pub fn agent_with(&self, node: &str, peers: &AgentPeers, tls: &TlsFiles) -> Proc {
         let env = &self.env;
-        let tls = self.pki.node(node);
         let mut cmd = Command::new(bin("hv-agent"));
         cmd.env("RUST_LOG", "info")
             .args(["run", "--node", node, "--coordinator", &self.grpc_url()])
@@ -557,6 +612,46 @@ pub async fn connect(url: &str, tls: &TlsFiles) -> Result<tonic::transport::Chan
 
 /// One sample `name` of the `/metrics` at `url`: None when it cannot be read
 /// or does not have it.
+/// A coordinator's `/readyz`: its HTTP status and text; None when it does
+/// not answer.
+pub async fn readyz(p: &Proc) -> Option<(u16, String)> {
+    let url = p.metrics.as_deref()?.replace("/metrics", "/readyz");
+    let rsp = reqwest::get(&url).await.ok()?;
+    let code = rsp.status().as_u16();
+    Some((code, rsp.text().await.ok()?.trim().to_string()))
+}
+
+/// Creates the Pod `name` of a coordinator on the stand-in at `url`, from
+/// its own thread (callers may be inside a runtime that must not block).
+fn create_pod(url: &str, name: &str) {
+    use k8s_openapi::api::core::v1::Pod;
+    let (url, name) = (url.to_string(), name.to_string());
+    let made = std::thread::spawn(move || {
+        let rt =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+        rt.block_on(async {
+            let uri = url.parse::<http::Uri>().map_err(|e| e.to_string())?;
+            let client = kube::Client::try_from(kube::Config::new(uri)).map_err(|e| e.to_string())?;
+            let pod: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "hv-coordinator"}},
+                "spec": {"containers": [{"name": "coordinator", "image": "hv-coordinator"}]},
+            }))
+            .map_err(|e| e.to_string())?;
+            Api::<Pod>::namespaced(client, crate::rbac::COORDINATOR_NAMESPACE)
+                .create(&PostParams::default(), &pod)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+    })
+    .join();
+    match made {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => panic!("creating the coordinator's Pod: {e}"),
+        Err(_) => panic!("creating the coordinator's Pod: the thread panicked"),
+    }
+}
+
 pub async fn metric(url: &str, name: &str) -> Option<f64> {
     let text = reqwest::get(url).await.ok()?.text().await.ok()?;
     text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())

@@ -17,7 +17,7 @@ use hv_tests::env::Via;
 use hv_tests::fault_proxy::{Fault, FaultProxy, Match};
 use hv_tests::hosts::{self, Zone};
 use hv_tests::openstack::Admin;
-use hv_tests::region::{AgentPeers, Proc, Region, free_port, metric};
+use hv_tests::region::{AgentPeers, Proc, Region, free_port, metric, readyz};
 use hv_tests::wait::{Poll, until};
 
 /// Proxies in front of Keystone, Nova and Placement.
@@ -197,8 +197,8 @@ async fn a_leader_cut_off_from_kubernetes_stops_before_another_starts_and_calls_
     assert!(!p.compute.seen().is_empty());
 
     let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
-        kube::Api::namespaced(region.kube.client.clone(), "default");
-    let lease = format!("hv-e2e-{}", region.id);
+        kube::Api::namespaced(region.kube.client.clone(), hv_tests::rbac::COORDINATOR_NAMESPACE);
+    let lease = region.lease();
     let old_identity = leases.get(&lease).await.unwrap().spec.unwrap_or_default().holder_identity.unwrap();
     let new_port = free_port();
     let new = region.coordinator_on(new_port, None, &[]);
@@ -243,7 +243,54 @@ async fn a_leader_cut_off_from_kubernetes_stops_before_another_starts_and_calls_
     let new_identity = leases.get(&lease).await.unwrap().spec.unwrap_or_default().holder_identity.unwrap();
     assert_ne!(new_identity, old_identity);
     assert!(by(&new_identity).iter().any(|r| r.at >= took_over), "the new leader works with Nova");
+
+    // The Service's view: the new leader's Pod is labelled; the deposed
+    // one could not take its label off, so its Pod still carries it too.
+    until(
+        "the new leader's Pod labelled",
+        Duration::from_secs(10),
+        || new.tail(20),
+        || async {
+            let got = region.leader_labelled(&new).await;
+            hv_tests::wait::ready_when(got, got)
+        },
+    )
+    .await;
+    assert!(region.leader_labelled(&old).await, "the cut-off leader could not have cleared its label");
+    // Its container restarts in the same Pod, still cut off: not Ready,
+    // so the Service sends nobody to it despite the stale label.
+    let pod = old.pod.clone().unwrap();
     old.kill();
+    let restarted = region.coordinator_in(&pod, region.grpc_port, None, &via, &[]);
+    let unready = until(
+        "the restarted replica to answer /readyz",
+        Duration::from_secs(10),
+        || restarted.tail(20),
+        || async {
+            let got = readyz(&restarted).await;
+            match got {
+                Some(r) => Poll::Ready(r),
+                None => Poll::Pending("no answer".to_string()),
+            }
+        },
+    )
+    .await;
+    assert_eq!(unready, (503, "follower; its pod label is not cleared yet".to_string()));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(readyz(&restarted).await.map(|r| r.0), Some(503), "still cut off, still not Ready");
+    // Back in touch: it clears the stale label, and then it is Ready.
+    kube.blackhole(false);
+    until(
+        "the stale label cleared and the replica Ready",
+        Duration::from_secs(20),
+        || restarted.tail(20),
+        || async {
+            let got = (readyz(&restarted).await, region.leader_labelled(&restarted).await);
+            hv_tests::wait::ready_when(got.0.as_ref().is_some_and(|r| r.0 == 200) && !got.1, got)
+        },
+    )
+    .await;
+    assert!(region.leader_labelled(&new).await, "the leader keeps its label");
 }
 
 #[tokio::test(flavor = "multi_thread")]

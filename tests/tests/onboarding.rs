@@ -14,7 +14,7 @@ use std::time::Duration;
 use hv_coordinator::api::{Hypervisor, Phase};
 use hv_tests::hosts::{self, Claim};
 use hv_tests::openstack::Admin;
-use hv_tests::region::{AgentPeers, PrivateOvsdb, Proc, Region, ceph_client, set_ceph_caps};
+use hv_tests::region::{AgentPeers, PrivateOvsdb, Proc, Region, ceph_client, readyz, set_ceph_caps};
 use hv_tests::wait::{Poll, ready_when, until};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -409,10 +409,50 @@ async fn only_the_leader_acts_and_a_stopped_leader_hands_over() {
     assert_eq!(health(&region, &second_url, "").await, Ok(ServingStatus::NotServing));
     assert_eq!(agent_connect_code(&region, &second_url, host).await, tonic::Code::Unavailable);
 
+    // Both are Ready (a budget may let one go); only the leader's Pod
+    // carries the label the Service selects.
+    let pods = (first.pod.clone().unwrap(), second.pod.clone().unwrap());
+    let labels = || async { (region.pod_labelled(&pods.0).await, region.pod_labelled(&pods.1).await) };
+    let both_ready = || async { (readyz(&first).await, readyz(&second).await) };
+    let _ = until(
+        "the leader's Pod labelled",
+        SOON,
+        || first.tail(20),
+        || async {
+            let got = labels().await;
+            ready_when(got == (true, false), got)
+        },
+    )
+    .await;
+    let _ = until(
+        "both replicas Ready",
+        SOON,
+        || second.tail(20),
+        || async {
+            let got = both_ready().await;
+            let ok = |r: &Option<(u16, String)>, role: &str| {
+                r.as_ref().is_some_and(|(c, t)| *c == 200 && t.starts_with(role))
+            };
+            ready_when(ok(&got.0, "leader;") && ok(&got.1, "follower;"), got)
+        },
+    )
+    .await;
+
     region.create_node(host, &[(SKIP_TESTS, "true")]).await;
     region.wait_phase(host, Phase::Active, SOON, &first).await;
     first.stop();
     wait_health(&region, &second_url, "", ServingStatus::Serving).await;
+    // The stopped leader took its label off; the new one put its own on.
+    let _ = until(
+        "the label moved to the new leader",
+        SOON,
+        || second.tail(20),
+        || async {
+            let got = labels().await;
+            ready_when(got == (false, true), got)
+        },
+    )
+    .await;
     // The new leader has the node in hand: it answers for it.
     let _ = until(
         &format!("the new leader to answer for {host}"),

@@ -2,12 +2,14 @@
 //! selected Node ([`nodes`]), the Hypervisor controller ([`hypervisor`]), the
 //! Eviction controller ([`eviction`]), what wakes them ([`triggers`]), the one
 //! way status and finalizers are written ([`write`]), the status the
-//! lifecycle composes ([`status`]) and leader election ([`leader`]).
+//! lifecycle composes ([`status`]), leader election ([`leader`]) and the
+//! leader's pod label ([`leader_pod`]).
 
 pub mod acting;
 pub mod eviction;
 pub mod hypervisor;
 pub mod leader;
+pub mod leader_pod;
 pub mod nodes;
 pub mod status;
 pub mod triggers;

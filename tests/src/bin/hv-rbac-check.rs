@@ -25,7 +25,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match rbac::check(&rules, &used, rbac::COORDINATOR_USER) {
+    match rbac::check(&rules, &used, rbac::COORDINATOR_USER, rbac::COORDINATOR_NAMESPACE) {
         Ok(n) => {
             println!("RBAC: the chart grants the coordinator exactly the {n} permissions it used");
             ExitCode::SUCCESS

@@ -1,6 +1,6 @@
 //! What each client asked of the API, as RBAC sees it: (user, verb, API
-//! group, resource, subresource), the user being the bearer token the
-//! client's kubeconfig carries. Written to a file (one JSON line per tuple
+//! group, resource, subresource, namespace), the user being the bearer
+//! token the client's kubeconfig carries. Written to a file (one JSON line per tuple
 //! not seen before by this stand-in), so that every stand-in of a test run
 //! adds to one record, from which the chart's RBAC is checked
 //! (`hv_tests::rbac`).
@@ -20,6 +20,10 @@ pub struct Access {
     pub group: String,
     pub resource: String,
     pub subresource: String,
+    /// The namespace the request named; empty for a cluster-scoped resource
+    /// or a request across all namespaces (only a ClusterRole grants those).
+    #[serde(default)]
+    pub namespace: String,
 }
 
 /// The RBAC verb of a request on a resource (`named`: on one object).

@@ -298,6 +298,7 @@ async fn handle(
             group: rt.group.clone(),
             resource: rt.plural.clone(),
             subresource: if t.status { "status".into() } else { String::new() },
+            namespace: t.namespace.clone().unwrap_or_default(),
         });
     }
     let resp = match route {
