@@ -217,6 +217,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    let mut stop = Stop::listen()?;
     if args.lease_renew_deadline >= args.lease_duration || args.lease_retry >= args.lease_renew_deadline {
         anyhow::bail!(
             "need --lease-retry ({:?}) < --lease-renew-deadline ({:?}) < --lease-duration ({:?})",
@@ -273,6 +274,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let nova: Arc<dyn Nova> = Arc::new(NovaClient::new(cloud));
 
     let metrics = Arc::new(Metrics::default());
+    // With the plain client: a follower must be able to clear its label.
+    // Before the metrics listener, so /readyz never answers without it.
+    let pod =
+        args.label_leader_pod.then(|| Arc::new(LeaderPod::new(client.clone(), &args.namespace, &identity)));
+    if let Some(pod) = &pod {
+        metrics.set_pod_label(pod.state.clone());
+    }
     let metrics_addr = hv_coordinator::metrics::serve(args.metrics_listen, metrics.clone())
         .await
         .with_context(|| format!("metrics listener on {}", args.metrics_listen))?;
@@ -299,13 +307,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let agents = AgentEndpoint {
         registry: registry.clone(),
         hypervisors: hv_reader.clone(),
-        leader: leader_rx,
+        leader: leader_rx.clone(),
         heartbeat: args.agent_heartbeat,
         trust_domain: tls.is_some().then(|| args.trust_domain.clone()),
         refused: metrics.agent_sessions_refused.clone(),
     };
-    let fleet_api =
-        FleetEndpoint { hypervisors: hv_reader.clone(), registry: registry.clone(), events: events.clone() };
+    let fleet_api = FleetEndpoint {
+        hypervisors: hv_reader.clone(),
+        registry: registry.clone(),
+        events: events.clone(),
+        leader: leader_rx.clone(),
+    };
     {
         let (hvs, registry) = (hv_reader.clone(), registry.clone());
         metrics.set_fleet(move || {
@@ -316,14 +328,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         });
     }
     let grpc = tokio::spawn(server.serve(agents, fleet_api, tls, stopped(stop_rx.clone())));
-    // With the plain client: a follower must be able to clear its label.
-    let pod =
-        args.label_leader_pod.then(|| Arc::new(LeaderPod::new(client.clone(), &args.namespace, &identity)));
-    if let Some(pod) = &pod {
-        metrics.set_pod_label(pod.state.clone());
-        let (pod, role) = (pod.clone(), leader_tx.subscribe());
-        tokio::spawn(async move { pod.follow(role, args.lease_retry).await });
-    }
+    let follow = pod.clone().map(|pod| {
+        let role = leader_tx.subscribe();
+        tokio::spawn(async move { pod.follow(role, args.lease_retry).await })
+    });
 
     let election = Election {
         lease: args.lease_name.clone(),
@@ -334,7 +342,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     tokio::select! {
         _ = election.acquire(&client, &args.namespace, &guard) => {}
-        _ = terminated() => {
+        _ = stop.wait() => {
             let _ = stop_tx.send(true);
             return Ok(());
         }
@@ -395,10 +403,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
         changed_rx,
         stop_rx.clone(),
     ));
+    // A leader whose pod cannot carry the label is out of the Service:
+    // no agent reaches it, so it gives way to one that can.
+    let unlabelled = async {
+        match &pod {
+            Some(pod) => pod.unlabelled_for(args.lease_renew_deadline).await,
+            None => std::future::pending().await,
+        }
+    };
     let lost = tokio::select! {
-        _ = terminated() => None,
+        _ = stop.wait() => None,
         _ = election.hold(&client, &args.namespace, &guard) => Some("lost the leader lease"),
         _ = &mut controllers => Some("the controllers stopped (a cache could not sync)"),
+        _ = unlabelled => Some("could not label its pod as the leader's"),
     };
     // Hand over: stop acting first, then give the lease up.
     guard.revoke();
@@ -409,6 +426,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), controllers).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), grpc).await;
+    // The lease first, so the standby leads at once; then the label (a
+    // write of the label follower in flight must not land after it).
+    if lost.is_none() {
+        election.release(&client, &args.namespace).await;
+    }
+    if let Some(follow) = follow {
+        follow.abort();
+    }
     if let Some(pod) = &pod {
         // Best effort: a label left behind keeps this pod out of the
         // Service all the same (not Ready), and the next start clears it.
@@ -421,21 +446,30 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(why) = lost {
         anyhow::bail!("{why} ({}); exiting to restart as a follower", args.lease_name);
     }
-    election.release(&client, &args.namespace).await;
     tracing::info!("stopped");
     Ok(())
 }
 
-/// SIGTERM (Kubernetes) or SIGINT (Ctrl-C).
-async fn terminated() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
+/// SIGTERM (Kubernetes) or SIGINT (Ctrl-C), listened for from the start:
+/// a signal that arrives between two waits is not lost.
+struct Stop {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Stop {
+    fn listen() -> anyhow::Result<Stop> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Stop {
+            term: signal(SignalKind::terminate()).context("SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("SIGINT handler")?,
+        })
+    }
+
+    async fn wait(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
         }
-        _ => std::future::pending().await,
     }
 }

@@ -44,7 +44,7 @@ def policy(case, rendered):
     for o in objects(rendered):
         by_kind.setdefault(o["kind"], []).append(o)
     agent = by_kind["DaemonSet"][0]["spec"]["template"]["spec"]
-    coord = by_kind["Deployment"][0]["spec"]["template"]["spec"]
+    coord = by_kind["StatefulSet"][0]["spec"]["template"]["spec"]
     a, c = agent["containers"][0], coord["containers"][0]
     checks = {
         # Liveness never depends on libvirt, OVSDB, Ceph, Nova or the lease.
@@ -75,8 +75,18 @@ def policy(case, rendered):
         and "--client-ca=/etc/hv/tls/ca.crt" in c["args"]
         and not any(x.startswith("--insecure") for x in a["args"] + c["args"]),
         "limits set": all("limits" in x["resources"] and "requests" in x["resources"] for x in (a, c)),
-        "coordinator rolled, a standby first": by_kind["Deployment"][0]["spec"]["strategy"]
-        == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+        "coordinator rolled one pod at a time": by_kind["StatefulSet"][0]["spec"]["updateStrategy"]
+        == {"type": "RollingUpdate"},
+        # The agents share the namespace: pods are labelled by name, the coordinator's only.
+        "pod writes only to the coordinator's own pods": [
+            r.get("resourceNames")
+            for o in by_kind["Role"]
+            for r in o["rules"]
+            if "pods" in r["resources"]
+        ]
+        == [
+            [f'{by_kind["StatefulSet"][0]["metadata"]["name"]}-{i}' for i in range(by_kind["StatefulSet"][0]["spec"]["replicas"])]
+        ],
         "the agent runs where the coordinator looks": bool(agent["nodeSelector"]),
         "no wildcard in RBAC": not any(
             "*" in str(r) for kind in ("ClusterRole", "Role") for o in by_kind.get(kind, []) for r in o.get("rules") or []

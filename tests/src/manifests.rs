@@ -5,7 +5,7 @@
 //! CRDs (cert-manager, Prometheus operator) are checked for their shape
 //! only: k8s-openapi has no types for them.
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -64,6 +64,7 @@ pub fn check(v: &Value) -> Result<String, String> {
         ("v1", "ServiceAccount") => typed::<ServiceAccount>(v),
         ("v1", "Service") => typed::<Service>(v),
         ("apps/v1", "Deployment") => typed::<Deployment>(v),
+        ("apps/v1", "StatefulSet") => typed::<StatefulSet>(v),
         ("apps/v1", "DaemonSet") => typed::<DaemonSet>(v),
         ("policy/v1", "PodDisruptionBudget") => typed::<PodDisruptionBudget>(v),
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => typed::<ClusterRole>(v),

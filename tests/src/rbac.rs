@@ -25,7 +25,17 @@ pub struct Rule {
     pub api_groups: Vec<String>,
     pub resources: Vec<String>,
     pub verbs: Vec<String>,
+    /// Only these objects; [`COORDINATOR_PODS`] stands for the coordinator's
+    /// own pods (the chart writes their names in its place).
+    #[serde(default, rename = "resourceNames")]
+    pub resource_names: Vec<String>,
 }
+
+/// In the rules file: the coordinator's own pods, by name.
+pub const COORDINATOR_PODS: &str = "COORDINATOR_PODS";
+/// What the names of the coordinator's pods start with, in the chart
+/// (`hv-coordinator-0`) and in the tests (`hv-coordinator-PORT-N`).
+pub const COORDINATOR_POD_PREFIX: &str = "hv-coordinator-";
 
 /// The coordinator's rules: cluster-wide (its ClusterRole), and in its own
 /// namespace (its Role: the leader-election Lease).
@@ -59,7 +69,7 @@ pub fn granted(rules: &Rules) -> Result<BTreeSet<Permission>, String> {
     let scoped =
         rules.cluster.iter().map(|r| ("cluster", r)).chain(rules.namespace.iter().map(|r| ("namespace", r)));
     for (scope, r) in scoped {
-        for field in r.api_groups.iter().chain(&r.resources).chain(&r.verbs) {
+        for field in r.api_groups.iter().chain(&r.resources).chain(&r.verbs).chain(&r.resource_names) {
             if field.contains('*') {
                 return Err(format!("a wildcard in {r:?}: grant what is used, by name"));
             }
@@ -75,16 +85,47 @@ pub fn granted(rules: &Rules) -> Result<BTreeSet<Permission>, String> {
     Ok(out)
 }
 
+/// The permissions `rules` grant only on named objects (the coordinator's pods).
+fn by_name_only(rules: &Rules) -> BTreeSet<Permission> {
+    let restricted = Rules {
+        cluster: rules.cluster.iter().filter(|r| !r.resource_names.is_empty()).cloned().collect(),
+        namespace: rules.namespace.iter().filter(|r| !r.resource_names.is_empty()).cloned().collect(),
+    };
+    let open = Rules {
+        cluster: rules.cluster.iter().filter(|r| r.resource_names.is_empty()).cloned().collect(),
+        namespace: rules.namespace.iter().filter(|r| r.resource_names.is_empty()).cloned().collect(),
+    };
+    let (restricted, open) = (granted(&restricted).unwrap_or_default(), granted(&open).unwrap_or_default());
+    restricted.difference(&open).cloned().collect()
+}
+
 /// Compares what `user` used with what `rules` grant: every use granted in
-/// the right scope, every grant used. The error lists each difference.
+/// the right scope (and on a named rule's objects only), every grant used.
+/// The error lists each difference.
 pub fn check(rules: &Rules, used: &[Access], user: &str, own_namespace: &str) -> Result<usize, Vec<String>> {
     let granted = granted(rules).map_err(|e| vec![e])?;
-    let used: BTreeSet<Permission> =
-        used.iter().filter(|a| a.user == user).map(|a| permission(a, own_namespace)).collect();
-    let mut problems: Vec<String> = used
-        .difference(&granted)
-        .map(|(s, v, g, r)| format!("used but not granted: {v} {r} (group {g:?}, {s} rules)"))
-        .collect();
+    let mut problems = Vec::new();
+    for r in rules.cluster.iter().chain(&rules.namespace) {
+        if r.resource_names.iter().any(|n| n != COORDINATOR_PODS) {
+            problems.push(format!("resourceNames other than {COORDINATOR_PODS} in {r:?}"));
+        }
+    }
+    let named = by_name_only(rules);
+    let mine: Vec<&Access> = used.iter().filter(|a| a.user == user).collect();
+    for a in &mine {
+        let p = permission(a, own_namespace);
+        if named.contains(&p) && !a.name.starts_with(COORDINATOR_POD_PREFIX) {
+            problems.push(format!(
+                "used on an object its rule does not name: {} {} {:?} (only the coordinator's own pods)",
+                p.1, p.3, a.name
+            ));
+        }
+    }
+    let used: BTreeSet<Permission> = mine.iter().map(|a| permission(a, own_namespace)).collect();
+    problems.extend(
+        used.difference(&granted)
+            .map(|(s, v, g, r)| format!("used but not granted: {v} {r} (group {g:?}, {s} rules)")),
+    );
     problems.extend(
         granted
             .difference(&used)
@@ -119,7 +160,8 @@ mod tests {
                     None => (res, String::new()),
                 };
                 let namespace = if scope == "namespace" { COORDINATOR_NAMESPACE } else { "" }.to_string();
-                Access { user: COORDINATOR_USER.into(), verb, group, resource, subresource, namespace }
+                let name = format!("{COORDINATOR_POD_PREFIX}0");
+                Access { user: COORDINATOR_USER.into(), verb, group, resource, subresource, namespace, name }
             })
             .collect()
     }
@@ -138,15 +180,38 @@ mod tests {
         others.push(Access { user: "anonymous".into(), verb: "delete".into(), ..used[0].clone() });
         assert!(check(&rules, &others, COORDINATOR_USER, COORDINATOR_NAMESPACE).is_ok());
 
-        for (i, rule) in rules.cluster.iter().enumerate() {
-            for (j, verb) in rule.verbs.iter().enumerate() {
-                let mut fewer = rules.clone();
-                fewer.cluster[i].verbs.remove(j);
-                let problems = check(&fewer, &used, COORDINATOR_USER, COORDINATOR_NAMESPACE).unwrap_err();
-                assert!(problems.iter().all(|p| p.starts_with("used but not granted")), "{problems:?}");
-                assert!(problems.iter().any(|p| p.contains(&format!(" {verb} "))), "{verb}: {problems:?}");
+        for namespaced in [false, true] {
+            let list = if namespaced { &rules.namespace } else { &rules.cluster };
+            for (i, rule) in list.iter().enumerate() {
+                for (j, verb) in rule.verbs.iter().enumerate() {
+                    let mut fewer = rules.clone();
+                    let list = if namespaced { &mut fewer.namespace } else { &mut fewer.cluster };
+                    list[i].verbs.remove(j);
+                    let problems = check(&fewer, &used, COORDINATOR_USER, COORDINATOR_NAMESPACE).unwrap_err();
+                    assert!(problems.iter().all(|p| p.starts_with("used but not granted")), "{problems:?}");
+                    assert!(
+                        problems.iter().any(|p| p.contains(&format!(" {verb} "))),
+                        "{verb}: {problems:?}"
+                    );
+                }
             }
         }
+        // The pods rule names the coordinator's pods: a write to an agent's
+        // pod is refused, and so is the rule without its names.
+        let mut agent_pod = used.clone();
+        let pods = agent_pod.iter_mut().find(|a| a.resource == "pods").unwrap();
+        pods.name = "hv-agent-x7k2p".into();
+        let problems = check(&rules, &agent_pod, COORDINATOR_USER, COORDINATOR_NAMESPACE).unwrap_err();
+        assert!(problems[0].contains("does not name"), "{problems:?}");
+        let mut unnamed = rules.clone();
+        for r in &mut unnamed.namespace {
+            r.resource_names.clear();
+        }
+        assert!(check(&unnamed, &agent_pod, COORDINATOR_USER, COORDINATOR_NAMESPACE).is_ok(), "open rule");
+        assert!(
+            rules.namespace.iter().any(|r| r.resources == ["pods"] && r.resource_names == [COORDINATOR_PODS]),
+            "the chart names the pods"
+        );
         let mut wide = rules.clone();
         wide.cluster[0].verbs.push("*".into());
         assert!(
@@ -170,13 +235,5 @@ mod tests {
         assert!(
             problems.iter().any(|p| p.starts_with("granted but never used") && p.contains("cluster rules"))
         );
-        // Events of cluster-scoped objects go to `default`: a ClusterRole's.
-        let mut events_in_default = used.clone();
-        events_in_default.retain(|a| a.namespace.is_empty());
-        for a in &mut events_in_default {
-            a.namespace = "default".into();
-        }
-        let cluster_only = Rules { cluster: rules.cluster.clone(), namespace: Vec::new() };
-        assert!(check(&cluster_only, &events_in_default, COORDINATOR_USER, COORDINATOR_NAMESPACE).is_ok());
     }
 }

@@ -232,11 +232,54 @@ async fn a_session_ends_with_its_certificate_and_the_agent_returns_with_the_rene
         },
     )
     .await;
-    // notAfter is kept to the second.
-    let end = ends - Duration::from_secs(1);
+    // notAfter is kept to the second, and a session ends up to a tenth of
+    // its certificate's remaining life early (spread per node).
+    let end = ends - Duration::from_secs(5);
     assert!(std::time::SystemTime::now() >= end, "the first session lasted until its certificate's end");
     let log = std::fs::read_to_string(&coord.log).unwrap();
     assert!(log.contains("its client certificate expired"), "{}", coord.tail(30));
     let hv = region.hypervisor(&host).await.unwrap();
     assert_eq!(hv.status.as_ref().and_then(|s| s.phase), Some(Phase::Active));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_that_outlives_its_certificate_opens_no_session() {
+    let region = Region::start("outlive").await;
+    let node = format!("outlive-{}", std::process::id());
+    let coord = region.coordinator(None, &[]);
+    region.create_node(&node, &[]).await;
+    until(
+        "the Hypervisor",
+        SOON,
+        || coord.tail(20),
+        || async {
+            let hv = region.hypervisor(&node).await;
+            ready_when(hv.is_some(), hv.map(|h| h.status))
+        },
+    )
+    .await;
+    let ends = std::time::SystemTime::now() + Duration::from_secs(8);
+    let short = region.pki.node_until(&node, ends);
+    // One channel: one TLS connection, kept open across both calls.
+    let channel = connect(&region.grpc_url(), &short).await.unwrap();
+    let hello = || {
+        let m = AgentMessage {
+            seq: 0,
+            sent_at: None,
+            payload: Some(Payload::Hello(Hello { node: node.clone(), ..Default::default() })),
+        };
+        tokio_stream::iter(vec![m])
+    };
+    let first = AgentServiceClient::new(channel.clone()).connect(hello()).await;
+    assert!(first.is_ok(), "a valid certificate opens a session: {first:?}");
+    drop(first);
+    let left = ends.duration_since(std::time::SystemTime::now()).unwrap_or_default();
+    tokio::time::sleep(left + Duration::from_secs(1)).await;
+    // The connection was made with a valid certificate; the Hello comes after its end.
+    let second = AgentServiceClient::new(channel).connect(hello()).await;
+    assert_eq!(second.map(|_| ()).map_err(|s| s.code()), Err(tonic::Code::PermissionDenied));
+    let refused =
+        metric(coord.metrics.as_deref().unwrap(), "hv_coordinator_agent_sessions_refused_total").await;
+    assert_eq!(refused, Some(1.0));
+    assert!(std::fs::read_to_string(&coord.log).unwrap().contains("its certificate is no longer valid"));
 }

@@ -25,7 +25,7 @@ pub struct AgentEndpoint {
     /// the registry holds at most one entry per managed node.
     pub hypervisors: Store<Hypervisor>,
     /// Only the leader takes sessions: agents of a follower retry and the
-    /// Service routes them to the leader (the follower is not ready).
+    /// Service routes them to the leader (the pod with the leader label).
     pub leader: watch::Receiver<bool>,
     /// What the agents are told to beat at; a session silent for three
     /// intervals is considered dead.
@@ -91,18 +91,31 @@ impl AgentService for AgentEndpoint {
                 hello.node
             )));
         }
-        // A certificate is checked at the handshake; the session it opened
-        // ends when it expires, and the agent comes back with its renewed one.
-        let expires = self
-            .trust_domain
-            .as_ref()
-            .and_then(|_| certs.as_deref()?.first().and_then(hv_tls::not_after))
-            .map(until_instant);
+        // A certificate is checked at the handshake, and a connection may
+        // outlive it: each session is checked again, and ends when it does.
+        let leaf = certs.as_deref().and_then(|c| c.first());
+        let expires = match (&self.trust_domain, leaf) {
+            (Some(_), Some(leaf)) => {
+                match session_end(hv_tls::not_after(leaf), std::time::SystemTime::now(), &hello.node) {
+                    Ok(end) => Some(until_instant(end)),
+                    Err(why) => {
+                        self.refused.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(node = %hello.node, reason = %why, "refused an agent session: its certificate is no longer valid");
+                        return Err(Status::permission_denied(format!("the client showed {why}")));
+                    }
+                }
+            }
+            _ => None,
+        };
         if self.hypervisors.get(&ObjectRef::new(&hello.node)).is_none() {
             return Err(Status::failed_precondition(format!(
                 "no Hypervisor named {} (yet): the coordinator takes sessions only for managed nodes; retry",
                 hello.node
             )));
+        }
+        // Leadership may have ended while we waited for the Hello.
+        if !*self.leader.borrow() {
+            return Err(Status::unavailable("this coordinator replica is not the leader; retry"));
         }
         let (tx, rx) = mpsc::channel(64);
         let opened = self.registry.open(&hello, tx.clone());
@@ -130,6 +143,8 @@ impl AgentService for AgentEndpoint {
             tokio::pin!(expiry);
             let why = loop {
                 tokio::select! {
+                    // An expired certificate wins over a message ready at the same time.
+                    biased;
                     _ = &mut closed => break "replaced by a newer session".to_string(),
                     () = &mut expiry => break "its client certificate expired".to_string(),
                     msg = tokio::time::timeout(silence, inbound.message()) => match msg {
@@ -155,6 +170,29 @@ impl AgentService for AgentEndpoint {
     }
 }
 
+/// When a session opened now with a certificate valid until `not_after`
+/// must end: shortly before it, by a share of up to a tenth of what is left
+/// (at most a minute) fixed per node, so that certificates issued in one
+/// batch do not end every session in the same second. An error (a refusal)
+/// when the certificate has ended or its end cannot be read.
+pub fn session_end(
+    not_after: Option<std::time::SystemTime>,
+    now: std::time::SystemTime,
+    node: &str,
+) -> Result<std::time::SystemTime, String> {
+    let end = not_after.ok_or("a certificate whose end of validity cannot be read")?;
+    let left = end.duration_since(now).map_err(|_| "a certificate that has expired".to_string())?;
+    if left.is_zero() {
+        return Err("a certificate that has expired".into());
+    }
+    // FNV-1a of the node name: a spread that is the same at every reconnect.
+    let hash =
+        node.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    let spread = (left / 10).min(Duration::from_secs(60));
+    let share = u32::try_from(hash % 1000).unwrap_or(0);
+    Ok(end - spread * share / 1000)
+}
+
 /// The monotonic instant of wall-clock time `at` (now, if it has passed).
 fn until_instant(at: std::time::SystemTime) -> tokio::time::Instant {
     let left = at.duration_since(std::time::SystemTime::now()).unwrap_or_default();
@@ -173,7 +211,7 @@ pub fn valid_node_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::{certificate_speaks_for, valid_node_name};
+    use super::{certificate_speaks_for, session_end, valid_node_name};
     use rcgen::{CertificateParams, KeyPair, SanType};
     use rustls_pki_types::CertificateDer;
 
@@ -207,5 +245,27 @@ mod tests {
         for bad in ["", "-a", "a-", "Compute", "a/b", "node 1", &"a".repeat(254)] {
             assert!(!valid_node_name(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_session_ends_before_its_certificate_spread_per_node_and_an_ended_one_is_refused() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let hour = now + Duration::from_secs(3600);
+        let ends: Vec<_> = ["compute-1", "compute-2", "compute-3"]
+            .iter()
+            .map(|n| session_end(Some(hour), now, n).unwrap())
+            .collect();
+        for end in &ends {
+            assert!(*end <= hour && *end >= hour - Duration::from_secs(60), "{end:?}");
+        }
+        assert!(ends[0] != ends[1] || ends[1] != ends[2], "spread: {ends:?}");
+        assert_eq!(session_end(Some(hour), now, "compute-1"), Ok(ends[0]), "the same per node");
+        // A short-lived certificate: the spread stays within a tenth of it.
+        let soon = now + Duration::from_secs(10);
+        assert!(session_end(Some(soon), now, "compute-1").unwrap() >= now + Duration::from_secs(9));
+        assert_eq!(session_end(Some(now), now, "compute-1"), Err("a certificate that has expired".into()));
+        assert!(session_end(Some(now - Duration::from_secs(1)), now, "x").is_err());
+        assert!(session_end(None, now, "x").unwrap_err().contains("cannot be read"));
     }
 }

@@ -19,6 +19,21 @@ pub struct FleetEndpoint {
     pub registry: Arc<Registry>,
     /// Phase changes, as the controller records them.
     pub events: broadcast::Sender<pb::HypervisorEvent>,
+    /// A follower's caches are empty: it says so instead of showing an
+    /// empty fleet.
+    pub leader: tokio::sync::watch::Receiver<bool>,
+}
+
+impl FleetEndpoint {
+    fn leading(&self) -> Result<(), Status> {
+        if *self.leader.borrow() {
+            Ok(())
+        } else {
+            Err(Status::unavailable(
+                "this coordinator replica is not the leader and holds no fleet; ask the leader",
+            ))
+        }
+    }
 }
 
 fn timestamp(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> prost_types::Timestamp {
@@ -63,6 +78,7 @@ impl FleetService for FleetEndpoint {
         &self,
         request: Request<pb::ListHypervisorsRequest>,
     ) -> Result<Response<pb::ListHypervisorsResponse>, Status> {
+        self.leading()?;
         let phases = request.into_inner().phases;
         let mut hypervisors: Vec<pb::Hypervisor> = self
             .hypervisors
@@ -79,6 +95,7 @@ impl FleetService for FleetEndpoint {
         &self,
         request: Request<pb::GetHypervisorRequest>,
     ) -> Result<Response<pb::Hypervisor>, Status> {
+        self.leading()?;
         let name = request.into_inner().name;
         match self.hypervisors.get(&ObjectRef::new(&name)) {
             Some(hv) => Ok(Response::new(to_proto(&hv, &self.registry))),
@@ -89,6 +106,7 @@ impl FleetService for FleetEndpoint {
     type WatchStream = ReceiverStream<Result<pb::HypervisorEvent, Status>>;
 
     async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        self.leading()?;
         let names = request.into_inner().names;
         let wanted = move |n: &str| names.is_empty() || names.iter().any(|x| x == n);
         let mut rx = self.events.subscribe();

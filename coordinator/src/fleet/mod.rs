@@ -4,7 +4,8 @@
 //!
 //! Health: the service `""` answers for the coordinator itself and is
 //! SERVING only on the leader (the kubelet's probes speak no TLS and use
-//! `/readyz` on the metrics port instead, which says the same);
+//! `/readyz` on the metrics port instead, which is also OK on a follower
+//! whose pod carries no leader label: `k8s::leader_pod`);
 //! `node/<name>` is SERVING only while that node is Active with a live
 //! agent (set by the controller).
 

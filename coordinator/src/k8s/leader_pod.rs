@@ -131,6 +131,23 @@ impl LeaderPod {
     }
 }
 
+impl LeaderPod {
+    /// Returns once the label has not been set for `limit` without a
+    /// break: a leader that cannot label its pod is out of the Service.
+    pub async fn unlabelled_for(&self, limit: Duration) {
+        let mut since = None;
+        loop {
+            let now = tokio::time::Instant::now();
+            if self.state.get() == Label::Set {
+                since = None;
+            } else if now.duration_since(*since.get_or_insert(now)) >= limit {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

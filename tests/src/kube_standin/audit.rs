@@ -24,6 +24,9 @@ pub struct Access {
     /// or a request across all namespaces (only a ClusterRole grants those).
     #[serde(default)]
     pub namespace: String,
+    /// The object's name; empty for a request on a collection.
+    #[serde(default)]
+    pub name: String,
 }
 
 /// The RBAC verb of a request on a resource (`named`: on one object).

@@ -299,6 +299,7 @@ async fn handle(
             resource: rt.plural.clone(),
             subresource: if t.status { "status".into() } else { String::new() },
             namespace: t.namespace.clone().unwrap_or_default(),
+            name: t.name.clone().unwrap_or_default(),
         });
     }
     let resp = match route {
