@@ -9,6 +9,7 @@
 //! - [`ovsdb`]: Open vSwitch bridges and their expected settings (our own RFC 7047 client).
 //! - [`ceph`]: RBD pools readable as the node's restricted client (via `hv-ceph-probe`).
 //! - [`health`]: `/healthz` and `/metrics`.
+//! - [`signals`]: health signals of the host, its domains and its peers (docs/health.md).
 //! - [`backoff`]: jittered exponential backoff and timestamps.
 
 #![deny(unsafe_code)]
@@ -21,3 +22,4 @@ pub mod libvirt;
 pub mod ovsdb;
 pub mod run;
 pub mod session;
+pub mod signals;

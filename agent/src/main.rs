@@ -65,6 +65,10 @@ struct RunArgs {
     /// Address of /healthz and /metrics.
     #[arg(long, env = "HV_HEALTH_LISTEN", default_value = "0.0.0.0:9464")]
     health_listen: std::net::SocketAddr,
+    /// Where the host's /proc and /sys are, for its health signals
+    /// (docs/health.md): the host's root, or where it is mounted in a container.
+    #[arg(long, env = "HV_HOST_ROOT", default_value = "/")]
+    host_root: std::path::PathBuf,
     /// Log as JSON (production) instead of text.
     #[arg(long, env = "HV_LOG_JSON")]
     log_json: bool,
@@ -320,6 +324,7 @@ fn main() -> ExitCode {
                 ceph_pools: cfg.ceph_pools,
                 inventory_interval: r.inventory_interval,
                 health_listen: r.health_listen,
+                host_root: r.host_root.clone(),
             };
             match rt.block_on(hv_agent::run::run(agent)) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use hv_proto::v1::agent_message::Payload;
 use hv_proto::v1::{
-    CheckReport, CheckResult, ConnectivityChange, DomainEvent, HostFacts, Inventory, RunChecks,
+    CheckReport, CheckResult, ConnectivityChange, DomainEvent, HealthSignalKind, HostFacts, Inventory,
+    RunChecks,
 };
 use tokio::sync::mpsc;
 
@@ -23,6 +24,7 @@ use crate::libvirt::watch::{WatchEvent, watch};
 use crate::libvirt::{Libvirt, LibvirtTarget};
 use crate::ovsdb;
 use crate::session::{Command, Session, SessionConfig, SessionHandle};
+use crate::signals;
 
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
@@ -31,6 +33,8 @@ pub struct AgentConfig {
     pub ceph_pools: Vec<String>,
     pub inventory_interval: Duration,
     pub health_listen: SocketAddr,
+    /// Where the host's /proc and /sys are (health signals).
+    pub host_root: std::path::PathBuf,
 }
 
 /// Kernel and hostname from the host itself (nix), beside libvirt's view.
@@ -80,8 +84,10 @@ pub async fn run(cfg: AgentConfig) -> Result<(), String> {
     let addr = health::serve(cfg.health_listen, health).await.map_err(|e| format!("health listener: {e}"))?;
     tracing::info!(node = %cfg.session.node, %addr, "health and metrics listening");
 
-    tokio::spawn(libvirt_task(cfg.clone(), handle.clone(), libvirt_live));
-    tokio::spawn(ovs_task(cfg.endpoints.ovsdb_remote.clone(), handle.clone(), ovs_live));
+    let (signal_tx, signal_rx) = mpsc::channel(256);
+    tokio::spawn(signals::run(signal_rx, cfg.host_root.clone(), handle.clone()));
+    tokio::spawn(libvirt_task(cfg.clone(), handle.clone(), libvirt_live, signal_tx.clone()));
+    tokio::spawn(ovs_task(cfg.endpoints.ovsdb_remote.clone(), handle.clone(), ovs_live, signal_tx));
     if let Some(client) = cfg.endpoints.ceph.clone().filter(|_| !cfg.ceph_pools.is_empty()) {
         tokio::spawn(ceph_task(
             client,
@@ -148,7 +154,14 @@ impl Reports {
     }
 }
 
-async fn libvirt_task(cfg: AgentConfig, handle: SessionHandle, live: Arc<AtomicBool>) {
+async fn libvirt_task(
+    cfg: AgentConfig,
+    handle: SessionHandle,
+    live: Arc<AtomicBool>,
+    signals: mpsc::Sender<signals::Update>,
+) {
+    let peer =
+        |connected: bool, why: &str| signals::peer(HealthSignalKind::LibvirtUnreachable, connected, why);
     let target = cfg.endpoints.libvirt.clone();
     let uri = target.uri.clone();
     let (tx, mut rx) = mpsc::channel(256);
@@ -167,12 +180,17 @@ async fn libvirt_task(cfg: AgentConfig, handle: SessionHandle, live: Arc<AtomicB
                 None => return,
                 Some(WatchEvent::Connected { .. }) => {
                     handle.push(Payload::Connectivity(ConnectivityChange { peer: "libvirt".into(), connected: true, message: uri.clone() })).await;
+                    let _ = signals.send(peer(true, "")).await;
                     want();
                 }
                 Some(WatchEvent::Lost { reason }) => {
+                    let _ = signals.send(peer(false, &reason)).await;
                     handle.push(Payload::Connectivity(ConnectivityChange { peer: "libvirt".into(), connected: false, message: reason })).await;
                 }
                 Some(WatchEvent::Domain(LibvirtEvent::Domain { uuid, name, kind, reason })) => {
+                    for u in signals::domain::updates(kind, &reason, &uuid, &name) {
+                        let _ = signals.send(u).await;
+                    }
                     let e = DomainEvent { uuid, name, kind: kind as i32, reason, observed_at: Some(now()) };
                     handle.push(Payload::DomainEvent(e)).await;
                     want();
@@ -206,15 +224,22 @@ async fn snapshot_task(
     }
 }
 
-async fn ovs_task(remote: String, handle: SessionHandle, live: Arc<AtomicBool>) {
+async fn ovs_task(
+    remote: String,
+    handle: SessionHandle,
+    live: Arc<AtomicBool>,
+    signals: mpsc::Sender<signals::Update>,
+) {
+    let peer = |connected: bool, why: &str| signals::peer(HealthSignalKind::OvsdbUnreachable, connected, why);
     let backoff = Backoff::default();
     let mut attempt = 0;
     loop {
-        match ovsdb::Client::connect(&remote).await {
+        let why = match ovsdb::Client::connect(&remote).await {
             Ok(c) => match c.watch_bridges().await {
                 Ok((_, mut w)) => {
                     attempt = 0;
                     live.store(true, Ordering::Relaxed);
+                    let _ = signals.send(peer(true, "")).await;
                     handle
                         .push(Payload::Connectivity(ConnectivityChange {
                             peer: "ovsdb".into(),
@@ -225,11 +250,20 @@ async fn ovs_task(remote: String, handle: SessionHandle, live: Arc<AtomicBool>) 
                     while let Some(changes) = w.next().await {
                         tracing::info!(changes = ?changes, "OVS bridges changed");
                     }
+                    "the OVSDB connection ended".to_string()
                 }
-                Err(e) => tracing::warn!(error = %e, "OVSDB monitor failed"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "OVSDB monitor failed");
+                    e.to_string()
+                }
             },
-            Err(e) => tracing::warn!(error = %e, "OVSDB unreachable"),
-        }
+            Err(e) => {
+                tracing::warn!(error = %e, "OVSDB unreachable");
+                e.to_string()
+            }
+        };
+        // Also when it never answered since the agent started.
+        let _ = signals.send(peer(false, &why)).await;
         if live.swap(false, Ordering::Relaxed) {
             handle
                 .push(Payload::Connectivity(ConnectivityChange {

@@ -133,6 +133,8 @@ pub struct AgentPeers {
     pub ovsdb: Option<String>,
     pub ceph_id: Option<String>,
     pub ceph_keyring: Option<PathBuf>,
+    /// Where the agent reads the host's /proc and /sys (default: the real ones).
+    pub host_root: Option<PathBuf>,
 }
 
 pub struct Region {
@@ -331,6 +333,9 @@ impl Region {
             .args(["--ceph-id", peers.ceph_id.as_deref().unwrap_or(&env.ceph.client.id)])
             .arg("--ceph-keyring")
             .arg(peers.ceph_keyring.as_ref().unwrap_or(&env.ceph.client.keyring));
+        if let Some(root) = &peers.host_root {
+            cmd.arg("--host-root").arg(root);
+        }
         Proc::spawn("hv-agent", &mut cmd, self.dir.join(format!("agent-{node}.log")))
             .unwrap_or_else(|e| panic!("{e}"))
     }
