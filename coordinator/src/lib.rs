@@ -3,6 +3,7 @@
 //!
 //! - [`api`]: the CRD types (the only source of `deploy/crds/`).
 //! - [`lifecycle`]: the pure decision core (no I/O, no clock).
+//! - [`health`]: what a host's health adds up to, from independent sources (pure).
 //! - [`nova`]: Nova and Placement (Keystone through `openstack_sdk`).
 //! - [`metrics`]: `/metrics` and the eviction counters.
 
@@ -11,6 +12,7 @@
 pub mod api;
 pub mod eviction;
 pub mod fleet;
+pub mod health;
 pub mod k8s;
 pub mod lifecycle;
 pub mod metrics;

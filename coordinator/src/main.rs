@@ -93,6 +93,10 @@ struct Args {
     /// How long Testing waits for the agent's check report.
     #[arg(long, default_value = "10m", value_parser = duration)]
     checks_timeout: Duration,
+    /// How long a Node may be not Ready before that counts against its
+    /// host's health (docs/health.md): a kubelet restart misses a few posts.
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    node_not_ready_grace: Duration,
     /// How often an Active or Maintenance node is compared with Nova (drift check).
     #[arg(long, default_value = "60s", value_parser = duration)]
     drift_interval: Duration,
@@ -323,7 +327,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         metrics.set_fleet(move || {
             hv_coordinator::metrics::fleet(hvs.state().iter().map(|h| {
                 let phase = h.status.as_ref().and_then(|s| s.phase).unwrap_or_default();
-                (phase, registry.connected(&h.name_any()))
+                let health = h.status.as_ref().and_then(|s| s.health.as_ref()).map(|x| x.state);
+                (phase, registry.connected(&h.name_any()), health)
             }))
         });
     }
@@ -381,6 +386,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         policy: Policy {
             registration_timeout: jiff::SignedDuration::try_from(args.registration_timeout)?,
             checks_timeout: jiff::SignedDuration::try_from(args.checks_timeout)?,
+        },
+        metrics: metrics.clone(),
+        health_policy: hv_coordinator::health::HealthPolicy {
+            node_grace: jiff::SignedDuration::try_from(args.node_not_ready_grace)?,
         },
         intervals: Intervals { busy: args.busy_interval, drift: args.drift_interval, ..Intervals::default() },
         events,

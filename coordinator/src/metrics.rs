@@ -17,6 +17,7 @@ use jiff::Timestamp;
 
 use crate::api::Phase;
 use crate::api::eviction::{VmState, VmStatus};
+use crate::api::hypervisor::HealthState;
 use crate::eviction::plan::{Action, Step};
 
 /// Upper bounds (seconds) of the migration duration histogram.
@@ -88,6 +89,8 @@ pub struct Metrics {
     /// The fleet as this replica sees it (the Hypervisor cache and the
     /// agent sessions), shown only while it leads.
     fleet: std::sync::OnceLock<FleetSource>,
+    /// Health changes by the state entered (in [`HEALTH_STATES`] order).
+    health_transitions: [AtomicU64; 4],
     /// This replica's pod label, when it labels its pod (`k8s::leader_pod`).
     pod_label: std::sync::OnceLock<Arc<crate::k8s::leader_pod::LabelState>>,
 }
@@ -96,7 +99,11 @@ type FleetSource = Box<dyn Fn() -> Fleet + Send + Sync>;
 
 /// Phases in which a host's agent must be connected: a host in Maintenance
 /// may be down for its work, one in Onboarding has none yet.
-const AGENT_EXPECTED: [Phase; 4] = [Phase::Testing, Phase::Ready, Phase::Active, Phase::Evicting];
+pub const AGENT_EXPECTED: [Phase; 4] = [Phase::Testing, Phase::Ready, Phase::Active, Phase::Evicting];
+
+/// Every health state, in the order the metrics show them.
+const HEALTH_STATES: [HealthState; 4] =
+    [HealthState::Healthy, HealthState::Degraded, HealthState::Unreachable, HealthState::Failed];
 
 /// The fleet in numbers, for alerts: Hypervisors per phase, and those that
 /// should have an agent and have none.
@@ -104,14 +111,19 @@ const AGENT_EXPECTED: [Phase; 4] = [Phase::Testing, Phase::Ready, Phase::Active,
 pub struct Fleet {
     pub phases: std::collections::BTreeMap<Phase, u64>,
     pub without_agent: u64,
+    /// Hypervisors per health state (those judged at least once).
+    pub health: std::collections::BTreeMap<HealthState, u64>,
 }
 
-/// Counts `hypervisors` (phase, agent connected).
-pub fn fleet(hypervisors: impl IntoIterator<Item = (Phase, bool)>) -> Fleet {
+/// Counts `hypervisors` (phase, agent connected, health).
+pub fn fleet(hypervisors: impl IntoIterator<Item = (Phase, bool, Option<HealthState>)>) -> Fleet {
     let mut f = Fleet::default();
-    for (phase, connected) in hypervisors {
+    for (phase, connected, health) in hypervisors {
         *f.phases.entry(phase).or_default() += 1;
         f.without_agent += u64::from(!connected && AGENT_EXPECTED.contains(&phase));
+        if let Some(h) = health {
+            *f.health.entry(h).or_default() += 1;
+        }
     }
     f
 }
@@ -184,6 +196,21 @@ impl Metrics {
                 "# HELP {w} Hypervisors in Testing, Ready, Active or Evicting whose agent is not connected.\n"
             ));
             s.push_str(&format!("# TYPE {w} gauge\n{w} {}\n", f.without_agent));
+            let h = "hv_hypervisors_by_health";
+            s.push_str(&format!(
+                "# HELP {h} Hypervisors per health state (docs/health.md).\n# TYPE {h} gauge\n"
+            ));
+            for state in HEALTH_STATES {
+                let n = f.health.get(&state).copied().unwrap_or(0);
+                s.push_str(&format!("{h}{{state=\"{state}\"}} {n}\n"));
+            }
+        }
+        let t = "hv_health_transitions_total";
+        s.push_str(&format!(
+            "# HELP {t} Changes of a host's health, by the state entered.\n# TYPE {t} counter\n"
+        ));
+        for (i, state) in HEALTH_STATES.iter().enumerate() {
+            s.push_str(&format!("{t}{{to=\"{state}\"}} {}\n", get(&self.health_transitions[i])));
         }
         let name = "hv_eviction_migration_duration_seconds";
         s.push_str(&format!("# HELP {name} From asking Nova to seeing the VM on its new host.\n"));
@@ -203,6 +230,13 @@ impl Metrics {
     fn route(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         let (code, body) = self.answer(req.uri().path());
         hv_listen::text(code, body)
+    }
+
+    /// A host's health changed to `to`.
+    pub fn health_changed(&self, to: HealthState) {
+        if let Some(i) = HEALTH_STATES.iter().position(|s| *s == to) {
+            self.health_transitions[i].fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Readiness follows this replica's pod label from now on.
@@ -254,13 +288,15 @@ mod tests {
     #[test]
     fn the_fleet_is_counted_by_phase_and_missing_agents_only_where_one_belongs() {
         let f = fleet([
-            (Phase::Active, true),
-            (Phase::Active, false),
-            (Phase::Maintenance, false),
-            (Phase::Onboarding, false),
-            (Phase::Aborted, true),
-            (Phase::Evicting, false),
+            (Phase::Active, true, Some(HealthState::Healthy)),
+            (Phase::Active, false, Some(HealthState::Unreachable)),
+            (Phase::Maintenance, false, Some(HealthState::Failed)),
+            (Phase::Onboarding, false, None),
+            (Phase::Aborted, true, Some(HealthState::Healthy)),
+            (Phase::Evicting, false, Some(HealthState::Unreachable)),
         ]);
+        assert_eq!(f.health.get(&HealthState::Unreachable), Some(&2));
+        assert_eq!(f.health.values().sum::<u64>(), 5, "a host never judged is not counted");
         assert_eq!(f.phases.get(&Phase::Active), Some(&2));
         assert_eq!(
             f.without_agent, 2,
@@ -275,6 +311,11 @@ mod tests {
         assert!(text.contains("hv_hypervisors{phase=\"Active\"} 2\n"), "{text}");
         assert!(text.contains("hv_hypervisors{phase=\"Decommissioned\"} 0\n"), "every phase, zeros too");
         assert!(text.contains("hv_hypervisors_without_agent 2\n"));
+        assert!(text.contains("hv_hypervisors_by_health{state=\"Unreachable\"} 2\n"), "{text}");
+        assert!(text.contains("hv_hypervisors_by_health{state=\"Degraded\"} 0\n"), "every state, zeros too");
+        m.health_changed(HealthState::Failed);
+        m.health_changed(HealthState::Failed);
+        assert!(m.render().contains("hv_health_transitions_total{to=\"Failed\"} 2\n"));
     }
 
     #[test]

@@ -350,6 +350,10 @@ pub struct HypervisorStatus {
     pub instances: Option<InstancesStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentStatus>,
+    /// The host's health from every source (docs/health.md); also the
+    /// `NodeHealthy` condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthStatus>,
     /// The lifecycle core's own bookkeeping, so a restarted coordinator
     /// resumes where it stopped. Not meant to be edited.
     #[serde(default)]
@@ -392,6 +396,46 @@ pub struct AgentStatus {
     pub version: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_heartbeat: Option<Time>,
+}
+
+/// What a host's health adds up to (docs/health.md).
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, JsonSchema,
+)]
+pub enum HealthState {
+    /// Every source sees it, and it reports nothing critical.
+    #[default]
+    Healthy,
+    /// It works, and its agent reports something critical: it should be emptied.
+    Degraded,
+    /// A channel to it is lost (its agent's stream, its kubelet, its
+    /// nova-compute): we cannot see it; the cause is unknown.
+    Unreachable,
+    /// Its agent's stream and at least one other channel are lost.
+    Failed,
+}
+
+impl std::fmt::Display for HealthState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HealthState::Healthy => "Healthy",
+            HealthState::Degraded => "Degraded",
+            HealthState::Unreachable => "Unreachable",
+            HealthState::Failed => "Failed",
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthStatus {
+    pub state: HealthState,
+    /// When the host entered this state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
+    /// What the state rests on: one line per lost source or agent signal.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
 }
 
 /// What the lifecycle core remembers between reconciles.

@@ -115,14 +115,15 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             let mut c = FleetServiceClient::new(channel().await?);
             let list = c.list_hypervisors(ListHypervisorsRequest { phases }).await?.into_inner();
             println!(
-                "{:<24} {:<15} {:<12} {:>9} {:<6} LIBVIRT",
-                "NAME", "PHASE", "MAINTENANCE", "INSTANCES", "AGENT"
+                "{:<24} {:<15} {:<12} {:<12} {:>9} {:<6} LIBVIRT",
+                "NAME", "PHASE", "HEALTH", "MAINTENANCE", "INSTANCES", "AGENT"
             );
             for h in list.hypervisors {
                 println!(
-                    "{:<24} {:<15} {:<12} {:>9} {:<6} {}",
+                    "{:<24} {:<15} {:<12} {:<12} {:>9} {:<6} {}",
                     h.name,
                     h.phase,
+                    dash(&h.health),
                     dash(&h.maintenance),
                     h.instances,
                     if h.agent_connected { "yes" } else { "no" },
@@ -180,6 +181,14 @@ fn dash(s: &str) -> &str {
 fn print_one(h: &PbHypervisor) {
     println!("name:        {}", h.name);
     println!("phase:       {}", h.phase);
+    let since = h.health_since.as_ref().and_then(|t| jiff::Timestamp::new(t.seconds, 0).ok());
+    match since {
+        Some(t) => println!("health:      {} since {t}", dash(&h.health)),
+        None => println!("health:      {}", dash(&h.health)),
+    }
+    for line in &h.health_evidence {
+        println!("  {line}");
+    }
     println!("maintenance: {}", dash(&h.maintenance));
     println!("instances:   {}", h.instances);
     println!("agent:       {}", if h.agent_connected { "connected" } else { "not connected" });

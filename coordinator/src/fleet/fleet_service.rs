@@ -68,6 +68,9 @@ pub fn to_proto(hv: &Hypervisor, registry: &Registry) -> pb::Hypervisor {
             })
             .collect(),
         phase_since: status.phase_since.as_ref().map(timestamp),
+        health: status.health.as_ref().map(|h| h.state.to_string()).unwrap_or_default(),
+        health_since: status.health.as_ref().and_then(|h| h.since.as_ref()).map(timestamp),
+        health_evidence: status.health.as_ref().map(|h| h.evidence.clone()).unwrap_or_default(),
         name,
     }
 }

@@ -13,7 +13,7 @@
 //! at most [`MAX_CHECKS`] results. A status past etcd's size limit would
 //! wedge its node.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -28,6 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
 use crate::api::hypervisor::CheckResultStatus;
+use crate::health::{self, Signal};
 use crate::lifecycle;
 
 pub type Outbound = mpsc::Sender<Result<CoordinatorMessage, Status>>;
@@ -70,6 +71,8 @@ pub struct AgentView {
     /// Messages the agent had to drop from its outbox (from heartbeats).
     pub dropped: u64,
     pub domains: Option<u32>,
+    /// The agent's health signals that hold.
+    pub signals: Vec<Signal>,
 }
 
 struct Live {
@@ -95,7 +98,12 @@ struct Node {
     checks: Option<CheckReport>,
     dropped: u64,
     domains: Option<u32>,
+    /// The agent's health signals that hold (docs/health.md).
+    signals: BTreeMap<health::signal::Key, Signal>,
 }
+
+/// Signals held per node at most; more are dropped (and logged).
+const MAX_SIGNALS: usize = 64;
 
 /// Session bookkeeping for every node; cheap to share (`Arc`).
 pub struct Registry {
@@ -149,6 +157,9 @@ impl Registry {
             if n.boot_id != boot_id {
                 n.boot_id = boot_id.to_string();
                 n.acked = 0;
+                // A new agent process starts with no signal and sends again
+                // what holds.
+                n.signals.clear();
             }
             n.agent_version = bounded(&hello.agent_version, 64);
             n.checks_bridge_settings = hello.capabilities.contains(&(Capability::BridgeExpectations as i32));
@@ -211,6 +222,30 @@ impl Registry {
                 Some(Payload::Connectivity(c)) => {
                     tracing::info!(node, peer = %c.peer, connected = c.connected, message = %c.message, "agent connectivity");
                 }
+                Some(Payload::HealthSignal(hs)) => {
+                    let (key, signal) = health::signal::apply(&hs, Timestamp::now());
+                    let full = n.signals.len() >= MAX_SIGNALS;
+                    notify = match signal {
+                        Some(new) => match n.signals.get_mut(&key) {
+                            // The same again (the agent re-sends what holds): its start stays.
+                            Some(old) if (old.severity, &old.evidence) == (new.severity, &new.evidence) => false,
+                            Some(old) => {
+                                *old = Signal { since: old.since, ..new };
+                                true
+                            }
+                            None if full => {
+                                tracing::warn!(node, kind = %new.kind, "too many health signals held; dropped");
+                                false
+                            }
+                            None => {
+                                tracing::info!(node, kind = %new.kind, subject = %new.subject, evidence = %new.evidence, "health signal");
+                                n.signals.insert(key, new);
+                                true
+                            }
+                        },
+                        None => n.signals.remove(&key).is_some(),
+                    };
+                }
                 Some(Payload::Hello(_)) | None => {
                     tracing::warn!(node, seq = msg.seq, "ignoring an unexpected agent message");
                 }
@@ -260,6 +295,7 @@ impl Registry {
                 checks_hypervisor: n.checks.as_ref().map(|r| r.hypervisor_uid.clone()).unwrap_or_default(),
                 dropped: n.dropped,
                 domains: n.domains,
+                signals: n.signals.values().cloned().collect(),
             }
         })
     }
@@ -343,7 +379,7 @@ fn result(c: &CheckResult) -> CheckResultStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hv_proto::v1::{CheckResult, Heartbeat};
+    use hv_proto::v1::{CheckResult, HealthSeverity, HealthSignal, HealthSignalKind, Heartbeat};
 
     fn msg(seq: u64, payload: Payload) -> AgentMessage {
         AgentMessage { seq, sent_at: None, payload: Some(payload) }
@@ -368,6 +404,46 @@ mod tests {
     fn registry() -> (Registry, mpsc::UnboundedReceiver<String>) {
         let (tx, rx) = mpsc::unbounded_channel();
         (Registry::new(tx), rx)
+    }
+
+    fn signal(kind: HealthSignalKind, subject: &str, active: bool, evidence: &str) -> Payload {
+        Payload::HealthSignal(HealthSignal {
+            kind: kind as i32,
+            subject: subject.into(),
+            active,
+            severity: HealthSeverity::Critical as i32,
+            evidence: evidence.into(),
+            observed_at: None,
+        })
+    }
+
+    #[test]
+    fn signals_hold_until_ended_repeats_change_nothing_and_a_new_boot_forgets_them() {
+        let (r, mut changed) = registry();
+        let (tx, _rx) = mpsc::channel(8);
+        let s = r.open(&hello("n1", "boot-a", "1.0"), tx);
+        while changed.try_recv().is_ok() {}
+        let io = HealthSignalKind::DomainIoError;
+        r.receive("n1", s.id, msg(1, signal(io, "u1", true, "paused")));
+        assert_eq!(changed.try_recv().ok().as_deref(), Some("n1"), "a new signal wakes the reconcile");
+        let first = r.view("n1").signals;
+        assert_eq!(first.len(), 1);
+        assert_eq!((first[0].kind.as_str(), first[0].subject.as_str()), ("domain-io-error", "u1"));
+        r.receive("n1", s.id, msg(2, signal(io, "u1", true, "paused")));
+        assert!(changed.try_recv().is_err(), "the same again is no news");
+        assert_eq!(r.view("n1").signals[0].since, first[0].since);
+        for i in 0..100 {
+            r.receive("n1", s.id, msg(3 + i, signal(io, &format!("v{i}"), true, "x")));
+        }
+        assert_eq!(r.view("n1").signals.len(), MAX_SIGNALS, "bounded");
+        r.receive("n1", s.id, msg(200, signal(io, "u1", false, "")));
+        assert!(r.view("n1").signals.iter().all(|g| g.subject != "u1"), "ended");
+        let (tx, _rx) = mpsc::channel(8);
+        let _again = r.open(&hello("n1", "boot-a", "1.0"), tx);
+        assert_eq!(r.view("n1").signals.len(), MAX_SIGNALS - 1, "a reconnect of the same process keeps them");
+        let (tx, _rx) = mpsc::channel(8);
+        let _new = r.open(&hello("n1", "boot-b", "1.0"), tx);
+        assert!(r.view("n1").signals.is_empty(), "a new agent process starts with none");
     }
 
     #[test]

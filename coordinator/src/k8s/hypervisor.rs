@@ -20,9 +20,11 @@ use super::status::compose;
 use super::{Gate, write};
 use crate::api::condition::merge;
 use crate::api::eviction::EvictionOptions;
+use crate::api::hypervisor::HealthStatus;
 use crate::api::{Eviction, EvictionSpec, Hypervisor, HypervisorStatus, Phase};
 use crate::fleet::fleet_service::to_proto;
 use crate::fleet::{AgentView, Health, Registry};
+use crate::health::{self, HealthPolicy, NodeSource};
 use crate::lifecycle::{
     self, Action, AgentObs, Decision, EvictionObs, Input, NodeObs, NovaObs, Observations, Policy,
 };
@@ -69,6 +71,8 @@ pub struct Context {
     pub evictions: Store<Eviction>,
     pub gate: Arc<Gate>,
     pub policy: Policy,
+    pub health_policy: HealthPolicy,
+    pub metrics: Arc<crate::metrics::Metrics>,
     pub intervals: Intervals,
     pub events: tokio::sync::broadcast::Sender<pb::HypervisorEvent>,
     /// Our own status writes, for reconciles the cache has not caught up with.
@@ -89,6 +93,8 @@ struct Seen {
     agent: AgentView,
     /// The Nova host the observations are of.
     host: String,
+    /// The Node's `Ready` condition, for the health model.
+    node_ready: NodeSource,
 }
 
 pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue, Error> {
@@ -126,6 +132,10 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     let outcome = act(&ctx, &hv, &name, &seen.host, &decision).await;
     let mut new_status =
         compose(&status, &decision, &seen.agent, &seen.obs.nova, hv.metadata.generation, now);
+    let verdict = judge_health(&seen, status.health.as_ref(), &ctx.health_policy, now);
+    new_status.health = Some(health::next_status(status.health.as_ref(), &verdict, now));
+    let healthy = [health::observe::condition(&verdict)];
+    new_status.conditions = merge(&new_status.conditions, &healthy, now, hv.metadata.generation);
     // The record says "deleted" only once Nova answered the delete.
     new_status.lifecycle.service_deleted |= outcome.service_deleted;
     if let Some(verdict) = &deletion {
@@ -138,6 +148,18 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
         ctx.written.remember(hv.metadata.resource_version.clone(), written);
     }
     tell(&ctx, &hv, &name, &decision, &new_status, &outcome.failures, &seen.agent).await;
+    if let (Some(now_health), false) = (&new_status.health, verdict.held.is_some())
+        && let Some((warning, reason, note)) = health::observe::change(status.health.as_ref(), now_health)
+    {
+        tracing::info!(node = %name, health = %now_health.state, evidence = ?now_health.evidence, "health changed");
+        ctx.metrics.health_changed(now_health.state);
+        // Where an agent belongs: a host in Onboarding or Maintenance may
+        // lack one without news.
+        if crate::metrics::AGENT_EXPECTED.contains(&decision.phase) {
+            let kind = if warning { EventType::Warning } else { EventType::Normal };
+            publish(&ctx, &hv.object_ref(&()), kind, &reason, &note).await;
+        }
+    }
     if let Some(keep) =
         super::nodes::release(seen.obs.node, decision.phase, new_status.service_id.as_deref(), &seen.obs.nova)
     {
@@ -175,7 +197,7 @@ async fn observe(
     status: &HypervisorStatus,
 ) -> Result<Seen, Error> {
     let phase = status.phase.unwrap_or_default();
-    let node = observe_node(ctx, name).await?;
+    let (node, node_ready) = observe_node(ctx, name).await?;
     let agent = ctx.registry.view(name);
     let host = lifecycle::nova_host(name, &hv.spec, status).to_string();
     let nova = ctx.nova.observe(&host, &hv.spec.aggregates).await;
@@ -199,7 +221,24 @@ async fn observe(
         retry: hv.annotations().get(RETRY_ANNOTATION).cloned(),
         close_hosts,
     };
-    Ok(Seen { obs, agent, host })
+    Ok(Seen { obs, agent, host, node_ready })
+}
+
+/// The host's health from what this reconcile saw (docs/health.md).
+fn judge_health(
+    seen: &Seen,
+    previous: Option<&HealthStatus>,
+    policy: &HealthPolicy,
+    now: Timestamp,
+) -> health::Assessment {
+    let (nova, own) = health::observe::nova_source(&seen.obs.nova);
+    let sources = health::Sources {
+        agent: health::observe::agent_source(&seen.agent),
+        node: seen.node_ready,
+        nova,
+        signals: &seen.agent.signals,
+    };
+    health::assess(&sources, &own, previous, policy, now)
 }
 
 /// What executing a decision's actions came to.
@@ -341,12 +380,12 @@ async fn execute(
 
 /// The Node from the cache; a Node missing from the cache is confirmed
 /// absent by a direct read (the cache may lag behind a new Node).
-async fn observe_node(ctx: &Context, name: &str) -> Result<NodeObs, Error> {
+async fn observe_node(ctx: &Context, name: &str) -> Result<(NodeObs, NodeSource), Error> {
     let node = match ctx.nodes.get(&ObjectRef::new(name)) {
         Some(n) => Some((*n).clone()),
         None => Api::<Node>::all(ctx.client.clone()).get_opt(name).await?,
     };
-    Ok(node.as_ref().map_or(NodeObs::Absent, node_obs))
+    Ok((node.as_ref().map_or(NodeObs::Absent, node_obs), health::observe::node_source(node.as_ref())))
 }
 
 /// What the lifecycle reads of a Node (and what wakes it: `triggers`).

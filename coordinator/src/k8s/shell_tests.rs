@@ -207,6 +207,8 @@ fn hypervisor_ctx_executing(
         evictions: evs,
         gate: gate(open),
         policy: Policy::default(),
+        health_policy: Default::default(),
+        metrics: Default::default(),
         intervals: Intervals::default(),
         events: tokio::sync::broadcast::channel(8).0,
         written: Written::default(),

@@ -51,6 +51,7 @@ pub fn host() -> NovaHost {
         hypervisor_id: Some("hv-1".into()),
         enabled: false,
         disabled_reason: Some("hv-lifecycle: onboarding, not tested yet".into()),
+        service_state: crate::lifecycle::ServiceState::Up,
         aggregates: set(&["az-a"]),
         unknown_aggregates: BTreeSet::new(),
         traits: Some(set(&["CUSTOM_HANA", "HW_CPU_X86_AVX2"])),

@@ -27,7 +27,7 @@ pub use decide::{
     SERVICE_RE_REGISTERED, Transition, Warning, decide, nova_host,
 };
 pub use observe::{
-    AgentObs, CheckReport, EvictionObs, NodeObs, NovaHost, NovaObs, Observations, close_hosts,
+    AgentObs, CheckReport, EvictionObs, NodeObs, NovaHost, NovaObs, Observations, ServiceState, close_hosts,
 };
 
 #[cfg(test)]

@@ -73,6 +73,8 @@ pub struct NovaHost {
     pub hypervisor_id: Option<String>,
     pub enabled: bool,
     pub disabled_reason: Option<String>,
+    /// Whether nova-compute is alive, as Nova sees it (for health only).
+    pub service_state: ServiceState,
     /// Aggregates the host is a member of.
     pub aggregates: BTreeSet<String>,
     /// Aggregates named in spec that do not exist in Nova.
@@ -83,6 +85,17 @@ pub struct NovaHost {
     /// UUIDs of the instances on the host (servers list with `host` filter
     /// at our compute microversion, not a usage field that vanished).
     pub instances: Vec<String>,
+}
+
+/// nova-compute's liveness as Nova's service group sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ServiceState {
+    #[default]
+    Unknown,
+    Up,
+    Down,
+    /// `forced_down` set: Nova treats it as down whatever it reports.
+    ForcedDown,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

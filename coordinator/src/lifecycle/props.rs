@@ -408,6 +408,7 @@ impl Sim {
                     hypervisor_id: hv.then(|| "hv".to_string()),
                     enabled: *enabled,
                     disabled_reason: Some(s.junk.clone()),
+                    service_state: crate::lifecycle::ServiceState::Up,
                     aggregates: AGGS
                         .iter()
                         .zip(aggs)

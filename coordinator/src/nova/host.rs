@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::error::NovaError;
 use super::http::{Call, Cloud, Service, field};
-use crate::lifecycle::{Action, NovaHost, NovaObs};
+use crate::lifecycle::{Action, NovaHost, NovaObs, ServiceState};
 
 /// How often a generation conflict on the provider's traits is retried.
 const TRAIT_ATTEMPTS: u32 = 5;
@@ -24,6 +24,11 @@ pub(super) struct ComputeService {
     status: String,
     #[serde(default)]
     disabled_reason: Option<String>,
+    /// "up" or "down": Nova's service group (the last report's age).
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    forced_down: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -114,6 +119,12 @@ impl NovaClient {
             hypervisor_id: hypervisor.map(|h| h.id),
             enabled: service.status == "enabled",
             disabled_reason: service.disabled_reason,
+            service_state: match (service.forced_down, service.state.as_str()) {
+                (true, _) => ServiceState::ForcedDown,
+                (false, "up") => ServiceState::Up,
+                (false, "down") => ServiceState::Down,
+                _ => ServiceState::Unknown,
+            },
             aggregates: member,
             unknown_aggregates: unknown,
             traits,

@@ -1,0 +1,97 @@
+//! An agent's health signal as the coordinator holds it: a kind by name, a
+//! severity it understands, bounded evidence.
+
+use hv_proto::v1::{HealthSeverity, HealthSignal, HealthSignalKind};
+use jiff::Timestamp;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    Warning,
+    Critical,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signal {
+    /// "domain-io-error", ... (see [`kind_name`]).
+    pub kind: String,
+    pub subject: String,
+    pub severity: Severity,
+    pub evidence: String,
+    /// When the coordinator took it in.
+    pub since: Timestamp,
+}
+
+/// A signal's identity: one of each kind per subject holds at a time.
+pub type Key = (i32, String);
+
+/// The kind's name: `domain-io-error` for HEALTH_SIGNAL_KIND_DOMAIN_IO_ERROR;
+/// a number this coordinator does not know (a newer agent's) as `kind-N`.
+pub fn kind_name(kind: i32) -> String {
+    match HealthSignalKind::try_from(kind) {
+        Ok(k) if k != HealthSignalKind::Unspecified => {
+            k.as_str_name().trim_start_matches("HEALTH_SIGNAL_KIND_").to_ascii_lowercase().replace('_', "-")
+        }
+        _ => format!("kind-{kind}"),
+    }
+}
+
+/// What a message does to the signals held: `(key, Some(signal))` sets it,
+/// `(key, None)` clears it. A severity this coordinator does not know is a
+/// warning: nothing is done on what is not understood. Subject and evidence
+/// are cut to bounds (an agent is authenticated, not trusted to be small).
+pub fn apply(s: &HealthSignal, now: Timestamp) -> (Key, Option<Signal>) {
+    let subject = crate::fleet::registry::bounded(&s.subject, 128);
+    let key = (s.kind, subject.clone());
+    if !s.active {
+        return (key, None);
+    }
+    let severity = match HealthSeverity::try_from(s.severity) {
+        Ok(HealthSeverity::Critical) => Severity::Critical,
+        _ => Severity::Warning,
+    };
+    let signal = Signal {
+        kind: kind_name(s.kind),
+        subject,
+        severity,
+        evidence: crate::fleet::registry::bounded(&s.evidence, 512),
+        since: now,
+    };
+    (key, Some(signal))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_by_name_unknown_ones_by_number() {
+        assert_eq!(kind_name(HealthSignalKind::DomainIoError as i32), "domain-io-error");
+        assert_eq!(kind_name(HealthSignalKind::RootReadOnly as i32), "root-read-only");
+        assert_eq!(kind_name(0), "kind-0");
+        assert_eq!(kind_name(999), "kind-999");
+    }
+
+    #[test]
+    fn only_a_known_critical_is_critical_and_inactive_clears() {
+        let now = Timestamp::UNIX_EPOCH;
+        let mut s = HealthSignal {
+            kind: HealthSignalKind::MemoryErrors as i32,
+            subject: "mc0".into(),
+            active: true,
+            severity: HealthSeverity::Critical as i32,
+            evidence: "x".repeat(10_000),
+            observed_at: None,
+        };
+        let (key, got) = apply(&s, now);
+        assert_eq!(key, (HealthSignalKind::MemoryErrors as i32, "mc0".to_string()));
+        let got = got.unwrap_or_else(|| panic!("active"));
+        assert_eq!(got.severity, Severity::Critical);
+        assert!(got.evidence.len() <= 520, "bounded: {}", got.evidence.len());
+        for unknown in [0, 7, -1] {
+            s.severity = unknown;
+            assert_eq!(apply(&s, now).1.map(|g| g.severity), Some(Severity::Warning));
+        }
+        s.active = false;
+        assert_eq!(apply(&s, now).1, None);
+    }
+}

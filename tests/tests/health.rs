@@ -1,0 +1,118 @@
+//! Node health on the real ground (docs/health.md): the real coordinator
+//! judges a host from its agent's stream and signals, its Node's `Ready`
+//! condition and Nova's view of its nova-compute, and records the verdict.
+//! The host signals come from a fake /proc the agent is pointed at.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hv_coordinator::api::Phase;
+use hv_coordinator::api::hypervisor::{HealthState, HealthStatus};
+use hv_tests::hosts;
+use hv_tests::region::{AgentPeers, Proc, Region, metric};
+use hv_tests::wait::{Poll, until};
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+
+const SOON: Duration = Duration::from_secs(60);
+
+/// A fake host tree: a healthy root, two CPUs, memory to spare.
+fn fake_host(dir: &Path) -> PathBuf {
+    let root = dir.join("host");
+    std::fs::create_dir_all(root.join("proc/1")).unwrap();
+    let write = |p: &str, t: &str| std::fs::write(root.join(p), t).unwrap();
+    write("proc/1/mounts", "/dev/vda1 / ext4 rw,relatime 0 0\n");
+    write("proc/loadavg", "0.10 0.10 0.10 1/100 1000\n");
+    write("proc/cpuinfo", "processor\t: 0\n\nprocessor\t: 1\n");
+    write("proc/meminfo", "MemTotal: 16000000 kB\nMemAvailable: 8000000 kB\n");
+    root
+}
+
+/// Waits until the host's recorded health is `want`; answers it.
+async fn wait_health(region: &Region, host: &str, want: HealthState, coord: &Proc) -> HealthStatus {
+    until(
+        &format!("{host} {want}"),
+        SOON,
+        || coord.tail(30),
+        || async {
+            match region.hypervisor(host).await.and_then(|h| h.status).and_then(|s| s.health) {
+                Some(h) if h.state == want => Poll::Ready(h),
+                other => Poll::Pending(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_is_judged_from_its_agent_its_node_and_nova_and_nothing_is_failed_on_one_source() {
+    let region = Region::start("health").await;
+    let claim = hosts::claim(&region.env).await;
+    let host = claim.host.clone();
+    let coord = region.coordinator(None, &["--skip-tests", "--node-not-ready-grace", "1s"]);
+    let root = fake_host(&region.dir);
+    let peers = AgentPeers { host_root: Some(root.clone()), ..Default::default() };
+    let mut agent = region.agent(&host, &peers);
+    region.create_node(&host, &[]).await;
+    region.wait_phase(&host, Phase::Active, SOON, &coord).await;
+    let healthy = wait_health(&region, &host, HealthState::Healthy, &coord).await;
+    assert!(healthy.evidence.is_empty(), "{healthy:?}");
+    let hv = region.hypervisor(&host).await.unwrap();
+    assert_eq!(Region::condition(&hv, "NodeHealthy").0, "True");
+
+    // A critical host signal: the root filesystem turns read-only.
+    std::fs::write(root.join("proc/1/mounts"), "/dev/vda1 / ext4 ro,relatime 0 0\n").unwrap();
+    let degraded = wait_health(&region, &host, HealthState::Degraded, &coord).await;
+    assert!(
+        degraded.evidence.iter().any(|e| e.starts_with("root-read-only (critical): / is mounted read-only")),
+        "{degraded:?}"
+    );
+    let hv = region.hypervisor(&host).await.unwrap();
+    let (status, reason, message) = Region::condition(&hv, "NodeHealthy");
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "Degraded"), "{message}");
+    assert_eq!(hv.status.as_ref().and_then(|s| s.phase), Some(Phase::Active), "recorded, nothing done yet");
+    let events = region.events_for(&host).await;
+    assert!(
+        events.iter().any(|(r, n)| r == "HealthDegraded" && n.starts_with("Healthy -> Degraded")),
+        "{events:?}"
+    );
+    // It ends: the host is Healthy again.
+    std::fs::write(root.join("proc/1/mounts"), "/dev/vda1 / ext4 rw,relatime 0 0\n").unwrap();
+    wait_health(&region, &host, HealthState::Healthy, &coord).await;
+
+    // Only the agent's stream is lost (the Node stays Ready, Nova sees
+    // nova-compute up): Unreachable, and it stays so, never Failed.
+    agent.kill();
+    let unreachable = wait_health(&region, &host, HealthState::Unreachable, &coord).await;
+    assert!(unreachable.evidence[0].starts_with("agent: no session since "), "{unreachable:?}");
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let h = region.hypervisor(&host).await.and_then(|h| h.status).and_then(|s| s.health).unwrap();
+        assert_eq!(h.state, HealthState::Unreachable, "one source is never Failed: {h:?}");
+    }
+    // A second, independent source: the kubelet stops posting.
+    let nodes: Api<Node> = Api::all(region.kube.client.clone());
+    let not_ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
+        "reason": "NodeStatusUnknown", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
+    nodes.patch_status(&host, &PatchParams::default(), &Patch::Merge(&not_ready)).await.unwrap();
+    let failed = wait_health(&region, &host, HealthState::Failed, &coord).await;
+    assert!(failed.evidence.iter().any(|e| e.starts_with("Node: not Ready since")), "{failed:?}");
+    let events = region.events_for(&host).await;
+    assert!(events.iter().any(|(r, _)| r == "HealthFailed"), "{events:?}");
+
+    // Both come back: Healthy.
+    let ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True",
+        "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
+    nodes.patch_status(&host, &PatchParams::default(), &Patch::Merge(&ready)).await.unwrap();
+    let _agent = region.agent(&host, &peers);
+    wait_health(&region, &host, HealthState::Healthy, &coord).await;
+    let url = coord.metrics.as_deref().unwrap();
+    for (state, at_least) in [("Degraded", 1.0), ("Unreachable", 1.0), ("Failed", 1.0), ("Healthy", 2.0)] {
+        let n = metric(url, &format!("hv_health_transitions_total{{to=\"{state}\"}}")).await;
+        assert!(n.is_some_and(|n| n >= at_least), "{state}: {n:?}");
+    }
+    assert_eq!(metric(url, "hv_hypervisors_by_health{state=\"Healthy\"}").await, Some(1.0));
+}
