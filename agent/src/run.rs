@@ -233,12 +233,16 @@ async fn ovs_task(
     let peer = |connected: bool, why: &str| signals::peer(HealthSignalKind::OvsdbUnreachable, connected, why);
     let backoff = Backoff::default();
     let mut attempt = 0;
+    // Said once per outage (also when it never answered since the start):
+    // a repeat would lower a signal escalated to critical.
+    let mut said_lost = false;
     loop {
         let why = match ovsdb::Client::connect(&remote).await {
             Ok(c) => match c.watch_bridges().await {
                 Ok((_, mut w)) => {
                     attempt = 0;
                     live.store(true, Ordering::Relaxed);
+                    said_lost = false;
                     let _ = signals.send(peer(true, "")).await;
                     handle
                         .push(Payload::Connectivity(ConnectivityChange {
@@ -262,8 +266,10 @@ async fn ovs_task(
                 e.to_string()
             }
         };
-        // Also when it never answered since the agent started.
-        let _ = signals.send(peer(false, &why)).await;
+        if !said_lost {
+            said_lost = true;
+            let _ = signals.send(peer(false, &why)).await;
+        }
         if live.swap(false, Ordering::Relaxed) {
             handle
                 .push(Payload::Connectivity(ConnectivityChange {

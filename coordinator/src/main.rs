@@ -97,6 +97,11 @@ struct Args {
     /// host's health (docs/health.md): a kubelet restart misses a few posts.
     #[arg(long, default_value = "60s", value_parser = duration)]
     node_not_ready_grace: Duration,
+    /// After taking the lead, how long a host without its agent is not
+    /// judged: the agents reconnect (backoff up to 30 s) and send again the
+    /// signals that hold (every minute).
+    #[arg(long, default_value = "90s", value_parser = duration)]
+    health_settle: Duration,
     /// How often an Active or Maintenance node is compared with Nova (drift check).
     #[arg(long, default_value = "60s", value_parser = duration)]
     drift_interval: Duration,
@@ -388,6 +393,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             checks_timeout: jiff::SignedDuration::try_from(args.checks_timeout)?,
         },
         metrics: metrics.clone(),
+        judging_from: jiff::Timestamp::now() + jiff::SignedDuration::try_from(args.health_settle)?,
         health_policy: hv_coordinator::health::HealthPolicy {
             node_grace: jiff::SignedDuration::try_from(args.node_not_ready_grace)?,
         },

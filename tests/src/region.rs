@@ -133,7 +133,8 @@ pub struct AgentPeers {
     pub ovsdb: Option<String>,
     pub ceph_id: Option<String>,
     pub ceph_keyring: Option<PathBuf>,
-    /// Where the agent reads the host's /proc and /sys (default: the real ones).
+    /// Where the agent reads the host's /proc and /sys (default: a quiet
+    /// fake host, [`healthy_host`]).
     pub host_root: Option<PathBuf>,
 }
 
@@ -260,6 +261,7 @@ impl Region {
             .args(["--node-selector", &format!("hv-e2e={}", self.id)])
             .args(["--agent-heartbeat", "1s", "--busy-interval", "1s", "--drift-interval", "2s"])
             .args(["--lease-duration", "4s", "--lease-renew-deadline", "3s", "--lease-retry", "500ms"])
+            .args(["--health-settle", "2s"])
             .args(["--kube-timeout", "5s", "--connect-timeout", "500ms"])
             .args(extra);
         cmd.arg("--tls-cert").arg(&self.server_tls.cert);
@@ -333,9 +335,11 @@ impl Region {
             .args(["--ceph-id", peers.ceph_id.as_deref().unwrap_or(&env.ceph.client.id)])
             .arg("--ceph-keyring")
             .arg(peers.ceph_keyring.as_ref().unwrap_or(&env.ceph.client.keyring));
-        if let Some(root) = &peers.host_root {
-            cmd.arg("--host-root").arg(root);
-        }
+        // A quiet fake host by default: the machine's own load would
+        // raise signals at random.
+        let root =
+            peers.host_root.clone().unwrap_or_else(|| healthy_host(&self.dir.join(format!("host-{node}"))));
+        cmd.arg("--host-root").arg(root);
         Proc::spawn("hv-agent", &mut cmd, self.dir.join(format!("agent-{node}.log")))
             .unwrap_or_else(|e| panic!("{e}"))
     }
@@ -617,6 +621,27 @@ pub async fn connect(url: &str, tls: &TlsFiles) -> Result<tonic::transport::Chan
 
 /// One sample `name` of the `/metrics` at `url`: None when it cannot be read
 /// or does not have it.
+/// A fake host tree under `dir` for the agent's health signals
+/// (`--host-root`): `/` read-write, two idle CPUs, memory to spare. Kept
+/// when it exists (a restarted agent finds the host as the test left it).
+pub fn healthy_host(dir: &Path) -> PathBuf {
+    let files = [
+        ("proc/1/mounts", "/dev/vda1 / ext4 rw,relatime 0 0\n"),
+        ("proc/loadavg", "0.10 0.10 0.10 1/100 1000\n"),
+        ("proc/cpuinfo", "processor\t: 0\n\nprocessor\t: 1\n"),
+        ("proc/meminfo", "MemTotal: 16000000 kB\nMemAvailable: 8000000 kB\n"),
+    ];
+    for (path, text) in files {
+        let p = dir.join(path);
+        if !p.exists() {
+            std::fs::create_dir_all(p.parent().unwrap_or(dir))
+                .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            std::fs::write(&p, text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        }
+    }
+    dir.to_path_buf()
+}
+
 /// A coordinator's `/readyz`: its HTTP status and text; None when it does
 /// not answer.
 pub async fn readyz(p: &Proc) -> Option<(u16, String)> {

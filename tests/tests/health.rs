@@ -5,7 +5,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use hv_coordinator::api::Phase;
@@ -18,18 +17,6 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 
 const SOON: Duration = Duration::from_secs(60);
-
-/// A fake host tree: a healthy root, two CPUs, memory to spare.
-fn fake_host(dir: &Path) -> PathBuf {
-    let root = dir.join("host");
-    std::fs::create_dir_all(root.join("proc/1")).unwrap();
-    let write = |p: &str, t: &str| std::fs::write(root.join(p), t).unwrap();
-    write("proc/1/mounts", "/dev/vda1 / ext4 rw,relatime 0 0\n");
-    write("proc/loadavg", "0.10 0.10 0.10 1/100 1000\n");
-    write("proc/cpuinfo", "processor\t: 0\n\nprocessor\t: 1\n");
-    write("proc/meminfo", "MemTotal: 16000000 kB\nMemAvailable: 8000000 kB\n");
-    root
-}
 
 /// Waits until the host's recorded health is `want`; answers it.
 async fn wait_health(region: &Region, host: &str, want: HealthState, coord: &Proc) -> HealthStatus {
@@ -53,7 +40,7 @@ async fn a_host_is_judged_from_its_agent_its_node_and_nova_and_nothing_is_failed
     let claim = hosts::claim(&region.env).await;
     let host = claim.host.clone();
     let coord = region.coordinator(None, &["--skip-tests", "--node-not-ready-grace", "1s"]);
-    let root = fake_host(&region.dir);
+    let root = hv_tests::region::healthy_host(&region.dir.join("host"));
     let peers = AgentPeers { host_root: Some(root.clone()), ..Default::default() };
     let mut agent = region.agent(&host, &peers);
     region.create_node(&host, &[]).await;
@@ -79,6 +66,15 @@ async fn a_host_is_judged_from_its_agent_its_node_and_nova_and_nothing_is_failed
         events.iter().any(|(r, n)| r == "HealthDegraded" && n.starts_with("Healthy -> Degraded")),
         "{events:?}"
     );
+    // What an SRE sees.
+    let out = region.hvctl().args(["get", &host]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("health:      Degraded since "), "{text}");
+    assert!(text.contains("  root-read-only (critical): / is mounted read-only"), "{text}");
+    let out = region.hvctl().arg("list").output().unwrap();
+    let list = String::from_utf8_lossy(&out.stdout);
+    let row = list.lines().find(|l| l.starts_with(host.as_str())).unwrap_or_default();
+    assert_eq!(row.split_whitespace().nth(2), Some("Degraded"), "{list}");
     // It ends: the host is Healthy again.
     std::fs::write(root.join("proc/1/mounts"), "/dev/vda1 / ext4 rw,relatime 0 0\n").unwrap();
     wait_health(&region, &host, HealthState::Healthy, &coord).await;

@@ -17,16 +17,21 @@ pub const LOAD_PER_CPU: f64 = 4.0;
 /// The share of memory available below which memory is short.
 pub const MEMORY_AVAILABLE: f64 = 0.05;
 
-/// What the probe remembers: corrected error counts when first read.
+/// What the probe remembers from its first reading: error counts, and
+/// whether `/` was read-only (an image-based OS mounts it so by design).
 #[derive(Debug, Default)]
 pub struct Baseline {
     corrected: BTreeMap<String, u64>,
+    uncorrected: BTreeMap<String, u64>,
+    root_read_only: Option<bool>,
 }
 
-/// Every host signal as it stands now, under `root`.
+/// Every host signal as it stands now, under `root`. Evidence names the
+/// threshold crossed, not the current value, so that it does not change
+/// from one probe to the next.
 pub fn probe(root: &Path, baseline: &mut Baseline) -> Vec<Update> {
     let mut out = memory_errors(root, baseline);
-    out.extend(read_only_root(root));
+    out.extend(read_only_root(root, baseline));
     out.extend(load(root));
     out.extend(memory_pressure(root));
     out
@@ -40,14 +45,16 @@ fn count(root: &Path, path: &str) -> Option<u64> {
     read(root, path)?.trim().parse().ok()
 }
 
-/// EDAC: one subject per memory controller (`mc0`, ...).
+/// EDAC: one subject per memory controller (`mc0`, ...). The counts are
+/// since boot: an old error an SRE already dealt with must not come back
+/// at every agent start, so only errors since the agent started count.
 fn memory_errors(root: &Path, baseline: &mut Baseline) -> Vec<Update> {
     let kind = HealthSignalKind::MemoryErrors;
     let dir = root.join("sys/devices/system/edac/mc");
     let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
     let mut mcs: Vec<String> = entries
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.starts_with("mc") && n[2..].bytes().all(|b| b.is_ascii_digit()) && n.len() > 2)
+        .filter(|n| n.len() > 2 && n.starts_with("mc") && n[2..].bytes().all(|b| b.is_ascii_digit()))
         .collect();
     mcs.sort();
     let mut out = Vec::new();
@@ -55,16 +62,14 @@ fn memory_errors(root: &Path, baseline: &mut Baseline) -> Vec<Update> {
         let ue = count(root, &format!("sys/devices/system/edac/mc/{mc}/ue_count"));
         let ce = count(root, &format!("sys/devices/system/edac/mc/{mc}/ce_count"));
         let (Some(ue), Some(ce)) = (ue, ce) else { continue };
-        let since = ce.saturating_sub(*baseline.corrected.entry(mc.clone()).or_insert(ce));
-        out.push(if ue > 0 {
-            Update::hold(
-                kind,
-                &mc,
-                HealthSeverity::Critical,
-                format!("{ue} uncorrected memory errors on {mc}"),
-            )
-        } else if since >= CORRECTED_ERRORS {
-            let note = format!("{since} corrected memory errors on {mc} since the agent started");
+        let new_ue = ue.saturating_sub(*baseline.uncorrected.entry(mc.clone()).or_insert(ue));
+        let new_ce = ce.saturating_sub(*baseline.corrected.entry(mc.clone()).or_insert(ce));
+        out.push(if new_ue > 0 {
+            let note = format!("uncorrected memory errors on {mc} since the agent started");
+            Update::hold(kind, &mc, HealthSeverity::Critical, note)
+        } else if new_ce >= CORRECTED_ERRORS {
+            let note =
+                format!("{CORRECTED_ERRORS} or more corrected memory errors on {mc} since the agent started");
             Update::hold(kind, &mc, HealthSeverity::Warning, note)
         } else {
             Update::end(kind, &mc)
@@ -73,15 +78,19 @@ fn memory_errors(root: &Path, baseline: &mut Baseline) -> Vec<Update> {
     out
 }
 
-/// The root filesystem as mounted last over `/` (a later mount hides an earlier one).
-fn read_only_root(root: &Path) -> Option<Update> {
+/// The root filesystem as mounted last over `/` (a later mount hides an
+/// earlier one), in init's mount table (the host's, not the container's).
+/// Only a change from read-write counts.
+fn read_only_root(root: &Path, baseline: &mut Baseline) -> Option<Update> {
     let kind = HealthSignalKind::RootReadOnly;
     let mounts = read(root, "proc/1/mounts")?;
     let (device, options) = mounts.lines().rev().find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
         (f.len() >= 4 && f[1] == "/").then(|| (f[0].to_string(), f[3].to_string()))
     })?;
-    Some(if options.split(',').any(|o| o == "ro") {
+    let read_only = options.split(',').any(|o| o == "ro");
+    let at_start = *baseline.root_read_only.get_or_insert(read_only);
+    Some(if read_only && !at_start {
         Update::hold(kind, "", HealthSeverity::Critical, format!("/ is mounted read-only ({device})"))
     } else {
         Update::end(kind, "")
@@ -93,7 +102,8 @@ fn load(root: &Path) -> Option<Update> {
     let load1: f64 = read(root, "proc/loadavg")?.split_whitespace().next()?.parse().ok()?;
     let cpus = read(root, "proc/cpuinfo")?.lines().filter(|l| l.starts_with("processor")).count().max(1);
     Some(if load1 > LOAD_PER_CPU * cpus as f64 {
-        Update::hold(kind, "", HealthSeverity::Warning, format!("load {load1:.1} on {cpus} CPUs"))
+        let note = format!("1-minute load above {LOAD_PER_CPU} per CPU ({cpus} CPUs)");
+        Update::hold(kind, "", HealthSeverity::Warning, note)
     } else {
         Update::end(kind, "")
     })
@@ -107,18 +117,17 @@ fn memory_pressure(root: &Path) -> Option<Update> {
         line[key.len()..].trim().trim_end_matches("kB").trim().parse().ok()
     };
     let (total, available) = (kib("MemTotal:")?, kib("MemAvailable:")?);
+    // Static hugepages are in MemTotal and never in MemAvailable: on a KVM
+    // host they are the guests' memory, set aside on purpose.
+    let pages = kib("HugePages_Total:").unwrap_or(0) * kib("Hugepagesize:").unwrap_or(0);
+    let total = total.saturating_sub(pages);
     if total == 0 {
         return None;
     }
     let share = available as f64 / total as f64;
     Some(if share < MEMORY_AVAILABLE {
-        let gib = |k: u64| k as f64 / (1024.0 * 1024.0);
-        let note = format!(
-            "{:.1} % of memory available ({:.1} of {:.1} GiB)",
-            share * 100.0,
-            gib(available),
-            gib(total)
-        );
+        let note =
+            format!("less than {:.0} % of memory available (hugepages aside)", MEMORY_AVAILABLE * 100.0);
         Update::hold(kind, "", HealthSeverity::Warning, note)
     } else {
         Update::end(kind, "")
@@ -173,22 +182,52 @@ mod tests {
 
     #[test]
     fn each_threshold_crossed_holds_its_signal() {
+        let mut base = Baseline::default();
+        probe(&tree(HEALTHY), &mut base);
         let mut files = HEALTHY.to_vec();
         files[0] = ("proc/1/mounts", "/dev/sda1 / ext4 rw 0 0\n/dev/sda1 / ext4 ro,relatime 0 0\n");
         files[1] = ("proc/loadavg", "8.10 3.0 1.0 1/1 1\n");
         files[3] = ("proc/meminfo", "MemTotal: 1000000 kB\nMemAvailable: 49999 kB\n");
         files[4] = ("sys/devices/system/edac/mc/mc0/ue_count", "2\n");
-        let root = tree(&files);
-        let u = probe(&root, &mut Baseline::default());
+        let u = probe(&tree(&files), &mut base);
         assert_eq!(state(&u, HealthSignalKind::RootReadOnly, ""), Some(Some(HealthSeverity::Critical)));
         assert_eq!(state(&u, HealthSignalKind::LoadHigh, ""), Some(Some(HealthSeverity::Warning)));
         assert_eq!(state(&u, HealthSignalKind::MemoryPressure, ""), Some(Some(HealthSeverity::Warning)));
         assert_eq!(state(&u, HealthSignalKind::MemoryErrors, "mc0"), Some(Some(HealthSeverity::Critical)));
         let texts: Vec<&str> = u.iter().filter_map(|x| x.now.as_ref().map(|n| n.1.as_str())).collect();
         assert!(texts.contains(&"/ is mounted read-only (/dev/sda1)"), "{texts:?}");
-        assert!(texts.contains(&"load 8.1 on 2 CPUs"), "{texts:?}");
-        assert!(texts.contains(&"2 uncorrected memory errors on mc0"), "{texts:?}");
-        assert!(texts.iter().any(|t| t.starts_with("5.0 % of memory available")), "{texts:?}");
+        assert!(texts.contains(&"1-minute load above 4 per CPU (2 CPUs)"), "{texts:?}");
+        assert!(texts.contains(&"uncorrected memory errors on mc0 since the agent started"), "{texts:?}");
+        assert!(texts.contains(&"less than 5 % of memory available (hugepages aside)"), "{texts:?}");
+        // The same state with other figures says the same: no news.
+        files[1] = ("proc/loadavg", "9.30 3.0 1.0 1/1 1\n");
+        files[3] = ("proc/meminfo", "MemTotal: 1000000 kB\nMemAvailable: 30000 kB\n");
+        assert_eq!(u, probe(&tree(&files), &mut base));
+    }
+
+    #[test]
+    fn what_was_so_at_the_start_is_the_host_as_built() {
+        let mut files = HEALTHY.to_vec();
+        files[0] = ("proc/1/mounts", "/dev/sda1 / ext4 ro,relatime 0 0\n");
+        files[4] = ("sys/devices/system/edac/mc/mc0/ue_count", "3\n");
+        // 48 of 64 GiB in hugepages for guests; 8 of the other 16 available.
+        files[3] = (
+            "proc/meminfo",
+            "MemTotal: 67108864 kB\nMemAvailable: 8388608 kB\nHugePages_Total: 24576\nHugepagesize: 2048 kB\n",
+        );
+        let mut base = Baseline::default();
+        let u = probe(&tree(&files), &mut base);
+        assert_eq!(
+            state(&u, HealthSignalKind::RootReadOnly, ""),
+            Some(None),
+            "an image-based OS's / is read-only"
+        );
+        assert_eq!(state(&u, HealthSignalKind::MemoryErrors, "mc0"), Some(None), "an old error, dealt with");
+        assert_eq!(state(&u, HealthSignalKind::MemoryPressure, ""), Some(None), "hugepages are not pressure");
+        files[4] = ("sys/devices/system/edac/mc/mc0/ue_count", "4\n");
+        let u = probe(&tree(&files), &mut base);
+        let new = state(&u, HealthSignalKind::MemoryErrors, "mc0");
+        assert_eq!(new, Some(Some(HealthSeverity::Critical)), "a new one counts");
     }
 
     #[test]

@@ -60,6 +60,12 @@ impl Held {
             Some((severity, evidence)) => {
                 let since = match self.0.get(&key) {
                     Some((s, e, _)) if *s == severity && *e == evidence => return None,
+                    // A peer still lost keeps the severity it was raised to.
+                    Some((HealthSeverity::Critical, _, _))
+                        if is_peer(key.0) && severity == HealthSeverity::Warning =>
+                    {
+                        return None;
+                    }
                     Some((_, _, since)) => *since,
                     None => now,
                 };
@@ -75,10 +81,9 @@ impl Held {
 
     /// A peer lost for [`PEER_LOST_CRITICAL`] becomes critical.
     pub fn escalate(&mut self, now: Instant) -> Vec<HealthSignal> {
-        let peers = [HealthSignalKind::LibvirtUnreachable as i32, HealthSignalKind::OvsdbUnreachable as i32];
         let mut out = Vec::new();
         for ((kind, subject), (severity, evidence, since)) in &mut self.0 {
-            if peers.contains(kind)
+            if is_peer(*kind)
                 && *severity == HealthSeverity::Warning
                 && now.duration_since(*since) >= PEER_LOST_CRITICAL
             {
@@ -94,6 +99,10 @@ impl Held {
     pub fn all(&self) -> Vec<HealthSignal> {
         self.0.iter().map(|((k, s), (sev, ev, _))| message(*k, s, true, *sev, ev.clone())).collect()
     }
+}
+
+fn is_peer(kind: i32) -> bool {
+    [HealthSignalKind::LibvirtUnreachable as i32, HealthSignalKind::OvsdbUnreachable as i32].contains(&kind)
 }
 
 fn message(
@@ -175,6 +184,8 @@ mod tests {
         assert_eq!(up.len(), 1);
         assert_eq!(up[0].severity, HealthSeverity::Critical as i32);
         assert!(h.escalate(t0 + PEER_LOST_CRITICAL * 2).is_empty(), "once");
+        assert_eq!(h.apply(lost.clone(), t0 + PEER_LOST_CRITICAL * 2), None, "a repeat does not lower it");
+        assert_eq!(h.all()[0].severity, HealthSeverity::Critical as i32);
         assert_eq!(h.all().len(), 1);
         let back = h.apply(peer(HealthSignalKind::LibvirtUnreachable, true, ""), t0).unwrap();
         assert!(!back.active);

@@ -105,6 +105,19 @@ struct Node {
 /// Signals held per node at most; more are dropped (and logged).
 const MAX_SIGNALS: usize = 64;
 
+/// Room for one more signal of `severity`: a critical one takes the place
+/// of a warning; otherwise none is made when full.
+fn make_room(held: &mut BTreeMap<health::signal::Key, Signal>, severity: health::Severity) -> bool {
+    if held.len() < MAX_SIGNALS {
+        return true;
+    }
+    let warning = held.iter().find(|(_, g)| g.severity == health::Severity::Warning).map(|(k, _)| k.clone());
+    match warning {
+        Some(k) if severity == health::Severity::Critical => held.remove(&k).is_some(),
+        _ => false,
+    }
+}
+
 /// Session bookkeeping for every node; cheap to share (`Arc`).
 pub struct Registry {
     nodes: Mutex<HashMap<String, Node>>,
@@ -224,26 +237,27 @@ impl Registry {
                 }
                 Some(Payload::HealthSignal(hs)) => {
                     let (key, signal) = health::signal::apply(&hs, Timestamp::now());
-                    let full = n.signals.len() >= MAX_SIGNALS;
                     notify = match signal {
-                        Some(new) => match n.signals.get_mut(&key) {
-                            // The same again (the agent re-sends what holds): its start stays.
-                            Some(old) if (old.severity, &old.evidence) == (new.severity, &new.evidence) => false,
-                            Some(old) => {
-                                *old = Signal { since: old.since, ..new };
-                                true
-                            }
-                            None if full => {
+                        None => n.signals.remove(&key).is_some(),
+                        Some(new) => {
+                            if let Some(old) = n.signals.get_mut(&key) {
+                                // The same again (the agent re-sends what holds): its start stays.
+                                let same = (old.severity, &old.evidence) == (new.severity, &new.evidence);
+                                if same {
+                                    old.refreshed = new.refreshed;
+                                } else {
+                                    *old = Signal { since: old.since, ..new };
+                                }
+                                !same
+                            } else if !make_room(&mut n.signals, new.severity) {
                                 tracing::warn!(node, kind = %new.kind, "too many health signals held; dropped");
                                 false
-                            }
-                            None => {
+                            } else {
                                 tracing::info!(node, kind = %new.kind, subject = %new.subject, evidence = %new.evidence, "health signal");
                                 n.signals.insert(key, new);
                                 true
                             }
-                        },
-                        None => n.signals.remove(&key).is_some(),
+                        }
                     };
                 }
                 Some(Payload::Hello(_)) | None => {
@@ -295,7 +309,13 @@ impl Registry {
                 checks_hypervisor: n.checks.as_ref().map(|r| r.hypervisor_uid.clone()).unwrap_or_default(),
                 dropped: n.dropped,
                 domains: n.domains,
-                signals: n.signals.values().cloned().collect(),
+                // What the agent has not said again lately is no longer believed.
+                signals: n
+                    .signals
+                    .values()
+                    .filter(|g| Timestamp::now().duration_since(g.refreshed) <= health::signal::STALE_AFTER)
+                    .cloned()
+                    .collect(),
             }
         })
     }
@@ -436,6 +456,14 @@ mod tests {
             r.receive("n1", s.id, msg(3 + i, signal(io, &format!("v{i}"), true, "x")));
         }
         assert_eq!(r.view("n1").signals.len(), MAX_SIGNALS, "bounded");
+        let warn = Payload::HealthSignal(HealthSignal {
+            kind: HealthSignalKind::LoadHigh as i32,
+            active: true,
+            severity: HealthSeverity::Warning as i32,
+            ..Default::default()
+        });
+        r.receive("n1", s.id, msg(150, warn));
+        assert!(r.view("n1").signals.iter().all(|g| g.kind != "load-high"), "no room for a warning");
         r.receive("n1", s.id, msg(200, signal(io, "u1", false, "")));
         assert!(r.view("n1").signals.iter().all(|g| g.subject != "u1"), "ended");
         let (tx, _rx) = mpsc::channel(8);

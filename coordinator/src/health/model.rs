@@ -100,8 +100,9 @@ fn lost(s: &Sources<'_>, policy: &HealthPolicy, now: Timestamp) -> (bool, Vec<St
         out.push(format!("agent: no session{}", ago(since).unwrap_or_default()));
     }
     match s.node {
-        NodeSource::Ready => {}
-        NodeSource::Absent => out.push("Node: absent".into()),
+        // A deleted Node is the lifecycle's news (termination), and it takes
+        // the agent's pod with it: counting it would make one act Failed.
+        NodeSource::Ready | NodeSource::Absent => {}
         NodeSource::NotReady { since } => {
             let long = since.is_none_or(|t| now.duration_since(t) >= policy.node_grace);
             if long {
@@ -109,12 +110,25 @@ fn lost(s: &Sources<'_>, policy: &HealthPolicy, now: Timestamp) -> (bool, Vec<St
             }
         }
     }
-    match s.nova {
-        NovaSource::Down => out.push("Nova: nova-compute down".into()),
-        NovaSource::ForcedDown => out.push("Nova: nova-compute forced down".into()),
-        NovaSource::Up | NovaSource::Unknown => {}
+    // `forced_down` is someone's assertion (an operator's, a fencing's), not
+    // an observation of the host: it is shown, never counted.
+    if s.nova == NovaSource::Down {
+        out.push("Nova: nova-compute down".into());
     }
     (agent_gone, out)
+}
+
+/// Evidence lines kept at most; the rest are counted in one more line.
+pub const MAX_EVIDENCE: usize = 10;
+
+/// When the verdict may change with no news: the Node's grace running out.
+pub fn recheck_in(s: &Sources<'_>, policy: &HealthPolicy, now: Timestamp) -> Option<SignedDuration> {
+    match s.node {
+        NodeSource::NotReady { since: Some(t) } if now.duration_since(t) < policy.node_grace => {
+            Some(policy.node_grace - now.duration_since(t))
+        }
+        _ => None,
+    }
 }
 
 /// Pure: the health of a host from its sources. `previous` is what status
@@ -147,7 +161,15 @@ pub fn assess(
     };
     let mut warnings: Vec<&Signal> = s.signals.iter().filter(|g| g.severity != Severity::Critical).collect();
     warnings.sort_by(|a, b| (&a.kind, &a.subject).cmp(&(&b.kind, &b.subject)));
+    if s.nova == NovaSource::ForcedDown {
+        evidence.push("Nova: nova-compute forced down (an assertion, not counted)".into());
+    }
     evidence.extend(critical.iter().chain(&warnings).map(|g| signal_line(g)));
+    if evidence.len() > MAX_EVIDENCE {
+        let more = evidence.len() - (MAX_EVIDENCE - 1);
+        evidence.truncate(MAX_EVIDENCE - 1);
+        evidence.push(format!("… and {more} more"));
+    }
     Assessment { state, evidence, held: None }
 }
 
@@ -186,6 +208,7 @@ mod tests {
             severity,
             evidence: format!("{kind} seen"),
             since: at(0),
+            refreshed: at(0),
         }
     }
 
@@ -212,25 +235,28 @@ mod tests {
             (Up, NodeSource::Ready, NovaSource::Up, &crit, Degraded),
             (Up, NOT_READY_NOW, NovaSource::Up, &[], Healthy),
             (Up, NOT_READY_LONG, NovaSource::Up, &[], Unreachable),
-            (Up, NodeSource::Absent, NovaSource::Up, &[], Unreachable),
+            (Up, NodeSource::Absent, NovaSource::Up, &[], Healthy),
             (Up, NodeSource::Ready, NovaSource::Down, &[], Unreachable),
-            (Up, NodeSource::Ready, NovaSource::ForcedDown, &[], Unreachable),
+            (Up, NodeSource::Ready, NovaSource::ForcedDown, &[], Healthy),
+            (Up, NodeSource::Ready, NovaSource::ForcedDown, &crit, Degraded),
             (Up, NOT_READY_LONG, NovaSource::Down, &crit, Unreachable),
             (GONE, NodeSource::Ready, NovaSource::Up, &[], Unreachable),
             (GONE, NodeSource::Ready, NovaSource::Unknown, &[], Unreachable),
             (GONE, NodeSource::Ready, NovaSource::Up, &crit, Unreachable),
             (GONE, NOT_READY_NOW, NovaSource::Up, &[], Unreachable),
             (GONE, NOT_READY_LONG, NovaSource::Up, &[], Failed),
-            (GONE, NodeSource::Absent, NovaSource::Up, &[], Failed),
+            (GONE, NodeSource::Absent, NovaSource::Up, &[], Unreachable),
             (GONE, NodeSource::Ready, NovaSource::Down, &[], Failed),
-            (GONE, NodeSource::Ready, NovaSource::ForcedDown, &[], Failed),
+            (GONE, NodeSource::Ready, NovaSource::ForcedDown, &[], Unreachable),
+            (GONE, NodeSource::Absent, NovaSource::ForcedDown, &[], Unreachable),
             (GONE, NOT_READY_LONG, NovaSource::Down, &warn, Failed),
         ];
         for (agent, node, nova, signals, want) in rows {
             let a = judge(agent, node, nova, signals);
             assert_eq!(a.state, want, "{agent:?} {node:?} {nova:?} {signals:?}: {:?}", a.evidence);
             assert_eq!(a.held, None);
-            assert_eq!(a.evidence.is_empty(), want == Healthy && signals.is_empty(), "{:?}", a.evidence);
+            let quiet = want == Healthy && signals.is_empty() && nova != NovaSource::ForcedDown;
+            assert_eq!(a.evidence.is_empty(), quiet, "{:?}", a.evidence);
         }
     }
 
@@ -248,6 +274,19 @@ mod tests {
                 "load-high (warning): load-high seen",
             ]
         );
+    }
+
+    #[test]
+    fn evidence_is_bounded_and_the_grace_says_when_to_look_again() {
+        let many: Vec<Signal> = (0..30).map(|i| signal(&format!("s{i:02}"), Severity::Warning)).collect();
+        let a = judge(AgentSource::Connected, NodeSource::Ready, NovaSource::Up, &many);
+        assert_eq!(a.evidence.len(), MAX_EVIDENCE);
+        assert_eq!(a.evidence.last().map(String::as_str), Some("… and 21 more"));
+        let policy = HealthPolicy::default();
+        let s = |node| Sources { agent: AgentSource::Connected, node, nova: NovaSource::Up, signals: &[] };
+        assert_eq!(recheck_in(&s(NOT_READY_NOW), &policy, at(600)), Some(SignedDuration::from_secs(50)));
+        assert_eq!(recheck_in(&s(NOT_READY_LONG), &policy, at(600)), None);
+        assert_eq!(recheck_in(&s(NodeSource::Ready), &policy, at(600)), None);
     }
 
     #[test]
@@ -319,9 +358,9 @@ mod tests {
                         let s = Sources { agent, node, nova, signals: &signals };
                         let a = assess(&s, &OwnView::Clear, None, &policy, at(600));
                         let agent_lost = agent != AgentSource::Connected;
-                        let node_lost = matches!(node, NodeSource::Absent)
-                            || matches!(node, NodeSource::NotReady { since } if since != NOT_READY_NOW_SINCE);
-                        let nova_lost = matches!(nova, NovaSource::Down | NovaSource::ForcedDown);
+                        let node_lost =
+                            matches!(node, NodeSource::NotReady { since } if since != NOT_READY_NOW_SINCE);
+                        let nova_lost = nova == NovaSource::Down;
                         let lost = [agent_lost, node_lost, nova_lost].iter().filter(|l| **l).count();
                         let why = format!("{agent:?} {node:?} {nova:?} {signals:?}: {a:?}");
                         if a.state == HealthState::Failed {

@@ -19,7 +19,13 @@ pub struct Signal {
     pub evidence: String,
     /// When the coordinator took it in.
     pub since: Timestamp,
+    /// When the agent last said it holds (it says so every minute).
+    pub refreshed: Timestamp,
 }
+
+/// A signal not said again for this long is no longer believed: its end
+/// may have been dropped from a full outbox.
+pub const STALE_AFTER: jiff::SignedDuration = jiff::SignedDuration::from_secs(150);
 
 /// A signal's identity: one of each kind per subject holds at a time.
 pub type Key = (i32, String);
@@ -36,8 +42,8 @@ pub fn kind_name(kind: i32) -> String {
 }
 
 /// What a message does to the signals held: `(key, Some(signal))` sets it,
-/// `(key, None)` clears it. A severity this coordinator does not know is a
-/// warning: nothing is done on what is not understood. Subject and evidence
+/// `(key, None)` clears it. A severity or a kind this coordinator does not
+/// know is a warning: nothing is done on what is not understood. Subject and evidence
 /// are cut to bounds (an agent is authenticated, not trusted to be small).
 pub fn apply(s: &HealthSignal, now: Timestamp) -> (Key, Option<Signal>) {
     let subject = crate::fleet::registry::bounded(&s.subject, 128);
@@ -45,8 +51,13 @@ pub fn apply(s: &HealthSignal, now: Timestamp) -> (Key, Option<Signal>) {
     if !s.active {
         return (key, None);
     }
+    // Kind 0 names nothing: it sets no signal.
+    if s.kind == HealthSignalKind::Unspecified as i32 {
+        return (key, None);
+    }
+    let known = HealthSignalKind::try_from(s.kind).is_ok();
     let severity = match HealthSeverity::try_from(s.severity) {
-        Ok(HealthSeverity::Critical) => Severity::Critical,
+        Ok(HealthSeverity::Critical) if known => Severity::Critical,
         _ => Severity::Warning,
     };
     let signal = Signal {
@@ -55,6 +66,7 @@ pub fn apply(s: &HealthSignal, now: Timestamp) -> (Key, Option<Signal>) {
         severity,
         evidence: crate::fleet::registry::bounded(&s.evidence, 512),
         since: now,
+        refreshed: now,
     };
     (key, Some(signal))
 }
@@ -91,6 +103,15 @@ mod tests {
             s.severity = unknown;
             assert_eq!(apply(&s, now).1.map(|g| g.severity), Some(Severity::Warning));
         }
+        s.severity = HealthSeverity::Critical as i32;
+        s.kind = 999;
+        assert_eq!(
+            apply(&s, now).1.map(|g| (g.kind, g.severity)),
+            Some(("kind-999".into(), Severity::Warning))
+        );
+        s.kind = 0;
+        assert_eq!(apply(&s, now).1, None, "kind 0 sets nothing");
+        s.kind = HealthSignalKind::MemoryErrors as i32;
         s.active = false;
         assert_eq!(apply(&s, now).1, None);
     }

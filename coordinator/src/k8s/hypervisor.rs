@@ -72,6 +72,9 @@ pub struct Context {
     pub gate: Arc<Gate>,
     pub policy: Policy,
     pub health_policy: HealthPolicy,
+    /// Hosts without their agent are judged from this time on: a new leader
+    /// starts with no session, and the agents need a moment to come back.
+    pub judging_from: Timestamp,
     pub metrics: Arc<crate::metrics::Metrics>,
     pub intervals: Intervals,
     pub events: tokio::sync::broadcast::Sender<pb::HypervisorEvent>,
@@ -132,9 +135,9 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     let outcome = act(&ctx, &hv, &name, &seen.host, &decision).await;
     let mut new_status =
         compose(&status, &decision, &seen.agent, &seen.obs.nova, hv.metadata.generation, now);
-    let verdict = judge_health(&seen, status.health.as_ref(), &ctx.health_policy, now);
-    new_status.health = Some(health::next_status(status.health.as_ref(), &verdict, now));
-    let healthy = [health::observe::condition(&verdict)];
+    let verdict = judge_health(&ctx, &seen, status.health.as_ref(), decision.phase, now);
+    new_status.health = verdict.status.clone();
+    let healthy = [verdict.condition.clone()];
     new_status.conditions = merge(&new_status.conditions, &healthy, now, hv.metadata.generation);
     // The record says "deleted" only once Nova answered the delete.
     new_status.lifecycle.service_deleted |= outcome.service_deleted;
@@ -148,24 +151,23 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
         ctx.written.remember(hv.metadata.resource_version.clone(), written);
     }
     tell(&ctx, &hv, &name, &decision, &new_status, &outcome.failures, &seen.agent).await;
-    if let (Some(now_health), false) = (&new_status.health, verdict.held.is_some())
+    if let (Some(now_health), true) = (&new_status.health, verdict.judged)
         && let Some((warning, reason, note)) = health::observe::change(status.health.as_ref(), now_health)
     {
         tracing::info!(node = %name, health = %now_health.state, evidence = ?now_health.evidence, "health changed");
         ctx.metrics.health_changed(now_health.state);
-        // Where an agent belongs: a host in Onboarding or Maintenance may
-        // lack one without news.
-        if crate::metrics::AGENT_EXPECTED.contains(&decision.phase) {
-            let kind = if warning { EventType::Warning } else { EventType::Normal };
-            publish(&ctx, &hv.object_ref(&()), kind, &reason, &note).await;
-        }
+        let kind = if warning { EventType::Warning } else { EventType::Normal };
+        publish(&ctx, &hv.object_ref(&()), kind, &reason, &note).await;
     }
     if let Some(keep) =
         super::nodes::release(seen.obs.node, decision.phase, new_status.service_id.as_deref(), &seen.obs.nova)
     {
         super::nodes::let_go(&ctx.client, &name, keep).await?;
     }
-    Ok(Requeue::requeue(next_look(&ctx.intervals, &decision, &seen.obs.nova, !outcome.failures.is_empty())))
+    let look = next_look(&ctx.intervals, &decision, &seen.obs.nova, !outcome.failures.is_empty());
+    // A Node's grace running out changes the verdict with no other news.
+    let look = verdict.recheck.map_or(look, |r| look.min(r));
+    Ok(Requeue::requeue(look))
 }
 
 /// Our finalizer on the Hypervisor, so that its deletion waits for its host
@@ -224,21 +226,65 @@ async fn observe(
     Ok(Seen { obs, agent, host, node_ready })
 }
 
-/// The host's health from what this reconcile saw (docs/health.md).
+/// The host's health as one reconcile records it (docs/health.md).
+struct Verdict {
+    status: Option<HealthStatus>,
+    condition: lifecycle::DesiredCondition,
+    /// Judged now (not held, not outside the judged phases): a change is news.
+    judged: bool,
+    /// When to look again though nothing changes.
+    recheck: Option<Duration>,
+}
+
+/// Judged only where an agent belongs (a host in Onboarding, Maintenance or
+/// Decommissioned may lack one, its Node may be down for its work); held
+/// while the coordinator is blind, and, for a host without its agent, in
+/// the first moments of a leadership, while the agents reconnect.
 fn judge_health(
+    ctx: &Context,
     seen: &Seen,
     previous: Option<&HealthStatus>,
-    policy: &HealthPolicy,
+    phase: Phase,
     now: Timestamp,
-) -> health::Assessment {
-    let (nova, own) = health::observe::nova_source(&seen.obs.nova);
+) -> Verdict {
+    if !crate::metrics::AGENT_EXPECTED.contains(&phase) {
+        let why = format!("judged in Testing, Ready, Active and Evicting; the host is {}", phase.as_str());
+        return Verdict {
+            status: None,
+            condition: health::observe::not_judged(&why),
+            judged: false,
+            recheck: None,
+        };
+    }
+    let (nova, mut own) = health::observe::nova_source(&seen.obs.nova);
+    if !seen.agent.connected && now < ctx.judging_from {
+        own = health::OwnView::Blind("took over moments ago; the agents are reconnecting".into());
+    }
     let sources = health::Sources {
         agent: health::observe::agent_source(&seen.agent),
         node: seen.node_ready,
         nova,
         signals: &seen.agent.signals,
     };
-    health::assess(&sources, &own, previous, policy, now)
+    let recheck = health::model::recheck_in(&sources, &ctx.health_policy, now)
+        .and_then(|d| Duration::try_from(d).ok())
+        .or_else(|| {
+            (now < ctx.judging_from)
+                .then(|| Duration::try_from(ctx.judging_from.duration_since(now)).ok())
+                .flatten()
+        });
+    let a = health::assess(&sources, &own, previous, &ctx.health_policy, now);
+    match (&a.held, previous) {
+        (Some(why), None) => {
+            Verdict { status: None, condition: health::observe::not_judged(why), judged: false, recheck }
+        }
+        _ => Verdict {
+            status: Some(health::next_status(previous, &a, now)),
+            condition: health::observe::condition(&a),
+            judged: a.held.is_none(),
+            recheck,
+        },
+    }
 }
 
 /// What executing a decision's actions came to.

@@ -208,6 +208,7 @@ fn hypervisor_ctx_executing(
         gate: gate(open),
         policy: Policy::default(),
         health_policy: Default::default(),
+        judging_from: jiff::Timestamp::UNIX_EPOCH,
         metrics: Default::default(),
         intervals: Intervals::default(),
         events: tokio::sync::broadcast::channel(8).0,
