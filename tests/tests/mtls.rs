@@ -63,6 +63,31 @@ async fn hello_as(region: &Region, tls: &TlsFiles, node: &str) -> Result<tonic::
     }
 }
 
+/// The agent's count of sessions opened.
+const CONNECTS: &str = "hv_agent_session_connects_total";
+
+/// Waits for the agent's first session; answers its metrics URL.
+async fn first_session(agent: &Proc) -> String {
+    let agent_url = until(
+        "the agent's metrics",
+        Duration::from_secs(10),
+        || agent.tail(10),
+        || async { hv_tests::wait::ready_if(agent.agent_metrics()) },
+    )
+    .await;
+    until(
+        "the agent's session",
+        Duration::from_secs(20),
+        || agent.tail(10),
+        || async {
+            let n = metric(&agent_url, CONNECTS).await;
+            ready_when(n == Some(1.0), n)
+        },
+    )
+    .await;
+    agent_url
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_certificate_for_one_node_cannot_speak_for_another_and_the_real_session_stays() {
     let region = Region::start("forged").await;
@@ -72,24 +97,7 @@ async fn a_certificate_for_one_node_cannot_speak_for_another_and_the_real_sessio
     let agent = region.agent(&host, &AgentPeers::default());
     region.create_node(&host, &[]).await;
     region.wait_phase(&host, Phase::Active, SOON, &coord).await;
-    let agent_url = until(
-        "the agent's metrics",
-        Duration::from_secs(10),
-        || agent.tail(10),
-        || async { hv_tests::wait::ready_if(agent.agent_metrics()) },
-    )
-    .await;
-    let connects = "hv_agent_session_connects_total";
-    until(
-        "the agent's session",
-        Duration::from_secs(20),
-        || agent.tail(10),
-        || async {
-            let n = metric(&agent_url, connects).await;
-            ready_when(n == Some(1.0), n)
-        },
-    )
-    .await;
+    let agent_url = first_session(&agent).await;
 
     // node-a's certificate, a Hello for the real host: refused by name.
     let forged = region.pki.node("node-a");
@@ -105,7 +113,7 @@ async fn a_certificate_for_one_node_cannot_speak_for_another_and_the_real_sessio
     // The real session was never replaced: the agent did not reconnect,
     // and the node stays Active with its agent.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(metric(&agent_url, connects).await, Some(1.0), "the real agent's session was untouched");
+    assert_eq!(metric(&agent_url, CONNECTS).await, Some(1.0), "the real agent's session was untouched");
     let hv = region.hypervisor(&host).await.unwrap();
     assert_eq!(hv.status.as_ref().and_then(|s| s.phase), Some(Phase::Active));
     // The node's own certificate is let through (the agent's, issued again).
@@ -191,24 +199,7 @@ async fn a_session_ends_with_its_certificate_and_the_agent_returns_with_the_rene
     let agent = region.agent_with(&host, &AgentPeers::default(), &short);
     region.create_node(&host, &[]).await;
     region.wait_phase(&host, Phase::Active, SOON, &coord).await;
-    let agent_url = until(
-        "the agent's metrics",
-        Duration::from_secs(10),
-        || agent.tail(10),
-        || async { hv_tests::wait::ready_if(agent.agent_metrics()) },
-    )
-    .await;
-    let connects = "hv_agent_session_connects_total";
-    until(
-        "the agent's session",
-        Duration::from_secs(20),
-        || agent.tail(10),
-        || async {
-            let n = metric(&agent_url, connects).await;
-            ready_when(n == Some(1.0), n)
-        },
-    )
-    .await;
+    let agent_url = first_session(&agent).await;
     assert!(std::time::SystemTime::now() < ends, "the session must open before the certificate ends");
 
     // Renewed on disk (as cert-manager does), long before the end: the
@@ -217,7 +208,7 @@ async fn a_session_ends_with_its_certificate_and_the_agent_returns_with_the_rene
     replace(&renewed.key, &short.key);
     replace(&renewed.cert, &short.cert);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(metric(&agent_url, connects).await, Some(1.0), "no new session while the first is valid");
+    assert_eq!(metric(&agent_url, CONNECTS).await, Some(1.0), "no new session while the first is valid");
 
     // At its end the coordinator ends the session; the agent reconnects
     // with the renewed certificate, read from disk, without a restart.
@@ -227,7 +218,7 @@ async fn a_session_ends_with_its_certificate_and_the_agent_returns_with_the_rene
         left + Duration::from_secs(30),
         || agent.tail(20),
         || async {
-            let n = metric(&agent_url, connects).await;
+            let n = metric(&agent_url, CONNECTS).await;
             ready_when(n == Some(2.0), n)
         },
     )
