@@ -49,6 +49,20 @@ async fn a_host_is_judged_from_its_agent_its_node_and_nova_and_nothing_is_failed
     assert!(healthy.evidence.is_empty(), "{healthy:?}");
     let hv = region.hypervisor(&host).await.unwrap();
     assert_eq!(Region::condition(&hv, "NodeHealthy").0, "True");
+    // The Node says so too, for Kubernetes-side tooling: labelled, with the
+    // time the agent was last heard from.
+    let nodes: Api<Node> = Api::all(region.kube.client.clone());
+    let marks = || async { hv_coordinator::health::marks::of(&nodes.get(&host).await.unwrap()) };
+    until(
+        "the Node marked",
+        SOON,
+        || coord.tail(20),
+        || async {
+            let m = marks().await;
+            hv_tests::wait::ready_when(m.schedulable && m.heartbeat.is_some(), m)
+        },
+    )
+    .await;
 
     // A critical host signal: the root filesystem turns read-only.
     std::fs::write(root.join("proc/1/mounts"), "/dev/vda1 / ext4 ro,relatime 0 0\n").unwrap();
@@ -57,6 +71,16 @@ async fn a_host_is_judged_from_its_agent_its_node_and_nova_and_nothing_is_failed
         degraded.evidence.iter().any(|e| e.starts_with("root-read-only (critical): / is mounted read-only")),
         "{degraded:?}"
     );
+    until(
+        "a Degraded host's Node without the label",
+        SOON,
+        || coord.tail(20),
+        || async {
+            let m = marks().await;
+            hv_tests::wait::ready_when(!m.schedulable, m)
+        },
+    )
+    .await;
     let hv = region.hypervisor(&host).await.unwrap();
     let (status, reason, message) = Region::condition(&hv, "NodeHealthy");
     assert_eq!((status.as_str(), reason.as_str()), ("False", "Degraded"), "{message}");
@@ -90,7 +114,6 @@ async fn a_host_is_judged_from_its_agent_its_node_and_nova_and_nothing_is_failed
         assert_eq!(h.state, HealthState::Unreachable, "one source is never Failed: {h:?}");
     }
     // A second, independent source: the kubelet stops posting.
-    let nodes: Api<Node> = Api::all(region.kube.client.clone());
     let not_ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
         "reason": "NodeStatusUnknown", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
     nodes.patch_status(&host, &PatchParams::default(), &Patch::Merge(&not_ready)).await.unwrap();
@@ -105,6 +128,16 @@ async fn a_host_is_judged_from_its_agent_its_node_and_nova_and_nothing_is_failed
     nodes.patch_status(&host, &PatchParams::default(), &Patch::Merge(&ready)).await.unwrap();
     let _agent = region.agent(&host, &peers);
     wait_health(&region, &host, HealthState::Healthy, &coord).await;
+    until(
+        "the label back",
+        SOON,
+        || coord.tail(20),
+        || async {
+            let m = marks().await;
+            hv_tests::wait::ready_when(m.schedulable, m)
+        },
+    )
+    .await;
     let url = coord.metrics.as_deref().unwrap();
     for (state, at_least) in [("Degraded", 1.0), ("Unreachable", 1.0), ("Failed", 1.0), ("Healthy", 2.0)] {
         let n = metric(url, &format!("hv_health_transitions_total{{to=\"{state}\"}}")).await;

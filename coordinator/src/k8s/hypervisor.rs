@@ -98,6 +98,8 @@ struct Seen {
     host: String,
     /// The Node's `Ready` condition, for the health model.
     node_ready: NodeSource,
+    /// The marks on the Node (None: no Node).
+    marks: Option<health::marks::Marks>,
 }
 
 pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue, Error> {
@@ -151,6 +153,7 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
         ctx.written.remember(hv.metadata.resource_version.clone(), written);
     }
     tell(&ctx, &hv, &name, &decision, &new_status, &outcome.failures, &seen.agent).await;
+    mark_node(&ctx, &name, &seen, new_status.health.as_ref()).await;
     if let (Some(now_health), true) = (&new_status.health, verdict.judged)
         && let Some((warning, reason, note)) = health::observe::change(status.health.as_ref(), now_health)
     {
@@ -199,7 +202,7 @@ async fn observe(
     status: &HypervisorStatus,
 ) -> Result<Seen, Error> {
     let phase = status.phase.unwrap_or_default();
-    let (node, node_ready) = observe_node(ctx, name).await?;
+    let (node, node_ready, marks) = observe_node(ctx, name).await?;
     let agent = ctx.registry.view(name);
     let host = lifecycle::nova_host(name, &hv.spec, status).to_string();
     let nova = ctx.nova.observe(&host, &hv.spec.aggregates).await;
@@ -223,7 +226,7 @@ async fn observe(
         retry: hv.annotations().get(RETRY_ANNOTATION).cloned(),
         close_hosts,
     };
-    Ok(Seen { obs, agent, host, node_ready })
+    Ok(Seen { obs, agent, host, node_ready, marks })
 }
 
 /// The host's health as one reconcile records it (docs/health.md).
@@ -426,12 +429,34 @@ async fn execute(
 
 /// The Node from the cache; a Node missing from the cache is confirmed
 /// absent by a direct read (the cache may lag behind a new Node).
-async fn observe_node(ctx: &Context, name: &str) -> Result<(NodeObs, NodeSource), Error> {
+async fn observe_node(
+    ctx: &Context,
+    name: &str,
+) -> Result<(NodeObs, NodeSource, Option<health::marks::Marks>), Error> {
     let node = match ctx.nodes.get(&ObjectRef::new(name)) {
         Some(n) => Some((*n).clone()),
         None => Api::<Node>::all(ctx.client.clone()).get_opt(name).await?,
     };
-    Ok((node.as_ref().map_or(NodeObs::Absent, node_obs), health::observe::node_source(node.as_ref())))
+    Ok((
+        node.as_ref().map_or(NodeObs::Absent, node_obs),
+        health::observe::node_source(node.as_ref()),
+        node.as_ref().map(health::marks::of),
+    ))
+}
+
+/// The Node's schedulable label and heartbeat annotation (`health::marks`).
+/// A failed write is logged and tried again at the next reconcile.
+async fn mark_node(ctx: &Context, name: &str, seen: &Seen, health: Option<&HealthStatus>) {
+    let Some(marks) = &seen.marks else { return };
+    let healthy = health.is_some_and(|h| h.state == crate::api::hypervisor::HealthState::Healthy);
+    let heard = seen.agent.last_seen.filter(|_| seen.agent.connected);
+    let Some(patch) = health::marks::patch(marks, healthy, heard) else { return };
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    if let Err(e) =
+        api.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await
+    {
+        tracing::warn!(node = %name, error = %e, "could not mark the Node");
+    }
 }
 
 /// What the lifecycle reads of a Node (and what wakes it: `triggers`).
