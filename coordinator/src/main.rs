@@ -97,9 +97,9 @@ struct Args {
     /// host's health (docs/health.md): a kubelet restart misses a few posts.
     #[arg(long, default_value = "60s", value_parser = duration)]
     node_not_ready_grace: Duration,
-    /// After taking the lead, how long a host without its agent is not
-    /// judged: the agents reconnect (backoff up to 30 s) and send again the
-    /// signals that hold (every minute).
+    /// After taking the lead, how long no host is judged: the agents
+    /// reconnect (backoff up to 30 s) and send again the signals that hold
+    /// (every minute).
     #[arg(long, default_value = "90s", value_parser = duration)]
     health_settle: Duration,
     /// How often an Active or Maintenance node is compared with Nova (drift check).

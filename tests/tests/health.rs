@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use hv_coordinator::api::Phase;
 use hv_coordinator::api::hypervisor::{HealthState, HealthStatus};
+use hv_coordinator::health::marks::{self, Marks};
 use hv_tests::hosts;
 use hv_tests::region::{AgentPeers, Proc, Region, metric};
 use hv_tests::wait::{Poll, until};
@@ -52,17 +53,22 @@ async fn a_host_is_judged_from_its_agent_its_node_and_nova_and_nothing_is_failed
     // The Node says so too, for Kubernetes-side tooling: labelled, with the
     // time the agent was last heard from.
     let nodes: Api<Node> = Api::all(region.kube.client.clone());
-    let marks = || async { hv_coordinator::health::marks::of(&nodes.get(&host).await.unwrap()) };
-    until(
-        "the Node marked",
-        SOON,
-        || coord.tail(20),
-        || async {
-            let m = marks().await;
-            hv_tests::wait::ready_when(m.schedulable && m.heartbeat.is_some(), m)
-        },
-    )
-    .await;
+    let wait_marks = |coord: &Proc, what: &'static str, want: fn(&Marks) -> bool| {
+        let (nodes, host, tail) = (nodes.clone(), host.clone(), coord.tail(20));
+        async move {
+            until(
+                what,
+                SOON,
+                || tail.clone(),
+                || async {
+                    let m = marks::of(&nodes.get(&host).await.unwrap());
+                    hv_tests::wait::ready_when(want(&m), m)
+                },
+            )
+            .await
+        }
+    };
+    wait_marks(&coord, "the Node marked", |m| m.schedulable && m.heartbeat.is_some()).await;
 
     // A critical host signal: the root filesystem turns read-only.
     std::fs::write(root.join("proc/1/mounts"), "/dev/vda1 / ext4 ro,relatime 0 0\n").unwrap();
@@ -71,16 +77,7 @@ async fn a_host_is_judged_from_its_agent_its_node_and_nova_and_nothing_is_failed
         degraded.evidence.iter().any(|e| e.starts_with("root-read-only (critical): / is mounted read-only")),
         "{degraded:?}"
     );
-    until(
-        "a Degraded host's Node without the label",
-        SOON,
-        || coord.tail(20),
-        || async {
-            let m = marks().await;
-            hv_tests::wait::ready_when(!m.schedulable, m)
-        },
-    )
-    .await;
+    wait_marks(&coord, "a Degraded host's Node without the label", |m| !m.schedulable).await;
     let hv = region.hypervisor(&host).await.unwrap();
     let (status, reason, message) = Region::condition(&hv, "NodeHealthy");
     assert_eq!((status.as_str(), reason.as_str()), ("False", "Degraded"), "{message}");
@@ -126,22 +123,35 @@ async fn a_host_is_judged_from_its_agent_its_node_and_nova_and_nothing_is_failed
     let ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True",
         "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
     nodes.patch_status(&host, &PatchParams::default(), &Patch::Merge(&ready)).await.unwrap();
-    let _agent = region.agent(&host, &peers);
+    let back = region.agent(&host, &peers);
     wait_health(&region, &host, HealthState::Healthy, &coord).await;
-    until(
-        "the label back",
-        SOON,
-        || coord.tail(20),
-        || async {
-            let m = marks().await;
-            hv_tests::wait::ready_when(m.schedulable, m)
-        },
-    )
-    .await;
+    wait_marks(&coord, "the label back", |m| m.schedulable).await;
     let url = coord.metrics.as_deref().unwrap();
     for (state, at_least) in [("Degraded", 1.0), ("Unreachable", 1.0), ("Failed", 1.0), ("Healthy", 2.0)] {
         let n = metric(url, &format!("hv_health_transitions_total{{to=\"{state}\"}}")).await;
         assert!(n.is_some_and(|n| n >= at_least), "{state}: {n:?}");
     }
     assert_eq!(metric(url, "hv_hypervisors_by_health{state=\"Healthy\"}").await, Some(1.0));
+
+    // A warning is shown and changes nothing: an agent whose ovsdb-server
+    // refuses it stays Healthy, the loss in the evidence.
+    drop(back);
+    let refused =
+        AgentPeers { ovsdb: Some(format!("tcp:127.0.0.1:{}", hv_tests::region::free_port())), ..peers };
+    let _agent = region.agent(&host, &refused);
+    let healthy = until(
+        "the OVSDB warning",
+        SOON,
+        || coord.tail(30),
+        || async {
+            match region.hypervisor(&host).await.and_then(|h| h.status).and_then(|s| s.health) {
+                Some(h) if h.evidence.iter().any(|e| e.starts_with("ovsdb-unreachable (warning)")) => {
+                    Poll::Ready(h)
+                }
+                other => Poll::Pending(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(healthy.state, HealthState::Healthy, "{healthy:?}");
 }

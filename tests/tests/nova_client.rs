@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use hv_coordinator::lifecycle::{Action, NovaObs};
+use hv_coordinator::lifecycle::{Action, NovaObs, ServiceState};
 use hv_coordinator::nova::{Cloud, CloudSource, HttpPolicy, NovaClient, NovaError};
 use hv_tests::openstack::Admin;
 
@@ -39,6 +39,16 @@ async fn the_client_sees_the_host_and_changes_it_idempotently() {
     assert!(!h.aggregates.contains(&agg));
     assert_eq!(h.unknown_aggregates, BTreeSet::from(["no-such-aggregate".to_string()]));
     assert!(h.traits.is_some(), "the provider is visible in Placement");
+    // nova-compute's liveness as Nova's service group reports it, and an
+    // operator's forced_down over it (set back at once: hosts are shared).
+    assert_eq!(h.service_state, ServiceState::Up, "a running fake compute reports in");
+    admin.set_service(&host, serde_json::json!({"forced_down": true})).await.unwrap();
+    let forced = nova.observe(&host, &[]).await;
+    admin.set_service(&host, serde_json::json!({"forced_down": false})).await.unwrap();
+    assert!(
+        matches!(&forced, NovaObs::Registered(f) if f.service_state == ServiceState::ForcedDown),
+        "{forced:?}"
+    );
     let sid = Some(h.service_id.as_str());
 
     // Add twice: the second is a no-op, not a 409.

@@ -286,6 +286,7 @@ impl Registry {
             let Some(n) = nodes.get(node) else {
                 return AgentView::default();
             };
+            let now = Timestamp::now();
             AgentView {
                 connected: n.live.is_some(),
                 agent_version: n.agent_version.clone(),
@@ -313,7 +314,7 @@ impl Registry {
                 signals: n
                     .signals
                     .values()
-                    .filter(|g| Timestamp::now().duration_since(g.refreshed) <= health::signal::STALE_AFTER)
+                    .filter(|g| now.duration_since(g.refreshed) <= health::signal::STALE_AFTER)
                     .cloned()
                     .collect(),
             }

@@ -72,8 +72,8 @@ pub struct Context {
     pub gate: Arc<Gate>,
     pub policy: Policy,
     pub health_policy: HealthPolicy,
-    /// Hosts without their agent are judged from this time on: a new leader
-    /// starts with no session, and the agents need a moment to come back.
+    /// Hosts are judged from this time on: a new leader starts with no
+    /// session and no signal, and the agents need a moment to come back.
     pub judging_from: Timestamp,
     pub metrics: Arc<crate::metrics::Metrics>,
     pub intervals: Intervals,
@@ -241,8 +241,9 @@ struct Verdict {
 
 /// Judged only where an agent belongs (a host in Onboarding, Maintenance or
 /// Decommissioned may lack one, its Node may be down for its work); held
-/// while the coordinator is blind, and, for a host without its agent, in
-/// the first moments of a leadership, while the agents reconnect.
+/// while the coordinator is blind, and in the first moments of a
+/// leadership, while the agents reconnect and send again the signals that
+/// hold (a host judged before its signals are back would flap).
 fn judge_health(
     ctx: &Context,
     seen: &Seen,
@@ -260,7 +261,8 @@ fn judge_health(
         };
     }
     let (nova, mut own) = health::observe::nova_source(&seen.obs.nova);
-    if !seen.agent.connected && now < ctx.judging_from {
+    let settling = (now < ctx.judging_from).then(|| ctx.judging_from.duration_since(now));
+    if settling.is_some() {
         own = health::OwnView::Blind("took over moments ago; the agents are reconnecting".into());
     }
     let sources = health::Sources {
@@ -269,13 +271,11 @@ fn judge_health(
         nova,
         signals: &seen.agent.signals,
     };
-    let recheck = health::model::recheck_in(&sources, &ctx.health_policy, now)
-        .and_then(|d| Duration::try_from(d).ok())
-        .or_else(|| {
-            (now < ctx.judging_from)
-                .then(|| Duration::try_from(ctx.judging_from.duration_since(now)).ok())
-                .flatten()
-        });
+    let recheck = [health::model::recheck_in(&sources, &ctx.health_policy, now), settling]
+        .into_iter()
+        .flatten()
+        .min()
+        .and_then(|d| Duration::try_from(d).ok());
     let a = health::assess(&sources, &own, previous, &ctx.health_policy, now);
     match (&a.held, previous) {
         (Some(why), None) => {
