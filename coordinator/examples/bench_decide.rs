@@ -44,6 +44,7 @@ fn main() {
         eviction: None,
         retry: None,
         close_hosts: Vec::new(),
+        health: None,
     };
     println!("lifecycle::decide, one hypervisor, 40 instances (release build)");
     println!("{:<34} {:>12} {:>14}", "case", "ns/decision", "decisions/s");

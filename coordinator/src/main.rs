@@ -102,6 +102,17 @@ struct Args {
     /// (every minute).
     #[arg(long, default_value = "90s", value_parser = duration)]
     health_settle: Duration,
+    /// How long an Active host may be Unreachable (its agent gone, or its
+    /// kubelet or nova-compute silent) before it is disabled in Nova; no
+    /// VM is moved (docs/health.md). Past an agent restart or a kubelet
+    /// hiccup, short of letting new VMs land on a host nobody watches.
+    #[arg(long, default_value = "5m", value_parser = duration)]
+    unreachable_grace: Duration,
+    /// How many hosts may be in `ha` maintenance and still being emptied
+    /// at once before a Degraded host is no longer put into it
+    /// (docs/health.md): past it, one shared fault is the likelier cause.
+    #[arg(long, default_value_t = 3)]
+    ha_maintenance_limit: usize,
     /// How often an Active or Maintenance node is compared with Nova (drift check).
     #[arg(long, default_value = "60s", value_parser = duration)]
     drift_interval: Duration,
@@ -391,7 +402,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         policy: Policy {
             registration_timeout: jiff::SignedDuration::try_from(args.registration_timeout)?,
             checks_timeout: jiff::SignedDuration::try_from(args.checks_timeout)?,
+            unreachable_grace: jiff::SignedDuration::try_from(args.unreachable_grace)?,
         },
+        ha: hv_coordinator::k8s::ha::HaClaims::new(args.ha_maintenance_limit),
         metrics: metrics.clone(),
         judging_from: jiff::Timestamp::now() + jiff::SignedDuration::try_from(args.health_settle)?,
         health_policy: hv_coordinator::health::HealthPolicy {

@@ -264,6 +264,12 @@ impl Region {
             .args(["--health-settle", "2s"])
             .args(["--kube-timeout", "5s", "--connect-timeout", "500ms"])
             .args(extra);
+        // Most tests run hosts without an agent (skipTests): they are
+        // Unreachable, and must not be disabled under them. The health
+        // tests give a grace of their own.
+        if !extra.contains(&"--unreachable-grace") {
+            cmd.args(["--unreachable-grace", "1h"]);
+        }
         cmd.arg("--tls-cert").arg(&self.server_tls.cert);
         cmd.arg("--tls-key").arg(&self.server_tls.key);
         cmd.arg("--client-ca").arg(&self.server_tls.ca);

@@ -7,10 +7,14 @@
 
 use std::time::Duration;
 
-use hv_coordinator::api::Phase;
+use hv_coordinator::api::eviction::EvictionReason;
+use hv_coordinator::api::{Eviction, Hypervisor, MaintenanceMode, Phase};
 use hv_coordinator::api::hypervisor::{HealthState, HealthStatus};
 use hv_coordinator::health::marks::{self, Marks};
+use hv_tests::env::Via;
+use hv_tests::fault_proxy::{Fault, FaultProxy, Match};
 use hv_tests::hosts;
+use hv_tests::openstack::Admin;
 use hv_tests::region::{AgentPeers, Proc, Region, metric};
 use hv_tests::wait::{Poll, until};
 use k8s_openapi::api::core::v1::Node;
@@ -18,6 +22,21 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 
 const SOON: Duration = Duration::from_secs(60);
+
+/// Waits until Nova shows the host's compute service `status` (enabled,
+/// disabled); answers the service.
+async fn wait_service(admin: &Admin, host: &str, status: &str, coord: &Proc) -> serde_json::Value {
+    until(
+        &format!("{host}'s compute service {status}"),
+        SOON,
+        || coord.tail(30),
+        || async {
+            let svc = admin.service(host).await.unwrap().unwrap_or_default();
+            hv_tests::wait::ready_when(svc["status"] == status, svc)
+        },
+    )
+    .await
+}
 
 /// Waits until the host's recorded health is `want`; answers it.
 async fn wait_health(region: &Region, host: &str, want: HealthState, coord: &Proc) -> HealthStatus {
@@ -40,7 +59,14 @@ async fn a_host_is_judged_from_its_agent_its_node_and_nova_and_nothing_is_failed
     let region = Region::start("health").await;
     let claim = hosts::claim(&region.env).await;
     let host = claim.host.clone();
-    let coord = region.coordinator(None, &["--skip-tests", "--node-not-ready-grace", "1s"]);
+    let admin = Admin::login(&region.env).await.unwrap();
+    // Checks run (a host seen again is enabled only once they pass); a
+    // Degraded host is not put into ha maintenance here (the limit is 0:
+    // `a_degraded_host_is_put_into_ha_maintenance_and_emptied` shows it).
+    let coord = region.coordinator(
+        None,
+        &["--node-not-ready-grace", "1s", "--unreachable-grace", "3s", "--ha-maintenance-limit", "0"],
+    );
     let root = hv_tests::region::healthy_host(&region.dir.join("host"));
     let peers = AgentPeers { host_root: Some(root.clone()), ..Default::default() };
     let mut agent = region.agent(&host, &peers);
@@ -81,10 +107,15 @@ async fn a_host_is_judged_from_its_agent_its_node_and_nova_and_nothing_is_failed
     let hv = region.hypervisor(&host).await.unwrap();
     let (status, reason, message) = Region::condition(&hv, "NodeHealthy");
     assert_eq!((status.as_str(), reason.as_str()), ("False", "Degraded"), "{message}");
-    assert_eq!(hv.status.as_ref().and_then(|s| s.phase), Some(Phase::Active), "recorded, nothing done yet");
+    assert_eq!(hv.status.as_ref().and_then(|s| s.phase), Some(Phase::Active), "recorded, nothing done");
+    assert_eq!(hv.spec.maintenance, MaintenanceMode::None, "capped: no ha maintenance");
     let events = region.events_for(&host).await;
     assert!(
         events.iter().any(|(r, n)| r == "HealthDegraded" && n.starts_with("Healthy -> Degraded")),
+        "{events:?}"
+    );
+    assert!(
+        events.iter().any(|(r, n)| r == "HaMaintenanceCapped" && n.contains("--ha-maintenance-limit 0")),
         "{events:?}"
     );
     // What an SRE sees.
@@ -110,6 +141,18 @@ async fn a_host_is_judged_from_its_agent_its_node_and_nova_and_nothing_is_failed
         let h = region.hypervisor(&host).await.and_then(|h| h.status).and_then(|s| s.health).unwrap();
         assert_eq!(h.state, HealthState::Unreachable, "one source is never Failed: {h:?}");
     }
+    // Past the grace (3 s here): disabled in Nova with the cause, still
+    // Active, and nothing moved (no Eviction).
+    let svc = wait_service(&admin, &host, "disabled", &coord).await;
+    let why = svc["disabled_reason"].as_str().unwrap_or_default();
+    assert!(why.starts_with("hv-lifecycle: host unseen (Unreachable: agent: no session since "), "{svc}");
+    let hv = region.hypervisor(&host).await.unwrap();
+    assert_eq!(hv.status.as_ref().and_then(|s| s.phase), Some(Phase::Active));
+    assert_eq!(Region::condition(&hv, "SchedulingEnabled").1, "HostUnseen");
+    let evictions: Api<Eviction> = Api::all(region.kube.client.clone());
+    let mine = evictions.list(&Default::default()).await.unwrap().items;
+    assert!(mine.iter().all(|e| e.spec.hypervisor != host), "an Eviction for an unseen host: {mine:?}");
+    assert!(region.events_for(&host).await.iter().any(|(r, _)| r == "HostUnseenDisabled"));
     // A second, independent source: the kubelet stops posting.
     let not_ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
         "reason": "NodeStatusUnknown", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
@@ -125,6 +168,25 @@ async fn a_host_is_judged_from_its_agent_its_node_and_nova_and_nothing_is_failed
     nodes.patch_status(&host, &PatchParams::default(), &Patch::Merge(&ready)).await.unwrap();
     let back = region.agent(&host, &peers);
     wait_health(&region, &host, HealthState::Healthy, &coord).await;
+    // Seen again: its checks run, and only their pass enables it (Nova
+    // enables it just before the record says so).
+    wait_service(&admin, &host, "enabled", &coord).await;
+    until(
+        "the recheck recorded",
+        SOON,
+        || coord.tail(30),
+        || async {
+            let hv = region.hypervisor(&host).await.unwrap();
+            let lifted = hv.status.as_ref().is_some_and(|s| s.lifecycle.unseen.is_none());
+            hv_tests::wait::ready_when(lifted, hv.status)
+        },
+    )
+    .await;
+    let hv = region.hypervisor(&host).await.unwrap();
+    let (status, reason, message) = Region::condition(&hv, "Tested");
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "Passed"), "{message}");
+    assert!(message.ends_with("checks passed after the host was seen again"), "{message}");
+    assert!(hv.status.as_ref().is_some_and(|s| s.lifecycle.unseen.is_none()), "{:?}", hv.status);
     wait_marks(&coord, "the label back", |m| m.schedulable).await;
     let url = coord.metrics.as_deref().unwrap();
     for (state, at_least) in [("Degraded", 1.0), ("Unreachable", 1.0), ("Failed", 1.0), ("Healthy", 2.0)] {
@@ -154,4 +216,118 @@ async fn a_host_is_judged_from_its_agent_its_node_and_nova_and_nothing_is_failed
     )
     .await;
     assert_eq!(healthy.state, HealthState::Healthy, "{healthy:?}");
+}
+
+/// A host with a healthy fake /proc and its agent, Active under `coord`
+/// (skipTests), judged Healthy. Answers the fake host's root and the agent.
+async fn healthy_active(region: &Region, host: &str, coord: &Proc) -> (std::path::PathBuf, Proc) {
+    let root = hv_tests::region::healthy_host(&region.dir.join("host"));
+    let peers = AgentPeers { host_root: Some(root.clone()), ..Default::default() };
+    let agent = region.agent(host, &peers);
+    region.create_node(host, &[("hypervisor.cloud.sap/skip-tests", "true")]).await;
+    region.wait_phase(host, Phase::Active, SOON, coord).await;
+    wait_health(region, host, HealthState::Healthy, coord).await;
+    (root, agent)
+}
+
+const READ_ONLY: &str = "/dev/vda1 / ext4 ro,relatime 0 0\n";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_degraded_host_is_put_into_ha_maintenance_emptied_and_left_for_an_sre() {
+    let region = Region::start("health-ha").await;
+    let zone = hosts::zone(&region.env, 2).await;
+    let admin = Admin::login(&region.env).await.unwrap();
+    let host = zone.source.host.clone();
+    let coord = region.coordinator(None, &[]);
+    let (root, _agent) = healthy_active(&region, &host, &coord).await;
+    let mut ids = Vec::new();
+    for (i, flavor) in ["1", "2"].iter().enumerate() {
+        ids.push(zone.boot(&admin, &format!("{}-{i}", region.id), &host, flavor).await);
+    }
+
+    // The root filesystem turns read-only: Degraded, so ha maintenance.
+    std::fs::write(root.join("proc/1/mounts"), READ_ONLY).unwrap();
+    let hv = region.wait_phase(&host, Phase::Maintenance, Duration::from_secs(240), &coord).await;
+    assert_eq!(hv.spec.maintenance, MaintenanceMode::Ha);
+    assert!(hv.spec.maintenance_reason.starts_with("hv-health: root-read-only"), "{:?}", hv.spec);
+    // Nova: the servers live-migrated within their zone, the host disabled
+    // with the signal as the reason.
+    for id in &ids {
+        let s = admin.server(id).await.unwrap();
+        assert_eq!(s["status"], "ACTIVE", "{s}");
+        let on = s["OS-EXT-SRV-ATTR:host"].as_str().unwrap_or_default();
+        assert!(on != host && zone.holds(on), "{id} on {on}");
+        let migs = admin.migrations_of(id).await.unwrap();
+        assert!(migs.iter().any(|m| m["migration_type"] == "live-migration"), "{migs:?}");
+    }
+    let svc = admin.service(&host).await.unwrap().unwrap();
+    assert_eq!(svc["status"], "disabled");
+    let why = svc["disabled_reason"].as_str().unwrap_or_default();
+    assert!(why.starts_with("hv-lifecycle: maintenance (ha): hv-health: root-read-only"), "{svc}");
+    let evictions: Api<Eviction> = Api::all(region.kube.client.clone());
+    let ev = evictions.list(&Default::default()).await.unwrap().items;
+    let ev = ev.iter().find(|e| e.spec.hypervisor == host).unwrap();
+    assert_eq!(ev.spec.reason, EvictionReason::NodeFailure);
+    assert_eq!(ev.status.as_ref().map(|s| (s.total, s.migrated)), Some((2, 2)));
+    let events = region.events_for(&host).await;
+    assert!(events.iter().any(|(r, n)| r == "HaMaintenance" && n.contains("root-read-only")), "{events:?}");
+
+    // Well again, it stays in Maintenance: an SRE brings it back.
+    std::fs::write(root.join("proc/1/mounts"), "/dev/vda1 / ext4 rw,relatime 0 0\n").unwrap();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let hv = region.hypervisor(&host).await.unwrap();
+    assert_eq!(hv.status.and_then(|s| s.phase), Some(Phase::Maintenance));
+    assert_eq!(admin.service(&host).await.unwrap().unwrap()["status"], "disabled");
+    let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
+    let clear = serde_json::json!({"spec": {"maintenance": "", "maintenanceReason": ""}});
+    hvs.patch(&host, &PatchParams::default(), &Patch::Merge(&clear)).await.unwrap();
+    region.wait_phase(&host, Phase::Active, SOON, &coord).await;
+    wait_service(&admin, &host, "enabled", &coord).await;
+    for id in &ids {
+        admin.delete_server(id).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_coordinator_cut_off_from_nova_judges_and_changes_no_host() {
+    let region = Region::start("health-blind").await;
+    let claim = hosts::claim(&region.env).await;
+    let host = claim.host.clone();
+    let admin = Admin::login(&region.env).await.unwrap();
+    let nova = FaultProxy::start(&region.env.upstreams().compute).await;
+    let via = Via { compute: Some(nova.url()), ..Via::default() };
+    let coord = region.coordinator_via(region.grpc_port, None, &via, &["--unreachable-grace", "2s"]);
+    let (root, mut agent) = healthy_active(&region, &host, &coord).await;
+
+    // Every request to Nova is cut (the connection reset).
+    nova.rule(Match::default(), Fault::Reset, None);
+    let blind = until(
+        "the coordinator saying it is blind",
+        SOON,
+        || coord.tail(30),
+        || async {
+            let hv = region.hypervisor(&host).await.unwrap();
+            let (_, _, message) = Region::condition(&hv, "NodeHealthy");
+            hv_tests::wait::ready_when(message.starts_with("not judged: the coordinator cannot reach Nova"), hv)
+        },
+    )
+    .await;
+    let before = blind.status.clone().unwrap();
+    // A critical signal, then the agent gone, well past the grace.
+    std::fs::write(root.join("proc/1/mounts"), READ_ONLY).unwrap();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    agent.kill();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let hv = region.hypervisor(&host).await.unwrap();
+    let st = hv.status.clone().unwrap();
+    assert_eq!(st.health, before.health, "the verdict stands while blind");
+    assert_eq!((st.phase, hv.spec.maintenance), (Some(Phase::Active), MaintenanceMode::None));
+    assert!(st.lifecycle.unseen.is_none(), "{st:?}");
+    let evictions: Api<Eviction> = Api::all(region.kube.client.clone());
+    assert!(evictions.list(&Default::default()).await.unwrap().items.iter().all(|e| e.spec.hypervisor != host));
+
+    // Seeing again, it acts: the agent is gone, so Unreachable, then disabled.
+    nova.clear_rules();
+    let svc = wait_service(&admin, &host, "disabled", &coord).await;
+    assert!(svc["disabled_reason"].as_str().unwrap_or_default().contains("host unseen (Unreachable"), "{svc}");
 }

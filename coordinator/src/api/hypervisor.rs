@@ -474,6 +474,28 @@ pub struct LifecycleRecord {
     /// Set once the compute service was deleted with no instance left.
     #[serde(default)]
     pub service_deleted: bool,
+    /// Set while an Active host is disabled in Nova because we lost sight
+    /// of it (docs/health.md); cleared once it is seen again and its
+    /// checks pass, or when it leaves Active.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unseen: Option<UnseenHold>,
+}
+
+/// An Active host held disabled while we cannot see it (docs/health.md).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnseenHold {
+    /// When it was disabled.
+    pub disabled_at: Time,
+    /// The health verdict it was disabled for, with its first evidence line.
+    pub cause: String,
+    /// The test run started once it was seen again: only a pass of this run
+    /// enables it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recheck_run: Option<u64>,
+    /// That run failed (or never reported): it stays disabled until a retry.
+    #[serde(default)]
+    pub recheck_failed: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]

@@ -1,11 +1,13 @@
 //! Node health (docs/health.md): the agent's signals as the coordinator
 //! holds them ([`signal`]), what every source adds up to ([`model`]), and
 //! the model's inputs and outputs from and to a reconcile ([`observe`]),
-//! and the marks kept on the Node ([`marks`]).
+//! the marks kept on the Node ([`marks`]), and what a Degraded verdict
+//! asks for ([`respond`]).
 
 pub mod marks;
 pub mod model;
 pub mod observe;
+pub mod respond;
 pub mod signal;
 
 pub use model::{

@@ -47,6 +47,15 @@ pub fn nova_source(nova: &NovaObs) -> (NovaSource, OwnView) {
     }
 }
 
+/// What the lifecycle acts on of a recorded verdict.
+pub fn lifecycle_view(h: &HealthStatus) -> crate::lifecycle::HealthObs {
+    crate::lifecycle::HealthObs {
+        state: h.state,
+        since: h.since.as_ref().map(|t| t.0),
+        summary: h.evidence.first().cloned().unwrap_or_else(|| h.state.to_string()),
+    }
+}
+
 /// The `NodeHealthy` condition where there is no verdict: a phase where
 /// health is not judged, or a coordinator that could not judge yet.
 pub fn not_judged(why: &str) -> DesiredCondition {

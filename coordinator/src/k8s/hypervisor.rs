@@ -72,6 +72,8 @@ pub struct Context {
     pub gate: Arc<Gate>,
     pub policy: Policy,
     pub health_policy: HealthPolicy,
+    /// Hosts put into `ha` maintenance for health, and how many may be.
+    pub ha: super::ha::HaClaims,
     /// Hosts are judged from this time on: a new leader starts with no
     /// session and no signal, and the agents need a moment to come back.
     pub judging_from: Timestamp,
@@ -111,7 +113,7 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     let deleting = hv.metadata.deletion_timestamp.is_some();
     let hv = if deleting { hv } else { hold(&ctx, hv).await? };
     let status = hv.status.clone().unwrap_or_default();
-    let seen = observe(&ctx, &hv, &name, &status).await?;
+    let mut seen = observe(&ctx, &hv, &name, &status).await?;
     let deletion = deleting.then(|| {
         lifecycle::deletion::may_go(
             status.phase.unwrap_or_default(),
@@ -125,6 +127,14 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
         return Ok(Requeue::await_change());
     }
     let now = Timestamp::now();
+    let phase = status.phase.unwrap_or_default();
+    let verdict = judge_health(&ctx, &seen, status.health.as_ref(), phase, now);
+    seen.obs.health = verdict.status.as_ref().filter(|_| verdict.judged).map(health::observe::lifecycle_view);
+    let hv = if deleting {
+        hv
+    } else {
+        super::ha::respond(&ctx, hv, &name, phase, seen.obs.health.as_ref()).await?
+    };
     let policy = &ctx.policy;
     let decision = lifecycle::decide(&Input {
         name: &name,
@@ -137,7 +147,6 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     let outcome = act(&ctx, &hv, &name, &seen.host, &decision).await;
     let mut new_status =
         compose(&status, &decision, &seen.agent, &seen.obs.nova, hv.metadata.generation, now);
-    let verdict = judge_health(&ctx, &seen, status.health.as_ref(), decision.phase, now);
     new_status.health = verdict.status.clone();
     let healthy = [verdict.condition.clone()];
     new_status.conditions = merge(&new_status.conditions, &healthy, now, hv.metadata.generation);
@@ -225,6 +234,8 @@ async fn observe(
         eviction: observe_eviction(ctx, name, status).await?,
         retry: hv.annotations().get(RETRY_ANNOTATION).cloned(),
         close_hosts,
+        // Judged after observing, with the phase read.
+        health: None,
     };
     Ok(Seen { obs, agent, host, node_ready, marks })
 }
@@ -513,7 +524,7 @@ pub fn eviction_obs(ev: &Eviction) -> EvictionObs {
     }
 }
 
-async fn publish(
+pub(super) async fn publish(
     ctx: &Context,
     reference: &k8s_openapi::api::core::v1::ObjectReference,
     type_: EventType,

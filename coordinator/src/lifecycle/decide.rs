@@ -23,6 +23,9 @@
 //! - `DeleteService` is emitted only when the current observation shows no
 //!   instance, and Decommissioned is reached only after that delete.
 //! - Aborted is left only through a retry token not handled before.
+//! - An Active host held for being unseen (docs/health.md) is enabled only
+//!   on a pass of the test run started after it was seen again (or with
+//!   skipTests), never by drift repair or the end of an eviction.
 
 use std::collections::BTreeSet;
 
@@ -34,7 +37,8 @@ use super::observe::{EvictionObs, NodeObs, NovaHost, NovaObs, Observations};
 use crate::api::condition::DesiredCondition;
 use crate::api::eviction::EvictionPhase;
 use crate::api::hypervisor::{
-    AbortRecord, CheckResultStatus, EvictionRef, HypervisorSpec, HypervisorStatus, LifecycleRecord,
+    AbortRecord, CheckResultStatus, EvictionRef, HealthState, HypervisorSpec, HypervisorStatus,
+    LifecycleRecord, UnseenHold,
 };
 use crate::api::{ConditionStatus, ConditionType, MaintenanceMode, Phase};
 
@@ -43,8 +47,12 @@ use crate::api::{ConditionStatus, ConditionType, MaintenanceMode, Phase};
 pub struct Policy {
     /// How long Onboarding waits for nova-compute to register before Aborted.
     pub registration_timeout: SignedDuration,
-    /// How long Testing waits for a check report before Aborted.
+    /// How long Testing waits for a check report before Aborted (and a
+    /// recheck before it counts as failed).
     pub checks_timeout: SignedDuration,
+    /// How long an Active host may be Unreachable before it is disabled in
+    /// Nova (docs/health.md). A Failed one is disabled at once.
+    pub unreachable_grace: SignedDuration,
 }
 
 impl Default for Policy {
@@ -52,6 +60,7 @@ impl Default for Policy {
         Policy {
             registration_timeout: SignedDuration::from_mins(15),
             checks_timeout: SignedDuration::from_mins(10),
+            unreachable_grace: SignedDuration::from_mins(5),
         }
     }
 }
@@ -108,6 +117,7 @@ pub struct Warning {
 pub const DRIFT_REPAIRED: &str = "DriftRepaired";
 pub const NOVA_ENABLES_NEW_SERVICES: &str = "NovaEnablesNewServices";
 pub const SERVICE_RE_REGISTERED: &str = "ServiceReRegistered";
+pub const HOST_UNSEEN: &str = "HostUnseenDisabled";
 
 /// The Nova host every Nova call for this Hypervisor uses: the one its
 /// compute service was found under, else the one its spec names
@@ -345,7 +355,8 @@ fn active(d: &mut Draft<'_>) {
         }
         _ => return,
     };
-    if !host.enabled {
+    let held = unseen(d, host);
+    if !host.enabled && !held {
         d.actions.push(Action::EnableService);
         let why = host.disabled_reason.clone().unwrap_or_default();
         d.warn(DRIFT_REPAIRED, format!("compute service was disabled in Nova ({why}); re-enabled"));
@@ -361,6 +372,146 @@ fn active(d: &mut Draft<'_>) {
             d.warn(DRIFT_REPAIRED, "aggregates or traits differed from spec; repaired".into());
         }
     }
+}
+
+/// An Active host we lost sight of (docs/health.md): disabled in Nova once
+/// it has been Unreachable for the grace (Failed: at once), and nothing
+/// else: a host we cannot see may still run its VMs, so no migration
+/// starts. Seen again (Healthy), its checks run again and it is enabled
+/// once they pass. A Degraded one is put into `ha` maintenance by the
+/// shell, which takes it out of Active. Answers whether it stays disabled.
+fn unseen(d: &mut Draft<'_>, host: &NovaHost) -> bool {
+    let health = d.obs().health.as_ref();
+    let Some(hold) = d.record.unseen.clone() else {
+        let Some(h) = health else { return false };
+        let lost_for = h.since.map(|s| d.input.now.duration_since(s));
+        let due = match h.state {
+            HealthState::Failed => true,
+            HealthState::Unreachable => lost_for.is_none_or(|t| t >= d.input.policy.unreachable_grace),
+            HealthState::Healthy | HealthState::Degraded => false,
+        };
+        if !due {
+            return false;
+        }
+        let cause = format!("{}: {}", h.state, h.summary);
+        d.record.unseen = Some(UnseenHold {
+            disabled_at: Time(d.input.now),
+            cause: cause.clone(),
+            recheck_run: None,
+            recheck_failed: false,
+        });
+        d.guard_disabled(host, &unseen_reason(&cause));
+        let msg = format!(
+            "{cause}; disabled in Nova, no migration started (its VMs may still run); \
+             enabled again once its agent is back and its checks pass"
+        );
+        d.warn(HOST_UNSEEN, msg.clone());
+        d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "HostUnseen", msg);
+        return true;
+    };
+    d.guard_disabled(host, &unseen_reason(&hold.cause));
+    if health.is_some_and(|h| h.state == HealthState::Healthy) {
+        return recheck(d, hold, host);
+    }
+    let msg = format!(
+        "disabled in Nova since {} ({}); enabled again once its agent is back and its checks pass",
+        hold.disabled_at.0, hold.cause
+    );
+    d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "HostUnseen", msg);
+    // A run started before it was lost again proves nothing: the next
+    // return starts a new one.
+    if let Some(h) = d.record.unseen.as_mut().filter(|_| health.is_some()) {
+        h.recheck_run = None;
+        h.recheck_failed = false;
+    }
+    true
+}
+
+/// A held host seen again: one test run, and the host enabled only on its
+/// pass; a failure (or no report within the checks timeout) holds it until
+/// a retry. Answers whether it stays disabled.
+fn recheck(d: &mut Draft<'_>, hold: UnseenHold, host: &NovaHost) -> bool {
+    let name = d.input.name;
+    if d.input.spec.skip_tests {
+        d.record.unseen = None;
+        if !host.enabled {
+            d.actions.push(Action::EnableService);
+        }
+        return true;
+    }
+    let run = match hold.recheck_run {
+        Some(run) if !hold.recheck_failed => run,
+        Some(_) if d.fresh_retry().is_none() => {
+            let msg = format!(
+                "seen again, but its checks failed ({}); fix the cause, then `hvctl retry {name}`",
+                hold.cause
+            );
+            d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "RecheckFailed", msg);
+            return true;
+        }
+        _ => {
+            if let Some(token) = d.fresh_retry() {
+                d.record.handled_retry = Some(token.clone());
+            }
+            d.start_test_run();
+            let run = d.record.test_run;
+            if let Some(h) = d.record.unseen.as_mut() {
+                h.recheck_run = Some(run);
+                h.recheck_failed = false;
+            }
+            let msg = format!("run {run}: seen again; its checks run before it is enabled");
+            d.set(ConditionType::Tested, ConditionStatus::False, "Rechecking", msg.clone());
+            d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "Rechecking", msg);
+            return true;
+        }
+    };
+    let report = d.obs().checks.as_ref().filter(|r| r.run == run);
+    let failed = match report {
+        Some(r) if !r.results.is_empty() && r.results.iter().all(|c| c.passed) => {
+            d.checks = Some(r.results.clone());
+            d.record.unseen = None;
+            let msg = format!("run {run}: {} checks passed after the host was seen again", r.results.len());
+            d.set(ConditionType::Tested, ConditionStatus::True, "Passed", msg);
+            if !host.enabled {
+                d.actions.push(Action::EnableService);
+            }
+            return true;
+        }
+        Some(r) => {
+            d.checks = Some(r.results.clone());
+            let detail: Vec<String> = r
+                .results
+                .iter()
+                .filter(|c| !c.passed)
+                .map(|c| format!("{}: {}", c.name, c.message))
+                .collect();
+            if detail.is_empty() { "the agent reported no checks".to_string() } else { detail.join("; ") }
+        }
+        None => {
+            let waited = d.record.test_started.as_ref().map(|s| d.input.now.duration_since(s.0));
+            if waited.is_none_or(|w| w <= d.input.policy.checks_timeout) {
+                if d.obs().agent.connected {
+                    d.actions.push(Action::RunChecks { run });
+                }
+                let msg = format!("run {run}: seen again; its checks run before it is enabled");
+                d.set(ConditionType::Tested, ConditionStatus::False, "Rechecking", msg.clone());
+                d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "Rechecking", msg);
+                return true;
+            }
+            format!("no check report within {}", human(d.input.policy.checks_timeout))
+        }
+    };
+    if let Some(h) = d.record.unseen.as_mut() {
+        h.recheck_failed = true;
+    }
+    let msg = format!("run {run}: {failed}; it stays disabled. Fix the cause, then `hvctl retry {name}`");
+    d.set(ConditionType::Tested, ConditionStatus::False, "ChecksFailed", msg.clone());
+    d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "RecheckFailed", msg);
+    true
+}
+
+fn unseen_reason(cause: &str) -> String {
+    format!("hv-lifecycle: host unseen ({cause})")
 }
 
 fn evicting(d: &mut Draft<'_>) {
@@ -650,6 +801,12 @@ fn decommissioned(d: &mut Draft<'_>) {
 }
 
 fn re_enable(d: &mut Draft<'_>, why: &str) {
+    if d.record.unseen.is_some() {
+        // Held before the eviction: Active keeps holding it until it is
+        // seen again and its checks pass.
+        d.record.eviction = None;
+        return d.go(Phase::Active, format!("{why}; the host stays disabled until it is seen again"));
+    }
     match &d.obs().nova {
         NovaObs::Registered(host) if host.enabled => {
             d.record.eviction = None;
@@ -736,7 +893,10 @@ impl<'a> Draft<'a> {
         // A retry token seen outside Aborted is stale by the time an abort
         // happens: only a token set while Aborted triggers a retry.
         let phase = input.status.phase.unwrap_or_default();
-        if phase != Phase::Aborted && input.obs.retry.is_some() {
+        // Likewise for a held host whose recheck failed.
+        let waits_for_retry = phase == Phase::Aborted
+            || (phase == Phase::Active && record.unseen.as_ref().is_some_and(|u| u.recheck_failed));
+        if !waits_for_retry && input.obs.retry.is_some() {
             record.handled_retry = input.obs.retry.clone();
         }
         let mut service_id = input.status.service_id.clone();
@@ -789,6 +949,10 @@ impl<'a> Draft<'a> {
 
     fn go(&mut self, to: Phase, reason: String) {
         if self.transition.is_none() && to != self.phase {
+            // A held host comes back from these only through its checks.
+            if matches!(to, Phase::Onboarding | Phase::Maintenance | Phase::Decommissioned) {
+                self.record.unseen = None;
+            }
             self.transition = Some(Transition { from: self.phase, to, reason });
             self.phase = to;
         }

@@ -68,6 +68,7 @@ pub fn obs() -> Observations {
         eviction: None,
         retry: None,
         close_hosts: Vec::new(),
+        health: None,
     }
 }
 

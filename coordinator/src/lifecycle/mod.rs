@@ -23,11 +23,12 @@ mod observe;
 pub use crate::api::condition::DesiredCondition;
 pub use action::Action;
 pub use decide::{
-    ALLOWED_TRANSITIONS, DRIFT_REPAIRED, Decision, Input, NOVA_ENABLES_NEW_SERVICES, Policy,
+    ALLOWED_TRANSITIONS, DRIFT_REPAIRED, Decision, HOST_UNSEEN, Input, NOVA_ENABLES_NEW_SERVICES, Policy,
     SERVICE_RE_REGISTERED, Transition, Warning, decide, nova_host,
 };
 pub use observe::{
-    AgentObs, CheckReport, EvictionObs, NodeObs, NovaHost, NovaObs, Observations, ServiceState, close_hosts,
+    AgentObs, CheckReport, EvictionObs, HealthObs, NodeObs, NovaHost, NovaObs, Observations, ServiceState,
+    close_hosts,
 };
 
 #[cfg(test)]

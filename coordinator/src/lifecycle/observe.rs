@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use crate::api::EvictionReason;
 use crate::api::eviction::EvictionPhase;
-use crate::api::hypervisor::CheckResultStatus;
+use crate::api::hypervisor::{CheckResultStatus, HealthState};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Observations {
@@ -24,6 +24,21 @@ pub struct Observations {
     /// When Nova shows no compute service under the host's name: the ones
     /// that look like it, each with why ("compute-4 (same short name)").
     pub close_hosts: Vec<String>,
+    /// The host's health as judged in this reconcile (docs/health.md);
+    /// None when it was not judged now (the coordinator blind or just
+    /// taken over, or a phase that is not judged): then nothing is done
+    /// for health, and what was done stands.
+    pub health: Option<HealthObs>,
+}
+
+/// A health verdict, as far as the lifecycle acts on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HealthObs {
+    pub state: HealthState,
+    /// When the host entered the state (None: not known).
+    pub since: Option<jiff::Timestamp>,
+    /// The first line of the evidence, for Nova's disabled reason.
+    pub summary: String,
 }
 
 /// The Kubernetes Node the hypervisor is named after.

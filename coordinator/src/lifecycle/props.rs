@@ -16,7 +16,7 @@ use proptest::test_runner::{Config, TestRunner};
 use super::fixtures::*;
 use super::*;
 use crate::api::eviction::EvictionPhase;
-use crate::api::hypervisor::{HypervisorSpec, HypervisorStatus};
+use crate::api::hypervisor::{HealthState, HypervisorSpec, HypervisorStatus, UnseenHold};
 use crate::api::{EvictionReason, MaintenanceMode, Phase};
 
 const MODES: [MaintenanceMode; 5] = [
@@ -28,7 +28,12 @@ const MODES: [MaintenanceMode; 5] = [
 ];
 
 /// Rules that must hold for every single decision.
-fn check_one_step(st: &HypervisorStatus, o: &Observations, d: &Decision) -> Result<(), String> {
+fn check_one_step(
+    sp: &HypervisorSpec,
+    st: &HypervisorStatus,
+    o: &Observations,
+    d: &Decision,
+) -> Result<(), String> {
     let from = st.phase.unwrap_or_default();
     if d.phase != from && !ALLOWED_TRANSITIONS.contains(&(from, d.phase)) {
         return Err(format!("transition {from} -> {} is not allowed", d.phase));
@@ -83,6 +88,37 @@ fn check_one_step(st: &HypervisorStatus, o: &Observations, d: &Decision) -> Resu
     if d.transition.is_some() != (d.phase != from) {
         return Err("transition record does not match the phase change".into());
     }
+    // The unseen hold (docs/health.md): made only on a judged verdict that
+    // lost sight of the host, and only a pass of the run started after it
+    // was seen again (or skipTests) lifts it with an enable.
+    let lost =
+        o.health.as_ref().is_some_and(|h| matches!(h.state, HealthState::Unreachable | HealthState::Failed));
+    if st.lifecycle.unseen.is_none() && d.record.unseen.is_some() && !lost {
+        return Err(format!("host held unseen on verdict {:?}", o.health));
+    }
+    if let Some(hold) = st.lifecycle.unseen.as_ref().filter(|_| from == Phase::Active && enables) {
+        let passed = hold.recheck_run.is_some_and(|run| {
+            !hold.recheck_failed
+                && o.checks.as_ref().is_some_and(|r| {
+                    r.run == run && !r.results.is_empty() && r.results.iter().all(|c| c.passed)
+                })
+        });
+        if !passed && !sp.skip_tests {
+            return Err(format!("a held host enabled without a passed recheck: {hold:?}"));
+        }
+        if d.record.unseen.is_some() {
+            return Err("a held host enabled and still held".into());
+        }
+    }
+    // Nothing is moved off an Active host but for a maintenance (the unseen
+    // hold among the rest starts no migration).
+    let maintenance = sp.maintenance.is_requested() || o.node == NodeObs::Deleting;
+    if from == Phase::Active
+        && !maintenance
+        && d.actions.iter().any(|a| matches!(a, Action::CreateEviction { .. }))
+    {
+        return Err("an Eviction created in Active without a maintenance".into());
+    }
     if d.conditions.len() != 5 {
         return Err(format!("{} owned conditions instead of 5", d.conditions.len()));
     }
@@ -126,7 +162,37 @@ fn grid_statuses(phase: Phase) -> Vec<HypervisorStatus> {
     let mut fresh = base.clone();
     fresh.service_id = None;
     fresh.phase_since = None;
-    vec![base, maint, ext_up, ext_fail, deleted, fresh]
+    let mut out = vec![base.clone(), maint, ext_up, ext_fail.clone(), deleted, fresh];
+    if matches!(phase, Phase::Active | Phase::Evicting) {
+        // Held unseen: before its recheck, during it (run 1), after it failed.
+        for (run, failed) in [(None, false), (Some(1), false), (Some(1), true)] {
+            let hold = UnseenHold {
+                disabled_at: Time(t(0)),
+                cause: "Unreachable: agent".into(),
+                recheck_run: run,
+                recheck_failed: failed,
+            };
+            for mut st in [base.clone(), ext_fail.clone()] {
+                st.lifecycle.test_run = 1;
+                st.lifecycle.test_started = Some(Time(t(0)));
+                st.lifecycle.unseen = Some(hold.clone());
+                out.push(st);
+            }
+        }
+    }
+    out
+}
+
+/// Verdicts by agent session: none (not judged), and what a host with or
+/// without its agent can be judged.
+fn grid_health(agent: bool) -> [Option<HealthObs>; 3] {
+    let v =
+        |state, since| Some(HealthObs { state, since: Some(t(since)), summary: "agent: no session".into() });
+    if agent {
+        [None, v(HealthState::Healthy, 0), v(HealthState::Degraded, 0)]
+    } else {
+        [None, v(HealthState::Unreachable, 0), v(HealthState::Failed, 50)]
+    }
 }
 
 fn grid_nova() -> Vec<NovaObs> {
@@ -187,9 +253,19 @@ fn one_step_rules_hold_on_the_whole_grid() {
                 for nova in &novas {
                     for ev in &evictions {
                         for node in nodes {
-                            for agent in [false, true] {
+                            for (agent, health) in
+                                [false, true].into_iter().flat_map(|a| grid_health(a).map(|h| (a, h)))
+                            {
                                 for ch in &checks {
                                     for retry in &retries {
+                                        // Verdicts act in service only, and
+                                        // not through retries: kept small.
+                                        let acts =
+                                            matches!(phase, Phase::Ready | Phase::Active | Phase::Evicting)
+                                                && retry.as_deref() != Some("r2");
+                                        if health.is_some() && !acts {
+                                            continue;
+                                        }
                                         let o = Observations {
                                             node,
                                             agent: AgentObs { connected: agent },
@@ -198,6 +274,7 @@ fn one_step_rules_hold_on_the_whole_grid() {
                                             eviction: ev.clone(),
                                             retry: retry.clone(),
                                             close_hosts: Vec::new(),
+                                            health: health.clone(),
                                         };
                                         for now in [t(60), t(100_000)] {
                                             let input = Input {
@@ -209,7 +286,7 @@ fn one_step_rules_hold_on_the_whole_grid() {
                                                 now,
                                             };
                                             let d = decide(&input);
-                                            if let Err(e) = check_one_step(&st, &o, &d) {
+                                            if let Err(e) = check_one_step(sp, &st, &o, &d) {
                                                 panic!(
                                                     "{e}\nstatus {st:?}\nspec {sp:?}\nobs {o:?}\ndecision {d:?}"
                                                 );
@@ -289,6 +366,10 @@ struct Step {
     advance: i64,
     /// Garbage to put into free-text fields.
     junk: String,
+    /// The verdict, if judged: which of the two a host with (Healthy,
+    /// Degraded) or without (Unreachable, Failed) its agent can have, and
+    /// how many seconds ago it began.
+    health: Option<(bool, i64)>,
 }
 
 fn ev_phase() -> impl Strategy<Value = EvictionPhase> {
@@ -342,8 +423,9 @@ fn step() -> impl Strategy<Value = Step> {
         retry,
         0i64..400,
         ".{0,12}",
+        prop::option::weighted(0.7, (any::<bool>(), 0i64..600)),
     )
-        .prop_map(|(mode, skip, node, agent, nova, ev, checks, retry, advance, junk)| Step {
+        .prop_map(|(mode, skip, node, agent, nova, ev, checks, retry, advance, junk, health)| Step {
             mode,
             skip,
             node,
@@ -354,6 +436,48 @@ fn step() -> impl Strategy<Value = Step> {
             retry,
             advance,
             junk,
+            health,
+        })
+}
+
+/// Steps of an Active host with a VM, no maintenance and no eviction, whose
+/// agent comes and goes: the unseen hold's ground.
+fn hold_step() -> impl Strategy<Value = Step> {
+    let checks = prop_oneof![
+        2 => Just(ChecksKind::None),
+        3 => prop::bool::weighted(0.7).prop_map(|pass| ChecksKind::Current { pass }),
+        1 => Just(ChecksKind::Stale),
+    ];
+    let retry =
+        prop_oneof![4 => Just(RetryKind::None), 1 => Just(RetryKind::Same), 2 => Just(RetryKind::Fresh)];
+    (
+        any::<bool>(),
+        prop::option::weighted(0.8, (any::<bool>(), 0i64..600)),
+        checks,
+        retry,
+        0i64..400,
+        any::<bool>(),
+        prop::bool::weighted(0.05),
+    )
+        .prop_map(|(agent, health, checks, retry, advance, enabled, skip)| Step {
+            mode: MaintenanceMode::None,
+            skip,
+            node: NodeObs::Present { ready: true },
+            agent,
+            nova: NovaKind::Registered {
+                enabled,
+                aggs: vec![true, true, false],
+                unknown: false,
+                traits: Some(vec![true, false]),
+                instances: 1,
+                hv: true,
+            },
+            ev: EvKind::None,
+            checks,
+            retry,
+            advance,
+            junk: "agent: no session".into(),
+            health,
         })
 }
 
@@ -370,6 +494,9 @@ struct Model {
     /// We deleted the service while it was empty, and saw no instance since.
     deleted_empty: bool,
     seen_registered: bool,
+    /// Unseen holds made and lifted by a recheck (the generator reaches both).
+    holds: u32,
+    lifts: u32,
 }
 
 struct Sim {
@@ -394,6 +521,21 @@ impl Sim {
             model: Model::default(),
             transitions: BTreeSet::new(),
         }
+    }
+
+    /// A host in service, as onboarding leaves it.
+    fn in_service() -> Self {
+        let mut sim = Sim::new();
+        sim.status.phase = Some(Phase::Active);
+        sim.status.phase_since = Some(Time(sim.now));
+        sim.status.service_id = Some("svc".into());
+        sim.status.hypervisor_id = Some("hv".into());
+        sim.status.lifecycle.test_run = 1;
+        sim.status.lifecycle.applied_aggregates = vec!["az-a".into(), "az-b".into()];
+        sim.status.lifecycle.applied_traits = vec!["CUSTOM_A".into()];
+        sim.model.cleared = true;
+        sim.model.seen_registered = true;
+        sim
     }
 
     fn observe(&self, s: &Step) -> Observations {
@@ -446,6 +588,16 @@ impl Sim {
             RetryKind::Same => self.status.lifecycle.handled_retry.clone().or(Some("r0".into())),
             RetryKind::Fresh => Some(format!("r{}", self.now.as_second())),
         };
+        let health = s.health.map(|(second, ago)| {
+            let state = match (s.agent, second) {
+                (true, false) => HealthState::Healthy,
+                (true, true) => HealthState::Degraded,
+                (false, false) => HealthState::Unreachable,
+                (false, true) => HealthState::Failed,
+            };
+            let since = self.now.checked_sub(jiff::SignedDuration::from_secs(ago)).ok();
+            HealthObs { state, since, summary: s.junk.clone() }
+        });
         Observations {
             node: s.node,
             agent: AgentObs { connected: s.agent },
@@ -454,6 +606,7 @@ impl Sim {
             eviction,
             retry,
             close_hosts: Vec::new(),
+            health,
         }
     }
 
@@ -482,7 +635,7 @@ impl Sim {
             now: self.now,
         };
         let d = decide(&input);
-        check_one_step(&self.status, &o, &d)?;
+        check_one_step(&self.spec, &self.status, &o, &d)?;
         if decide(&input) != d {
             return Err("decide is not deterministic".into());
         }
@@ -512,6 +665,22 @@ impl Sim {
         }
         if d.actions.iter().any(|a| matches!(a, Action::DeleteService { .. })) {
             m.deleted_empty = true;
+        }
+        // Held unseen: not cleared until a recheck passes in Active.
+        let held = &self.status.lifecycle.unseen;
+        if held.is_none() && d.record.unseen.is_some() {
+            m.cleared = false;
+            m.holds += 1;
+        }
+        if let Some(hold) = held.as_ref().filter(|_| d.record.unseen.is_none() && d.transition.is_none()) {
+            let passed = hold.recheck_run.is_some_and(|run| {
+                o.checks.as_ref().is_some_and(|r| r.run == run && r.results.iter().all(|c| c.passed))
+            });
+            if !passed && !self.spec.skip_tests {
+                return Err(format!("unseen hold lifted in {from} without a passed recheck"));
+            }
+            m.cleared = true;
+            m.lifts += 1;
         }
         if d.actions.contains(&Action::EnableService) && !m.cleared {
             return Err(format!("scheduling enabled in {from} before the checks passed"));
@@ -565,6 +734,20 @@ proptest! {
         }
     }
 
+    /// A host in service whose agent comes and goes is held disabled only
+    /// on a judged loss of sight, never emptied for it, and enabled again
+    /// only on a pass of the run started after it was seen again.
+    #[test]
+    fn held_hosts_come_back_only_through_a_passed_recheck(steps in prop::collection::vec(hold_step(), 1..60)) {
+        let mut sim = Sim::in_service();
+        for (i, s) in steps.iter().enumerate() {
+            if let Err(e) = sim.step(s) {
+                prop_assert!(false, "step {i}: {e}\nstep {s:?}\nstatus {:?}", sim.status);
+            }
+            prop_assert_eq!(sim.status.phase, Some(Phase::Active), "step {}: the hold moves nothing", i);
+        }
+    }
+
     /// Arbitrary (even nonsensical) stored status and observations never panic.
     #[test]
     fn garbage_never_panics(
@@ -585,7 +768,7 @@ proptest! {
         sim.status.lifecycle.eviction = Some(eviction_ref(&junk, EvictionReason::Decommission, run % 2 == 0));
         for s in &steps {
             let o = sim.observe(s);
-            let policy = Policy { registration_timeout: jiff::SignedDuration::MAX, checks_timeout: jiff::SignedDuration::MIN };
+            let policy = Policy { registration_timeout: jiff::SignedDuration::MAX, checks_timeout: jiff::SignedDuration::MIN, unreachable_grace: jiff::SignedDuration::MIN };
             let d = decide(&Input { name: &junk, spec: &sim.spec, status: &sim.status, obs: &o, policy: &policy, now: Timestamp::MAX });
             for a in &d.actions {
                 if let Action::DisableService { reason } = a {
@@ -596,12 +779,38 @@ proptest! {
     }
 }
 
+/// The hold's generator makes holds, rechecks, failed rechecks and lifts.
+#[test]
+fn hold_sequences_reach_every_stage_of_the_hold() {
+    let mut runner = TestRunner::deterministic();
+    let (mut holds, mut lifts, mut failed) = (0, 0, 0);
+    for _ in 0..500 {
+        let Ok(tree) = prop::collection::vec(hold_step(), 40).new_tree(&mut runner) else {
+            continue;
+        };
+        let mut sim = Sim::in_service();
+        for s in &tree.current() {
+            if sim.step(s).is_err() {
+                break;
+            }
+            failed += u32::from(sim.status.lifecycle.unseen.as_ref().is_some_and(|u| u.recheck_failed));
+        }
+        holds += sim.model.holds;
+        lifts += sim.model.lifts;
+    }
+    assert!(
+        holds > 300 && lifts > 100 && failed > 100,
+        "holds {holds}, lifts {lifts}, failed steps {failed}"
+    );
+}
+
 /// The sequence generator is strong enough to walk every allowed transition,
 /// so the property above is not vacuous.
 #[test]
 fn random_sequences_reach_every_transition() {
     let mut runner = TestRunner::deterministic();
     let mut all = BTreeSet::new();
+    let (mut holds, mut lifts) = (0, 0);
     for _ in 0..3000 {
         let Ok(tree) = prop::collection::vec(step(), 60).new_tree(&mut runner) else {
             continue;
@@ -614,7 +823,10 @@ fn random_sequences_reach_every_transition() {
             }
         }
         all.extend(sim.transitions);
+        holds += sim.model.holds;
+        lifts += sim.model.lifts;
     }
+    assert!(holds > 20 && lifts > 0, "unseen holds made {holds}, lifted {lifts}");
     let missing: Vec<_> = ALLOWED_TRANSITIONS.iter().filter(|e| !all.contains(e)).collect();
     assert!(missing.is_empty(), "random sequences never took {missing:?}");
 }

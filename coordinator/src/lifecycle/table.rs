@@ -326,3 +326,149 @@ fn a_decommissioned_host_that_registers_again_is_disabled_and_reported() {
     assert!(d.actions.is_empty() && d.warnings.is_empty(), "{:?} {:?}", d.actions, d.warnings);
     assert_eq!(condition(&d, crate::api::ConditionType::SchedulingEnabled).reason, "ReRegistered");
 }
+
+fn verdict(state: crate::api::hypervisor::HealthState, since: i64) -> Option<HealthObs> {
+    Some(HealthObs { state, since: Some(t(since)), summary: "agent: no session since then".into() })
+}
+
+fn acts(d: &Decision) -> Vec<String> {
+    d.actions.iter().map(|a| a.to_string()).collect()
+}
+
+/// The whole story of a host we lose sight of (docs/health.md), one
+/// decision at a time, each fed the record the last one wrote.
+#[test]
+fn an_unseen_host_is_disabled_after_the_grace_moves_nothing_and_comes_back_only_through_a_passed_recheck() {
+    use crate::api::ConditionType::{SchedulingEnabled, Tested};
+    use crate::api::hypervisor::HealthState::*;
+    let sp = spec();
+    let mut st = status(Phase::Active);
+    st.lifecycle.test_run = 1;
+    let mut o = obs();
+    with_host(&mut o, |h| {
+        h.enabled = true;
+        h.instances = vec!["vm-1".into()];
+    });
+    o.agent.connected = false;
+
+    // Within the grace (five minutes by default): nothing.
+    o.health = verdict(Unreachable, 0);
+    let d = decide_at(&sp, &st, &o, t(299));
+    assert!(d.actions.is_empty() && d.record.unseen.is_none(), "{d:?}");
+    // Past it: disabled with the cause, a Warning, and nothing moved.
+    let d = decide_at(&sp, &st, &o, t(300));
+    assert_eq!(
+        acts(&d),
+        ["disable compute service (hv-lifecycle: host unseen (Unreachable: agent: no session since then))"]
+    );
+    assert_eq!((d.phase, d.warnings[0].reason), (Phase::Active, HOST_UNSEEN));
+    assert_eq!(condition(&d, SchedulingEnabled).reason, "HostUnseen");
+    st.lifecycle = d.record;
+    with_host(&mut o, |h| h.enabled = false);
+
+    // Not judged (the coordinator blind): the hold stands, nothing else.
+    o.health = None;
+    let d = decide_at(&sp, &st, &o, t(400));
+    assert!(d.actions.is_empty() && d.record.unseen == st.lifecycle.unseen, "{d:?}");
+    // Drift repair does not enable it: someone enabled it by hand.
+    o.health = verdict(Unreachable, 0);
+    with_host(&mut o, |h| h.enabled = true);
+    let d = decide_at(&sp, &st, &o, t(410));
+    assert_eq!(
+        acts(&d),
+        ["disable compute service (hv-lifecycle: host unseen (Unreachable: agent: no session since then))"]
+    );
+    assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+    with_host(&mut o, |h| h.enabled = false);
+
+    // Seen again: run 2 is asked for, and the host stays disabled.
+    o.agent.connected = true;
+    o.health = verdict(Healthy, 500);
+    let d = decide_at(&sp, &st, &o, t(500));
+    assert_eq!(acts(&d), ["run checks (run 2)"]);
+    assert_eq!(condition(&d, Tested).reason, "Rechecking");
+    st.lifecycle = d.record;
+    // A stale pass (run 1) enables nothing; run 2 failing holds it.
+    o.checks = Some(report(1, &[]));
+    let d = decide_at(&sp, &st, &o, t(501));
+    assert_eq!(acts(&d), ["run checks (run 2)"]);
+    o.checks = Some(report(2, &["ovs-bridge/br-ex"]));
+    let d = decide_at(&sp, &st, &o, t(502));
+    assert!(d.actions.is_empty(), "{d:?}");
+    assert_eq!(condition(&d, SchedulingEnabled).reason, "RecheckFailed");
+    assert!(condition(&d, SchedulingEnabled).message.contains("hvctl retry node-1"), "{d:?}");
+    st.lifecycle = d.record;
+    // ... until a retry, even if a pass of run 2 shows up later.
+    o.checks = Some(report(2, &[]));
+    let d = decide_at(&sp, &st, &o, t(503));
+    assert!(d.actions.is_empty(), "{d:?}");
+    o.retry = Some("r1".into());
+    let d = decide_at(&sp, &st, &o, t(504));
+    assert_eq!(acts(&d), ["run checks (run 3)"]);
+    st.lifecycle = d.record;
+    // A pass of run 3 enables it, and the hold is gone.
+    o.checks = Some(report(3, &[]));
+    let d = decide_at(&sp, &st, &o, t(505));
+    assert_eq!(acts(&d), ["enable compute service"]);
+    assert!(d.record.unseen.is_none() && d.warnings.is_empty(), "{d:?}");
+    assert_eq!(d.phase, Phase::Active);
+}
+
+#[test]
+fn a_failed_host_is_disabled_at_once_and_a_skip_tests_host_needs_no_recheck() {
+    use crate::api::hypervisor::HealthState::*;
+    let mut sp = spec();
+    let mut st = status(Phase::Active);
+    let mut o = obs();
+    with_host(&mut o, |h| h.enabled = true);
+    o.health = verdict(Failed, 100);
+    let d = decide_at(&sp, &st, &o, t(100));
+    assert!(acts(&d)[0].starts_with("disable compute service (hv-lifecycle: host unseen (Failed"), "{d:?}");
+    // Degraded and Healthy hosts are no business of the hold.
+    for state in [Healthy, Degraded] {
+        o.health = verdict(state, -10_000);
+        assert!(decide_at(&sp, &st, &o, t(100)).record.unseen.is_none());
+    }
+    o.health = verdict(Failed, 100);
+    st.lifecycle = decide_at(&sp, &st, &o, t(100)).record;
+    with_host(&mut o, |h| h.enabled = false);
+    sp.skip_tests = true;
+    o.health = verdict(Healthy, 200);
+    let d = decide_at(&sp, &st, &o, t(200));
+    assert_eq!(acts(&d), ["enable compute service"]);
+    assert!(d.record.unseen.is_none());
+}
+
+#[test]
+fn a_held_host_stays_disabled_past_a_re_enabling_eviction_and_leaves_the_hold_with_a_maintenance() {
+    use crate::api::hypervisor::HealthState::*;
+    let sp = spec();
+    let mut st = status(Phase::Active);
+    let mut o = obs();
+    with_host(&mut o, |h| h.enabled = true);
+    o.health = verdict(Failed, 0);
+    st.lifecycle = decide_at(&sp, &st, &o, t(1)).record;
+    with_host(&mut o, |h| h.enabled = false);
+    // A hand-made re-enabling eviction runs and ends: back to Active, still held.
+    o.eviction = ev("drain-1", RollingUpdate, Migrating);
+    let d = decide_at(&sp, &st, &o, t(2));
+    assert_eq!(d.phase, Phase::Evicting);
+    st.phase = Some(d.phase);
+    st.lifecycle = d.record;
+    assert!(st.lifecycle.unseen.is_some(), "the hold survives an eviction");
+    o.eviction = ev("drain-1", RollingUpdate, Succeeded);
+    let d = decide_at(&sp, &st, &o, t(3));
+    assert_eq!(d.phase, Phase::Active);
+    assert!(!acts(&d).contains(&"enable compute service".to_string()), "{d:?}");
+    assert!(d.record.unseen.is_some());
+    // A maintenance ends it: the host comes back through Onboarding's checks.
+    st.phase = Some(Phase::Active);
+    st.lifecycle = d.record;
+    o.eviction = None;
+    let mut sp = sp;
+    sp.maintenance = MaintenanceMode::Auto;
+    with_host(&mut o, |h| h.instances.clear());
+    let d = decide_at(&sp, &st, &o, t(4));
+    assert_eq!(d.phase, Phase::Maintenance);
+    assert!(d.record.unseen.is_none());
+}
