@@ -47,10 +47,8 @@ async fn main() {
     let host = hv_tests::hosts::claim(&region.env).await.host;
     // Nothing is acted on (no ha maintenance, no disabling): only the
     // verdict is timed. The Node's grace is 0 s: its figure is the watch's.
-    let coord = region.coordinator(
-        None,
-        &["--skip-tests", "--node-not-ready-grace", "0s", "--ha-maintenance-limit", "0"],
-    );
+    let coord = region
+        .coordinator(None, &["--skip-tests", "--node-not-ready-grace", "0s", "--ha-maintenance-limit", "0"]);
     let root = hv_tests::region::healthy_host(&region.dir.join("host"));
     let peers = AgentPeers { host_root: Some(root.clone()), ..Default::default() };
     let mut agent = region.agent(&host, &peers);

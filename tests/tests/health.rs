@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use hv_coordinator::api::eviction::EvictionReason;
-use hv_coordinator::api::{Eviction, Hypervisor, MaintenanceMode, Phase};
 use hv_coordinator::api::hypervisor::{HealthState, HealthStatus};
+use hv_coordinator::api::{Eviction, Hypervisor, MaintenanceMode, Phase};
 use hv_coordinator::health::marks::{self, Marks};
 use hv_tests::env::Via;
 use hv_tests::fault_proxy::{Fault, FaultProxy, Match};
@@ -308,7 +308,10 @@ async fn a_coordinator_cut_off_from_nova_judges_and_changes_no_host() {
         || async {
             let hv = region.hypervisor(&host).await.unwrap();
             let (_, _, message) = Region::condition(&hv, "NodeHealthy");
-            hv_tests::wait::ready_when(message.starts_with("not judged: the coordinator cannot reach Nova"), hv)
+            hv_tests::wait::ready_when(
+                message.starts_with("not judged: the coordinator cannot reach Nova"),
+                hv,
+            )
         },
     )
     .await;
@@ -324,10 +327,15 @@ async fn a_coordinator_cut_off_from_nova_judges_and_changes_no_host() {
     assert_eq!((st.phase, hv.spec.maintenance), (Some(Phase::Active), MaintenanceMode::None));
     assert!(st.lifecycle.unseen.is_none(), "{st:?}");
     let evictions: Api<Eviction> = Api::all(region.kube.client.clone());
-    assert!(evictions.list(&Default::default()).await.unwrap().items.iter().all(|e| e.spec.hypervisor != host));
+    assert!(
+        evictions.list(&Default::default()).await.unwrap().items.iter().all(|e| e.spec.hypervisor != host)
+    );
 
     // Seeing again, it acts: the agent is gone, so Unreachable, then disabled.
     nova.clear_rules();
     let svc = wait_service(&admin, &host, "disabled", &coord).await;
-    assert!(svc["disabled_reason"].as_str().unwrap_or_default().contains("host unseen (Unreachable"), "{svc}");
+    assert!(
+        svc["disabled_reason"].as_str().unwrap_or_default().contains("host unseen (Unreachable"),
+        "{svc}"
+    );
 }
