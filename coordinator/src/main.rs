@@ -108,11 +108,16 @@ struct Args {
     /// hiccup, short of letting new VMs land on a host nobody watches.
     #[arg(long, default_value = "5m", value_parser = duration)]
     unreachable_grace: Duration,
-    /// How many hosts may be in `ha` maintenance and still being emptied
-    /// at once before a Degraded host is no longer put into it
+    /// How many hosts may be in `ha` maintenance set for health (until an
+    /// SRE clears it) before a Degraded host is no longer put into it
     /// (docs/health.md): past it, one shared fault is the likelier cause.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     ha_maintenance_limit: usize,
+    /// Past this share (percent) of judged hosts Unreachable or Failed at
+    /// once, no further host is disabled for being unseen (docs/health.md):
+    /// a cut of our own, or a fault shared by the fleet, is the likelier cause.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
+    unseen_max_share: u8,
     /// How often an Active or Maintenance node is compared with Nova (drift check).
     #[arg(long, default_value = "60s", value_parser = duration)]
     drift_interval: Duration,
@@ -404,7 +409,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             checks_timeout: jiff::SignedDuration::try_from(args.checks_timeout)?,
             unreachable_grace: jiff::SignedDuration::try_from(args.unreachable_grace)?,
         },
-        ha: hv_coordinator::k8s::ha::HaClaims::new(args.ha_maintenance_limit),
+        ha: hv_coordinator::k8s::ha::HaClaims::new(args.ha_maintenance_limit, args.unseen_max_share),
         metrics: metrics.clone(),
         judging_from: jiff::Timestamp::now() + jiff::SignedDuration::try_from(args.health_settle)?,
         health_policy: hv_coordinator::health::HealthPolicy {

@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Node;
 
 use super::model::{AgentSource, NodeSource, NovaSource, OwnView};
-use crate::api::hypervisor::HealthStatus;
+use crate::api::hypervisor::{HealthState, HealthStatus};
 use crate::api::{ConditionStatus, ConditionType};
 use crate::fleet::AgentView;
 use crate::lifecycle::{DesiredCondition, NovaObs, ServiceState};
@@ -52,7 +52,15 @@ pub fn lifecycle_view(h: &HealthStatus) -> crate::lifecycle::HealthObs {
     crate::lifecycle::HealthObs {
         state: h.state,
         since: h.since.as_ref().map(|t| t.0),
-        summary: h.evidence.first().cloned().unwrap_or_else(|| h.state.to_string()),
+        // A Degraded host's reason is its first critical signal (a line
+        // about Nova's forced_down may come first).
+        summary: h
+            .evidence
+            .iter()
+            .find(|l| h.state != HealthState::Degraded || l.contains("(critical)"))
+            .cloned()
+            .unwrap_or_else(|| h.state.to_string()),
+        hold_back: None,
     }
 }
 

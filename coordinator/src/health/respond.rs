@@ -33,6 +33,8 @@ pub struct Host<'a> {
     pub name: &'a str,
     pub phase: Phase,
     pub maintenance: MaintenanceMode,
+    /// Its Node is being deleted: the lifecycle decommissions it already.
+    pub terminating: bool,
     /// This reconcile's verdict; None when not judged now.
     pub health: Option<&'a HealthObs>,
 }
@@ -50,7 +52,7 @@ pub fn respond(host: &Host<'_>, in_flight: usize, limit: usize) -> Response {
     // In service or about to be: Testing's host is disabled anyway and
     // its checks decide; Maintenance, Onboarding and the rest are not judged.
     let in_service = matches!(host.phase, Phase::Ready | Phase::Active | Phase::Evicting);
-    if !in_service || host.maintenance.is_requested() {
+    if !in_service || host.maintenance.is_requested() || host.terminating {
         return Response::Nothing;
     }
     if in_flight >= limit {
@@ -64,6 +66,22 @@ pub fn respond(host: &Host<'_>, in_flight: usize, limit: usize) -> Response {
         };
     }
     Response::Maintain { reason: truncate(&format!("{REASON_PREFIX}{}", h.summary), 200) }
+}
+
+/// The fleet gate on unseen holds: `lost` of `judged` hosts are
+/// Unreachable or Failed (this one counted). Past `max_share` percent (and
+/// at least two hosts), a cut of our own (the coordinator from its agents,
+/// an expired certificate, a bad agent release) or a fault shared by the
+/// fleet (Nova's message bus) is likelier than as many lost hosts, and no
+/// further host is disabled for it. Answers why it holds back.
+pub fn unseen_gate(lost: usize, judged: usize, max_share: u8) -> Option<String> {
+    (lost >= 2 && lost * 100 > judged * usize::from(max_share)).then(|| {
+        format!(
+            "{lost} of {judged} judged hosts are Unreachable or Failed, more than --unseen-max-share \
+             {max_share}%: no host is disabled for being unseen (a cut of our own or a shared fault \
+             is likelier)"
+        )
+    })
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -83,12 +101,14 @@ mod tests {
             state,
             since: None,
             summary: "root-read-only / (critical): / is mounted read-only".into(),
+            hold_back: None,
         }
     }
 
-    /// Every phase × every mode × every verdict (and none) × under and at
-    /// the limit: only a judged Degraded host in service, with no
-    /// maintenance set, is put into `ha`, and only under the limit.
+    /// Every phase × mode × verdict (and none) × terminating or not ×
+    /// under and at the limit: only a judged Degraded host in service, with
+    /// no maintenance set and its Node not being deleted, is put into `ha`,
+    /// and only under the limit.
     #[test]
     fn only_a_judged_degraded_host_in_service_without_maintenance_is_put_into_ha_under_the_limit() {
         let modes = [
@@ -100,26 +120,35 @@ mod tests {
         ];
         let states =
             [HealthState::Healthy, HealthState::Degraded, HealthState::Unreachable, HealthState::Failed];
+        let verdicts: Vec<Option<HealthObs>> = states.iter().map(|s| Some(obs(*s))).chain([None]).collect();
         let mut maintained = 0;
         for phase in Phase::ALL {
-            for mode in modes {
-                for state in states.iter().map(|s| Some(obs(*s))).chain([None]) {
-                    for (in_flight, limit) in [(0, 3), (2, 3), (3, 3), (0, 0)] {
-                        let host = Host { name: "node-1", phase, maintenance: mode, health: state.as_ref() };
-                        let r = respond(&host, in_flight, limit);
-                        let wants = state.as_ref().is_some_and(|h| h.state == HealthState::Degraded)
-                            && matches!(phase, Phase::Ready | Phase::Active | Phase::Evicting)
-                            && mode == MaintenanceMode::None;
-                        match r {
-                            Response::Nothing => assert!(!wants, "{host:?}"),
-                            Response::Maintain { reason } => {
-                                assert!(wants && in_flight < limit, "{host:?} {in_flight}/{limit}");
-                                assert!(reason.starts_with("hv-health: root-read-only"), "{reason}");
-                                maintained += 1;
-                            }
-                            Response::Capped { message } => {
-                                assert!(wants && in_flight >= limit, "{host:?}");
-                                assert!(message.contains("--ha-maintenance-limit"), "{message}");
+            for maintenance in modes {
+                for health in &verdicts {
+                    for terminating in [false, true] {
+                        for (in_flight, limit) in [(0, 3), (2, 3), (3, 3), (0, 0)] {
+                            let host = Host {
+                                name: "node-1",
+                                phase,
+                                maintenance,
+                                terminating,
+                                health: health.as_ref(),
+                            };
+                            let wants = health.as_ref().is_some_and(|h| h.state == HealthState::Degraded)
+                                && matches!(phase, Phase::Ready | Phase::Active | Phase::Evicting)
+                                && maintenance == MaintenanceMode::None
+                                && !terminating;
+                            match respond(&host, in_flight, limit) {
+                                Response::Nothing => assert!(!wants, "{host:?}"),
+                                Response::Maintain { reason } => {
+                                    assert!(wants && in_flight < limit, "{host:?} {in_flight}/{limit}");
+                                    assert!(reason.starts_with("hv-health: root-read-only"), "{reason}");
+                                    maintained += 1;
+                                }
+                                Response::Capped { message } => {
+                                    assert!(wants && in_flight >= limit, "{host:?}");
+                                    assert!(message.contains("--ha-maintenance-limit"), "{message}");
+                                }
                             }
                         }
                     }
@@ -130,11 +159,32 @@ mod tests {
     }
 
     #[test]
+    fn the_unseen_gate_holds_back_past_the_share_and_never_for_one_host() {
+        assert_eq!(unseen_gate(1, 1, 50), None, "one host alone is never held back");
+        assert_eq!(unseen_gate(1, 2, 0), None);
+        assert_eq!(unseen_gate(2, 4, 50), None, "exactly half is not more than half");
+        assert!(unseen_gate(3, 4, 50).is_some_and(|m| m.starts_with("3 of 4 judged hosts")));
+        assert!(unseen_gate(2, 100, 1).is_some());
+        assert_eq!(unseen_gate(100, 100, 100), None, "100 % never holds back");
+        for judged in 0..50 {
+            for lost in 0..=judged {
+                let held = unseen_gate(lost, judged, 50).is_some();
+                assert_eq!(held, lost >= 2 && 2 * lost > judged, "{lost}/{judged}");
+            }
+        }
+    }
+
+    #[test]
     fn the_reason_fits_nova_and_is_cut_on_a_character_boundary() {
         let mut h = obs(HealthState::Degraded);
         h.summary = "é".repeat(300);
-        let host =
-            Host { name: "n", phase: Phase::Active, maintenance: MaintenanceMode::None, health: Some(&h) };
+        let host = Host {
+            name: "n",
+            phase: Phase::Active,
+            maintenance: MaintenanceMode::None,
+            terminating: false,
+            health: Some(&h),
+        };
         let Response::Maintain { reason } = respond(&host, 0, 1) else { panic!("not maintained") };
         assert!(reason.len() <= 200 && reason.starts_with(REASON_PREFIX), "{}", reason.len());
     }

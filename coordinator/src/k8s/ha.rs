@@ -1,5 +1,6 @@
-//! A Degraded host put into `ha` maintenance ([`health::respond`]): how many
-//! hosts are being emptied for health, and the write of the spec.
+//! What a verdict asks of the fleet ([`health::respond`]): a Degraded host
+//! put into `ha` maintenance under its limit (counted, and the spec
+//! written), and the gate on disabling hosts for being unseen.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -9,6 +10,7 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
 use super::hypervisor::{Context, Error};
+use crate::api::hypervisor::HealthState;
 use crate::api::{Hypervisor, MaintenanceMode, Phase};
 use crate::health::respond::{self, Response};
 use crate::lifecycle::HealthObs;
@@ -17,15 +19,16 @@ use crate::lifecycle::HealthObs;
 /// not show it yet.
 const CLAIM_TTL: Duration = Duration::from_secs(30);
 
-/// The limit, and the hosts this process put into `ha` moments ago.
+/// The limits, and the hosts this process put into `ha` moments ago.
 pub struct HaClaims {
     limit: usize,
+    unseen_max_share: u8,
     recent: Mutex<Vec<(String, Instant)>>,
 }
 
 impl HaClaims {
-    pub fn new(limit: usize) -> Self {
-        HaClaims { limit, recent: Mutex::new(Vec::new()) }
+    pub fn new(limit: usize, unseen_max_share: u8) -> Self {
+        HaClaims { limit, unseen_max_share, recent: Mutex::new(Vec::new()) }
     }
 
     fn forget(&self, name: &str) {
@@ -35,17 +38,21 @@ impl HaClaims {
     }
 }
 
-/// Hosts other than `name` in `ha` maintenance and not yet emptied.
+/// The Hypervisors of the Nodes this coordinator manages.
+fn managed(ctx: &Context) -> Vec<std::sync::Arc<Hypervisor>> {
+    let nodes = ctx.nodes.state();
+    let managed: std::collections::BTreeSet<String> = nodes.iter().map(|n| n.name_any()).collect();
+    ctx.hypervisors.state().into_iter().filter(|h| managed.contains(&h.name_any())).collect()
+}
+
+/// Hosts other than `name` in `ha` maintenance set for health, until an
+/// SRE clears it (a host waiting in Maintenance for its repair counts).
 fn in_flight(ctx: &Context, name: &str, recent: &[(String, Instant)]) -> usize {
-    let mut hosts: Vec<String> = ctx
-        .hypervisors
-        .state()
+    let mut hosts: Vec<String> = managed(ctx)
         .iter()
         .filter(|h| h.spec.maintenance == MaintenanceMode::Ha)
-        .filter(|h| {
-            let phase = h.status.as_ref().and_then(|s| s.phase).unwrap_or_default();
-            !matches!(phase, Phase::Maintenance | Phase::Decommissioned)
-        })
+        .filter(|h| h.spec.maintenance_reason.starts_with(respond::REASON_PREFIX))
+        .filter(|h| h.status.as_ref().and_then(|s| s.phase) != Some(Phase::Decommissioned))
         .map(|h| h.name_any())
         .collect();
     hosts.extend(recent.iter().map(|(n, _)| n.clone()));
@@ -62,9 +69,10 @@ pub async fn respond(
     hv: std::sync::Arc<Hypervisor>,
     name: &str,
     phase: Phase,
+    terminating: bool,
     health: Option<&HealthObs>,
 ) -> Result<std::sync::Arc<Hypervisor>, Error> {
-    let host = respond::Host { name, phase, maintenance: hv.spec.maintenance, health };
+    let host = respond::Host { name, phase, maintenance: hv.spec.maintenance, terminating, health };
     // Counted and claimed under one lock, so two reconciles cannot both
     // take the last place.
     let response = {
@@ -86,6 +94,21 @@ pub async fn respond(
             Ok(hv)
         }
         Response::Maintain { reason } => match write_maintenance(ctx, &hv, &reason).await {
+            // The object changed since it was read: decide again on fresh data.
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 422 => {
+                ctx.ha.forget(name);
+                Err(kube::Error::Api(e).into())
+            }
+            // Anything else must not stop the host's lifecycle: told, and
+            // tried again at the next reconcile.
+            Err(e) => {
+                ctx.ha.forget(name);
+                let note = format!("could not set spec.maintenance to ha ({reason}): {e}");
+                tracing::warn!(node = %name, error = %e, "could not set ha maintenance");
+                super::hypervisor::publish(ctx, &reference, EventType::Warning, "HaMaintenanceFailed", &note)
+                    .await;
+                Ok(hv)
+            }
             Ok(written) => {
                 let note = format!(
                     "spec.maintenance set to ha ({reason}): the host is disabled and emptied, \
@@ -95,12 +118,22 @@ pub async fn respond(
                 super::hypervisor::publish(ctx, &reference, EventType::Warning, "HaMaintenance", &note).await;
                 Ok(std::sync::Arc::new(written))
             }
-            Err(e) => {
-                ctx.ha.forget(name);
-                Err(e.into())
-            }
         },
     }
+}
+
+/// Why new unseen holds are held back now, if they are: this host's
+/// verdict with the others' recorded ones, against `--unseen-max-share`.
+pub fn unseen_hold_back(ctx: &Context, name: &str, own: &HealthObs) -> Option<String> {
+    let lost = |s: HealthState| matches!(s, HealthState::Unreachable | HealthState::Failed);
+    let others: Vec<HealthState> = managed(ctx)
+        .iter()
+        .filter(|h| h.name_any() != name)
+        .filter_map(|h| h.status.as_ref().and_then(|s| s.health.as_ref()).map(|x| x.state))
+        .collect();
+    let judged = others.len() + 1;
+    let lost_now = others.iter().filter(|s| lost(**s)).count() + usize::from(lost(own.state));
+    respond::unseen_gate(lost_now, judged, ctx.ha.unseen_max_share)
 }
 
 /// `spec.maintenance: ha` with `reason`, over the version read: a change

@@ -129,11 +129,16 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     let now = Timestamp::now();
     let phase = status.phase.unwrap_or_default();
     let verdict = judge_health(&ctx, &seen, status.health.as_ref(), phase, now);
-    seen.obs.health = verdict.status.as_ref().filter(|_| verdict.judged).map(health::observe::lifecycle_view);
+    seen.obs.health = verdict.status.as_ref().filter(|_| verdict.judged).map(|h| {
+        let mut v = health::observe::lifecycle_view(h);
+        v.hold_back = super::ha::unseen_hold_back(&ctx, &name, &v);
+        v
+    });
     let hv = if deleting {
         hv
     } else {
-        super::ha::respond(&ctx, hv, &name, phase, seen.obs.health.as_ref()).await?
+        let terminating = seen.obs.node == NodeObs::Deleting;
+        super::ha::respond(&ctx, hv, &name, phase, terminating, seen.obs.health.as_ref()).await?
     };
     let policy = &ctx.policy;
     let decision = lifecycle::decide(&Input {

@@ -208,7 +208,7 @@ fn hypervisor_ctx_executing(
         gate: gate(open),
         policy: Policy::default(),
         health_policy: Default::default(),
-        ha: crate::k8s::ha::HaClaims::new(3),
+        ha: crate::k8s::ha::HaClaims::new(3, 50),
         judging_from: jiff::Timestamp::UNIX_EPOCH,
         metrics: Default::default(),
         intervals: Intervals::default(),

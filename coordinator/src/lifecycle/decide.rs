@@ -50,8 +50,8 @@ pub struct Policy {
     /// How long Testing waits for a check report before Aborted (and a
     /// recheck before it counts as failed).
     pub checks_timeout: SignedDuration,
-    /// How long an Active host may be Unreachable before it is disabled in
-    /// Nova (docs/health.md). A Failed one is disabled at once.
+    /// How long an Active host may be Unreachable or Failed (from the
+    /// recorded `since`) before it is disabled in Nova (docs/health.md).
     pub unreachable_grace: SignedDuration,
 }
 
@@ -325,7 +325,13 @@ fn ready(d: &mut Draft<'_>) {
         NovaObs::Registered(host) if host.enabled => {
             d.go(Phase::Active, "compute service enabled in Nova".into());
         }
-        NovaObs::Registered(_) => d.actions.push(Action::EnableService),
+        NovaObs::Registered(_) => match d.unseen_cause() {
+            Some(cause) => {
+                let msg = format!("{cause}; not enabled until the host is seen again");
+                d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "HostUnseen", msg);
+            }
+            None => d.actions.push(Action::EnableService),
+        },
         NovaObs::NotRegistered => {
             let msg = "the compute service disappeared from Nova".into();
             d.set(ConditionType::Onboarded, ConditionStatus::False, "ServiceMissing", msg);
@@ -375,31 +381,18 @@ fn active(d: &mut Draft<'_>) {
 }
 
 /// An Active host we lost sight of (docs/health.md): disabled in Nova once
-/// it has been Unreachable for the grace (Failed: at once), and nothing
-/// else: a host we cannot see may still run its VMs, so no migration
-/// starts. Seen again (Healthy), its checks run again and it is enabled
-/// once they pass. A Degraded one is put into `ha` maintenance by the
-/// shell, which takes it out of Active. Answers whether it stays disabled.
+/// it has been Unreachable or Failed for the grace, and nothing else: a
+/// host we cannot see may still run its VMs, so no migration starts. Seen
+/// again (Healthy), its checks run again and it is enabled once they pass.
+/// A Degraded one is put into `ha` maintenance by the shell, which takes it
+/// out of Active. Answers whether it stays disabled.
 fn unseen(d: &mut Draft<'_>, host: &NovaHost) -> bool {
     let health = d.obs().health.as_ref();
-    let Some(hold) = d.record.unseen.clone() else {
-        let Some(h) = health else { return false };
-        let lost_for = h.since.map(|s| d.input.now.duration_since(s));
-        let due = match h.state {
-            HealthState::Failed => true,
-            HealthState::Unreachable => lost_for.is_none_or(|t| t >= d.input.policy.unreachable_grace),
-            HealthState::Healthy | HealthState::Degraded => false,
-        };
-        if !due {
-            return false;
-        }
-        let cause = format!("{}: {}", h.state, h.summary);
-        d.record.unseen = Some(UnseenHold {
-            disabled_at: Time(d.input.now),
-            cause: cause.clone(),
-            recheck_run: None,
-            recheck_failed: false,
-        });
+    // Nova's reason is the truth when our record of the hold was lost (a
+    // status write that failed after the disable).
+    let Some(hold) = d.record.unseen.clone().or_else(|| nova_hold(host, d.input.now)) else {
+        let Some(cause) = d.unseen_cause() else { return false };
+        d.hold_unseen(cause.clone());
         d.guard_disabled(host, &unseen_reason(&cause));
         let msg = format!(
             "{cause}; disabled in Nova, no migration started (its VMs may still run); \
@@ -409,6 +402,7 @@ fn unseen(d: &mut Draft<'_>, host: &NovaHost) -> bool {
         d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "HostUnseen", msg);
         return true;
     };
+    d.record.unseen = Some(hold.clone());
     d.guard_disabled(host, &unseen_reason(&hold.cause));
     if health.is_some_and(|h| h.state == HealthState::Healthy) {
         return recheck(d, hold, host);
@@ -419,12 +413,23 @@ fn unseen(d: &mut Draft<'_>, host: &NovaHost) -> bool {
     );
     d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "HostUnseen", msg);
     // A run started before it was lost again proves nothing: the next
-    // return starts a new one.
-    if let Some(h) = d.record.unseen.as_mut().filter(|_| health.is_some()) {
+    // return starts a new one. A failed one stands until a retry.
+    if let Some(h) = d.record.unseen.as_mut().filter(|h| health.is_some() && !h.recheck_failed) {
         h.recheck_run = None;
-        h.recheck_failed = false;
     }
     true
+}
+
+/// The hold Nova's disabled reason says we made.
+fn nova_hold(host: &NovaHost, now: Timestamp) -> Option<UnseenHold> {
+    let reason = host.disabled_reason.as_deref().filter(|_| !host.enabled)?;
+    let cause = reason.strip_prefix(UNSEEN_REASON_PREFIX)?;
+    Some(UnseenHold {
+        disabled_at: Time(now),
+        cause: cause.strip_suffix(')').unwrap_or(cause).to_string(),
+        recheck_run: None,
+        recheck_failed: false,
+    })
 }
 
 /// A held host seen again: one test run, and the host enabled only on its
@@ -510,8 +515,10 @@ fn recheck(d: &mut Draft<'_>, hold: UnseenHold, host: &NovaHost) -> bool {
     true
 }
 
+const UNSEEN_REASON_PREFIX: &str = "hv-lifecycle: host unseen (";
+
 fn unseen_reason(cause: &str) -> String {
-    format!("hv-lifecycle: host unseen ({cause})")
+    format!("{UNSEEN_REASON_PREFIX}{cause})")
 }
 
 fn evicting(d: &mut Draft<'_>) {
@@ -801,6 +808,11 @@ fn decommissioned(d: &mut Draft<'_>) {
 }
 
 fn re_enable(d: &mut Draft<'_>, why: &str) {
+    if d.record.unseen.is_none()
+        && let Some(cause) = d.unseen_cause()
+    {
+        d.hold_unseen(cause);
+    }
     if d.record.unseen.is_some() {
         // Held before the eviction: Active keeps holding it until it is
         // seen again and its checks pass.
@@ -984,6 +996,29 @@ impl<'a> Draft<'a> {
         } else {
             self.input.spec.maintenance
         }
+    }
+
+    /// The cause to hold the host for: this reconcile's verdict lost sight
+    /// of it (Unreachable or Failed) at least the grace ago, and the shell's
+    /// fleet gate does not hold new holds back.
+    fn unseen_cause(&self) -> Option<String> {
+        let h = self.obs().health.as_ref().filter(|h| h.hold_back.is_none())?;
+        if !matches!(h.state, HealthState::Unreachable | HealthState::Failed) {
+            return None;
+        }
+        let lost_for = h.since.map(|s| self.input.now.duration_since(s));
+        lost_for
+            .is_none_or(|t| t >= self.input.policy.unreachable_grace)
+            .then(|| format!("{}: {}", h.state, h.summary))
+    }
+
+    fn hold_unseen(&mut self, cause: String) {
+        self.record.unseen = Some(UnseenHold {
+            disabled_at: Time(self.input.now),
+            cause,
+            recheck_run: None,
+            recheck_failed: false,
+        });
     }
 
     fn hold_requested(&self) -> bool {

@@ -37,8 +37,12 @@ pub struct HealthObs {
     pub state: HealthState,
     /// When the host entered the state (None: not known).
     pub since: Option<jiff::Timestamp>,
-    /// The first line of the evidence, for Nova's disabled reason.
+    /// What it rests on in one line (the first critical signal of a
+    /// Degraded host), for Nova's disabled reason.
     pub summary: String,
+    /// Set when the fleet gate holds back new unseen holds (too many hosts
+    /// lost at once: docs/health.md), with why.
+    pub hold_back: Option<String>,
 }
 
 /// The Kubernetes Node the hypervisor is named after.

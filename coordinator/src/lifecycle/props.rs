@@ -33,7 +33,9 @@ fn check_one_step(
     st: &HypervisorStatus,
     o: &Observations,
     d: &Decision,
+    now: Timestamp,
 ) -> Result<(), String> {
+    let policy = Policy::default();
     let from = st.phase.unwrap_or_default();
     if d.phase != from && !ALLOWED_TRANSITIONS.contains(&(from, d.phase)) {
         return Err(format!("transition {from} -> {} is not allowed", d.phase));
@@ -91,10 +93,18 @@ fn check_one_step(
     // The unseen hold (docs/health.md): made only on a judged verdict that
     // lost sight of the host, and only a pass of the run started after it
     // was seen again (or skipTests) lifts it with an enable.
-    let lost =
-        o.health.as_ref().is_some_and(|h| matches!(h.state, HealthState::Unreachable | HealthState::Failed));
-    if st.lifecycle.unseen.is_none() && d.record.unseen.is_some() && !lost {
+    let due = o.health.as_ref().is_some_and(|h| {
+        matches!(h.state, HealthState::Unreachable | HealthState::Failed)
+            && h.hold_back.is_none()
+            && h.since.is_none_or(|s| now.duration_since(s) >= policy.unreachable_grace)
+    });
+    let nova_says_held = matches!(&o.nova, NovaObs::Registered(h) if !h.enabled
+        && h.disabled_reason.as_deref().is_some_and(|r| r.starts_with("hv-lifecycle: host unseen (")));
+    if st.lifecycle.unseen.is_none() && d.record.unseen.is_some() && !due && !nova_says_held {
         return Err(format!("host held unseen on verdict {:?}", o.health));
+    }
+    if due && enables {
+        return Err(format!("enabled while unseen past the grace: {:?}", o.health));
     }
     if let Some(hold) = st.lifecycle.unseen.as_ref().filter(|_| from == Phase::Active && enables) {
         let passed = hold.recheck_run.is_some_and(|run| {
@@ -186,12 +196,14 @@ fn grid_statuses(phase: Phase) -> Vec<HypervisorStatus> {
 /// Verdicts by agent session: none (not judged), and what a host with or
 /// without its agent can be judged.
 fn grid_health(agent: bool) -> [Option<HealthObs>; 3] {
-    let v =
-        |state, since| Some(HealthObs { state, since: Some(t(since)), summary: "agent: no session".into() });
+    let v = |state, since, hold_back: Option<&str>| {
+        let hold_back = hold_back.map(str::to_string);
+        Some(HealthObs { state, since: Some(t(since)), summary: "agent: no session".into(), hold_back })
+    };
     if agent {
-        [None, v(HealthState::Healthy, 0), v(HealthState::Degraded, 0)]
+        [None, v(HealthState::Healthy, 0, None), v(HealthState::Degraded, 0, None)]
     } else {
-        [None, v(HealthState::Unreachable, 0), v(HealthState::Failed, 50)]
+        [None, v(HealthState::Unreachable, 0, None), v(HealthState::Failed, 50, Some("3 of 4 lost"))]
     }
 }
 
@@ -204,6 +216,10 @@ fn grid_nova() -> Vec<NovaObs> {
         NovaHost { aggregates: set(&["old"]), traits: Some(set(&["CUSTOM_X"])), enabled: true, ..host() };
     let no_rp = NovaHost { traits: None, hypervisor_id: None, ..host() };
     let emptied = NovaHost { aggregates: set(&[]), traits: Some(set(&[])), ..host() };
+    let held = NovaHost {
+        disabled_reason: Some("hv-lifecycle: host unseen (Unreachable: agent: no session)".into()),
+        ..host()
+    };
     vec![
         NovaObs::Unknown,
         NovaObs::Unreachable("timeout".into()),
@@ -217,6 +233,7 @@ fn grid_nova() -> Vec<NovaObs> {
         NovaObs::Registered(drifted),
         NovaObs::Registered(no_rp),
         NovaObs::Registered(emptied),
+        NovaObs::Registered(held),
     ]
 }
 
@@ -286,7 +303,7 @@ fn one_step_rules_hold_on_the_whole_grid() {
                                                 now,
                                             };
                                             let d = decide(&input);
-                                            if let Err(e) = check_one_step(sp, &st, &o, &d) {
+                                            if let Err(e) = check_one_step(sp, &st, &o, &d, now) {
                                                 panic!(
                                                     "{e}\nstatus {st:?}\nspec {sp:?}\nobs {o:?}\ndecision {d:?}"
                                                 );
@@ -596,7 +613,7 @@ impl Sim {
                 (false, true) => HealthState::Failed,
             };
             let since = self.now.checked_sub(jiff::SignedDuration::from_secs(ago)).ok();
-            HealthObs { state, since, summary: s.junk.clone() }
+            HealthObs { state, since, summary: s.junk.clone(), hold_back: None }
         });
         Observations {
             node: s.node,
@@ -635,7 +652,7 @@ impl Sim {
             now: self.now,
         };
         let d = decide(&input);
-        check_one_step(&self.spec, &self.status, &o, &d)?;
+        check_one_step(&self.spec, &self.status, &o, &d, self.now)?;
         if decide(&input) != d {
             return Err("decide is not deterministic".into());
         }

@@ -328,7 +328,12 @@ fn a_decommissioned_host_that_registers_again_is_disabled_and_reported() {
 }
 
 fn verdict(state: crate::api::hypervisor::HealthState, since: i64) -> Option<HealthObs> {
-    Some(HealthObs { state, since: Some(t(since)), summary: "agent: no session since then".into() })
+    Some(HealthObs {
+        state,
+        since: Some(t(since)),
+        summary: "agent: no session since then".into(),
+        hold_back: None,
+    })
 }
 
 fn acts(d: &Decision) -> Vec<String> {
@@ -415,14 +420,15 @@ fn an_unseen_host_is_disabled_after_the_grace_moves_nothing_and_comes_back_only_
 }
 
 #[test]
-fn a_failed_host_is_disabled_at_once_and_a_skip_tests_host_needs_no_recheck() {
+fn a_failed_host_waits_the_grace_too_and_a_skip_tests_host_needs_no_recheck() {
     use crate::api::hypervisor::HealthState::*;
     let mut sp = spec();
     let mut st = status(Phase::Active);
     let mut o = obs();
     with_host(&mut o, |h| h.enabled = true);
     o.health = verdict(Failed, 100);
-    let d = decide_at(&sp, &st, &o, t(100));
+    assert!(decide_at(&sp, &st, &o, t(399)).actions.is_empty());
+    let d = decide_at(&sp, &st, &o, t(400));
     assert!(acts(&d)[0].starts_with("disable compute service (hv-lifecycle: host unseen (Failed"), "{d:?}");
     // Degraded and Healthy hosts are no business of the hold.
     for state in [Healthy, Degraded] {
@@ -430,13 +436,71 @@ fn a_failed_host_is_disabled_at_once_and_a_skip_tests_host_needs_no_recheck() {
         assert!(decide_at(&sp, &st, &o, t(100)).record.unseen.is_none());
     }
     o.health = verdict(Failed, 100);
-    st.lifecycle = decide_at(&sp, &st, &o, t(100)).record;
+    st.lifecycle = decide_at(&sp, &st, &o, t(400)).record;
     with_host(&mut o, |h| h.enabled = false);
     sp.skip_tests = true;
-    o.health = verdict(Healthy, 200);
-    let d = decide_at(&sp, &st, &o, t(200));
+    o.health = verdict(Healthy, 500);
+    let d = decide_at(&sp, &st, &o, t(500));
     assert_eq!(acts(&d), ["enable compute service"]);
     assert!(d.record.unseen.is_none());
+}
+
+/// The fleet gate holds new holds back; a hold whose record was lost (a
+/// status write failed after the disable) is found again in Nova's reason;
+/// a failed recheck is not undone by an agent restart.
+#[test]
+fn the_gate_holds_back_nova_remembers_a_lost_hold_and_a_failed_recheck_waits_for_a_retry() {
+    use crate::api::hypervisor::HealthState::*;
+    let sp = spec();
+    let st = status(Phase::Active);
+    let mut o = obs();
+    with_host(&mut o, |h| h.enabled = true);
+    o.health = verdict(Unreachable, 0);
+    if let Some(h) = o.health.as_mut() {
+        h.hold_back = Some("3 of 4 judged hosts".into());
+    }
+    let d = decide_at(&sp, &st, &o, t(1000));
+    assert!(d.actions.is_empty() && d.record.unseen.is_none(), "{d:?}");
+    // Nova disabled with our reason, our record empty, the agent back:
+    // held again and rechecked, not "drift repaired".
+    o.health = verdict(Healthy, 1000);
+    with_host(&mut o, |h| {
+        h.enabled = false;
+        h.disabled_reason = Some("hv-lifecycle: host unseen (Unreachable: agent: no session)".into());
+    });
+    let d = decide_at(&sp, &st, &o, t(1001));
+    assert_eq!(acts(&d), ["run checks (run 1)"]);
+    assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+    assert_eq!(d.record.unseen.as_ref().map(|u| u.cause.as_str()), Some("Unreachable: agent: no session"));
+    let mut st = st;
+    st.lifecycle = d.record;
+    o.checks = Some(report(1, &["libvirt-version"]));
+    st.lifecycle = decide_at(&sp, &st, &o, t(1002)).record;
+    // The agent goes and comes back: the failed run still stands.
+    o.health = verdict(Unreachable, 1003);
+    st.lifecycle = decide_at(&sp, &st, &o, t(1003)).record;
+    o.health = verdict(Healthy, 1004);
+    o.checks = None;
+    let d = decide_at(&sp, &st, &o, t(1004));
+    assert!(d.actions.is_empty(), "{d:?}");
+    assert_eq!(condition(&d, crate::api::ConditionType::SchedulingEnabled).reason, "RecheckFailed");
+}
+
+#[test]
+fn a_host_unseen_past_the_grace_is_not_enabled_from_ready_or_by_the_end_of_an_eviction() {
+    use crate::api::hypervisor::HealthState::*;
+    let sp = spec();
+    let mut o = obs();
+    o.health = verdict(Unreachable, 0);
+    let d = decide_at(&sp, &status(Phase::Ready), &o, t(1000));
+    assert!(d.actions.is_empty() && d.phase == Phase::Ready, "{d:?}");
+    assert_eq!(condition(&d, crate::api::ConditionType::SchedulingEnabled).reason, "HostUnseen");
+    let mut st = status(Phase::Evicting);
+    st.lifecycle.eviction = Some(eviction_ref("drain-1", RollingUpdate, false));
+    o.eviction = ev("drain-1", RollingUpdate, Succeeded);
+    let d = decide_at(&sp, &st, &o, t(1000));
+    assert_eq!(d.phase, Phase::Active);
+    assert!(d.actions.is_empty() && d.record.unseen.is_some(), "{d:?}");
 }
 
 #[test]
@@ -447,17 +511,17 @@ fn a_held_host_stays_disabled_past_a_re_enabling_eviction_and_leaves_the_hold_wi
     let mut o = obs();
     with_host(&mut o, |h| h.enabled = true);
     o.health = verdict(Failed, 0);
-    st.lifecycle = decide_at(&sp, &st, &o, t(1)).record;
+    st.lifecycle = decide_at(&sp, &st, &o, t(400)).record;
     with_host(&mut o, |h| h.enabled = false);
     // A hand-made re-enabling eviction runs and ends: back to Active, still held.
     o.eviction = ev("drain-1", RollingUpdate, Migrating);
-    let d = decide_at(&sp, &st, &o, t(2));
+    let d = decide_at(&sp, &st, &o, t(401));
     assert_eq!(d.phase, Phase::Evicting);
     st.phase = Some(d.phase);
     st.lifecycle = d.record;
     assert!(st.lifecycle.unseen.is_some(), "the hold survives an eviction");
     o.eviction = ev("drain-1", RollingUpdate, Succeeded);
-    let d = decide_at(&sp, &st, &o, t(3));
+    let d = decide_at(&sp, &st, &o, t(402));
     assert_eq!(d.phase, Phase::Active);
     assert!(!acts(&d).contains(&"enable compute service".to_string()), "{d:?}");
     assert!(d.record.unseen.is_some());
@@ -468,7 +532,7 @@ fn a_held_host_stays_disabled_past_a_re_enabling_eviction_and_leaves_the_hold_wi
     let mut sp = sp;
     sp.maintenance = MaintenanceMode::Auto;
     with_host(&mut o, |h| h.instances.clear());
-    let d = decide_at(&sp, &st, &o, t(4));
+    let d = decide_at(&sp, &st, &o, t(403));
     assert_eq!(d.phase, Phase::Maintenance);
     assert!(d.record.unseen.is_none());
 }
