@@ -87,7 +87,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), String> {
     let (signal_tx, signal_rx) = mpsc::channel(256);
     tokio::spawn(signals::run(signal_rx, cfg.host_root.clone(), handle.clone()));
     tokio::spawn(libvirt_task(cfg.clone(), handle.clone(), libvirt_live, signal_tx.clone()));
-    tokio::spawn(ovs_task(cfg.endpoints.ovsdb_remote.clone(), handle.clone(), ovs_live, signal_tx));
+    tokio::spawn(ovs_task(cfg.endpoints.ovsdb_remote.clone(), handle.clone(), ovs_live, signal_tx.clone()));
     if let Some(client) = cfg.endpoints.ceph.clone().filter(|_| !cfg.ceph_pools.is_empty()) {
         tokio::spawn(ceph_task(
             client,
@@ -95,6 +95,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), String> {
             cfg.endpoints.ceph_probe.clone(),
             handle.clone(),
             ceph_live,
+            signal_tx,
         ));
     }
     let (cmd_tx, mut cmd_rx) = mpsc::channel(16);
@@ -236,10 +237,12 @@ async fn ovs_task(
     // Said once per outage (also when it never answered since the start):
     // a repeat would lower a signal escalated to critical.
     let mut said_lost = false;
+    // Every bridge seen since the start: one gone is a signal.
+    let mut seen = std::collections::BTreeSet::new();
     loop {
         let why = match ovsdb::Client::connect(&remote).await {
             Ok(c) => match c.watch_bridges().await {
-                Ok((_, mut w)) => {
+                Ok((initial, mut w)) => {
                     attempt = 0;
                     live.store(true, Ordering::Relaxed);
                     said_lost = false;
@@ -251,8 +254,27 @@ async fn ovs_task(
                             message: remote.clone(),
                         }))
                         .await;
+                    let mut present: std::collections::BTreeSet<String> = initial.into_iter().collect();
+                    seen.extend(present.iter().cloned());
+                    for u in signals::ovs::bridge_updates(&seen, &present) {
+                        let _ = signals.send(u).await;
+                    }
                     while let Some(changes) = w.next().await {
                         tracing::info!(changes = ?changes, "OVS bridges changed");
+                        for c in changes {
+                            match c {
+                                ovsdb::BridgeChange::Added(b) => {
+                                    seen.insert(b.clone());
+                                    present.insert(b);
+                                }
+                                ovsdb::BridgeChange::Removed(b) => {
+                                    present.remove(&b);
+                                }
+                            }
+                        }
+                        for u in signals::ovs::bridge_updates(&seen, &present) {
+                            let _ = signals.send(u).await;
+                        }
                     }
                     "the OVSDB connection ended".to_string()
                 }
@@ -290,11 +312,15 @@ async fn ceph_task(
     probe: std::path::PathBuf,
     handle: SessionHandle,
     live: Arc<AtomicBool>,
+    signals: mpsc::Sender<signals::Update>,
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(60));
     loop {
         tick.tick().await;
         let checks = crate::ceph::check_pools_isolated(&client, &pools, &probe).await;
+        for u in signals::ceph::updates(&checks) {
+            let _ = signals.send(u).await;
+        }
         let ok = !checks.is_empty() && checks.iter().all(|c| c.passed);
         if live.swap(ok, Ordering::Relaxed) != ok {
             let message =

@@ -136,6 +136,8 @@ pub struct AgentPeers {
     /// Where the agent reads the host's /proc and /sys (default: a quiet
     /// fake host, [`healthy_host`]).
     pub host_root: Option<PathBuf>,
+    /// Pools the agent probes every minute (`--pool`; none by default).
+    pub pools: Vec<String>,
 }
 
 pub struct Region {
@@ -341,6 +343,9 @@ impl Region {
             .args(["--ceph-id", peers.ceph_id.as_deref().unwrap_or(&env.ceph.client.id)])
             .arg("--ceph-keyring")
             .arg(peers.ceph_keyring.as_ref().unwrap_or(&env.ceph.client.keyring));
+        for pool in &peers.pools {
+            cmd.args(["--pool", pool]);
+        }
         // A quiet fake host by default: the machine's own load would
         // raise signals at random.
         let root =

@@ -15,7 +15,7 @@ use hv_tests::env::Via;
 use hv_tests::fault_proxy::{Fault, FaultProxy, Match};
 use hv_tests::hosts;
 use hv_tests::openstack::Admin;
-use hv_tests::region::{AgentPeers, Proc, Region, metric};
+use hv_tests::region::{AgentPeers, PrivateOvsdb, Proc, Region, ceph_client, metric, set_ceph_caps};
 use hv_tests::wait::{Poll, until};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
@@ -338,4 +338,67 @@ async fn a_coordinator_cut_off_from_nova_judges_and_changes_no_host() {
         svc["disabled_reason"].as_str().unwrap_or_default().contains("host unseen (Unreachable"),
         "{svc}"
     );
+}
+
+/// Waits until the host's evidence has a line starting with `line`; answers the health.
+async fn wait_evidence(region: &Region, host: &str, line: &str, coord: &Proc) -> HealthStatus {
+    until(
+        &format!("{host}: {line}"),
+        SOON,
+        || coord.tail(30),
+        || async {
+            match region.hypervisor(host).await.and_then(|h| h.status).and_then(|s| s.health) {
+                Some(h) if h.evidence.iter().any(|e| e.starts_with(line)) => Poll::Ready(h),
+                other => Poll::Pending(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bridge_deleted_in_ovsdb_and_a_ceph_client_denied_its_pool_are_signalled_from_the_real_peers() {
+    let region = Region::start("health-peers").await;
+    let host = hosts::claim(&region.env).await.host;
+    let env = &region.env;
+    // Recorded, not acted on (the limit is 0): this test is about the signals.
+    let coord = region.coordinator(None, &["--ha-maintenance-limit", "0"]);
+    let ovs = PrivateOvsdb::start(&region.dir, &["br-int", "br-ex"]).unwrap();
+    let id = format!("e2e-health-{}", std::process::id());
+    let pool = env.ceph.readable_pool.clone();
+    let keyring = ceph_client(env, &id, &format!("profile rbd pool={pool}"), &region.dir).unwrap();
+    let peers = AgentPeers {
+        ovsdb: Some(ovs.remote.clone()),
+        ceph_id: Some(id.clone()),
+        ceph_keyring: Some(keyring),
+        pools: vec![pool.clone()],
+        ..Default::default()
+    };
+    let agent = region.agent(&host, &peers);
+    region.create_node(&host, &[("hypervisor.cloud.sap/skip-tests", "true")]).await;
+    region.wait_phase(&host, Phase::Active, SOON, &coord).await;
+    wait_health(&region, &host, HealthState::Healthy, &coord).await;
+
+    // A bridge deleted in the real ovsdb-server: critical, so Degraded.
+    ovs.vsctl(&["del-br", "br-ex"]).unwrap();
+    let degraded = wait_health(&region, &host, HealthState::Degraded, &coord).await;
+    assert!(
+        degraded
+            .evidence
+            .iter()
+            .any(|e| e.starts_with("ovs-bridge-missing br-ex (critical): bridge br-ex is gone")),
+        "{degraded:?}"
+    );
+    ovs.add_bridge("br-ex").unwrap();
+    wait_health(&region, &host, HealthState::Healthy, &coord).await;
+
+    // The Ceph client denied its pool (its caps changed in the real
+    // cluster): the next probe fails (an agent restarted probes at once),
+    // a warning (critical if it lasts).
+    set_ceph_caps(env, &id, &format!("profile rbd pool={}", env.ceph.forbidden_pool)).unwrap();
+    drop(agent);
+    let restarted = region.agent(&host, &peers);
+    let h = wait_evidence(&region, &host, &format!("ceph-probe-failing {pool} (warning)"), &coord).await;
+    assert_eq!(h.state, HealthState::Healthy, "a warning changes nothing: {h:?}");
+    drop(restarted);
 }

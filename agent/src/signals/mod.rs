@@ -8,8 +8,10 @@
 //! sent again every [`RESEND`], so a coordinator that took over (its
 //! registry empty) learns them without waiting for a change.
 
+pub mod ceph;
 pub mod domain;
 pub mod host;
+pub mod ovs;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -25,8 +27,8 @@ use crate::session::SessionHandle;
 
 pub const HOST_PROBE: Duration = Duration::from_secs(10);
 pub const RESEND: Duration = Duration::from_secs(60);
-/// A peer (libvirtd, ovsdb-server) lost for this long is critical, not a
-/// restart in progress.
+/// A peer (libvirtd, ovsdb-server) lost, or a Ceph pool the probe cannot
+/// use, for this long is critical, not a restart or a hiccup.
 pub const PEER_LOST_CRITICAL: Duration = Duration::from_secs(300);
 
 /// A signal starting (or changing) or ending.
@@ -101,8 +103,14 @@ impl Held {
     }
 }
 
+/// Kinds that start as a warning and turn critical when they last.
 fn is_peer(kind: i32) -> bool {
-    [HealthSignalKind::LibvirtUnreachable as i32, HealthSignalKind::OvsdbUnreachable as i32].contains(&kind)
+    [
+        HealthSignalKind::LibvirtUnreachable as i32,
+        HealthSignalKind::OvsdbUnreachable as i32,
+        HealthSignalKind::CephProbeFailing as i32,
+    ]
+    .contains(&kind)
 }
 
 fn message(

@@ -1,0 +1,67 @@
+//! Ceph health signals (docs/health.md), from the periodic RBD probe of
+//! the configured pools: a pool the probe cannot use is a warning that
+//! turns critical when it lasts (the VMs' disks are there; one failed probe
+//! may be a hiccup); a probe slower than [`SLOW`] is a warning.
+
+use std::time::Duration;
+
+use hv_proto::v1::{HealthSeverity, HealthSignalKind};
+
+use super::Update;
+use crate::ceph::PoolCheck;
+
+/// A probe (connect, open the pool, stat an image) slower than this.
+pub const SLOW: Duration = Duration::from_secs(2);
+
+/// What one round of pool checks says, a start or an end per pool and kind.
+pub fn updates(checks: &[PoolCheck]) -> Vec<Update> {
+    let failing = HealthSignalKind::CephProbeFailing;
+    let slow = HealthSignalKind::CephProbeSlow;
+    let mut out = Vec::new();
+    for c in checks {
+        if c.passed {
+            out.push(Update::end(failing, &c.pool));
+        } else {
+            // The probe's message names the error (auth, timeout, missing
+            // pool); it stays the same while the cause does.
+            let evidence = format!("the RBD probe of pool {} fails: {}", c.pool, c.message);
+            out.push(Update::hold(failing, &c.pool, HealthSeverity::Warning, evidence));
+        }
+        if c.passed && c.latency > SLOW {
+            let evidence = format!("the RBD probe of pool {} took longer than {} s", c.pool, SLOW.as_secs());
+            out.push(Update::hold(slow, &c.pool, HealthSeverity::Warning, evidence));
+        } else {
+            out.push(Update::end(slow, &c.pool));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(passed: bool, ms: u64) -> PoolCheck {
+        PoolCheck {
+            pool: "vms".into(),
+            passed,
+            message: if passed { "ok".into() } else { "permission denied".into() },
+            latency: Duration::from_millis(ms),
+        }
+    }
+
+    fn holds(u: &[Update], kind: HealthSignalKind) -> bool {
+        u.iter().any(|x| x.kind == kind && x.now.is_some())
+    }
+
+    #[test]
+    fn a_failing_pool_is_a_warning_a_slow_one_too_and_a_good_one_ends_both() {
+        let u = updates(&[check(false, 10)]);
+        assert!(holds(&u, HealthSignalKind::CephProbeFailing));
+        assert!(!holds(&u, HealthSignalKind::CephProbeSlow), "a failure is not also slow");
+        let u = updates(&[check(true, 2_500)]);
+        assert!(holds(&u, HealthSignalKind::CephProbeSlow) && !holds(&u, HealthSignalKind::CephProbeFailing));
+        let u = updates(&[check(true, 5)]);
+        assert!(u.iter().all(|x| x.now.is_none()) && u.len() == 2);
+    }
+}
