@@ -38,20 +38,36 @@ async fn wait_service(admin: &Admin, host: &str, status: &str, coord: &Proc) -> 
     .await
 }
 
-/// Waits until the host's recorded health is `want`; answers it.
-async fn wait_health(region: &Region, host: &str, want: HealthState, coord: &Proc) -> HealthStatus {
+/// Waits until the host's recorded health is such that `done`; answers it.
+async fn wait_health_where(
+    region: &Region,
+    host: &str,
+    what: &str,
+    done: impl Fn(&HealthStatus) -> bool,
+    coord: &Proc,
+) -> HealthStatus {
     until(
-        &format!("{host} {want}"),
+        &format!("{host}: {what}"),
         SOON,
         || coord.tail(30),
         || async {
             match region.hypervisor(host).await.and_then(|h| h.status).and_then(|s| s.health) {
-                Some(h) if h.state == want => Poll::Ready(h),
+                Some(h) if done(&h) => Poll::Ready(h),
                 other => Poll::Pending(format!("{other:?}")),
             }
         },
     )
     .await
+}
+
+/// Waits until the host's evidence has a line starting with `line`.
+async fn wait_evidence(region: &Region, host: &str, line: &str, coord: &Proc) -> HealthStatus {
+    wait_health_where(region, host, line, |h| h.evidence.iter().any(|e| e.starts_with(line)), coord).await
+}
+
+/// Waits until the host's recorded health is `want`.
+async fn wait_health(region: &Region, host: &str, want: HealthState, coord: &Proc) -> HealthStatus {
+    wait_health_where(region, host, &want.to_string(), |h| h.state == want, coord).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -201,20 +217,7 @@ async fn a_host_is_judged_from_its_agent_its_node_and_nova_and_nothing_is_failed
     let refused =
         AgentPeers { ovsdb: Some(format!("tcp:127.0.0.1:{}", hv_tests::region::free_port())), ..peers };
     let _agent = region.agent(&host, &refused);
-    let healthy = until(
-        "the OVSDB warning",
-        SOON,
-        || coord.tail(30),
-        || async {
-            match region.hypervisor(&host).await.and_then(|h| h.status).and_then(|s| s.health) {
-                Some(h) if h.evidence.iter().any(|e| e.starts_with("ovsdb-unreachable (warning)")) => {
-                    Poll::Ready(h)
-                }
-                other => Poll::Pending(format!("{other:?}")),
-            }
-        },
-    )
-    .await;
+    let healthy = wait_evidence(&region, &host, "ovsdb-unreachable (warning)", &coord).await;
     assert_eq!(healthy.state, HealthState::Healthy, "{healthy:?}");
 }
 
@@ -338,22 +341,6 @@ async fn a_coordinator_cut_off_from_nova_judges_and_changes_no_host() {
         svc["disabled_reason"].as_str().unwrap_or_default().contains("host unseen (Unreachable"),
         "{svc}"
     );
-}
-
-/// Waits until the host's evidence has a line starting with `line`; answers the health.
-async fn wait_evidence(region: &Region, host: &str, line: &str, coord: &Proc) -> HealthStatus {
-    until(
-        &format!("{host}: {line}"),
-        SOON,
-        || coord.tail(30),
-        || async {
-            match region.hypervisor(host).await.and_then(|h| h.status).and_then(|s| s.health) {
-                Some(h) if h.evidence.iter().any(|e| e.starts_with(line)) => Poll::Ready(h),
-                other => Poll::Pending(format!("{other:?}")),
-            }
-        },
-    )
-    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -399,6 +399,20 @@ fn reason() -> impl Strategy<Value = EvictionReason> {
     prop::sample::select(vec![NodeFailure, RollingUpdate, AdminRequest, Decommission])
 }
 
+/// No report, one for the current run (passing with `pass`), a stale one.
+fn checks_kind(pass: f64) -> impl Strategy<Value = ChecksKind> {
+    prop_oneof![
+        2 => Just(ChecksKind::None),
+        3 => prop::bool::weighted(pass).prop_map(|pass| ChecksKind::Current { pass }),
+        1 => Just(ChecksKind::Stale),
+    ]
+}
+
+/// No retry token (weight `none` against 3), the handled one, a fresh one.
+fn retry_kind(none: u32) -> impl Strategy<Value = RetryKind> {
+    prop_oneof![none => Just(RetryKind::None), 1 => Just(RetryKind::Same), 2 => Just(RetryKind::Fresh)]
+}
+
 fn step() -> impl Strategy<Value = Step> {
     let nova = prop_oneof![
         1 => Just(NovaKind::Unknown),
@@ -416,13 +430,8 @@ fn step() -> impl Strategy<Value = Step> {
         4 => ev_phase().prop_map(EvKind::Ours),
         1 => (reason(), ev_phase(), prop::bool::weighted(0.2)).prop_map(|(reason, phase, deleting)| EvKind::External { reason, phase, deleting }),
     ];
-    let checks = prop_oneof![
-        2 => Just(ChecksKind::None),
-        3 => prop::bool::weighted(0.8).prop_map(|pass| ChecksKind::Current { pass }),
-        1 => Just(ChecksKind::Stale),
-    ];
-    let retry =
-        prop_oneof![6 => Just(RetryKind::None), 1 => Just(RetryKind::Same), 2 => Just(RetryKind::Fresh)];
+    let checks = checks_kind(0.8);
+    let retry = retry_kind(6);
     let mode = prop_oneof![12 => Just(MaintenanceMode::None), 2 => Just(MaintenanceMode::Manual), 2 => Just(MaintenanceMode::Auto), 1 => Just(MaintenanceMode::Ha), 1 => Just(MaintenanceMode::Termination)];
     let node = prop_oneof![
         20 => any::<bool>().prop_map(|ready| NodeObs::Present { ready }),
@@ -460,13 +469,8 @@ fn step() -> impl Strategy<Value = Step> {
 /// Steps of an Active host with a VM, no maintenance and no eviction, whose
 /// agent comes and goes: the unseen hold's ground.
 fn hold_step() -> impl Strategy<Value = Step> {
-    let checks = prop_oneof![
-        2 => Just(ChecksKind::None),
-        3 => prop::bool::weighted(0.7).prop_map(|pass| ChecksKind::Current { pass }),
-        1 => Just(ChecksKind::Stale),
-    ];
-    let retry =
-        prop_oneof![4 => Just(RetryKind::None), 1 => Just(RetryKind::Same), 2 => Just(RetryKind::Fresh)];
+    let checks = checks_kind(0.7);
+    let retry = retry_kind(4);
     (
         any::<bool>(),
         prop::option::weighted(0.8, (any::<bool>(), 0i64..600)),
