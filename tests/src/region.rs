@@ -130,6 +130,8 @@ impl Drop for Proc {
 /// How a node's agent reaches its peers (defaults: the ground's).
 #[derive(Clone, Debug, Default)]
 pub struct AgentPeers {
+    /// libvirt's URI (default: the ground's libvirtd).
+    pub libvirt: Option<String>,
     pub ovsdb: Option<String>,
     pub ceph_id: Option<String>,
     pub ceph_keyring: Option<PathBuf>,
@@ -336,7 +338,7 @@ impl Region {
             .arg("--tls-ca")
             .arg(&tls.ca)
             .args(["--heartbeat", "1s", "--health-listen", "127.0.0.1:0"])
-            .args(["--libvirt-uri", &env.libvirt.test_uri])
+            .args(["--libvirt-uri", peers.libvirt.as_deref().unwrap_or(&env.libvirt.test_uri)])
             .args(["--ovsdb", peers.ovsdb.as_deref().unwrap_or(&env.ovsdb.tcp)])
             .arg("--ceph-conf")
             .arg(&env.ceph.conf)

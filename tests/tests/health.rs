@@ -14,6 +14,7 @@ use hv_coordinator::health::marks::{self, Marks};
 use hv_tests::env::Via;
 use hv_tests::fault_proxy::{Fault, FaultProxy, Match};
 use hv_tests::hosts;
+use hv_tests::libvirtd::PrivateLibvirtd;
 use hv_tests::openstack::Admin;
 use hv_tests::region::{AgentPeers, PrivateOvsdb, Proc, Region, ceph_client, metric, set_ceph_caps};
 use hv_tests::wait::{Poll, until};
@@ -344,17 +345,19 @@ async fn a_coordinator_cut_off_from_nova_judges_and_changes_no_host() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_bridge_deleted_in_ovsdb_and_a_ceph_client_denied_its_pool_are_signalled_from_the_real_peers() {
+async fn libvirtd_killed_a_bridge_deleted_and_a_ceph_client_denied_its_pool_are_signalled_from_the_real_peers() {
     let region = Region::start("health-peers").await;
     let host = hosts::claim(&region.env).await.host;
     let env = &region.env;
     // Recorded, not acted on (the limit is 0): this test is about the signals.
     let coord = region.coordinator(None, &["--ha-maintenance-limit", "0"]);
     let ovs = PrivateOvsdb::start(&region.dir, &["br-int", "br-ex"]).unwrap();
+    let mut libvirtd = PrivateLibvirtd::start(env).unwrap();
     let id = format!("e2e-health-{}", std::process::id());
     let pool = env.ceph.readable_pool.clone();
     let keyring = ceph_client(env, &id, &format!("profile rbd pool={pool}"), &region.dir).unwrap();
     let peers = AgentPeers {
+        libvirt: Some(libvirtd.test_uri()),
         ovsdb: Some(ovs.remote.clone()),
         ceph_id: Some(id.clone()),
         ceph_keyring: Some(keyring),
@@ -365,6 +368,14 @@ async fn a_bridge_deleted_in_ovsdb_and_a_ceph_client_denied_its_pool_are_signall
     region.create_node(&host, &[("hypervisor.cloud.sap/skip-tests", "true")]).await;
     region.wait_phase(&host, Phase::Active, SOON, &coord).await;
     wait_health(&region, &host, HealthState::Healthy, &coord).await;
+
+    // libvirtd killed: a warning at once (critical after five minutes), and
+    // it ends when libvirtd is back.
+    libvirtd.kill();
+    let h = wait_evidence(&region, &host, "libvirt-unreachable (warning): connection lost", &coord).await;
+    assert_eq!(h.state, HealthState::Healthy, "a warning changes nothing: {h:?}");
+    libvirtd.restart().unwrap();
+    wait_health_where(&region, &host, "libvirt back", |h| h.evidence.is_empty(), &coord).await;
 
     // A bridge deleted in the real ovsdb-server: critical, so Degraded.
     ovs.vsctl(&["del-br", "br-ex"]).unwrap();
