@@ -345,7 +345,8 @@ async fn a_coordinator_cut_off_from_nova_judges_and_changes_no_host() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn libvirtd_killed_a_bridge_deleted_and_a_ceph_client_denied_its_pool_are_signalled_from_the_real_peers() {
+async fn libvirtd_killed_a_bridge_deleted_and_a_ceph_client_denied_its_pool_are_signalled_from_the_real_peers()
+ {
     let region = Region::start("health-peers").await;
     let host = hosts::claim(&region.env).await.host;
     let env = &region.env;

@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use hv_proto::v1::agent_message::Payload;
 use hv_proto::v1::coordinator_message::Payload as Down;
 use hv_proto::v1::{
-    AgentMessage, Capability, CheckConfig, CheckReport, CheckResult, CoordinatorMessage, Hello, HostFacts,
-    RunChecks,
+    AgentMessage, Capability, CheckConfig, CheckReport, CheckResult, CoordinatorMessage, HealthSignalKind,
+    Hello, HostFacts, RunChecks,
 };
 use jiff::Timestamp;
 use tokio::sync::{mpsc, oneshot};
@@ -101,6 +101,36 @@ struct Node {
     /// The agent's health signals that hold (docs/health.md).
     signals: BTreeMap<health::signal::Key, Signal>,
 }
+
+/// Sets (`Some`) or clears a signal of `n`; answers whether that changed
+/// anything.
+fn hold(n: &mut Node, node: &str, key: health::signal::Key, signal: Option<Signal>) -> bool {
+    match signal {
+        None => n.signals.remove(&key).is_some(),
+        Some(new) => {
+            if let Some(old) = n.signals.get_mut(&key) {
+                // The same again (the agent re-sends what holds): its start stays.
+                let same = (old.severity, &old.evidence) == (new.severity, &new.evidence);
+                if same {
+                    old.refreshed = new.refreshed;
+                } else {
+                    *old = Signal { since: old.since, ..new };
+                }
+                !same
+            } else if !make_room(&mut n.signals, new.severity) {
+                tracing::warn!(node, kind = %new.kind, "too many health signals held; dropped");
+                false
+            } else {
+                tracing::info!(node, kind = %new.kind, subject = %new.subject, evidence = %new.evidence, "health signal");
+                n.signals.insert(key, new);
+                true
+            }
+        }
+    }
+}
+
+/// How long into a session heartbeats are not used for the clock.
+const CLOCK_SETTLE: jiff::SignedDuration = jiff::SignedDuration::from_secs(5);
 
 /// Signals held per node at most; more are dropped (and logged).
 const MAX_SIGNALS: usize = 64;
@@ -204,19 +234,33 @@ impl Registry {
     /// Takes in one message of session `id`. Answers the sequence to
     /// acknowledge, or None when the session is no longer the live one.
     pub fn receive(&self, node: &str, id: u64, msg: AgentMessage) -> Option<u64> {
+        self.receive_at(node, id, msg, Timestamp::now())
+    }
+
+    fn receive_at(&self, node: &str, id: u64, msg: AgentMessage, now: Timestamp) -> Option<u64> {
         let mut notify = false;
         let ack = self.with(|nodes| {
             let n = nodes.get_mut(node)?;
             if n.live.as_ref().is_none_or(|l| l.id != id) {
                 return None;
             }
-            n.last_seen = Some(Timestamp::now());
+            n.last_seen = Some(now);
             if msg.seq != 0 && msg.seq <= n.acked {
                 // A replay of something we hold: acknowledge again, apply once.
                 return Some(n.acked);
             }
             match msg.payload {
-                Some(Payload::Heartbeat(hb)) => n.dropped = hb.dropped_messages,
+                Some(Payload::Heartbeat(hb)) => {
+                    n.dropped = hb.dropped_messages;
+                    // Past the session's first moments (heartbeats queued
+                    // while cut off arrive then, late by their wait).
+                    let settled = n.since.is_some_and(|s| now.duration_since(s) > CLOCK_SETTLE);
+                    let sent = msg.sent_at.and_then(|t| Timestamp::new(t.seconds, t.nanos).ok());
+                    if let Some(sent) = sent.filter(|_| settled) {
+                        let (key, signal) = health::signal::clock_skew(sent, now);
+                        notify = hold(n, node, key, signal);
+                    }
+                }
                 Some(Payload::HostFacts(f)) => {
                     notify = n.facts.as_ref() != Some(&f);
                     n.facts = Some(f);
@@ -236,29 +280,11 @@ impl Registry {
                     tracing::info!(node, peer = %c.peer, connected = c.connected, message = %c.message, "agent connectivity");
                 }
                 Some(Payload::HealthSignal(hs)) => {
-                    let (key, signal) = health::signal::apply(&hs, Timestamp::now());
-                    notify = match signal {
-                        None => n.signals.remove(&key).is_some(),
-                        Some(new) => {
-                            if let Some(old) = n.signals.get_mut(&key) {
-                                // The same again (the agent re-sends what holds): its start stays.
-                                let same = (old.severity, &old.evidence) == (new.severity, &new.evidence);
-                                if same {
-                                    old.refreshed = new.refreshed;
-                                } else {
-                                    *old = Signal { since: old.since, ..new };
-                                }
-                                !same
-                            } else if !make_room(&mut n.signals, new.severity) {
-                                tracing::warn!(node, kind = %new.kind, "too many health signals held; dropped");
-                                false
-                            } else {
-                                tracing::info!(node, kind = %new.kind, subject = %new.subject, evidence = %new.evidence, "health signal");
-                                n.signals.insert(key, new);
-                                true
-                            }
-                        }
-                    };
+                    // The coordinator's own kind is not the agent's to set.
+                    if hs.kind != HealthSignalKind::ClockSkew as i32 {
+                        let (key, signal) = health::signal::apply(&hs, now);
+                        notify = hold(n, node, key, signal);
+                    }
                 }
                 Some(Payload::Hello(_)) | None => {
                     tracing::warn!(node, seq = msg.seq, "ignoring an unexpected agent message");
@@ -436,6 +462,38 @@ mod tests {
             evidence: evidence.into(),
             observed_at: None,
         })
+    }
+
+    /// Heartbeats say how far the agent's clock is from ours, once the
+    /// session is past its first moments; an agent cannot set that signal.
+    #[test]
+    fn a_skewed_clock_is_seen_in_settled_heartbeats_and_only_there() {
+        let (r, _changed) = registry();
+        let (tx, _rx) = mpsc::channel(8);
+        let s = r.open(&hello("n1", "boot-a", "1.0"), tx);
+        let opened = Timestamp::now();
+        let later = |secs: i64| opened.checked_add(jiff::SignedDuration::from_secs(secs)).unwrap_or(opened);
+        let beat = |seq: u64, sent: Timestamp| AgentMessage {
+            seq,
+            sent_at: Some(prost_types::Timestamp { seconds: sent.as_second(), nanos: 0 }),
+            payload: Some(Payload::Heartbeat(Default::default())),
+        };
+        let skewed = |r: &Registry| r.view("n1").signals.iter().any(|g| g.kind == "clock-skew");
+        // Queued while cut off: a minute old, taken in right after the reconnect.
+        r.receive_at("n1", s.id, beat(1, later(-60)), later(1));
+        assert!(!skewed(&r), "not judged in the session's first moments");
+        r.receive_at("n1", s.id, beat(2, later(-60)), later(10));
+        assert!(skewed(&r), "a minute behind");
+        r.receive_at("n1", s.id, beat(3, later(11)), later(11));
+        assert!(!skewed(&r), "in step again");
+        let forged = HealthSignal {
+            kind: HealthSignalKind::ClockSkew as i32,
+            active: true,
+            evidence: "forged".into(),
+            ..Default::default()
+        };
+        r.receive_at("n1", s.id, msg(4, Payload::HealthSignal(forged)), later(12));
+        assert!(!skewed(&r), "the agent cannot set the coordinator's own signal");
     }
 
     #[test]

@@ -71,9 +71,59 @@ pub fn apply(s: &HealthSignal, now: Timestamp) -> (Key, Option<Signal>) {
     (key, Some(signal))
 }
 
+/// An agent's clock farther than this from the coordinator's: TLS
+/// validity, Nova's service heartbeats and every time we record depend on
+/// the hosts' clocks agreeing.
+pub const MAX_CLOCK_SKEW: jiff::SignedDuration = jiff::SignedDuration::from_secs(5);
+
+/// What a heartbeat sent at `sent_at` (the agent's clock) and taken in at
+/// `now` says of the agent's clock: a warning past [`MAX_CLOCK_SKEW`] either
+/// way, cleared within it. A heartbeat that waited in the agent's outbox
+/// while it was cut off arrives late: the caller skips the first moments of
+/// a session.
+pub fn clock_skew(sent_at: Timestamp, now: Timestamp) -> (Key, Option<Signal>) {
+    let key = (HealthSignalKind::ClockSkew as i32, String::new());
+    let behind = now.duration_since(sent_at);
+    if behind.abs() <= MAX_CLOCK_SKEW {
+        return (key, None);
+    }
+    let way = if behind.is_negative() { "ahead of" } else { "behind" };
+    let signal = Signal {
+        kind: kind_name(key.0),
+        subject: String::new(),
+        severity: Severity::Warning,
+        evidence: format!(
+            "the agent's clock is more than {} s {way} the coordinator's",
+            MAX_CLOCK_SKEW.as_secs()
+        ),
+        since: now,
+        refreshed: now,
+    };
+    (key, Some(signal))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_clock_off_by_more_than_five_seconds_either_way_is_a_warning() {
+        let now = Timestamp::from_second(1_800_000_000).unwrap_or(Timestamp::UNIX_EPOCH);
+        let at = |secs: i64| now.checked_add(jiff::SignedDuration::from_secs(secs)).unwrap_or(now);
+        assert_eq!(clock_skew(at(-5), now).1, None);
+        assert_eq!(clock_skew(at(5), now).1, None);
+        let behind = clock_skew(at(-6), now).1.map(|g| (g.kind, g.severity, g.evidence));
+        assert_eq!(
+            behind,
+            Some((
+                "clock-skew".into(),
+                Severity::Warning,
+                "the agent's clock is more than 5 s behind the coordinator's".into()
+            ))
+        );
+        let ahead = clock_skew(at(3600), now).1.map(|g| g.evidence);
+        assert_eq!(ahead.as_deref(), Some("the agent's clock is more than 5 s ahead of the coordinator's"));
+    }
 
     #[test]
     fn kinds_by_name_unknown_ones_by_number() {
