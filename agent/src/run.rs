@@ -170,7 +170,7 @@ async fn libvirt_task(
     // Snapshots run in a task of their own, one at a time: a burst of events
     // asks for one snapshot, and events are never held up behind one.
     let (want_tx, want_rx) = mpsc::channel::<()>(1);
-    tokio::spawn(snapshot_task(target, cfg.session.node.clone(), handle.clone(), want_rx));
+    tokio::spawn(snapshot_task(target, cfg.session.node.clone(), handle.clone(), want_rx, signals.clone()));
     let want = move || {
         let _ = want_tx.try_send(());
     };
@@ -208,6 +208,7 @@ async fn snapshot_task(
     node: String,
     handle: SessionHandle,
     mut want: mpsc::Receiver<()>,
+    signals: mpsc::Sender<signals::Update>,
 ) {
     let mut last_facts: Option<HostFacts> = None;
     let lane = Lane::default();
@@ -217,6 +218,9 @@ async fn snapshot_task(
                 if last_facts.as_ref() != Some(&facts) {
                     handle.push(Payload::HostFacts(facts.clone())).await;
                     last_facts = Some(facts);
+                }
+                for u in signals::domain::from_inventory(&inv.domains) {
+                    let _ = signals.send(u).await;
                 }
                 handle.push(Payload::Inventory(inv)).await;
             }

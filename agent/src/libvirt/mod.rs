@@ -224,11 +224,23 @@ impl Libvirt {
                 memory_bytes: info.max_mem.saturating_mul(1024),
                 disks,
                 pci_host_devices,
+                paused_on_io_error: paused_on_io_error(&d),
             });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
     }
+}
+
+/// Whether QEMU paused `d` on an I/O error (its state's reason; an error
+/// reading it is "no").
+fn paused_on_io_error(d: &virt::domain::Domain) -> bool {
+    use virt::domain::{DomainPausedReason, DomainStateReason};
+    use virt::enumutil::Enum;
+    matches!(
+        d.state(),
+        Ok((_, Enum::Known(DomainStateReason::Paused(Enum::Known(DomainPausedReason::IOError)))))
+    )
 }
 
 fn state(s: virt::domain::DomainStateEnum) -> DomainState {

@@ -2,7 +2,7 @@
 //! a domain paused on an I/O error says the host's storage path is broken;
 //! a crashed QEMU or a panicked guest is worth showing, not acting on.
 
-use hv_proto::v1::{DomainEventKind, HealthSeverity, HealthSignalKind};
+use hv_proto::v1::{Domain, DomainEventKind, HealthSeverity, HealthSignalKind};
 
 use super::Update;
 
@@ -30,9 +30,41 @@ pub fn updates(kind: DomainEventKind, reason: &str, uuid: &str, name: &str) -> V
     }
 }
 
+/// What a snapshot of the domains says: one paused on an I/O error holds
+/// the signal (also one that was so before the agent started, with no
+/// event to say it), every other domain listed ends it.
+pub fn from_inventory(domains: &[Domain]) -> Vec<Update> {
+    let io = HealthSignalKind::DomainIoError;
+    domains
+        .iter()
+        .map(|d| {
+            if d.paused_on_io_error {
+                let evidence = format!("domain {} paused on an I/O error", d.name);
+                Update::hold(io, &d.uuid, HealthSeverity::Critical, evidence)
+            } else {
+                Update::end(io, &d.uuid)
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_snapshot_finds_a_domain_already_paused_on_an_io_error_with_the_events_words() {
+        let paused =
+            Domain { uuid: "u1".into(), name: "i-1".into(), paused_on_io_error: true, ..Default::default() };
+        let running = Domain { uuid: "u2".into(), name: "i-2".into(), ..Default::default() };
+        let u = from_inventory(&[paused, running]);
+        assert_eq!(
+            u[0],
+            updates(DomainEventKind::Suspended, "io-error", "u1", "i-1")[0],
+            "same signal as the event's"
+        );
+        assert_eq!(u[1], Update::end(HealthSignalKind::DomainIoError, "u2"));
+    }
 
     fn holds(u: &[Update], kind: HealthSignalKind) -> Option<HealthSeverity> {
         u.iter().find(|x| x.kind == kind).and_then(|x| x.now.as_ref().map(|n| n.0))
