@@ -87,7 +87,15 @@ pub async fn run(cfg: AgentConfig) -> Result<(), String> {
     let (signal_tx, signal_rx) = mpsc::channel(256);
     tokio::spawn(signals::run(signal_rx, cfg.host_root.clone(), handle.clone()));
     tokio::spawn(libvirt_task(cfg.clone(), handle.clone(), libvirt_live, signal_tx.clone()));
-    tokio::spawn(ovs_task(cfg.endpoints.ovsdb_remote.clone(), handle.clone(), ovs_live, signal_tx.clone()));
+    // The bridges the host must have: br-int, then those the last checks named.
+    let must_have = Arc::new(std::sync::Mutex::new(signals::ovs::expected(&[])));
+    tokio::spawn(ovs_task(
+        cfg.endpoints.ovsdb_remote.clone(),
+        handle.clone(),
+        ovs_live,
+        signal_tx.clone(),
+        must_have.clone(),
+    ));
     if let Some(client) = cfg.endpoints.ceph.clone().filter(|_| !cfg.ceph_pools.is_empty()) {
         tokio::spawn(ceph_task(
             client,
@@ -107,6 +115,10 @@ pub async fn run(cfg: AgentConfig) -> Result<(), String> {
             while let Some(cmd) = cmd_rx.recv().await {
                 match cmd {
                     Command::RunChecks(r) => {
+                        let bridges = r.config.as_ref().map(|c| c.bridges.clone()).unwrap_or_default();
+                        if let Ok(mut m) = must_have.lock() {
+                            *m = signals::ovs::expected(&bridges);
+                        }
                         // A run is executed at most once per process. Asked
                         // again (a new leader whose predecessor acknowledged
                         // the report and died before recording it), the
@@ -170,7 +182,16 @@ async fn libvirt_task(
     // Snapshots run in a task of their own, one at a time: a burst of events
     // asks for one snapshot, and events are never held up behind one.
     let (want_tx, want_rx) = mpsc::channel::<()>(1);
-    tokio::spawn(snapshot_task(target, cfg.session.node.clone(), handle.clone(), want_rx, signals.clone()));
+    // Set at each connect: the next snapshot looks for domains already
+    // paused on an I/O error.
+    let fresh = Arc::new(AtomicBool::new(false));
+    tokio::spawn(snapshot_task(
+        target,
+        cfg.session.node.clone(),
+        handle.clone(),
+        want_rx,
+        (signals.clone(), fresh.clone()),
+    ));
     let want = move || {
         let _ = want_tx.try_send(());
     };
@@ -182,6 +203,7 @@ async fn libvirt_task(
                 Some(WatchEvent::Connected { .. }) => {
                     handle.push(Payload::Connectivity(ConnectivityChange { peer: "libvirt".into(), connected: true, message: uri.clone() })).await;
                     let _ = signals.send(peer(true, "")).await;
+                    fresh.store(true, Ordering::Relaxed);
                     want();
                 }
                 Some(WatchEvent::Lost { reason }) => {
@@ -208,19 +230,22 @@ async fn snapshot_task(
     node: String,
     handle: SessionHandle,
     mut want: mpsc::Receiver<()>,
-    signals: mpsc::Sender<signals::Update>,
+    (signals, fresh): (mpsc::Sender<signals::Update>, Arc<AtomicBool>),
 ) {
     let mut last_facts: Option<HostFacts> = None;
     let lane = Lane::default();
     while want.recv().await.is_some() {
+        let first = fresh.swap(false, Ordering::Relaxed);
         match snapshot(&target, &lane).await {
             Ok((facts, inv)) => {
                 if last_facts.as_ref() != Some(&facts) {
                     handle.push(Payload::HostFacts(facts.clone())).await;
                     last_facts = Some(facts);
                 }
-                for u in signals::domain::from_inventory(&inv.domains) {
-                    let _ = signals.send(u).await;
+                if first {
+                    for u in signals::domain::from_inventory(&inv.domains) {
+                        let _ = signals.send(u).await;
+                    }
                 }
                 handle.push(Payload::Inventory(inv)).await;
             }
@@ -234,8 +259,10 @@ async fn ovs_task(
     handle: SessionHandle,
     live: Arc<AtomicBool>,
     signals: mpsc::Sender<signals::Update>,
+    must_have: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
 ) {
     let peer = |connected: bool, why: &str| signals::peer(HealthSignalKind::OvsdbUnreachable, connected, why);
+    let expected = || must_have.lock().map(|m| m.clone()).unwrap_or_default();
     let backoff = Backoff::default();
     let mut attempt = 0;
     // Said once per outage (also when it never answered since the start):
@@ -260,7 +287,7 @@ async fn ovs_task(
                         .await;
                     let mut present: std::collections::BTreeSet<String> = initial.into_iter().collect();
                     seen.extend(present.iter().cloned());
-                    for u in signals::ovs::bridge_updates(&seen, &present) {
+                    for u in signals::ovs::bridge_updates(&seen, &present, &expected()) {
                         let _ = signals.send(u).await;
                     }
                     while let Some(changes) = w.next().await {
@@ -276,7 +303,7 @@ async fn ovs_task(
                                 }
                             }
                         }
-                        for u in signals::ovs::bridge_updates(&seen, &present) {
+                        for u in signals::ovs::bridge_updates(&seen, &present, &expected()) {
                             let _ = signals.send(u).await;
                         }
                     }

@@ -10,7 +10,8 @@ use hv_proto::v1::{HealthSeverity, HealthSignalKind};
 use super::Update;
 use crate::ceph::PoolCheck;
 
-/// A probe (connect, open the pool, stat an image) slower than this.
+/// A pool's probe (open the pool, list its images, open the first; the connection
+/// is not counted) slower than this.
 pub const SLOW: Duration = Duration::from_secs(2);
 
 /// What one round of pool checks says, a start or an end per pool and kind.

@@ -30,20 +30,18 @@ pub fn updates(kind: DomainEventKind, reason: &str, uuid: &str, name: &str) -> V
     }
 }
 
-/// What a snapshot of the domains says: one paused on an I/O error holds
-/// the signal (also one that was so before the agent started, with no
-/// event to say it), every other domain listed ends it.
+/// What the first snapshot after libvirt (re)connected says: a domain
+/// already paused on an I/O error, with no event to say it (it paused
+/// before the agent started, or while it was cut off). Only starts: the
+/// events end it, and a later snapshot may be older than the last event.
 pub fn from_inventory(domains: &[Domain]) -> Vec<Update> {
     let io = HealthSignalKind::DomainIoError;
     domains
         .iter()
+        .filter(|d| d.paused_on_io_error)
         .map(|d| {
-            if d.paused_on_io_error {
-                let evidence = format!("domain {} paused on an I/O error", d.name);
-                Update::hold(io, &d.uuid, HealthSeverity::Critical, evidence)
-            } else {
-                Update::end(io, &d.uuid)
-            }
+            let evidence = format!("domain {} paused on an I/O error", d.name);
+            Update::hold(io, &d.uuid, HealthSeverity::Critical, evidence)
         })
         .collect()
 }
@@ -59,11 +57,10 @@ mod tests {
         let running = Domain { uuid: "u2".into(), name: "i-2".into(), ..Default::default() };
         let u = from_inventory(&[paused, running]);
         assert_eq!(
-            u[0],
-            updates(DomainEventKind::Suspended, "io-error", "u1", "i-1")[0],
-            "same signal as the event's"
+            u,
+            updates(DomainEventKind::Suspended, "io-error", "u1", "i-1"),
+            "the event's signal, only"
         );
-        assert_eq!(u[1], Update::end(HealthSignalKind::DomainIoError, "u2"));
     }
 
     fn holds(u: &[Update], kind: HealthSignalKind) -> Option<HealthSeverity> {

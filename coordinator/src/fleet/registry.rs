@@ -100,6 +100,8 @@ struct Node {
     domains: Option<u32>,
     /// The agent's health signals that hold (docs/health.md).
     signals: BTreeMap<health::signal::Key, Signal>,
+    /// Heartbeats in a row whose clock was off.
+    skewed_beats: u32,
 }
 
 /// Sets (`Some`) or clears a signal of `n`; answers whether that changed
@@ -128,6 +130,9 @@ fn hold(n: &mut Node, node: &str, key: health::signal::Key, signal: Option<Signa
         }
     }
 }
+
+/// Heartbeats in a row off by more than the skew allowed before it is said.
+const SKEWED_BEATS: u32 = 3;
 
 /// How long into a session heartbeats are not used for the clock.
 const CLOCK_SETTLE: jiff::SignedDuration = jiff::SignedDuration::from_secs(5);
@@ -257,8 +262,12 @@ impl Registry {
                     let settled = n.since.is_some_and(|s| now.duration_since(s) > CLOCK_SETTLE);
                     let sent = msg.sent_at.and_then(|t| Timestamp::new(t.seconds, t.nanos).ok());
                     if let Some(sent) = sent.filter(|_| settled) {
+                        // Three beats in a row: one late beat is a stall.
                         let (key, signal) = health::signal::clock_skew(sent, now);
-                        notify = hold(n, node, key, signal);
+                        n.skewed_beats = if signal.is_some() { n.skewed_beats.saturating_add(1) } else { 0 };
+                        if signal.is_none() || n.skewed_beats >= SKEWED_BEATS {
+                            notify = hold(n, node, key, signal);
+                        }
                     }
                 }
                 Some(Payload::HostFacts(f)) => {
@@ -483,8 +492,11 @@ mod tests {
         r.receive_at("n1", s.id, beat(1, later(-60)), later(1));
         assert!(!skewed(&r), "not judged in the session's first moments");
         r.receive_at("n1", s.id, beat(2, later(-60)), later(10));
-        assert!(skewed(&r), "a minute behind");
-        r.receive_at("n1", s.id, beat(3, later(11)), later(11));
+        r.receive_at("n1", s.id, beat(3, later(-59)), later(11));
+        assert!(!skewed(&r), "two late beats may be a stall");
+        r.receive_at("n1", s.id, beat(4, later(-58)), later(12));
+        assert!(skewed(&r), "a minute behind, three beats in a row");
+        r.receive_at("n1", s.id, beat(5, later(13)), later(13));
         assert!(!skewed(&r), "in step again");
         let forged = HealthSignal {
             kind: HealthSignalKind::ClockSkew as i32,
@@ -492,7 +504,7 @@ mod tests {
             evidence: "forged".into(),
             ..Default::default()
         };
-        r.receive_at("n1", s.id, msg(4, Payload::HealthSignal(forged)), later(12));
+        r.receive_at("n1", s.id, msg(6, Payload::HealthSignal(forged)), later(14));
         assert!(!skewed(&r), "the agent cannot set the coordinator's own signal");
     }
 

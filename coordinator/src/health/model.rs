@@ -182,10 +182,14 @@ fn signal_line(g: &Signal) -> String {
     format!("{}{subject} ({severity}): {}", g.kind, g.evidence)
 }
 
-/// The status to write: `since` moves only when the state changes.
+/// The status to write: `since` moves only when the state changes, and
+/// not between Unreachable and Failed: it says since when the host is
+/// lost, which the grace before disabling it is measured from (a kubelet
+/// flapping between Ready and not must not restart it).
 pub fn next_status(previous: Option<&HealthStatus>, a: &Assessment, now: Timestamp) -> HealthStatus {
+    let lost = |s: HealthState| matches!(s, HealthState::Unreachable | HealthState::Failed);
     let since = match previous {
-        Some(p) if p.state == a.state => p.since.clone(),
+        Some(p) if p.state == a.state || (lost(p.state) && lost(a.state)) => p.since.clone(),
         _ => Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now)),
     };
     HealthStatus { state: a.state, since, evidence: a.evidence.clone() }

@@ -325,7 +325,7 @@ fn ready(d: &mut Draft<'_>) {
         NovaObs::Registered(host) if host.enabled => {
             d.go(Phase::Active, "compute service enabled in Nova".into());
         }
-        NovaObs::Registered(_) => match d.unseen_cause() {
+        NovaObs::Registered(_) => match d.unseen_due() {
             Some(cause) => {
                 let msg = format!("{cause}; not enabled until the host is seen again");
                 d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "HostUnseen", msg);
@@ -391,7 +391,14 @@ fn unseen(d: &mut Draft<'_>, host: &NovaHost) -> bool {
     // Nova's reason is the truth when our record of the hold was lost (a
     // status write that failed after the disable).
     let Some(hold) = d.record.unseen.clone().or_else(|| nova_hold(host, d.input.now)) else {
-        let Some(cause) = d.unseen_cause() else { return false };
+        let Some(cause) = d.unseen_due() else { return false };
+        if let Some(why) = health.and_then(|h| h.hold_back.clone()) {
+            // The fleet gate: neither disabled nor enabled, and said.
+            let status = if host.enabled { ConditionStatus::True } else { ConditionStatus::False };
+            let msg = format!("{cause}; not disabled: {why}");
+            d.set(ConditionType::SchedulingEnabled, status, "UnseenHeldBack", msg);
+            return true;
+        }
         d.hold_unseen(cause.clone());
         d.guard_disabled(host, &unseen_reason(&cause));
         let msg = format!(
@@ -403,10 +410,17 @@ fn unseen(d: &mut Draft<'_>, host: &NovaHost) -> bool {
         return true;
     };
     d.record.unseen = Some(hold.clone());
-    d.guard_disabled(host, &unseen_reason(&hold.cause));
     if health.is_some_and(|h| h.state == HealthState::Healthy) {
-        return recheck(d, hold, host);
+        match recheck(d, hold.clone(), host) {
+            Recheck::Lifted => return false,
+            Recheck::Enabling => return true,
+            Recheck::Held => {
+                d.guard_disabled(host, &unseen_reason(&hold.cause));
+                return true;
+            }
+        }
     }
+    d.guard_disabled(host, &unseen_reason(&hold.cause));
     let msg = format!(
         "disabled in Nova since {} ({}); enabled again once its agent is back and its checks pass",
         hold.disabled_at.0, hold.cause
@@ -434,15 +448,11 @@ fn nova_hold(host: &NovaHost, now: Timestamp) -> Option<UnseenHold> {
 
 /// A held host seen again: one test run, and the host enabled only on its
 /// pass; a failure (or no report within the checks timeout) holds it until
-/// a retry. Answers whether it stays disabled.
-fn recheck(d: &mut Draft<'_>, hold: UnseenHold, host: &NovaHost) -> bool {
+/// a retry.
+fn recheck(d: &mut Draft<'_>, hold: UnseenHold, host: &NovaHost) -> Recheck {
     let name = d.input.name;
     if d.input.spec.skip_tests {
-        d.record.unseen = None;
-        if !host.enabled {
-            d.actions.push(Action::EnableService);
-        }
-        return true;
+        return d.lift(host);
     }
     let run = match hold.recheck_run {
         Some(run) if !hold.recheck_failed => run,
@@ -452,7 +462,7 @@ fn recheck(d: &mut Draft<'_>, hold: UnseenHold, host: &NovaHost) -> bool {
                 hold.cause
             );
             d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "RecheckFailed", msg);
-            return true;
+            return Recheck::Held;
         }
         _ => {
             if let Some(token) = d.fresh_retry() {
@@ -467,20 +477,16 @@ fn recheck(d: &mut Draft<'_>, hold: UnseenHold, host: &NovaHost) -> bool {
             let msg = format!("run {run}: seen again; its checks run before it is enabled");
             d.set(ConditionType::Tested, ConditionStatus::False, "Rechecking", msg.clone());
             d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "Rechecking", msg);
-            return true;
+            return Recheck::Held;
         }
     };
     let report = d.obs().checks.as_ref().filter(|r| r.run == run);
     let failed = match report {
         Some(r) if !r.results.is_empty() && r.results.iter().all(|c| c.passed) => {
             d.checks = Some(r.results.clone());
-            d.record.unseen = None;
             let msg = format!("run {run}: {} checks passed after the host was seen again", r.results.len());
             d.set(ConditionType::Tested, ConditionStatus::True, "Passed", msg);
-            if !host.enabled {
-                d.actions.push(Action::EnableService);
-            }
-            return true;
+            return d.lift(host);
         }
         Some(r) => {
             d.checks = Some(r.results.clone());
@@ -501,7 +507,7 @@ fn recheck(d: &mut Draft<'_>, hold: UnseenHold, host: &NovaHost) -> bool {
                 let msg = format!("run {run}: seen again; its checks run before it is enabled");
                 d.set(ConditionType::Tested, ConditionStatus::False, "Rechecking", msg.clone());
                 d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "Rechecking", msg);
-                return true;
+                return Recheck::Held;
             }
             format!("no check report within {}", human(d.input.policy.checks_timeout))
         }
@@ -512,7 +518,18 @@ fn recheck(d: &mut Draft<'_>, hold: UnseenHold, host: &NovaHost) -> bool {
     let msg = format!("run {run}: {failed}; it stays disabled. Fix the cause, then `hvctl retry {name}`");
     d.set(ConditionType::Tested, ConditionStatus::False, "ChecksFailed", msg.clone());
     d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "RecheckFailed", msg);
-    true
+    Recheck::Held
+}
+
+/// Where a recheck leaves a held host.
+enum Recheck {
+    /// Still held: kept disabled.
+    Held,
+    /// Cleared to come back: being enabled; the hold stays until Nova shows
+    /// it enabled (an enable that failed is asked again, no new run).
+    Enabling,
+    /// Enabled in Nova: the hold is gone.
+    Lifted,
 }
 
 const UNSEEN_REASON_PREFIX: &str = "hv-lifecycle: host unseen (";
@@ -808,12 +825,14 @@ fn decommissioned(d: &mut Draft<'_>) {
 }
 
 fn re_enable(d: &mut Draft<'_>, why: &str) {
+    let due = d.unseen_due();
+    let held_back = d.obs().health.as_ref().is_some_and(|h| h.hold_back.is_some());
     if d.record.unseen.is_none()
-        && let Some(cause) = d.unseen_cause()
+        && let Some(cause) = due.clone().filter(|_| !held_back)
     {
         d.hold_unseen(cause);
     }
-    if d.record.unseen.is_some() {
+    if d.record.unseen.is_some() || due.is_some() {
         // Held before the eviction: Active keeps holding it until it is
         // seen again and its checks pass.
         d.record.eviction = None;
@@ -998,11 +1017,12 @@ impl<'a> Draft<'a> {
         }
     }
 
-    /// The cause to hold the host for: this reconcile's verdict lost sight
-    /// of it (Unreachable or Failed) at least the grace ago, and the shell's
-    /// fleet gate does not hold new holds back.
-    fn unseen_cause(&self) -> Option<String> {
-        let h = self.obs().health.as_ref().filter(|h| h.hold_back.is_none())?;
+    /// This reconcile's verdict lost sight of the host (Unreachable or
+    /// Failed) at least the grace ago: the cause, for Nova's reason. Such a
+    /// host is never enabled; it is held (disabled) unless the shell's
+    /// fleet gate holds new holds back.
+    fn unseen_due(&self) -> Option<String> {
+        let h = self.obs().health.as_ref()?;
         if !matches!(h.state, HealthState::Unreachable | HealthState::Failed) {
             return None;
         }
@@ -1010,6 +1030,17 @@ impl<'a> Draft<'a> {
         lost_for
             .is_none_or(|t| t >= self.input.policy.unreachable_grace)
             .then(|| format!("{}: {}", h.state, h.summary))
+    }
+
+    /// Clears a held host to come back: enabled, and the hold gone once
+    /// Nova shows it so.
+    fn lift(&mut self, host: &NovaHost) -> Recheck {
+        if host.enabled {
+            self.record.unseen = None;
+            return Recheck::Lifted;
+        }
+        self.actions.push(Action::EnableService);
+        Recheck::Enabling
     }
 
     fn hold_unseen(&mut self, cause: String) {

@@ -95,18 +95,35 @@ fn check_one_step(
     // was seen again (or skipTests) lifts it with an enable.
     let due = o.health.as_ref().is_some_and(|h| {
         matches!(h.state, HealthState::Unreachable | HealthState::Failed)
-            && h.hold_back.is_none()
             && h.since.is_none_or(|s| now.duration_since(s) >= policy.unreachable_grace)
     });
+    let held_back = o.health.as_ref().is_some_and(|h| h.hold_back.is_some());
     let nova_says_held = matches!(&o.nova, NovaObs::Registered(h) if !h.enabled
         && h.disabled_reason.as_deref().is_some_and(|r| r.starts_with("hv-lifecycle: host unseen (")));
-    if st.lifecycle.unseen.is_none() && d.record.unseen.is_some() && !due && !nova_says_held {
+    let made = st.lifecycle.unseen.is_none() && d.record.unseen.is_some();
+    let may_make = (due && !held_back) || (nova_says_held && from == Phase::Active);
+    if made && !may_make {
         return Err(format!("host held unseen on verdict {:?}", o.health));
     }
     if due && enables {
-        return Err(format!("enabled while unseen past the grace: {:?}", o.health));
+        return Err(format!("enabled while unseen past the grace (gate or not): {:?}", o.health));
     }
-    if let Some(hold) = st.lifecycle.unseen.as_ref().filter(|_| from == Phase::Active && enables) {
+    if held_back && d.actions.iter().any(|a| matches!(a, Action::DisableService { reason } if reason.starts_with("hv-lifecycle: host unseen")))
+        && st.lifecycle.unseen.is_none()
+        && !nova_says_held
+    {
+        return Err("a host disabled for being unseen while the gate holds back".into());
+    }
+    let hold = st.lifecycle.unseen.clone().filter(|_| from == Phase::Active);
+    let hold = hold.or_else(|| {
+        (from == Phase::Active && nova_says_held).then(|| UnseenHold {
+            disabled_at: Time(now),
+            cause: String::new(),
+            recheck_run: None,
+            recheck_failed: false,
+        })
+    });
+    if let Some(hold) = hold.filter(|_| enables) {
         let passed = hold.recheck_run.is_some_and(|run| {
             !hold.recheck_failed
                 && o.checks.as_ref().is_some_and(|r| {
@@ -115,9 +132,6 @@ fn check_one_step(
         });
         if !passed && !sp.skip_tests {
             return Err(format!("a held host enabled without a passed recheck: {hold:?}"));
-        }
-        if d.record.unseen.is_some() {
-            return Err("a held host enabled and still held".into());
         }
     }
     // Nothing is moved off an Active host but for a maintenance (the unseen
@@ -387,6 +401,8 @@ struct Step {
     /// Degraded) or without (Unreachable, Failed) its agent can have, and
     /// how many seconds ago it began.
     health: Option<(bool, i64)>,
+    /// The shell's fleet gate holds new unseen holds back.
+    held_back: bool,
 }
 
 fn ev_phase() -> impl Strategy<Value = EvictionPhase> {
@@ -463,6 +479,7 @@ fn step() -> impl Strategy<Value = Step> {
             advance,
             junk,
             health,
+            held_back: false,
         })
 }
 
@@ -471,6 +488,11 @@ fn step() -> impl Strategy<Value = Step> {
 fn hold_step() -> impl Strategy<Value = Step> {
     let checks = checks_kind(0.7);
     let retry = retry_kind(4);
+    // Nova's reason: someone's, or ours (a hold whose record was lost).
+    let reason = prop_oneof![
+        3 => Just("agent: no session".to_string()),
+        1 => Just("hv-lifecycle: host unseen (Unreachable: agent: no session)".to_string()),
+    ];
     (
         any::<bool>(),
         prop::option::weighted(0.8, (any::<bool>(), 0i64..600)),
@@ -479,8 +501,10 @@ fn hold_step() -> impl Strategy<Value = Step> {
         0i64..400,
         any::<bool>(),
         prop::bool::weighted(0.05),
+        reason,
+        prop::bool::weighted(0.15),
     )
-        .prop_map(|(agent, health, checks, retry, advance, enabled, skip)| Step {
+        .prop_map(|(agent, health, checks, retry, advance, enabled, skip, junk, held_back)| Step {
             mode: MaintenanceMode::None,
             skip,
             node: NodeObs::Present { ready: true },
@@ -497,8 +521,9 @@ fn hold_step() -> impl Strategy<Value = Step> {
             checks,
             retry,
             advance,
-            junk: "agent: no session".into(),
+            junk,
             health,
+            held_back,
         })
 }
 
@@ -617,7 +642,8 @@ impl Sim {
                 (false, true) => HealthState::Failed,
             };
             let since = self.now.checked_sub(jiff::SignedDuration::from_secs(ago)).ok();
-            HealthObs { state, since, summary: s.junk.clone(), hold_back: None }
+            let hold_back = s.held_back.then(|| "3 of 4 judged hosts".to_string());
+            HealthObs { state, since, summary: s.junk.clone(), hold_back }
         });
         Observations {
             node: s.node,
@@ -687,13 +713,29 @@ impl Sim {
         if d.actions.iter().any(|a| matches!(a, Action::DeleteService { .. })) {
             m.deleted_empty = true;
         }
-        // Held unseen: not cleared until a recheck passes in Active.
-        let held = &self.status.lifecycle.unseen;
-        if held.is_none() && d.record.unseen.is_some() {
+        // Held unseen (by our record, or by Nova's reason when the record
+        // was lost): not cleared until a recheck passes in Active.
+        let nova_held = from == Phase::Active
+            && matches!(&o.nova, NovaObs::Registered(h) if !h.enabled
+                && h.disabled_reason.as_deref().is_some_and(|r| r.starts_with("hv-lifecycle: host unseen (")));
+        let recorded = self.status.lifecycle.unseen.clone();
+        if recorded.is_none() && (d.record.unseen.is_some() || nova_held) {
             m.cleared = false;
             m.holds += 1;
         }
-        if let Some(hold) = held.as_ref().filter(|_| d.record.unseen.is_none() && d.transition.is_none()) {
+        let held = recorded.or_else(|| {
+            nova_held.then(|| UnseenHold {
+                disabled_at: Time(self.now),
+                cause: String::new(),
+                recheck_run: None,
+                recheck_failed: false,
+            })
+        });
+        // Cleared by a passed recheck: the enable it asks for, or the hold
+        // gone once Nova shows the host enabled.
+        let enabling = d.actions.contains(&Action::EnableService);
+        let lifted = d.record.unseen.is_none() && d.transition.is_none();
+        if let Some(hold) = held.as_ref().filter(|_| from == Phase::Active && (lifted || enabling)) {
             let passed = hold.recheck_run.is_some_and(|run| {
                 o.checks.as_ref().is_some_and(|r| r.run == run && r.results.iter().all(|c| c.passed))
             });
@@ -701,7 +743,7 @@ impl Sim {
                 return Err(format!("unseen hold lifted in {from} without a passed recheck"));
             }
             m.cleared = true;
-            m.lifts += 1;
+            m.lifts += u32::from(lifted);
         }
         if d.actions.contains(&Action::EnableService) && !m.cleared {
             return Err(format!("scheduling enabled in {from} before the checks passed"));

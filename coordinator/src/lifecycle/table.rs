@@ -411,11 +411,17 @@ fn an_unseen_host_is_disabled_after_the_grace_moves_nothing_and_comes_back_only_
     let d = decide_at(&sp, &st, &o, t(504));
     assert_eq!(acts(&d), ["run checks (run 3)"]);
     st.lifecycle = d.record;
-    // A pass of run 3 enables it, and the hold is gone.
+    // A pass of run 3 enables it; the hold is gone once Nova shows it
+    // enabled (an enable that failed is asked again, with no new run).
     o.checks = Some(report(3, &[]));
     let d = decide_at(&sp, &st, &o, t(505));
     assert_eq!(acts(&d), ["enable compute service"]);
-    assert!(d.record.unseen.is_none() && d.warnings.is_empty(), "{d:?}");
+    assert!(d.record.unseen.is_some() && d.warnings.is_empty(), "{d:?}");
+    st.lifecycle = d.record;
+    assert_eq!(acts(&decide_at(&sp, &st, &o, t(506))), ["enable compute service"], "asked again");
+    with_host(&mut o, |h| h.enabled = true);
+    let d = decide_at(&sp, &st, &o, t(507));
+    assert!(d.actions.is_empty() && d.record.unseen.is_none() && d.warnings.is_empty(), "{d:?}");
     assert_eq!(d.phase, Phase::Active);
 }
 
@@ -442,7 +448,9 @@ fn a_failed_host_waits_the_grace_too_and_a_skip_tests_host_needs_no_recheck() {
     o.health = verdict(Healthy, 500);
     let d = decide_at(&sp, &st, &o, t(500));
     assert_eq!(acts(&d), ["enable compute service"]);
-    assert!(d.record.unseen.is_none());
+    st.lifecycle = d.record;
+    with_host(&mut o, |h| h.enabled = true);
+    assert!(decide_at(&sp, &st, &o, t(501)).record.unseen.is_none());
 }
 
 /// The fleet gate holds new holds back; a hold whose record was lost (a
@@ -461,6 +469,12 @@ fn the_gate_holds_back_nova_remembers_a_lost_hold_and_a_failed_recheck_waits_for
     }
     let d = decide_at(&sp, &st, &o, t(1000));
     assert!(d.actions.is_empty() && d.record.unseen.is_none(), "{d:?}");
+    let said = condition(&d, crate::api::ConditionType::SchedulingEnabled);
+    assert_eq!(said.reason, "UnseenHeldBack");
+    assert!(said.message.ends_with("not disabled: 3 of 4 judged hosts"), "{said:?}");
+    // Nor enabled, if someone disabled it meanwhile (no drift repair).
+    with_host(&mut o, |h| h.enabled = false);
+    assert!(decide_at(&sp, &st, &o, t(1000)).actions.is_empty());
     // Nova disabled with our reason, our record empty, the agent back:
     // held again and rechecked, not "drift repaired".
     o.health = verdict(Healthy, 1000);
