@@ -39,13 +39,14 @@ pub struct Host<'a> {
     pub health: Option<&'a HealthObs>,
 }
 
-/// `in_flight`: other hosts in `ha` maintenance not yet in Maintenance (being
-/// emptied); `limit`: how many may be at once (`--ha-maintenance-limit`).
+/// `in_flight`: counts the other hosts in `ha` maintenance for health (a
+/// scan of the fleet, asked only for a Degraded host that would be put
+/// there); `limit`: how many may be at once (`--ha-maintenance-limit`).
 /// A burst of hosts turning Degraded together is more likely one fault of
 /// ours (an agent release, a shared network or storage hiccup) than as many
 /// hardware faults, and emptying them all would leave the region nowhere to
 /// schedule: past the limit the verdict is recorded and nothing is done.
-pub fn respond(host: &Host<'_>, in_flight: usize, limit: usize) -> Response {
+pub fn respond(host: &Host<'_>, in_flight: impl FnOnce() -> usize, limit: usize) -> Response {
     let Some(h) = host.health.filter(|h| h.state == HealthState::Degraded) else {
         return Response::Nothing;
     };
@@ -55,10 +56,11 @@ pub fn respond(host: &Host<'_>, in_flight: usize, limit: usize) -> Response {
     if !in_service || host.maintenance.is_requested() || host.terminating {
         return Response::Nothing;
     }
+    let in_flight = in_flight();
     if in_flight >= limit {
         return Response::Capped {
             message: format!(
-                "{} is Degraded ({}), but {in_flight} host(s) are already being emptied for health \
+                "{} is Degraded ({}), but {in_flight} host(s) are already in ha maintenance for health \
                  (--ha-maintenance-limit {limit}): not put into ha maintenance. Many hosts at once \
                  is more likely one shared fault; look at them, or set spec.maintenance by hand",
                 host.name, h.summary
@@ -138,7 +140,12 @@ mod tests {
                                 && matches!(phase, Phase::Ready | Phase::Active | Phase::Evicting)
                                 && maintenance == MaintenanceMode::None
                                 && !terminating;
-                            match respond(&host, in_flight, limit) {
+                            let asked = std::cell::Cell::new(false);
+                            let counted = || {
+                                asked.set(true);
+                                in_flight
+                            };
+                            match respond(&host, counted, limit) {
                                 Response::Nothing => assert!(!wants, "{host:?}"),
                                 Response::Maintain { reason } => {
                                     assert!(wants && in_flight < limit, "{host:?} {in_flight}/{limit}");
@@ -150,6 +157,11 @@ mod tests {
                                     assert!(message.contains("--ha-maintenance-limit"), "{message}");
                                 }
                             }
+                            assert_eq!(
+                                asked.get(),
+                                wants,
+                                "the fleet is counted only when it matters: {host:?}"
+                            );
                         }
                     }
                 }
@@ -185,7 +197,7 @@ mod tests {
             terminating: false,
             health: Some(&h),
         };
-        let Response::Maintain { reason } = respond(&host, 0, 1) else { panic!("not maintained") };
+        let Response::Maintain { reason } = respond(&host, || 0, 1) else { panic!("not maintained") };
         assert!(reason.len() <= 200 && reason.starts_with(REASON_PREFIX), "{}", reason.len());
     }
 }

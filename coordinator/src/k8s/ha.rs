@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
@@ -78,7 +78,7 @@ pub async fn respond(
     let response = {
         let Ok(mut recent) = ctx.ha.recent.lock() else { return Ok(hv) };
         recent.retain(|(_, at)| at.elapsed() < CLAIM_TTL);
-        let r = respond::respond(&host, in_flight(ctx, name, &recent), ctx.ha.limit);
+        let r = respond::respond(&host, || in_flight(ctx, name, &recent), ctx.ha.limit);
         if matches!(r, Response::Maintain { .. }) {
             recent.push((name.to_string(), Instant::now()));
         }
@@ -93,32 +93,43 @@ pub async fn respond(
                 .await;
             Ok(hv)
         }
-        Response::Maintain { reason } => match write_maintenance(ctx, &hv, &reason).await {
-            // The object changed since it was read: decide again on fresh data.
-            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 422 => {
-                ctx.ha.forget(name);
-                Err(kube::Error::Api(e).into())
-            }
-            // Anything else must not stop the host's lifecycle: told, and
-            // tried again at the next reconcile.
-            Err(e) => {
-                ctx.ha.forget(name);
-                let note = format!("could not set spec.maintenance to ha ({reason}): {e}");
-                tracing::warn!(node = %name, error = %e, "could not set ha maintenance");
-                super::hypervisor::publish(ctx, &reference, EventType::Warning, "HaMaintenanceFailed", &note)
+        Response::Maintain { reason } => {
+            match super::write::maintenance(&Api::all(ctx.client.clone()), &hv, MaintenanceMode::Ha, &reason)
+                .await
+            {
+                // The object changed since it was read: decide again on fresh data.
+                Err(kube::Error::Api(e)) if e.code == 409 || e.code == 422 => {
+                    ctx.ha.forget(name);
+                    Err(kube::Error::Api(e).into())
+                }
+                // Anything else must not stop the host's lifecycle: told, and
+                // tried again at the next reconcile.
+                Err(e) => {
+                    ctx.ha.forget(name);
+                    let note = format!("could not set spec.maintenance to ha ({reason}): {e}");
+                    tracing::warn!(node = %name, error = %e, "could not set ha maintenance");
+                    super::hypervisor::publish(
+                        ctx,
+                        &reference,
+                        EventType::Warning,
+                        "HaMaintenanceFailed",
+                        &note,
+                    )
                     .await;
-                Ok(hv)
-            }
-            Ok(written) => {
-                let note = format!(
-                    "spec.maintenance set to ha ({reason}): the host is disabled and emptied, \
+                    Ok(hv)
+                }
+                Ok(written) => {
+                    let note = format!(
+                        "spec.maintenance set to ha ({reason}): the host is disabled and emptied, \
                      and stays in Maintenance until an SRE clears it"
-                );
-                tracing::warn!(node = %name, reason = %reason, "Degraded: ha maintenance set");
-                super::hypervisor::publish(ctx, &reference, EventType::Warning, "HaMaintenance", &note).await;
-                Ok(std::sync::Arc::new(written))
+                    );
+                    tracing::warn!(node = %name, reason = %reason, "Degraded: ha maintenance set");
+                    super::hypervisor::publish(ctx, &reference, EventType::Warning, "HaMaintenance", &note)
+                        .await;
+                    Ok(std::sync::Arc::new(written))
+                }
             }
-        },
+        }
     }
 }
 
@@ -126,6 +137,10 @@ pub async fn respond(
 /// verdict with the others' recorded ones, against `--unseen-max-share`.
 pub fn unseen_hold_back(ctx: &Context, name: &str, own: &HealthObs) -> Option<String> {
     let lost = |s: HealthState| matches!(s, HealthState::Unreachable | HealthState::Failed);
+    // The fleet is scanned only for a lost host: the gate says nothing of others.
+    if !lost(own.state) {
+        return None;
+    }
     let others: Vec<HealthState> = managed(ctx)
         .iter()
         .filter(|h| h.name_any() != name)
@@ -134,19 +149,4 @@ pub fn unseen_hold_back(ctx: &Context, name: &str, own: &HealthObs) -> Option<St
     let judged = others.len() + 1;
     let lost_now = others.iter().filter(|s| lost(**s)).count() + usize::from(lost(own.state));
     respond::unseen_gate(lost_now, judged, ctx.ha.unseen_max_share)
-}
-
-/// `spec.maintenance: ha` with `reason`, over the version read: a change
-/// since (an SRE's own maintenance) is a conflict, never overwritten.
-async fn write_maintenance(ctx: &Context, hv: &Hypervisor, reason: &str) -> Result<Hypervisor, kube::Error> {
-    let rv = hv.meta().resource_version.clone().unwrap_or_default();
-    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
-        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
-        {"op": "add", "path": "/spec/maintenance", "value": MaintenanceMode::Ha.as_str()},
-        {"op": "add", "path": "/spec/maintenanceReason", "value": reason},
-    ]))
-    .map_err(kube::Error::SerdeError)?;
-    let pp = PatchParams { field_manager: Some(super::FIELD_MANAGER.into()), ..Default::default() };
-    let api: Api<Hypervisor> = Api::all(ctx.client.clone());
-    api.patch(&hv.name_any(), &pp, &Patch::<()>::Json(patch)).await
 }

@@ -9,6 +9,9 @@
 //! - **Finalizers** are added and removed by a JSON patch that first tests
 //!   the resourceVersion: a concurrent change to the list is a conflict
 //!   (read again, try again), never a lost finalizer of somebody else.
+//! - **A maintenance** the coordinator sets on a Hypervisor (health's `ha`)
+//!   is the same JSON patch over the version read: an SRE's own edit since
+//!   is a conflict, never overwritten.
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
@@ -117,6 +120,25 @@ pub fn drop_owner_patch<K: Resource>(obj: &K, owner_uid: &str) -> Option<json_pa
         {"op": "remove", "path": format!("/metadata/ownerReferences/{at}")},
     ]))
     .ok()
+}
+
+/// Sets `spec.maintenance` to `mode` with `reason` over the version of `hv`
+/// read (a conflict is the caller's: decide again on fresh data).
+pub async fn maintenance(
+    api: &Api<crate::api::Hypervisor>,
+    hv: &crate::api::Hypervisor,
+    mode: crate::api::MaintenanceMode,
+    reason: &str,
+) -> Result<crate::api::Hypervisor, kube::Error> {
+    let rv = hv.meta().resource_version.clone().unwrap_or_default();
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+        {"op": "add", "path": "/spec/maintenance", "value": mode.as_str()},
+        {"op": "add", "path": "/spec/maintenanceReason", "value": reason},
+    ]))
+    .map_err(kube::Error::SerdeError)?;
+    let pp = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    api.patch(&hv.name_any(), &pp, &Patch::<()>::Json(patch)).await
 }
 
 #[cfg(test)]
