@@ -28,6 +28,9 @@ pub struct PoolCheck {
     pub passed: bool,
     pub message: String,
     pub latency: Duration,
+    /// The cluster has blocklisted the node's client: it cannot write.
+    #[serde(default)]
+    pub blocklisted: bool,
 }
 
 /// Run the pool checks in `hv-ceph-probe`, killed after the client's
@@ -42,6 +45,7 @@ pub async fn check_pools_isolated(client: &CephClient, pools: &[String], probe: 
                 passed: false,
                 message: message.clone(),
                 latency: Duration::ZERO,
+                blocklisted: false,
             })
             .collect()
     };

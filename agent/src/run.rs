@@ -87,8 +87,9 @@ pub async fn run(cfg: AgentConfig) -> Result<(), String> {
     let (signal_tx, signal_rx) = mpsc::channel(256);
     tokio::spawn(signals::run(signal_rx, cfg.host_root.clone(), handle.clone()));
     tokio::spawn(libvirt_task(cfg.clone(), handle.clone(), libvirt_live, signal_tx.clone()));
-    // The bridges the host must have: br-int, then those the last checks named.
-    let must_have = Arc::new(std::sync::Mutex::new(signals::ovs::expected(&[])));
+    // The bridges the host must have, and how: br-int secure, then as the
+    // last checks demanded.
+    let must_have = Arc::new(std::sync::Mutex::new(signals::ovs::Required::before_checks()));
     tokio::spawn(ovs_task(
         cfg.endpoints.ovsdb_remote.clone(),
         handle.clone(),
@@ -115,9 +116,8 @@ pub async fn run(cfg: AgentConfig) -> Result<(), String> {
             while let Some(cmd) = cmd_rx.recv().await {
                 match cmd {
                     Command::RunChecks(r) => {
-                        let bridges = r.config.as_ref().map(|c| c.bridges.clone()).unwrap_or_default();
-                        if let Ok(mut m) = must_have.lock() {
-                            *m = signals::ovs::expected(&bridges);
+                        if let (Some(config), Ok(mut m)) = (r.config.as_ref(), must_have.lock()) {
+                            *m = signals::ovs::Required::from_checks(config);
                         }
                         // A run is executed at most once per process. Asked
                         // again (a new leader whose predecessor acknowledged
@@ -259,10 +259,11 @@ async fn ovs_task(
     handle: SessionHandle,
     live: Arc<AtomicBool>,
     signals: mpsc::Sender<signals::Update>,
-    must_have: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    must_have: Arc<std::sync::Mutex<signals::ovs::Required>>,
 ) {
     let peer = |connected: bool, why: &str| signals::peer(HealthSignalKind::OvsdbUnreachable, connected, why);
-    let expected = || must_have.lock().map(|m| m.clone()).unwrap_or_default();
+    let required =
+        || must_have.lock().map(|m| m.clone()).unwrap_or_else(|_| signals::ovs::Required::before_checks());
     let backoff = Backoff::default();
     let mut attempt = 0;
     // Said once per outage (also when it never answered since the start):
@@ -285,27 +286,14 @@ async fn ovs_task(
                             message: remote.clone(),
                         }))
                         .await;
-                    let mut present: std::collections::BTreeSet<String> = initial.into_iter().collect();
-                    seen.extend(present.iter().cloned());
-                    for u in signals::ovs::bridge_updates(&seen, &present, &expected()) {
-                        let _ = signals.send(u).await;
-                    }
-                    while let Some(changes) = w.next().await {
-                        tracing::info!(changes = ?changes, "OVS bridges changed");
-                        for c in changes {
-                            match c {
-                                ovsdb::BridgeChange::Added(b) => {
-                                    seen.insert(b.clone());
-                                    present.insert(b);
-                                }
-                                ovsdb::BridgeChange::Removed(b) => {
-                                    present.remove(&b);
-                                }
-                            }
-                        }
-                        for u in signals::ovs::bridge_updates(&seen, &present, &expected()) {
+                    let mut present = initial;
+                    loop {
+                        seen.extend(present.iter().map(|b| b.name.clone()));
+                        for u in signals::ovs::bridge_updates(&seen, &present, &required()) {
                             let _ = signals.send(u).await;
                         }
+                        let Some(now) = w.next().await else { break };
+                        present = now;
                     }
                     "the OVSDB connection ended".to_string()
                 }

@@ -111,9 +111,9 @@ proptest! {
         let _ = wire::uuid_set(&v);
         let bridges = ovsdb::bridges_from(&[v.clone(), w.clone()]);
         prop_assert!(bridges.windows(2).all(|b| b[0].name <= b[1].name));
-        let mut names = HashMap::new();
-        ovsdb::apply_updates(&mut names, &v);
-        ovsdb::apply_updates(&mut names, &w);
+        let mut rows = HashMap::new();
+        ovsdb::apply_updates(&mut rows, &v);
+        ovsdb::apply_updates(&mut rows, &w);
         let exp = ovsdb::Expectation { bridge: "br-int".into(), fail_mode: "secure".into(), ..Default::default() };
         for b in &bridges {
             let _ = ovsdb::mismatches(b, &exp);

@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use hv_agent::ovsdb::{Client, check_bridges};
+use hv_agent::ovsdb::{Bridge, Client, check_bridges};
 
 fn vsctl(remote: &str, args: &[&str]) {
     let out =
@@ -40,22 +40,43 @@ async fn a_missing_bridge_fails_its_check_by_name() {
     assert!(checks[1].message.contains("br-hv-missing"), "{}", checks[1].message);
 }
 
+/// The bridge `name` after the first change that satisfies `want` (other
+/// tests change the shared OVSDB meanwhile).
+async fn until(
+    watch: &mut hv_agent::ovsdb::BridgeWatch,
+    name: &str,
+    want: impl Fn(Option<&Bridge>) -> bool,
+) -> Option<Bridge> {
+    tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let bridges = watch.next().await.expect("the monitor ended");
+            let found = bridges.into_iter().find(|b| b.name == name);
+            if want(found.as_ref()) {
+                return found;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no change of {name} as wanted within 5 s"))
+}
+
 #[tokio::test]
-async fn the_monitor_sees_a_bridge_added_and_removed() {
+async fn the_monitor_sees_a_bridge_added_reconfigured_and_removed() {
     let env = hv_tests::env::require();
     let c = Client::connect(&env.ovsdb.tcp).await.unwrap();
     let (now, mut watch) = c.watch_bridges().await.unwrap();
-    assert!(now.contains(&"br-int".to_string()));
+    assert!(now.iter().any(|b| b.name == "br-int"), "{now:?}");
     let name = format!("br-t{}", std::process::id() % 10_000);
     vsctl(&env.ovsdb.unix, &["add-br", &name]);
-    let changes = tokio::time::timeout(Duration::from_secs(5), watch.next()).await.unwrap().unwrap();
-    assert!(
-        changes.iter().any(|ch| *ch == hv_agent::ovsdb::BridgeChange::Added(name.clone())),
-        "{changes:?}"
-    );
+    let added = until(&mut watch, &name, |b| b.is_some()).await.unwrap();
+    assert_eq!(added.fail_mode, None, "{added:?}");
+    vsctl(&env.ovsdb.unix, &["set-fail-mode", &name, "standalone"]);
+    until(&mut watch, &name, |b| b.is_some_and(|b| b.fail_mode.as_deref() == Some("standalone"))).await;
+    vsctl(&env.ovsdb.unix, &["set", "Bridge", &name, "datapath_type=netdev"]);
+    let changed = until(&mut watch, &name, |b| b.is_some_and(|b| b.datapath_type == "netdev")).await.unwrap();
+    assert_eq!(changed.fail_mode.as_deref(), Some("standalone"), "a modify keeps the other columns");
     vsctl(&env.ovsdb.unix, &["del-br", &name]);
-    let changes = tokio::time::timeout(Duration::from_secs(5), watch.next()).await.unwrap().unwrap();
-    assert!(changes.contains(&hv_agent::ovsdb::BridgeChange::Removed(name)), "{changes:?}");
+    until(&mut watch, &name, |b| b.is_none()).await;
 }
 
 #[tokio::test]

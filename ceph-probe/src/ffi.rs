@@ -4,7 +4,7 @@
 //! Why our own FFI rather than the `ceph` crate: that crate connects in one
 //! call with no way to set the client's keyring or the timeouts first (an
 //! unreachable monitor would block for `client_mount_timeout`, 300 s by
-//! default), and it brings a large dependency tree. Nine librados and
+//! default), and it brings a large dependency tree. A dozen librados and
 //! librbd functions are less code than working around it. No RBD crate
 //! fits bookworm's librbd 1.16.
 //!
@@ -16,12 +16,16 @@
 //! strings read back (`rbd_list2`'s names) are copied before
 //! `rbd_image_spec_list_cleanup` frees them. Buffers passed for output are
 //! sized as the C API requires (`rbd_image_info_t` by value, the spec array
-//! by the count librbd asked for).
+//! by the count librbd asked for). Buffers librados allocates
+//! (`rados_getaddrs`' string, `rados_mon_command`'s output and status) are
+//! copied, then released with `rados_buffer_free` exactly once.
 #![allow(unsafe_code)]
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+use crate::blocklist;
 
 #[allow(non_camel_case_types)]
 type rados_t = *mut c_void;
@@ -56,6 +60,20 @@ unsafe extern "C" {
     fn rados_shutdown(cluster: rados_t);
     fn rados_ioctx_create(cluster: rados_t, pool: *const c_char, io: *mut rados_ioctx_t) -> c_int;
     fn rados_ioctx_destroy(io: rados_ioctx_t);
+    fn rados_getaddrs(cluster: rados_t, addrs: *mut *mut c_char) -> c_int;
+    #[allow(clippy::too_many_arguments)]
+    fn rados_mon_command(
+        cluster: rados_t,
+        cmd: *const *const c_char,
+        cmdlen: usize,
+        inbuf: *const c_char,
+        inbuflen: usize,
+        outbuf: *mut *mut c_char,
+        outbuflen: *mut usize,
+        outs: *mut *mut c_char,
+        outslen: *mut usize,
+    ) -> c_int;
+    fn rados_buffer_free(buf: *mut c_char);
 }
 
 #[link(name = "rbd")]
@@ -90,6 +108,8 @@ pub struct PoolCheck {
     pub passed: bool,
     pub message: String,
     pub latency: Duration,
+    /// The cluster has blocklisted this client: it cannot write.
+    pub blocklisted: bool,
 }
 
 fn errno(rc: c_int) -> String {
@@ -184,22 +204,101 @@ impl CephClient {
                         passed: false,
                         message: e.clone(),
                         latency: start.elapsed(),
+                        blocklisted: false,
                     })
                     .collect();
             }
         };
+        // Unknown when the map cannot be read: said on stderr, not a failed check.
+        let blocklisted = self.blocklisted(&cluster).unwrap_or_else(|e| {
+            eprintln!("hv-ceph-probe: cannot tell whether client.{} is blocklisted: {e}", self.id);
+            None
+        });
         pools
             .iter()
             .map(|pool| {
                 let t = Instant::now();
-                let (passed, message) = match check_pool(&cluster, pool, &self.id) {
-                    Ok(m) => (true, m),
-                    Err(m) => (false, m),
+                let (passed, message) = match (&blocklisted, check_pool(&cluster, pool, &self.id)) {
+                    (Some(why), _) => (false, why.clone()),
+                    (None, Ok(m)) => (true, m),
+                    (None, Err(m)) => (false, m),
                 };
-                PoolCheck { pool: pool.clone(), passed, message, latency: t.elapsed() }
+                let latency = t.elapsed();
+                PoolCheck { pool: pool.clone(), passed, message, latency, blocklisted: blocklisted.is_some() }
             })
             .collect()
     }
+
+    /// Why this client is blocklisted, if it is: its addresses against the
+    /// OSD map's blocklist (the mon's `profile rbd` may read the map).
+    fn blocklisted(&self, cluster: &Cluster) -> Result<Option<String>, String> {
+        let own = own_addrs(cluster)?;
+        let addrs = blocklist::Addr::parse_vec(&own);
+        if addrs.is_empty() {
+            return Err(format!("unreadable client address {own:?}"));
+        }
+        let dump = mon_command(cluster, r#"{"prefix": "osd dump", "format": "json"}"#)?;
+        let map: serde_json::Value =
+            serde_json::from_slice(&dump).map_err(|e| format!("osd dump is not JSON: {e}"))?;
+        Ok(blocklist::listed(&addrs, &map).map(|entry| {
+            format!(
+                "client.{} at {own} is blocklisted by the cluster (entry {entry}): it can no longer write",
+                self.id
+            )
+        }))
+    }
+}
+
+/// This client's addresses, as `v2:IP:port/nonce` or `[a,b]`.
+fn own_addrs(cluster: &Cluster) -> Result<String, String> {
+    let mut out: *mut c_char = std::ptr::null_mut();
+    // SAFETY: connected cluster, out-parameter.
+    let rc = unsafe { rados_getaddrs(cluster.0, &mut out) };
+    if rc < 0 || out.is_null() {
+        return Err(format!("rados_getaddrs: {}", errno(rc.min(-1))));
+    }
+    // SAFETY: librados wrote a NUL-terminated string; copied, then freed once.
+    let addrs = unsafe { CStr::from_ptr(out) }.to_string_lossy().into_owned();
+    // SAFETY: allocated by librados, released once.
+    unsafe { rados_buffer_free(out) };
+    Ok(addrs)
+}
+
+/// A monitor command's output.
+fn mon_command(cluster: &Cluster, cmd: &str) -> Result<Vec<u8>, String> {
+    let c = cstr(cmd)?;
+    let cmds = [c.as_ptr()];
+    let (mut out, mut out_len): (*mut c_char, usize) = (std::ptr::null_mut(), 0);
+    let (mut status, mut status_len): (*mut c_char, usize) = (std::ptr::null_mut(), 0);
+    // SAFETY: one valid C string in `cmds`; no input buffer; out-parameters.
+    let rc = unsafe {
+        rados_mon_command(
+            cluster.0,
+            cmds.as_ptr(),
+            1,
+            std::ptr::null(),
+            0,
+            &mut out,
+            &mut out_len,
+            &mut status,
+            &mut status_len,
+        )
+    };
+    let copy = |p: *mut c_char, len: usize| -> Vec<u8> {
+        if p.is_null() {
+            return Vec::new();
+        }
+        // SAFETY: librados gave `len` bytes at `p`; copied, then freed once.
+        let v = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }.to_vec();
+        // SAFETY: allocated by librados, released once.
+        unsafe { rados_buffer_free(p) };
+        v
+    };
+    let (out, status) = (copy(out, out_len), copy(status, status_len));
+    if rc < 0 {
+        return Err(format!("{cmd}: {} {}", errno(rc), String::from_utf8_lossy(&status)));
+    }
+    Ok(out)
 }
 
 fn check_pool(cluster: &Cluster, pool: &str, id: &str) -> Result<String, String> {

@@ -6,6 +6,7 @@
 
 #![deny(unsafe_code)]
 
+mod blocklist;
 mod ffi;
 
 use std::path::PathBuf;

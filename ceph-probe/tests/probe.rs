@@ -24,8 +24,13 @@ async fn check(c: &CephClient, pools: &[String]) -> Vec<PoolCheck> {
     check_pools_isolated(c, pools, &probe()).await
 }
 
+/// Held by every test here: one of them blocklists the whole loopback
+/// address, which every other probe would see.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn the_readable_pool_passes_and_the_forbidden_one_fails_clearly() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let env = hv_tests::env::require();
     let checks = check(
         &client(&env),
@@ -47,6 +52,7 @@ async fn the_readable_pool_passes_and_the_forbidden_one_fails_clearly() {
 
 #[tokio::test]
 async fn a_wrong_key_or_an_unreachable_cluster_fails_within_the_timeout() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let env = hv_tests::env::require();
     let mut wrong = client(&env);
     wrong.keyring = Some(env.ceph.admin.keyring.clone()); // the admin key under client.node-1's name
@@ -69,6 +75,7 @@ async fn a_wrong_key_or_an_unreachable_cluster_fails_within_the_timeout() {
 
 #[tokio::test]
 async fn a_missing_probe_is_a_clear_failure() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let env = hv_tests::env::require();
     let pools = vec![env.ceph.readable_pool.clone()];
     let c = check_pools_isolated(&client(&env), &pools, std::path::Path::new("/nonexistent/probe")).await;
@@ -76,4 +83,35 @@ async fn a_missing_probe_is_a_clear_failure() {
         c.iter().all(|p| !p.passed && p.message.contains("cannot run the Ceph probe /nonexistent/probe")),
         "{c:?}"
     );
+}
+
+#[tokio::test]
+async fn a_client_blocklisted_by_its_address_or_by_a_range_fails_as_blocklisted_and_passes_once_lifted() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let env = hv_tests::env::require();
+    let c = client(&env);
+    let pools = vec![env.ceph.readable_pool.clone()];
+    let before = check(&c, &pools).await;
+    assert!(before[0].passed && !before[0].blocklisted, "{before:?}");
+
+    // Every client of the probe's IP (the probe only reads: the OSDs
+    // would still answer it, the map says it can no longer write).
+    let entry = hv_tests::region::Blocklisted::add(&env, "127.0.0.1:0/0", false).unwrap();
+    let listed = check(&c, &pools).await;
+    assert!(!listed[0].passed && listed[0].blocklisted, "{listed:?}");
+    assert!(
+        listed[0].message.contains("client.node-1 at")
+            && listed[0].message.contains("is blocklisted by the cluster (entry 127.0.0.1:0/0)"),
+        "{}",
+        listed[0].message
+    );
+    drop(entry);
+    let lifted = check(&c, &pools).await;
+    assert!(lifted[0].passed && !lifted[0].blocklisted, "{lifted:?}");
+
+    let range = hv_tests::region::Blocklisted::add(&env, "127.0.0.0/8", true).unwrap();
+    let listed = check(&c, &pools).await;
+    assert!(listed[0].blocklisted && listed[0].message.contains("(entry cidr:127.0.0.0:0/8)"), "{listed:?}");
+    drop(range);
+    assert!(check(&c, &pools).await[0].passed);
 }

@@ -577,8 +577,12 @@ impl PrivateOvsdb {
 
     /// Adds a bridge; `br-int` in fail mode secure, as Neutron and OVN set it.
     pub fn add_bridge(&self, name: &str) -> Result<(), String> {
-        self.vsctl(&["add-br", name])?;
-        if name == "br-int" { self.set_fail_mode(name, "secure") } else { Ok(()) }
+        // One transaction, as Neutron does: a br-int never seen standalone.
+        if name == "br-int" {
+            self.vsctl(&["add-br", name, "--", "set-fail-mode", name, "secure"])
+        } else {
+            self.vsctl(&["add-br", name])
+        }
     }
 
     pub fn set_fail_mode(&self, bridge: &str, mode: &str) -> Result<(), String> {
@@ -611,6 +615,37 @@ pub fn ceph_client(env: &TestEnv, id: &str, osd_caps: &str, dir: &Path) -> Resul
 
 pub fn set_ceph_caps(env: &TestEnv, id: &str, osd_caps: &str) -> Result<(), String> {
     run(ceph(env).args(["auth", "caps", &format!("client.{id}"), "mon", "profile rbd", "osd", osd_caps]))
+}
+
+/// An entry in the cluster's OSD blocklist (`ceph osd blocklist add`, or
+/// `range add` for a CIDR), removed when dropped and expiring after a
+/// minute anyway. Blocklisting `127.0.0.1:0/0` stops every client of the
+/// ground from writing: only a test binary whose tests all hold one lock
+/// may do it (test binaries run one after the other).
+pub struct Blocklisted {
+    env: TestEnv,
+    args: Vec<String>,
+}
+
+impl Blocklisted {
+    /// `entry` is `IP:port/nonce` or, with `range`, `IP/bits`.
+    pub fn add(env: &TestEnv, entry: &str, range: bool) -> Result<Blocklisted, String> {
+        let mut args = vec!["osd".to_string(), "blocklist".to_string()];
+        if range {
+            args.push("range".into());
+        }
+        run(ceph(env).args(&args).args(["add", entry, "60"]))?;
+        args.extend(["rm".to_string(), entry.to_string()]);
+        Ok(Blocklisted { env: env.clone(), args })
+    }
+}
+
+impl Drop for Blocklisted {
+    fn drop(&mut self) {
+        if let Err(e) = run(ceph(&self.env).args(&self.args)) {
+            eprintln!("could not lift the blocklist entry ({e}); it expires within a minute");
+        }
+    }
 }
 
 fn ceph(env: &TestEnv) -> Command {

@@ -345,7 +345,7 @@ async fn a_coordinator_cut_off_from_nova_judges_and_changes_no_host() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn libvirtd_killed_a_bridge_deleted_and_a_ceph_client_denied_its_pool_are_signalled_from_the_real_peers()
+async fn libvirtd_killed_a_bridge_deleted_or_reconfigured_and_a_ceph_client_denied_its_pool_are_signalled_from_the_real_peers()
  {
     let region = Region::start("health-peers").await;
     let host = hosts::claim(&region.env).await.host;
@@ -388,6 +388,15 @@ async fn libvirtd_killed_a_bridge_deleted_and_a_ceph_client_denied_its_pool_are_
     assert!(degraded.evidence.iter().any(|e| e.starts_with(gone)), "{degraded:?}");
     assert!(degraded.evidence.iter().all(|e| !e.contains("br-ex")), "{degraded:?}");
     ovs.add_bridge("br-int").unwrap();
+    wait_health(&region, &host, HealthState::Healthy, &coord).await;
+    // br-int turned standalone (a learning switch once its controller is
+    // gone): reconfigured, critical; secure again ends it.
+    ovs.set_fail_mode("br-int", "standalone").unwrap();
+    let degraded = wait_health(&region, &host, HealthState::Degraded, &coord).await;
+    let wrong = "ovs-bridge-reconfigured br-int (critical): bridge br-int reconfigured: \
+                 fail_mode: wanted secure, found standalone";
+    assert!(degraded.evidence.iter().any(|e| e.starts_with(wrong)), "{degraded:?}");
+    ovs.set_fail_mode("br-int", "secure").unwrap();
     wait_health(&region, &host, HealthState::Healthy, &coord).await;
 
     // The Ceph client denied its pool (its caps changed in the real

@@ -60,15 +60,15 @@ impl Client {
         Ok(row.and_then(|r| r.get("external_ids").map(wire::string_map)).unwrap_or_default())
     }
 
-    /// Watch the Bridge table: the current names, then a change per update.
-    pub async fn watch_bridges(&self) -> Result<(Vec<String>, BridgeWatch), OvsdbError> {
-        let (initial, rx) =
-            self.monitor(DB, "hv-agent-bridges", json!({"Bridge": {"columns": ["name"]}})).await?;
-        let mut names = HashMap::new();
-        apply_updates(&mut names, &initial);
-        let mut now: Vec<String> = names.values().cloned().collect();
-        now.sort();
-        Ok((now, BridgeWatch { names, rx }))
+    /// Watch the Bridge table's names, fail modes and datapath types: the
+    /// bridges now, then the bridges after each change.
+    pub async fn watch_bridges(&self) -> Result<(Vec<Bridge>, BridgeWatch), OvsdbError> {
+        let columns = json!({"Bridge": {"columns": ["name", "fail_mode", "datapath_type"]}});
+        let (initial, rx) = self.monitor(DB, "hv-agent-bridges", columns).await?;
+        let mut rows = HashMap::new();
+        apply_updates(&mut rows, &initial);
+        let watch = BridgeWatch { rows, rx };
+        Ok((watch.bridges(), watch))
     }
 }
 
@@ -224,52 +224,52 @@ pub fn check_bridges(
     names.into_iter().map(|(n, opt)| judge(n, opt)).collect()
 }
 
-/// A bridge appeared or disappeared.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BridgeChange {
-    Added(String),
-    Removed(String),
-}
-
+/// The Bridge table as the monitor sees it. Its rows carry the watched
+/// columns only: `ports` and `external_ids` are empty (ports come and go
+/// with the VMs; watching them would wake the agent for every VM).
 pub struct BridgeWatch {
-    names: HashMap<String, String>,
+    rows: HashMap<String, Bridge>,
     rx: mpsc::Receiver<Value>,
 }
 
 impl BridgeWatch {
-    /// The next changes; None when the connection is gone.
-    pub async fn next(&mut self) -> Option<Vec<BridgeChange>> {
+    /// The bridges after the next change; None when the connection is gone.
+    pub async fn next(&mut self) -> Option<Vec<Bridge>> {
         let updates = self.rx.recv().await?;
-        let before = self.names.clone();
-        apply_updates(&mut self.names, &updates);
-        let mut changes = Vec::new();
-        for (uuid, name) in &self.names {
-            if !before.contains_key(uuid) {
-                changes.push(BridgeChange::Added(name.clone()));
-            }
-        }
-        for (uuid, name) in &before {
-            if !self.names.contains_key(uuid) {
-                changes.push(BridgeChange::Removed(name.clone()));
-            }
-        }
-        Some(changes)
+        apply_updates(&mut self.rows, &updates);
+        Some(self.bridges())
+    }
+
+    fn bridges(&self) -> Vec<Bridge> {
+        let mut out: Vec<Bridge> = self.rows.values().cloned().collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
     }
 }
 
-/// Folds a monitor's `table-updates` into the bridge names by row uuid.
-/// Pure (fuzzed).
-pub fn apply_updates(names: &mut HashMap<String, String>, updates: &Value) {
-    let Some(rows) = updates.get("Bridge").and_then(Value::as_object) else { return };
-    for (uuid, row) in rows {
-        match row.get("new").and_then(|n| n.get("name")).and_then(Value::as_str) {
-            Some(name) => {
-                names.insert(uuid.clone(), name.to_string());
+/// Folds a monitor's `table-updates` into the bridges by row uuid: a row
+/// with `new` is inserted or replaced (a modify's `new` carries every
+/// monitored column), one without is deleted. Pure (fuzzed): a row without
+/// a name is ignored.
+pub fn apply_updates(rows: &mut HashMap<String, Bridge>, updates: &Value) {
+    let Some(table) = updates.get("Bridge").and_then(Value::as_object) else { return };
+    for (uuid, row) in table {
+        match row.get("new") {
+            None => {
+                rows.remove(uuid);
             }
-            None if row.get("new").is_none() => {
-                names.remove(uuid);
+            Some(new) => {
+                let Some(name) = new.get("name").and_then(Value::as_str) else { continue };
+                let get = |k: &str| new.get(k).cloned().unwrap_or(Value::Null);
+                let bridge = Bridge {
+                    name: name.to_string(),
+                    datapath_type: get("datapath_type").as_str().unwrap_or_default().to_string(),
+                    fail_mode: wire::opt_string(&get("fail_mode")),
+                    ports: Vec::new(),
+                    external_ids: BTreeMap::new(),
+                };
+                rows.insert(uuid.clone(), bridge);
             }
-            None => {}
         }
     }
 }
@@ -303,17 +303,26 @@ mod tests {
     }
 
     #[test]
-    fn updates_add_and_remove_rows() {
-        let mut names = HashMap::new();
+    fn updates_add_modify_and_remove_rows() {
+        let mut rows = HashMap::new();
         apply_updates(
-            &mut names,
-            &json!({"Bridge": {"u1": {"new": {"name": "br-int"}}, "u2": {"new": {"name": "br-ex"}}}}),
+            &mut rows,
+            &json!({"Bridge": {
+                "u1": {"new": {"name": "br-int", "fail_mode": "secure", "datapath_type": ""}},
+                "u2": {"new": {"name": "br-ex", "fail_mode": ["set", []], "datapath_type": "netdev"}}}}),
         );
-        assert_eq!(names.len(), 2);
-        apply_updates(&mut names, &json!({"Bridge": {"u2": {"old": {"name": "br-ex"}}}}));
-        assert_eq!(names.values().collect::<Vec<_>>(), vec!["br-int"]);
-        apply_updates(&mut names, &json!({"Other": {}}));
-        assert_eq!(names.len(), 1);
+        assert_eq!(rows["u1"].fail_mode.as_deref(), Some("secure"));
+        assert_eq!((rows["u2"].fail_mode.as_deref(), rows["u2"].datapath_type.as_str()), (None, "netdev"));
+        apply_updates(
+            &mut rows,
+            &json!({"Bridge": {"u1": {"old": {"fail_mode": "secure"},
+                                      "new": {"name": "br-int", "fail_mode": "standalone", "datapath_type": ""}}}}),
+        );
+        assert_eq!(rows["u1"].fail_mode.as_deref(), Some("standalone"));
+        apply_updates(&mut rows, &json!({"Bridge": {"u2": {"old": {"name": "br-ex"}}}}));
+        assert_eq!(rows.values().map(|b| b.name.as_str()).collect::<Vec<_>>(), vec!["br-int"]);
+        apply_updates(&mut rows, &json!({"Bridge": {"u3": {"new": {"fail_mode": "secure"}}}, "Other": {}}));
+        assert_eq!(rows.len(), 1, "a row without a name is ignored");
     }
 
     #[test]

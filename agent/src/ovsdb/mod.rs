@@ -5,7 +5,7 @@ mod client;
 pub mod wire;
 
 pub use bridges::{
-    Bridge, BridgeChange, BridgeCheck, BridgeWatch, Expectation, apply_updates, bridges_from, check_bridges,
+    Bridge, BridgeCheck, BridgeWatch, Expectation, apply_updates, bridges_from, check_bridges,
     default_expectations, external_id_mismatches, mismatches,
 };
 pub use client::{Client, Decoder, Garbage, Incoming, OvsdbError};

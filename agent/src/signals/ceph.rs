@@ -1,7 +1,9 @@
 //! Ceph health signals (docs/health.md), from the periodic RBD probe of
 //! the configured pools: a pool the probe cannot use is a warning that
 //! turns critical when it lasts (the VMs' disks are there; one failed probe
-//! may be a hiccup); a probe slower than [`SLOW`] is a warning.
+//! may be a hiccup); a probe slower than [`SLOW`] is a warning; a client the
+//! cluster has blocklisted is critical at once (no VM of the host can write
+//! a block, and it will not pass by itself).
 
 use std::time::Duration;
 
@@ -18,9 +20,16 @@ pub const SLOW: Duration = Duration::from_secs(2);
 pub fn updates(checks: &[PoolCheck]) -> Vec<Update> {
     let failing = HealthSignalKind::CephProbeFailing;
     let slow = HealthSignalKind::CephProbeSlow;
+    let blocklisted = HealthSignalKind::CephBlocklisted;
     let mut out = Vec::new();
+    // One client for every pool: said once, by the first pool's check.
+    match checks.iter().find(|c| c.blocklisted) {
+        Some(c) => out.push(Update::hold(blocklisted, "client", HealthSeverity::Critical, c.message.clone())),
+        None if !checks.is_empty() => out.push(Update::end(blocklisted, "client")),
+        None => {}
+    }
     for c in checks {
-        if c.passed {
+        if c.passed || c.blocklisted {
             out.push(Update::end(failing, &c.pool));
         } else {
             // The probe's message names the error (auth, timeout, missing
@@ -48,6 +57,7 @@ mod tests {
             passed,
             message: if passed { "ok".into() } else { "permission denied".into() },
             latency: Duration::from_millis(ms),
+            blocklisted: false,
         }
     }
 
@@ -63,6 +73,26 @@ mod tests {
         let u = updates(&[check(true, 2_500)]);
         assert!(holds(&u, HealthSignalKind::CephProbeSlow) && !holds(&u, HealthSignalKind::CephProbeFailing));
         let u = updates(&[check(true, 5)]);
-        assert!(u.iter().all(|x| x.now.is_none()) && u.len() == 2);
+        assert!(u.iter().all(|x| x.now.is_none()) && u.len() == 3);
+    }
+
+    #[test]
+    fn a_blocklisted_client_is_critical_once_for_every_pool_and_not_also_a_failing_probe() {
+        let listed = PoolCheck {
+            blocklisted: true,
+            message: "client.n at v2:10.0.0.5:0/1 is blocklisted".into(),
+            ..check(false, 5)
+        };
+        let other = PoolCheck { pool: "images".into(), ..listed.clone() };
+        let u = updates(&[listed, other]);
+        let held: Vec<&Update> = u.iter().filter(|x| x.now.is_some()).collect();
+        assert_eq!(held.len(), 1, "{u:?}");
+        assert_eq!(held[0].kind, HealthSignalKind::CephBlocklisted);
+        assert_eq!(held[0].now.as_ref().map(|n| n.0), Some(HealthSeverity::Critical));
+        assert!(held[0].now.as_ref().is_some_and(|n| n.1.contains("blocklisted")));
+        // Unlisted again: it ends.
+        let u = updates(&[check(true, 5)]);
+        assert!(u.iter().any(|x| x.kind == HealthSignalKind::CephBlocklisted && x.now.is_none()));
+        assert!(updates(&[]).is_empty());
     }
 }
