@@ -28,7 +28,7 @@ pub struct PoolCheck {
     pub passed: bool,
     pub message: String,
     pub latency: Duration,
-    /// The cluster has blocklisted the node's client: it cannot write.
+    /// The OSDs refused the node's client as blocklisted (ESHUTDOWN).
     #[serde(default)]
     pub blocklisted: bool,
 }

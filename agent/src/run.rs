@@ -89,13 +89,13 @@ pub async fn run(cfg: AgentConfig) -> Result<(), String> {
     tokio::spawn(libvirt_task(cfg.clone(), handle.clone(), libvirt_live, signal_tx.clone()));
     // The bridges the host must have, and how: br-int secure, then as the
     // last checks demanded.
-    let must_have = Arc::new(std::sync::Mutex::new(signals::ovs::Required::before_checks()));
+    let (must_have, required) = tokio::sync::watch::channel(signals::ovs::Required::before_checks());
     tokio::spawn(ovs_task(
         cfg.endpoints.ovsdb_remote.clone(),
         handle.clone(),
         ovs_live,
         signal_tx.clone(),
-        must_have.clone(),
+        required,
     ));
     if let Some(client) = cfg.endpoints.ceph.clone().filter(|_| !cfg.ceph_pools.is_empty()) {
         tokio::spawn(ceph_task(
@@ -116,8 +116,9 @@ pub async fn run(cfg: AgentConfig) -> Result<(), String> {
             while let Some(cmd) = cmd_rx.recv().await {
                 match cmd {
                     Command::RunChecks(r) => {
-                        if let (Some(config), Ok(mut m)) = (r.config.as_ref(), must_have.lock()) {
-                            *m = signals::ovs::Required::from_checks(config);
+                        if let Some(config) = r.config.as_ref() {
+                            let now = signals::ovs::Required::from_checks(config);
+                            must_have.send_if_modified(|m| std::mem::replace(m, now) != *m);
                         }
                         // A run is executed at most once per process. Asked
                         // again (a new leader whose predecessor acknowledged
@@ -259,18 +260,19 @@ async fn ovs_task(
     handle: SessionHandle,
     live: Arc<AtomicBool>,
     signals: mpsc::Sender<signals::Update>,
-    must_have: Arc<std::sync::Mutex<signals::ovs::Required>>,
+    mut required: tokio::sync::watch::Receiver<signals::ovs::Required>,
 ) {
     let peer = |connected: bool, why: &str| signals::peer(HealthSignalKind::OvsdbUnreachable, connected, why);
-    let required =
-        || must_have.lock().map(|m| m.clone()).unwrap_or_else(|_| signals::ovs::Required::before_checks());
     let backoff = Backoff::default();
     let mut attempt = 0;
     // Said once per outage (also when it never answered since the start):
     // a repeat would lower a signal escalated to critical.
     let mut said_lost = false;
-    // Every bridge seen since the start: one gone is a signal.
-    let mut seen = std::collections::BTreeSet::new();
+    // What the bridges were, across reconnects.
+    let mut bridges = signals::ovs::Bridges::default();
+    // The requirements' sender lives as long as the agent; were it gone,
+    // the last requirements would stand.
+    let mut requirements_open = true;
     loop {
         let why = match ovsdb::Client::connect(&remote).await {
             Ok(c) => match c.watch_bridges().await {
@@ -288,12 +290,20 @@ async fn ovs_task(
                         .await;
                     let mut present = initial;
                     loop {
-                        seen.extend(present.iter().map(|b| b.name.clone()));
-                        for u in signals::ovs::bridge_updates(&seen, &present, &required()) {
+                        let now_required = required.borrow_and_update().clone();
+                        for u in bridges.judge(&present, &now_required) {
                             let _ = signals.send(u).await;
                         }
-                        let Some(now) = w.next().await else { break };
-                        present = now;
+                        // A change of the bridges, or of what they must be.
+                        tokio::select! {
+                            next = w.next() => match next {
+                                Some(now) => present = now,
+                                None => break,
+                            },
+                            changed = required.changed(), if requirements_open => {
+                                requirements_open = changed.is_ok();
+                            }
+                        }
                     }
                     "the OVSDB connection ended".to_string()
                 }

@@ -1,12 +1,15 @@
-//! Whether the cluster has blocklisted this client: its own address
-//! against the OSD map's `blocklist` and `range_blocklist`.
+//! Which entry of the OSD map's blocklist covers this client, to say so
+//! when the OSDs refuse it.
 //!
-//! Why read the map rather than wait for an error: the OSDs refuse only
-//! writes from a blocklisted client (`EBLOCKLISTED`); the probe only reads,
-//! and would pass while every VM of the host can no longer write a block.
-//! A client is blocklisted when its exact address (IP, port, nonce) is
-//! listed, when its IP is listed with port and nonce 0 (every client of
-//! that IP), or when its IP falls in a listed CIDR range. Pure.
+//! The OSDs answer a blocklisted client's object operations (reads too, so
+//! the probe's image listing) with ESHUTDOWN; that error is the signal, and
+//! the map is read only then, for the evidence. A client is covered when
+//! its exact address (IP, port, nonce) is listed, when its IP is listed
+//! with port and nonce 0 (every client of that IP), or when its IP falls in
+//! a listed CIDR range. The probe is a new process, with a new nonce, at
+//! each run: an entry for one exact instance (librbd breaking a lock
+//! blocklists one QEMU) never covers it, and shows as that domain's I/O
+//! error instead. Pure.
 
 use std::net::IpAddr;
 

@@ -108,7 +108,7 @@ pub struct PoolCheck {
     pub passed: bool,
     pub message: String,
     pub latency: Duration,
-    /// The cluster has blocklisted this client: it cannot write.
+    /// The OSDs refused this client as blocklisted (ESHUTDOWN).
     pub blocklisted: bool,
 }
 
@@ -209,43 +209,42 @@ impl CephClient {
                     .collect();
             }
         };
-        // Unknown when the map cannot be read: said on stderr, not a failed check.
-        let blocklisted = self.blocklisted(&cluster).unwrap_or_else(|e| {
-            eprintln!("hv-ceph-probe: cannot tell whether client.{} is blocklisted: {e}", self.id);
-            None
-        });
         pools
             .iter()
             .map(|pool| {
                 let t = Instant::now();
-                let (passed, message) = match (&blocklisted, check_pool(&cluster, pool, &self.id)) {
-                    (Some(why), _) => (false, why.clone()),
-                    (None, Ok(m)) => (true, m),
-                    (None, Err(m)) => (false, m),
+                let (passed, message, blocklisted) = match check_pool(&cluster, pool, &self.id) {
+                    Ok(m) => (true, m, false),
+                    Err(f) if f.rc == -ESHUTDOWN => (false, self.blocklisted(&cluster, &f.message), true),
+                    Err(f) => (false, f.message, false),
                 };
-                let latency = t.elapsed();
-                PoolCheck { pool: pool.clone(), passed, message, latency, blocklisted: blocklisted.is_some() }
+                PoolCheck { pool: pool.clone(), passed, message, latency: t.elapsed(), blocklisted }
             })
             .collect()
     }
 
-    /// Why this client is blocklisted, if it is: its addresses against the
-    /// OSD map's blocklist (the mon's `profile rbd` may read the map).
-    fn blocklisted(&self, cluster: &Cluster) -> Result<Option<String>, String> {
-        let own = own_addrs(cluster)?;
-        let addrs = blocklist::Addr::parse_vec(&own);
-        if addrs.is_empty() {
-            return Err(format!("unreadable client address {own:?}"));
-        }
-        let dump = mon_command(cluster, r#"{"prefix": "osd dump", "format": "json"}"#)?;
-        let map: serde_json::Value =
-            serde_json::from_slice(&dump).map_err(|e| format!("osd dump is not JSON: {e}"))?;
-        Ok(blocklist::listed(&addrs, &map).map(|entry| {
-            format!(
-                "client.{} at {own} is blocklisted by the cluster (entry {entry}): it can no longer write",
-                self.id
-            )
-        }))
+    /// What to say of a client the OSDs refused with ESHUTDOWN: the
+    /// blocklist entry that covers it, read from the OSD map (the mon's
+    /// `profile rbd` may read it) only then. The message names the client's
+    /// IP, not its per-process address, so it stays the same from one
+    /// probe to the next.
+    fn blocklisted(&self, cluster: &Cluster, refused: &str) -> String {
+        let entry = own_addrs(cluster).and_then(|own| {
+            let addrs = blocklist::Addr::parse_vec(&own);
+            let ip = addrs.first().map(|a| a.ip.to_string()).ok_or(format!("unreadable address {own:?}"))?;
+            let dump = mon_command(cluster, r#"{"prefix": "osd dump", "format": "json"}"#)?;
+            let map: serde_json::Value =
+                serde_json::from_slice(&dump).map_err(|e| format!("osd dump is not JSON: {e}"))?;
+            Ok(match blocklist::listed(&addrs, &map) {
+                Some(entry) => format!("at {ip}, entry {entry}"),
+                None => format!("at {ip}, no entry found in the OSD map"),
+            })
+        });
+        let entry = entry.unwrap_or_else(|e| format!("the blocklist was not readable: {e}"));
+        format!(
+            "client.{} is blocklisted by the cluster ({entry}): it can no longer read or write its images ({refused})",
+            self.id
+        )
     }
 }
 
@@ -255,7 +254,11 @@ fn own_addrs(cluster: &Cluster) -> Result<String, String> {
     // SAFETY: connected cluster, out-parameter.
     let rc = unsafe { rados_getaddrs(cluster.0, &mut out) };
     if rc < 0 || out.is_null() {
-        return Err(format!("rados_getaddrs: {}", errno(rc.min(-1))));
+        return Err(if rc < 0 {
+            format!("rados_getaddrs: {}", errno(rc))
+        } else {
+            "rados_getaddrs: no address".into()
+        });
     }
     // SAFETY: librados wrote a NUL-terminated string; copied, then freed once.
     let addrs = unsafe { CStr::from_ptr(out) }.to_string_lossy().into_owned();
@@ -301,26 +304,38 @@ fn mon_command(cluster: &Cluster, cmd: &str) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-fn check_pool(cluster: &Cluster, pool: &str, id: &str) -> Result<String, String> {
-    let name = cstr(pool)?;
+/// A librados/librbd call that failed: what was being done, and its code.
+struct Failure {
+    message: String,
+    rc: c_int,
+}
+
+/// Errno of "Cannot send after transport endpoint shutdown": the OSDs'
+/// answer to a blocklisted client (EBLOCKLISTED).
+const ESHUTDOWN: c_int = 108;
+
+fn check_pool(cluster: &Cluster, pool: &str, id: &str) -> Result<String, Failure> {
+    let fail = |rc: c_int, what: String| Failure { message: format!("{what}: {}", errno(rc)), rc };
+    let plain = |message: String| Failure { message, rc: 0 };
+    let name = cstr(pool).map_err(plain)?;
     let mut io: rados_ioctx_t = std::ptr::null_mut();
     // SAFETY: valid cluster, C string, out-parameter.
     let rc = unsafe { rados_ioctx_create(cluster.0, name.as_ptr(), &mut io) };
     if rc < 0 {
-        return Err(format!("pool {pool}: {}", errno(rc)));
+        return Err(fail(rc, format!("pool {pool}")));
     }
     let io = IoCtx(io, std::marker::PhantomData);
-    let images =
-        list_images(&io).map_err(|e| format!("client.{id} cannot list RBD images in pool {pool}: {e}"))?;
+    let images = list_images(&io)
+        .map_err(|rc| fail(rc, format!("client.{id} cannot list RBD images in pool {pool}")))?;
     let Some(first) = images.first() else {
         return Ok(format!("pool {pool} readable, no RBD image in it"));
     };
-    let cname = cstr(first)?;
+    let cname = cstr(first).map_err(plain)?;
     let mut img: rbd_image_t = std::ptr::null_mut();
     // SAFETY: valid io context, C strings (null snapshot = head), out-parameter.
     let rc = unsafe { rbd_open_read_only(io.0, cname.as_ptr(), &mut img, std::ptr::null()) };
     if rc < 0 {
-        return Err(format!("opening {pool}/{first} read-only: {}", errno(rc)));
+        return Err(fail(rc, format!("opening {pool}/{first} read-only")));
     }
     let img = Image(img, std::marker::PhantomData);
     // SAFETY: zeroed POD out-buffer of the size we pass.
@@ -328,12 +343,13 @@ fn check_pool(cluster: &Cluster, pool: &str, id: &str) -> Result<String, String>
     // SAFETY: valid image, buffer of `size_of::<RbdImageInfo>()` bytes.
     let rc = unsafe { rbd_stat(img.0, &mut info, std::mem::size_of::<RbdImageInfo>()) };
     if rc < 0 {
-        return Err(format!("stat {pool}/{first}: {}", errno(rc)));
+        return Err(fail(rc, format!("stat {pool}/{first}")));
     }
     Ok(format!("pool {pool}: {} RBD image(s); {pool}/{first} is {} MiB", images.len(), info.size >> 20))
 }
 
-fn list_images(io: &IoCtx<'_>) -> Result<Vec<String>, String> {
+/// The images' names, or the failed call's code.
+fn list_images(io: &IoCtx<'_>) -> Result<Vec<String>, c_int> {
     let mut max: usize = 16;
     loop {
         // SAFETY: zeroed array of `max` specs; librbd fills at most `max`.
@@ -345,7 +361,7 @@ fn list_images(io: &IoCtx<'_>) -> Result<Vec<String>, String> {
             continue; // `max` now holds the size needed
         }
         if rc < 0 {
-            return Err(errno(rc));
+            return Err(rc);
         }
         let mut names = Vec::with_capacity(max);
         for s in specs.iter().take(max) {

@@ -618,8 +618,8 @@ pub fn set_ceph_caps(env: &TestEnv, id: &str, osd_caps: &str) -> Result<(), Stri
 }
 
 /// An entry in the cluster's OSD blocklist (`ceph osd blocklist add`, or
-/// `range add` for a CIDR), removed when dropped and expiring after a
-/// minute anyway. Blocklisting `127.0.0.1:0/0` stops every client of the
+/// `range add` for a CIDR), removed when dropped and expiring after 30 s
+/// anyway. Blocklisting `127.0.0.1:0/0` stops every client of the
 /// ground from writing: only a test binary whose tests all hold one lock
 /// may do it (test binaries run one after the other).
 pub struct Blocklisted {
@@ -634,7 +634,7 @@ impl Blocklisted {
         if range {
             args.push("range".into());
         }
-        run(ceph(env).args(&args).args(["add", entry, "60"]))?;
+        run(ceph(env).args(&args).args(["add", entry, "30"]))?;
         args.extend(["rm".to_string(), entry.to_string()]);
         Ok(Blocklisted { env: env.clone(), args })
     }
@@ -643,7 +643,7 @@ impl Blocklisted {
 impl Drop for Blocklisted {
     fn drop(&mut self) {
         if let Err(e) = run(ceph(&self.env).args(&self.args)) {
-            eprintln!("could not lift the blocklist entry ({e}); it expires within a minute");
+            eprintln!("could not lift the blocklist entry ({e}); it expires within 30 s");
         }
     }
 }

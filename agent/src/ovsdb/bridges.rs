@@ -250,10 +250,11 @@ impl BridgeWatch {
 /// Folds a monitor's `table-updates` into the bridges by row uuid: a row
 /// with `new` is inserted or replaced (a modify's `new` carries every
 /// monitored column), one without is deleted. Pure (fuzzed): a row without
-/// a name is ignored.
+/// a name, or an update that is not an object, is ignored.
 pub fn apply_updates(rows: &mut HashMap<String, Bridge>, updates: &Value) {
     let Some(table) = updates.get("Bridge").and_then(Value::as_object) else { return };
     for (uuid, row) in table {
+        let Some(row) = row.as_object() else { continue };
         match row.get("new") {
             None => {
                 rows.remove(uuid);

@@ -22,11 +22,13 @@ pub fn updates(checks: &[PoolCheck]) -> Vec<Update> {
     let slow = HealthSignalKind::CephProbeSlow;
     let blocklisted = HealthSignalKind::CephBlocklisted;
     let mut out = Vec::new();
-    // One client for every pool: said once, by the first pool's check.
-    match checks.iter().find(|c| c.blocklisted) {
-        Some(c) => out.push(Update::hold(blocklisted, "client", HealthSeverity::Critical, c.message.clone())),
-        None if !checks.is_empty() => out.push(Update::end(blocklisted, "client")),
-        None => {}
+    // One client for every pool: said once, by the first pool's check; it
+    // ends only when a pool's probe passed (a probe that could not connect
+    // says nothing either way).
+    if let Some(c) = checks.iter().find(|c| c.blocklisted) {
+        out.push(Update::hold(blocklisted, "client", HealthSeverity::Critical, c.message.clone()));
+    } else if checks.iter().any(|c| c.passed) {
+        out.push(Update::end(blocklisted, "client"));
     }
     for c in checks {
         if c.passed || c.blocklisted {
@@ -74,6 +76,7 @@ mod tests {
         assert!(holds(&u, HealthSignalKind::CephProbeSlow) && !holds(&u, HealthSignalKind::CephProbeFailing));
         let u = updates(&[check(true, 5)]);
         assert!(u.iter().all(|x| x.now.is_none()) && u.len() == 3);
+        assert_eq!(updates(&[check(false, 5)]).len(), 2, "a failure leaves the blocklist signal as it is");
     }
 
     #[test]
@@ -90,9 +93,12 @@ mod tests {
         assert_eq!(held[0].kind, HealthSignalKind::CephBlocklisted);
         assert_eq!(held[0].now.as_ref().map(|n| n.0), Some(HealthSeverity::Critical));
         assert!(held[0].now.as_ref().is_some_and(|n| n.1.contains("blocklisted")));
-        // Unlisted again: it ends.
+        // A probe that fails otherwise (no connection) says nothing of it;
+        // one that passes ends it.
+        let is_blocklist = |x: &Update| x.kind == HealthSignalKind::CephBlocklisted;
+        assert!(!updates(&[check(false, 5)]).iter().any(is_blocklist));
         let u = updates(&[check(true, 5)]);
-        assert!(u.iter().any(|x| x.kind == HealthSignalKind::CephBlocklisted && x.now.is_none()));
+        assert!(u.iter().any(|x| is_blocklist(x) && x.now.is_none()));
         assert!(updates(&[]).is_empty());
     }
 }

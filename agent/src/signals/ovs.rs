@@ -43,49 +43,69 @@ impl Required {
     }
 }
 
-/// What the bridges `present` say of the required ones ever `seen`: for
-/// each, whether it is missing and whether it is reconfigured (a start or
-/// an end of each); for every other one seen, an end of both.
-pub fn bridge_updates(seen: &BTreeSet<String>, present: &[Bridge], required: &Required) -> Vec<Update> {
-    let missing = HealthSignalKind::OvsBridgeMissing;
-    let reconfigured = HealthSignalKind::OvsBridgeReconfigured;
-    let mut out = Vec::new();
-    for b in seen {
-        let now = present.iter().find(|p| &p.name == b);
-        let must = required.bridges.contains(b);
-        match now {
-            None if must => {
+/// What the agent remembers of the bridges between two looks: the required
+/// bridges it saw (one gone is missing), and those it saw set as required
+/// (one no longer so is reconfigured).
+#[derive(Debug, Default)]
+pub struct Bridges {
+    seen: BTreeSet<String>,
+    met: BTreeSet<String>,
+    required: Option<Required>,
+}
+
+impl Bridges {
+    /// What the bridges `present` say under `required`: for each required
+    /// bridge ever seen, whether it is missing and whether it is
+    /// reconfigured (a start or an end of each); an end of both for one no
+    /// longer required.
+    ///
+    /// Reconfigured means changed: a bridge counts only once the agent saw
+    /// it set as required (since its start, or since the requirements
+    /// changed). A bridge being created (`add-br`, then its fail mode) or
+    /// one found wrong when the agent starts is the checks' business, not a
+    /// signal that would empty a healthy host.
+    pub fn judge(&mut self, present: &[Bridge], required: &Required) -> Vec<Update> {
+        if self.required.as_ref() != Some(required) {
+            self.met.clear();
+            self.required = Some(required.clone());
+        }
+        for p in present.iter().filter(|p| required.bridges.contains(&p.name)) {
+            self.seen.insert(p.name.clone());
+        }
+        let missing = HealthSignalKind::OvsBridgeMissing;
+        let reconfigured = HealthSignalKind::OvsBridgeReconfigured;
+        let mut out = Vec::new();
+        for b in &self.seen {
+            let now = present.iter().find(|p| &p.name == b).filter(|_| required.bridges.contains(b));
+            if now.is_none() && required.bridges.contains(b) {
                 let evidence = format!("bridge {b} is gone (the agent saw it since its start)");
                 out.push(Update::hold(missing, b, HealthSeverity::Critical, evidence));
+            } else {
+                out.push(Update::end(missing, b));
             }
-            _ => out.push(Update::end(missing, b)),
+            let wrong: Vec<String> = now
+                .map(|p| {
+                    let wants = required.expectations.iter().filter(|e| &e.bridge == b);
+                    wants.flat_map(|e| ovsdb::mismatches(p, e)).collect()
+                })
+                .unwrap_or_default();
+            if now.is_some() && wrong.is_empty() {
+                self.met.insert(b.clone());
+            }
+            if wrong.is_empty() || !self.met.contains(b) {
+                out.push(Update::end(reconfigured, b));
+            } else {
+                let evidence = format!("bridge {b} reconfigured: {}", wrong.join("; "));
+                out.push(Update::hold(reconfigured, b, HealthSeverity::Critical, evidence));
+            }
         }
-        let wrong: Vec<String> = match now {
-            Some(p) if must => required
-                .expectations
-                .iter()
-                .filter(|e| &e.bridge == b)
-                .flat_map(|e| ovsdb::mismatches(p, e))
-                .collect(),
-            _ => Vec::new(),
-        };
-        if wrong.is_empty() {
-            out.push(Update::end(reconfigured, b));
-        } else {
-            let evidence = format!("bridge {b} reconfigured: {}", wrong.join("; "));
-            out.push(Update::hold(reconfigured, b, HealthSeverity::Critical, evidence));
-        }
+        out
     }
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn set(items: &[&str]) -> BTreeSet<String> {
-        items.iter().map(|s| s.to_string()).collect()
-    }
 
     fn bridge(name: &str, fail_mode: &str, datapath: &str) -> Bridge {
         Bridge {
@@ -112,39 +132,64 @@ mod tests {
         })
     }
 
+    const MISSING: HealthSignalKind = HealthSignalKind::OvsBridgeMissing;
+    const RECONFIGURED: HealthSignalKind = HealthSignalKind::OvsBridgeReconfigured;
+
     #[test]
     fn a_required_bridge_seen_and_gone_is_critical_and_ends_when_it_is_back() {
-        let seen = set(&["br-ex", "br-int", "tbr-1"]);
         let required = checks(&["br-ex"], Vec::new());
         let all = [bridge("br-int", "", ""), bridge("br-ex", "", ""), bridge("tbr-1", "", "")];
-        let u = bridge_updates(&seen, &all[..1], &required);
-        assert_eq!(u.len(), 6, "two kinds for each bridge seen");
-        let missing = HealthSignalKind::OvsBridgeMissing;
-        assert!(held(&u, missing, "br-ex").is_some());
-        assert!(held(&u, missing, "tbr-1").is_none(), "not required");
-        assert!(held(&u, missing, "br-int").is_none());
-        let back = bridge_updates(&seen, &all, &required);
+        let mut b = Bridges::default();
+        let u = b.judge(&all, &required);
+        assert_eq!(u.len(), 4, "two kinds for each required bridge seen, none for tbr-1: {u:?}");
+        let u = b.judge(&all[..1], &required);
+        assert!(held(&u, MISSING, "br-ex").is_some());
+        assert!(held(&u, MISSING, "br-int").is_none());
+        assert!(u.iter().all(|x| x.subject != "tbr-1"), "not required, not remembered");
+        let back = b.judge(&all, &required);
         assert!(back.iter().all(|x| x.now.is_none()), "{back:?}");
-        assert!(bridge_updates(&set(&[]), &all, &required).is_empty(), "a new bridge is no signal");
+        // No longer required: its signals end, and its going is no signal.
+        let u = b.judge(&all[..1], &checks(&[], Vec::new()));
+        assert!(held(&u, MISSING, "br-ex").is_none() && u.iter().any(|x| x.subject == "br-ex"));
+        assert!(Bridges::default().judge(&[bridge("br-new", "", "")], &required).is_empty(), "a new bridge");
     }
 
     #[test]
-    fn a_required_bridge_no_longer_set_as_the_checks_demand_is_reconfigured_until_it_is_again() {
-        let seen = set(&["br-ex", "br-int", "tbr-1"]);
-        let reconfigured = HealthSignalKind::OvsBridgeReconfigured;
+    fn a_required_bridge_seen_as_required_and_then_changed_is_reconfigured_until_it_is_set_back() {
+        let mut b = Bridges::default();
         // Before any checks: br-int must be secure, nothing else is looked at.
         let before = Required::before_checks();
-        let standalone =
-            [bridge("br-int", "standalone", ""), bridge("br-ex", "", "netdev"), bridge("tbr-1", "", "")];
-        let u = bridge_updates(&seen, &standalone, &before);
+        let secure = [bridge("br-int", "secure", ""), bridge("br-ex", "", "")];
+        assert!(b.judge(&secure, &before).iter().all(|x| x.now.is_none()));
+        let standalone = [bridge("br-int", "standalone", ""), bridge("br-ex", "", "netdev")];
+        let u = b.judge(&standalone, &before);
         assert_eq!(
-            held(&u, reconfigured, "br-int").as_deref(),
+            held(&u, RECONFIGURED, "br-int").as_deref(),
             Some("bridge br-int reconfigured: fail_mode: wanted secure, found standalone")
         );
-        assert!(held(&u, reconfigured, "br-ex").is_none() && held(&u, reconfigured, "tbr-1").is_none());
-        // The checks' own expectations: br-ex's datapath; the ports and
-        // external_ids are not watched; an expectation of a bridge the
-        // host need not have is no signal.
+        assert!(held(&u, RECONFIGURED, "br-ex").is_none());
+        assert!(b.judge(&secure, &before).iter().all(|x| x.now.is_none()), "set back");
+        // Gone is missing, not also reconfigured.
+        let u = b.judge(&[], &before);
+        assert!(held(&u, MISSING, "br-int").is_some() && held(&u, RECONFIGURED, "br-int").is_none());
+    }
+
+    #[test]
+    fn a_bridge_never_seen_as_required_is_no_signal_a_new_agent_or_a_bridge_being_created() {
+        let before = Required::before_checks();
+        // An agent started on a host whose br-int is already standalone.
+        let mut fresh = Bridges::default();
+        assert!(fresh.judge(&[bridge("br-int", "standalone", "")], &before).iter().all(|x| x.now.is_none()));
+        // A br-int created by `add-br`, then given its fail mode.
+        let mut b = Bridges::default();
+        assert!(b.judge(&[bridge("br-int", "", "")], &before).iter().all(|x| x.now.is_none()));
+        assert!(b.judge(&[bridge("br-int", "secure", "")], &before).iter().all(|x| x.now.is_none()));
+        let u = b.judge(&[bridge("br-int", "", "")], &before);
+        assert!(held(&u, RECONFIGURED, "br-int").is_some(), "once seen secure, unset is a change");
+    }
+
+    #[test]
+    fn the_checks_expectations_replace_the_default_and_only_the_watched_fields_count() {
         let want = |bridge: &str, fail_mode: &str, datapath_type: &str| hv_proto::v1::BridgeExpectation {
             bridge: bridge.into(),
             fail_mode: fail_mode.into(),
@@ -153,18 +198,25 @@ mod tests {
             external_ids: [("bridge-id".to_string(), "*".to_string())].into(),
         };
         let required = checks(&["br-ex"], vec![want("br-ex", "", "system"), want("tbr-1", "secure", "")]);
-        let u = bridge_updates(&seen, &standalone, &required);
-        assert!(held(&u, reconfigured, "br-int").is_none(), "the checks did not ask for br-int's fail mode");
+        assert_eq!(required.expectations.len(), 1, "tbr-1 is not a bridge the host must have");
+        let mut b = Bridges::default();
+        let good = [bridge("br-int", "standalone", ""), bridge("br-ex", "", ""), bridge("tbr-1", "", "")];
+        let u = b.judge(&good, &required);
+        assert!(
+            u.iter().all(|x| x.now.is_none()),
+            "br-int's fail mode was not asked; ports not watched: {u:?}"
+        );
+        let netdev = [bridge("br-int", "standalone", ""), bridge("br-ex", "", "netdev")];
+        let u = b.judge(&netdev, &required);
         assert_eq!(
-            held(&u, reconfigured, "br-ex").as_deref(),
+            held(&u, RECONFIGURED, "br-ex").as_deref(),
             Some("bridge br-ex reconfigured: datapath_type: wanted system, found netdev")
         );
-        assert!(held(&u, reconfigured, "tbr-1").is_none());
-        let fixed = [bridge("br-int", "standalone", ""), bridge("br-ex", "", ""), bridge("tbr-1", "", "")];
-        assert!(bridge_updates(&seen, &fixed, &required).iter().all(|x| x.now.is_none()));
-        // Gone is missing, not also reconfigured.
-        let u = bridge_updates(&seen, &fixed[..1], &required);
-        assert!(held(&u, reconfigured, "br-ex").is_none());
-        assert!(held(&u, HealthSignalKind::OvsBridgeMissing, "br-ex").is_some());
+        // New requirements: what was met under the old ones does not count.
+        let u = b.judge(
+            &netdev,
+            &checks(&["br-ex"], vec![want("br-ex", "", "system"), want("br-int", "secure", "")]),
+        );
+        assert!(u.iter().all(|x| x.now.is_none()), "{u:?}");
     }
 }
