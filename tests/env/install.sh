@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs what the test ground and the build need, idempotently: Debian
-# packages (the peers, and the C libraries the crates link), and a pinned
-# Python venv for Keystone, Nova and Placement. Safe to run again; does
+# packages (the peers, and the C libraries the crates link), a pinned
+# Python venv for Keystone, Nova and Placement, and one for the Redfish BMC
+# emulator (sushy-tools). Safe to run again; does
 # nothing when everything is there. Progress goes to stderr; the last line
 # on stdout is the venv's path (up.sh reads it).
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 
 progress() { printf '[install] %s\n' "$*" >&2; }
 
@@ -66,5 +68,12 @@ if [[ ! -x "$VENV/bin/python" || ! -f "$VENV/.complete" ]]; then
   "$VENV/bin/pip" install -q "${PY_PINS[@]}"
   touch "$VENV/.complete"
   progress "venv ready in $((SECONDS - t0)) s"
+fi
+if [[ ! -x "$SUSHY_VENV/bin/sushy-emulator" || ! -f "$SUSHY_VENV/.complete" ]]; then
+  progress "creating the venv for the Redfish BMC emulator in $SUSHY_VENV"
+  rm -rf "$SUSHY_VENV"
+  python3 -m venv "$SUSHY_VENV"
+  "$SUSHY_VENV/bin/pip" install -q "$SUSHY_PIN"
+  touch "$SUSHY_VENV/.complete"
 fi
 echo "$VENV"

@@ -5,6 +5,10 @@ HV_ENV_DIR="${HV_ENV_DIR:-$REPO/.hv-env}"
 ENV_FILE="$HV_ENV_DIR/env.json"
 PIDS="$HV_ENV_DIR/pids"
 LOGS="$HV_ENV_DIR/logs"
+# The Redfish BMC emulator's own venv (its Flask and ours need not agree
+# with Nova's pins).
+SUSHY_PIN="sushy-tools==2.2.0"
+SUSHY_VENV="${XDG_CACHE_HOME:-$HOME/.cache}/hv-test-env/sushy-venv-${SUSHY_PIN#*==}"
 
 log() { printf '[test-env %5.1fs] %s\n' "$(elapsed)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }

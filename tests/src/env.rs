@@ -29,6 +29,28 @@ pub struct TestEnv {
     pub ceph: Ceph,
     pub keystone: Keystone,
     pub nova: Nova,
+    pub bmc: Bmc,
+}
+
+/// The Redfish BMC emulator: one system per fake compute host, powered on.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Bmc {
+    /// `https://127.0.0.1:PORT`
+    pub url: String,
+    /// The CA of its certificate (the ground's own).
+    pub ca_file: PathBuf,
+    pub username: String,
+    pub password: String,
+    /// Host name → the path of its ComputerSystem.
+    pub systems: std::collections::BTreeMap<String, String>,
+}
+
+impl Bmc {
+    /// The `redfish+https://` address of `host`'s system.
+    pub fn address(&self, host: &str) -> String {
+        let system = self.systems.get(host).map(String::as_str).unwrap_or("/redfish/v1/Systems/none");
+        format!("redfish+{}{system}", self.url)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

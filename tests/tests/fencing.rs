@@ -1,0 +1,109 @@
+//! Fencing actuators against the real peers: power through the Redfish BMC
+//! emulator (sushy-tools, fake driver: a power change lands 1 to 11 s after
+//! it is asked). Each test fences a host it has claimed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, Instant};
+
+use hv_coordinator::fence::{
+    Bmc, PowerActuator, PowerError, PowerState, PoweredOff, Redfish, power_off_confirmed,
+};
+use hv_tests::env::TestEnv;
+use hv_tests::wait::Poll;
+
+fn bmc(env: &TestEnv, host: &str) -> Bmc {
+    Bmc {
+        address: env.bmc.address(host),
+        username: env.bmc.username.clone(),
+        password: env.bmc.password.clone(),
+        ca_pem: Some(std::fs::read(&env.bmc.ca_file).unwrap()),
+        insecure: false,
+        timeout: Duration::from_secs(5),
+    }
+}
+
+/// Powers the claimed host's system back on (the emulator outlives tests).
+async fn power_on(env: &TestEnv, host: &str) {
+    let http = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(&std::fs::read(&env.bmc.ca_file).unwrap()).unwrap()])
+        .build()
+        .unwrap();
+    let url = format!("{}{}/Actions/ComputerSystem.Reset", env.bmc.url, env.bmc.systems[host]);
+    let res = http
+        .post(url)
+        .basic_auth(&env.bmc.username, Some(&env.bmc.password))
+        .json(&serde_json::json!({"ResetType": "On"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(res.status().is_success(), "{res:?}");
+    let r = Redfish::new(&bmc(env, host)).unwrap();
+    let on = || async {
+        match r.power_state().await {
+            Ok(PowerState::On) => Poll::Ready(()),
+            other => Poll::Pending(format!("{other:?}")),
+        }
+    };
+    hv_tests::wait::until("the system powered on again", Duration::from_secs(20), String::new, on).await;
+}
+
+#[tokio::test]
+async fn a_system_is_powered_off_once_and_counted_off_only_when_the_bmc_says_so() {
+    let env = hv_tests::env::require();
+    let claim = hv_tests::hosts::claim(&env).await;
+    let r = Redfish::new(&bmc(&env, &claim.host)).unwrap();
+    assert_eq!(r.power_state().await.unwrap(), PowerState::On);
+
+    let t = Instant::now();
+    let done = power_off_confirmed(&r, Duration::from_secs(30), Duration::from_millis(250)).await.unwrap();
+    let PoweredOff::TurnedOff { after } = done else { panic!("it was on: {done:?}") };
+    // The emulator lands the change a second or more after it is asked:
+    // the wait is real, and bounded.
+    assert!(after >= Duration::from_millis(900) && t.elapsed() < Duration::from_secs(15), "{after:?}");
+    assert_eq!(r.power_state().await.unwrap(), PowerState::Off);
+    let again = power_off_confirmed(&r, Duration::from_secs(30), Duration::from_millis(250)).await.unwrap();
+    assert_eq!(again, PoweredOff::AlreadyOff);
+    power_on(&env, &claim.host).await;
+}
+
+#[tokio::test]
+async fn a_wrong_password_an_unknown_system_a_foreign_certificate_and_a_dead_bmc_are_told_apart() {
+    let env = hv_tests::env::require();
+    let claim = hv_tests::hosts::claim(&env).await;
+    let good = bmc(&env, &claim.host);
+
+    let wrong = Bmc { password: "not-it".into(), ..good.clone() };
+    let err = Redfish::new(&wrong).unwrap().power_state().await.unwrap_err();
+    assert!(matches!(err, PowerError::Refused { status: 401, .. }), "{err}");
+    let err = Redfish::new(&wrong).unwrap().force_off().await.unwrap_err();
+    assert!(matches!(err, PowerError::Refused { .. }), "refused before anything is asked: {err}");
+
+    let nobody =
+        Bmc { address: format!("redfish+{}/redfish/v1/Systems/no-such-system", env.bmc.url), ..good.clone() };
+    let err = Redfish::new(&nobody).unwrap().power_state().await.unwrap_err();
+    assert!(matches!(err, PowerError::NoSystem { .. }), "{err}");
+
+    // The system's roots do not know the ground's CA; insecure accepts it.
+    let foreign = Bmc { ca_pem: None, ..good.clone() };
+    let err = Redfish::new(&foreign).unwrap().power_state().await.unwrap_err();
+    assert!(
+        matches!(err, PowerError::Unreachable { .. }) && err.to_string().contains("certificate"),
+        "{err}"
+    );
+    let insecure = Bmc { ca_pem: None, insecure: true, ..good.clone() };
+    assert_eq!(Redfish::new(&insecure).unwrap().power_state().await.unwrap(), PowerState::On);
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dead =
+        Bmc { address: format!("redfish+https://127.0.0.1:{port}/redfish/v1/Systems/1"), ..good.clone() };
+    let t = Instant::now();
+    let err = Redfish::new(&dead).unwrap().power_state().await.unwrap_err();
+    assert!(matches!(err, PowerError::Unreachable { .. }), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
+
+    let err = Redfish::new(&Bmc { ca_pem: Some(b"not a certificate".to_vec()), ..good }).unwrap_err();
+    assert!(matches!(err, PowerError::BadCa(_)), "{err}");
+    // Nothing was powered off by any of it.
+    assert_eq!(Redfish::new(&bmc(&env, &claim.host)).unwrap().power_state().await.unwrap(), PowerState::On);
+}
