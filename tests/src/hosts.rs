@@ -89,11 +89,13 @@ pub const ZONE_PREFIX: &str = "hv-zone-";
 /// in a test zone (Nova moves no host with servers between zones, so the
 /// servers go first), and its compute service disabled (an eviction's source
 /// stays disabled when its test ends first; Nova schedules nothing onto a
-/// disabled host, not even a boot that names it). The service is enabled,
-/// as Nova registered it. Best effort: a host Nova cannot reach keeps them.
+/// disabled host, not even a boot that names it). The service is enabled
+/// and not forced down, as Nova registered it, and the host's BMC system
+/// powered on (a fencing test may have left either). Best effort: a host Nova cannot reach keeps them.
 async fn scrub(env: &TestEnv, host: &str) {
     let Ok(admin) = Admin::login(env).await else { return };
-    let _ = admin.set_service(host, serde_json::json!({"status": "enabled"})).await;
+    let _ = admin.set_service(host, serde_json::json!({"status": "enabled", "forced_down": false})).await;
+    let _ = crate::bmc::power_on(env, host).await;
     let servers = admin.servers_on(host).await.unwrap_or_default();
     for id in &servers {
         let _ = admin.delete_server(id).await;

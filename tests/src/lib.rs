@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod bmc;
 pub mod env;
 pub mod fake_coordinator;
 pub mod fault_proxy;

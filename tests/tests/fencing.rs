@@ -23,21 +23,9 @@ fn bmc(env: &TestEnv, host: &str) -> Bmc {
     }
 }
 
-/// Powers the claimed host's system back on (the emulator outlives tests).
+/// Powers the claimed host's system back on and waits until it is.
 async fn power_on(env: &TestEnv, host: &str) {
-    let http = reqwest::Client::builder()
-        .tls_certs_only([reqwest::Certificate::from_pem(&std::fs::read(&env.bmc.ca_file).unwrap()).unwrap()])
-        .build()
-        .unwrap();
-    let url = format!("{}{}/Actions/ComputerSystem.Reset", env.bmc.url, env.bmc.systems[host]);
-    let res = http
-        .post(url)
-        .basic_auth(&env.bmc.username, Some(&env.bmc.password))
-        .json(&serde_json::json!({"ResetType": "On"}))
-        .send()
-        .await
-        .unwrap();
-    assert!(res.status().is_success(), "{res:?}");
+    hv_tests::bmc::power_on(env, host).await.unwrap();
     let r = Redfish::new(&bmc(env, host)).unwrap();
     let on = || async {
         match r.power_state().await {
@@ -52,8 +40,8 @@ async fn power_on(env: &TestEnv, host: &str) {
 async fn a_system_is_powered_off_once_and_counted_off_only_when_the_bmc_says_so() {
     let env = hv_tests::env::require();
     let claim = hv_tests::hosts::claim(&env).await;
+    power_on(&env, &claim.host).await; // a claim's power on lands seconds later
     let r = Redfish::new(&bmc(&env, &claim.host)).unwrap();
-    assert_eq!(r.power_state().await.unwrap(), PowerState::On);
 
     let t = Instant::now();
     let done = power_off_confirmed(&r, Duration::from_secs(30), Duration::from_millis(250)).await.unwrap();
@@ -71,6 +59,7 @@ async fn a_system_is_powered_off_once_and_counted_off_only_when_the_bmc_says_so(
 async fn a_wrong_password_an_unknown_system_a_foreign_certificate_and_a_dead_bmc_are_told_apart() {
     let env = hv_tests::env::require();
     let claim = hv_tests::hosts::claim(&env).await;
+    power_on(&env, &claim.host).await;
     let good = bmc(&env, &claim.host);
 
     let wrong = Bmc { password: "not-it".into(), ..good.clone() };

@@ -86,6 +86,27 @@ async fn the_client_sees_the_host_and_changes_it_idempotently() {
 }
 
 #[tokio::test]
+async fn a_host_forced_down_is_read_back_as_such_until_it_is_lifted() {
+    let env = hv_tests::env::require();
+    let dir = tempdir("nova-client-forced-down");
+    let nova = client(&env, &dir, None);
+    let claim = hv_tests::hosts::claim(&env).await;
+    let host = claim.host.clone();
+    assert_eq!(nova.service_state(&host).await.unwrap(), Some(ServiceState::Up));
+    nova.set_forced_down(&host, true).await.unwrap();
+    nova.set_forced_down(&host, true).await.unwrap(); // idempotent
+    assert_eq!(nova.service_state(&host).await.unwrap(), Some(ServiceState::ForcedDown));
+    let NovaObs::Registered(h) = nova.observe(&host, &[]).await else { panic!("{host} is registered") };
+    assert_eq!(h.service_state, ServiceState::ForcedDown, "the lifecycle's view agrees");
+    nova.set_forced_down(&host, false).await.unwrap();
+    assert_eq!(nova.service_state(&host).await.unwrap(), Some(ServiceState::Up));
+
+    let err = nova.set_forced_down("no-such-host", true).await.unwrap_err();
+    assert!(matches!(err, NovaError::NotFound(_)), "{err}");
+    assert_eq!(nova.service_state("no-such-host").await.unwrap(), None);
+}
+
+#[tokio::test]
 async fn an_unknown_host_is_not_registered() {
     let env = hv_tests::env::require();
     let nova = client(&env, &tempdir("nova-client-unknown"), None);

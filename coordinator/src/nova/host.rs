@@ -31,6 +31,17 @@ pub(super) struct ComputeService {
     forced_down: bool,
 }
 
+impl ComputeService {
+    fn service_state(&self) -> ServiceState {
+        match (self.forced_down, self.state.as_str()) {
+            (true, _) => ServiceState::ForcedDown,
+            (false, "up") => ServiceState::Up,
+            (false, "down") => ServiceState::Down,
+            _ => ServiceState::Unknown,
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 pub(super) struct HypervisorRef {
     id: String,
@@ -114,17 +125,13 @@ impl NovaClient {
             Some(p) => Some(self.traits(&p.uuid).await?.traits.into_iter().collect()),
             None => None,
         };
+        let service_state = service.service_state();
         Ok(Some(NovaHost {
             service_id: service.id,
             hypervisor_id: hypervisor.map(|h| h.id),
             enabled: service.status == "enabled",
             disabled_reason: service.disabled_reason,
-            service_state: match (service.forced_down, service.state.as_str()) {
-                (true, _) => ServiceState::ForcedDown,
-                (false, "up") => ServiceState::Up,
-                (false, "down") => ServiceState::Down,
-                _ => ServiceState::Unknown,
-            },
+            service_state,
             aggregates: member,
             unknown_aggregates: unknown,
             traits,
@@ -185,6 +192,31 @@ impl NovaClient {
             Call::get(Service::Compute, "os-services").param("binary", "nova-compute").param("host", host);
         let services: Vec<ComputeService> = self.cloud.fetch(call, "services").await?;
         Ok(services.into_iter().find(|s| s.host == host))
+    }
+
+    /// Marks the host's compute service forced down (or lifts it): Nova
+    /// then treats it as down whatever its service group says, accepts
+    /// `evacuate` of its servers and schedules nothing there. Idempotent;
+    /// [`Self::service_state`] reads it back. The first fencing step, and the
+    /// last thing lifted when an SRE brings a fenced host back.
+    pub async fn set_forced_down(&self, host: &str, down: bool) -> Result<(), NovaError> {
+        let service = self
+            .service(host)
+            .await?
+            .ok_or_else(|| NovaError::NotFound(format!("no compute service known for {host}")))?;
+        let call = Call::with(
+            Service::Compute,
+            http::Method::PUT,
+            format!("os-services/{}", service.id),
+            json!({"forced_down": down}),
+        );
+        self.cloud.call(call).await.map(|_| ())
+    }
+
+    /// The state of the host's compute service as Nova holds it (forced
+    /// down, or its service group's up or down); None without a service.
+    pub async fn service_state(&self, host: &str) -> Result<Option<ServiceState>, NovaError> {
+        Ok(self.service(host).await?.map(|s| s.service_state()))
     }
 
     /// The host names of every nova-compute service in the region.
