@@ -73,6 +73,24 @@ pub fn listed(own: &[Addr], osd_dump: &Value) -> Option<String> {
     })
 }
 
+/// Every entry of the OSD map's blocklist (not its ranges).
+pub fn entries(osd_dump: &Value) -> Vec<String> {
+    osd_dump
+        .get("blocklist")
+        .and_then(Value::as_object)
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// Whether two entries name the same address (`10.0.0.5:0/0` and
+/// `any:10.0.0.5:0/0` do).
+pub fn same_entry(a: &str, b: &str) -> bool {
+    match (Addr::parse(a), Addr::parse(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
+    }
+}
+
 fn in_range(ip: IpAddr, net: IpAddr, bits: u64) -> bool {
     match (ip, net) {
         (IpAddr::V4(a), IpAddr::V4(n)) if bits <= 32 => {
@@ -126,5 +144,10 @@ mod tests {
         assert_eq!(hit(&[], &["cidr:10.0.0.0:0/99", "10.0.0.0:0/8"]), None, "malformed ranges");
         assert_eq!(listed(&me(), &json!({"blocklist": []})), None);
         assert_eq!(listed(&[], &dump(&["10.0.0.5:0/0"], &[])), None);
+        assert_eq!(
+            entries(&dump(&["10.0.0.5:0/0"], &["cidr:10.0.0.0:0/24"])),
+            vec!["10.0.0.5:0/0".to_string()]
+        );
+        assert!(same_entry("v2:10.0.0.5:0/0", "10.0.0.5:0/0") && !same_entry("10.0.0.5:0/0", "10.0.0.5:0/1"));
     }
 }

@@ -223,6 +223,28 @@ impl CephClient {
             .collect()
     }
 
+    /// Adds (`add`) or lifts each of `entries` in the OSD blocklist, then
+    /// reads the blocklist back from the OSD map: which of `entries` are
+    /// listed now. An added entry lasts `expire`. Blocking.
+    pub fn blocklist(&self, add: bool, entries: &[String], expire: Duration) -> Result<Vec<String>, String> {
+        let cluster = self.connect()?;
+        for entry in entries {
+            let cmd = if add {
+                serde_json::json!({"prefix": "osd blocklist", "blocklistop": "add", "addr": entry,
+                                   "expire": expire.as_secs_f64()})
+            } else {
+                serde_json::json!({"prefix": "osd blocklist", "blocklistop": "rm", "addr": entry})
+            };
+            let op = if add { "add" } else { "rm" };
+            mon_command(&cluster, &cmd.to_string(), &format!("osd blocklist {op} {entry}"))?;
+        }
+        let dump = mon_command(&cluster, r#"{"prefix": "osd dump", "format": "json"}"#, "osd dump")?;
+        let map: serde_json::Value =
+            serde_json::from_slice(&dump).map_err(|e| format!("osd dump is not JSON: {e}"))?;
+        let listed = blocklist::entries(&map);
+        Ok(entries.iter().filter(|e| listed.iter().any(|l| blocklist::same_entry(l, e))).cloned().collect())
+    }
+
     /// What to say of a client the OSDs refused with ESHUTDOWN: the
     /// blocklist entry that covers it, read from the OSD map (the mon's
     /// `profile rbd` may read it) only then. The message names the client's
@@ -232,7 +254,7 @@ impl CephClient {
         let entry = own_addrs(cluster).and_then(|own| {
             let addrs = blocklist::Addr::parse_vec(&own);
             let ip = addrs.first().map(|a| a.ip.to_string()).ok_or(format!("unreadable address {own:?}"))?;
-            let dump = mon_command(cluster, r#"{"prefix": "osd dump", "format": "json"}"#)?;
+            let dump = mon_command(cluster, r#"{"prefix": "osd dump", "format": "json"}"#, "osd dump")?;
             let map: serde_json::Value =
                 serde_json::from_slice(&dump).map_err(|e| format!("osd dump is not JSON: {e}"))?;
             Ok(match blocklist::listed(&addrs, &map) {
@@ -267,8 +289,8 @@ fn own_addrs(cluster: &Cluster) -> Result<String, String> {
     Ok(addrs)
 }
 
-/// A monitor command's output.
-fn mon_command(cluster: &Cluster, cmd: &str) -> Result<Vec<u8>, String> {
+/// A monitor command's output; an error names it as `what`.
+fn mon_command(cluster: &Cluster, cmd: &str, what: &str) -> Result<Vec<u8>, String> {
     let c = cstr(cmd)?;
     let cmds = [c.as_ptr()];
     let (mut out, mut out_len): (*mut c_char, usize) = (std::ptr::null_mut(), 0);
@@ -299,7 +321,7 @@ fn mon_command(cluster: &Cluster, cmd: &str) -> Result<Vec<u8>, String> {
     };
     let (out, status) = (copy(out, out_len), copy(status, status_len));
     if rc < 0 {
-        return Err(format!("{cmd}: {} {}", errno(rc), String::from_utf8_lossy(&status)));
+        return Err(format!("{what}: {} ({})", errno(rc), String::from_utf8_lossy(&status).trim()));
     }
     Ok(out)
 }

@@ -6,8 +6,7 @@
 
 #![deny(unsafe_code)]
 
-mod blocklist;
-mod ffi;
+use hv_ceph_probe::ffi;
 
 use std::path::PathBuf;
 use std::time::Duration;

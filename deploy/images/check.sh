@@ -38,6 +38,6 @@ check() { # CONTAINERFILE BINARY...
     echo "$file: runtime packages [${listed//$'\n'/ }] match what $* link"
   fi
 }
-check deploy/images/Containerfile.coordinator hv-coordinator hvctl
+check deploy/images/Containerfile.coordinator hv-coordinator hvctl hv-ceph-fence
 check deploy/images/Containerfile.agent hv-agent hv-ceph-probe
 exit $status

@@ -105,6 +105,9 @@ pub struct Ceph {
     pub admin: CephClient,
     /// The restricted hypervisor client (`profile rbd` on the readable pool only).
     pub client: CephClient,
+    /// The coordinator's fencing client: reads the maps, adds and lifts
+    /// blocklist entries.
+    pub fence: CephClient,
     pub readable_pool: String,
     pub forbidden_pool: String,
     /// An RBD image in the readable pool.

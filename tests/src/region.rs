@@ -648,6 +648,17 @@ impl Drop for Blocklisted {
     }
 }
 
+/// The cluster's OSD blocklist as the admin reads it: entry → expiry.
+pub fn blocklist(env: &TestEnv) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let out = ceph(env).args(["osd", "dump", "-f", "json"]).output().map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!("ceph osd dump: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let map: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+    let list = map.get("blocklist").and_then(serde_json::Value::as_object).cloned().unwrap_or_default();
+    Ok(list.into_iter().map(|(k, v)| (k, v.as_str().unwrap_or_default().to_string())).collect())
+}
+
 fn ceph(env: &TestEnv) -> Command {
     let mut c = Command::new("ceph");
     c.arg("-c")

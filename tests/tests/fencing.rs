@@ -1,13 +1,16 @@
 //! Fencing actuators against the real peers: power through the Redfish BMC
 //! emulator (sushy-tools, fake driver: a power change lands 1 to 11 s after
-//! it is asked). Each test fences a host it has claimed.
+//! it is asked), storage through the real Ceph cluster's OSD blocklist
+//! (addresses no client of the ground uses). Each power test fences a host
+//! it has claimed.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::{Duration, Instant};
 
 use hv_coordinator::fence::{
-    Bmc, PowerActuator, PowerError, PowerState, PoweredOff, Redfish, power_off_confirmed,
+    Bmc, CephFence, CephFenceError, PowerActuator, PowerError, PowerState, PoweredOff, Redfish,
+    power_off_confirmed,
 };
 use hv_tests::env::TestEnv;
 use hv_tests::wait::Poll;
@@ -95,4 +98,49 @@ async fn a_wrong_password_an_unknown_system_a_foreign_certificate_and_a_dead_bmc
     assert!(matches!(err, PowerError::BadCa(_)), "{err}");
     // Nothing was powered off by any of it.
     assert_eq!(Redfish::new(&bmc(&env, &claim.host)).unwrap().power_state().await.unwrap(), PowerState::On);
+}
+
+fn ceph_fence(env: &TestEnv, client: &hv_tests::env::CephClient) -> CephFence {
+    CephFence {
+        helper: hv_tests::region::bin("hv-ceph-fence"),
+        conf: env.ceph.conf.clone(),
+        id: client.id.clone(),
+        keyring: Some(client.keyring.clone()),
+        timeout: Duration::from_secs(10),
+    }
+}
+
+#[tokio::test]
+async fn a_hosts_ceph_addresses_are_blocklisted_read_back_and_lifted_by_the_fencing_identity_only() {
+    let env = hv_tests::env::require();
+    let fence = ceph_fence(&env, &env.ceph.fence);
+    // A whole host and one client instance, both unused on the ground.
+    let addresses = vec!["127.0.0.9".to_string(), "127.0.0.10:6800/4242".to_string()];
+    let entries = fence.blocklist(&addresses).await.unwrap();
+    assert_eq!(entries, ["127.0.0.9:0/0", "127.0.0.10:6800/4242"]);
+    let listed = hv_tests::region::blocklist(&env).unwrap();
+    for e in &entries {
+        // Until lifted: Ceph's own expiry is years away.
+        let expiry = listed.get(e).unwrap_or_else(|| panic!("{e} not in {listed:?}"));
+        assert!(expiry.as_str() > "2030", "{e} expires {expiry}");
+    }
+    fence.blocklist(&addresses).await.unwrap(); // idempotent
+
+    // A node's own client (profile rbd) may add entries but never lift one.
+    let node = ceph_fence(&env, &env.ceph.client);
+    let err = node.lift(&addresses).await.unwrap_err();
+    assert!(matches!(&err, CephFenceError::Refused(m) if m.contains("Permission denied")), "{err}");
+    assert!(hv_tests::region::blocklist(&env).unwrap().contains_key("127.0.0.9:0/0"));
+
+    fence.lift(&addresses).await.unwrap();
+    let listed = hv_tests::region::blocklist(&env).unwrap();
+    assert!(entries.iter().all(|e| !listed.contains_key(e)), "{listed:?}");
+    fence.lift(&addresses).await.unwrap(); // lifting what is not listed succeeds
+
+    // Refused before anything runs.
+    let err = fence.blocklist(&["compute-1".to_string()]).await.unwrap_err();
+    assert_eq!(err, CephFenceError::BadAddress("compute-1".into()));
+    let missing = CephFence { helper: "/nonexistent/hv-ceph-fence".into(), ..fence.clone() };
+    let err = missing.blocklist(&addresses).await.unwrap_err();
+    assert!(matches!(err, CephFenceError::Helper { .. }), "{err}");
 }

@@ -6,11 +6,13 @@
 //! A step counts only once it is confirmed by reading the state back: a BMC
 //! that accepted "power off" has not yet powered anything off.
 
+pub mod ceph;
 pub mod redfish;
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+pub use ceph::{CephFence, CephFenceError};
 pub use redfish::{Bmc, Redfish};
 
 /// A machine's power, as its BMC reports it.

@@ -1,7 +1,7 @@
 # Ceph pacific: one mon, one memstore OSD, cephx on, pool size 1, no mgr.
 # Pool `vms` holds an RBD image `probe`; pool `secret` exists but the
 # restricted hypervisor client `client.node-1` (profile rbd on vms only) may
-# not read it.
+# not read it. `client.hv-fence` is the coordinator's, for blocklisting.
 start_ceph() {
   local dir="$HV_ENV_DIR/ceph" port fsid conf osd_uuid osd_id osd_secret
   port=$(free_port)
@@ -71,9 +71,14 @@ CONF
   rbd -c "$conf" create secret/hidden --size 16M
   "${c[@]}" auth get-or-create client.node-1 mon 'profile rbd' osd 'profile rbd pool=vms' \
     -o "$dir/ceph.client.node-1.keyring" >/dev/null
+  # The coordinator's fencing identity: it may read the maps and add or lift
+  # blocklist entries, nothing else.
+  "${c[@]}" auth get-or-create client.hv-fence mon 'allow r, allow command "osd blocklist"' \
+    -o "$dir/ceph.client.hv-fence.keyring" >/dev/null
   put --arg conf "$conf" --arg dir "$dir" --argjson port "$port" --arg fsid "$fsid" '.ceph = {
       conf: $conf, fsid: $fsid, mon_host: "127.0.0.1:\($port)",
       admin: { id: "admin", keyring: "\($dir)/ceph.client.admin.keyring" },
       client: { id: "node-1", keyring: "\($dir)/ceph.client.node-1.keyring" },
+      fence: { id: "hv-fence", keyring: "\($dir)/ceph.client.hv-fence.keyring" },
       readable_pool: "vms", forbidden_pool: "secret", image: "probe" }'
 }
