@@ -398,6 +398,28 @@ pub struct AgentStatus {
     pub last_heartbeat: Option<Time>,
 }
 
+/// A step of fencing a dead host, in the order they are taken
+/// (docs/fencing.md).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum FenceStep {
+    /// Nova holds its compute service forced down.
+    NovaForcedDown,
+    /// Its Ceph client addresses are in the OSD blocklist.
+    CephBlocklisted,
+    /// Its BMC reports its power off.
+    PoweredOff,
+}
+
+impl std::fmt::Display for FenceStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FenceStep::NovaForcedDown => "NovaForcedDown",
+            FenceStep::CephBlocklisted => "CephBlocklisted",
+            FenceStep::PoweredOff => "PoweredOff",
+        })
+    }
+}
+
 /// What a host's health adds up to (docs/health.md).
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, JsonSchema,

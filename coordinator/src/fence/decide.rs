@@ -1,0 +1,401 @@
+//! When to fence a host, how far, and what holds it back (docs/fencing.md):
+//! pure, over what the shell observed and what the status recorded.
+//!
+//! A fencing is a sequence of steps, each confirmed before the next (Nova
+//! `forced_down`, the host's Ceph clients blocklisted, power off through its
+//! BMC; a step the host has no means for is not in its sequence). Every
+//! step is idempotent (it reads the state first or repeats harmlessly), so
+//! a step done twice after a fail-over costs nothing, and a step is asked
+//! again until its confirmation is recorded.
+//!
+//! The gates are the reasons not to fence a host that looks dead, each
+//! answered with what holds and why: our own view is partial, most of its
+//! failure domain looks dead at once, too many fencings started lately, or
+//! its agent is talking to us. A step that cannot be confirmed stops the
+//! sequence until an SRE either retries it or confirms the host is fenced
+//! by hand, as masakari and Pacemaker's manual fencing confirmation do.
+
+use jiff::SignedDuration;
+
+use crate::api::hypervisor::{FenceStep, HealthState};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FencePolicy {
+    /// An agent heartbeat younger than this means the host talks to us:
+    /// never fenced, and a fencing under way stops.
+    pub fresh_heartbeat: SignedDuration,
+    /// More than this percent of a failure domain's hosts lost at once (and
+    /// at least two): nothing in it is fenced.
+    pub max_domain_share: u8,
+    /// At most this many fencings started per `interval`, fleet-wide.
+    pub max_started: usize,
+    pub interval: SignedDuration,
+}
+
+impl Default for FencePolicy {
+    fn default() -> Self {
+        FencePolicy {
+            fresh_heartbeat: SignedDuration::from_secs(30),
+            max_domain_share: 50,
+            max_started: 2,
+            interval: SignedDuration::from_mins(10),
+        }
+    }
+}
+
+/// The steps a host's fencing takes, in order: Nova always; its storage
+/// when it uses Ceph; its power when the site gives it a BMC.
+pub fn sequence(uses_ceph: bool, has_bmc: bool) -> Vec<FenceStep> {
+    let mut out = vec![FenceStep::NovaForcedDown];
+    if uses_ceph {
+        out.push(FenceStep::CephBlocklisted);
+    }
+    if has_bmc {
+        out.push(FenceStep::PoweredOff);
+    }
+    out
+}
+
+/// What the host and the fleet look like to this reconcile.
+#[derive(Clone, Debug)]
+pub struct Situation<'a> {
+    pub health: HealthState,
+    /// Age of the agent's last heartbeat this process saw; None: none seen.
+    pub heartbeat_age: Option<SignedDuration>,
+    /// Why the coordinator cannot trust its own view (Nova or the
+    /// Kubernetes API unreachable); None when it can.
+    pub blind: Option<&'a str>,
+    /// The other managed hosts' agents: (connected, all).
+    pub other_agents: (usize, usize),
+    /// The host's failure domain (its availability zone, else its
+    /// aggregates' union): its name, its hosts lost (Unreachable or Failed,
+    /// this one included) and all its hosts.
+    pub domain: (&'a str, usize, usize),
+    /// Fencings of other hosts started within the policy's interval.
+    pub started_lately: usize,
+    /// The host's sequence ([`sequence`]).
+    pub steps: &'a [FenceStep],
+    /// From status: whether a fencing of this host is under way (started
+    /// and not cleared by an SRE), the steps confirmed, and the step that
+    /// failed with why (it stands until an SRE retries).
+    pub under_way: bool,
+    pub confirmed: &'a [FenceStep],
+    pub failed: Option<(FenceStep, &'a str)>,
+    /// An SRE confirmed the host fenced (`hvctl confirm-fenced`).
+    pub confirmed_by_hand: bool,
+}
+
+/// A reason not to fence now; each is a condition reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Gate {
+    FreshHeartbeat,
+    OwnViewPartial,
+    NoAgentQuorum,
+    FailureDomainLost,
+    TooManyFencings,
+}
+
+impl Gate {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Gate::FreshHeartbeat => "AgentHeartbeatFresh",
+            Gate::OwnViewPartial => "CoordinatorBlind",
+            Gate::NoAgentQuorum => "NoAgentQuorum",
+            Gate::FailureDomainLost => "FailureDomainLost",
+            Gate::TooManyFencings => "FencingRateLimited",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Not a host to fence, and no fencing under way.
+    Nothing,
+    /// It would be fenced (or fenced further), but this holds it back.
+    HeldBack { gate: Gate, message: String },
+    /// Take this step (start the fencing first when none is under way).
+    Take(FenceStep),
+    /// A step failed to be confirmed: nothing more until an SRE retries it
+    /// or confirms the host fenced by hand.
+    Stuck { step: FenceStep, message: String },
+    /// Every step confirmed, or an SRE confirmed it: the host's VMs may be
+    /// rebuilt elsewhere.
+    Fenced { by_hand: bool },
+}
+
+pub fn decide(s: &Situation<'_>, policy: &FencePolicy) -> Decision {
+    let held = |gate: Gate, message: String| Decision::HeldBack { gate, message };
+    let wanted = s.under_way || s.health == HealthState::Failed || s.confirmed_by_hand;
+    if !wanted {
+        return Decision::Nothing;
+    }
+    // A host that talks to us is alive: whatever was done stands (an SRE
+    // looks), nothing more is, not even on a confirmation by hand.
+    if let Some(age) = s.heartbeat_age.filter(|a| *a < policy.fresh_heartbeat) {
+        let message = format!(
+            "its agent's last heartbeat is {} s old (under {} s): a host that talks to us is not fenced",
+            age.as_secs(),
+            policy.fresh_heartbeat.as_secs()
+        );
+        return held(Gate::FreshHeartbeat, message);
+    }
+    if s.confirmed_by_hand {
+        return Decision::Fenced { by_hand: true };
+    }
+    if s.under_way && s.steps.iter().all(|step| s.confirmed.contains(step)) {
+        return Decision::Fenced { by_hand: false };
+    }
+    if let Some(why) = s.blind {
+        return held(Gate::OwnViewPartial, format!("the coordinator's own view is partial: {why}"));
+    }
+    let (connected, others) = s.other_agents;
+    if others == 0 || connected * 2 <= others {
+        let message = format!(
+            "{connected} of the {others} other hosts' agents are connected (more than half are needed): \
+             the coordinator may be the one cut off"
+        );
+        return held(Gate::NoAgentQuorum, message);
+    }
+    let (domain, lost, hosts) = s.domain;
+    if lost >= 2 && lost * 100 > hosts * usize::from(policy.max_domain_share) {
+        let message = format!(
+            "{lost} of the {hosts} hosts of {domain} are lost at once (more than {}%): a network or \
+             control-plane fault is likelier than as many dead hosts",
+            policy.max_domain_share
+        );
+        return held(Gate::FailureDomainLost, message);
+    }
+    if !s.under_way && s.started_lately >= policy.max_started {
+        let message = format!(
+            "{} fencings started in the last {} min (at most {}): this one waits",
+            s.started_lately,
+            policy.interval.as_mins(),
+            policy.max_started
+        );
+        return held(Gate::TooManyFencings, message);
+    }
+    if let Some((step, why)) = s.failed {
+        let message = format!(
+            "{step} could not be confirmed: {why}. Retry it (hvctl retry), or make sure the host is \
+             fenced and say so (hvctl confirm-fenced)"
+        );
+        return Decision::Stuck { step, message };
+    }
+    match s.steps.iter().find(|step| !s.confirmed.contains(step)) {
+        Some(step) => Decision::Take(*step),
+        None => Decision::Fenced { by_hand: false },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [FenceStep; 3] =
+        [FenceStep::NovaForcedDown, FenceStep::CephBlocklisted, FenceStep::PoweredOff];
+
+    fn failed_host() -> Situation<'static> {
+        Situation {
+            health: HealthState::Failed,
+            heartbeat_age: Some(SignedDuration::from_mins(5)),
+            blind: None,
+            other_agents: (9, 10),
+            domain: ("az-1", 1, 10),
+            started_lately: 0,
+            steps: &ALL,
+            under_way: false,
+            confirmed: &[],
+            failed: None,
+            confirmed_by_hand: false,
+        }
+    }
+
+    fn gate(d: &Decision) -> Option<Gate> {
+        match d {
+            Decision::HeldBack { gate, .. } => Some(*gate),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn the_sequence_has_nova_first_then_storage_then_power_where_the_host_has_them() {
+        assert_eq!(sequence(true, true), ALL);
+        assert_eq!(sequence(false, true), [FenceStep::NovaForcedDown, FenceStep::PoweredOff]);
+        assert_eq!(sequence(false, false), [FenceStep::NovaForcedDown]);
+    }
+
+    #[test]
+    fn a_failed_host_is_fenced_step_by_step_and_then_fenced() {
+        let p = FencePolicy::default();
+        let mut s = failed_host();
+        assert_eq!(decide(&s, &p), Decision::Take(FenceStep::NovaForcedDown));
+        s.under_way = true;
+        s.confirmed = &ALL[..1];
+        assert_eq!(decide(&s, &p), Decision::Take(FenceStep::CephBlocklisted));
+        s.confirmed = &ALL[..2];
+        assert_eq!(decide(&s, &p), Decision::Take(FenceStep::PoweredOff));
+        s.confirmed = &ALL;
+        assert_eq!(decide(&s, &p), Decision::Fenced { by_hand: false });
+        // Fenced stays fenced, whatever the verdict does meanwhile.
+        s.health = HealthState::Unreachable;
+        s.domain = ("az-1", 8, 10);
+        assert_eq!(decide(&s, &p), Decision::Fenced { by_hand: false });
+    }
+
+    #[test]
+    fn only_a_failed_host_starts_a_fencing() {
+        let p = FencePolicy::default();
+        for health in [HealthState::Healthy, HealthState::Degraded, HealthState::Unreachable] {
+            let s = Situation { health, ..failed_host() };
+            assert_eq!(decide(&s, &p), Decision::Nothing, "{health}");
+            // Under way, it goes on: the verdict may move between Failed and Unreachable.
+            let s = Situation { health, under_way: true, ..failed_host() };
+            assert_eq!(decide(&s, &p), Decision::Take(FenceStep::NovaForcedDown), "{health}");
+        }
+    }
+
+    #[test]
+    fn each_gate_holds_a_fencing_back_and_says_why() {
+        let p = FencePolicy::default();
+        let cases: [(Situation<'static>, Gate, &str); 7] = [
+            (
+                Situation { heartbeat_age: Some(SignedDuration::from_secs(3)), ..failed_host() },
+                Gate::FreshHeartbeat,
+                "3 s old",
+            ),
+            (
+                Situation { blind: Some("Nova: connection refused"), ..failed_host() },
+                Gate::OwnViewPartial,
+                "Nova",
+            ),
+            (Situation { other_agents: (5, 10), ..failed_host() }, Gate::NoAgentQuorum, "5 of the 10"),
+            (Situation { other_agents: (0, 0), ..failed_host() }, Gate::NoAgentQuorum, "0 of the 0"),
+            (
+                Situation { domain: ("az-2", 6, 10), ..failed_host() },
+                Gate::FailureDomainLost,
+                "6 of the 10 hosts of az-2",
+            ),
+            (Situation { domain: ("az-2", 2, 3), ..failed_host() }, Gate::FailureDomainLost, "2 of the 3"),
+            (Situation { started_lately: 2, ..failed_host() }, Gate::TooManyFencings, "2 fencings started"),
+        ];
+        for (s, want, says) in cases {
+            let d = decide(&s, &p);
+            assert_eq!(gate(&d), Some(want), "{d:?}");
+            let Decision::HeldBack { message, .. } = d else { unreachable!() };
+            assert!(message.contains(says), "{message}");
+        }
+        // The edges that pass: half of a domain, one host alone in its own,
+        // a heartbeat exactly as old as the bound, no heartbeat ever seen.
+        for s in [
+            Situation { domain: ("az-2", 5, 10), ..failed_host() },
+            Situation { domain: ("az-2", 1, 1), ..failed_host() },
+            Situation { heartbeat_age: Some(p.fresh_heartbeat), ..failed_host() },
+            Situation { heartbeat_age: None, ..failed_host() },
+            Situation { other_agents: (1, 1), ..failed_host() },
+        ] {
+            assert_eq!(decide(&s, &p), Decision::Take(FenceStep::NovaForcedDown), "{s:?}");
+        }
+        // The rate limit is for starting: a fencing under way goes on.
+        let s = Situation { started_lately: 9, under_way: true, ..failed_host() };
+        assert_eq!(decide(&s, &p), Decision::Take(FenceStep::NovaForcedDown));
+    }
+
+    #[test]
+    fn a_step_not_confirmed_stops_the_sequence_until_a_retry_or_a_confirmation_by_hand() {
+        let p = FencePolicy::default();
+        let s = Situation {
+            under_way: true,
+            confirmed: &ALL[..1],
+            failed: Some((FenceStep::CephBlocklisted, "Ceph refused: access denied")),
+            ..failed_host()
+        };
+        let Decision::Stuck { step, message } = decide(&s, &p) else { panic!() };
+        assert_eq!(step, FenceStep::CephBlocklisted);
+        assert!(message.contains("access denied") && message.contains("hvctl confirm-fenced"), "{message}");
+        let by_hand = Situation { confirmed_by_hand: true, ..s.clone() };
+        assert_eq!(decide(&by_hand, &p), Decision::Fenced { by_hand: true });
+        // An SRE's word does not outweigh a host that talks to us.
+        let alive = Situation { heartbeat_age: Some(SignedDuration::from_secs(1)), ..by_hand };
+        assert_eq!(gate(&decide(&alive, &p)), Some(Gate::FreshHeartbeat));
+    }
+
+    /// Every combination of the inputs that matter: a step is taken only in
+    /// order, never past a gate, never on a live host; fenced only when
+    /// every step is confirmed or an SRE said so.
+    #[test]
+    fn no_step_is_ever_taken_out_of_order_past_a_gate_or_on_a_live_host() {
+        let p = FencePolicy::default();
+        let healths =
+            [HealthState::Healthy, HealthState::Degraded, HealthState::Unreachable, HealthState::Failed];
+        let heartbeats = [None, Some(SignedDuration::from_secs(5)), Some(SignedDuration::from_mins(3))];
+        let blinds = [None, Some("Nova down")];
+        let agents = [(0, 0), (2, 4), (3, 4)];
+        let domains = [("d", 1, 1), ("d", 3, 4), ("d", 2, 4)];
+        let confirmed_sets: [&[FenceStep]; 4] = [&[], &ALL[..1], &ALL[..2], &ALL];
+        let failures = [None, Some((FenceStep::PoweredOff, "BMC said On"))];
+        let mut seen = 0;
+        for health in healths {
+            for heartbeat_age in heartbeats {
+                for blind in blinds {
+                    for other_agents in agents {
+                        for domain in domains {
+                            for started_lately in [0, 5] {
+                                for under_way in [false, true] {
+                                    for confirmed in confirmed_sets {
+                                        for failed in failures {
+                                            for confirmed_by_hand in [false, true] {
+                                                let s = Situation {
+                                                    health,
+                                                    heartbeat_age,
+                                                    blind,
+                                                    other_agents,
+                                                    domain,
+                                                    started_lately,
+                                                    steps: &ALL,
+                                                    under_way,
+                                                    confirmed,
+                                                    failed,
+                                                    confirmed_by_hand,
+                                                };
+                                                check(&s, &decide(&s, &p), &p);
+                                                seen += 1;
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(seen, 4 * 3 * 2 * 3 * 3 * 2 * 2 * 4 * 2 * 2);
+    }
+
+    fn check(s: &Situation<'_>, d: &Decision, p: &FencePolicy) {
+        let live = s.heartbeat_age.is_some_and(|a| a < p.fresh_heartbeat);
+        match d {
+            Decision::Take(step) => {
+                assert!(!live && s.blind.is_none() && !s.confirmed_by_hand && s.failed.is_none(), "{s:?}");
+                assert!(s.under_way || s.health == HealthState::Failed, "{s:?}");
+                assert!(s.other_agents.0 * 2 > s.other_agents.1, "{s:?}");
+                let (_, lost, hosts) = s.domain;
+                assert!(lost < 2 || lost * 100 <= hosts * usize::from(p.max_domain_share), "{s:?}");
+                assert!(s.under_way || s.started_lately < p.max_started, "{s:?}");
+                let i = s.steps.iter().position(|x| x == step).unwrap_or(usize::MAX);
+                assert!(s.steps[..i].iter().all(|x| s.confirmed.contains(x)), "out of order: {s:?}");
+                assert!(!s.confirmed.contains(step), "{s:?}");
+            }
+            Decision::Fenced { by_hand } => {
+                assert!(!live, "{s:?}");
+                assert!(*by_hand == s.confirmed_by_hand, "{s:?}");
+                assert!(*by_hand || s.steps.iter().all(|x| s.confirmed.contains(x)), "{s:?}");
+            }
+            Decision::Stuck { .. } => assert!(s.failed.is_some() && !live, "{s:?}"),
+            Decision::HeldBack { gate, .. } => assert!(*gate != Gate::FreshHeartbeat || live, "{s:?}"),
+            Decision::Nothing => {
+                assert!(!s.under_way && s.health != HealthState::Failed && !s.confirmed_by_hand, "{s:?}")
+            }
+        }
+    }
+}
