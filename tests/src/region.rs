@@ -619,9 +619,9 @@ pub fn set_ceph_caps(env: &TestEnv, id: &str, osd_caps: &str) -> Result<(), Stri
 
 /// An entry in the cluster's OSD blocklist (`ceph osd blocklist add`, or
 /// `range add` for a CIDR), removed when dropped and expiring after 30 s
-/// anyway. Blocklisting `127.0.0.1:0/0` stops every client of the
-/// ground from writing: only a test binary whose tests all hold one lock
-/// may do it (test binaries run one after the other).
+/// anyway. Blocklisting `127.0.0.1:0/0` stops every Ceph client of the
+/// ground: only a test binary where no other test uses Ceph meanwhile may
+/// do it (test binaries run one after the other).
 pub struct Blocklisted {
     env: TestEnv,
     args: Vec<String>,

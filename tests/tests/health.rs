@@ -345,7 +345,7 @@ async fn a_coordinator_cut_off_from_nova_judges_and_changes_no_host() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn libvirtd_killed_a_bridge_deleted_or_reconfigured_and_a_ceph_client_denied_its_pool_are_signalled_from_the_real_peers()
+async fn libvirtd_killed_a_bridge_deleted_or_reconfigured_a_ceph_client_denied_or_blocklisted_are_signalled_from_the_real_peers()
  {
     let region = Region::start("health-peers").await;
     let host = hosts::claim(&region.env).await.host;
@@ -407,5 +407,23 @@ async fn libvirtd_killed_a_bridge_deleted_or_reconfigured_and_a_ceph_client_deni
     let restarted = region.agent(&host, &peers);
     let h = wait_evidence(&region, &host, &format!("ceph-probe-failing {pool} (warning)"), &coord).await;
     assert_eq!(h.state, HealthState::Healthy, "a warning changes nothing: {h:?}");
+
+    // The host's Ceph client blocklisted by the cluster (every client of its
+    // IP; no other test of this binary uses Ceph): critical at once, so
+    // Degraded, and not also a failing probe.
+    set_ceph_caps(env, &id, &format!("profile rbd pool={pool}")).unwrap();
+    let entry = hv_tests::region::Blocklisted::add(env, "127.0.0.1:0/0", false).unwrap();
     drop(restarted);
+    let restarted = region.agent(&host, &peers);
+    let degraded = wait_health(&region, &host, HealthState::Degraded, &coord).await;
+    let listed = format!(
+        "ceph-blocklisted client (critical): client.{id} is blocklisted by the cluster (at 127.0.0.1, entry 127.0.0.1:0/0)"
+    );
+    assert!(degraded.evidence.iter().any(|e| e.starts_with(&listed)), "{degraded:?}");
+    assert!(degraded.evidence.iter().all(|e| !e.starts_with("ceph-probe-failing")), "{degraded:?}");
+    drop(entry);
+    drop(restarted);
+    let lifted = region.agent(&host, &peers);
+    wait_health(&region, &host, HealthState::Healthy, &coord).await;
+    drop(lifted);
 }
