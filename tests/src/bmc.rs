@@ -4,7 +4,7 @@
 use crate::env::TestEnv;
 
 /// Asks `host`'s system to power on (the emulator's fake driver lands it
-/// 1 to 11 s later); nothing when it is on.
+/// up to 11 s later); nothing when it is on.
 pub async fn power_on(env: &TestEnv, host: &str) -> Result<(), String> {
     let system = env.bmc.systems.get(host).ok_or_else(|| format!("no BMC system for {host}"))?;
     let ca = std::fs::read(&env.bmc.ca_file).map_err(|e| format!("{}: {e}", env.bmc.ca_file.display()))?;

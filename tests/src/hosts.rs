@@ -90,11 +90,24 @@ pub const ZONE_PREFIX: &str = "hv-zone-";
 /// servers go first), and its compute service disabled (an eviction's source
 /// stays disabled when its test ends first; Nova schedules nothing onto a
 /// disabled host, not even a boot that names it). The service is enabled
-/// and not forced down, as Nova registered it, and the host's BMC system
-/// powered on (a fencing test may have left either). Best effort: a host Nova cannot reach keeps them.
+/// and not forced down, as Nova registered it, its nova-compute running and
+/// its BMC system powered on (a fencing test may have left any of them).
+/// Best effort: a host Nova cannot reach keeps them.
 async fn scrub(env: &TestEnv, host: &str) {
+    // First, as Nova passes a change of the enabled status on to the host's
+    // nova-compute and waits for it.
+    if crate::openstack::stopped_fake_hosts(&env.nova).await.is_ok_and(|s| s.iter().any(|h| h == host)) {
+        let _ = crate::openstack::fake_host(&env.nova, host, crate::openstack::FakeHost::Start).await;
+    }
     let Ok(admin) = Admin::login(env).await else { return };
     let _ = admin.set_service(host, serde_json::json!({"status": "enabled", "forced_down": false})).await;
+    // The scheduler skips a provider still marked disabled.
+    for _ in 0..100 {
+        if admin.traits_of(host).await.is_ok_and(|t| !t.iter().any(|t| t == "COMPUTE_STATUS_DISABLED")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let _ = crate::bmc::power_on(env, host).await;
     let servers = admin.servers_on(host).await.unwrap_or_default();
     for id in &servers {

@@ -381,6 +381,21 @@ pub async fn fake_host(nova: &crate::env::Nova, host: &str, what: FakeHost) -> R
     Ok(())
 }
 
+/// The fake hosts whose nova-compute is stopped now.
+pub async fn stopped_fake_hosts(nova: &crate::env::Nova) -> Result<Vec<String>, ApiError> {
+    let url = format!("{}/hosts", nova.control_url);
+    let what = format!("GET {url}");
+    let resp = reqwest::get(&url).await.map_err(|e| ApiError::Http(what.clone(), e))?;
+    let status = resp.status().as_u16();
+    if status != 200 {
+        let body = resp.text().await.unwrap_or_default();
+        return Err(ApiError::Status { what, status, body });
+    }
+    let states: std::collections::BTreeMap<String, String> =
+        resp.json().await.map_err(|e| ApiError::Http(what.clone(), e))?;
+    Ok(states.into_iter().filter(|(_, s)| s == "stopped").map(|(h, _)| h).collect())
+}
+
 /// One request the Nova API took, from its request log.
 #[derive(Clone, Debug, serde::Deserialize)]
 pub struct NovaRequest {

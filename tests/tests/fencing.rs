@@ -1,8 +1,9 @@
 //! Fencing actuators against the real peers: power through the Redfish BMC
-//! emulator (sushy-tools, fake driver: a power change lands 1 to 11 s after
-//! it is asked), storage through the real Ceph cluster's OSD blocklist
-//! (addresses no client of the ground uses). Each power test fences a host
-//! it has claimed.
+//! emulator (sushy-tools, fake driver: a power change lands up to 11 s
+//! after it is asked), storage through the real Ceph cluster's OSD blocklist
+//! (addresses no client of the ground uses), and Nova's side of a dead
+//! host on the real region (forced down, evacuate, the old host's cleanup).
+//! Each power or Nova test works on hosts it has claimed.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -12,8 +13,10 @@ use hv_coordinator::fence::{
     Bmc, CephFence, CephFenceError, PowerActuator, PowerError, PowerState, PoweredOff, Redfish,
     power_off_confirmed,
 };
+use hv_coordinator::nova::{Cloud, CloudSource, HttpPolicy, NovaClient, NovaError};
 use hv_tests::env::TestEnv;
-use hv_tests::wait::Poll;
+use hv_tests::openstack::{Admin, FakeHost, fake_host};
+use hv_tests::wait::{Poll, until};
 
 fn bmc(env: &TestEnv, host: &str) -> Bmc {
     Bmc {
@@ -39,6 +42,25 @@ async fn power_on(env: &TestEnv, host: &str) {
     hv_tests::wait::until("the system powered on again", Duration::from_secs(20), String::new, on).await;
 }
 
+/// The actuator under test, with what it read and how often it asked.
+struct Watched<'a> {
+    inner: &'a Redfish,
+    seen: std::sync::Mutex<Vec<PowerState>>,
+    offs: std::sync::atomic::AtomicU32,
+}
+
+impl PowerActuator for Watched<'_> {
+    async fn power_state(&self) -> Result<PowerState, PowerError> {
+        let state = self.inner.power_state().await?;
+        self.seen.lock().unwrap().push(state.clone());
+        Ok(state)
+    }
+    async fn force_off(&self) -> Result<(), PowerError> {
+        self.offs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.force_off().await
+    }
+}
+
 #[tokio::test]
 async fn a_system_is_powered_off_once_and_counted_off_only_when_the_bmc_says_so() {
     let env = hv_tests::env::require();
@@ -46,12 +68,18 @@ async fn a_system_is_powered_off_once_and_counted_off_only_when_the_bmc_says_so(
     power_on(&env, &claim.host).await; // a claim's power on lands seconds later
     let r = Redfish::new(&bmc(&env, &claim.host)).unwrap();
 
+    let watched = Watched { inner: &r, seen: std::sync::Mutex::new(Vec::new()), offs: Default::default() };
     let t = Instant::now();
-    let done = power_off_confirmed(&r, Duration::from_secs(30), Duration::from_millis(250)).await.unwrap();
+    let done =
+        power_off_confirmed(&watched, Duration::from_secs(30), Duration::from_millis(250)).await.unwrap();
     let PoweredOff::TurnedOff { after } = done else { panic!("it was on: {done:?}") };
-    // The emulator lands the change a second or more after it is asked:
-    // the wait is real, and bounded.
-    assert!(after >= Duration::from_millis(900) && t.elapsed() < Duration::from_secs(15), "{after:?}");
+    // Asked once; every state read before the BMC said Off was On (the
+    // emulator lands the change up to 11 s later); bounded.
+    let seen = watched.seen.into_inner().unwrap();
+    assert_eq!(watched.offs.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(seen.last(), Some(&PowerState::Off), "{seen:?}");
+    assert!(seen.len() >= 2 && seen[..seen.len() - 1].iter().all(|s| *s == PowerState::On), "{seen:?}");
+    assert!(after < Duration::from_secs(13) && t.elapsed() < Duration::from_secs(15), "{after:?}");
     assert_eq!(r.power_state().await.unwrap(), PowerState::Off);
     let again = power_off_confirmed(&r, Duration::from_secs(30), Duration::from_millis(250)).await.unwrap();
     assert_eq!(again, PoweredOff::AlreadyOff);
@@ -143,4 +171,83 @@ async fn a_hosts_ceph_addresses_are_blocklisted_read_back_and_lifted_by_the_fenc
     let missing = CephFence { helper: "/nonexistent/hv-ceph-fence".into(), ..fence.clone() };
     let err = missing.blocklist(&addresses).await.unwrap_err();
     assert!(matches!(err, CephFenceError::Helper { .. }), "{err}");
+}
+
+fn nova_client(env: &TestEnv, name: &str) -> NovaClient {
+    let dir = std::env::temp_dir().join(format!("hv-fencing-{name}-{}", std::process::id()));
+    let file = env.clouds_yaml(&dir, None).unwrap();
+    NovaClient::new(Cloud::new(
+        CloudSource::CloudsYaml { cloud: "hv".into(), file: Some(file) },
+        HttpPolicy::default(),
+    ))
+}
+
+/// Nova's own record of the server's evacuation (`done`: rebuilt;
+/// `completed`: its old host cleaned up), read as the admin reads it.
+async fn evacuation_status(admin: &Admin, id: &str) -> Option<String> {
+    let migrations = admin.migrations_of(id).await.unwrap();
+    let evacuation = migrations.iter().find(|m| m["migration_type"] == "evacuation")?;
+    evacuation["status"].as_str().map(str::to_string)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_hosts_server_is_evacuated_once_forced_down_rebuilt_stopped_and_its_old_host_cleans_up_when_it_starts()
+ {
+    let env = hv_tests::env::require();
+    let nova = nova_client(&env, "evacuate");
+    let admin = Admin::login(&env).await.unwrap();
+    let zone = hv_tests::hosts::zone(&env, 1).await;
+    let (source, target) = (zone.source.host.clone(), zone.targets[0].host.clone());
+    let id = zone.boot(&admin, &format!("evac-{}", std::process::id()), &source, "1").await;
+
+    // The host dies: its nova-compute stops. Nova's service group still
+    // counts it up, and Nova refuses to rebuild its server elsewhere.
+    fake_host(&env.nova, &source, FakeHost::Stop).await.unwrap();
+    let err = nova.evacuate(&id).await.unwrap_err();
+    assert!(matches!(err, NovaError::Invalid(_)), "{err}"); // 400: "still in use"
+    assert_eq!(nova.server(&id).await.unwrap().and_then(|s| s.host).as_deref(), Some(source.as_str()));
+
+    // Forced down (the first fencing step), it accepts; the scheduler picks
+    // the zone's other host, and at compute 2.95+ the server comes back stopped.
+    nova.set_forced_down(&source, true).await.unwrap();
+    nova.evacuate(&id).await.unwrap();
+    let rebuilt =
+        until("the server rebuilt on the other host", Duration::from_secs(60), String::new, || async {
+            match nova.server(&id).await.unwrap() {
+                Some(s) if s.host.as_deref() == Some(target.as_str()) && s.status == "SHUTOFF" => {
+                    Poll::Ready(s)
+                }
+                other => Poll::Pending(format!("{other:?}")),
+            }
+        })
+        .await;
+    assert_eq!(rebuilt.status, "SHUTOFF");
+    assert_eq!(evacuation_status(&admin, &id).await.as_deref(), Some("done"));
+    nova.start(&id).await.unwrap();
+    until("the server running again", Duration::from_secs(30), String::new, || async {
+        match nova.server(&id).await.unwrap() {
+            Some(s) if s.status == "ACTIVE" => Poll::Ready(()),
+            other => Poll::Pending(format!("{other:?}")),
+        }
+    })
+    .await;
+    nova.start(&id).await.unwrap(); // started already: no error
+
+    // Nova does not lift forced_down while the evacuation is only `done`:
+    // the old host must have started and cleaned up first.
+    let err = nova.set_forced_down(&source, false).await.unwrap_err();
+    assert!(matches!(err, NovaError::Invalid(_)), "{err}");
+
+    // The old host comes back: its nova-compute, at start, destroys what is
+    // left of the evacuated server there, and Nova records it completed.
+    fake_host(&env.nova, &source, FakeHost::Start).await.unwrap();
+    until("the old host's cleanup", Duration::from_secs(60), String::new, || async {
+        match evacuation_status(&admin, &id).await {
+            Some(s) if s == "completed" => Poll::Ready(()),
+            other => Poll::Pending(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(nova.server(&id).await.unwrap().and_then(|s| s.host).as_deref(), Some(target.as_str()));
+    nova.set_forced_down(&source, false).await.unwrap();
 }

@@ -273,6 +273,30 @@ impl NovaClient {
         self.server_action(id, body).await
     }
 
+    /// Rebuilds `id` from its disks on a host the scheduler picks, its own
+    /// host being dead (its compute service down or forced down): Nova's
+    /// `evacuate`, with no host and no admin password. Not idempotent (a
+    /// second evacuate of a server already rebuilt moves it again): never
+    /// retried on an unknown outcome. At compute 2.95 and later the server is
+    /// rebuilt stopped (SHUTOFF), whatever it was: one that ran is started
+    /// after ([`Self::start`]).
+    pub async fn evacuate(&self, id: &str) -> Result<(), NovaError> {
+        self.server_action(id, json!({"evacuate": {}})).await
+    }
+
+    /// Starts a stopped server. Starting one that runs already (409, not
+    /// SHUTOFF) succeeds.
+    pub async fn start(&self, id: &str) -> Result<(), NovaError> {
+        match self.server_action(id, json!({"os-start": null})).await {
+            Ok(()) => Ok(()),
+            Err(NovaError::Conflict(msg)) => match self.server(id).await? {
+                Some(s) if s.status == "ACTIVE" => Ok(()),
+                _ => Err(NovaError::Conflict(msg)),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
     async fn server_action(&self, id: &str, body: Value) -> Result<(), NovaError> {
         let call = Call::with(Service::Compute, http::Method::POST, format!("servers/{id}/action"), body);
         self.cloud().call(call).await.map(|_| ())

@@ -1,6 +1,6 @@
 # A Redfish BMC for every fake compute host: sushy-tools' emulator (the one
 # OpenStack tests its own bare-metal code against) with its fake driver,
-# which applies a power change after 1 to 11 seconds, as real BMCs take
+# which applies a power change up to 11 seconds after it is asked, as real BMCs take
 # their time. HTTPS with a certificate from the ground's own CA, HTTP basic
 # authentication (bcrypt htpasswd, as the emulator requires). Each system is
 # named after its host, powered on; its URL is by UUID, as a site's
