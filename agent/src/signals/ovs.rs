@@ -66,7 +66,17 @@ impl Bridges {
     /// signal that would empty a healthy host.
     pub fn judge(&mut self, present: &[Bridge], required: &Required) -> Vec<Update> {
         if self.required.as_ref() != Some(required) {
-            self.met.clear();
+            // What was met under the old requirements still counts for a
+            // bridge whose own requirement did not change.
+            let old = self.required.take();
+            let wants = |r: &Required, b: &str| {
+                r.expectations.iter().filter(|e| e.bridge == b).cloned().collect::<Vec<_>>()
+            };
+            self.met.retain(|b| {
+                old.as_ref().is_some_and(|o| {
+                    o.bridges.contains(b) && required.bridges.contains(b) && wants(o, b) == wants(required, b)
+                })
+            });
             self.required = Some(required.clone());
         }
         for p in present.iter().filter(|p| required.bridges.contains(&p.name)) {
@@ -175,6 +185,21 @@ mod tests {
     }
 
     #[test]
+    fn a_change_of_another_bridges_requirement_leaves_a_reconfigured_bridge_reconfigured() {
+        let mut b = Bridges::default();
+        let before = Required::before_checks();
+        b.judge(&[bridge("br-int", "secure", ""), bridge("br-ex", "", "")], &before);
+        let standalone = [bridge("br-int", "standalone", ""), bridge("br-ex", "", "")];
+        assert!(held(&b.judge(&standalone, &before), RECONFIGURED, "br-int").is_some());
+        // The checks arrive: br-int's requirement is the same, br-ex's is new.
+        let mut required = before.clone();
+        required.bridges.insert("br-ex".into());
+        assert_ne!(before, required);
+        let u = b.judge(&standalone, &required);
+        assert!(held(&u, RECONFIGURED, "br-int").is_some(), "{u:?}");
+    }
+
+    #[test]
     fn a_bridge_never_seen_as_required_is_no_signal_a_new_agent_or_a_bridge_being_created() {
         let before = Required::before_checks();
         // An agent started on a host whose br-int is already standalone.
@@ -212,11 +237,13 @@ mod tests {
             held(&u, RECONFIGURED, "br-ex").as_deref(),
             Some("bridge br-ex reconfigured: datapath_type: wanted system, found netdev")
         );
-        // New requirements: what was met under the old ones does not count.
+        // New requirements: what was met under a bridge's old one does not
+        // count; a bridge whose own requirement stayed keeps its signal.
         let u = b.judge(
             &netdev,
             &checks(&["br-ex"], vec![want("br-ex", "", "system"), want("br-int", "secure", "")]),
         );
-        assert!(u.iter().all(|x| x.now.is_none()), "{u:?}");
+        assert!(held(&u, RECONFIGURED, "br-int").is_none(), "br-int's requirement is new: {u:?}");
+        assert!(held(&u, RECONFIGURED, "br-ex").is_some(), "br-ex's stayed: {u:?}");
     }
 }

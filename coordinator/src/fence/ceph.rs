@@ -44,7 +44,13 @@ pub fn entry_for(address: &str) -> Result<String, CephFenceError> {
     let bad = || CephFenceError::BadAddress(address.to_string());
     let a = address.trim();
     let bare = a.strip_prefix('[').and_then(|x| x.strip_suffix(']')).unwrap_or(a);
+    // No host's client is at an unspecified or multicast address: a typo
+    // that would fence nothing, or everything.
+    let usable = |ip: &IpAddr| !ip.is_unspecified() && !ip.is_multicast();
     if let Ok(ip) = bare.parse::<IpAddr>() {
+        if !usable(&ip) {
+            return Err(bad());
+        }
         return Ok(match ip {
             IpAddr::V4(v4) => format!("{v4}:0/0"),
             IpAddr::V6(v6) => format!("[{v6}]:0/0"),
@@ -53,7 +59,7 @@ pub fn entry_for(address: &str) -> Result<String, CephFenceError> {
     let (host_port, nonce) = a.rsplit_once('/').ok_or_else(bad)?;
     let (host, port) = host_port.rsplit_once(':').ok_or_else(bad)?;
     let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
-    let ip: IpAddr = host.parse().map_err(|_| bad())?;
+    let ip: IpAddr = host.parse().ok().filter(usable).ok_or_else(bad)?;
     let port: u16 = port.parse().map_err(|_| bad())?;
     let nonce: u64 = nonce.parse().map_err(|_| bad())?;
     Ok(match ip {
@@ -66,6 +72,9 @@ impl CephFence {
     /// Blocklists every address, confirmed by reading the blocklist back.
     /// Idempotent: an entry listed already is listed again.
     pub async fn blocklist(&self, addresses: &[String]) -> Result<Vec<String>, CephFenceError> {
+        if addresses.is_empty() {
+            return Err(CephFenceError::BadAddress("(no address)".into()));
+        }
         let entries = addresses.iter().map(|a| entry_for(a)).collect::<Result<Vec<_>, _>>()?;
         let listed = self.run("add", &entries).await?;
         let missing: Vec<&String> = entries.iter().filter(|e| !listed.contains(e)).collect();
@@ -146,11 +155,33 @@ mod tests {
         assert_eq!(entry_for(" 10.0.0.5:6800/42 ").unwrap(), "10.0.0.5:6800/42");
         assert_eq!(entry_for("::1").unwrap(), "[::1]:0/0");
         assert_eq!(entry_for("[fd00::5]:0/7").unwrap(), "[fd00::5]:0/7");
-        for bad in
-            ["", "compute-1", "10.0.0.5:6800", "10.0.0.256", "10.0.0.5:x/1", "10.0.0.5:0/-1", "a; rm -rf /"]
-        {
+        for bad in [
+            "",
+            "compute-1",
+            "10.0.0.5:6800",
+            "10.0.0.256",
+            "10.0.0.5:x/1",
+            "10.0.0.5:0/-1",
+            "a; rm -rf /",
+            "0.0.0.0",
+            "::",
+            "224.0.0.1",
+            "0.0.0.0:6800/1",
+        ] {
             assert_eq!(entry_for(bad), Err(CephFenceError::BadAddress(bad.to_string())), "{bad:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn no_address_is_no_fencing_and_nothing_runs() {
+        let fence = CephFence {
+            helper: "/nonexistent/hv-ceph-fence".into(),
+            conf: "/nonexistent/ceph.conf".into(),
+            id: "hv-fence".into(),
+            keyring: None,
+            timeout: Duration::from_secs(1),
+        };
+        assert!(matches!(fence.blocklist(&[]).await, Err(CephFenceError::BadAddress(_))));
     }
 
     #[test]

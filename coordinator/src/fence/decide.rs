@@ -143,7 +143,7 @@ pub fn decide(s: &Situation<'_>, policy: &FencePolicy) -> Decision {
         return Decision::Fenced { by_hand: true };
     }
     if s.under_way && s.steps.iter().all(|step| s.confirmed.contains(step)) {
-        return Decision::Fenced { by_hand: false };
+        return fenced(s);
     }
     if let Some(why) = s.blind {
         return held(Gate::OwnViewPartial, format!("the coordinator's own view is partial: {why}"));
@@ -183,8 +183,21 @@ pub fn decide(s: &Situation<'_>, policy: &FencePolicy) -> Decision {
     }
     match s.steps.iter().find(|step| !s.confirmed.contains(step)) {
         Some(step) => Decision::Take(*step),
-        None => Decision::Fenced { by_hand: false },
+        None => fenced(s),
     }
+}
+
+/// Every step confirmed: fenced, when a step cut the host off. Nova's
+/// `forced_down` alone cuts nothing (a host that runs still writes to its
+/// volumes): with neither storage to cut nor a BMC, only an SRE can say it
+/// is off.
+fn fenced(s: &Situation<'_>) -> Decision {
+    if s.steps.iter().any(|step| *step != FenceStep::NovaForcedDown) {
+        return Decision::Fenced { by_hand: false };
+    }
+    let message = "the host has no BMC (spec.fencing.bmc) and no Ceph storage to cut off: Nova's \
+                   forced_down alone does not stop it. Make sure it is off, then say so (hvctl confirm-fenced)";
+    Decision::Stuck { step: FenceStep::PoweredOff, message: message.into() }
 }
 
 #[cfg(test)]
@@ -252,6 +265,19 @@ mod tests {
             let s = Situation { health, under_way: true, ..failed_host() };
             assert_eq!(decide(&s, &p), Decision::Take(FenceStep::NovaForcedDown), "{health}");
         }
+    }
+
+    #[test]
+    fn nova_alone_is_no_fencing_an_sre_must_confirm_a_host_with_nothing_to_cut() {
+        let p = FencePolicy::default();
+        let only_nova = sequence(false, false);
+        let s = Situation { steps: &only_nova, ..failed_host() };
+        assert_eq!(decide(&s, &p), Decision::Take(FenceStep::NovaForcedDown));
+        let s = Situation { under_way: true, confirmed: &only_nova, ..s };
+        let Decision::Stuck { message, .. } = decide(&s, &p) else { panic!("{:?}", decide(&s, &p)) };
+        assert!(message.contains("no BMC") && message.contains("hvctl confirm-fenced"), "{message}");
+        let s = Situation { confirmed_by_hand: true, ..s };
+        assert_eq!(decide(&s, &p), Decision::Fenced { by_hand: true });
     }
 
     #[test]
@@ -331,34 +357,37 @@ mod tests {
         let blinds = [None, Some("Nova down")];
         let agents = [(0, 0), (2, 4), (3, 4)];
         let domains = [("d", 1, 1), ("d", 3, 4), ("d", 2, 4)];
-        let confirmed_sets: [&[FenceStep]; 4] = [&[], &ALL[..1], &ALL[..2], &ALL];
+        let sequences =
+            [sequence(true, true), sequence(true, false), sequence(false, true), sequence(false, false)];
         let failures = [None, Some((FenceStep::PoweredOff, "BMC said On"))];
         let mut seen = 0;
-        for health in healths {
-            for heartbeat_age in heartbeats {
-                for blind in blinds {
-                    for other_agents in agents {
-                        for domain in domains {
-                            for started_lately in [0, 5] {
-                                for under_way in [false, true] {
-                                    for confirmed in confirmed_sets {
-                                        for failed in failures {
-                                            for confirmed_by_hand in [false, true] {
-                                                let s = Situation {
-                                                    health,
-                                                    heartbeat_age,
-                                                    blind,
-                                                    other_agents,
-                                                    domain,
-                                                    started_lately,
-                                                    steps: &ALL,
-                                                    under_way,
-                                                    confirmed,
-                                                    failed,
-                                                    confirmed_by_hand,
-                                                };
-                                                check(&s, &decide(&s, &p), &p);
-                                                seen += 1;
+        for steps in &sequences {
+            for health in healths {
+                for heartbeat_age in heartbeats {
+                    for blind in blinds {
+                        for other_agents in agents {
+                            for domain in domains {
+                                for started_lately in [0, 5] {
+                                    for under_way in [false, true] {
+                                        for confirmed in (0..=steps.len()).map(|n| &steps[..n]) {
+                                            for failed in failures {
+                                                for confirmed_by_hand in [false, true] {
+                                                    let s = Situation {
+                                                        health,
+                                                        heartbeat_age,
+                                                        blind,
+                                                        other_agents,
+                                                        domain,
+                                                        started_lately,
+                                                        steps,
+                                                        under_way,
+                                                        confirmed,
+                                                        failed,
+                                                        confirmed_by_hand,
+                                                    };
+                                                    check(&s, &decide(&s, &p), &p);
+                                                    seen += 1;
+                                                }
                                             }
                                         }
                                     }
@@ -369,11 +398,27 @@ mod tests {
                 }
             }
         }
-        assert_eq!(seen, 4 * 3 * 2 * 3 * 3 * 2 * 2 * 4 * 2 * 2);
+        // Per sequence of 3, 2, 2 and 1 steps: one confirmed set more than steps.
+        assert_eq!(seen, 4 * 3 * 2 * 3 * 3 * 2 * 2 * 2 * 2 * (4 + 3 + 3 + 2));
     }
 
     fn check(s: &Situation<'_>, d: &Decision, p: &FencePolicy) {
         let live = s.heartbeat_age.is_some_and(|a| a < p.fresh_heartbeat);
+        let cuts = s.steps.iter().any(|x| *x != FenceStep::NovaForcedDown);
+        // Every gate open on a host to fence: something happens.
+        let (_, lost, hosts) = s.domain;
+        let open = !live
+            && s.blind.is_none()
+            && s.other_agents.0 * 2 > s.other_agents.1
+            && (lost < 2 || lost * 100 <= hosts * usize::from(p.max_domain_share))
+            && (s.under_way || s.started_lately < p.max_started);
+        let wanted = s.under_way || s.health == HealthState::Failed || s.confirmed_by_hand;
+        if open && wanted {
+            assert!(
+                matches!(d, Decision::Take(_) | Decision::Fenced { .. } | Decision::Stuck { .. }),
+                "{s:?}"
+            );
+        }
         match d {
             Decision::Take(step) => {
                 assert!(!live && s.blind.is_none() && !s.confirmed_by_hand && s.failed.is_none(), "{s:?}");
@@ -389,9 +434,12 @@ mod tests {
             Decision::Fenced { by_hand } => {
                 assert!(!live, "{s:?}");
                 assert!(*by_hand == s.confirmed_by_hand, "{s:?}");
-                assert!(*by_hand || s.steps.iter().all(|x| s.confirmed.contains(x)), "{s:?}");
+                assert!(*by_hand || (cuts && s.steps.iter().all(|x| s.confirmed.contains(x))), "{s:?}");
             }
-            Decision::Stuck { .. } => assert!(s.failed.is_some() && !live, "{s:?}"),
+            Decision::Stuck { .. } => {
+                let nothing_cuts = !cuts && s.steps.iter().all(|x| s.confirmed.contains(x));
+                assert!((s.failed.is_some() || nothing_cuts) && !live, "{s:?}")
+            }
             Decision::HeldBack { gate, .. } => assert!(*gate != Gate::FreshHeartbeat || live, "{s:?}"),
             Decision::Nothing => {
                 assert!(!s.under_way && s.health != HealthState::Failed && !s.confirmed_by_hand, "{s:?}")

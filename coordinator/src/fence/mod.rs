@@ -83,7 +83,9 @@ pub enum PoweredOff {
 /// Powers the machine off and reads its state every `every` until the BMC
 /// says Off, for at most `within`. The power off is asked once: asking
 /// again restarts the wait on some BMCs, and a machine whose BMC never says
-/// Off is not fenced, whatever was asked.
+/// Off is not fenced, whatever was asked. A BMC busy with the change may
+/// not answer a read for a while, and a power off whose answer was lost may
+/// have been taken: both are read on until `within`.
 pub async fn power_off_confirmed<A: PowerActuator>(
     actuator: &A,
     within: Duration,
@@ -93,14 +95,28 @@ pub async fn power_off_confirmed<A: PowerActuator>(
         return Ok(PoweredOff::AlreadyOff);
     }
     let start = Instant::now();
-    actuator.force_off().await?;
+    let asked = match actuator.force_off().await {
+        Ok(()) => None,
+        Err(e @ PowerError::Unreachable { .. }) => Some(e),
+        Err(e) => return Err(e),
+    };
+    let (mut last_state, mut last_error) = (None, None);
     loop {
-        let state = actuator.power_state().await?;
-        if state == PowerState::Off {
-            return Ok(PoweredOff::TurnedOff { after: start.elapsed() });
+        match actuator.power_state().await {
+            Ok(PowerState::Off) => return Ok(PoweredOff::TurnedOff { after: start.elapsed() }),
+            Ok(state) => last_state = Some(state),
+            Err(e) => last_error = Some(e),
         }
         if start.elapsed() + every > within {
-            return Err(PowerError::NotConfirmed { last: state, waited_s: start.elapsed().as_secs() });
+            let waited_s = start.elapsed().as_secs();
+            return Err(match (asked, last_state, last_error) {
+                (Some(e), _, _) => e,
+                (None, Some(last), _) => PowerError::NotConfirmed { last, waited_s },
+                (None, None, Some(e)) => e,
+                (None, None, None) => {
+                    PowerError::NotConfirmed { last: PowerState::Unknown("no answer".into()), waited_s }
+                }
+            });
         }
         tokio::time::sleep(every).await;
     }
@@ -160,5 +176,64 @@ mod tests {
         let err =
             power_off_confirmed(&unknown, Duration::from_secs(3), Duration::from_secs(1)).await.unwrap_err();
         assert!(err.to_string().contains("unknown (null)"), "{err}");
+    }
+
+    /// A BMC that does not answer some reads, or the power off itself.
+    struct Busy {
+        reads: Mutex<u32>,
+        silent_reads: std::ops::Range<u32>,
+        off_lost: bool,
+    }
+
+    impl PowerActuator for Busy {
+        async fn power_state(&self) -> Result<PowerState, PowerError> {
+            let mut n = self.reads.lock().unwrap();
+            *n += 1;
+            if self.silent_reads.contains(&*n) {
+                return Err(PowerError::Unreachable { url: "bmc".into(), message: "timed out".into() });
+            }
+            Ok(if *n >= 5 { PowerState::Off } else { PowerState::On })
+        }
+        async fn force_off(&self) -> Result<(), PowerError> {
+            if self.off_lost {
+                return Err(PowerError::Unreachable { url: "bmc".into(), message: "reset".into() });
+            }
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bmc_silent_for_a_while_or_an_answer_lost_is_read_on_until_it_says_off() {
+        let (within, every) = (Duration::from_secs(30), Duration::from_secs(1));
+        let busy = Busy { reads: Mutex::new(0), silent_reads: 2..4, off_lost: false };
+        assert!(matches!(power_off_confirmed(&busy, within, every).await, Ok(PoweredOff::TurnedOff { .. })));
+        let lost = Busy { reads: Mutex::new(0), silent_reads: 0..0, off_lost: true };
+        assert!(matches!(power_off_confirmed(&lost, within, every).await, Ok(PoweredOff::TurnedOff { .. })));
+        // Never off, the power off's answer lost: that is what is said.
+        let never = Scripted::new(&[PowerState::On]);
+        struct Lost<'a>(&'a Scripted);
+        impl PowerActuator for Lost<'_> {
+            async fn power_state(&self) -> Result<PowerState, PowerError> {
+                self.0.power_state().await
+            }
+            async fn force_off(&self) -> Result<(), PowerError> {
+                Err(PowerError::Unreachable { url: "bmc".into(), message: "reset".into() })
+            }
+        }
+        let err = power_off_confirmed(&Lost(&never), Duration::from_secs(5), every).await.unwrap_err();
+        assert!(matches!(err, PowerError::Unreachable { .. }), "{err}");
+        // A refusal is final at once.
+        struct Refusing;
+        impl PowerActuator for Refusing {
+            async fn power_state(&self) -> Result<PowerState, PowerError> {
+                Ok(PowerState::On)
+            }
+            async fn force_off(&self) -> Result<(), PowerError> {
+                Err(PowerError::Refused { url: "bmc".into(), status: 403 })
+            }
+        }
+        let t = tokio::time::Instant::now();
+        let err = power_off_confirmed(&Refusing, within, every).await.unwrap_err();
+        assert!(matches!(err, PowerError::Refused { .. }) && t.elapsed() < every, "{err}");
     }
 }

@@ -35,7 +35,6 @@ impl std::fmt::Debug for Bmc {
 }
 
 /// A Redfish ComputerSystem, ready to be asked.
-#[derive(Debug)]
 pub struct Redfish {
     http: reqwest::Client,
     /// `https://host:port`
@@ -44,6 +43,16 @@ pub struct Redfish {
     system: String,
     username: String,
     password: String,
+}
+
+impl std::fmt::Debug for Redfish {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redfish")
+            .field("origin", &self.origin)
+            .field("system", &self.system)
+            .field("username", &self.username)
+            .finish()
+    }
 }
 
 /// `(origin, system path)` of a Redfish BMC address. Pure.
@@ -97,6 +106,10 @@ impl Redfish {
         let mut b = reqwest::Client::builder()
             .timeout(bmc.timeout)
             .connect_timeout(bmc.timeout)
+            // A redirected power off would be re-sent as a GET, and a proxy
+            // between us and a BMC is one more thing that can lie.
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
             .tls_danger_accept_invalid_certs(bmc.insecure);
         if let Some(pem) = &bmc.ca_pem {
             let cas = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| PowerError::BadCa(chain(&e)))?;
