@@ -118,6 +118,33 @@ struct Args {
     /// a cut of our own, or a fault shared by the fleet, is the likelier cause.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
     unseen_max_share: u8,
+    /// Fencing (docs/fencing.md): past this share (percent) of a failure
+    /// domain's hosts lost at once, none of them is fenced.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
+    fence_max_domain_share: u8,
+    /// At most this many fencings start per --fence-interval, fleet-wide.
+    #[arg(long, default_value_t = 2)]
+    fence_max_started: usize,
+    #[arg(long, default_value = "10m", value_parser = duration)]
+    fence_interval: Duration,
+    /// An agent heard from within this is alive: its host is never fenced.
+    /// At least three --agent-heartbeat intervals.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    fence_fresh_heartbeat: Duration,
+    /// How long a BMC may take to report a power off before the step fails.
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    fence_power_timeout: Duration,
+    /// The Ceph identity that may blocklist (`osd blocklist` in its mon
+    /// caps); without it a host that uses Ceph is not fenced past Nova.
+    #[arg(long, env = "HV_CEPH_FENCE_ID")]
+    ceph_fence_id: Option<String>,
+    #[arg(long, env = "HV_CEPH_FENCE_CONF", default_value = "/etc/ceph/ceph.conf")]
+    ceph_fence_conf: PathBuf,
+    #[arg(long, env = "HV_CEPH_FENCE_KEYRING")]
+    ceph_fence_keyring: Option<PathBuf>,
+    /// The hv-ceph-fence helper (default: next to this binary).
+    #[arg(long)]
+    ceph_fence_helper: Option<PathBuf>,
     /// How often an Active or Maintenance node is compared with Nova (drift check).
     #[arg(long, default_value = "60s", value_parser = duration)]
     drift_interval: Duration,
@@ -310,6 +337,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("metrics listener on {}", args.metrics_listen))?;
     tracing::info!(addr = %metrics_addr, "metrics listening");
+    // A live agent that missed a heartbeat or two must still count as fresh.
+    if args.fence_fresh_heartbeat < args.agent_heartbeat * 3 {
+        anyhow::bail!(
+            "--fence-fresh-heartbeat ({:?}) must be at least three --agent-heartbeat intervals ({:?}): \
+             a live host whose agent missed a heartbeat would otherwise look fencable",
+            args.fence_fresh_heartbeat,
+            args.agent_heartbeat
+        );
+    }
     let tls = grpc_tls(&args)?;
     if let Some(tls) = &tls {
         metrics.set_tls(tls.stats.clone());
@@ -410,6 +446,26 @@ async fn run(args: Args) -> anyhow::Result<()> {
             unreachable_grace: jiff::SignedDuration::try_from(args.unreachable_grace)?,
         },
         ha: hv_coordinator::k8s::ha::HaClaims::new(args.ha_maintenance_limit, args.unseen_max_share),
+        fencing: hv_coordinator::k8s::fence::Fencing::new(
+            hv_coordinator::fence::decide::FencePolicy {
+                fresh_heartbeat: jiff::SignedDuration::try_from(args.fence_fresh_heartbeat)?,
+                max_domain_share: args.fence_max_domain_share,
+                max_started: args.fence_max_started,
+                interval: jiff::SignedDuration::try_from(args.fence_interval)?,
+            },
+            args.ceph_fence_id.clone().map(|id| hv_coordinator::fence::ceph::CephFence {
+                helper: args
+                    .ceph_fence_helper
+                    .clone()
+                    .unwrap_or_else(hv_coordinator::fence::ceph::default_helper),
+                conf: args.ceph_fence_conf.clone(),
+                id,
+                keyring: args.ceph_fence_keyring.clone(),
+                timeout: Duration::from_secs(30),
+            }),
+            args.fence_power_timeout,
+            args.namespace.clone(),
+        ),
         metrics: metrics.clone(),
         judging_from: jiff::Timestamp::now() + jiff::SignedDuration::try_from(args.health_settle)?,
         health_policy: hv_coordinator::health::HealthPolicy {

@@ -16,6 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use hv_coordinator::api::eviction::{EvictionOptions, EvictionPhase, EvictionReason, EvictionSpec};
+use hv_coordinator::api::hypervisor::{HealthState, HealthStatus};
 use hv_coordinator::api::{Eviction, Hypervisor, Migration, Phase};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
@@ -24,6 +25,7 @@ use kube::api::{ObjectMeta, PostParams};
 use crate::env::{TestEnv, Via};
 use crate::kube_target::KubeTarget;
 use crate::pki::Pki;
+use crate::wait::{Poll, until};
 use hv_tls::TlsFiles;
 
 /// A workspace binary built beside the test executable. `cargo test` does
@@ -618,7 +620,7 @@ pub fn set_ceph_caps(env: &TestEnv, id: &str, osd_caps: &str) -> Result<(), Stri
 }
 
 /// An entry in the cluster's OSD blocklist (`ceph osd blocklist add`, or
-/// `range add` for a CIDR), removed when dropped and expiring after 30 s
+/// `range add` for a CIDR), removed when dropped and expiring after 5 min
 /// anyway. Blocklisting `127.0.0.1:0/0` stops every Ceph client of the
 /// ground: only a test binary where no other test uses Ceph meanwhile may
 /// do it (test binaries run one after the other).
@@ -634,16 +636,25 @@ impl Blocklisted {
         if range {
             args.push("range".into());
         }
-        run(ceph(env).args(&args).args(["add", entry, "30"]))?;
+        run(ceph(env).args(&args).args(["add", entry, "300"]))?;
         args.extend(["rm".to_string(), entry.to_string()]);
         Ok(Blocklisted { env: env.clone(), args })
+    }
+}
+
+impl Blocklisted {
+    /// Lifts `entry` (`IP:port/nonce`) when dropped: for an entry the code
+    /// under test adds.
+    pub fn lift_later(env: &TestEnv, entry: &str) -> Blocklisted {
+        let args = ["osd", "blocklist", "rm", entry].map(str::to_string).to_vec();
+        Blocklisted { env: env.clone(), args }
     }
 }
 
 impl Drop for Blocklisted {
     fn drop(&mut self) {
         if let Err(e) = run(ceph(&self.env).args(&self.args)) {
-            eprintln!("could not lift the blocklist entry ({e}); it expires within 30 s");
+            eprintln!("could not lift the blocklist entry ({e}); it expires within 5 min");
         }
     }
 }
@@ -763,4 +774,51 @@ fn without_colours(line: &str) -> String {
         }
     }
     out
+}
+
+/// How long the health helpers wait.
+const HEALTH_SOON: Duration = Duration::from_secs(60);
+
+/// Waits until the host's recorded health is such that `done`; answers it.
+pub async fn wait_health_where(
+    region: &Region,
+    host: &str,
+    what: &str,
+    done: impl Fn(&HealthStatus) -> bool,
+    coord: &Proc,
+) -> HealthStatus {
+    until(
+        &format!("{host}: {what}"),
+        HEALTH_SOON,
+        || coord.tail(30),
+        || async {
+            match region.hypervisor(host).await.and_then(|h| h.status).and_then(|s| s.health) {
+                Some(h) if done(&h) => Poll::Ready(h),
+                other => Poll::Pending(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+}
+
+/// Waits until the host's evidence has a line starting with `line`.
+pub async fn wait_evidence(region: &Region, host: &str, line: &str, coord: &Proc) -> HealthStatus {
+    wait_health_where(region, host, line, |h| h.evidence.iter().any(|e| e.starts_with(line)), coord).await
+}
+
+/// Waits until the host's recorded health is `want`.
+pub async fn wait_health(region: &Region, host: &str, want: HealthState, coord: &Proc) -> HealthStatus {
+    wait_health_where(region, host, &want.to_string(), |h| h.state == want, coord).await
+}
+
+/// A host with a healthy fake /proc and its agent, Active under `coord`
+/// (skipTests), judged Healthy. Answers the fake host's root and the agent.
+pub async fn healthy_active(region: &Region, host: &str, coord: &Proc) -> (std::path::PathBuf, Proc) {
+    let root = healthy_host(&region.dir.join(format!("host-{host}")));
+    let peers = AgentPeers { host_root: Some(root.clone()), ..Default::default() };
+    let agent = region.agent(host, &peers);
+    region.create_node(host, &[("hypervisor.cloud.sap/skip-tests", "true")]).await;
+    region.wait_phase(host, Phase::Active, HEALTH_SOON, coord).await;
+    wait_health(region, host, HealthState::Healthy, coord).await;
+    (root, agent)
 }

@@ -3,7 +3,9 @@
 //! after it is asked), storage through the real Ceph cluster's OSD blocklist
 //! (addresses no client of the ground uses), and Nova's side of a dead
 //! host on the real region (forced down, evacuate, the old host's cleanup).
-//! Each power or Nova test works on hosts it has claimed.
+//! Each power or Nova test works on hosts it has claimed. Last, the
+//! fencing controller: the real coordinator fences a Failed host through
+//! all three, and leaves alone a host only its stream to us is cut from.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -14,9 +16,19 @@ use hv_coordinator::fence::{
     power_off_confirmed,
 };
 use hv_coordinator::nova::{Cloud, CloudSource, HttpPolicy, NovaClient, NovaError};
+use std::collections::BTreeMap;
+
+use hv_coordinator::api::Hypervisor;
+use hv_coordinator::api::hypervisor::{FenceStep, HealthState};
 use hv_tests::env::TestEnv;
+use hv_tests::hosts;
 use hv_tests::openstack::{Admin, FakeHost, fake_host};
+use hv_tests::region::{Blocklisted, Region, healthy_active, wait_health};
 use hv_tests::wait::{Poll, until};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
 
 fn bmc(env: &TestEnv, host: &str) -> Bmc {
     Bmc {
@@ -250,4 +262,135 @@ async fn a_dead_hosts_server_is_evacuated_once_forced_down_rebuilt_stopped_and_i
     .await;
     assert_eq!(nova.server(&id).await.unwrap().and_then(|s| s.host).as_deref(), Some(target.as_str()));
     nova.set_forced_down(&source, false).await.unwrap();
+}
+
+/// Sets the fencing means of `host`'s Hypervisor: its BMC on the ground
+/// (credentials in a Secret of the coordinator's namespace) and one Ceph
+/// address no client of the ground uses.
+async fn give_fencing_means(region: &Region, host: &str) {
+    let env = &region.env;
+    let secrets: Api<Secret> =
+        Api::namespaced(region.kube.client.clone(), hv_tests::rbac::COORDINATOR_NAMESPACE);
+    let name = format!("bmc-{host}");
+    let data = BTreeMap::from([
+        ("username".to_string(), ByteString(env.bmc.username.clone().into_bytes())),
+        ("password".to_string(), ByteString(env.bmc.password.clone().into_bytes())),
+        ("ca.crt".to_string(), ByteString(std::fs::read(&env.bmc.ca_file).unwrap())),
+    ]);
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta { name: Some(name.clone()), ..Default::default() },
+        data: Some(data),
+        ..Default::default()
+    };
+    secrets.create(&PostParams::default(), &secret).await.unwrap();
+    let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
+    let patch = serde_json::json!({"spec": {"fencing": {
+        "bmc": {"address": env.bmc.address(host), "credentialsSecret": name},
+        "cephAddresses": [FENCED_CEPH_ADDRESS]}}});
+    hvs.patch(host, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+}
+
+/// The Ceph address the controller test fences: no client of the ground is there.
+const FENCED_CEPH_ADDRESS: &str = "127.0.0.2";
+
+async fn wait_power(env: &TestEnv, host: &str, want: &str) {
+    until(&format!("{host}'s system powered {want}"), Duration::from_secs(30), String::new, || async {
+        match hv_tests::bmc::power_state(env, host).await {
+            Ok(s) if s == want => Poll::Ready(()),
+            other => Poll::Pending(format!("{other:?}")),
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_host_is_fenced_step_by_step_each_confirmed_and_a_host_cut_from_us_alone_is_not() {
+    let region = Region::start("fencing").await;
+    let env = region.env.clone();
+    let claims = [hosts::claim(&env).await, hosts::claim(&env).await, hosts::claim(&env).await];
+    let [dead, cut, other] = claims.each_ref().map(|c| c.host.clone());
+    let keyring = env.ceph.fence.keyring.display().to_string();
+    let conf = env.ceph.conf.display().to_string();
+    let coord = region.coordinator(
+        None,
+        &[
+            "--node-not-ready-grace",
+            "1s",
+            "--unreachable-grace",
+            "3s",
+            "--ha-maintenance-limit",
+            "0",
+            "--fence-fresh-heartbeat",
+            "3s",
+            "--ceph-fence-id",
+            &env.ceph.fence.id,
+            "--ceph-fence-conf",
+            &conf,
+            "--ceph-fence-keyring",
+            &keyring,
+        ],
+    );
+    let mut agents = Vec::new();
+    for host in [&dead, &cut, &other] {
+        agents.push(healthy_active(&region, host, &coord).await.1);
+    }
+    for host in [&dead, &cut] {
+        give_fencing_means(&region, host).await;
+        wait_power(&env, host, "On").await;
+    }
+    let _lift = Blocklisted::lift_later(&env, &format!("{FENCED_CEPH_ADDRESS}:0/0"));
+    let admin = Admin::login(&env).await.unwrap();
+    let nodes: Api<Node> = Api::all(region.kube.client.clone());
+
+    // The host dies: its agent's stream ends and its kubelet stops posting.
+    agents[0].kill();
+    let not_ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
+        "reason": "NodeStatusUnknown", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
+    nodes.patch_status(&dead, &PatchParams::default(), &Patch::Merge(&not_ready)).await.unwrap();
+    wait_health(&region, &dead, HealthState::Failed, &coord).await;
+    let fencing = until(
+        "the host fenced",
+        Duration::from_secs(90),
+        || coord.tail(30),
+        || async {
+            match region.hypervisor(&dead).await.and_then(|h| h.status).and_then(|s| s.fencing) {
+                Some(f) if f.fenced.is_some() => Poll::Ready(f),
+                other => Poll::Pending(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    // In order, each confirmed, and each shown by the peer itself.
+    let all = [FenceStep::NovaForcedDown, FenceStep::CephBlocklisted, FenceStep::PoweredOff];
+    assert_eq!(fencing.confirmed, all, "{fencing:?}");
+    assert!(!fencing.by_hand && fencing.failed.is_none(), "{fencing:?}");
+    let svc = admin.service(&dead).await.unwrap().unwrap();
+    assert_eq!(svc["forced_down"], true, "{svc}");
+    let listed = hv_tests::region::blocklist(&env).unwrap();
+    assert!(listed.contains_key(&format!("{FENCED_CEPH_ADDRESS}:0/0")), "{listed:?}");
+    assert_eq!(hv_tests::bmc::power_state(&env, &dead).await.unwrap(), "Off");
+    let hv = region.hypervisor(&dead).await.unwrap();
+    let (status, reason, message) = Region::condition(&hv, "Fenced");
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "Fenced"), "{message}");
+    let events = region.events_for(&dead).await;
+    for step in ["NovaForcedDownConfirmed", "CephBlocklistedConfirmed", "PoweredOffConfirmed"] {
+        assert!(events.iter().any(|(r, _)| r == step), "{step}: {events:?}");
+    }
+    assert!(events.iter().any(|(r, _)| r == "Fenced"), "{events:?}");
+
+    // Only the stream to another host is cut: its Node stays Ready and Nova
+    // sees its nova-compute up. Unreachable, past the heartbeat's freshness,
+    // and nothing is done to it.
+    agents[1].kill();
+    wait_health(&region, &cut, HealthState::Unreachable, &coord).await;
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let status = region.hypervisor(&cut).await.and_then(|h| h.status).unwrap();
+        assert_eq!(status.health.map(|h| h.state), Some(HealthState::Unreachable));
+        assert!(status.fencing.is_none(), "{:?}", status.fencing);
+    }
+    let svc = admin.service(&cut).await.unwrap().unwrap();
+    assert_eq!(svc["forced_down"], false, "{svc}");
+    assert_eq!(hv_tests::bmc::power_state(&env, &cut).await.unwrap(), "On");
+    drop(coord);
 }

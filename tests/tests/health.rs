@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use hv_coordinator::api::eviction::EvictionReason;
-use hv_coordinator::api::hypervisor::{HealthState, HealthStatus};
+use hv_coordinator::api::hypervisor::HealthState;
 use hv_coordinator::api::{Eviction, Hypervisor, MaintenanceMode, Phase};
 use hv_coordinator::health::marks::{self, Marks};
 use hv_tests::env::Via;
@@ -16,8 +16,11 @@ use hv_tests::fault_proxy::{Fault, FaultProxy, Match};
 use hv_tests::hosts;
 use hv_tests::libvirtd::PrivateLibvirtd;
 use hv_tests::openstack::Admin;
-use hv_tests::region::{AgentPeers, PrivateOvsdb, Proc, Region, ceph_client, metric, set_ceph_caps};
-use hv_tests::wait::{Poll, until};
+use hv_tests::region::{
+    AgentPeers, PrivateOvsdb, Proc, Region, ceph_client, healthy_active, metric, set_ceph_caps,
+    wait_evidence, wait_health, wait_health_where,
+};
+use hv_tests::wait::until;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -37,38 +40,6 @@ async fn wait_service(admin: &Admin, host: &str, status: &str, coord: &Proc) -> 
         },
     )
     .await
-}
-
-/// Waits until the host's recorded health is such that `done`; answers it.
-async fn wait_health_where(
-    region: &Region,
-    host: &str,
-    what: &str,
-    done: impl Fn(&HealthStatus) -> bool,
-    coord: &Proc,
-) -> HealthStatus {
-    until(
-        &format!("{host}: {what}"),
-        SOON,
-        || coord.tail(30),
-        || async {
-            match region.hypervisor(host).await.and_then(|h| h.status).and_then(|s| s.health) {
-                Some(h) if done(&h) => Poll::Ready(h),
-                other => Poll::Pending(format!("{other:?}")),
-            }
-        },
-    )
-    .await
-}
-
-/// Waits until the host's evidence has a line starting with `line`.
-async fn wait_evidence(region: &Region, host: &str, line: &str, coord: &Proc) -> HealthStatus {
-    wait_health_where(region, host, line, |h| h.evidence.iter().any(|e| e.starts_with(line)), coord).await
-}
-
-/// Waits until the host's recorded health is `want`.
-async fn wait_health(region: &Region, host: &str, want: HealthState, coord: &Proc) -> HealthStatus {
-    wait_health_where(region, host, &want.to_string(), |h| h.state == want, coord).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -220,18 +191,6 @@ async fn a_host_is_judged_from_its_agent_its_node_and_nova_and_nothing_is_failed
     let _agent = region.agent(&host, &refused);
     let healthy = wait_evidence(&region, &host, "ovsdb-unreachable (warning)", &coord).await;
     assert_eq!(healthy.state, HealthState::Healthy, "{healthy:?}");
-}
-
-/// A host with a healthy fake /proc and its agent, Active under `coord`
-/// (skipTests), judged Healthy. Answers the fake host's root and the agent.
-async fn healthy_active(region: &Region, host: &str, coord: &Proc) -> (std::path::PathBuf, Proc) {
-    let root = hv_tests::region::healthy_host(&region.dir.join("host"));
-    let peers = AgentPeers { host_root: Some(root.clone()), ..Default::default() };
-    let agent = region.agent(host, &peers);
-    region.create_node(host, &[("hypervisor.cloud.sap/skip-tests", "true")]).await;
-    region.wait_phase(host, Phase::Active, SOON, coord).await;
-    wait_health(region, host, HealthState::Healthy, coord).await;
-    (root, agent)
 }
 
 const READ_ONLY: &str = "/dev/vda1 / ext4 ro,relatime 0 0\n";

@@ -71,6 +71,9 @@ pub enum ConditionType {
     AgentConnected,
     /// Hypervisor: the HA detector considers the node alive.
     NodeHealthy,
+    /// Hypervisor: a fencing of the host (docs/fencing.md): True once it
+    /// is fenced, False while it is under way, held back or stuck.
+    Fenced,
     /// Eviction: the preflight's verdict (which VMs cannot go, and why).
     Preflight,
     /// Eviction: its target and options are usable (a managed Hypervisor,
@@ -92,6 +95,7 @@ impl ConditionType {
             ConditionType::Deleting => "Deleting",
             ConditionType::AgentConnected => "AgentConnected",
             ConditionType::NodeHealthy => "NodeHealthy",
+            ConditionType::Fenced => "Fenced",
             ConditionType::Preflight => "Preflight",
             ConditionType::Target => "Target",
             ConditionType::HostDisabled => "HostDisabled",
@@ -107,7 +111,7 @@ impl ConditionType {
             | ConditionType::Aborted
             | ConditionType::Deleting => Owner::Lifecycle,
             ConditionType::AgentConnected => Owner::Fleet,
-            ConditionType::NodeHealthy => Owner::Ha,
+            ConditionType::NodeHealthy | ConditionType::Fenced => Owner::Ha,
             ConditionType::Preflight | ConditionType::Target | ConditionType::HostDisabled => Owner::Eviction,
         }
     }

@@ -76,6 +76,9 @@ pub struct HypervisorSpec {
     /// Ceph RBD pools the Testing phase expects to be readable.
     #[serde(default)]
     pub ceph: CephSpec,
+    /// How the host is fenced when it has failed (docs/fencing.md).
+    #[serde(default)]
+    pub fencing: FencingSpec,
 }
 
 impl HypervisorSpec {
@@ -252,6 +255,39 @@ pub struct CephSpec {
     pub pools: Vec<String>,
 }
 
+/// The means to fence the host beside Nova's `forced_down` (docs/fencing.md).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FencingSpec {
+    /// Its BMC: a fenced host is powered off. None: it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bmc: Option<BmcSpec>,
+    /// The addresses its Ceph clients use, put into the OSD blocklist when
+    /// it is fenced: an IP (every client at that address) or one client
+    /// instance (`IP:PORT/NONCE`). A host with `ceph.pools` and none here
+    /// cannot be fenced on its storage: its fencing stops there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub ceph_addresses: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BmcSpec {
+    /// `redfish+https://HOST[:PORT]/redfish/v1/Systems/ID` (`redfish://`
+    /// is HTTPS too; `redfish+http://` is plain HTTP).
+    #[schemars(length(min = 1, max = 512))]
+    pub address: String,
+    /// A Secret in the coordinator's namespace with `username` and
+    /// `password`, and `ca.crt` when the BMC's certificate is not from a
+    /// public CA.
+    #[schemars(length(min = 1, max = 253))]
+    pub credentials_secret: String,
+    /// Do not check the BMC's certificate (many BMCs ship self-signed ones).
+    #[serde(default)]
+    pub insecure: bool,
+}
+
 /// Lifecycle phase (docs/lifecycle.md).
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, JsonSchema,
@@ -354,10 +390,46 @@ pub struct HypervisorStatus {
     /// `NodeHealthy` condition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<HealthStatus>,
+    /// The host's fencing, from its start until an SRE clears it
+    /// (docs/fencing.md); also the `Fenced` condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing: Option<FencingStatus>,
     /// The lifecycle core's own bookkeeping, so a restarted coordinator
     /// resumes where it stopped. Not meant to be edited.
     #[serde(default)]
     pub lifecycle: LifecycleRecord,
+}
+
+/// A fencing under way or done: it stands until an SRE clears it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FencingStatus {
+    pub started: Option<Time>,
+    /// The steps confirmed, in the order taken.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub confirmed: Vec<FenceStep>,
+    /// The step that could not be confirmed, and why; it stands until an
+    /// SRE retries it or confirms the host fenced by hand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<FailedFenceStep>,
+    /// When the host counted fenced (every step confirmed, or by hand).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fenced: Option<Time>,
+    /// An SRE confirmed the host fenced (`hvctl confirm-fenced`).
+    #[serde(default)]
+    pub by_hand: bool,
+    /// The retry annotation's value last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled_retry: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailedFenceStep {
+    pub step: FenceStep,
+    pub message: String,
+    /// Tries so far; the step stands failed after the last.
+    pub attempts: u32,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]

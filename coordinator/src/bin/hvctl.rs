@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use hv_coordinator::api::Hypervisor;
 use hv_coordinator::k8s::RETRY_ANNOTATION;
+use hv_coordinator::k8s::fence::CONFIRM_ANNOTATION;
 use hv_proto::v1::fleet_service_client::FleetServiceClient;
 use hv_proto::v1::{GetHypervisorRequest, Hypervisor as PbHypervisor, ListHypervisorsRequest, WatchRequest};
 use kube::Api;
@@ -52,8 +53,15 @@ enum Cmd {
     Watch { nodes: Vec<String> },
     /// The gRPC health of node/NODE (SERVING only while Active with a live agent).
     Health { node: String },
-    /// Retry an Aborted node: sets the hypervisor.cloud.sap/retry annotation (uses KUBECONFIG).
+    /// Retry an Aborted node, or a fencing step that could not be
+    /// confirmed: sets the hypervisor.cloud.sap/retry annotation (uses KUBECONFIG).
     Retry { node: String },
+    /// Say that NODE is fenced: you made sure it is powered off (or cut
+    /// from its storage and network) by other means. Its fencing counts as
+    /// done past a step that could not be confirmed; a host whose agent
+    /// still talks to the coordinator is not taken as fenced even so.
+    /// Sets the hypervisor.cloud.sap/confirm-fenced annotation (uses KUBECONFIG).
+    ConfirmFenced { node: String },
 }
 
 #[tokio::main]
@@ -169,6 +177,15 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             let patch = serde_json::json!({"metadata": {"annotations": {RETRY_ANNOTATION: token}}});
             api.patch(&node, &PatchParams::default(), &Patch::Merge(&patch)).await?;
             println!("retry requested for {node} ({RETRY_ANNOTATION}={token})");
+        }
+        Cmd::ConfirmFenced { node } => {
+            let client = kube::Client::try_default().await?;
+            let api: Api<Hypervisor> = Api::all(client);
+            let who = std::env::var("USER").unwrap_or_else(|_| "an SRE".into());
+            let value = format!("{} by {who}", jiff::Timestamp::now());
+            let patch = serde_json::json!({"metadata": {"annotations": {CONFIRM_ANNOTATION: value}}});
+            api.patch(&node, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            println!("{node} confirmed fenced by hand ({CONFIRM_ANNOTATION}={value})");
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -74,6 +74,8 @@ pub struct Context {
     pub health_policy: HealthPolicy,
     /// Hosts put into `ha` maintenance for health, and how many may be.
     pub ha: super::ha::HaClaims,
+    /// What fencing a Failed host may use, and its limits.
+    pub fencing: super::fence::Fencing,
     /// Hosts are judged from this time on: a new leader starts with no
     /// session and no signal, and the agents need a moment to come back.
     pub judging_from: Timestamp,
@@ -161,12 +163,19 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
         let held = [lifecycle::deletion::condition(verdict)];
         new_status.conditions = merge(&new_status.conditions, &held, now, hv.metadata.generation);
     }
+    let blind = (!verdict.judged).then(|| verdict.condition.message.clone());
+    let health_now = verdict.status.as_ref().map(|h| h.state);
+    let fenced = super::fence::run(&ctx, &hv, &seen.host, health_now, blind, now).await;
+    new_status.fencing = fenced.record.clone();
+    let fencing: Vec<_> = fenced.condition.iter().cloned().collect();
+    new_status.conditions = merge(&new_status.conditions, &fencing, now, hv.metadata.generation);
     if new_status != status {
         let written =
             write::status(&api(&ctx), &name, hv.metadata.resource_version.as_deref(), &new_status).await?;
         ctx.written.remember(hv.metadata.resource_version.clone(), written);
     }
     tell(&ctx, &hv, &name, &decision, &new_status, &outcome.failures, &seen.agent).await;
+    super::fence::tell(&ctx, &hv, &fenced).await;
     mark_node(&ctx, &name, &seen, new_status.health.as_ref()).await;
     if let (Some(now_health), true) = (&new_status.health, verdict.judged)
         && let Some((warning, reason, note)) = health::observe::change(status.health.as_ref(), now_health)
@@ -184,6 +193,7 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     let look = next_look(&ctx.intervals, &decision, &seen.obs.nova, !outcome.failures.is_empty());
     // A Node's grace running out changes the verdict with no other news.
     let look = verdict.recheck.map_or(look, |r| look.min(r));
+    let look = fenced.again.map_or(look, |a| look.min(a));
     Ok(Requeue::requeue(look))
 }
 

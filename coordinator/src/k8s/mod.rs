@@ -7,6 +7,7 @@
 
 pub mod acting;
 pub mod eviction;
+pub mod fence;
 pub mod ha;
 pub mod hypervisor;
 pub mod leader;

@@ -30,7 +30,7 @@ use crate::eviction::limit::ClusterLimit;
 use crate::eviction::plan::Server;
 use crate::eviction::preflight::Candidate;
 use crate::fleet::{Health, Registry};
-use crate::lifecycle::{Action, NovaHost, NovaObs, Policy};
+use crate::lifecycle::{Action, NovaHost, NovaObs, Policy, ServiceState};
 use crate::metrics::Metrics;
 use crate::nova::servers::{NovaMigration, Progress};
 use crate::nova::{Nova, NovaError};
@@ -142,6 +142,13 @@ impl Nova for FakeNova {
     async fn abort_migration(&self, _: &str, _: i64) -> Result<(), NovaError> {
         Ok(())
     }
+    async fn set_forced_down(&self, host: &str, down: bool) -> Result<(), NovaError> {
+        push(&self.log, format!("nova forced_down {host} {down}"));
+        Ok(())
+    }
+    async fn service_state(&self, _: &str) -> Result<Option<ServiceState>, NovaError> {
+        Ok(None)
+    }
 }
 
 fn gate(open: bool) -> Arc<Gate> {
@@ -209,6 +216,12 @@ fn hypervisor_ctx_executing(
         policy: Policy::default(),
         health_policy: Default::default(),
         ha: crate::k8s::ha::HaClaims::new(3, 50),
+        fencing: crate::k8s::fence::Fencing::new(
+            Default::default(),
+            None,
+            Duration::from_secs(60),
+            "hv-system".into(),
+        ),
         judging_from: jiff::Timestamp::UNIX_EPOCH,
         metrics: Default::default(),
         intervals: Intervals::default(),

@@ -410,6 +410,17 @@ fn unseen(d: &mut Draft<'_>, host: &NovaHost) -> bool {
         return true;
     };
     d.record.unseen = Some(hold.clone());
+    // A host fenced (or being fenced) stays disabled whatever its health,
+    // until an SRE clears the fencing (docs/fencing.md).
+    if d.input.status.fencing.is_some() {
+        d.guard_disabled(host, &unseen_reason(&hold.cause));
+        let msg = format!(
+            "disabled in Nova since {} ({}); fenced: stays disabled until an SRE clears the fencing",
+            hold.disabled_at.0, hold.cause
+        );
+        d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "HostFenced", msg);
+        return true;
+    }
     if health.is_some_and(|h| h.state == HealthState::Healthy) {
         match recheck(d, hold.clone(), host) {
             Recheck::Lifted => return false,

@@ -20,7 +20,7 @@ use jiff::Timestamp;
 
 use crate::eviction::plan::Server;
 use crate::eviction::preflight::Candidate;
-use crate::lifecycle::{Action, NovaObs};
+use crate::lifecycle::{Action, NovaObs, ServiceState};
 use servers::{NovaMigration, Progress};
 
 /// What the controllers ask of Nova and Placement: the narrow face of
@@ -45,6 +45,11 @@ pub trait Nova: Send + Sync {
     async fn migrate(&self, id: &str, live: bool) -> Result<(), NovaError>;
     async fn confirm_resize(&self, id: &str) -> Result<(), NovaError>;
     async fn abort_migration(&self, id: &str, migration: i64) -> Result<(), NovaError>;
+    /// Holds the host's compute service forced down (fencing; idempotent).
+    async fn set_forced_down(&self, host: &str, down: bool) -> Result<(), NovaError>;
+    /// The host's compute service as Nova's service group shows it; None:
+    /// no such service.
+    async fn service_state(&self, host: &str) -> Result<Option<ServiceState>, NovaError>;
 }
 
 #[tonic::async_trait]
@@ -84,5 +89,11 @@ impl Nova for NovaClient {
     }
     async fn abort_migration(&self, id: &str, migration: i64) -> Result<(), NovaError> {
         NovaClient::abort_migration(self, id, migration).await
+    }
+    async fn set_forced_down(&self, host: &str, down: bool) -> Result<(), NovaError> {
+        NovaClient::set_forced_down(self, host, down).await
+    }
+    async fn service_state(&self, host: &str) -> Result<Option<ServiceState>, NovaError> {
+        NovaClient::service_state(self, host).await
     }
 }

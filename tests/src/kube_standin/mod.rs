@@ -29,10 +29,12 @@
 //!   object, the last finalizer removed deletes it;
 //! - optimistic concurrency: a write carrying a stale `resourceVersion` is
 //!   409 Conflict; errors are `Status` objects with reason and code;
-//! - Nodes, Pods, Namespaces, Events (core and events.k8s.io), Leases
-//!   (coordination.k8s.io) and every CRD in `deploy/crds/`.
+//! - Nodes, Pods, Namespaces, Secrets, Events (core and events.k8s.io),
+//!   Leases (coordination.k8s.io) and every CRD in `deploy/crds/`.
 //!
 //! Limits (what a real API server does and this one does not):
+//! - a Secret is stored as written: `stringData` is not folded into `data`
+//!   (tests write `data`), and nothing is encrypted at rest;
 //! - strategic merge patch is rejected (415): use merge or JSON patch;
 //! - apply tracks only appliers: fields changed by non-apply writes (PUT,
 //!   merge and JSON patch) keep their apply owner, where the API server would

@@ -63,6 +63,7 @@ pub fn builtins() -> Vec<ResourceType> {
         ResourceType::builtin("", "v1", "nodes", "Node", false, true),
         ResourceType::builtin("", "v1", "pods", "Pod", true, true),
         ResourceType::builtin("", "v1", "namespaces", "Namespace", false, true),
+        ResourceType::builtin("", "v1", "secrets", "Secret", true, false),
         ResourceType::builtin("", "v1", "events", "Event", true, false),
         ResourceType::builtin("events.k8s.io", "v1", "events", "Event", true, false),
         ResourceType::builtin("coordination.k8s.io", "v1", "leases", "Lease", true, false),

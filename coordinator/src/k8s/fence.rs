@@ -1,0 +1,346 @@
+//! The fencing shell (docs/fencing.md): observe what
+//! [`fence::decide`](crate::fence::decide) needs, take the one step it
+//! names, and answer the host's fencing record and `Fenced` condition for
+//! the reconcile to write. Only the leader reconciles, and every step is
+//! idempotent: a step repeated after a fail-over costs nothing.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::events::EventType;
+
+use super::hypervisor::{Context, RETRY_ANNOTATION};
+use crate::api::condition::{ConditionStatus, ConditionType, DesiredCondition};
+use crate::api::hypervisor::{FailedFenceStep, FenceStep, FencingStatus, HealthState};
+use crate::api::{Hypervisor, HypervisorSpec};
+use crate::fence::ceph::CephFence;
+use crate::fence::decide::{self, Decision, FencePolicy, Situation};
+use crate::fence::redfish::{Bmc, Redfish};
+use crate::fence::{PoweredOff, power_off_confirmed};
+use crate::lifecycle::ServiceState;
+
+/// Annotation an SRE (or `hvctl confirm-fenced`) sets once they made sure
+/// the host is off and cut from its storage, past a step that cannot be
+/// confirmed.
+pub const CONFIRM_ANNOTATION: &str = "hypervisor.cloud.sap/confirm-fenced";
+/// Node label naming the host's failure domain (its availability zone).
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+/// Tries of a step before it stands failed for an SRE.
+pub const ATTEMPTS: u32 = 3;
+/// How long a fencing this process started counts though the cache does
+/// not show it yet.
+const CLAIM_TTL: Duration = Duration::from_secs(30);
+
+/// What fencing may use, and the fencings this process started moments ago.
+pub struct Fencing {
+    pub policy: FencePolicy,
+    /// The storage step's means; None: a host that uses Ceph cannot be
+    /// fenced past Nova.
+    pub ceph: Option<CephFence>,
+    /// How long a BMC may take to report the power off.
+    pub power_within: Duration,
+    /// Where the BMC credentials' Secrets are (the coordinator's namespace).
+    pub namespace: String,
+    recent: Mutex<Vec<(String, Instant)>>,
+}
+
+impl Fencing {
+    pub fn new(
+        policy: FencePolicy,
+        ceph: Option<CephFence>,
+        power_within: Duration,
+        namespace: String,
+    ) -> Self {
+        Fencing { policy, ceph, power_within, namespace, recent: Mutex::new(Vec::new()) }
+    }
+}
+
+/// What one reconcile's fencing comes to.
+pub struct Fenced {
+    pub record: Option<FencingStatus>,
+    pub condition: Option<DesiredCondition>,
+    /// Look again this soon (the next step).
+    pub again: Option<Duration>,
+    /// A Warning Event: reason and note.
+    pub event: Option<(String, String)>,
+}
+
+/// The host's steps: Nova; its storage when it uses Ceph; its power when
+/// it has a BMC.
+pub fn steps_of(spec: &HypervisorSpec) -> Vec<FenceStep> {
+    let uses_ceph = !spec.ceph.pools.is_empty() || !spec.fencing.ceph_addresses.is_empty();
+    decide::sequence(uses_ceph, spec.fencing.bmc.is_some())
+}
+
+/// `health`: this reconcile's verdict (None: not judged); `blind`: why
+/// the coordinator's own view cannot be trusted now.
+pub async fn run(
+    ctx: &Context,
+    hv: &Hypervisor,
+    host: &str,
+    health: Option<HealthState>,
+    blind: Option<String>,
+    now: Timestamp,
+) -> Fenced {
+    let name = hv.name_any();
+    let status = hv.status.clone().unwrap_or_default();
+    let mut record = status.fencing.clone();
+    let retry = hv.annotations().get(RETRY_ANNOTATION).cloned();
+    // An SRE's retry clears a failed step (a retry given before the
+    // fencing started is not one).
+    if let Some(r) = record.as_mut().filter(|r| r.failed.is_some() && r.handled_retry != retry) {
+        r.failed = None;
+        r.handled_retry = retry.clone();
+    }
+    let steps = steps_of(&hv.spec);
+    let (lost, hosts, domain) = domain_of(ctx, &name, health);
+    let failed = record.as_ref().and_then(|r| r.failed.as_ref()).filter(|f| f.attempts >= ATTEMPTS);
+    let situation = Situation {
+        health: health.unwrap_or(HealthState::Healthy),
+        heartbeat_age: ctx.registry.view(&name).last_seen.map(|t| now.duration_since(t)),
+        blind: blind.as_deref(),
+        other_agents: other_agents(ctx, &name),
+        domain: (&domain, lost, hosts),
+        started_lately: started_lately(ctx, &name, now),
+        steps: &steps,
+        under_way: record.is_some(),
+        confirmed: record.as_ref().map_or(&[][..], |r| &r.confirmed[..]),
+        failed: failed.map(|f| (f.step, f.message.as_str())),
+        confirmed_by_hand: hv.annotations().contains_key(CONFIRM_ANNOTATION),
+    };
+    let decision = decide::decide(&situation, &ctx.fencing.policy);
+    let mut out = Fenced { record: record.clone(), condition: None, again: None, event: None };
+    match decision {
+        Decision::Nothing => {}
+        Decision::HeldBack { gate, message } => {
+            let news = !held_already(&status.conditions, gate.reason());
+            out.condition = Some(cond(ConditionStatus::False, gate.reason(), &message));
+            out.event = news.then(|| ("FencingHeldBack".to_string(), message));
+        }
+        Decision::Stuck { message, .. } => {
+            out.condition = Some(cond(ConditionStatus::False, "StepNotConfirmed", &message));
+        }
+        Decision::Fenced { by_hand } => {
+            let r = out.record.get_or_insert_with(|| started(now, retry.clone()));
+            if r.fenced.is_none() {
+                r.fenced = Some(Time(now));
+                r.by_hand = by_hand;
+                let how = if by_hand { "confirmed by hand" } else { "every step confirmed" };
+                out.event = Some((
+                    "Fenced".to_string(),
+                    format!("{name} is fenced ({how}): its VMs may be rebuilt elsewhere"),
+                ));
+            }
+            let how = if r.by_hand { "an SRE confirmed it" } else { "every step confirmed" };
+            let message = format!("fenced ({how}: {}); stays so until an SRE clears it", list(&r.confirmed));
+            out.condition = Some(cond(ConditionStatus::True, "Fenced", &message));
+        }
+        Decision::Take(step) => {
+            if record.is_none() && !claim(ctx, &name) {
+                out.again = Some(Duration::from_secs(1));
+                return out;
+            }
+            let r = out.record.get_or_insert_with(|| started(now, retry.clone()));
+            tracing::warn!(node = %name, step = %step, "fencing: taking a step");
+            match take(ctx, hv, host, step).await {
+                Ok(how) => {
+                    r.failed = None;
+                    r.confirmed.push(step);
+                    let message = format!("{step} confirmed ({how})");
+                    out.condition = Some(cond(ConditionStatus::False, "InProgress", &message));
+                    out.event = Some((format!("{step}Confirmed"), message));
+                }
+                Err(why) => {
+                    let attempts = r.failed.as_ref().filter(|f| f.step == step).map_or(0, |f| f.attempts) + 1;
+                    r.failed = Some(FailedFenceStep { step, message: why.clone(), attempts });
+                    let message = format!("{step} not confirmed (try {attempts} of {ATTEMPTS}): {why}");
+                    out.condition = Some(cond(ConditionStatus::False, "StepNotConfirmed", &message));
+                    out.event = Some((format!("{step}NotConfirmed"), message));
+                }
+            }
+            out.again = Some(Duration::from_secs(1));
+        }
+    }
+    out
+}
+
+fn cond(status: ConditionStatus, reason: &str, message: &str) -> DesiredCondition {
+    DesiredCondition::new(ConditionType::Fenced, status, reason, message)
+}
+
+fn started(now: Timestamp, retry: Option<String>) -> FencingStatus {
+    FencingStatus { started: Some(Time(now)), handled_retry: retry, ..Default::default() }
+}
+
+fn list(steps: &[FenceStep]) -> String {
+    if steps.is_empty() {
+        return "no step".into();
+    }
+    steps.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+fn held_already(
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    reason: &str,
+) -> bool {
+    conditions.iter().any(|c| c.type_ == ConditionType::Fenced.as_str() && c.reason == reason)
+}
+
+/// Takes one step and confirms it by reading the state back; answers how
+/// it was confirmed, or why not.
+async fn take(ctx: &Context, hv: &Hypervisor, host: &str, step: FenceStep) -> Result<String, String> {
+    match step {
+        FenceStep::NovaForcedDown => {
+            ctx.nova.set_forced_down(host, true).await.map_err(|e| format!("Nova: {e}"))?;
+            match ctx.nova.service_state(host).await.map_err(|e| format!("Nova, reading back: {e}"))? {
+                Some(ServiceState::ForcedDown) => {
+                    Ok(format!("Nova shows {host}'s compute service forced down"))
+                }
+                other => {
+                    Err(format!("Nova shows {host}'s compute service as {other:?} after forced_down was set"))
+                }
+            }
+        }
+        FenceStep::CephBlocklisted => {
+            let addresses = &hv.spec.fencing.ceph_addresses;
+            if addresses.is_empty() {
+                return Err(
+                    "the host uses Ceph and spec.fencing.cephAddresses is empty: its clients are unknown"
+                        .into(),
+                );
+            }
+            let Some(ceph) = &ctx.fencing.ceph else {
+                return Err("this coordinator has no Ceph fencing identity (--ceph-fence-id)".into());
+            };
+            let entries = ceph.blocklist(addresses).await.map_err(|e| e.to_string())?;
+            Ok(format!("the OSD map's blocklist holds {}", entries.join(", ")))
+        }
+        FenceStep::PoweredOff => {
+            let Some(spec) = &hv.spec.fencing.bmc else {
+                return Err("spec.fencing.bmc is gone".into());
+            };
+            let bmc = bmc(ctx, spec).await?;
+            let redfish = Redfish::new(&bmc).map_err(|e| e.to_string())?;
+            let every = Duration::from_secs(1);
+            match power_off_confirmed(&redfish, ctx.fencing.power_within, every).await {
+                Ok(PoweredOff::AlreadyOff) => Ok("the BMC reported power off; nothing was asked".into()),
+                Ok(PoweredOff::TurnedOff { after }) => {
+                    Ok(format!("the BMC reported power off {:.1} s after it was asked", after.as_secs_f64()))
+                }
+                Err(e) => Err(e.to_string()),
+            }
+        }
+    }
+}
+
+/// The BMC with its credentials from the Secret the spec names.
+async fn bmc(ctx: &Context, spec: &crate::api::hypervisor::BmcSpec) -> Result<Bmc, String> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.fencing.namespace);
+    let what = format!("Secret {}/{}", ctx.fencing.namespace, spec.credentials_secret);
+    let secret = secrets.get(&spec.credentials_secret).await.map_err(|e| format!("{what}: {e}"))?;
+    let data: BTreeMap<String, Vec<u8>> =
+        secret.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
+    let text = |key: &str| -> Result<String, String> {
+        let bytes = data.get(key).ok_or_else(|| format!("{what} has no {key}"))?;
+        String::from_utf8(bytes.clone()).map_err(|_| format!("{what}: {key} is not UTF-8"))
+    };
+    Ok(Bmc {
+        address: spec.address.clone(),
+        username: text("username")?,
+        password: text("password")?,
+        ca_pem: data.get("ca.crt").cloned(),
+        insecure: spec.insecure,
+        timeout: Duration::from_secs(10),
+    })
+}
+
+/// The other managed hosts' agents: (connected, all).
+fn other_agents(ctx: &Context, name: &str) -> (usize, usize) {
+    let others: Vec<String> = ctx.nodes.state().iter().map(|n| n.name_any()).filter(|n| n != name).collect();
+    (others.iter().filter(|n| ctx.registry.connected(n)).count(), others.len())
+}
+
+/// The host's failure domain: the managed Nodes that share its zone label
+/// (all of them when it has none). Answers its hosts lost (Unreachable or
+/// Failed, this one by `health`), all its hosts, and its name.
+fn domain_of(ctx: &Context, name: &str, health: Option<HealthState>) -> (usize, usize, String) {
+    let nodes = ctx.nodes.state();
+    let zone_of = |n: &k8s_openapi::api::core::v1::Node| n.labels().get(ZONE_LABEL).cloned();
+    let zone = nodes.iter().find(|n| n.name_any() == name).and_then(|n| zone_of(n));
+    let members: Vec<String> =
+        nodes.iter().filter(|n| zone.is_none() || zone_of(n) == zone).map(|n| n.name_any()).collect();
+    let lost = |s: Option<HealthState>| matches!(s, Some(HealthState::Unreachable | HealthState::Failed));
+    let hypervisors = ctx.hypervisors.state();
+    let recorded = |m: &str| {
+        hypervisors
+            .iter()
+            .find(|h| h.name_any() == m)
+            .and_then(|h| h.status.as_ref().and_then(|s| s.health.as_ref()).map(|x| x.state))
+    };
+    let lost_now =
+        members.iter().filter(|m| *m != name && lost(recorded(m))).count() + usize::from(lost(health));
+    let label = zone.map_or_else(|| "the managed hosts".to_string(), |z| format!("zone {z}"));
+    (lost_now, members.len().max(1), label)
+}
+
+/// Fencings of other hosts started within the policy's interval: recorded
+/// in their status, or started by this process moments ago.
+fn started_lately(ctx: &Context, name: &str, now: Timestamp) -> usize {
+    let Ok(recent) = ctx.fencing.recent.lock() else { return usize::MAX };
+    lately(recorded_lately(ctx, name, now), &recent, name)
+}
+
+fn recorded_lately(ctx: &Context, name: &str, now: Timestamp) -> Vec<String> {
+    let window = ctx.fencing.policy.interval;
+    ctx.hypervisors
+        .state()
+        .iter()
+        .filter(|h| h.name_any() != name)
+        .filter(|h| {
+            h.status
+                .as_ref()
+                .and_then(|s| s.fencing.as_ref())
+                .and_then(|f| f.started.as_ref())
+                .is_some_and(|t| now.duration_since(t.0) < window)
+        })
+        .map(|h| h.name_any())
+        .collect()
+}
+
+fn lately(mut hosts: Vec<String>, recent: &[(String, Instant)], name: &str) -> usize {
+    hosts.extend(
+        recent.iter().filter(|(n, at)| n != name && at.elapsed() < CLAIM_TTL).map(|(n, _)| n.clone()),
+    );
+    hosts.sort();
+    hosts.dedup();
+    hosts.len()
+}
+
+/// Claims a place under the rate limit for a fencing about to start:
+/// counted and claimed under one lock, so two reconciles cannot both take
+/// the last place.
+fn claim(ctx: &Context, name: &str) -> bool {
+    let recorded = recorded_lately(ctx, name, Timestamp::now());
+    let Ok(mut recent) = ctx.fencing.recent.lock() else { return false };
+    recent.retain(|(_, at)| at.elapsed() < CLAIM_TTL);
+    if lately(recorded, &recent, name) >= ctx.fencing.policy.max_started {
+        return false;
+    }
+    recent.push((name.to_string(), Instant::now()));
+    true
+}
+
+/// Publishes a fencing Event on the Hypervisor.
+pub async fn tell(ctx: &Context, hv: &Hypervisor, fenced: &Fenced) {
+    if let Some((reason, note)) = &fenced.event {
+        tracing::warn!(node = %hv.name_any(), reason = %reason, "{note}");
+        let reference = kube::Resource::object_ref(hv, &());
+        super::hypervisor::publish(ctx, &reference, EventType::Warning, reason, note).await;
+    }
+}
