@@ -18,12 +18,12 @@ use hv_coordinator::fence::{
 use hv_coordinator::nova::{Cloud, CloudSource, HttpPolicy, NovaClient, NovaError};
 use std::collections::BTreeMap;
 
-use hv_coordinator::api::Hypervisor;
 use hv_coordinator::api::hypervisor::{FenceStep, HealthState};
+use hv_coordinator::api::{Hypervisor, Phase};
 use hv_tests::env::TestEnv;
 use hv_tests::hosts;
 use hv_tests::openstack::{Admin, FakeHost, fake_host};
-use hv_tests::region::{Blocklisted, Region, healthy_active, wait_health};
+use hv_tests::region::{AgentPeers, Blocklisted, Region, healthy_active, wait_health};
 use hv_tests::wait::{Poll, until};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Node, Secret};
@@ -392,5 +392,75 @@ async fn a_failed_host_is_fenced_step_by_step_each_confirmed_and_a_host_cut_from
     let svc = admin.service(&cut).await.unwrap().unwrap();
     assert_eq!(svc["forced_down"], false, "{svc}");
     assert_eq!(hv_tests::bmc::power_state(&env, &cut).await.unwrap(), "On");
+    drop(coord);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn six_of_ten_hosts_lost_at_once_are_not_fenced_and_the_gate_says_why() {
+    let region = Region::start("fence-storm").await;
+    let env = region.env.clone();
+    let mut claims = Vec::new();
+    for _ in 0..10 {
+        claims.push(hosts::claim(&env).await);
+    }
+    let names: Vec<String> = claims.iter().map(|c| c.host.clone()).collect();
+    let coord = region.coordinator(
+        None,
+        &[
+            "--node-not-ready-grace",
+            "1s",
+            "--unreachable-grace",
+            "3s",
+            "--ha-maintenance-limit",
+            "0",
+            "--fence-fresh-heartbeat",
+            "3s",
+        ],
+    );
+    // All ten brought up together, then waited for.
+    let mut agents = Vec::new();
+    for host in &names {
+        let root = hv_tests::region::healthy_host(&region.dir.join(format!("host-{host}")));
+        agents.push(region.agent(host, &AgentPeers { host_root: Some(root), ..Default::default() }));
+        region.create_node(host, &[("hypervisor.cloud.sap/skip-tests", "true")]).await;
+    }
+    for host in &names {
+        region.wait_phase(host, Phase::Active, Duration::from_secs(90), &coord).await;
+        wait_health(&region, host, HealthState::Healthy, &coord).await;
+    }
+    let admin = Admin::login(&env).await.unwrap();
+    let nodes: Api<Node> = Api::all(region.kube.client.clone());
+    // Six at once: their agents' streams end and their kubelets stop posting.
+    let lost = &names[..6];
+    for agent in &mut agents[..6] {
+        agent.kill();
+    }
+    let not_ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
+        "reason": "NodeStatusUnknown", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
+    for host in lost {
+        nodes.patch_status(host, &PatchParams::default(), &Patch::Merge(&not_ready)).await.unwrap();
+    }
+    for host in lost {
+        wait_health(&region, host, HealthState::Failed, &coord).await;
+    }
+    // Held back, each saying why, and nothing done, well past the heartbeat's freshness.
+    for host in lost {
+        let why = region.wait_condition(host, "Fenced", "NoAgentQuorum", &coord).await;
+        assert!(why.contains("4 of the 9 other hosts' agents are connected"), "{why}");
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for host in &names {
+        let status = region.hypervisor(host).await.and_then(|h| h.status).unwrap();
+        assert!(status.fencing.is_none(), "{host}: {:?}", status.fencing);
+        let svc = admin.service(host).await.unwrap().unwrap();
+        assert_eq!(svc["forced_down"], false, "{host}: {svc}");
+    }
+    for host in lost {
+        let events = region.events_for(host).await;
+        assert!(
+            events.iter().any(|(r, n)| r == "NoAgentQuorum" && n.contains("other hosts' agents")),
+            "{events:?}"
+        );
+    }
     drop(coord);
 }

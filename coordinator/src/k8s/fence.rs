@@ -121,7 +121,7 @@ pub async fn run(
         Decision::HeldBack { gate, message } => {
             let news = !held_already(&status.conditions, gate.reason());
             out.condition = Some(cond(ConditionStatus::False, gate.reason(), &message));
-            out.event = news.then(|| ("FencingHeldBack".to_string(), message));
+            out.event = news.then(|| (gate.reason().to_string(), message));
         }
         Decision::Stuck { message, .. } => {
             out.condition = Some(cond(ConditionStatus::False, "StepNotConfirmed", &message));
