@@ -15,6 +15,7 @@ use hv_coordinator::fence::{
     Bmc, CephFence, CephFenceError, PowerActuator, PowerError, PowerState, PoweredOff, Redfish,
     power_off_confirmed,
 };
+use hv_coordinator::k8s::fence::BMC_SECRET_LABEL;
 use hv_coordinator::nova::{Cloud, CloudSource, HttpPolicy, NovaClient, NovaError};
 use std::collections::BTreeMap;
 
@@ -278,7 +279,11 @@ async fn give_fencing_means(region: &Region, host: &str) {
         ("ca.crt".to_string(), ByteString(std::fs::read(&env.bmc.ca_file).unwrap())),
     ]);
     let secret = Secret {
-        metadata: kube::api::ObjectMeta { name: Some(name.clone()), ..Default::default() },
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(BTreeMap::from([(BMC_SECRET_LABEL.to_string(), "true".to_string())])),
+            ..Default::default()
+        },
         data: Some(data),
         ..Default::default()
     };
@@ -307,8 +312,15 @@ async fn wait_power(env: &TestEnv, host: &str, want: &str) {
 async fn a_failed_host_is_fenced_step_by_step_each_confirmed_and_a_host_cut_from_us_alone_is_not() {
     let region = Region::start("fencing").await;
     let env = region.env.clone();
-    let claims = [hosts::claim(&env).await, hosts::claim(&env).await, hosts::claim(&env).await];
-    let [dead, cut, other] = claims.each_ref().map(|c| c.host.clone());
+    // Four: with one dead and one cut, two of the cut one's three peers
+    // still talk to us, so no quorum gate hides what is shown.
+    let claims = [
+        hosts::claim(&env).await,
+        hosts::claim(&env).await,
+        hosts::claim(&env).await,
+        hosts::claim(&env).await,
+    ];
+    let [dead, cut, other, fourth] = claims.each_ref().map(|c| c.host.clone());
     let keyring = env.ceph.fence.keyring.display().to_string();
     let conf = env.ceph.conf.display().to_string();
     let coord = region.coordinator(
@@ -331,7 +343,7 @@ async fn a_failed_host_is_fenced_step_by_step_each_confirmed_and_a_host_cut_from
         ],
     );
     let mut agents = Vec::new();
-    for host in [&dead, &cut, &other] {
+    for host in [&dead, &cut, &other, &fourth] {
         agents.push(healthy_active(&region, host, &coord).await.1);
     }
     for host in [&dead, &cut] {
@@ -377,6 +389,7 @@ async fn a_failed_host_is_fenced_step_by_step_each_confirmed_and_a_host_cut_from
         assert!(events.iter().any(|(r, _)| r == step), "{step}: {events:?}");
     }
     assert!(events.iter().any(|(r, _)| r == "Fenced"), "{events:?}");
+    assert!(events.iter().any(|(r, _)| r == "FencingStarted"), "{events:?}");
 
     // Only the stream to another host is cut: its Node stays Ready and Nova
     // sees its nova-compute up. Unreachable, past the heartbeat's freshness,
@@ -388,6 +401,8 @@ async fn a_failed_host_is_fenced_step_by_step_each_confirmed_and_a_host_cut_from
         let status = region.hypervisor(&cut).await.and_then(|h| h.status).unwrap();
         assert_eq!(status.health.map(|h| h.state), Some(HealthState::Unreachable));
         assert!(status.fencing.is_none(), "{:?}", status.fencing);
+        let held = status.conditions.iter().find(|c| c.type_ == "Fenced");
+        assert!(held.is_none(), "nothing to fence, nothing held back: {held:?}");
     }
     let svc = admin.service(&cut).await.unwrap().unwrap();
     assert_eq!(svc["forced_down"], false, "{svc}");

@@ -34,6 +34,7 @@ use super::eviction::EvictionReason;
 #[x_kube(validation = Rule::new("self.maintenance != 'manual' || self.maintenanceReason != ''").message("spec.maintenanceReason is required when spec.maintenance is 'manual'").field_path(".maintenanceReason"))]
 #[x_kube(validation = Rule::new("oldSelf.maintenance != 'termination' || self.maintenance == 'termination'").message("spec.maintenance 'termination' cannot be undone").field_path(".maintenance"))]
 #[x_kube(validation = Rule::new("self.customTraits.all(t, t.matches('^CUSTOM_[A-Z0-9_]{1,248}$'))").message("spec.customTraits entries must match ^CUSTOM_[A-Z0-9_]+$").field_path(".customTraits"))]
+#[x_kube(validation = Rule::new("!has(self.fencing) || !has(self.fencing.bmc) || self.fencing.bmc.address.startsWith('redfish://') || self.fencing.bmc.address.startsWith('redfish+https://')").message("spec.fencing.bmc.address must be redfish:// or redfish+https:// (HTTPS: the BMC's credentials never travel in clear)").field_path(".fencing.bmc.address"))]
 pub struct HypervisorSpec {
     /// The host name nova-compute registered under (`CONF.host`), when it
     /// differs from the Kubernetes Node name (`compute-4` for the Node
@@ -404,6 +405,7 @@ pub struct HypervisorStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FencingStatus {
+    /// When the fencing started (recorded before its first step).
     pub started: Option<Time>,
     /// The steps confirmed, in the order taken.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -421,6 +423,10 @@ pub struct FencingStatus {
     /// The retry annotation's value last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handled_retry: Option<String>,
+    /// The confirm-fenced annotation's value when this fencing started: a
+    /// confirmation counts only if given since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled_confirm: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]

@@ -57,9 +57,10 @@ enum Cmd {
     /// confirmed: sets the hypervisor.cloud.sap/retry annotation (uses KUBECONFIG).
     Retry { node: String },
     /// Say that NODE is fenced: you made sure it is powered off (or cut
-    /// from its storage and network) by other means. Its fencing counts as
-    /// done past a step that could not be confirmed; a host whose agent
-    /// still talks to the coordinator is not taken as fenced even so.
+    /// from its storage and network) by other means. Only for a fencing
+    /// under way: it then counts as done past a step that could not be
+    /// confirmed; a host whose agent still talks to the coordinator, or a
+    /// coordinator that cannot see clearly, does not take it even so.
     /// Sets the hypervisor.cloud.sap/confirm-fenced annotation (uses KUBECONFIG).
     ConfirmFenced { node: String },
 }
@@ -181,6 +182,17 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Cmd::ConfirmFenced { node } => {
             let client = kube::Client::try_default().await?;
             let api: Api<Hypervisor> = Api::all(client);
+            let hv = api.get(&node).await?;
+            let fencing = hv.status.as_ref().and_then(|s| s.fencing.as_ref());
+            let Some(fencing) = fencing else {
+                anyhow::bail!(
+                    "{node}: no fencing under way, nothing to confirm (only a Failed host is fenced)"
+                );
+            };
+            if fencing.fenced.is_some() {
+                println!("{node} is fenced already");
+                return Ok(ExitCode::SUCCESS);
+            }
             let who = std::env::var("USER").unwrap_or_else(|_| "an SRE".into());
             let value = format!("{} by {who}", jiff::Timestamp::now());
             let patch = serde_json::json!({"metadata": {"annotations": {CONFIRM_ANNOTATION: value}}});

@@ -62,14 +62,15 @@ pub struct Situation<'a> {
     pub health: HealthState,
     /// Age of the agent's last heartbeat this process saw; None: none seen.
     pub heartbeat_age: Option<SignedDuration>,
-    /// Why the coordinator cannot trust its own view (Nova or the
-    /// Kubernetes API unreachable); None when it can.
+    /// Why the coordinator cannot trust its own view (Nova unreachable or
+    /// refusing us, the first moments of a leadership, the host not
+    /// judged); None when it can.
     pub blind: Option<&'a str>,
     /// The other managed hosts' agents: (connected, all).
     pub other_agents: (usize, usize),
-    /// The host's failure domain (its availability zone, else its
-    /// aggregates' union): its name, its hosts lost (Unreachable or Failed,
-    /// this one included) and all its hosts.
+    /// The host's failure domain (its zone, else every managed host): its
+    /// name, its hosts lost (Unreachable or Failed, this one included) and
+    /// all its hosts.
     pub domain: (&'a str, usize, usize),
     /// Fencings of other hosts started within the policy's interval.
     pub started_lately: usize,
@@ -81,7 +82,11 @@ pub struct Situation<'a> {
     pub under_way: bool,
     pub confirmed: &'a [FenceStep],
     pub failed: Option<(FenceStep, &'a str)>,
-    /// An SRE confirmed the host fenced (`hvctl confirm-fenced`).
+    /// From status: the host counted fenced (by hand or not). It stays so
+    /// until an SRE clears the fencing.
+    pub fenced: Option<bool>,
+    /// An SRE confirmed the host fenced (`hvctl confirm-fenced`) since this
+    /// fencing started; it counts only for a fencing under way.
     pub confirmed_by_hand: bool,
 }
 
@@ -125,9 +130,14 @@ pub enum Decision {
 
 pub fn decide(s: &Situation<'_>, policy: &FencePolicy) -> Decision {
     let held = |gate: Gate, message: String| Decision::HeldBack { gate, message };
-    let wanted = s.under_way || s.health == HealthState::Failed || s.confirmed_by_hand;
+    let wanted = s.under_way || s.health == HealthState::Failed;
     if !wanted {
         return Decision::Nothing;
+    }
+    // Fenced stays fenced, whatever is seen since (the shell says so when
+    // its agent talks again): only an SRE clears it.
+    if let Some(by_hand) = s.fenced.filter(|_| s.under_way) {
+        return Decision::Fenced { by_hand };
     }
     // A host that talks to us is alive: whatever was done stands (an SRE
     // looks), nothing more is, not even on a confirmation by hand.
@@ -139,14 +149,19 @@ pub fn decide(s: &Situation<'_>, policy: &FencePolicy) -> Decision {
         );
         return held(Gate::FreshHeartbeat, message);
     }
-    if s.confirmed_by_hand {
-        return Decision::Fenced { by_hand: true };
-    }
-    if s.under_way && s.steps.iter().all(|step| s.confirmed.contains(step)) {
-        return fenced(s);
+    // Confirmed steps are those of a fencing under way.
+    let confirmed: &[FenceStep] = if s.under_way { s.confirmed } else { &[] };
+    let cuts = s.steps.iter().any(|step| *step != FenceStep::NovaForcedDown);
+    if s.under_way && cuts && s.steps.iter().all(|step| confirmed.contains(step)) {
+        return Decision::Fenced { by_hand: false };
     }
     if let Some(why) = s.blind {
         return held(Gate::OwnViewPartial, format!("the coordinator's own view is partial: {why}"));
+    }
+    // An SRE's word, past a step that cannot be confirmed, once we see
+    // enough to know the host is not talking to us.
+    if s.under_way && s.confirmed_by_hand {
+        return Decision::Fenced { by_hand: true };
     }
     let (connected, others) = s.other_agents;
     if others == 0 || connected * 2 <= others {
@@ -181,20 +196,16 @@ pub fn decide(s: &Situation<'_>, policy: &FencePolicy) -> Decision {
         );
         return Decision::Stuck { step, message };
     }
-    match s.steps.iter().find(|step| !s.confirmed.contains(step)) {
+    match s.steps.iter().find(|step| !confirmed.contains(step)) {
         Some(step) => Decision::Take(*step),
-        None => fenced(s),
+        None => nothing_cuts(),
     }
 }
 
-/// Every step confirmed: fenced, when a step cut the host off. Nova's
-/// `forced_down` alone cuts nothing (a host that runs still writes to its
-/// volumes): with neither storage to cut nor a BMC, only an SRE can say it
-/// is off.
-fn fenced(s: &Situation<'_>) -> Decision {
-    if s.steps.iter().any(|step| *step != FenceStep::NovaForcedDown) {
-        return Decision::Fenced { by_hand: false };
-    }
+/// Every step confirmed, and none cut the host off: Nova's `forced_down`
+/// alone stops nothing (a host that runs still writes to its volumes), so
+/// with neither storage to cut nor a BMC only an SRE can say it is off.
+fn nothing_cuts() -> Decision {
     let message = "the host has no BMC (spec.fencing.bmc) and no Ceph storage to cut off: Nova's \
                    forced_down alone does not stop it. Make sure it is off, then say so (hvctl confirm-fenced)";
     Decision::Stuck { step: FenceStep::PoweredOff, message: message.into() }
@@ -219,6 +230,7 @@ mod tests {
             under_way: false,
             confirmed: &[],
             failed: None,
+            fenced: None,
             confirmed_by_hand: false,
         }
     }
@@ -265,6 +277,29 @@ mod tests {
             let s = Situation { health, under_way: true, ..failed_host() };
             assert_eq!(decide(&s, &p), Decision::Take(FenceStep::NovaForcedDown), "{health}");
         }
+    }
+
+    #[test]
+    fn a_confirmation_by_hand_counts_only_for_a_fencing_under_way_seen_clearly_and_fenced_stays() {
+        let p = FencePolicy::default();
+        // Left over from an earlier fencing, or given before one: no step skipped.
+        let s = Situation { confirmed_by_hand: true, ..failed_host() };
+        assert_eq!(decide(&s, &p), Decision::Take(FenceStep::NovaForcedDown));
+        let s = Situation { confirmed_by_hand: true, health: HealthState::Unreachable, ..failed_host() };
+        assert_eq!(decide(&s, &p), Decision::Nothing);
+        // Under way, but the coordinator has just taken over: held until it sees.
+        let s =
+            Situation { under_way: true, confirmed_by_hand: true, blind: Some("took over"), ..failed_host() };
+        assert_eq!(gate(&decide(&s, &p)), Some(Gate::OwnViewPartial));
+        // Recorded fenced: it stands, even when the agent talks again or
+        // the confirmation is taken away.
+        let s = Situation {
+            under_way: true,
+            fenced: Some(true),
+            heartbeat_age: Some(SignedDuration::from_secs(1)),
+            ..failed_host()
+        };
+        assert_eq!(decide(&s, &p), Decision::Fenced { by_hand: true });
     }
 
     #[test]
@@ -351,8 +386,8 @@ mod tests {
     #[test]
     fn no_step_is_ever_taken_out_of_order_past_a_gate_or_on_a_live_host() {
         let p = FencePolicy::default();
-        let healths =
-            [HealthState::Healthy, HealthState::Degraded, HealthState::Unreachable, HealthState::Failed];
+        // Healthy and Degraded are alike here: neither lost.
+        let healths = [HealthState::Degraded, HealthState::Unreachable, HealthState::Failed];
         let heartbeats = [None, Some(SignedDuration::from_secs(5)), Some(SignedDuration::from_mins(3))];
         let blinds = [None, Some("Nova down")];
         let agents = [(0, 0), (2, 4), (3, 4)];
@@ -368,7 +403,9 @@ mod tests {
                         for other_agents in agents {
                             for domain in domains {
                                 for started_lately in [0, 5] {
-                                    for under_way in [false, true] {
+                                    for (under_way, fenced) in
+                                        [(false, None), (true, None), (true, Some(false)), (true, Some(true))]
+                                    {
                                         for confirmed in (0..=steps.len()).map(|n| &steps[..n]) {
                                             for failed in failures {
                                                 for confirmed_by_hand in [false, true] {
@@ -383,6 +420,7 @@ mod tests {
                                                         under_way,
                                                         confirmed,
                                                         failed,
+                                                        fenced,
                                                         confirmed_by_hand,
                                                     };
                                                     check(&s, &decide(&s, &p), &p);
@@ -399,10 +437,11 @@ mod tests {
             }
         }
         // Per sequence of 3, 2, 2 and 1 steps: one confirmed set more than steps.
-        assert_eq!(seen, 4 * 3 * 2 * 3 * 3 * 2 * 2 * 2 * 2 * (4 + 3 + 3 + 2));
+        assert_eq!(seen, 3 * 3 * 2 * 3 * 3 * 2 * 4 * 2 * 2 * (4 + 3 + 3 + 2));
     }
 
     fn check(s: &Situation<'_>, d: &Decision, p: &FencePolicy) {
+        let confirmed: &[FenceStep] = if s.under_way { s.confirmed } else { &[] };
         let live = s.heartbeat_age.is_some_and(|a| a < p.fresh_heartbeat);
         let cuts = s.steps.iter().any(|x| *x != FenceStep::NovaForcedDown);
         // Every gate open on a host to fence: something happens.
@@ -412,7 +451,7 @@ mod tests {
             && s.other_agents.0 * 2 > s.other_agents.1
             && (lost < 2 || lost * 100 <= hosts * usize::from(p.max_domain_share))
             && (s.under_way || s.started_lately < p.max_started);
-        let wanted = s.under_way || s.health == HealthState::Failed || s.confirmed_by_hand;
+        let wanted = s.under_way || s.health == HealthState::Failed;
         if open && wanted {
             assert!(
                 matches!(d, Decision::Take(_) | Decision::Fenced { .. } | Decision::Stuck { .. }),
@@ -421,29 +460,35 @@ mod tests {
         }
         match d {
             Decision::Take(step) => {
-                assert!(!live && s.blind.is_none() && !s.confirmed_by_hand && s.failed.is_none(), "{s:?}");
+                assert!(!live && s.blind.is_none() && s.failed.is_none() && s.fenced.is_none(), "{s:?}");
+                assert!(!(s.under_way && s.confirmed_by_hand), "{s:?}");
                 assert!(s.under_way || s.health == HealthState::Failed, "{s:?}");
                 assert!(s.other_agents.0 * 2 > s.other_agents.1, "{s:?}");
                 let (_, lost, hosts) = s.domain;
                 assert!(lost < 2 || lost * 100 <= hosts * usize::from(p.max_domain_share), "{s:?}");
                 assert!(s.under_way || s.started_lately < p.max_started, "{s:?}");
                 let i = s.steps.iter().position(|x| x == step).unwrap_or(usize::MAX);
-                assert!(s.steps[..i].iter().all(|x| s.confirmed.contains(x)), "out of order: {s:?}");
-                assert!(!s.confirmed.contains(step), "{s:?}");
+                assert!(s.steps[..i].iter().all(|x| confirmed.contains(x)), "out of order: {s:?}");
+                assert!(!confirmed.contains(step), "{s:?}");
             }
-            Decision::Fenced { by_hand } => {
-                assert!(!live, "{s:?}");
-                assert!(*by_hand == s.confirmed_by_hand, "{s:?}");
-                assert!(*by_hand || (cuts && s.steps.iter().all(|x| s.confirmed.contains(x))), "{s:?}");
-            }
+            Decision::Fenced { by_hand } => match s.fenced {
+                // Recorded: it stands, as recorded.
+                Some(recorded) => assert!(s.under_way && *by_hand == recorded, "{s:?}"),
+                None => {
+                    assert!(!live && s.under_way, "{s:?}");
+                    assert!(!*by_hand || (s.confirmed_by_hand && s.blind.is_none()), "{s:?}");
+                    assert!(*by_hand || (cuts && s.steps.iter().all(|x| confirmed.contains(x))), "{s:?}");
+                }
+            },
             Decision::Stuck { .. } => {
-                let nothing_cuts = !cuts && s.steps.iter().all(|x| s.confirmed.contains(x));
-                assert!((s.failed.is_some() || nothing_cuts) && !live, "{s:?}")
+                let nothing_cuts = !cuts && s.steps.iter().all(|x| confirmed.contains(x));
+                assert!((s.failed.is_some() || nothing_cuts) && !live && s.fenced.is_none(), "{s:?}")
             }
-            Decision::HeldBack { gate, .. } => assert!(*gate != Gate::FreshHeartbeat || live, "{s:?}"),
-            Decision::Nothing => {
-                assert!(!s.under_way && s.health != HealthState::Failed && !s.confirmed_by_hand, "{s:?}")
+            Decision::HeldBack { gate, .. } => {
+                assert!(s.fenced.is_none(), "{s:?}");
+                assert!(*gate != Gate::FreshHeartbeat || live, "{s:?}")
             }
+            Decision::Nothing => assert!(!s.under_way && s.health != HealthState::Failed, "{s:?}"),
         }
     }
 }

@@ -29,6 +29,8 @@ use crate::lifecycle::ServiceState;
 /// the host is off and cut from its storage, past a step that cannot be
 /// confirmed.
 pub const CONFIRM_ANNOTATION: &str = "hypervisor.cloud.sap/confirm-fenced";
+/// Label a Secret needs for its credentials to be sent to a BMC.
+pub const BMC_SECRET_LABEL: &str = "hypervisor.cloud.sap/bmc-credentials";
 /// Node label naming the host's failure domain (its availability zone).
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 /// Tries of a step before it stands failed for an SRE.
@@ -64,6 +66,7 @@ impl Fencing {
 /// What one reconcile's fencing comes to.
 pub struct Fenced {
     pub record: Option<FencingStatus>,
+    /// The `Fenced` condition to set; None with no record: none at all.
     pub condition: Option<DesiredCondition>,
     /// Look again this soon (the next step).
     pub again: Option<Duration>,
@@ -92,9 +95,12 @@ pub async fn run(
     let status = hv.status.clone().unwrap_or_default();
     let mut record = status.fencing.clone();
     let retry = hv.annotations().get(RETRY_ANNOTATION).cloned();
+    let confirm = hv.annotations().get(CONFIRM_ANNOTATION).cloned();
     // An SRE's retry clears a failed step (a retry given before the
-    // fencing started is not one).
-    if let Some(r) = record.as_mut().filter(|r| r.failed.is_some() && r.handled_retry != retry) {
+    // fencing started is not one, nor is the annotation's removal).
+    if let Some(r) =
+        record.as_mut().filter(|r| r.failed.is_some() && retry.is_some() && r.handled_retry != retry)
+    {
         r.failed = None;
         r.handled_retry = retry.clone();
     }
@@ -112,8 +118,10 @@ pub async fn run(
         under_way: record.is_some(),
         confirmed: record.as_ref().map_or(&[][..], |r| &r.confirmed[..]),
         failed: failed.map(|f| (f.step, f.message.as_str())),
-        confirmed_by_hand: hv.annotations().contains_key(CONFIRM_ANNOTATION),
+        fenced: record.as_ref().and_then(|r| r.fenced.as_ref().map(|_| r.by_hand)),
+        confirmed_by_hand: record.as_ref().is_some_and(|r| confirm.is_some() && r.handled_confirm != confirm),
     };
+    let heartbeat_fresh = situation.heartbeat_age.is_some_and(|a| a < ctx.fencing.policy.fresh_heartbeat);
     let decision = decide::decide(&situation, &ctx.fencing.policy);
     let mut out = Fenced { record: record.clone(), condition: None, again: None, event: None };
     match decision {
@@ -127,7 +135,7 @@ pub async fn run(
             out.condition = Some(cond(ConditionStatus::False, "StepNotConfirmed", &message));
         }
         Decision::Fenced { by_hand } => {
-            let r = out.record.get_or_insert_with(|| started(now, retry.clone()));
+            let r = out.record.get_or_insert_with(|| started(now, retry.clone(), confirm.clone()));
             if r.fenced.is_none() {
                 r.fenced = Some(Time(now));
                 r.by_hand = by_hand;
@@ -139,14 +147,35 @@ pub async fn run(
             }
             let how = if r.by_hand { "an SRE confirmed it" } else { "every step confirmed" };
             let message = format!("fenced ({how}: {}); stays so until an SRE clears it", list(&r.confirmed));
-            out.condition = Some(cond(ConditionStatus::True, "Fenced", &message));
+            // Fenced, and yet its agent talks: the fencing stands, and says so.
+            let (reason, message) = if heartbeat_fresh {
+                ("FencedAgentTalking", format!("{message}. Its agent talks to us again: look at the host"))
+            } else {
+                ("Fenced", message)
+            };
+            out.condition = Some(cond(ConditionStatus::True, reason, &message));
         }
-        Decision::Take(step) => {
-            if record.is_none() && !claim(ctx, &name) {
+        Decision::Take(step) if record.is_none() => {
+            // Recorded before any step: a fencing started is never lost to
+            // a fail-over or a failed write, and counts against the limit.
+            if !claim(ctx, &name) {
                 out.again = Some(Duration::from_secs(1));
                 return out;
             }
-            let r = out.record.get_or_insert_with(|| started(now, retry.clone()));
+            out.record = Some(started(now, retry.clone(), confirm.clone()));
+            let message = format!("fencing started ({}): {step} next", health.unwrap_or_default());
+            out.condition = Some(cond(ConditionStatus::False, "InProgress", &message));
+            out.event = Some(("FencingStarted".to_string(), message));
+            out.again = Some(Duration::from_millis(200));
+        }
+        Decision::Take(step) => {
+            // Only the leader acts: a step a deposed leader is about to take
+            // waits for the next reconcile, under the lease.
+            if !ctx.gate.open() {
+                out.again = Some(Duration::from_millis(500));
+                return out;
+            }
+            let r = out.record.get_or_insert_with(|| started(now, retry.clone(), confirm.clone()));
             tracing::warn!(node = %name, step = %step, "fencing: taking a step");
             match take(ctx, hv, host, step).await {
                 Ok(how) => {
@@ -174,8 +203,13 @@ fn cond(status: ConditionStatus, reason: &str, message: &str) -> DesiredConditio
     DesiredCondition::new(ConditionType::Fenced, status, reason, message)
 }
 
-fn started(now: Timestamp, retry: Option<String>) -> FencingStatus {
-    FencingStatus { started: Some(Time(now)), handled_retry: retry, ..Default::default() }
+fn started(now: Timestamp, retry: Option<String>, confirm: Option<String>) -> FencingStatus {
+    FencingStatus {
+        started: Some(Time(now)),
+        handled_retry: retry,
+        handled_confirm: confirm,
+        ..Default::default()
+    }
 }
 
 fn list(steps: &[FenceStep]) -> String {
@@ -243,7 +277,15 @@ async fn take(ctx: &Context, hv: &Hypervisor, host: &str, step: FenceStep) -> Re
 async fn bmc(ctx: &Context, spec: &crate::api::hypervisor::BmcSpec) -> Result<Bmc, String> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.fencing.namespace);
     let what = format!("Secret {}/{}", ctx.fencing.namespace, spec.credentials_secret);
+    if spec.address.starts_with("redfish+http://") {
+        return Err(format!("{} is plain HTTP: the BMC's credentials would travel in clear", spec.address));
+    }
     let secret = secrets.get(&spec.credentials_secret).await.map_err(|e| format!("{what}: {e}"))?;
+    // Only a Secret meant for it: whoever may edit a Hypervisor must not
+    // make the coordinator send any Secret of its namespace to a host they name.
+    if secret.labels().get(BMC_SECRET_LABEL).map(String::as_str) != Some("true") {
+        return Err(format!("{what} is not labelled {BMC_SECRET_LABEL}=true"));
+    }
     let data: BTreeMap<String, Vec<u8>> =
         secret.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
     let text = |key: &str| -> Result<String, String> {

@@ -167,8 +167,17 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     let health_now = verdict.status.as_ref().map(|h| h.state);
     let fenced = super::fence::run(&ctx, &hv, &seen.host, health_now, blind, now).await;
     new_status.fencing = fenced.record.clone();
-    let fencing: Vec<_> = fenced.condition.iter().cloned().collect();
-    new_status.conditions = merge(&new_status.conditions, &fencing, now, hv.metadata.generation);
+    match &fenced.condition {
+        Some(c) => {
+            new_status.conditions =
+                merge(&new_status.conditions, std::slice::from_ref(c), now, hv.metadata.generation)
+        }
+        // Nothing to fence and nothing recorded: no gate holds anything back.
+        None if fenced.record.is_none() => {
+            new_status.conditions.retain(|c| c.type_ != crate::api::condition::ConditionType::Fenced.as_str())
+        }
+        None => {}
+    }
     if new_status != status {
         let written =
             write::status(&api(&ctx), &name, hv.metadata.resource_version.as_deref(), &new_status).await?;

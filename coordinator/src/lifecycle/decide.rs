@@ -388,6 +388,25 @@ fn active(d: &mut Draft<'_>) {
 /// out of Active. Answers whether it stays disabled.
 fn unseen(d: &mut Draft<'_>, host: &NovaHost) -> bool {
     let health = d.obs().health.as_ref();
+    // A host fenced (or being fenced) is held disabled whatever its health
+    // or the fleet gate, until an SRE clears the fencing (docs/fencing.md).
+    if d.input.status.fencing.is_some() {
+        let hold = d.record.unseen.clone().or_else(|| nova_hold(host, d.input.now));
+        let hold = hold.unwrap_or_else(|| UnseenHold {
+            disabled_at: Time(d.input.now),
+            cause: "fenced".into(),
+            recheck_run: None,
+            recheck_failed: false,
+        });
+        d.record.unseen = Some(hold.clone());
+        d.guard_disabled(host, &unseen_reason(&hold.cause));
+        let msg = format!(
+            "disabled in Nova since {} ({}); fenced: stays disabled until an SRE clears the fencing",
+            hold.disabled_at.0, hold.cause
+        );
+        d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "HostFenced", msg);
+        return true;
+    }
     // Nova's reason is the truth when our record of the hold was lost (a
     // status write that failed after the disable).
     let Some(hold) = d.record.unseen.clone().or_else(|| nova_hold(host, d.input.now)) else {
@@ -410,17 +429,6 @@ fn unseen(d: &mut Draft<'_>, host: &NovaHost) -> bool {
         return true;
     };
     d.record.unseen = Some(hold.clone());
-    // A host fenced (or being fenced) stays disabled whatever its health,
-    // until an SRE clears the fencing (docs/fencing.md).
-    if d.input.status.fencing.is_some() {
-        d.guard_disabled(host, &unseen_reason(&hold.cause));
-        let msg = format!(
-            "disabled in Nova since {} ({}); fenced: stays disabled until an SRE clears the fencing",
-            hold.disabled_at.0, hold.cause
-        );
-        d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "HostFenced", msg);
-        return true;
-    }
     if health.is_some_and(|h| h.state == HealthState::Healthy) {
         match recheck(d, hold.clone(), host) {
             Recheck::Lifted => return false,

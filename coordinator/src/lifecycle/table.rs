@@ -340,6 +340,38 @@ fn acts(d: &Decision) -> Vec<String> {
     d.actions.iter().map(|a| a.to_string()).collect()
 }
 
+/// A fenced host is disabled at once (no grace, no fleet gate) and stays
+/// so when it looks healthy again: only an SRE clears a fencing.
+#[test]
+fn a_fenced_host_is_held_disabled_whatever_its_health_until_the_fencing_is_cleared() {
+    use crate::api::ConditionType::SchedulingEnabled;
+    use crate::api::hypervisor::HealthState::*;
+    let sp = spec();
+    let mut st = status(Phase::Active);
+    st.lifecycle.test_run = 1;
+    st.fencing = Some(Default::default());
+    let mut o = obs();
+    with_host(&mut o, |h| h.enabled = true);
+    o.agent.connected = false;
+    let mut failed = verdict(Failed, 0);
+    if let Some(v) = failed.as_mut() {
+        v.hold_back = Some("7 of 10 judged hosts are Unreachable or Failed".into());
+    }
+    o.health = failed;
+    let d = decide_at(&sp, &st, &o, t(10));
+    assert_eq!(acts(&d), ["disable compute service (hv-lifecycle: host unseen (fenced))"]);
+    assert_eq!(condition(&d, SchedulingEnabled).reason, "HostFenced");
+    st.lifecycle = d.record;
+    with_host(&mut o, |h| h.enabled = false);
+    // Healthy again: no recheck, no enable.
+    o.agent.connected = true;
+    o.health = verdict(Healthy, 500);
+    o.checks = Some(report(1, &[]));
+    let d = decide_at(&sp, &st, &o, t(600));
+    assert!(d.actions.is_empty(), "{d:?}");
+    assert_eq!(condition(&d, SchedulingEnabled).reason, "HostFenced");
+}
+
 /// The whole story of a host we lose sight of (docs/health.md), one
 /// decision at a time, each fed the record the last one wrote.
 #[test]
