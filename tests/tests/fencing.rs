@@ -269,13 +269,18 @@ async fn a_dead_hosts_server_is_evacuated_once_forced_down_rebuilt_stopped_and_i
 /// (credentials in a Secret of the coordinator's namespace) and one Ceph
 /// address no client of the ground uses.
 async fn give_fencing_means(region: &Region, host: &str) {
+    give_fencing_means_with(region, host, &region.env.bmc.password).await;
+}
+
+/// The same, with `password` for the BMC.
+async fn give_fencing_means_with(region: &Region, host: &str, password: &str) {
     let env = &region.env;
     let secrets: Api<Secret> =
         Api::namespaced(region.kube.client.clone(), hv_tests::rbac::COORDINATOR_NAMESPACE);
     let name = format!("bmc-{host}");
     let data = BTreeMap::from([
         ("username".to_string(), ByteString(env.bmc.username.clone().into_bytes())),
-        ("password".to_string(), ByteString(env.bmc.password.clone().into_bytes())),
+        ("password".to_string(), ByteString(password.as_bytes().to_vec())),
         ("ca.crt".to_string(), ByteString(std::fs::read(&env.bmc.ca_file).unwrap())),
     ]);
     let secret = Secret {
@@ -372,6 +377,17 @@ async fn a_failed_host_is_fenced_step_by_step_each_confirmed_and_a_host_cut_from
         },
     )
     .await;
+    let failed_since = region.hypervisor(&dead).await.and_then(|h| h.status).and_then(|s| s.health);
+    if let (Some(since), Some(started), Some(done)) =
+        (failed_since.and_then(|h| h.since), &fencing.started, &fencing.fenced)
+    {
+        let secs = |a: &jiff::Timestamp, b: &jiff::Timestamp| b.duration_since(*a).as_secs_f64();
+        eprintln!(
+            "fencing on the ground: Failed -> started {:.1} s, started -> fenced {:.1} s",
+            secs(&since.0, &started.0),
+            secs(&started.0, &done.0)
+        );
+    }
     // In order, each confirmed, and each shown by the peer itself.
     let all = [FenceStep::NovaForcedDown, FenceStep::CephBlocklisted, FenceStep::PoweredOff];
     assert_eq!(fencing.confirmed, all, "{fencing:?}");
@@ -477,5 +493,90 @@ async fn six_of_ten_hosts_lost_at_once_are_not_fenced_and_the_gate_says_why() {
             "{events:?}"
         );
     }
+    drop(coord);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_that_cannot_be_confirmed_stops_the_fencing_until_an_sre_confirms_it_by_hand() {
+    let region = Region::start("fence-stuck").await;
+    let env = region.env.clone();
+    let claims = [hosts::claim(&env).await, hosts::claim(&env).await, hosts::claim(&env).await];
+    let [dead, ..] = claims.each_ref().map(|c| c.host.clone());
+    let coord = region.coordinator(
+        None,
+        &[
+            "--node-not-ready-grace",
+            "1s",
+            "--unreachable-grace",
+            "3s",
+            "--ha-maintenance-limit",
+            "0",
+            "--fence-fresh-heartbeat",
+            "3s",
+        ],
+    );
+    let mut agents = Vec::new();
+    for claim in &claims {
+        agents.push(healthy_active(&region, &claim.host, &coord).await.1);
+    }
+    // Its BMC refuses the credentials we hold; its storage is not Ceph here.
+    give_fencing_means_with(&region, &dead, "not-the-password").await;
+    let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
+    let no_ceph = serde_json::json!({"spec": {"fencing": {"cephAddresses": null}}});
+    hvs.patch(&dead, &PatchParams::default(), &Patch::Merge(&no_ceph)).await.unwrap();
+    // Before any fencing, a confirmation is refused: nothing to confirm.
+    let out = region.hvctl().args(["confirm-fenced", &dead]).output().unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no fencing under way"), "{out:?}");
+
+    agents[0].kill();
+    let nodes: Api<Node> = Api::all(region.kube.client.clone());
+    let not_ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
+        "reason": "NodeStatusUnknown", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
+    nodes.patch_status(&dead, &PatchParams::default(), &Patch::Merge(&not_ready)).await.unwrap();
+    // Nova's step confirmed; the power step tried three times, then it stops and says why.
+    let stuck = until(
+        "the fencing stuck on its power step",
+        Duration::from_secs(90),
+        || coord.tail(30),
+        || async {
+            match region.hypervisor(&dead).await.and_then(|h| h.status).and_then(|s| s.fencing) {
+                Some(f) if f.failed.as_ref().is_some_and(|x| x.attempts >= 3) => Poll::Ready(f),
+                other => Poll::Pending(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(stuck.confirmed, [FenceStep::NovaForcedDown], "{stuck:?}");
+    let failed = stuck.failed.clone().unwrap();
+    assert_eq!(failed.step, FenceStep::PoweredOff);
+    assert!(failed.message.contains("refused the credentials (HTTP 401)"), "{failed:?}");
+    let message = region.wait_condition(&dead, "Fenced", "StepNotConfirmed", &coord).await;
+    assert!(message.contains("hvctl confirm-fenced"), "{message}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let still = region.hypervisor(&dead).await.and_then(|h| h.status).and_then(|s| s.fencing).unwrap();
+    assert!(still.fenced.is_none() && still.failed.is_some_and(|f| f.attempts == 3), "no fourth try");
+    assert_eq!(hv_tests::bmc::power_state(&env, &dead).await.unwrap(), "On", "nothing powered off");
+
+    // The SRE made sure it is off, and says so.
+    let out = region.hvctl().args(["confirm-fenced", &dead]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let fenced = until(
+        "fenced by hand",
+        Duration::from_secs(30),
+        || coord.tail(30),
+        || async {
+            match region.hypervisor(&dead).await.and_then(|h| h.status).and_then(|s| s.fencing) {
+                Some(f) if f.fenced.is_some() => Poll::Ready(f),
+                other => Poll::Pending(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(fenced.by_hand, "{fenced:?}");
+    let hv = region.hypervisor(&dead).await.unwrap();
+    let (status, _, message) = Region::condition(&hv, "Fenced");
+    assert_eq!(status, "True", "{message}");
+    assert!(message.contains("an SRE confirmed it"), "{message}");
     drop(coord);
 }

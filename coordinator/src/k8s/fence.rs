@@ -188,8 +188,19 @@ pub async fn run(
                 Err(why) => {
                     let attempts = r.failed.as_ref().filter(|f| f.step == step).map_or(0, |f| f.attempts) + 1;
                     r.failed = Some(FailedFenceStep { step, message: why.clone(), attempts });
-                    let message = format!("{step} not confirmed (try {attempts} of {ATTEMPTS}): {why}");
-                    out.condition = Some(cond(ConditionStatus::False, "StepNotConfirmed", &message));
+                    let (reason, message) = if attempts >= ATTEMPTS {
+                        let message = format!(
+                            "{step} not confirmed after {ATTEMPTS} tries: {why}. Retry it (hvctl retry {name}), or \
+                             make sure the host is fenced and say so (hvctl confirm-fenced {name})"
+                        );
+                        ("StepNotConfirmed", message)
+                    } else {
+                        (
+                            "StepRetrying",
+                            format!("{step} not confirmed (try {attempts} of {ATTEMPTS}): {why}"),
+                        )
+                    };
+                    out.condition = Some(cond(ConditionStatus::False, reason, &message));
                     out.event = Some((format!("{step}NotConfirmed"), message));
                 }
             }
