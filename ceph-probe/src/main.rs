@@ -6,10 +6,7 @@
 
 #![deny(unsafe_code)]
 
-use hv_ceph_probe::ffi;
-
-use std::path::PathBuf;
-use std::time::Duration;
+use hv_ceph_probe::ClientArgs;
 
 use clap::Parser;
 
@@ -17,18 +14,8 @@ use clap::Parser;
 #[derive(Parser, Debug)]
 #[command(name = "hv-ceph-probe", version, about)]
 struct Args {
-    /// Ceph configuration file.
-    #[arg(long)]
-    conf: PathBuf,
-    /// Client id, without `client.`.
-    #[arg(long)]
-    id: String,
-    /// The client's keyring (the conf's default search path otherwise).
-    #[arg(long)]
-    keyring: Option<PathBuf>,
-    /// Mount, monitor and OSD operation timeout.
-    #[arg(long, default_value_t = 10)]
-    timeout_secs: u64,
+    #[command(flatten)]
+    client: ClientArgs,
     /// A pool to check (repeatable).
     #[arg(long = "pool")]
     pools: Vec<String>,
@@ -36,12 +23,7 @@ struct Args {
 
 fn main() -> std::process::ExitCode {
     let a = Args::parse();
-    let client = ffi::CephClient {
-        conf: a.conf,
-        id: a.id,
-        keyring: a.keyring,
-        timeout: Duration::from_secs(a.timeout_secs),
-    };
+    let client = a.client.client();
     match serde_json::to_string(&client.check_pools(&a.pools)) {
         Ok(s) => {
             println!("{s}");

@@ -19,12 +19,12 @@ use hv_coordinator::k8s::fence::BMC_SECRET_LABEL;
 use hv_coordinator::nova::{Cloud, CloudSource, HttpPolicy, NovaClient, NovaError};
 use std::collections::BTreeMap;
 
-use hv_coordinator::api::hypervisor::{FenceStep, HealthState};
+use hv_coordinator::api::hypervisor::{FenceStep, FencingStatus, HealthState};
 use hv_coordinator::api::{Hypervisor, Phase};
 use hv_tests::env::TestEnv;
 use hv_tests::hosts;
 use hv_tests::openstack::{Admin, FakeHost, fake_host};
-use hv_tests::region::{AgentPeers, Blocklisted, Region, healthy_active, wait_health};
+use hv_tests::region::{AgentPeers, Blocklisted, Proc, Region, healthy_active, wait_health};
 use hv_tests::wait::{Poll, until};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Node, Secret};
@@ -300,6 +300,63 @@ async fn give_fencing_means_with(region: &Region, host: &str, password: &str) {
     hvs.patch(host, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
 }
 
+/// Claims `n` hosts of the ground.
+async fn claim_hosts(env: &TestEnv, n: usize) -> Vec<hosts::Claim> {
+    let mut claims = Vec::new();
+    for _ in 0..n {
+        claims.push(hosts::claim(env).await);
+    }
+    claims
+}
+
+/// The coordinator for the controller tests: short graces (a Node not
+/// Ready counts after 1 s, the agent's heartbeat is stale after 3 s), no ha
+/// maintenance; plus `extra`.
+fn fencing_coordinator(region: &Region, extra: &[&str]) -> Proc {
+    let mut args = vec![
+        "--node-not-ready-grace",
+        "1s",
+        "--unreachable-grace",
+        "3s",
+        "--ha-maintenance-limit",
+        "0",
+        "--fence-fresh-heartbeat",
+        "3s",
+    ];
+    args.extend_from_slice(extra);
+    region.coordinator(None, &args)
+}
+
+/// `host`'s kubelet stops posting: its Node's Ready turns Unknown.
+async fn kubelet_silent(region: &Region, host: &str) {
+    let nodes: Api<Node> = Api::all(region.kube.client.clone());
+    let not_ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
+        "reason": "NodeStatusUnknown", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
+    nodes.patch_status(host, &PatchParams::default(), &Patch::Merge(&not_ready)).await.unwrap();
+}
+
+/// Waits until `host`'s fencing record is such that `done`; answers it.
+async fn wait_fencing(
+    region: &Region,
+    host: &str,
+    what: &str,
+    done: impl Fn(&FencingStatus) -> bool,
+    coord: &Proc,
+) -> FencingStatus {
+    until(
+        what,
+        Duration::from_secs(90),
+        || coord.tail(30),
+        || async {
+            match region.hypervisor(host).await.and_then(|h| h.status).and_then(|s| s.fencing) {
+                Some(f) if done(&f) => Poll::Ready(f),
+                other => Poll::Pending(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+}
+
 /// The Ceph address the controller test fences: no client of the ground is there.
 const FENCED_CEPH_ADDRESS: &str = "127.0.0.2";
 
@@ -319,26 +376,13 @@ async fn a_failed_host_is_fenced_step_by_step_each_confirmed_and_a_host_cut_from
     let env = region.env.clone();
     // Four: with one dead and one cut, two of the cut one's three peers
     // still talk to us, so no quorum gate hides what is shown.
-    let claims = [
-        hosts::claim(&env).await,
-        hosts::claim(&env).await,
-        hosts::claim(&env).await,
-        hosts::claim(&env).await,
-    ];
-    let [dead, cut, other, fourth] = claims.each_ref().map(|c| c.host.clone());
+    let claims = claim_hosts(&env, 4).await;
+    let [dead, cut, other, fourth] = [0, 1, 2, 3].map(|i| claims[i].host.clone());
     let keyring = env.ceph.fence.keyring.display().to_string();
     let conf = env.ceph.conf.display().to_string();
-    let coord = region.coordinator(
-        None,
+    let coord = fencing_coordinator(
+        &region,
         &[
-            "--node-not-ready-grace",
-            "1s",
-            "--unreachable-grace",
-            "3s",
-            "--ha-maintenance-limit",
-            "0",
-            "--fence-fresh-heartbeat",
-            "3s",
             "--ceph-fence-id",
             &env.ceph.fence.id,
             "--ceph-fence-conf",
@@ -357,26 +401,12 @@ async fn a_failed_host_is_fenced_step_by_step_each_confirmed_and_a_host_cut_from
     }
     let _lift = Blocklisted::lift_later(&env, &format!("{FENCED_CEPH_ADDRESS}:0/0"));
     let admin = Admin::login(&env).await.unwrap();
-    let nodes: Api<Node> = Api::all(region.kube.client.clone());
 
     // The host dies: its agent's stream ends and its kubelet stops posting.
     agents[0].kill();
-    let not_ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
-        "reason": "NodeStatusUnknown", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
-    nodes.patch_status(&dead, &PatchParams::default(), &Patch::Merge(&not_ready)).await.unwrap();
+    kubelet_silent(&region, &dead).await;
     wait_health(&region, &dead, HealthState::Failed, &coord).await;
-    let fencing = until(
-        "the host fenced",
-        Duration::from_secs(90),
-        || coord.tail(30),
-        || async {
-            match region.hypervisor(&dead).await.and_then(|h| h.status).and_then(|s| s.fencing) {
-                Some(f) if f.fenced.is_some() => Poll::Ready(f),
-                other => Poll::Pending(format!("{other:?}")),
-            }
-        },
-    )
-    .await;
+    let fencing = wait_fencing(&region, &dead, "the host fenced", |f| f.fenced.is_some(), &coord).await;
     let failed_since = region.hypervisor(&dead).await.and_then(|h| h.status).and_then(|s| s.health);
     if let (Some(since), Some(started), Some(done)) =
         (failed_since.and_then(|h| h.since), &fencing.started, &fencing.fenced)
@@ -430,24 +460,9 @@ async fn a_failed_host_is_fenced_step_by_step_each_confirmed_and_a_host_cut_from
 async fn six_of_ten_hosts_lost_at_once_are_not_fenced_and_the_gate_says_why() {
     let region = Region::start("fence-storm").await;
     let env = region.env.clone();
-    let mut claims = Vec::new();
-    for _ in 0..10 {
-        claims.push(hosts::claim(&env).await);
-    }
+    let claims = claim_hosts(&env, 10).await;
     let names: Vec<String> = claims.iter().map(|c| c.host.clone()).collect();
-    let coord = region.coordinator(
-        None,
-        &[
-            "--node-not-ready-grace",
-            "1s",
-            "--unreachable-grace",
-            "3s",
-            "--ha-maintenance-limit",
-            "0",
-            "--fence-fresh-heartbeat",
-            "3s",
-        ],
-    );
+    let coord = fencing_coordinator(&region, &[]);
     // All ten brought up together, then waited for.
     let mut agents = Vec::new();
     for host in &names {
@@ -460,16 +475,13 @@ async fn six_of_ten_hosts_lost_at_once_are_not_fenced_and_the_gate_says_why() {
         wait_health(&region, host, HealthState::Healthy, &coord).await;
     }
     let admin = Admin::login(&env).await.unwrap();
-    let nodes: Api<Node> = Api::all(region.kube.client.clone());
     // Six at once: their agents' streams end and their kubelets stop posting.
     let lost = &names[..6];
     for agent in &mut agents[..6] {
         agent.kill();
     }
-    let not_ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
-        "reason": "NodeStatusUnknown", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
     for host in lost {
-        nodes.patch_status(host, &PatchParams::default(), &Patch::Merge(&not_ready)).await.unwrap();
+        kubelet_silent(&region, host).await;
     }
     for host in lost {
         wait_health(&region, host, HealthState::Failed, &coord).await;
@@ -500,21 +512,9 @@ async fn six_of_ten_hosts_lost_at_once_are_not_fenced_and_the_gate_says_why() {
 async fn a_step_that_cannot_be_confirmed_stops_the_fencing_until_an_sre_confirms_it_by_hand() {
     let region = Region::start("fence-stuck").await;
     let env = region.env.clone();
-    let claims = [hosts::claim(&env).await, hosts::claim(&env).await, hosts::claim(&env).await];
-    let [dead, ..] = claims.each_ref().map(|c| c.host.clone());
-    let coord = region.coordinator(
-        None,
-        &[
-            "--node-not-ready-grace",
-            "1s",
-            "--unreachable-grace",
-            "3s",
-            "--ha-maintenance-limit",
-            "0",
-            "--fence-fresh-heartbeat",
-            "3s",
-        ],
-    );
+    let claims = claim_hosts(&env, 3).await;
+    let dead = claims[0].host.clone();
+    let coord = fencing_coordinator(&region, &[]);
     let mut agents = Vec::new();
     for claim in &claims {
         agents.push(healthy_active(&region, &claim.host, &coord).await.1);
@@ -530,21 +530,14 @@ async fn a_step_that_cannot_be_confirmed_stops_the_fencing_until_an_sre_confirms
     assert!(String::from_utf8_lossy(&out.stderr).contains("no fencing under way"), "{out:?}");
 
     agents[0].kill();
-    let nodes: Api<Node> = Api::all(region.kube.client.clone());
-    let not_ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
-        "reason": "NodeStatusUnknown", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
-    nodes.patch_status(&dead, &PatchParams::default(), &Patch::Merge(&not_ready)).await.unwrap();
+    kubelet_silent(&region, &dead).await;
     // Nova's step confirmed; the power step tried three times, then it stops and says why.
-    let stuck = until(
+    let stuck = wait_fencing(
+        &region,
+        &dead,
         "the fencing stuck on its power step",
-        Duration::from_secs(90),
-        || coord.tail(30),
-        || async {
-            match region.hypervisor(&dead).await.and_then(|h| h.status).and_then(|s| s.fencing) {
-                Some(f) if f.failed.as_ref().is_some_and(|x| x.attempts >= 3) => Poll::Ready(f),
-                other => Poll::Pending(format!("{other:?}")),
-            }
-        },
+        |f| f.failed.as_ref().is_some_and(|x| x.attempts >= 3),
+        &coord,
     )
     .await;
     assert_eq!(stuck.confirmed, [FenceStep::NovaForcedDown], "{stuck:?}");
@@ -561,18 +554,7 @@ async fn a_step_that_cannot_be_confirmed_stops_the_fencing_until_an_sre_confirms
     // The SRE made sure it is off, and says so.
     let out = region.hvctl().args(["confirm-fenced", &dead]).output().unwrap();
     assert!(out.status.success(), "{out:?}");
-    let fenced = until(
-        "fenced by hand",
-        Duration::from_secs(30),
-        || coord.tail(30),
-        || async {
-            match region.hypervisor(&dead).await.and_then(|h| h.status).and_then(|s| s.fencing) {
-                Some(f) if f.fenced.is_some() => Poll::Ready(f),
-                other => Poll::Pending(format!("{other:?}")),
-            }
-        },
-    )
-    .await;
+    let fenced = wait_fencing(&region, &dead, "fenced by hand", |f| f.fenced.is_some(), &coord).await;
     assert!(fenced.by_hand, "{fenced:?}");
     let hv = region.hypervisor(&dead).await.unwrap();
     let (status, _, message) = Region::condition(&hv, "Fenced");

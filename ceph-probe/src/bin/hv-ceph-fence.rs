@@ -4,11 +4,10 @@
 //! `hv_coordinator::fence::ceph`: `{"listed": [...]}` (which of the entries
 //! asked are in the blocklist now), or `{"error": "..."}` with exit code 1.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use hv_ceph_probe::ffi;
+use hv_ceph_probe::ClientArgs;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Op {
@@ -19,21 +18,12 @@ enum Op {
 }
 
 /// Add or lift OSD blocklist entries, then read them back (run by hv-coordinator).
+/// Its client needs `mon 'allow r, allow command "osd blocklist"'`.
 #[derive(Parser, Debug)]
 #[command(name = "hv-ceph-fence", version, about)]
 struct Args {
-    /// Ceph configuration file.
-    #[arg(long)]
-    conf: PathBuf,
-    /// Client id, without `client.`; it needs `mon 'allow r, allow command "osd blocklist"'`.
-    #[arg(long)]
-    id: String,
-    /// The client's keyring (the conf's default search path otherwise).
-    #[arg(long)]
-    keyring: Option<PathBuf>,
-    /// Mount, monitor and OSD operation timeout.
-    #[arg(long, default_value_t = 10)]
-    timeout_secs: u64,
+    #[command(flatten)]
+    client: ClientArgs,
     /// How long an added entry lasts (Ceph drops it then); the default is ten years, since a
     /// fenced host's entry is lifted by the coordinator once an SRE has restored the host.
     #[arg(long, default_value_t = 315_360_000)]
@@ -46,12 +36,7 @@ struct Args {
 
 fn main() -> std::process::ExitCode {
     let a = Args::parse();
-    let client = ffi::CephClient {
-        conf: a.conf,
-        id: a.id,
-        keyring: a.keyring,
-        timeout: Duration::from_secs(a.timeout_secs),
-    };
+    let client = a.client.client();
     let add = matches!(a.op, Op::Add);
     match client.blocklist(add, &a.entries, Duration::from_secs(a.expire_secs)) {
         Ok(listed) => {
