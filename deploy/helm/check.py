@@ -88,6 +88,10 @@ def policy(case, rendered):
             [f'{by_kind["StatefulSet"][0]["metadata"]["name"]}-{i}' for i in range(by_kind["StatefulSet"][0]["spec"]["replicas"])]
         ],
         "the agent runs where the coordinator looks": bool(agent["nodeSelector"]),
+        # Fencing's limits reach the coordinator, and its Ceph identity only with its keyring.
+        "fencing flags": all(any(x.startswith(f) for x in c["args"]) for f in ("--fence-fresh-heartbeat=", "--fence-max-domain-share="))
+        and (not any(x.startswith("--ceph-fence-id=") for x in c["args"])
+             or any(m["mountPath"] == "/etc/hv/ceph" for m in c["volumeMounts"])),
         "no wildcard in RBAC": not any(
             "*" in str(r) for kind in ("ClusterRole", "Role") for o in by_kind.get(kind, []) for r in o.get("rules") or []
         ),
