@@ -314,20 +314,44 @@ async fn bmc(ctx: &Context, spec: &crate::api::hypervisor::BmcSpec) -> Result<Bm
 }
 
 /// The other managed hosts' agents: (connected, all).
+/// Only hosts whose agent belongs there count (Testing to Evicting): one
+/// onboarding, in maintenance or decommissioned says nothing of our view.
 fn other_agents(ctx: &Context, name: &str) -> (usize, usize) {
-    let others: Vec<String> = ctx.nodes.state().iter().map(|n| n.name_any()).filter(|n| n != name).collect();
+    let others: Vec<String> = in_service(ctx).into_iter().filter(|n| n != name).collect();
     (others.iter().filter(|n| ctx.registry.connected(n)).count(), others.len())
 }
 
-/// The host's failure domain: the managed Nodes that share its zone label
-/// (all of them when it has none). Answers its hosts lost (Unreachable or
-/// Failed, this one by `health`), all its hosts, and its name.
+/// The managed hosts whose agent belongs there (Testing to Evicting).
+fn in_service(ctx: &Context) -> Vec<String> {
+    let managed: std::collections::BTreeSet<String> =
+        ctx.nodes.state().iter().map(|n| n.name_any()).collect();
+    ctx.hypervisors
+        .state()
+        .iter()
+        .filter(|h| managed.contains(&h.name_any()))
+        .filter(|h| {
+            let phase = h.status.as_ref().and_then(|s| s.phase).unwrap_or_default();
+            crate::metrics::AGENT_EXPECTED.contains(&phase)
+        })
+        .map(|h| h.name_any())
+        .collect()
+}
+
+/// The host's failure domain: the managed hosts in service (Testing to
+/// Evicting) that share its zone label (all of them when it has none).
+/// Answers its hosts lost (Unreachable or Failed, this one by `health`),
+/// all its hosts, and its name.
 fn domain_of(ctx: &Context, name: &str, health: Option<HealthState>) -> (usize, usize, String) {
     let nodes = ctx.nodes.state();
     let zone_of = |n: &k8s_openapi::api::core::v1::Node| n.labels().get(ZONE_LABEL).cloned();
     let zone = nodes.iter().find(|n| n.name_any() == name).and_then(|n| zone_of(n));
-    let members: Vec<String> =
-        nodes.iter().filter(|n| zone.is_none() || zone_of(n) == zone).map(|n| n.name_any()).collect();
+    let serving = in_service(ctx);
+    let members: Vec<String> = nodes
+        .iter()
+        .filter(|n| zone.is_none() || zone_of(n) == zone)
+        .map(|n| n.name_any())
+        .filter(|n| n == name || serving.contains(n))
+        .collect();
     let lost = |s: Option<HealthState>| matches!(s, Some(HealthState::Unreachable | HealthState::Failed));
     let hypervisors = ctx.hypervisors.state();
     let recorded = |m: &str| {
