@@ -104,14 +104,20 @@ pub async fn run(
         r.failed = None;
         r.handled_retry = retry.clone();
     }
+    // Neither under way nor Failed: nothing to fence (decide's first rule),
+    // and no fleet scan on every reconcile of every healthy host.
+    if record.is_none() && health != Some(HealthState::Failed) {
+        return Fenced { record: None, condition: None, again: None, event: None };
+    }
     let steps = steps_of(&hv.spec);
-    let (lost, hosts, domain) = domain_of(ctx, &name, health);
+    let serving = in_service(ctx);
+    let (lost, hosts, domain) = domain_of(ctx, &serving, &name, health);
     let failed = record.as_ref().and_then(|r| r.failed.as_ref()).filter(|f| f.attempts >= ATTEMPTS);
     let situation = Situation {
         health: health.unwrap_or(HealthState::Healthy),
         heartbeat_age: ctx.registry.view(&name).last_seen.map(|t| now.duration_since(t)),
         blind: blind.as_deref(),
-        other_agents: other_agents(ctx, &name),
+        other_agents: other_agents(ctx, &serving, &name),
         domain: (&domain, lost, hosts),
         started_lately: started_lately(ctx, &name, now),
         steps: &steps,
@@ -135,7 +141,8 @@ pub async fn run(
             out.condition = Some(cond(ConditionStatus::False, "StepNotConfirmed", &message));
         }
         Decision::Fenced { by_hand } => {
-            let r = out.record.get_or_insert_with(|| started(now, retry.clone(), confirm.clone()));
+            // decide fences only a fencing under way: the record is there.
+            let Some(r) = out.record.as_mut() else { return out };
             if r.fenced.is_none() {
                 r.fenced = Some(Time(now));
                 r.by_hand = by_hand;
@@ -175,7 +182,7 @@ pub async fn run(
                 out.again = Some(Duration::from_millis(500));
                 return out;
             }
-            let r = out.record.get_or_insert_with(|| started(now, retry.clone(), confirm.clone()));
+            let Some(r) = out.record.as_mut() else { return out };
             tracing::warn!(node = %name, step = %step, "fencing: taking a step");
             match take(ctx, hv, host, step).await {
                 Ok(how) => {
@@ -316,9 +323,9 @@ async fn bmc(ctx: &Context, spec: &crate::api::hypervisor::BmcSpec) -> Result<Bm
 /// The other managed hosts' agents: (connected, all).
 /// Only hosts whose agent belongs there count (Testing to Evicting): one
 /// onboarding, in maintenance or decommissioned says nothing of our view.
-fn other_agents(ctx: &Context, name: &str) -> (usize, usize) {
-    let others: Vec<String> = in_service(ctx).into_iter().filter(|n| n != name).collect();
-    (others.iter().filter(|n| ctx.registry.connected(n)).count(), others.len())
+fn other_agents(ctx: &Context, serving: &[String], name: &str) -> (usize, usize) {
+    let others = serving.iter().filter(|n| *n != name);
+    (others.clone().filter(|n| ctx.registry.connected(n)).count(), others.count())
 }
 
 /// The managed hosts whose agent belongs there (Testing to Evicting).
@@ -341,11 +348,15 @@ fn in_service(ctx: &Context) -> Vec<String> {
 /// Evicting) that share its zone label (all of them when it has none).
 /// Answers its hosts lost (Unreachable or Failed, this one by `health`),
 /// all its hosts, and its name.
-fn domain_of(ctx: &Context, name: &str, health: Option<HealthState>) -> (usize, usize, String) {
+fn domain_of(
+    ctx: &Context,
+    serving: &[String],
+    name: &str,
+    health: Option<HealthState>,
+) -> (usize, usize, String) {
     let nodes = ctx.nodes.state();
     let zone_of = |n: &k8s_openapi::api::core::v1::Node| n.labels().get(ZONE_LABEL).cloned();
     let zone = nodes.iter().find(|n| n.name_any() == name).and_then(|n| zone_of(n));
-    let serving = in_service(ctx);
     let members: Vec<String> = nodes
         .iter()
         .filter(|n| zone.is_none() || zone_of(n) == zone)
