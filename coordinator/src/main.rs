@@ -170,6 +170,15 @@ struct Args {
     /// nor its Eviction's options.defaultPolicy says: liveMigrate, coldMigrate or skip.
     #[arg(long, default_value = "liveMigrate", value_parser = policy)]
     default_migration_policy: MigrationPolicy,
+    /// A fenced host's server without the hypervisor.cloud.sap:evacuate
+    /// metadata key is evacuated (true), or left (false: opt-in only).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    evacuate_by_default: bool,
+    /// A fenced host's server whose own disks were on the host's local
+    /// storage (not in Ceph RBD) is rebuilt from its image all the same,
+    /// those disks lost. Off: such a server is left and named.
+    #[arg(long)]
+    evacuate_rebuild_from_image: bool,
     /// Namespace of the leader-election Lease.
     #[arg(long, env = "POD_NAMESPACE", default_value = "hv-system")]
     namespace: String,
@@ -426,6 +435,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         default_policy: args.default_migration_policy,
         disable_timeout: args.eviction_disable_timeout,
         nova_clock_skew: args.nova_clock_skew,
+        evacuate_by_default: args.evacuate_by_default,
+        evacuate_rebuild_from_image: args.evacuate_rebuild_from_image,
     });
     let ctx = Arc::new(Context {
         client: acting.clone(),

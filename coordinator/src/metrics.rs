@@ -43,12 +43,12 @@ pub fn tally(before: &[VmStatus], step: &Step, now: Timestamp) -> Tally {
     let mut t = Tally::default();
     for a in &step.actions {
         match a {
-            Action::Migrate { attempt, .. } => {
+            Action::Migrate { attempt, .. } | Action::Evacuate { attempt, .. } => {
                 t.started += 1;
                 t.retried += u64::from(*attempt > 1);
             }
             Action::Abort { .. } => t.aborted += 1,
-            Action::ConfirmResize { .. } => {}
+            Action::ConfirmResize { .. } | Action::Start { .. } => {}
         }
     }
     for vm in &step.vms {

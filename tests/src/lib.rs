@@ -10,6 +10,7 @@ pub mod bmc;
 pub mod env;
 pub mod fake_coordinator;
 pub mod fault_proxy;
+pub mod fencing;
 pub mod hosts;
 pub mod kube_standin;
 pub mod kube_target;

@@ -298,6 +298,23 @@ impl Admin {
             .collect())
     }
 
+    /// Stops a server; answers once Nova shows it SHUTOFF.
+    pub async fn stop(&self, id: &str) -> Result<(), ApiError> {
+        let url = self.compute(&format!("servers/{id}/action"));
+        send(reqwest::Method::POST, &url, &self.token, &self.mv(), Some(json!({"os-stop": null}))).await?;
+        for _ in 0..300 {
+            if self.server(id).await?["status"] == "SHUTOFF" {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        Err(ApiError::Status {
+            what: format!("stop {id}"),
+            status: 408,
+            body: "not SHUTOFF within 30s".into(),
+        })
+    }
+
     /// Sets one metadata key on a server.
     pub async fn set_metadata(&self, id: &str, key: &str, value: &str) -> Result<(), ApiError> {
         let body = json!({"metadata": {key: value}});

@@ -15,21 +15,20 @@ use hv_coordinator::fence::{
     Bmc, CephFence, CephFenceError, PowerActuator, PowerError, PowerState, PoweredOff, Redfish,
     power_off_confirmed,
 };
-use hv_coordinator::k8s::fence::BMC_SECRET_LABEL;
 use hv_coordinator::nova::{Cloud, CloudSource, HttpPolicy, NovaClient, NovaError};
-use std::collections::BTreeMap;
 
-use hv_coordinator::api::hypervisor::{FenceStep, FencingStatus, HealthState};
+use hv_coordinator::api::hypervisor::{FenceStep, HealthState};
 use hv_coordinator::api::{Hypervisor, Phase};
 use hv_tests::env::TestEnv;
-use hv_tests::hosts;
+use hv_tests::fencing::{
+    FENCED_CEPH_ADDRESS, claim_hosts, fencing_coordinator, give_fencing_means, give_fencing_means_with,
+    kubelet_silent, wait_fencing, wait_power,
+};
 use hv_tests::openstack::{Admin, FakeHost, fake_host};
-use hv_tests::region::{AgentPeers, Blocklisted, Proc, Region, healthy_active, wait_health};
+use hv_tests::region::{AgentPeers, Blocklisted, Region, healthy_active, wait_health};
 use hv_tests::wait::{Poll, until};
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 
 fn bmc(env: &TestEnv, host: &str) -> Bmc {
     Bmc {
@@ -263,111 +262,6 @@ async fn a_dead_hosts_server_is_evacuated_once_forced_down_rebuilt_stopped_and_i
     .await;
     assert_eq!(nova.server(&id).await.unwrap().and_then(|s| s.host).as_deref(), Some(target.as_str()));
     nova.set_forced_down(&source, false).await.unwrap();
-}
-
-/// Sets the fencing means of `host`'s Hypervisor: its BMC on the ground
-/// (credentials in a Secret of the coordinator's namespace) and one Ceph
-/// address no client of the ground uses.
-async fn give_fencing_means(region: &Region, host: &str) {
-    give_fencing_means_with(region, host, &region.env.bmc.password).await;
-}
-
-/// The same, with `password` for the BMC.
-async fn give_fencing_means_with(region: &Region, host: &str, password: &str) {
-    let env = &region.env;
-    let secrets: Api<Secret> =
-        Api::namespaced(region.kube.client.clone(), hv_tests::rbac::COORDINATOR_NAMESPACE);
-    let name = format!("bmc-{host}");
-    let data = BTreeMap::from([
-        ("username".to_string(), ByteString(env.bmc.username.clone().into_bytes())),
-        ("password".to_string(), ByteString(password.as_bytes().to_vec())),
-        ("ca.crt".to_string(), ByteString(std::fs::read(&env.bmc.ca_file).unwrap())),
-    ]);
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.clone()),
-            labels: Some(BTreeMap::from([(BMC_SECRET_LABEL.to_string(), "true".to_string())])),
-            ..Default::default()
-        },
-        data: Some(data),
-        ..Default::default()
-    };
-    secrets.create(&PostParams::default(), &secret).await.unwrap();
-    let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
-    let patch = serde_json::json!({"spec": {"fencing": {
-        "bmc": {"address": env.bmc.address(host), "credentialsSecret": name},
-        "cephAddresses": [FENCED_CEPH_ADDRESS]}}});
-    hvs.patch(host, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-}
-
-/// Claims `n` hosts of the ground.
-async fn claim_hosts(env: &TestEnv, n: usize) -> Vec<hosts::Claim> {
-    let mut claims = Vec::new();
-    for _ in 0..n {
-        claims.push(hosts::claim(env).await);
-    }
-    claims
-}
-
-/// The coordinator for the controller tests: short graces (a Node not
-/// Ready counts after 1 s, the agent's heartbeat is stale after 3 s), no ha
-/// maintenance; plus `extra`.
-fn fencing_coordinator(region: &Region, extra: &[&str]) -> Proc {
-    let mut args = vec![
-        "--node-not-ready-grace",
-        "1s",
-        "--unreachable-grace",
-        "3s",
-        "--ha-maintenance-limit",
-        "0",
-        "--fence-fresh-heartbeat",
-        "3s",
-    ];
-    args.extend_from_slice(extra);
-    region.coordinator(None, &args)
-}
-
-/// `host`'s kubelet stops posting: its Node's Ready turns Unknown.
-async fn kubelet_silent(region: &Region, host: &str) {
-    let nodes: Api<Node> = Api::all(region.kube.client.clone());
-    let not_ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
-        "reason": "NodeStatusUnknown", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
-    nodes.patch_status(host, &PatchParams::default(), &Patch::Merge(&not_ready)).await.unwrap();
-}
-
-/// Waits until `host`'s fencing record is such that `done`; answers it.
-async fn wait_fencing(
-    region: &Region,
-    host: &str,
-    what: &str,
-    done: impl Fn(&FencingStatus) -> bool,
-    coord: &Proc,
-) -> FencingStatus {
-    until(
-        what,
-        Duration::from_secs(90),
-        || coord.tail(30),
-        || async {
-            match region.hypervisor(host).await.and_then(|h| h.status).and_then(|s| s.fencing) {
-                Some(f) if done(&f) => Poll::Ready(f),
-                other => Poll::Pending(format!("{other:?}")),
-            }
-        },
-    )
-    .await
-}
-
-/// The Ceph address the controller test fences: no client of the ground is there.
-const FENCED_CEPH_ADDRESS: &str = "127.0.0.2";
-
-async fn wait_power(env: &TestEnv, host: &str, want: &str) {
-    until(&format!("{host}'s system powered {want}"), Duration::from_secs(30), String::new, || async {
-        match hv_tests::bmc::power_state(env, host).await {
-            Ok(s) if s == want => Poll::Ready(()),
-            other => Poll::Pending(format!("{other:?}")),
-        }
-    })
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -82,6 +82,9 @@ pub enum ConditionType {
     /// Eviction: the host's compute service is disabled, so nothing new
     /// lands while it is emptied.
     HostDisabled,
+    /// Eviction: the host is fenced and its servers are evacuated (True),
+    /// or its fencing is under way and nothing new starts (False).
+    HostFenced,
 }
 
 impl ConditionType {
@@ -99,6 +102,7 @@ impl ConditionType {
             ConditionType::Preflight => "Preflight",
             ConditionType::Target => "Target",
             ConditionType::HostDisabled => "HostDisabled",
+            ConditionType::HostFenced => "HostFenced",
         }
     }
 
@@ -112,7 +116,10 @@ impl ConditionType {
             | ConditionType::Deleting => Owner::Lifecycle,
             ConditionType::AgentConnected => Owner::Fleet,
             ConditionType::NodeHealthy | ConditionType::Fenced => Owner::Ha,
-            ConditionType::Preflight | ConditionType::Target | ConditionType::HostDisabled => Owner::Eviction,
+            ConditionType::Preflight
+            | ConditionType::Target
+            | ConditionType::HostDisabled
+            | ConditionType::HostFenced => Owner::Eviction,
         }
     }
 }

@@ -210,6 +210,10 @@ pub struct EvictionStatus {
     /// Whether the node was re-enabled at the end.
     #[serde(default)]
     pub re_enabled: bool,
+    /// The host was fenced: its VMs are evacuated, not migrated, from then
+    /// on (docs/fencing.md). Set once, never unset.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub evacuating: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
@@ -223,7 +227,8 @@ pub enum VmState {
     /// Deleted by its owner during the eviction.
     Gone,
     NonMigratable,
-    /// Policy `Skip`: moved by somebody else.
+    /// Left on the host: policy `Skip` (moved by somebody else), or not
+    /// evacuated by its opt-in or opt-out; the reason says which.
     Skipped,
 }
 
@@ -251,6 +256,11 @@ pub struct VmStatus {
     /// Why it is non-migratable, or why the last attempt failed.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
+    /// Nova's status of the server when its first evacuation was asked
+    /// for (its attempts are evacuations). Nova rebuilds an evacuated
+    /// server stopped: one that was ACTIVE is started again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub former_status: Option<String>,
     /// Name of the current or last Migration object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration: Option<String>,

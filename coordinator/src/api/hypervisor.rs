@@ -254,6 +254,12 @@ pub struct CephSpec {
     /// RBD pools the node must be able to read as its own Ceph client.
     #[serde(default)]
     pub pools: Vec<String>,
+    /// Nova on this host keeps the servers' own disks (a root disk from an
+    /// image, ephemeral disks) in Ceph RBD (`[libvirt] images_type = rbd`):
+    /// they outlive the host, so its servers can be evacuated whole. False:
+    /// only volume-backed servers are (docs/fencing.md).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub instance_disks_on_rbd: bool,
 }
 
 /// The means to fence the host beside Nova's `forced_down` (docs/fencing.md).

@@ -6,7 +6,16 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::eviction::MigrationPolicy;
+/// How one attempt moves its VM.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum MigrationKind {
+    #[default]
+    LiveMigrate,
+    ColdMigrate,
+    /// Rebuilt elsewhere from its disks, its host fenced (docs/fencing.md).
+    Evacuate,
+}
 
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
@@ -20,6 +29,7 @@ use super::eviction::MigrationPolicy;
     printcolumn = r#"{"name":"Eviction","type":"string","jsonPath":".spec.eviction"}"#,
     printcolumn = r#"{"name":"Server","type":"string","jsonPath":".spec.serverId"}"#,
     printcolumn = r#"{"name":"Attempt","type":"integer","jsonPath":".spec.attempt"}"#,
+    printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.policy"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Target","type":"string","jsonPath":".status.targetHost"}"#,
     printcolumn = r#"{"name":"Remaining","type":"integer","jsonPath":".status.memoryRemainingBytes","priority":1}"#,
@@ -39,7 +49,9 @@ pub struct MigrationSpec {
     /// 1 for the first attempt.
     #[schemars(range(min = 1))]
     pub attempt: u32,
-    pub policy: MigrationPolicy,
+    /// How the VM is moved (the field keeps its first name; an attempt
+    /// made before evacuations existed reads the same).
+    pub policy: MigrationKind,
     /// Local disks: the migration copies them (block migration).
     #[serde(default)]
     pub block_migration: bool,

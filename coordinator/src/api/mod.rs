@@ -16,7 +16,7 @@ pub mod migration;
 pub use condition::{ConditionStatus, ConditionType};
 pub use eviction::{Eviction, EvictionPhase, EvictionReason, EvictionSpec, EvictionStatus};
 pub use hypervisor::{Hypervisor, HypervisorSpec, HypervisorStatus, MaintenanceMode, Phase};
-pub use migration::{Migration, MigrationPhase, MigrationSpec, MigrationStatus};
+pub use migration::{Migration, MigrationKind, MigrationPhase, MigrationSpec, MigrationStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

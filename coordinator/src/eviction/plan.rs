@@ -29,6 +29,14 @@
 //!   `maxAttempts` the VM is NonMigratable with the reason.
 //! - Cancelled (the Eviction is being deleted): abort what is in flight,
 //!   start nothing, end Cancelled once nothing moves.
+//! - A fenced host's VMs are evacuated ([`Evacuation`]): rebuilt elsewhere
+//!   from their disks, each attempt recorded like a migration. A server
+//!   opted out (or not opted in) is Skipped and named; one whose disks died
+//!   with the host is NonMigratable unless rebuilding from its image is
+//!   allowed. Nova cannot abort an evacuation: a stuck one is reported and
+//!   waited for (Nova refuses a second evacuate while one runs). Nova
+//!   rebuilds an evacuated server stopped: one that was ACTIVE is started,
+//!   and counts as moved once it runs.
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -39,6 +47,27 @@ use crate::nova::servers::NovaState;
 /// Server metadata key with a VM's own policy (`live`, `cold`, `skip`).
 /// (Nova metadata keys allow no `/`: `^[a-zA-Z0-9-_:. ]{1,255}$`.)
 pub const POLICY_METADATA: &str = "hypervisor.cloud.sap:eviction";
+/// Server metadata key opting a VM in (`true`) or out (`false`) of
+/// evacuation when its host is fenced.
+pub const EVACUATE_METADATA: &str = "hypervisor.cloud.sap:evacuate";
+
+/// How the servers of a fenced host are evacuated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Evacuation {
+    /// A server without the metadata key is evacuated
+    /// (`--evacuate-default`).
+    pub by_default: bool,
+    /// A server whose own disks were on the host's local storage is rebuilt
+    /// from its image all the same, those disks lost
+    /// (`--evacuate-rebuild-from-image`).
+    pub rebuild_from_image: bool,
+    /// The host kept the servers' own disks in Ceph RBD
+    /// (`spec.ceph.instanceDisksOnRbd`): they survive it.
+    pub instance_disks_on_rbd: bool,
+}
+
+/// The statuses Nova evacuates a server from.
+const EVACUABLE_STATUSES: [&str; 3] = ["ACTIVE", "SHUTOFF", "ERROR"];
 
 /// First backoff after a failed attempt; doubles per attempt, capped.
 const FIRST_BACKOFF: SignedDuration = SignedDuration::from_secs(10);
@@ -62,6 +91,13 @@ pub struct Server {
     pub pci_passthrough: bool,
     /// Local (non-volume) disks: a live migration must copy them.
     pub local_disk: bool,
+    /// Disks Nova keeps on the host's own image backend (a root disk from
+    /// an image, an ephemeral disk): lost with the host unless that backend
+    /// is Ceph RBD.
+    pub host_disks: bool,
+    /// From the server's metadata: evacuate it (or not) if its host is
+    /// fenced; None means the cluster default.
+    pub evacuate: Option<bool>,
     /// What the target host must offer (preflight).
     pub needs: crate::eviction::preflight::Needs,
 }
@@ -102,6 +138,8 @@ pub struct Input<'a> {
     pub slots: u32,
     /// The Eviction is being deleted.
     pub cancelled: bool,
+    /// The host is fenced: VMs are evacuated. None: migrated.
+    pub evacuation: Option<Evacuation>,
     pub now: Timestamp,
 }
 
@@ -114,6 +152,11 @@ pub enum Action {
     ConfirmResize { server_id: String, attempt: u32 },
     /// Ask Nova to abort this attempt's migration.
     Abort { server_id: String, attempt: u32, nova_migration_id: Option<i64>, why: String },
+    /// Ask Nova to rebuild the server elsewhere; the attempt is already
+    /// recorded.
+    Evacuate { server_id: String, attempt: u32 },
+    /// Start an evacuated server that ran before (idempotent).
+    Start { server_id: String },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -231,9 +274,7 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
     let o = input.options;
     let Some(att) = attempt(input, vm) else {
         if let Some(h) = srv.elsewhere(input.source) {
-            vm.state = VmState::Migrated;
-            vm.target_host = Some(h.to_string());
-            return;
+            return landed(vm, srv, h, input, actions);
         }
         // Asked for, not visible in Nova yet, or the request was lost in a
         // crash before it was sent. After a progress timeout the attempt
@@ -253,15 +294,14 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
         vm.retry_at = Some(Time(input.now + FIRST_BACKOFF));
         return;
     }
-    let live = srv.policy.unwrap_or(o.policy_default()) != MigrationPolicy::ColdMigrate;
+    let evacuated = vm.former_status.is_some();
+    let live = !evacuated && srv.policy.unwrap_or(o.policy_default()) != MigrationPolicy::ColdMigrate;
     match &att.nova_status {
         Some(NovaState::Completed | NovaState::Confirmed) => {
             // Nova can report completed a moment before the host field
             // moves; a host it does not say is not judged either.
             if let Some(h) = srv.elsewhere(input.source) {
-                vm.state = VmState::Migrated;
-                vm.target_host = Some(h.to_string());
-                vm.reason.clear();
+                landed(vm, srv, h, input, actions);
             }
         }
         // A cold migration is over only once confirmed (the confirmation
@@ -290,7 +330,8 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
             if let Some(why) = why {
                 vm.reason = why.clone();
                 if !live {
-                    // Nova cannot abort a cold migration: it is reported and waited for.
+                    // Nova cannot abort a cold migration or an evacuation:
+                    // it is reported and waited for.
                     return;
                 }
                 actions.push(Action::Abort {
@@ -302,6 +343,37 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
             }
         }
     }
+}
+
+/// The server is on `host` now. An evacuated one that ran before is
+/// started first (Nova rebuilds it stopped), for as long as its completion
+/// clock allows; past that it counts as moved, its status said, as it must
+/// not be evacuated twice.
+fn landed(vm: &mut VmStatus, srv: &Server, host: &str, input: &Input<'_>, actions: &mut Vec<Action>) {
+    let restart = vm.former_status.as_deref() == Some("ACTIVE") && srv.status != "ACTIVE";
+    if restart {
+        let asked = vm.attempt_started.as_ref().map_or(input.now, |t| t.0);
+        let waited = input.now.duration_since(asked);
+        let limit = completion_limit(input.options, vm.memory_bytes);
+        if waited <= limit {
+            if srv.status == "SHUTOFF" {
+                actions.push(Action::Start { server_id: vm.id.clone() });
+                vm.reason = format!("rebuilt on {host}, stopped as Nova leaves it; starting it");
+            } else {
+                vm.reason = format!("rebuilt on {host}; waiting for it to settle ({})", srv.status);
+            }
+            return;
+        }
+        vm.reason = format!(
+            "rebuilt on {host}, but {} after {}s, not ACTIVE as before: start it by hand",
+            srv.status,
+            waited.as_secs()
+        );
+    } else {
+        vm.reason.clear();
+    }
+    vm.state = VmState::Migrated;
+    vm.target_host = Some(host.to_string());
 }
 
 /// Why a running attempt counts as stuck, if it does (the two clocks).
@@ -369,6 +441,21 @@ fn start_next(vms: &mut [VmStatus], input: &Input<'_>, actions: &mut Vec<Action>
             continue;
         }
         let Some(srv) = server(input, &vm.id) else { continue };
+        if let Some(e) = &input.evacuation {
+            if let Some((state, why)) = not_evacuated(srv, e, vm.former_status.is_none()) {
+                vm.state = state;
+                vm.reason = why;
+                continue;
+            }
+            vm.former_status.get_or_insert_with(|| srv.status.clone());
+            vm.attempts += 1;
+            vm.state = VmState::Migrating;
+            vm.retry_at = None;
+            vm.attempt_started = Some(Time(input.now));
+            actions.push(Action::Evacuate { server_id: vm.id.clone(), attempt: vm.attempts });
+            free -= 1;
+            continue;
+        }
         let policy = srv.policy.unwrap_or(input.options.policy_default());
         if let Some(why) = incompatible(srv, policy, &input.options.force) {
             vm.state = VmState::NonMigratable;
@@ -387,6 +474,37 @@ fn start_next(vms: &mut [VmStatus], input: &Input<'_>, actions: &mut Vec<Action>
         });
         free -= 1;
     }
+}
+
+/// Why this server of a fenced host is not evacuated, and the final state
+/// that says so. Its status is judged before the first attempt only: a
+/// failed evacuation leaves it in a passing state, and Nova says no to a
+/// retry it will not take.
+fn not_evacuated(srv: &Server, e: &Evacuation, first: bool) -> Option<(VmState, String)> {
+    match srv.evacuate {
+        Some(false) => {
+            let why = format!("opted out of evacuation ({EVACUATE_METADATA}=false): left on the fenced host");
+            return Some((VmState::Skipped, why));
+        }
+        None if !e.by_default => {
+            let why = format!(
+                "not opted in to evacuation (no {EVACUATE_METADATA}=true, and the default is not to): \
+                 left on the fenced host"
+            );
+            return Some((VmState::Skipped, why));
+        }
+        _ => {}
+    }
+    if srv.host_disks && !e.instance_disks_on_rbd && !e.rebuild_from_image {
+        let why = "its disks were on the fenced host's own storage: a rebuild from its image would lose \
+                   them (--evacuate-rebuild-from-image allows it)";
+        return Some((VmState::NonMigratable, why.into()));
+    }
+    if first && !EVACUABLE_STATUSES.contains(&srv.status.as_str()) {
+        let why = format!("Nova evacuates only ACTIVE, SHUTOFF or ERROR servers; this one is {}", srv.status);
+        return Some((VmState::NonMigratable, why));
+    }
+    None
 }
 
 /// Why this server cannot be moved as its policy says, unless forced.

@@ -10,6 +10,11 @@
 //!   in Nova, get slots from the cluster-wide limit, step, **record** the
 //!   step (new attempts included) in the Eviction's status and a Migration
 //!   object per attempt, and only then ask Nova.
+//!
+//! A host being fenced starts nothing new; once it is fenced its servers
+//! are evacuated instead of migrated ([`Fence`], docs/fencing.md), and a
+//! preflight's findings no longer stop the eviction: what Nova cannot
+//! place fails and is recorded, the rest comes back.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,12 +30,12 @@ use super::{FIELD_MANAGER, Gate, write};
 use crate::api::condition::{DesiredCondition, merge};
 use crate::api::eviction::{EvictionPhase, EvictionStatus, MigrationPolicy, VmState, VmStatus};
 use crate::api::{
-    ConditionStatus, ConditionType, Eviction, Hypervisor, Migration, MigrationPhase, MigrationSpec,
-    MigrationStatus,
+    ConditionStatus, ConditionType, Eviction, Hypervisor, Migration, MigrationKind, MigrationPhase,
+    MigrationSpec, MigrationStatus,
 };
 use crate::eviction::checks::{self, Refusal, Target};
 use crate::eviction::limit::ClusterLimit;
-use crate::eviction::plan::{self, Action, AttemptObs, Input, Server};
+use crate::eviction::plan::{self, Action, AttemptObs, Evacuation, Input, Server};
 use crate::eviction::preflight::preflight;
 use crate::metrics::{Metrics, tally};
 use crate::nova::servers::{NovaMigration, NovaState};
@@ -63,6 +68,24 @@ pub struct EvictionContext {
     /// How far Nova's clock may be behind ours: a migration Nova created up
     /// to this long before we asked can still be the one we asked for.
     pub nova_clock_skew: Duration,
+    /// A fenced host's server without the evacuate metadata key is
+    /// evacuated (`--evacuate-default`).
+    pub evacuate_by_default: bool,
+    /// A server whose disks died with its host is rebuilt from its image
+    /// (`--evacuate-rebuild-from-image`).
+    pub evacuate_rebuild_from_image: bool,
+}
+
+/// What the host's fencing means for an eviction.
+#[derive(Clone, Debug, PartialEq)]
+enum Fence {
+    /// Not fenced: VMs are migrated.
+    None,
+    /// Being fenced: nothing new starts. A live migration off a dying host
+    /// fails, and an evacuation before the fence could run a VM twice.
+    Pending(String),
+    /// Fenced (now, or earlier in this eviction): VMs are evacuated.
+    Fenced(Evacuation),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -98,12 +121,61 @@ pub async fn reconcile(ev: Arc<Eviction>, ctx: Arc<EvictionContext>) -> Result<R
         Err(refusal) => return refuse(&ctx, &ev, refusal, now).await,
     };
     let deleting = ev.metadata.deletion_timestamp.is_some();
+    let fence = fence(&ctx, &ev).await?;
     match status_of(&ev).phase.unwrap_or_default() {
         EvictionPhase::Pending | EvictionPhase::Preflight if !deleting => {
-            run_preflight(&ctx, &ev, &source, now).await
+            run_preflight(&ctx, &ev, &source, &fence, now).await
         }
         EvictionPhase::Disabling if !deleting => wait_disabled(&ctx, &ev, &source, now).await,
-        _ => migrate(&ctx, &ev, &source, now).await,
+        _ => migrate(&ctx, &ev, &source, &fence, now).await,
+    }
+}
+
+/// The host's fencing as the Hypervisor records it, read from the API
+/// server (a lagging cache would start a live migration off a host just
+/// fenced) until the eviction has seen it fenced; from then on it evacuates
+/// whatever becomes of the record.
+async fn fence(ctx: &EvictionContext, ev: &Eviction) -> Result<Fence, Error> {
+    let status = status_of(ev);
+    let name = &ev.spec.hypervisor;
+    let hv = if status.evacuating {
+        ctx.hypervisors.get(&ObjectRef::new(name)).map(|h| (*h).clone())
+    } else {
+        Api::<Hypervisor>::all(ctx.client.clone()).get_opt(name).await?
+    };
+    let evacuation = |hv: Option<&Hypervisor>| Evacuation {
+        by_default: ctx.evacuate_by_default,
+        rebuild_from_image: ctx.evacuate_rebuild_from_image,
+        instance_disks_on_rbd: hv.is_some_and(|h| h.spec.ceph.instance_disks_on_rbd),
+    };
+    let fencing = hv.as_ref().and_then(|h| h.status.as_ref()).and_then(|s| s.fencing.as_ref());
+    Ok(match fencing {
+        _ if status.evacuating => Fence::Fenced(evacuation(hv.as_ref())),
+        Some(f) if f.fenced.is_some() => Fence::Fenced(evacuation(hv.as_ref())),
+        Some(_) => Fence::Pending(format!(
+            "{name} is being fenced: nothing new starts until it is (its servers are then evacuated)"
+        )),
+        None => Fence::None,
+    })
+}
+
+/// The `HostFenced` condition that says what the fencing does to this
+/// eviction; None when the host is not fenced.
+fn fence_condition(fence: &Fence) -> Option<DesiredCondition> {
+    match fence {
+        Fence::None => None,
+        Fence::Pending(why) => Some(DesiredCondition::new(
+            ConditionType::HostFenced,
+            ConditionStatus::False,
+            "FencingUnderWay",
+            why.clone(),
+        )),
+        Fence::Fenced(_) => Some(DesiredCondition::new(
+            ConditionType::HostFenced,
+            ConditionStatus::True,
+            "Evacuating",
+            "the host is fenced: its servers are rebuilt elsewhere (evacuated), not migrated".to_string(),
+        )),
     }
 }
 
@@ -238,8 +310,17 @@ async fn run_preflight(
     ctx: &EvictionContext,
     ev: &Eviction,
     source: &str,
+    fence: &Fence,
     now: Timestamp,
 ) -> Result<Requeue, Error> {
+    // Judged once the host's fate is known: a fenced host's findings do
+    // not stop its eviction, a live one's do.
+    if let Some(c) = fence_condition(fence).filter(|_| matches!(fence, Fence::Pending(_))) {
+        let mut s = status_of(ev);
+        s.conditions = merge(&s.conditions, &[c], now, ev.metadata.generation);
+        record(ctx, ev, s).await?;
+        return Ok(Requeue::requeue(POLL));
+    }
     let servers = ctx.nova.servers_on(source).await?;
     let candidates = ctx.nova.candidates(source).await?;
     let o = &ev.spec.options;
@@ -247,14 +328,24 @@ async fn run_preflight(
     let mut s = status_of(ev);
     s.observed_generation = ev.metadata.generation;
     s.started_at.get_or_insert(Time(now));
-    let passed = report.findings.is_empty();
-    let (status, reason, message) = if passed {
+    // A fenced host's servers cannot stay where they are: what the
+    // preflight finds is said, and each evacuation Nova cannot place fails
+    // and is recorded.
+    let evacuating = matches!(fence, Fence::Fenced(_));
+    let passed = report.findings.is_empty() || evacuating;
+    let (status, reason, message) = if report.findings.is_empty() {
         tracing::info!(eviction = %ev.name_any(), node = %source, summary = %report.summary, "preflight passed");
         s.phase = Some(EvictionPhase::Disabling);
         s.host = Some(source.to_string());
         (ConditionStatus::True, "Passed", report.summary)
+    } else if evacuating {
+        let msg = findings_message(&report.findings, false);
+        tracing::warn!(eviction = %ev.name_any(), node = %source, message = %msg, "preflight findings; evacuating all the same");
+        s.phase = Some(EvictionPhase::Disabling);
+        s.host = Some(source.to_string());
+        (ConditionStatus::False, "FoundButEvacuating", msg)
     } else {
-        let msg = findings_message(&report.findings);
+        let msg = findings_message(&report.findings, true);
         tracing::warn!(eviction = %ev.name_any(), node = %source, message = %msg, "preflight failed");
         s.phase = Some(EvictionPhase::Failed);
         s.progress = Some("preflight failed".into());
@@ -262,22 +353,26 @@ async fn run_preflight(
         (ConditionStatus::False, "Failed", msg)
     };
     let c = DesiredCondition::new(ConditionType::Preflight, status, reason, message);
-    s.conditions = merge(&s.conditions, &[c], now, ev.metadata.generation);
+    let said: Vec<DesiredCondition> = std::iter::once(c).chain(fence_condition(fence)).collect();
+    s.conditions = merge(&s.conditions, &said, now, ev.metadata.generation);
     record(ctx, ev, s).await?;
     Ok(if passed { Requeue::requeue(Duration::from_millis(100)) } else { Requeue::await_change() })
 }
 
-fn findings_message(findings: &[crate::eviction::preflight::Finding]) -> String {
+fn findings_message(findings: &[crate::eviction::preflight::Finding], stops: bool) -> String {
     const SHOWN: usize = 20;
     let lines: Vec<String> = findings.iter().take(SHOWN).map(ToString::to_string).collect();
     let mut msg = format!("{} VM(s) cannot be moved: {}", findings.len(), lines.join("; "));
     if findings.len() > SHOWN {
         msg.push_str(&format!("; and {} more", findings.len() - SHOWN));
     }
-    msg.push_str(
+    msg.push_str(if stops {
         ". Fix it and delete this Eviction (maintenance makes a new one), \
-         or list the checks to skip in spec.options.force",
-    );
+         or list the checks to skip in spec.options.force"
+    } else {
+        ". The host is fenced: every server is evacuated all the same, and one Nova cannot place \
+         is recorded after its attempts"
+    });
     msg
 }
 
@@ -336,6 +431,7 @@ async fn migrate(
     ctx: &EvictionContext,
     ev: &Eviction,
     source: &str,
+    fence: &Fence,
     now: Timestamp,
 ) -> Result<Requeue, Error> {
     let name = ev.name_any();
@@ -347,7 +443,12 @@ async fn migrate(
     let (mut options, invalid) = checks::sanitized(&ev.spec.options);
     options.default_policy.get_or_insert(ctx.default_policy);
     let in_flight = count(&before.vms, VmState::Migrating);
-    let want = if deleting || invalid.is_some() { 0 } else { options.max_parallel.saturating_sub(in_flight) };
+    let held = deleting || invalid.is_some() || matches!(fence, Fence::Pending(_));
+    let want = if held { 0 } else { options.max_parallel.saturating_sub(in_flight) };
+    let evacuation = match fence {
+        Fence::Fenced(e) => Some(*e),
+        _ => None,
+    };
     let slots = ctx.limit.grant(&name, in_flight, want);
     let step = plan::step(&Input {
         source,
@@ -357,6 +458,7 @@ async fn migrate(
         attempts: &seen.attempts,
         slots,
         cancelled: deleting,
+        evacuation,
         now,
     });
     // Record each new attempt before asking Nova, so a crash in between
@@ -364,10 +466,11 @@ async fn migrate(
     let mut s = before.clone();
     s.vms = step.vms.clone();
     s.phase = Some(step.phase);
+    s.evacuating |= evacuation.is_some();
     fill_counts(&mut s, now);
-    if let Some(c) = options_condition(&before, invalid) {
-        s.conditions = merge(&s.conditions, &[c], now, ev.metadata.generation);
-    }
+    let said = [options_condition(&before, invalid), fence_condition(fence)];
+    let said: Vec<DesiredCondition> = said.into_iter().flatten().collect();
+    s.conditions = merge(&s.conditions, &said, now, ev.metadata.generation);
     record(ctx, ev, s).await?;
     ctx.metrics.add(&tally(&before.vms, &step, now));
     for (mname, read, st) in &seen.records {
@@ -576,13 +679,30 @@ async fn act(
     for action in &step.actions {
         match action {
             Action::Migrate { server_id, attempt, live, block_migration } => {
+                let kind = if *live { MigrationKind::LiveMigrate } else { MigrationKind::ColdMigrate };
                 let vm = step.vms.iter().find(|v| &v.id == server_id).cloned().unwrap_or_default();
                 let mname = migration_name(&name, server_id, *attempt);
                 let read =
-                    create_migration(ctx, ev, &mname, source, &vm, *attempt, *live, *block_migration).await?;
-                let st = request_migration(ctx, &name, server_id, *attempt, *live, now).await?;
+                    create_migration(ctx, ev, &mname, source, &vm, *attempt, kind, *block_migration).await?;
+                let st = request_migration(ctx, &name, server_id, *attempt, kind, now).await?;
                 write_migration(ctx, &mname, read.as_deref(), &st).await;
             }
+            Action::Evacuate { server_id, attempt } => {
+                let kind = MigrationKind::Evacuate;
+                let vm = step.vms.iter().find(|v| &v.id == server_id).cloned().unwrap_or_default();
+                let mname = migration_name(&name, server_id, *attempt);
+                let read = create_migration(ctx, ev, &mname, source, &vm, *attempt, kind, false).await?;
+                let st = request_migration(ctx, &name, server_id, *attempt, kind, now).await?;
+                write_migration(ctx, &mname, read.as_deref(), &st).await;
+            }
+            // Idempotent, and asked again at the next step until the server
+            // runs: a failure is told, not fatal to the reconcile.
+            Action::Start { server_id } => match ctx.nova.start(server_id).await {
+                Ok(()) => tracing::info!(eviction = %name, server = %server_id, "evacuated server started"),
+                Err(e) => {
+                    tracing::warn!(eviction = %name, server = %server_id, error = %e, "could not start the evacuated server yet")
+                }
+            },
             Action::ConfirmResize { server_id, attempt } => {
                 ctx.nova.confirm_resize(server_id).await?;
                 tracing::info!(eviction = %name, server = %server_id, attempt, "cold migration confirmed");
@@ -617,10 +737,9 @@ async fn create_migration(
     source: &str,
     vm: &VmStatus,
     attempt: u32,
-    live: bool,
+    policy: MigrationKind,
     block_migration: bool,
 ) -> Result<Option<String>, Error> {
-    let policy = if live { MigrationPolicy::LiveMigrate } else { MigrationPolicy::ColdMigrate };
     let spec = MigrationSpec {
         eviction: ev.name_any(),
         server_id: vm.id.clone(),
@@ -647,13 +766,14 @@ async fn create_migration(
 
 /// Asks Nova to move the server; answers the attempt's Migration status.
 /// An answer that was lost leaves the attempt in flight, to be found in
-/// Nova's migrations: asking again could move the VM twice.
+/// Nova's migrations: asking again could move the VM twice (an evacuation
+/// too: a second one of a server already rebuilt moves it again).
 async fn request_migration(
     ctx: &EvictionContext,
     eviction: &str,
     server_id: &str,
     attempt: u32,
-    live: bool,
+    kind: MigrationKind,
     now: Timestamp,
 ) -> Result<MigrationStatus, Error> {
     let mut st = MigrationStatus {
@@ -662,8 +782,13 @@ async fn request_migration(
         last_progress_at: Some(Time(now)),
         ..Default::default()
     };
-    match ctx.nova.migrate(server_id, live).await {
-        Ok(()) => tracing::info!(eviction, server = %server_id, attempt, "migration requested"),
+    let asked = match kind {
+        MigrationKind::LiveMigrate => ctx.nova.migrate(server_id, true).await,
+        MigrationKind::ColdMigrate => ctx.nova.migrate(server_id, false).await,
+        MigrationKind::Evacuate => ctx.nova.evacuate(server_id).await,
+    };
+    match asked {
+        Ok(()) => tracing::info!(eviction, server = %server_id, attempt, kind = ?kind, "migration requested"),
         Err(e @ NovaError::Unknown(_)) => {
             tracing::warn!(eviction, server = %server_id, attempt, error = %e, "migration request's answer lost; looking in Nova");
             st.message =

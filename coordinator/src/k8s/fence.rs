@@ -15,10 +15,10 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::events::EventType;
 
-use super::hypervisor::{Context, RETRY_ANNOTATION};
+use super::hypervisor::{Context, Error, RETRY_ANNOTATION};
 use crate::api::condition::{ConditionStatus, ConditionType, DesiredCondition};
 use crate::api::hypervisor::{FailedFenceStep, FenceStep, FencingStatus, HealthState};
-use crate::api::{Hypervisor, HypervisorSpec};
+use crate::api::{Hypervisor, HypervisorSpec, MaintenanceMode};
 use crate::fence::ceph::CephFence;
 use crate::fence::decide::{self, Decision, FencePolicy, Situation};
 use crate::fence::redfish::{Bmc, Redfish};
@@ -35,6 +35,9 @@ pub const BMC_SECRET_LABEL: &str = "hypervisor.cloud.sap/bmc-credentials";
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 /// Tries of a step before it stands failed for an SRE.
 pub const ATTEMPTS: u32 = 3;
+/// Prefix of the maintenance reason of a host put into `ha` for being
+/// fenced.
+pub const EVACUATE_REASON_PREFIX: &str = "hv-fence: ";
 /// How long a fencing this process started counts though the cache does
 /// not show it yet.
 const CLAIM_TTL: Duration = Duration::from_secs(30);
@@ -431,4 +434,57 @@ pub async fn tell(ctx: &Context, hv: &Hypervisor, fenced: &Fenced) {
         let reference = kube::Resource::object_ref(hv, &());
         super::hypervisor::publish(ctx, &reference, EventType::Warning, reason, note).await;
     }
+}
+
+/// Writes a reconcile's fencing into the status to be written: the
+/// record, and the `Fenced` condition (gone when there is nothing to
+/// fence and nothing recorded: no gate holds anything back).
+pub fn record(
+    status: &mut crate::api::HypervisorStatus,
+    fenced: &Fenced,
+    now: Timestamp,
+    generation: Option<i64>,
+) {
+    status.fencing = fenced.record.clone();
+    match &fenced.condition {
+        Some(c) => {
+            status.conditions =
+                crate::api::condition::merge(&status.conditions, std::slice::from_ref(c), now, generation)
+        }
+        None if fenced.record.is_none() => {
+            status.conditions.retain(|c| c.type_ != ConditionType::Fenced.as_str())
+        }
+        None => {}
+    }
+}
+
+/// Puts a fenced host into `ha` maintenance once its record says fenced
+/// (written first, so its Eviction finds it fenced): its lifecycle then
+/// makes the NodeFailure Eviction that evacuates its servers. Maintenance
+/// an SRE asked for stands; its Eviction evacuates once it sees the host
+/// fenced. A conflict is an error (decided again on fresh data); any other
+/// failure is told and tried again at the next reconcile.
+pub async fn evacuate(ctx: &Context, hv: &Hypervisor) -> Result<(), Error> {
+    let fencing = hv.status.as_ref().and_then(|s| s.fencing.as_ref());
+    let Some(fenced) = fencing.and_then(|f| f.fenced.as_ref()) else { return Ok(()) };
+    if hv.spec.maintenance.is_requested() || hv.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let reason = format!("{EVACUATE_REASON_PREFIX}fenced at {}; its servers are evacuated", fenced.0);
+    let api: Api<Hypervisor> = Api::all(ctx.client.clone());
+    let reference = kube::Resource::object_ref(hv, &());
+    let (reason_, note) = match super::write::maintenance(&api, hv, MaintenanceMode::Ha, &reason).await {
+        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 422 => return Err(kube::Error::Api(e).into()),
+        Err(e) => ("EvacuationNotRequested", format!("could not set spec.maintenance to ha ({reason}): {e}")),
+        Ok(_) => (
+            "EvacuationRequested",
+            format!(
+                "spec.maintenance set to ha ({reason}): its Eviction rebuilds the servers elsewhere; \
+                 the host stays fenced until an SRE clears it"
+            ),
+        ),
+    };
+    tracing::warn!(node = %hv.name_any(), reason = reason_, "{note}");
+    super::hypervisor::publish(ctx, &reference, EventType::Warning, reason_, &note).await;
+    Ok(())
 }

@@ -151,6 +151,24 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
         policy,
         now,
     });
+    // Fencing before the lifecycle's actions: once Nova holds a dead host
+    // forced down it no longer waits on the host's nova-compute to answer a
+    // change of its enabled status (up to its RPC timeout, a minute).
+    let blind = (!verdict.judged).then(|| verdict.condition.message.clone());
+    let health_now = verdict.status.as_ref().map(|h| h.state);
+    let fenced = super::fence::run(&ctx, &hv, &seen.host, health_now, blind, now).await;
+    if status.fencing.is_none() && fenced.record.is_some() {
+        // A fencing starts: its record is written on its own, before any
+        // step and before the lifecycle acts (a disable of the dead host
+        // would wait on it); the next reconcile, at once, takes the step.
+        let mut started = status.clone();
+        super::fence::record(&mut started, &fenced, now, hv.metadata.generation);
+        let written =
+            write::status(&api(&ctx), &name, hv.metadata.resource_version.as_deref(), &started).await?;
+        ctx.written.remember(hv.metadata.resource_version.clone(), written);
+        super::fence::tell(&ctx, &hv, &fenced).await;
+        return Ok(Requeue::requeue(Duration::from_millis(100)));
+    }
     let outcome = act(&ctx, &hv, &name, &seen.host, &decision).await;
     let mut new_status =
         compose(&status, &decision, &seen.agent, &seen.obs.nova, hv.metadata.generation, now);
@@ -163,26 +181,16 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
         let held = [lifecycle::deletion::condition(verdict)];
         new_status.conditions = merge(&new_status.conditions, &held, now, hv.metadata.generation);
     }
-    let blind = (!verdict.judged).then(|| verdict.condition.message.clone());
-    let health_now = verdict.status.as_ref().map(|h| h.state);
-    let fenced = super::fence::run(&ctx, &hv, &seen.host, health_now, blind, now).await;
-    new_status.fencing = fenced.record.clone();
-    match &fenced.condition {
-        Some(c) => {
-            new_status.conditions =
-                merge(&new_status.conditions, std::slice::from_ref(c), now, hv.metadata.generation)
-        }
-        // Nothing to fence and nothing recorded: no gate holds anything back.
-        None if fenced.record.is_none() => {
-            new_status.conditions.retain(|c| c.type_ != crate::api::condition::ConditionType::Fenced.as_str())
-        }
-        None => {}
-    }
-    if new_status != status {
+    super::fence::record(&mut new_status, &fenced, now, hv.metadata.generation);
+    let hv = if new_status != status {
         let written =
             write::status(&api(&ctx), &name, hv.metadata.resource_version.as_deref(), &new_status).await?;
-        ctx.written.remember(hv.metadata.resource_version.clone(), written);
-    }
+        ctx.written.remember(hv.metadata.resource_version.clone(), written.clone());
+        Arc::new(written)
+    } else {
+        hv
+    };
+    super::fence::evacuate(&ctx, &hv).await?;
     tell(&ctx, &hv, &name, &decision, &new_status, &outcome.failures, &seen.agent).await;
     super::fence::tell(&ctx, &hv, &fenced).await;
     mark_node(&ctx, &name, &seen, new_status.health.as_ref()).await;

@@ -136,6 +136,14 @@ impl Nova for FakeNova {
         push(&self.log, format!("nova migrate {id}"));
         self.migrate.clone()
     }
+    async fn evacuate(&self, id: &str) -> Result<(), NovaError> {
+        push(&self.log, format!("nova evacuate {id}"));
+        self.migrate.clone()
+    }
+    async fn start(&self, id: &str) -> Result<(), NovaError> {
+        push(&self.log, format!("nova start {id}"));
+        Ok(())
+    }
     async fn confirm_resize(&self, _: &str) -> Result<(), NovaError> {
         Ok(())
     }
@@ -469,6 +477,8 @@ fn eviction_ctx_limited(
         default_policy: Default::default(),
         disable_timeout: Duration::from_secs(600),
         nova_clock_skew: Duration::from_secs(60),
+        evacuate_by_default: true,
+        evacuate_rebuild_from_image: false,
     };
     Ev { ctx: Arc::new(ctx), log, bodies }
 }
@@ -515,6 +525,8 @@ fn server(id: &str) -> Server {
         locked: false,
         pci_passthrough: false,
         local_disk: false,
+        host_disks: false,
+        evacuate: None,
         needs: Default::default(),
     }
 }

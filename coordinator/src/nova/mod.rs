@@ -43,6 +43,11 @@ pub trait Nova: Send + Sync {
     async fn progress_of(&self, id: &str) -> Result<Vec<Progress>, NovaError>;
     /// Not idempotent: never retried on an unknown outcome.
     async fn migrate(&self, id: &str, live: bool) -> Result<(), NovaError>;
+    /// Rebuilds a fenced host's server elsewhere. Not idempotent: never
+    /// retried on an unknown outcome.
+    async fn evacuate(&self, id: &str) -> Result<(), NovaError>;
+    /// Starts a stopped server (idempotent).
+    async fn start(&self, id: &str) -> Result<(), NovaError>;
     async fn confirm_resize(&self, id: &str) -> Result<(), NovaError>;
     async fn abort_migration(&self, id: &str, migration: i64) -> Result<(), NovaError>;
     /// Holds the host's compute service forced down (fencing; idempotent).
@@ -83,6 +88,12 @@ impl Nova for NovaClient {
     }
     async fn migrate(&self, id: &str, live: bool) -> Result<(), NovaError> {
         NovaClient::migrate(self, id, live).await
+    }
+    async fn evacuate(&self, id: &str) -> Result<(), NovaError> {
+        NovaClient::evacuate(self, id).await
+    }
+    async fn start(&self, id: &str) -> Result<(), NovaError> {
+        NovaClient::start(self, id).await
     }
     async fn confirm_resize(&self, id: &str) -> Result<(), NovaError> {
         NovaClient::confirm_resize(self, id).await

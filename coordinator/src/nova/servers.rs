@@ -8,7 +8,7 @@ use super::error::NovaError;
 use super::host::NovaClient;
 use super::http::{Call, Service, field};
 use crate::api::eviction::MigrationPolicy;
-use crate::eviction::plan::{POLICY_METADATA, Server};
+use crate::eviction::plan::{EVACUATE_METADATA, POLICY_METADATA, Server};
 use crate::eviction::preflight::{Needs, flavor_resources};
 
 #[derive(Debug, Deserialize)]
@@ -60,6 +60,11 @@ impl ServerDetail {
             Some("skip") => Some(MigrationPolicy::Skip),
             _ => None,
         };
+        let evacuate = match self.metadata.get(EVACUATE_METADATA).map(|v| v.trim().to_ascii_lowercase()) {
+            Some(v) if matches!(v.as_str(), "true" | "yes" | "1") => Some(true),
+            Some(v) if matches!(v.as_str(), "false" | "no" | "0") => Some(false),
+            _ => None,
+        };
         let image_backed = !matches!(&self.image, Value::String(s) if s.is_empty()) && !self.image.is_null();
         Server {
             id: self.id,
@@ -71,6 +76,8 @@ impl ServerDetail {
             locked: self.locked,
             pci_passthrough: self.flavor.extra_specs.contains_key("pci_passthrough:alias"),
             local_disk: image_backed && self.flavor.disk > 0,
+            host_disks: image_backed || self.flavor.ephemeral > 0,
+            evacuate,
             needs: needs(&self.flavor, !image_backed, self.pinned_availability_zone, self.tenant_id),
         }
     }

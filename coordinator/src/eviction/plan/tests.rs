@@ -22,6 +22,8 @@ fn srv(id: &str, gib: u64) -> Server {
         locked: false,
         pci_passthrough: false,
         local_disk: false,
+        host_disks: false,
+        evacuate: None,
         needs: Default::default(),
     }
 }
@@ -33,7 +35,17 @@ fn input<'a>(
     attempts: &'a [AttemptObs],
     now: Timestamp,
 ) -> Input<'a> {
-    Input { source: "src", options: o, vms, servers, attempts, slots: 5, cancelled: false, now }
+    Input {
+        source: "src",
+        options: o,
+        vms,
+        servers,
+        attempts,
+        slots: 5,
+        cancelled: false,
+        evacuation: None,
+        now,
+    }
 }
 
 fn running(id: &str, attempt: u32, started: i64, progress: i64) -> AttemptObs {
@@ -55,7 +67,7 @@ fn migrated_ids(actions: &[Action]) -> Vec<&str> {
         .iter()
         .filter_map(|a| match a {
             Action::Migrate { server_id, .. } => Some(server_id.as_str()),
-            Action::Abort { .. } | Action::ConfirmResize { .. } => None,
+            _ => None,
         })
         .collect()
 }
@@ -354,6 +366,7 @@ proptest! {
         sizes in prop::collection::vec(1u64..32, 1..12),
         fates in prop::collection::vec(fate(), 64),
         parallel in 1u32..4,
+        evacuating in any::<bool>(),
     ) {
         let o = EvictionOptions { max_parallel: parallel, max_attempts: 3, ..EvictionOptions::default() };
         // Every third server cold-migrates (finished, then confirmed).
@@ -368,13 +381,43 @@ proptest! {
         let mut fates = fates.into_iter().cycle();
         let mut now = 0i64;
         let mut finished = false;
+        let evacuation = evacuating.then_some(Evacuation { by_default: true, rebuild_from_image: false, instance_disks_on_rbd: true });
         for _ in 0..2000 {
-            let s = step(&input(&o, &vms, &servers, &attempts, t(now)));
+            let s = step(&Input { evacuation, ..input(&o, &vms, &servers, &attempts, t(now)) });
             let in_flight = s.vms.iter().filter(|v| v.state == VmState::Migrating).count();
             prop_assert!(in_flight <= parallel as usize, "{in_flight} in flight");
             for a in &s.actions {
                 match a {
+                    Action::Evacuate { server_id, attempt } => {
+                        prop_assert!(evacuating, "an evacuation of a host not fenced");
+                        prop_assert!(asked.insert((server_id.clone(), *attempt)), "{server_id} attempt {attempt} asked twice");
+                        let here = servers.iter().find(|x| &x.id == server_id);
+                        prop_assert!(here.is_none_or(|x| x.host.as_deref() == Some("src")), "{server_id} evacuated twice");
+                        let obs = running(server_id, *attempt, now, now);
+                        match fates.next().unwrap_or(Fate::Completes) {
+                            // Nova cannot abort an evacuation; a hanging one would never end.
+                            Fate::Completes | Fate::Hangs => {
+                                if let Some(sv) = servers.iter_mut().find(|x| &x.id == server_id) {
+                                    sv.host = Some("dst".into());
+                                    sv.status = "SHUTOFF".into();
+                                }
+                                attempts.push(AttemptObs { nova_status: Some("done".into()), ..obs });
+                            }
+                            Fate::Fails => {
+                                if let Some(sv) = servers.iter_mut().find(|x| &x.id == server_id) { sv.status = "ERROR".into(); }
+                                attempts.push(AttemptObs { nova_status: Some("error".into()), ..obs });
+                            }
+                            Fate::Deleted => servers.retain(|x| &x.id != server_id),
+                            Fate::NotSent => attempts.push(AttemptObs { nova_migration_id: None, nova_status: None, not_sent: true, ..obs }),
+                        }
+                    }
+                    Action::Start { server_id } => {
+                        let sv = servers.iter_mut().find(|x| &x.id == server_id);
+                        prop_assert!(sv.as_ref().is_some_and(|x| x.host.as_deref() == Some("dst") && x.status == "SHUTOFF"), "start of a server not rebuilt");
+                        if let Some(x) = sv { x.status = "ACTIVE".into(); }
+                    }
                     Action::Migrate { server_id, attempt, .. } => {
+                        prop_assert!(!evacuating, "a migration off a fenced host");
                         prop_assert!(asked.insert((server_id.clone(), *attempt)), "{server_id} attempt {attempt} asked twice");
                         let obs = running(server_id, *attempt, now, now);
                         let cold = servers.iter().any(|x| &x.id == server_id && x.policy == Some(MigrationPolicy::ColdMigrate));
@@ -428,6 +471,9 @@ proptest! {
         for v in &vms {
             if v.state == VmState::Migrated {
                 prop_assert_eq!(v.target_host.as_deref(), Some("dst"));
+                // Every server ran before: an evacuated one runs again.
+                let status = servers.iter().find(|x| x.id == v.id).map(|x| x.status.as_str());
+                prop_assert_eq!(status, Some("ACTIVE"), "{} not restored", v.id);
             }
         }
     }
@@ -512,4 +558,134 @@ fn a_request_that_never_reached_nova_is_asked_again_and_does_not_count() {
     let s = step(&input(&o, &s.vms, &servers, &[unsent, failed], t(12)));
     assert_eq!(s.vms[0].state, VmState::NonMigratable);
     assert!(s.vms[0].reason.starts_with("1 attempts failed"), "{}", s.vms[0].reason);
+}
+
+fn fenced(by_default: bool, rebuild_from_image: bool, rbd: bool) -> Evacuation {
+    Evacuation { by_default, rebuild_from_image, instance_disks_on_rbd: rbd }
+}
+
+fn evacuated_ids(actions: &[Action]) -> Vec<&str> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Evacuate { server_id, .. } => Some(server_id.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_fenced_hosts_servers_are_evacuated_by_their_opt_in_and_their_disks() {
+    let o = EvictionOptions { max_parallel: 8, ..EvictionOptions::default() };
+    let with = |id: &str, evacuate: Option<bool>, host_disks: bool, status: &str| {
+        let mut s = srv(id, 1);
+        s.evacuate = evacuate;
+        s.host_disks = host_disks;
+        s.status = status.into();
+        s
+    };
+    let servers = [
+        with("in", Some(true), false, "ACTIVE"),
+        with("out", Some(false), false, "ACTIVE"),
+        with("plain", None, false, "SHUTOFF"),
+        with("local", None, true, "ACTIVE"),
+        with("paused", None, false, "PAUSED"),
+    ];
+    let judged = |e: Evacuation| {
+        let s = step(&Input { evacuation: Some(e), ..input(&o, &[], &servers, &[], t(0)) });
+        let states: Vec<(String, VmState)> = s.vms.iter().map(|v| (v.id.clone(), v.state)).collect();
+        (states, evacuated_ids(&s.actions).into_iter().map(String::from).collect::<Vec<_>>(), s)
+    };
+    let (_, evacuated, s) = judged(fenced(true, false, false));
+    assert_eq!(evacuated, ["in", "plain"], "opted out, local disks and PAUSED are not evacuated");
+    let reason = |s: &Step, id: &str| s.vms.iter().find(|v| v.id == id).map(|v| (v.state, v.reason.clone()));
+    assert!(matches!(reason(&s, "out"), Some((VmState::Skipped, r)) if r.contains("opted out")));
+    assert!(matches!(reason(&s, "local"), Some((VmState::NonMigratable, r)) if r.contains("would lose")));
+    assert!(matches!(reason(&s, "paused"), Some((VmState::NonMigratable, r)) if r.contains("PAUSED")));
+    assert!(s.actions.iter().all(|a| matches!(a, Action::Evacuate { attempt: 1, .. })), "no migration");
+    let former: Vec<Option<&str>> = s.vms.iter().map(|v| v.former_status.as_deref()).collect();
+    assert!(
+        former.contains(&Some("SHUTOFF")) && former.contains(&Some("ACTIVE")),
+        "the status before is kept"
+    );
+    // Disks in Ceph, or a site that accepts a rebuild from the image: local too.
+    assert_eq!(judged(fenced(true, false, true)).1, ["in", "local", "plain"]);
+    assert_eq!(judged(fenced(true, true, false)).1, ["in", "local", "plain"]);
+    // Opt-in only: the server without the key is left, and named.
+    let (states, evacuated, _) = judged(fenced(false, false, false));
+    assert_eq!(evacuated, ["in"]);
+    assert!(states.contains(&("plain".to_string(), VmState::Skipped)));
+}
+
+#[test]
+fn an_evacuated_server_that_ran_is_started_and_counts_once_it_runs() {
+    let o = EvictionOptions::default();
+    let e = Some(fenced(true, false, true));
+    let mut servers = vec![srv("a", 1)];
+    let first = step(&Input { evacuation: e, ..input(&o, &[], &servers, &[], t(0)) });
+    assert_eq!(evacuated_ids(&first.actions), ["a"]);
+    // Rebuilt elsewhere, stopped, as Nova 2.95+ leaves it.
+    servers[0].host = Some("dst".into());
+    servers[0].status = "SHUTOFF".into();
+    let done =
+        [AttemptObs { nova_status: Some("done".into()), progress_reported: false, ..running("a", 1, 0, 0) }];
+    let s = step(&Input { evacuation: e, ..input(&o, &first.vms, &servers, &done, t(5)) });
+    assert_eq!(s.actions, [Action::Start { server_id: "a".into() }]);
+    assert_eq!(s.vms[0].state, VmState::Migrating, "not moved until it runs");
+    assert_eq!(s.phase, EvictionPhase::Migrating);
+    // Still rebuilding: waited for, nothing asked.
+    servers[0].status = "REBUILD".into();
+    let s = step(&Input { evacuation: e, ..input(&o, &first.vms, &servers, &done, t(6)) });
+    assert!(s.actions.is_empty() && s.vms[0].state == VmState::Migrating);
+    servers[0].status = "ACTIVE".into();
+    let s = step(&Input { evacuation: e, ..input(&o, &first.vms, &servers, &done, t(9)) });
+    assert_eq!((s.vms[0].state, s.vms[0].target_host.as_deref()), (VmState::Migrated, Some("dst")));
+    assert!(s.actions.is_empty());
+    assert_eq!(s.phase, EvictionPhase::Succeeded);
+    // One that never starts counts as moved after its completion clock, said: never evacuated twice.
+    servers[0].status = "SHUTOFF".into();
+    let late = step(&Input { evacuation: e, ..input(&o, &first.vms, &servers, &done, t(151)) });
+    assert_eq!(late.vms[0].state, VmState::Migrated);
+    assert!(late.vms[0].reason.contains("start it by hand"), "{}", late.vms[0].reason);
+    assert!(late.actions.is_empty());
+    // One that was SHUTOFF before stays so.
+    let mut off = vec![srv("b", 1)];
+    off[0].status = "SHUTOFF".into();
+    let first = step(&Input { evacuation: e, ..input(&o, &[], &off, &[], t(0)) });
+    off[0].host = Some("dst".into());
+    let done = [AttemptObs { nova_status: Some("done".into()), ..running("b", 1, 0, 0) }];
+    let s = step(&Input { evacuation: e, ..input(&o, &first.vms, &off, &done, t(5)) });
+    assert_eq!(s.vms[0].state, VmState::Migrated);
+    assert!(s.actions.is_empty(), "not started");
+}
+
+#[test]
+fn a_failed_evacuation_is_retried_and_a_stuck_one_waited_for_never_aborted() {
+    let o = EvictionOptions { max_attempts: 2, ..EvictionOptions::default() };
+    let e = Some(fenced(true, false, true));
+    let servers = vec![srv("a", 1)];
+    let first = step(&Input { evacuation: e, ..input(&o, &[], &servers, &[], t(0)) });
+    // Stuck far past the completion clock: reported, not aborted, not retried.
+    let hung = [AttemptObs {
+        nova_status: Some("pre-migrating".into()),
+        progress_reported: false,
+        ..running("a", 1, 0, 0)
+    }];
+    let s = step(&Input { evacuation: e, ..input(&o, &first.vms, &servers, &hung, t(900)) });
+    assert!(s.actions.is_empty(), "{:?}", s.actions);
+    assert_eq!(s.vms[0].state, VmState::Migrating);
+    assert!(s.vms[0].reason.contains("running"), "{}", s.vms[0].reason);
+    // Failed: a new attempt after the backoff, then recorded.
+    let mut err = servers.clone();
+    err[0].status = "ERROR".into();
+    let failed = [AttemptObs { nova_status: Some("error".into()), ..running("a", 1, 0, 0) }];
+    let s = step(&Input { evacuation: e, ..input(&o, &first.vms, &err, &failed, t(5)) });
+    assert_eq!(s.vms[0].state, VmState::Backoff);
+    let again = step(&Input { evacuation: e, ..input(&o, &s.vms, &err, &[], t(20)) });
+    assert_eq!(again.actions, [Action::Evacuate { server_id: "a".into(), attempt: 2 }]);
+    assert_eq!(again.vms[0].former_status.as_deref(), Some("ACTIVE"), "the status before the first attempt");
+    let failed2 = [AttemptObs { nova_status: Some("error".into()), ..running("a", 2, 20, 20) }];
+    let end = step(&Input { evacuation: e, ..input(&o, &again.vms, &err, &failed2, t(25)) });
+    assert_eq!(end.vms[0].state, VmState::NonMigratable);
+    assert_eq!(end.phase, EvictionPhase::Succeeded);
 }

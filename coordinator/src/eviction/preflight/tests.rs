@@ -15,6 +15,8 @@ fn vm(id: &str, vcpus: u64, ram_mb: u64) -> Server {
         locked: false,
         pci_passthrough: false,
         local_disk: false,
+        host_disks: false,
+        evacuate: None,
         needs: Needs {
             resources: BTreeMap::from([("VCPU".into(), vcpus), ("MEMORY_MB".into(), ram_mb)]),
             project_id: "p1".into(),

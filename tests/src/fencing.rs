@@ -1,0 +1,126 @@
+//! What the fencing and evacuation tests share: a host's fencing means on
+//! the ground (its BMC and a Ceph address), the coordinator with short
+//! graces, a kubelet gone silent, and waits on the fencing record.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test helper that fails fails its test
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hv_coordinator::api::Hypervisor;
+use hv_coordinator::api::hypervisor::FencingStatus;
+use hv_coordinator::k8s::fence::BMC_SECRET_LABEL;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+
+use crate::env::TestEnv;
+use crate::hosts;
+use crate::region::{Proc, Region};
+use crate::wait::{Poll, until};
+
+/// The Ceph address the controller test fences: no client of the ground is there.
+pub const FENCED_CEPH_ADDRESS: &str = "127.0.0.2";
+
+/// Sets the fencing means of `host`'s Hypervisor: its BMC on the ground
+/// (credentials in a Secret of the coordinator's namespace) and one Ceph
+/// address no client of the ground uses.
+pub async fn give_fencing_means(region: &Region, host: &str) {
+    give_fencing_means_with(region, host, &region.env.bmc.password).await;
+}
+
+/// The same, with `password` for the BMC.
+pub async fn give_fencing_means_with(region: &Region, host: &str, password: &str) {
+    let env = &region.env;
+    let secrets: Api<Secret> =
+        Api::namespaced(region.kube.client.clone(), crate::rbac::COORDINATOR_NAMESPACE);
+    let name = format!("bmc-{host}");
+    let data = BTreeMap::from([
+        ("username".to_string(), ByteString(env.bmc.username.clone().into_bytes())),
+        ("password".to_string(), ByteString(password.as_bytes().to_vec())),
+        ("ca.crt".to_string(), ByteString(std::fs::read(&env.bmc.ca_file).unwrap())),
+    ]);
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(BTreeMap::from([(BMC_SECRET_LABEL.to_string(), "true".to_string())])),
+            ..Default::default()
+        },
+        data: Some(data),
+        ..Default::default()
+    };
+    secrets.create(&PostParams::default(), &secret).await.unwrap();
+    let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
+    let patch = serde_json::json!({"spec": {"fencing": {
+        "bmc": {"address": env.bmc.address(host), "credentialsSecret": name},
+        "cephAddresses": [FENCED_CEPH_ADDRESS]}}});
+    hvs.patch(host, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+}
+
+/// Claims `n` hosts of the ground.
+pub async fn claim_hosts(env: &TestEnv, n: usize) -> Vec<hosts::Claim> {
+    let mut claims = Vec::new();
+    for _ in 0..n {
+        claims.push(hosts::claim(env).await);
+    }
+    claims
+}
+
+/// The coordinator for the controller tests: short graces (a Node not
+/// Ready counts after 1 s, the agent's heartbeat is stale after 3 s), no ha
+/// maintenance; plus `extra`.
+pub fn fencing_coordinator(region: &Region, extra: &[&str]) -> Proc {
+    let mut args = vec![
+        "--node-not-ready-grace",
+        "1s",
+        "--unreachable-grace",
+        "3s",
+        "--ha-maintenance-limit",
+        "0",
+        "--fence-fresh-heartbeat",
+        "3s",
+    ];
+    args.extend_from_slice(extra);
+    region.coordinator(None, &args)
+}
+
+/// `host`'s kubelet stops posting: its Node's Ready turns Unknown.
+pub async fn kubelet_silent(region: &Region, host: &str) {
+    let nodes: Api<Node> = Api::all(region.kube.client.clone());
+    let not_ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
+        "reason": "NodeStatusUnknown", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
+    nodes.patch_status(host, &PatchParams::default(), &Patch::Merge(&not_ready)).await.unwrap();
+}
+
+/// Waits until `host`'s fencing record is such that `done`; answers it.
+pub async fn wait_fencing(
+    region: &Region,
+    host: &str,
+    what: &str,
+    done: impl Fn(&FencingStatus) -> bool,
+    coord: &Proc,
+) -> FencingStatus {
+    until(
+        what,
+        Duration::from_secs(90),
+        || coord.tail(30),
+        || async {
+            match region.hypervisor(host).await.and_then(|h| h.status).and_then(|s| s.fencing) {
+                Some(f) if done(&f) => Poll::Ready(f),
+                other => Poll::Pending(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+}
+
+pub async fn wait_power(env: &TestEnv, host: &str, want: &str) {
+    until(&format!("{host}'s system powered {want}"), Duration::from_secs(30), String::new, || async {
+        match crate::bmc::power_state(env, host).await {
+            Ok(s) if s == want => Poll::Ready(()),
+            other => Poll::Pending(format!("{other:?}")),
+        }
+    })
+    .await;
+}
