@@ -295,6 +295,26 @@ impl Region {
         format!("hv-e2e-{}", self.id)
     }
 
+    /// Waits (up to 30 s) until coordinator `p` holds the Lease.
+    pub async fn wait_leading(&self, p: &Proc) {
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(self.kube.client.clone(), crate::rbac::COORDINATOR_NAMESPACE);
+        let me = p.pod.clone().unwrap_or_else(|| panic!("{} runs in no Pod", p.name));
+        until(
+            &format!("{} leading", p.name),
+            Duration::from_secs(30),
+            || p.tail(20),
+            || async {
+                let lease = leases.get_opt(&self.lease()).await.ok().flatten();
+                match lease.and_then(|l| l.spec).and_then(|s| s.holder_identity) {
+                    Some(h) if h == me => Poll::Ready(()),
+                    other => Poll::Pending(format!("held by {other:?}")),
+                }
+            },
+        )
+        .await;
+    }
+
     /// Whether the Pod of coordinator `p` carries the leader label.
     pub async fn leader_labelled(&self, p: &Proc) -> bool {
         self.pod_labelled(p.pod.as_deref().unwrap_or_else(|| panic!("{} runs in no Pod", p.name))).await

@@ -10,14 +10,14 @@
 use std::time::Duration;
 
 use hv_coordinator::api::eviction::VmState;
-use hv_coordinator::api::hypervisor::FenceStep;
+use hv_coordinator::api::hypervisor::{FenceStep, HealthState};
 use hv_coordinator::api::{Eviction, EvictionPhase, EvictionReason, Hypervisor, Migration, MigrationKind};
 use hv_coordinator::eviction::plan::EVACUATE_METADATA;
 use hv_tests::fencing::{
     FENCED_CEPH_ADDRESS, fencing_coordinator, give_fencing_means, kubelet_silent, wait_fencing, wait_power,
 };
 use hv_tests::openstack::{Admin, FakeHost, fake_host};
-use hv_tests::region::{Blocklisted, Region, healthy_active, wait_health};
+use hv_tests::region::{Blocklisted, Proc, Region, healthy_active, wait_health};
 use hv_tests::wait::{Poll, until};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -28,6 +28,14 @@ async fn evacuations(admin: &Admin, id: &str) -> usize {
     migrations.iter().filter(|m| m["migration_type"] == "evacuation").count()
 }
 
+/// When Nova created the server's evacuation record.
+async fn nova_evacuation_created(admin: &Admin, id: &str) -> jiff::Timestamp {
+    let migrations = admin.migrations_of(id).await.unwrap();
+    let evacuation = migrations.iter().find(|m| m["migration_type"] == "evacuation").unwrap();
+    let created = evacuation["created_at"].as_str().unwrap();
+    hv_coordinator::nova::servers::parse_nova_time(created).unwrap()
+}
+
 /// The host and status Nova shows for a server.
 async fn placed(admin: &Admin, id: &str) -> (String, String) {
     let s = admin.server(id).await.unwrap();
@@ -35,55 +43,116 @@ async fn placed(admin: &Admin, id: &str) -> (String, String) {
     (host, s["status"].as_str().unwrap_or_default().to_string())
 }
 
+/// A zone of three Active hosts with their agents, the first (the one to
+/// kill) with its fencing means (its BMC, a Ceph address) and its servers'
+/// disks in Ceph; its coordinator, started with `args` (the same for every
+/// restart).
+struct Scene {
+    region: Region,
+    zone: hv_tests::hosts::Zone,
+    dead: String,
+    coord: Proc,
+    args: Vec<String>,
+    agents: Vec<Proc>,
+    admin: Admin,
+    _lift: Blocklisted,
+}
+
+impl Scene {
+    async fn start(test: &str) -> Scene {
+        let region = Region::start(test).await;
+        let env = region.env.clone();
+        let zone = hv_tests::hosts::zone(&env, 2).await;
+        let dead = zone.source.host.clone();
+        let args = vec![
+            "--ceph-fence-id".to_string(),
+            env.ceph.fence.id.clone(),
+            "--ceph-fence-conf".to_string(),
+            env.ceph.conf.display().to_string(),
+            "--ceph-fence-keyring".to_string(),
+            env.ceph.fence.keyring.display().to_string(),
+        ];
+        let coord = Scene::coordinator_of(&region, &args);
+        // The dead one's two peers are the agent quorum, and the targets
+        // Nova picks from.
+        let mut agents = Vec::new();
+        for host in std::iter::once(&dead).chain(zone.targets.iter().map(|t| &t.host)) {
+            agents.push(healthy_active(&region, host, &coord).await.1);
+        }
+        give_fencing_means(&region, &dead).await;
+        let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
+        let rbd = serde_json::json!({"spec": {"ceph": {"instanceDisksOnRbd": true}}});
+        hvs.patch(&dead, &PatchParams::default(), &Patch::Merge(&rbd)).await.unwrap();
+        wait_power(&env, &dead, "On").await;
+        let _lift = Blocklisted::lift_later(&env, &format!("{FENCED_CEPH_ADDRESS}:0/0"));
+        let admin = Admin::login(&env).await.unwrap();
+        Scene { region, zone, dead, coord, args, agents, admin, _lift }
+    }
+
+    fn coordinator_of(region: &Region, args: &[String]) -> Proc {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        fencing_coordinator(region, &args)
+    }
+
+    /// Boots `names` on the host to kill; answers their ids.
+    async fn boot(&self, names: &[&str]) -> Vec<String> {
+        let tag = std::process::id();
+        let mut ids = Vec::new();
+        for name in names {
+            ids.push(self.zone.boot(&self.admin, &format!("evac-{name}-{tag}"), &self.dead, "1").await);
+        }
+        ids
+    }
+
+    /// The host dies: its agent, its kubelet and its nova-compute.
+    async fn kill_host(&mut self) {
+        self.agents[0].kill();
+        kubelet_silent(&self.region, &self.dead).await;
+        fake_host(&self.region.env.nova, &self.dead, FakeHost::Stop).await.unwrap();
+    }
+
+    /// Waits until the host's Eviction succeeded; answers it.
+    async fn evacuated(&self, within: Duration) -> Eviction {
+        let evs: Api<Eviction> = Api::all(self.region.kube.client.clone());
+        until(
+            "the evacuation over",
+            within,
+            || self.coord.tail(30),
+            || async {
+                let list = evs.list(&ListParams::default()).await.unwrap();
+                match list.items.into_iter().find(|e| e.spec.hypervisor == self.dead) {
+                    Some(e) if e.status.as_ref().and_then(|s| s.phase) == Some(EvictionPhase::Succeeded) => {
+                        Poll::Ready(e)
+                    }
+                    other => Poll::Pending(format!("{:?}", other.and_then(|e| e.status))),
+                }
+            },
+        )
+        .await
+    }
+
+    /// The Migration objects of attempts off the host to kill.
+    async fn migrations(&self) -> Vec<Migration> {
+        let migs: Api<Migration> = Api::all(self.region.kube.client.clone());
+        let all = migs.list(&ListParams::default()).await.unwrap().items;
+        all.into_iter().filter(|m| m.spec.source_host == self.dead).collect()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dead_hosts_opted_in_servers_are_evacuated_once_each_in_their_former_power_state() {
-    let region = Region::start("evacuation").await;
-    let env = region.env.clone();
-    let zone = hv_tests::hosts::zone(&env, 2).await;
-    let dead = zone.source.host.clone();
-    let keyring = env.ceph.fence.keyring.display().to_string();
-    let conf = env.ceph.conf.display().to_string();
-    let coord = fencing_coordinator(
-        &region,
-        &[
-            "--ceph-fence-id",
-            &env.ceph.fence.id,
-            "--ceph-fence-conf",
-            &conf,
-            "--ceph-fence-keyring",
-            &keyring,
-        ],
-    );
-    // The zone's three hosts in service: the dead one's two peers are the
-    // agent quorum, and the targets Nova picks from.
-    let mut agents = Vec::new();
-    for host in std::iter::once(&dead).chain(zone.targets.iter().map(|t| &t.host)) {
-        agents.push(healthy_active(&region, host, &coord).await.1);
-    }
-    give_fencing_means(&region, &dead).await;
-    let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
-    let rbd = serde_json::json!({"spec": {"ceph": {"instanceDisksOnRbd": true}}});
-    hvs.patch(&dead, &PatchParams::default(), &Patch::Merge(&rbd)).await.unwrap();
-    wait_power(&env, &dead, "On").await;
-    let _lift = Blocklisted::lift_later(&env, &format!("{FENCED_CEPH_ADDRESS}:0/0"));
-
+    let mut scene = Scene::start("evacuation").await;
     // Four servers: two running, one stopped, one opted out.
-    let admin = Admin::login(&env).await.unwrap();
-    let tag = std::process::id();
-    let mut servers = Vec::new();
-    for name in ["run-1", "run-2", "stopped", "out"] {
-        servers.push(zone.boot(&admin, &format!("evac-{name}-{tag}"), &dead, "1").await);
-    }
+    let servers = scene.boot(&["run-1", "run-2", "stopped", "out"]).await;
     let [run1, run2, stopped, out] = [0, 1, 2, 3].map(|i| servers[i].clone());
-    admin.stop(&stopped).await.unwrap();
-    admin.set_metadata(&out, EVACUATE_METADATA, "false").await.unwrap();
+    scene.admin.stop(&stopped).await.unwrap();
+    scene.admin.set_metadata(&out, EVACUATE_METADATA, "false").await.unwrap();
 
-    // The host dies: its agent, its kubelet and its nova-compute.
-    agents[0].kill();
-    kubelet_silent(&region, &dead).await;
-    fake_host(&env.nova, &dead, FakeHost::Stop).await.unwrap();
-    wait_health(&region, &dead, hv_coordinator::api::hypervisor::HealthState::Failed, &coord).await;
-    let fencing = wait_fencing(&region, &dead, "the host fenced", |f| f.fenced.is_some(), &coord).await;
+    scene.kill_host().await;
+    let (region, coord, zone, admin) = (&scene.region, &scene.coord, &scene.zone, &scene.admin);
+    let (env, dead) = (region.env.clone(), scene.dead.clone());
+    wait_health(region, &dead, HealthState::Failed, coord).await;
+    let fencing = wait_fencing(region, &dead, "the host fenced", |f| f.fenced.is_some(), coord).await;
     let all = [FenceStep::NovaForcedDown, FenceStep::CephBlocklisted, FenceStep::PoweredOff];
     assert_eq!(fencing.confirmed, all, "{fencing:?}");
     assert_eq!(admin.service(&dead).await.unwrap().unwrap()["forced_down"], true);
@@ -91,23 +160,7 @@ async fn a_dead_hosts_opted_in_servers_are_evacuated_once_each_in_their_former_p
     assert_eq!(hv_tests::bmc::power_state(&env, &dead).await.unwrap(), "Off");
 
     // Its NodeFailure Eviction runs to the end.
-    let evs: Api<Eviction> = Api::all(region.kube.client.clone());
-    let ev = until(
-        "the evacuation over",
-        Duration::from_secs(120),
-        || coord.tail(30),
-        || async {
-            let list = evs.list(&ListParams::default()).await.unwrap();
-            let mine = list.items.into_iter().find(|e| e.spec.hypervisor == dead);
-            match mine {
-                Some(e) if e.status.as_ref().and_then(|s| s.phase) == Some(EvictionPhase::Succeeded) => {
-                    Poll::Ready(e)
-                }
-                other => Poll::Pending(format!("{:?}", other.and_then(|e| e.status))),
-            }
-        },
-    )
-    .await;
+    let ev = scene.evacuated(Duration::from_secs(120)).await;
     assert_eq!(ev.spec.reason, EvictionReason::NodeFailure);
     let status = ev.status.clone().unwrap();
     assert!(status.evacuating, "{status:?}");
@@ -117,13 +170,13 @@ async fn a_dead_hosts_opted_in_servers_are_evacuated_once_each_in_their_former_p
     // In Nova: each opted-in server on another host of the zone, once, in
     // the power state it had; the opted-out one where it was.
     for (id, want) in [(&run1, "ACTIVE"), (&run2, "ACTIVE"), (&stopped, "SHUTOFF")] {
-        let (host, state) = placed(&admin, id).await;
+        let (host, state) = placed(admin, id).await;
         assert!(host != dead && zone.holds(&host), "{id} on {host}");
         assert_eq!(state, want, "{id}");
-        assert_eq!(evacuations(&admin, id).await, 1, "{id} evacuated once");
+        assert_eq!(evacuations(admin, id).await, 1, "{id} evacuated once");
     }
-    assert_eq!(placed(&admin, &out).await.0, dead);
-    assert_eq!(evacuations(&admin, &out).await, 0);
+    assert_eq!(placed(admin, &out).await.0, dead);
+    assert_eq!(evacuations(admin, &out).await, 0);
 
     // In the Eviction: the three moved, the fourth left and named; one
     // Migration per attempt, each an evacuation, recorded before Nova was asked.
@@ -137,17 +190,16 @@ async fn a_dead_hosts_opted_in_servers_are_evacuated_once_each_in_their_former_p
     let left = record(&out);
     assert_eq!(left.state, VmState::Skipped);
     assert!(left.reason.contains("opted out"), "{}", left.reason);
-    let migs: Api<Migration> = Api::all(region.kube.client.clone());
-    let mine: Vec<Migration> = migs
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|m| m.spec.source_host == dead)
-        .collect();
+    let mine = scene.migrations().await;
     assert_eq!(mine.len(), 3, "{:?}", mine.iter().map(|m| &m.spec.server_id).collect::<Vec<_>>());
     assert!(mine.iter().all(|m| m.spec.policy == MigrationKind::Evacuate && m.spec.attempt == 1));
+    for m in &mine {
+        // Recorded before Nova was asked: the object is no younger (to the
+        // second, both clocks this machine's) than Nova's evacuation record.
+        let recorded = m.metadata.creation_timestamp.clone().unwrap().0.as_second();
+        let asked = nova_evacuation_created(admin, &m.spec.server_id).await.as_second();
+        assert!(recorded <= asked, "{}: recorded at {recorded}, Nova's at {asked}", m.spec.server_id);
+    }
     let message = until(
         "the host's eviction reported",
         Duration::from_secs(30),
@@ -180,5 +232,49 @@ async fn a_dead_hosts_opted_in_servers_are_evacuated_once_each_in_their_former_p
             s(asked, done.0)
         );
     }
-    drop(coord);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_coordinator_killed_at_ten_moments_of_an_evacuation_of_eight_servers_evacuates_each_once() {
+    let mut scene = Scene::start("evacuation-kill").await;
+    let names: Vec<String> = (1..=8).map(|i| format!("kill-{i}")).collect();
+    let ids = scene.boot(&names.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    scene.kill_host().await;
+    let dead = scene.dead.clone();
+    wait_fencing(&scene.region, &dead, "the host fenced", |f| f.fenced.is_some(), &scene.coord).await;
+    // Ten SIGKILLs, each at a random moment (0.2-2.5 s) after the replica
+    // took the lease (before that it does nothing worth killing), each
+    // followed by a restart.
+    let mut seed = jiff::Timestamp::now().as_nanosecond() as u64 | 1;
+    let mut moments = Vec::new();
+    for _ in 0..10 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let ms = 200 + seed % 2300;
+        moments.push(ms);
+        scene.region.wait_leading(&scene.coord).await;
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        scene.coord.kill();
+        scene.coord = Scene::coordinator_of(&scene.region, &scene.args);
+    }
+    let ev = scene.evacuated(Duration::from_secs(300)).await;
+    let attempts = scene.migrations().await;
+    for id in &ids {
+        // None lost: each rebuilt elsewhere and running, as before.
+        let (host, status) = placed(&scene.admin, id).await;
+        assert!(host != dead && scene.zone.holds(&host), "{id} on {host} (kills after {moments:?} ms)");
+        assert_eq!(status, "ACTIVE", "{id} (kills after {moments:?} ms)");
+        // None twice: one evacuation in Nova, never more than the attempts recorded.
+        let nova = evacuations(&scene.admin, id).await;
+        assert_eq!(nova, 1, "{id} evacuated {nova} times (kills after {moments:?} ms)");
+        let recorded = attempts.iter().filter(|m| &m.spec.server_id == id).count();
+        assert!(nova <= recorded, "{id}: {nova} evacuations for {recorded} recorded attempts");
+        let vm = ev.status.as_ref().and_then(|s| s.vms.iter().find(|v| &v.id == id)).cloned().unwrap();
+        assert_eq!(vm.state, VmState::Migrated, "{vm:?}");
+    }
+    eprintln!(
+        "evacuation kill test: kills after {moments:?} ms; {} attempts recorded for 8 servers",
+        attempts.len()
+    );
 }

@@ -64,6 +64,20 @@ pub struct Evacuation {
     /// The host kept the servers' own disks in Ceph RBD
     /// (`spec.ceph.instanceDisksOnRbd`): they survive it.
     pub instance_disks_on_rbd: bool,
+    /// Its power off was confirmed (by its BMC, or by an SRE): no copy of a
+    /// server can run there any more. Without it only the Ceph blocklist
+    /// holds the old copies, so a server is rebuilt only from disks in Ceph.
+    pub powered_off: bool,
+}
+
+/// A server's own word on evacuation (its metadata).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OptIn {
+    Yes,
+    No,
+    /// A value that says neither: the server is left, the value named (an
+    /// opt-out misspelt must not rebuild a server its owner wanted left).
+    Unreadable(String),
 }
 
 /// The statuses Nova evacuates a server from.
@@ -97,7 +111,7 @@ pub struct Server {
     pub host_disks: bool,
     /// From the server's metadata: evacuate it (or not) if its host is
     /// fenced; None means the cluster default.
-    pub evacuate: Option<bool>,
+    pub evacuate: Option<OptIn>,
     /// What the target host must offer (preflight).
     pub needs: crate::eviction::preflight::Needs,
 }
@@ -248,6 +262,13 @@ fn advance(vm: &mut VmStatus, input: &Input<'_>, actions: &mut Vec<Action>) {
         vm.reason = "came back to the host after it was moved; moving it again".into();
         return;
     }
+    if vm.state == VmState::NonMigratable
+        && vm.former_status.is_some()
+        && let Some(srv) = server(input, &vm.id)
+        && let Some(h) = srv.elsewhere(input.source)
+    {
+        return evacuated_late(vm, srv, h, actions);
+    }
     if is_final(vm.state) {
         return;
     }
@@ -258,6 +279,13 @@ fn advance(vm: &mut VmStatus, input: &Input<'_>, actions: &mut Vec<Action>) {
         return;
     };
     match vm.state {
+        // Evacuated after all (an attempt given up on that Nova finished):
+        // moved, and started if it ran before.
+        VmState::Pending | VmState::Backoff if vm.former_status.is_some() => {
+            if let Some(h) = srv.elsewhere(input.source) {
+                evacuated_late(vm, srv, h, actions);
+            }
+        }
         VmState::Pending | VmState::Backoff => {
             if let Some(h) = srv.elsewhere(input.source) {
                 vm.state = VmState::Migrated;
@@ -296,6 +324,9 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
     }
     let evacuated = vm.former_status.is_some();
     let live = !evacuated && srv.policy.unwrap_or(o.policy_default()) != MigrationPolicy::ColdMigrate;
+    if input.evacuation.is_some() && !evacuated && caught_by_fence(vm, srv, att, input) {
+        return;
+    }
     match &att.nova_status {
         Some(NovaState::Completed | NovaState::Confirmed) => {
             // Nova can report completed a moment before the host field
@@ -329,6 +360,15 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
             };
             if let Some(why) = why {
                 vm.reason = why.clone();
+                if evacuated
+                    && input.now.duration_since(att.started_at) > completion_limit(o, vm.memory_bytes) * 2
+                {
+                    // Nova cannot abort an evacuation, nor take another while
+                    // it runs: past twice its clock it is recorded for an SRE.
+                    vm.state = VmState::NonMigratable;
+                    vm.reason = format!("{why}; Nova cannot abort an evacuation: look at the server in Nova");
+                    return;
+                }
                 if !live {
                     // Nova cannot abort a cold migration or an evacuation:
                     // it is reported and waited for.
@@ -342,6 +382,51 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
                 });
             }
         }
+    }
+}
+
+/// A migration of this VM in flight when its host was fenced: Nova cannot
+/// finish it (its source is gone) and aborting it asks the dead host; the
+/// guest may even run on the target already. It is never aborted, retried or
+/// evacuated: recorded for an SRE. One that finished is moved. Answers
+/// whether it was judged here.
+fn caught_by_fence(vm: &mut VmStatus, srv: &Server, att: &AttemptObs, input: &Input<'_>) -> bool {
+    match &att.nova_status {
+        Some(NovaState::Completed | NovaState::Confirmed) => false,
+        Some(NovaState::Failed | NovaState::Cancelled | NovaState::Reverted) if !att.abort_requested => false,
+        Some(NovaState::Finished) => {
+            let Some(h) = srv.elsewhere(input.source) else { return false };
+            vm.state = VmState::Migrated;
+            vm.target_host = Some(h.to_string());
+            vm.reason = format!(
+                "attempt {}: cold migration finished on {h}, not confirmed: its source is fenced; \
+                 confirm it in Nova once the host is back",
+                vm.attempts
+            );
+            true
+        }
+        _ => {
+            vm.state = VmState::NonMigratable;
+            vm.reason = format!(
+                "attempt {}: a migration was in flight when the host was fenced; the server may run on \
+                 its target already: look at it in Nova (its Migration names the target) and resolve it \
+                 by hand",
+                vm.attempts
+            );
+            true
+        }
+    }
+}
+
+/// An evacuated VM found elsewhere outside a running attempt: moved, and
+/// asked to start once if it ran before (never evacuated again).
+fn evacuated_late(vm: &mut VmStatus, srv: &Server, host: &str, actions: &mut Vec<Action>) {
+    vm.state = VmState::Migrated;
+    vm.target_host = Some(host.to_string());
+    vm.reason = format!("evacuated to {host} by an attempt given up on");
+    if vm.former_status.as_deref() == Some("ACTIVE") && srv.status == "SHUTOFF" {
+        actions.push(Action::Start { server_id: vm.id.clone() });
+        vm.reason.push_str("; started once, as it ran before");
     }
 }
 
@@ -481,9 +566,16 @@ fn start_next(vms: &mut [VmStatus], input: &Input<'_>, actions: &mut Vec<Action>
 /// failed evacuation leaves it in a passing state, and Nova says no to a
 /// retry it will not take.
 fn not_evacuated(srv: &Server, e: &Evacuation, first: bool) -> Option<(VmState, String)> {
-    match srv.evacuate {
-        Some(false) => {
+    match &srv.evacuate {
+        Some(OptIn::No) => {
             let why = format!("opted out of evacuation ({EVACUATE_METADATA}=false): left on the fenced host");
+            return Some((VmState::Skipped, why));
+        }
+        Some(OptIn::Unreadable(v)) => {
+            let why = format!(
+                "{EVACUATE_METADATA}={v:?} says neither true nor false: left on the fenced host, as an \
+                 opt-out is read"
+            );
             return Some((VmState::Skipped, why));
         }
         None if !e.by_default => {
@@ -495,10 +587,19 @@ fn not_evacuated(srv: &Server, e: &Evacuation, first: bool) -> Option<(VmState, 
         }
         _ => {}
     }
-    if srv.host_disks && !e.instance_disks_on_rbd && !e.rebuild_from_image {
-        let why = "its disks were on the fenced host's own storage: a rebuild from its image would lose \
-                   them (--evacuate-rebuild-from-image allows it)";
-        return Some((VmState::NonMigratable, why.into()));
+    if srv.host_disks && !e.instance_disks_on_rbd {
+        let why = if !e.rebuild_from_image {
+            "its disks were on the fenced host's own storage: a rebuild from its image would lose them \
+             (--evacuate-rebuild-from-image allows it)"
+        } else if !e.powered_off {
+            "its disks were on the fenced host's own storage, and the host's power off is not confirmed: \
+             a rebuild from its image could run beside a copy the host still runs"
+        } else {
+            ""
+        };
+        if !why.is_empty() {
+            return Some((VmState::NonMigratable, why.into()));
+        }
     }
     if first && !EVACUABLE_STATUSES.contains(&srv.status.as_str()) {
         let why = format!("Nova evacuates only ACTIVE, SHUTOFF or ERROR servers; this one is {}", srv.status);

@@ -29,6 +29,7 @@ use kube::{Resource, ResourceExt};
 use super::{FIELD_MANAGER, Gate, write};
 use crate::api::condition::{DesiredCondition, merge};
 use crate::api::eviction::{EvictionPhase, EvictionStatus, MigrationPolicy, VmState, VmStatus};
+use crate::api::hypervisor::FenceStep;
 use crate::api::{
     ConditionStatus, ConditionType, Eviction, Hypervisor, Migration, MigrationKind, MigrationPhase,
     MigrationSpec, MigrationStatus,
@@ -143,12 +144,14 @@ async fn fence(ctx: &EvictionContext, ev: &Eviction) -> Result<Fence, Error> {
     } else {
         Api::<Hypervisor>::all(ctx.client.clone()).get_opt(name).await?
     };
+    let fencing = hv.as_ref().and_then(|h| h.status.as_ref()).and_then(|s| s.fencing.as_ref());
     let evacuation = |hv: Option<&Hypervisor>| Evacuation {
         by_default: ctx.evacuate_by_default,
         rebuild_from_image: ctx.evacuate_rebuild_from_image,
         instance_disks_on_rbd: hv.is_some_and(|h| h.spec.ceph.instance_disks_on_rbd),
+        // An SRE's confirmation says the host is off and cut from its storage.
+        powered_off: fencing.is_some_and(|f| f.by_hand || f.confirmed.contains(&FenceStep::PoweredOff)),
     };
-    let fencing = hv.as_ref().and_then(|h| h.status.as_ref()).and_then(|s| s.fencing.as_ref());
     Ok(match fencing {
         _ if status.evacuating => Fence::Fenced(evacuation(hv.as_ref())),
         Some(f) if f.fenced.is_some() => Fence::Fenced(evacuation(hv.as_ref())),

@@ -461,9 +461,9 @@ pub fn record(
 /// Puts a fenced host into `ha` maintenance once its record says fenced
 /// (written first, so its Eviction finds it fenced): its lifecycle then
 /// makes the NodeFailure Eviction that evacuates its servers. Maintenance
-/// an SRE asked for stands; its Eviction evacuates once it sees the host
-/// fenced. A conflict is an error (decided again on fresh data); any other
-/// failure is told and tried again at the next reconcile.
+/// an SRE asked for stands; its running Eviction evacuates once it sees the
+/// host fenced. A conflict is an error (decided again on fresh data); any
+/// other failure is told and tried again at the next reconcile.
 pub async fn evacuate(ctx: &Context, hv: &Hypervisor) -> Result<(), Error> {
     let fencing = hv.status.as_ref().and_then(|s| s.fencing.as_ref());
     let Some(fenced) = fencing.and_then(|f| f.fenced.as_ref()) else { return Ok(()) };
@@ -474,6 +474,9 @@ pub async fn evacuate(ctx: &Context, hv: &Hypervisor) -> Result<(), Error> {
     let api: Api<Hypervisor> = Api::all(ctx.client.clone());
     let reference = kube::Resource::object_ref(hv, &());
     let (reason_, note) = match super::write::maintenance(&api, hv, MaintenanceMode::Ha, &reason).await {
+        // The object changed since it was read (a conflict, or the patch's
+        // version test failing: 422): decided again on fresh data. Last in
+        // the reconcile, so nothing else of it is skipped.
         Err(kube::Error::Api(e)) if e.code == 409 || e.code == 422 => return Err(kube::Error::Api(e).into()),
         Err(e) => ("EvacuationNotRequested", format!("could not set spec.maintenance to ha ({reason}): {e}")),
         Ok(_) => (

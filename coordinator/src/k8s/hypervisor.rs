@@ -190,7 +190,6 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     } else {
         hv
     };
-    super::fence::evacuate(&ctx, &hv).await?;
     tell(&ctx, &hv, &name, &decision, &new_status, &outcome.failures, &seen.agent).await;
     super::fence::tell(&ctx, &hv, &fenced).await;
     mark_node(&ctx, &name, &seen, new_status.health.as_ref()).await;
@@ -207,6 +206,7 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     {
         super::nodes::let_go(&ctx.client, &name, keep).await?;
     }
+    super::fence::evacuate(&ctx, &hv).await?;
     let look = next_look(&ctx.intervals, &decision, &seen.obs.nova, !outcome.failures.is_empty());
     // A Node's grace running out changes the verdict with no other news.
     let look = verdict.recheck.map_or(look, |r| look.min(r));

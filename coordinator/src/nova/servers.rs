@@ -8,7 +8,7 @@ use super::error::NovaError;
 use super::host::NovaClient;
 use super::http::{Call, Service, field};
 use crate::api::eviction::MigrationPolicy;
-use crate::eviction::plan::{EVACUATE_METADATA, POLICY_METADATA, Server};
+use crate::eviction::plan::{EVACUATE_METADATA, OptIn, POLICY_METADATA, Server};
 use crate::eviction::preflight::{Needs, flavor_resources};
 
 #[derive(Debug, Deserialize)]
@@ -60,11 +60,12 @@ impl ServerDetail {
             Some("skip") => Some(MigrationPolicy::Skip),
             _ => None,
         };
-        let evacuate = match self.metadata.get(EVACUATE_METADATA).map(|v| v.trim().to_ascii_lowercase()) {
-            Some(v) if matches!(v.as_str(), "true" | "yes" | "1") => Some(true),
-            Some(v) if matches!(v.as_str(), "false" | "no" | "0") => Some(false),
-            _ => None,
-        };
+        let evacuate =
+            self.metadata.get(EVACUATE_METADATA).map(|raw| match raw.trim().to_ascii_lowercase().as_str() {
+                "true" | "yes" | "1" => OptIn::Yes,
+                "false" | "no" | "0" => OptIn::No,
+                _ => OptIn::Unreadable(raw.clone()),
+            });
         let image_backed = !matches!(&self.image, Value::String(s) if s.is_empty()) && !self.image.is_null();
         Server {
             id: self.id,

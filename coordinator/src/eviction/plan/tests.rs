@@ -381,7 +381,7 @@ proptest! {
         let mut fates = fates.into_iter().cycle();
         let mut now = 0i64;
         let mut finished = false;
-        let evacuation = evacuating.then_some(Evacuation { by_default: true, rebuild_from_image: false, instance_disks_on_rbd: true });
+        let evacuation = evacuating.then_some(Evacuation { by_default: true, rebuild_from_image: false, instance_disks_on_rbd: true, powered_off: true });
         for _ in 0..2000 {
             let s = step(&Input { evacuation, ..input(&o, &vms, &servers, &attempts, t(now)) });
             let in_flight = s.vms.iter().filter(|v| v.state == VmState::Migrating).count();
@@ -561,7 +561,7 @@ fn a_request_that_never_reached_nova_is_asked_again_and_does_not_count() {
 }
 
 fn fenced(by_default: bool, rebuild_from_image: bool, rbd: bool) -> Evacuation {
-    Evacuation { by_default, rebuild_from_image, instance_disks_on_rbd: rbd }
+    Evacuation { by_default, rebuild_from_image, instance_disks_on_rbd: rbd, powered_off: true }
 }
 
 fn evacuated_ids(actions: &[Action]) -> Vec<&str> {
@@ -577,7 +577,7 @@ fn evacuated_ids(actions: &[Action]) -> Vec<&str> {
 #[test]
 fn a_fenced_hosts_servers_are_evacuated_by_their_opt_in_and_their_disks() {
     let o = EvictionOptions { max_parallel: 8, ..EvictionOptions::default() };
-    let with = |id: &str, evacuate: Option<bool>, host_disks: bool, status: &str| {
+    let with = |id: &str, evacuate: Option<OptIn>, host_disks: bool, status: &str| {
         let mut s = srv(id, 1);
         s.evacuate = evacuate;
         s.host_disks = host_disks;
@@ -585,8 +585,9 @@ fn a_fenced_hosts_servers_are_evacuated_by_their_opt_in_and_their_disks() {
         s
     };
     let servers = [
-        with("in", Some(true), false, "ACTIVE"),
-        with("out", Some(false), false, "ACTIVE"),
+        with("in", Some(OptIn::Yes), false, "ACTIVE"),
+        with("out", Some(OptIn::No), false, "ACTIVE"),
+        with("typo", Some(OptIn::Unreadable("flase".into())), false, "ACTIVE"),
         with("plain", None, false, "SHUTOFF"),
         with("local", None, true, "ACTIVE"),
         with("paused", None, false, "PAUSED"),
@@ -600,6 +601,7 @@ fn a_fenced_hosts_servers_are_evacuated_by_their_opt_in_and_their_disks() {
     assert_eq!(evacuated, ["in", "plain"], "opted out, local disks and PAUSED are not evacuated");
     let reason = |s: &Step, id: &str| s.vms.iter().find(|v| v.id == id).map(|v| (v.state, v.reason.clone()));
     assert!(matches!(reason(&s, "out"), Some((VmState::Skipped, r)) if r.contains("opted out")));
+    assert!(matches!(reason(&s, "typo"), Some((VmState::Skipped, r)) if r.contains("\"flase\"")));
     assert!(matches!(reason(&s, "local"), Some((VmState::NonMigratable, r)) if r.contains("would lose")));
     assert!(matches!(reason(&s, "paused"), Some((VmState::NonMigratable, r)) if r.contains("PAUSED")));
     assert!(s.actions.iter().all(|a| matches!(a, Action::Evacuate { attempt: 1, .. })), "no migration");
@@ -611,6 +613,17 @@ fn a_fenced_hosts_servers_are_evacuated_by_their_opt_in_and_their_disks() {
     // Disks in Ceph, or a site that accepts a rebuild from the image: local too.
     assert_eq!(judged(fenced(true, false, true)).1, ["in", "local", "plain"]);
     assert_eq!(judged(fenced(true, true, false)).1, ["in", "local", "plain"]);
+    // A rebuild from the image only once the host is surely off: no copy beside it.
+    let not_off = Evacuation { powered_off: false, ..fenced(true, true, false) };
+    let (_, evacuated, s) = judged(not_off);
+    assert_eq!(evacuated, ["in", "plain"]);
+    assert!(
+        matches!(reason(&s, "local"), Some((VmState::NonMigratable, r)) if r.contains("power off is not confirmed"))
+    );
+    assert_eq!(
+        judged(Evacuation { powered_off: false, ..fenced(true, false, true) }).1,
+        ["in", "local", "plain"]
+    );
     // Opt-in only: the server without the key is left, and named.
     let (states, evacuated, _) = judged(fenced(false, false, false));
     assert_eq!(evacuated, ["in"]);
@@ -665,13 +678,13 @@ fn a_failed_evacuation_is_retried_and_a_stuck_one_waited_for_never_aborted() {
     let e = Some(fenced(true, false, true));
     let servers = vec![srv("a", 1)];
     let first = step(&Input { evacuation: e, ..input(&o, &[], &servers, &[], t(0)) });
-    // Stuck far past the completion clock: reported, not aborted, not retried.
+    // Stuck past the completion clock: reported, not aborted, not retried.
     let hung = [AttemptObs {
         nova_status: Some("pre-migrating".into()),
         progress_reported: false,
         ..running("a", 1, 0, 0)
     }];
-    let s = step(&Input { evacuation: e, ..input(&o, &first.vms, &servers, &hung, t(900)) });
+    let s = step(&Input { evacuation: e, ..input(&o, &first.vms, &servers, &hung, t(200)) });
     assert!(s.actions.is_empty(), "{:?}", s.actions);
     assert_eq!(s.vms[0].state, VmState::Migrating);
     assert!(s.vms[0].reason.contains("running"), "{}", s.vms[0].reason);
@@ -688,4 +701,67 @@ fn a_failed_evacuation_is_retried_and_a_stuck_one_waited_for_never_aborted() {
     let end = step(&Input { evacuation: e, ..input(&o, &again.vms, &err, &failed2, t(25)) });
     assert_eq!(end.vms[0].state, VmState::NonMigratable);
     assert_eq!(end.phase, EvictionPhase::Succeeded);
+}
+
+#[test]
+fn a_migration_in_flight_when_its_host_is_fenced_is_never_aborted_retried_or_evacuated() {
+    let o = EvictionOptions::default();
+    let servers = vec![srv("a", 1), srv("b", 1)];
+    // Two live migrations in flight, then the host is fenced.
+    let first = step(&input(&o, &[], &servers, &[], t(0)));
+    assert_eq!(migrated_ids(&first.actions), ["a", "b"]);
+    let e = Some(fenced(true, false, true));
+    let failed = AttemptObs { nova_status: Some("error".into()), ..running("b", 1, 0, 0) };
+    let s = step(&Input {
+        evacuation: e,
+        ..input(&o, &first.vms, &servers, &[running("a", 1, 0, 0), failed], t(600))
+    });
+    let a = &s.vms[0];
+    assert_eq!(a.state, VmState::NonMigratable, "{a:?}");
+    assert!(a.reason.contains("in flight when the host was fenced"), "{}", a.reason);
+    assert!(
+        !s.actions.iter().any(|x| matches!(x, Action::Abort { .. })),
+        "the dead host is not asked: {:?}",
+        s.actions
+    );
+    // One that failed before did not move: it is evacuated, after its backoff.
+    assert_eq!(s.vms[1].state, VmState::Backoff);
+    let later = step(&Input { evacuation: e, ..input(&o, &s.vms, &servers, &[], t(700)) });
+    assert_eq!(later.actions, [Action::Evacuate { server_id: "b".into(), attempt: 2 }]);
+}
+
+#[test]
+fn an_evacuation_given_up_on_that_lands_after_all_counts_moved_and_is_started_never_evacuated_again() {
+    let o = EvictionOptions { max_attempts: 1, ..EvictionOptions::default() };
+    let e = Some(fenced(true, false, true));
+    let mut servers = vec![srv("a", 1)];
+    let first = step(&Input { evacuation: e, ..input(&o, &[], &servers, &[], t(0)) });
+    // Hung past twice its clock (150 s per GiB): recorded, nothing asked.
+    let hung = [AttemptObs {
+        nova_status: Some("pre-migrating".into()),
+        progress_reported: false,
+        ..running("a", 1, 0, 0)
+    }];
+    let s = step(&Input { evacuation: e, ..input(&o, &first.vms, &servers, &hung, t(301)) });
+    assert_eq!(s.vms[0].state, VmState::NonMigratable);
+    assert!(s.vms[0].reason.contains("cannot abort"), "{}", s.vms[0].reason);
+    assert!(s.actions.is_empty());
+    // Nova finishes it after all: moved, started once as it ran before.
+    servers[0].host = Some("dst".into());
+    servers[0].status = "SHUTOFF".into();
+    let late = step(&Input { evacuation: e, ..input(&o, &s.vms, &servers, &[], t(400)) });
+    assert_eq!((late.vms[0].state, late.vms[0].target_host.as_deref()), (VmState::Migrated, Some("dst")));
+    assert_eq!(late.actions, [Action::Start { server_id: "a".into() }]);
+    // A VM waiting out its backoff that turns up elsewhere is not evacuated again either.
+    let o = EvictionOptions::default();
+    let mut servers = vec![srv("b", 1)];
+    let first = step(&Input { evacuation: e, ..input(&o, &[], &servers, &[], t(0)) });
+    let failed = [AttemptObs { nova_status: Some("error".into()), ..running("b", 1, 0, 0) }];
+    let backoff = step(&Input { evacuation: e, ..input(&o, &first.vms, &servers, &failed, t(5)) });
+    assert_eq!(backoff.vms[0].state, VmState::Backoff);
+    servers[0].host = Some("dst".into());
+    servers[0].status = "SHUTOFF".into();
+    let s = step(&Input { evacuation: e, ..input(&o, &backoff.vms, &servers, &failed, t(60)) });
+    assert_eq!(s.vms[0].state, VmState::Migrated);
+    assert_eq!(s.actions, [Action::Start { server_id: "b".into() }]);
 }
