@@ -11,13 +11,15 @@ use std::time::Duration;
 
 use hv_coordinator::api::eviction::VmState;
 use hv_coordinator::api::hypervisor::{FenceStep, HealthState};
-use hv_coordinator::api::{Eviction, EvictionPhase, EvictionReason, Hypervisor, Migration, MigrationKind};
+use hv_coordinator::api::{
+    Eviction, EvictionPhase, EvictionReason, Hypervisor, MaintenanceMode, Migration, MigrationKind, Phase,
+};
 use hv_coordinator::eviction::plan::EVACUATE_METADATA;
 use hv_tests::fencing::{
     FENCED_CEPH_ADDRESS, fencing_coordinator, give_fencing_means, kubelet_silent, wait_fencing, wait_power,
 };
 use hv_tests::openstack::{Admin, FakeHost, fake_host};
-use hv_tests::region::{Blocklisted, Proc, Region, healthy_active, wait_health};
+use hv_tests::region::{AgentPeers, Blocklisted, Proc, Region, healthy_active, wait_health};
 use hv_tests::wait::{Poll, until};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -54,6 +56,8 @@ struct Scene {
     coord: Proc,
     args: Vec<String>,
     agents: Vec<Proc>,
+    /// The fake /proc and /sys each agent reads.
+    roots: Vec<std::path::PathBuf>,
     admin: Admin,
     _lift: Blocklisted,
 }
@@ -75,9 +79,11 @@ impl Scene {
         let coord = Scene::coordinator_of(&region, &args);
         // The dead one's two peers are the agent quorum, and the targets
         // Nova picks from.
-        let mut agents = Vec::new();
+        let (mut agents, mut roots) = (Vec::new(), Vec::new());
         for host in std::iter::once(&dead).chain(zone.targets.iter().map(|t| &t.host)) {
-            agents.push(healthy_active(&region, host, &coord).await.1);
+            let (root, agent) = healthy_active(&region, host, &coord).await;
+            roots.push(root);
+            agents.push(agent);
         }
         give_fencing_means(&region, &dead).await;
         let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
@@ -86,7 +92,7 @@ impl Scene {
         wait_power(&env, &dead, "On").await;
         let _lift = Blocklisted::lift_later(&env, &format!("{FENCED_CEPH_ADDRESS}:0/0"));
         let admin = Admin::login(&env).await.unwrap();
-        Scene { region, zone, dead, coord, args, agents, admin, _lift }
+        Scene { region, zone, dead, coord, args, agents, roots, admin, _lift }
     }
 
     fn coordinator_of(region: &Region, args: &[String]) -> Proc {
@@ -109,6 +115,19 @@ impl Scene {
         self.agents[0].kill();
         kubelet_silent(&self.region, &self.dead).await;
         fake_host(&self.region.env.nova, &self.dead, FakeHost::Stop).await.unwrap();
+    }
+
+    /// The host comes back: powered on, its nova-compute, kubelet and agent
+    /// running again.
+    async fn revive_host(&mut self) {
+        hv_tests::bmc::power_on(&self.region.env, &self.dead).await.unwrap();
+        fake_host(&self.region.env.nova, &self.dead, FakeHost::Start).await.unwrap();
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.region.kube.client.clone());
+        let ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True",
+            "reason": "KubeletReady", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
+        nodes.patch_status(&self.dead, &PatchParams::default(), &Patch::Merge(&ready)).await.unwrap();
+        let peers = AgentPeers { host_root: Some(self.roots[0].clone()), ..Default::default() };
+        self.agents[0] = self.region.agent(&self.dead, &peers);
     }
 
     /// Waits until the host's Eviction succeeded; answers it.
@@ -216,12 +235,59 @@ async fn a_dead_hosts_opted_in_servers_are_evacuated_once_each_in_their_former_p
     )
     .await;
     assert!(message.contains(&out), "the one left is named: {message}");
+    let figures = (hv.status.clone(), fencing.fenced.clone(), status.clone());
+
+    // An SRE clears the fence too early: it stays, and says why.
+    let out_ = region.hvctl().args(["clear-fenced", &dead]).output().unwrap();
+    assert!(out_.status.success(), "{}", String::from_utf8_lossy(&out_.stderr));
+    let waiting = until(
+        "the clearing waiting",
+        Duration::from_secs(30),
+        || coord.tail(30),
+        || async {
+            let hv = region.hypervisor(&dead).await.unwrap();
+            match Region::condition(&hv, "Fenced") {
+                (_, reason, message) if reason == "ClearWaiting" => Poll::Ready(message),
+                other => Poll::Pending(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(waiting.contains("agent is not connected"), "{waiting}");
+    assert_eq!(admin.service(&dead).await.unwrap().unwrap()["forced_down"], true);
+    assert!(region.hypervisor(&dead).await.and_then(|h| h.status).and_then(|s| s.fencing).is_some());
+
+    // The host is repaired and comes back: Nova cleans up after the
+    // evacuation, the fence comes off (Nova, then Ceph), and the host
+    // returns to service through Onboarding.
+    scene.revive_host().await;
+    let (region, coord) = (&scene.region, &scene.coord);
+    region.wait_phase(&dead, Phase::Active, Duration::from_secs(120), coord).await;
+    let hv = region.hypervisor(&dead).await.unwrap();
+    assert!(hv.status.as_ref().and_then(|s| s.fencing.as_ref()).is_none(), "{:?}", hv.status);
+    assert_eq!(hv.spec.maintenance, MaintenanceMode::None);
+    let svc = scene.admin.service(&dead).await.unwrap().unwrap();
+    assert_eq!(
+        (svc["forced_down"].clone(), svc["status"].clone()),
+        (serde_json::json!(false), serde_json::json!("enabled"))
+    );
+    assert!(!hv_tests::region::blocklist(&env).unwrap().contains_key(&format!("{FENCED_CEPH_ADDRESS}:0/0")));
+    for id in [&run1, &run2, &stopped] {
+        let migrations = scene.admin.migrations_of(id).await.unwrap();
+        let evacuation = migrations.iter().find(|m| m["migration_type"] == "evacuation").unwrap();
+        assert_eq!(evacuation["status"], "completed", "{id}: the old host cleaned up");
+    }
+    let events = region.events_for(&dead).await;
+    for reason in ["ForcedDownLifted", "BlocklistLifted", "FencingCleared", "MaintenanceCleared"] {
+        assert!(events.iter().any(|(r, _)| r == reason), "{reason}: {events:?}");
+    }
+    let (hv_status, fenced_at, status) = figures;
 
     // The figures of this run: detection, fenced, evacuation asked, running.
-    let failed = hv.status.as_ref().and_then(|s| s.health.as_ref()).and_then(|h| h.since.clone());
+    let failed = hv_status.as_ref().and_then(|s| s.health.as_ref()).and_then(|h| h.since.clone());
     let asked = status.vms.iter().filter_map(|v| v.attempt_started.clone()).map(|t| t.0).min();
     if let (Some(failed), Some(fenced), Some(asked), Some(done)) =
-        (failed, fencing.fenced, asked, status.completed_at.clone())
+        (failed, fenced_at, asked, status.completed_at.clone())
     {
         let s = |a: jiff::Timestamp, b: jiff::Timestamp| b.duration_since(a).as_secs_f64();
         eprintln!(

@@ -433,6 +433,10 @@ pub struct FencingStatus {
     /// confirmation counts only if given since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handled_confirm: Option<String>,
+    /// The clear-fenced annotation's value when this fencing started: a
+    /// clearing counts only if asked since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled_clear: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]

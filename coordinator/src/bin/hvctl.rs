@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use hv_coordinator::api::Hypervisor;
 use hv_coordinator::k8s::RETRY_ANNOTATION;
-use hv_coordinator::k8s::fence::CONFIRM_ANNOTATION;
+use hv_coordinator::k8s::fence::{CLEAR_ANNOTATION, CONFIRM_ANNOTATION};
 use hv_proto::v1::fleet_service_client::FleetServiceClient;
 use hv_proto::v1::{GetHypervisorRequest, Hypervisor as PbHypervisor, ListHypervisorsRequest, WatchRequest};
 use kube::Api;
@@ -63,6 +63,13 @@ enum Cmd {
     /// coordinator that cannot see clearly, does not take it even so.
     /// Sets the hypervisor.cloud.sap/confirm-fenced annotation (uses KUBECONFIG).
     ConfirmFenced { node: String },
+    /// Take NODE's fence off once it is repaired and back (powered on, its
+    /// agent running): Nova's forced_down is lifted (Nova allows it once the
+    /// host's nova-compute has started and cleaned up after the evacuation),
+    /// then its Ceph blocklist entries; the host is then checked again
+    /// before it takes VMs. Sets the hypervisor.cloud.sap/clear-fenced
+    /// annotation (uses KUBECONFIG).
+    ClearFenced { node: String },
 }
 
 #[tokio::main]
@@ -198,6 +205,22 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             let patch = serde_json::json!({"metadata": {"annotations": {CONFIRM_ANNOTATION: value}}});
             api.patch(&node, &PatchParams::default(), &Patch::Merge(&patch)).await?;
             println!("{node} confirmed fenced by hand ({CONFIRM_ANNOTATION}={value})");
+        }
+        Cmd::ClearFenced { node } => {
+            let client = kube::Client::try_default().await?;
+            let api: Api<Hypervisor> = Api::all(client);
+            let hv = api.get(&node).await?;
+            if hv.status.as_ref().and_then(|s| s.fencing.as_ref()).is_none() {
+                anyhow::bail!("{node}: not fenced, nothing to clear");
+            }
+            let who = std::env::var("USER").unwrap_or_else(|_| "an SRE".into());
+            let value = format!("{} by {who}", jiff::Timestamp::now());
+            let patch = serde_json::json!({"metadata": {"annotations": {CLEAR_ANNOTATION: value}}});
+            api.patch(&node, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            println!(
+                "clearing of {node}'s fence asked ({CLEAR_ANNOTATION}={value}); its Fenced condition says \
+                 how it goes"
+            );
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -7,6 +7,7 @@
 //! that accepted "power off" has not yet powered anything off.
 
 pub mod ceph;
+pub mod clear;
 pub mod decide;
 pub mod redfish;
 

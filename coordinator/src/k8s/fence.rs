@@ -20,6 +20,7 @@ use crate::api::condition::{ConditionStatus, ConditionType, DesiredCondition};
 use crate::api::hypervisor::{FailedFenceStep, FenceStep, FencingStatus, HealthState};
 use crate::api::{Hypervisor, HypervisorSpec, MaintenanceMode};
 use crate::fence::ceph::CephFence;
+use crate::fence::clear;
 use crate::fence::decide::{self, Decision, FencePolicy, Situation};
 use crate::fence::redfish::{Bmc, Redfish};
 use crate::fence::{PoweredOff, power_off_confirmed};
@@ -29,6 +30,9 @@ use crate::lifecycle::ServiceState;
 /// the host is off and cut from its storage, past a step that cannot be
 /// confirmed.
 pub const CONFIRM_ANNOTATION: &str = "hypervisor.cloud.sap/confirm-fenced";
+/// Annotation an SRE (or `hvctl clear-fenced`) sets once the host is
+/// repaired and back: the fence comes off (docs/fencing.md, Recovery).
+pub const CLEAR_ANNOTATION: &str = "hypervisor.cloud.sap/clear-fenced";
 /// Label a Secret needs for its credentials to be sent to a BMC.
 pub const BMC_SECRET_LABEL: &str = "hypervisor.cloud.sap/bmc-credentials";
 /// Node label naming the host's failure domain (its availability zone).
@@ -85,13 +89,15 @@ pub fn steps_of(spec: &HypervisorSpec) -> Vec<FenceStep> {
 }
 
 /// `health`: this reconcile's verdict (None: not judged); `blind`: why
-/// the coordinator's own view cannot be trusted now.
+/// the coordinator's own view cannot be trusted now; `evicting`: the
+/// host's running Eviction, if any.
 pub async fn run(
     ctx: &Context,
     hv: &Hypervisor,
     host: &str,
     health: Option<HealthState>,
     blind: Option<String>,
+    evicting: Option<&str>,
     now: Timestamp,
 ) -> Fenced {
     let name = hv.name_any();
@@ -99,6 +105,10 @@ pub async fn run(
     let mut record = status.fencing.clone();
     let retry = hv.annotations().get(RETRY_ANNOTATION).cloned();
     let confirm = hv.annotations().get(CONFIRM_ANNOTATION).cloned();
+    let clear = hv.annotations().get(CLEAR_ANNOTATION).cloned();
+    if let Some(r) = record.as_ref().filter(|r| clear.is_some() && r.handled_clear != clear) {
+        return clearing(ctx, hv, host, r, evicting, &status.conditions).await;
+    }
     // An SRE's retry clears a failed step (a retry given before the
     // fencing started is not one, nor is the annotation's removal).
     if let Some(r) =
@@ -172,7 +182,13 @@ pub async fn run(
                 out.again = Some(Duration::from_secs(1));
                 return out;
             }
-            out.record = Some(started(now, retry.clone(), confirm.clone()));
+            out.record = Some(FencingStatus {
+                started: Some(Time(now)),
+                handled_retry: retry.clone(),
+                handled_confirm: confirm.clone(),
+                handled_clear: clear.clone(),
+                ..Default::default()
+            });
             let message = format!("fencing started ({}): {step} next", health.unwrap_or_default());
             out.condition = Some(cond(ConditionStatus::False, "InProgress", &message));
             out.event = Some(("FencingStarted".to_string(), message));
@@ -224,13 +240,89 @@ fn cond(status: ConditionStatus, reason: &str, message: &str) -> DesiredConditio
     DesiredCondition::new(ConditionType::Fenced, status, reason, message)
 }
 
-fn started(now: Timestamp, retry: Option<String>, confirm: Option<String>) -> FencingStatus {
-    FencingStatus {
-        started: Some(Time(now)),
-        handled_retry: retry,
-        handled_confirm: confirm,
-        ..Default::default()
+/// One step of taking a fence off, asked by an SRE ([`clear::next`]).
+async fn clearing(
+    ctx: &Context,
+    hv: &Hypervisor,
+    host: &str,
+    r: &FencingStatus,
+    evicting: Option<&str>,
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+) -> Fenced {
+    let name = hv.name_any();
+    let mut out = Fenced { record: Some(r.clone()), condition: None, again: None, event: None };
+    if !ctx.gate.open() {
+        out.again = Some(Duration::from_millis(500));
+        return out;
     }
+    let wait = |why: String, out: &mut Fenced| {
+        let news = !held_already(conditions, "ClearWaiting");
+        out.condition = Some(cond(ConditionStatus::True, "ClearWaiting", &format!("clearing asked: {why}")));
+        out.event = news.then(|| ("FencingClearWaiting".to_string(), why));
+        out.again = Some(Duration::from_secs(5));
+    };
+    let forced_down = match ctx.nova.service_state(host).await {
+        Ok(state) => state == Some(ServiceState::ForcedDown),
+        Err(e) => {
+            wait(format!("Nova cannot be read: {e}"), &mut out);
+            return out;
+        }
+    };
+    let situation = clear::Situation {
+        eviction_running: evicting,
+        agent_back: ctx.registry.view(&name).connected,
+        forced_down,
+        blocklisted: r.confirmed.contains(&FenceStep::CephBlocklisted),
+    };
+    match clear::next(&situation) {
+        clear::Next::Wait(why) => wait(why, &mut out),
+        clear::Next::LiftForcedDown => match ctx.nova.set_forced_down(host, false).await {
+            Ok(()) => {
+                let msg = format!("Nova's forced_down lifted from {host}'s compute service");
+                out.condition = Some(cond(ConditionStatus::True, "Clearing", &msg));
+                out.event = Some(("ForcedDownLifted".to_string(), msg));
+                out.again = Some(Duration::from_millis(200));
+            }
+            // Nova's own rule: not before the host's nova-compute has
+            // started and destroyed what was left of its evacuated servers.
+            Err(e @ crate::nova::NovaError::Invalid(_)) => wait(
+                format!(
+                    "Nova keeps {host} forced down until its nova-compute has started again and cleaned up                      after the evacuation ({e})"
+                ),
+                &mut out,
+            ),
+            Err(e) => wait(format!("Nova: {e}"), &mut out),
+        },
+        clear::Next::LiftBlocklist => {
+            let lifted = match &ctx.fencing.ceph {
+                Some(ceph) => ceph.lift(&hv.spec.fencing.ceph_addresses).await.map_err(|e| e.to_string()),
+                None => Err("this coordinator has no Ceph fencing identity (--ceph-fence-id)".into()),
+            };
+            match lifted {
+                Ok(()) => {
+                    if let Some(r) = out.record.as_mut() {
+                        r.confirmed.retain(|s| *s != FenceStep::CephBlocklisted);
+                    }
+                    let msg = format!(
+                        "{} lifted from the OSD blocklist",
+                        hv.spec.fencing.ceph_addresses.join(", ")
+                    );
+                    out.condition = Some(cond(ConditionStatus::True, "Clearing", &msg));
+                    out.event = Some(("BlocklistLifted".to_string(), msg));
+                    out.again = Some(Duration::from_millis(200));
+                }
+                Err(why) => wait(format!("the blocklist entries could not be lifted: {why}"), &mut out),
+            }
+        }
+        clear::Next::Done => {
+            out.record = None;
+            out.event = Some((
+                "FencingCleared".to_string(),
+                format!("{name}'s fence is off: it comes back through its checks before it takes VMs again"),
+            ));
+        }
+    }
+    out
 }
 
 fn list(steps: &[FenceStep]) -> String {
@@ -466,6 +558,11 @@ pub fn record(
 /// other failure is told and tried again at the next reconcile.
 pub async fn evacuate(ctx: &Context, hv: &Hypervisor) -> Result<(), Error> {
     let fencing = hv.status.as_ref().and_then(|s| s.fencing.as_ref());
+    let ours = hv.spec.maintenance == MaintenanceMode::Ha
+        && hv.spec.maintenance_reason.starts_with(EVACUATE_REASON_PREFIX);
+    if fencing.is_none() && ours && hv.metadata.deletion_timestamp.is_none() {
+        return release(ctx, hv).await;
+    }
     let Some(fenced) = fencing.and_then(|f| f.fenced.as_ref()) else { return Ok(()) };
     if hv.spec.maintenance.is_requested() || hv.metadata.deletion_timestamp.is_some() {
         return Ok(());
@@ -490,4 +587,28 @@ pub async fn evacuate(ctx: &Context, hv: &Hypervisor) -> Result<(), Error> {
     tracing::warn!(node = %hv.name_any(), reason = reason_, "{note}");
     super::hypervisor::publish(ctx, &reference, EventType::Warning, reason_, &note).await;
     Ok(())
+}
+
+/// The `ha` maintenance set for a fencing that is gone (cleared by an
+/// SRE): cleared, so the host comes back through Onboarding and its checks.
+async fn release(ctx: &Context, hv: &Hypervisor) -> Result<(), Error> {
+    let api: Api<Hypervisor> = Api::all(ctx.client.clone());
+    let reference = kube::Resource::object_ref(hv, &());
+    match super::write::maintenance(&api, hv, MaintenanceMode::None, "").await {
+        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 422 => Err(kube::Error::Api(e).into()),
+        Err(e) => {
+            let note = format!("the fence is off, but spec.maintenance could not be cleared: {e}");
+            tracing::warn!(node = %hv.name_any(), "{note}");
+            super::hypervisor::publish(ctx, &reference, EventType::Warning, "MaintenanceNotCleared", &note)
+                .await;
+            Ok(())
+        }
+        Ok(_) => {
+            let note =
+                "the fence is off: spec.maintenance cleared; the host is checked again before it is enabled";
+            tracing::info!(node = %hv.name_any(), "{note}");
+            super::hypervisor::publish(ctx, &reference, EventType::Normal, "MaintenanceCleared", note).await;
+            Ok(())
+        }
+    }
 }

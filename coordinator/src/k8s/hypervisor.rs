@@ -156,7 +156,8 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     // change of its enabled status (up to its RPC timeout, a minute).
     let blind = (!verdict.judged).then(|| verdict.condition.message.clone());
     let health_now = verdict.status.as_ref().map(|h| h.state);
-    let fenced = super::fence::run(&ctx, &hv, &seen.host, health_now, blind, now).await;
+    let evicting = seen.obs.eviction.as_ref().filter(|e| !e.phase.is_final()).map(|e| e.name.clone());
+    let fenced = super::fence::run(&ctx, &hv, &seen.host, health_now, blind, evicting.as_deref(), now).await;
     if status.fencing.is_none() && fenced.record.is_some() {
         // A fencing starts: its record is written on its own, before any
         // step and before the lifecycle acts (a disable of the dead host

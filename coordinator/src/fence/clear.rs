@@ -1,0 +1,89 @@
+//! The way back for a fenced host, once an SRE clears its fencing
+//! (docs/fencing.md, Recovery), as a pure function: what to undo next, or
+//! what it waits for. The fence comes off in the reverse order it went on:
+//! Nova's `forced_down` first (Nova refuses it until the host's
+//! nova-compute has started and destroyed what was left of its evacuated
+//! servers), then the Ceph blocklist; then the record goes, and the host
+//! comes back through its checks like any host leaving maintenance. Its
+//! power is the SRE's: they brought the host back.
+
+/// What the shell saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Situation<'a> {
+    /// A running Eviction of the host (its evacuation), by name.
+    pub eviction_running: Option<&'a str>,
+    /// The host's agent is connected again.
+    pub agent_back: bool,
+    /// Nova shows the compute service forced down.
+    pub forced_down: bool,
+    /// Blocklist entries of the fencing still to lift.
+    pub blocklisted: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing can be undone yet; why.
+    Wait(String),
+    LiftForcedDown,
+    LiftBlocklist,
+    /// Nothing of the fence is left: drop the record.
+    Done,
+}
+
+pub fn next(s: &Situation<'_>) -> Next {
+    if let Some(ev) = s.eviction_running {
+        return Next::Wait(format!(
+            "Eviction {ev} still evacuates the host's servers: the fence stays until it is over"
+        ));
+    }
+    if !s.agent_back {
+        return Next::Wait(
+            "the host's agent is not connected: the fence stays until the host is back (powered on, \
+             its agent running)"
+                .into(),
+        );
+    }
+    if s.forced_down {
+        Next::LiftForcedDown
+    } else if s.blocklisted {
+        Next::LiftBlocklist
+    } else {
+        Next::Done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fence_comes_off_in_reverse_order_only_once_the_host_is_back_and_its_evacuation_over() {
+        for eviction_running in [None, Some("node-ha-1")] {
+            for agent_back in [false, true] {
+                for forced_down in [false, true] {
+                    for blocklisted in [false, true] {
+                        let s = Situation { eviction_running, agent_back, forced_down, blocklisted };
+                        let next = next(&s);
+                        let want = match (eviction_running, agent_back, forced_down, blocklisted) {
+                            (Some(_), ..) | (None, false, ..) => None,
+                            (None, true, true, _) => Some(Next::LiftForcedDown),
+                            (None, true, false, true) => Some(Next::LiftBlocklist),
+                            (None, true, false, false) => Some(Next::Done),
+                        };
+                        match want {
+                            Some(w) => assert_eq!(next, w, "{s:?}"),
+                            None => assert!(matches!(next, Next::Wait(_)), "{s:?}: {next:?}"),
+                        }
+                    }
+                }
+            }
+        }
+        let waiting = next(&Situation {
+            eviction_running: Some("node-ha-1"),
+            agent_back: true,
+            forced_down: true,
+            blocklisted: true,
+        });
+        assert!(matches!(waiting, Next::Wait(w) if w.contains("node-ha-1")));
+    }
+}
