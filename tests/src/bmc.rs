@@ -25,13 +25,22 @@ pub async fn power_state(env: &TestEnv, host: &str) -> Result<String, String> {
 /// Asks `host`'s system to power on (the emulator's fake driver lands it
 /// up to 11 s later); nothing when it is on.
 pub async fn power_on(env: &TestEnv, host: &str) -> Result<(), String> {
+    reset(env, host, "On").await
+}
+
+/// Cuts `host`'s power (a forced off, as a power loss), landing up to 11 s later.
+pub async fn power_off(env: &TestEnv, host: &str) -> Result<(), String> {
+    reset(env, host, "ForceOff").await
+}
+
+async fn reset(env: &TestEnv, host: &str, kind: &str) -> Result<(), String> {
     let system = env.bmc.systems.get(host).ok_or_else(|| format!("no BMC system for {host}"))?;
     let res = http(env)?
         .post(format!("{}{system}/Actions/ComputerSystem.Reset", env.bmc.url))
         .basic_auth(&env.bmc.username, Some(&env.bmc.password))
-        .json(&serde_json::json!({"ResetType": "On"}))
+        .json(&serde_json::json!({"ResetType": kind}))
         .send()
         .await
         .map_err(|e| e.to_string())?;
-    if res.status().is_success() { Ok(()) } else { Err(format!("power on {host}: HTTP {}", res.status())) }
+    if res.status().is_success() { Ok(()) } else { Err(format!("{kind} {host}: HTTP {}", res.status())) }
 }

@@ -4,6 +4,10 @@
 //! powered off), puts it into `ha` maintenance, and its NodeFailure
 //! Eviction evacuates each opted-in server exactly once through the real
 //! Nova, restoring its power state; an opted-out one is left and named.
+//! Then the way back once an SRE clears the fence. And a host that loses
+//! its power (its BMC says off, its Node still Ready) is Failed on the
+//! BMC's word, and evacuated once per server though the coordinator is
+//! killed ten times meanwhile.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -114,6 +118,17 @@ impl Scene {
     async fn kill_host(&mut self) {
         self.agents[0].kill();
         kubelet_silent(&self.region, &self.dead).await;
+        fake_host(&self.region.env.nova, &self.dead, FakeHost::Stop).await.unwrap();
+    }
+
+    /// The host loses its power: its BMC reports it off (waited for: the
+    /// emulator lands it up to 11 s later), and with it go its agent and
+    /// nova-compute. Its kubelet's silence would take Kubernetes' grace to
+    /// show; the Node stays Ready, as it would that long.
+    async fn lose_power(&mut self) {
+        hv_tests::bmc::power_off(&self.region.env, &self.dead).await.unwrap();
+        wait_power(&self.region.env, &self.dead, "Off").await;
+        self.agents[0].kill();
         fake_host(&self.region.env.nova, &self.dead, FakeHost::Stop).await.unwrap();
     }
 
@@ -305,8 +320,11 @@ async fn a_coordinator_killed_at_ten_moments_of_an_evacuation_of_eight_servers_e
     let mut scene = Scene::start("evacuation-kill").await;
     let names: Vec<String> = (1..=8).map(|i| format!("kill-{i}")).collect();
     let ids = scene.boot(&names.iter().map(String::as_str).collect::<Vec<_>>()).await;
-    scene.kill_host().await;
+    scene.lose_power().await;
     let dead = scene.dead.clone();
+    // Failed on the BMC's word and the lost stream, the Node still Ready.
+    let failed = wait_health(&scene.region, &dead, HealthState::Failed, &scene.coord).await;
+    assert!(failed.evidence.iter().any(|e| e == "BMC: power off"), "{:?}", failed.evidence);
     wait_fencing(&scene.region, &dead, "the host fenced", |f| f.fenced.is_some(), &scene.coord).await;
     // Ten SIGKILLs, each at a random moment (0.2-2.5 s) after the replica
     // took the lease (before that it does nothing worth killing), each

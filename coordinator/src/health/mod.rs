@@ -11,6 +11,7 @@ pub mod respond;
 pub mod signal;
 
 pub use model::{
-    AgentSource, Assessment, HealthPolicy, NodeSource, NovaSource, OwnView, Sources, assess, next_status,
+    AgentSource, Assessment, HealthPolicy, NodeSource, NovaSource, OwnView, PowerSource, Sources, assess,
+    next_status,
 };
 pub use signal::{Severity, Signal};

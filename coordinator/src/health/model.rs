@@ -5,9 +5,12 @@
 //! The sources are independent channels to the host: the agent's stream
 //! (our gRPC), the kubelet (the Node's `Ready` condition, through the
 //! Kubernetes API) and nova-compute (its service state, through Nova's
-//! service group). A lost channel says "we cannot see it", not "it is
-//! dead"; only two lost channels, one of them the agent's stream, say
-//! Failed. The agent's own signals say how sick a host it can still see is.
+//! service group), and the host's BMC where it has one (read only while
+//! the agent's stream is gone). A lost channel says "we cannot see it",
+//! not "it is dead"; only two lost channels, one of them the agent's
+//! stream, say Failed. A BMC reporting power off is a lost channel of its
+//! own: with the stream gone, a host whose BMC says off is Failed at once,
+//! without waiting for the kubelet's or Nova's grace. The agent's own signals say how sick a host it can still see is.
 
 use jiff::{SignedDuration, Timestamp};
 
@@ -46,11 +49,21 @@ pub enum NovaSource {
     Unknown,
 }
 
+/// The host's power as its BMC reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PowerSource {
+    On,
+    Off,
+    /// No BMC, not read (the agent talks), or not readable.
+    Unknown,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sources<'a> {
     pub agent: AgentSource,
     pub node: NodeSource,
     pub nova: NovaSource,
+    pub power: PowerSource,
     /// The agent's active signals (held from before when it is gone).
     pub signals: &'a [Signal],
 }
@@ -115,6 +128,9 @@ fn lost(s: &Sources<'_>, policy: &HealthPolicy, now: Timestamp) -> (bool, Vec<St
     if s.nova == NovaSource::Down {
         out.push("Nova: nova-compute down".into());
     }
+    if s.power == PowerSource::Off && agent_gone {
+        out.push("BMC: power off".into());
+    }
     (agent_gone, out)
 }
 
@@ -163,6 +179,12 @@ pub fn assess(
     warnings.sort_by(|a, b| (&a.kind, &a.subject).cmp(&(&b.kind, &b.subject)));
     if s.nova == NovaSource::ForcedDown {
         evidence.push("Nova: nova-compute forced down (an assertion, not counted)".into());
+    }
+    if s.power == PowerSource::Off && !agent_gone {
+        evidence.push(
+            "BMC: reports power off while the agent talks (not counted): is spec.fencing.bmc this host's?"
+                .into(),
+        );
     }
     evidence.extend(critical.iter().chain(&warnings).map(|g| signal_line(g)));
     if evidence.len() > MAX_EVIDENCE {
@@ -217,7 +239,7 @@ mod tests {
     }
 
     fn judge(agent: AgentSource, node: NodeSource, nova: NovaSource, signals: &[Signal]) -> Assessment {
-        let s = Sources { agent, node, nova, signals };
+        let s = Sources { agent, node, nova, power: PowerSource::Unknown, signals };
         assess(&s, &OwnView::Clear, None, &HealthPolicy::default(), at(600))
     }
 
@@ -265,6 +287,23 @@ mod tests {
     }
 
     #[test]
+    fn a_bmc_reporting_power_off_fails_a_host_whose_stream_is_gone_at_once_and_only_such_a_host() {
+        let judge = |agent, power| {
+            let s = Sources { agent, node: NodeSource::Ready, nova: NovaSource::Up, power, signals: &[] };
+            assess(&s, &OwnView::Clear, None, &HealthPolicy::default(), at(600))
+        };
+        let off = judge(GONE, PowerSource::Off);
+        assert_eq!(off.state, HealthState::Failed);
+        assert!(off.evidence.contains(&"BMC: power off".to_string()), "{:?}", off.evidence);
+        assert_eq!(judge(GONE, PowerSource::On).state, HealthState::Unreachable);
+        assert_eq!(judge(GONE, PowerSource::Unknown).state, HealthState::Unreachable);
+        // A BMC saying off while the agent talks is another host's: said, not counted.
+        let talking = judge(AgentSource::Connected, PowerSource::Off);
+        assert_eq!(talking.state, HealthState::Healthy);
+        assert!(talking.evidence.iter().any(|e| e.contains("this host's?")), "{:?}", talking.evidence);
+    }
+
+    #[test]
     fn the_evidence_names_each_source_and_signal_with_since_when() {
         let signals = [signal("load-high", Severity::Warning), signal("root-read-only", Severity::Critical)];
         let a = judge(GONE, NOT_READY_LONG, NovaSource::Down, &signals);
@@ -287,7 +326,13 @@ mod tests {
         assert_eq!(a.evidence.len(), MAX_EVIDENCE);
         assert_eq!(a.evidence.last().map(String::as_str), Some("… and 21 more"));
         let policy = HealthPolicy::default();
-        let s = |node| Sources { agent: AgentSource::Connected, node, nova: NovaSource::Up, signals: &[] };
+        let s = |node| Sources {
+            agent: AgentSource::Connected,
+            node,
+            nova: NovaSource::Up,
+            power: PowerSource::Unknown,
+            signals: &[],
+        };
         assert_eq!(recheck_in(&s(NOT_READY_NOW), &policy, at(600)), Some(SignedDuration::from_secs(50)));
         assert_eq!(recheck_in(&s(NOT_READY_LONG), &policy, at(600)), None);
         assert_eq!(recheck_in(&s(NodeSource::Ready), &policy, at(600)), None);
@@ -296,7 +341,13 @@ mod tests {
     #[test]
     fn a_blind_coordinator_keeps_the_last_verdict_and_says_why() {
         let previous = HealthStatus { state: HealthState::Healthy, since: None, evidence: vec![] };
-        let s = Sources { agent: GONE, node: NodeSource::Absent, nova: NovaSource::Down, signals: &[] };
+        let s = Sources {
+            agent: GONE,
+            node: NodeSource::Absent,
+            nova: NovaSource::Down,
+            power: PowerSource::Unknown,
+            signals: &[],
+        };
         let blind = OwnView::Blind("cannot reach Nova: timeout".into());
         let a = assess(&s, &blind, Some(&previous), &HealthPolicy::default(), at(600));
         assert_eq!(a.state, HealthState::Healthy);
@@ -358,41 +409,49 @@ mod tests {
         for agent in all_agents() {
             for node in all_nodes() {
                 for nova in all_novas() {
-                    for signals in all_signals() {
-                        let s = Sources { agent, node, nova, signals: &signals };
-                        let a = assess(&s, &OwnView::Clear, None, &policy, at(600));
-                        let agent_lost = agent != AgentSource::Connected;
-                        let node_lost =
-                            matches!(node, NodeSource::NotReady { since } if since != NOT_READY_NOW_SINCE);
-                        let nova_lost = nova == NovaSource::Down;
-                        let lost = [agent_lost, node_lost, nova_lost].iter().filter(|l| **l).count();
-                        let why = format!("{agent:?} {node:?} {nova:?} {signals:?}: {a:?}");
-                        if a.state == HealthState::Failed {
-                            assert!(agent_lost && lost >= 2, "{why}");
+                    for power in [PowerSource::On, PowerSource::Off, PowerSource::Unknown] {
+                        for signals in all_signals() {
+                            let s = Sources { agent, node, nova, power, signals: &signals };
+                            let a = assess(&s, &OwnView::Clear, None, &policy, at(600));
+                            let agent_lost = agent != AgentSource::Connected;
+                            let node_lost = matches!(node, NodeSource::NotReady { since } if since != NOT_READY_NOW_SINCE);
+                            let nova_lost = nova == NovaSource::Down;
+                            // The BMC's word counts only for a host whose stream is gone.
+                            let power_lost = power == PowerSource::Off && agent_lost;
+                            let lost =
+                                [agent_lost, node_lost, nova_lost, power_lost].iter().filter(|l| **l).count();
+                            let why = format!("{agent:?} {node:?} {nova:?} {power:?} {signals:?}: {a:?}");
+                            if a.state == HealthState::Failed {
+                                assert!(agent_lost && lost >= 2, "{why}");
+                            }
+                            if lost <= 1 {
+                                assert_ne!(a.state, HealthState::Failed, "{why}");
+                            }
+                            if lost == 0 {
+                                assert!(
+                                    matches!(a.state, HealthState::Healthy | HealthState::Degraded),
+                                    "{why}"
+                                );
+                            }
+                            if lost >= 1 {
+                                assert!(
+                                    matches!(a.state, HealthState::Unreachable | HealthState::Failed),
+                                    "{why}"
+                                );
+                            }
+                            for previous in [HealthState::Healthy, HealthState::Failed] {
+                                let p =
+                                    HealthStatus { state: previous, since: None, evidence: vec!["x".into()] };
+                                let blind =
+                                    assess(&s, &OwnView::Blind("cannot".into()), Some(&p), &policy, at(600));
+                                assert_eq!(
+                                    (blind.state, blind.evidence),
+                                    (previous, vec!["x".to_string()]),
+                                    "{why}"
+                                );
+                            }
+                            seen.insert(a.state);
                         }
-                        if lost <= 1 {
-                            assert_ne!(a.state, HealthState::Failed, "{why}");
-                        }
-                        if lost == 0 {
-                            assert!(matches!(a.state, HealthState::Healthy | HealthState::Degraded), "{why}");
-                        }
-                        if lost >= 1 {
-                            assert!(
-                                matches!(a.state, HealthState::Unreachable | HealthState::Failed),
-                                "{why}"
-                            );
-                        }
-                        for previous in [HealthState::Healthy, HealthState::Failed] {
-                            let p = HealthStatus { state: previous, since: None, evidence: vec!["x".into()] };
-                            let blind =
-                                assess(&s, &OwnView::Blind("cannot".into()), Some(&p), &policy, at(600));
-                            assert_eq!(
-                                (blind.state, blind.evidence),
-                                (previous, vec!["x".to_string()]),
-                                "{why}"
-                            );
-                        }
-                        seen.insert(a.state);
                     }
                 }
             }

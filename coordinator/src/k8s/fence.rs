@@ -23,7 +23,8 @@ use crate::fence::ceph::CephFence;
 use crate::fence::clear;
 use crate::fence::decide::{self, Decision, FencePolicy, Situation};
 use crate::fence::redfish::{Bmc, Redfish};
-use crate::fence::{PoweredOff, power_off_confirmed};
+use crate::fence::{PowerActuator, PowerState, PoweredOff, power_off_confirmed};
+use crate::health::PowerSource;
 use crate::lifecycle::ServiceState;
 
 /// Annotation an SRE (or `hvctl confirm-fenced`) sets once they made sure
@@ -382,6 +383,31 @@ async fn take(ctx: &Context, hv: &Hypervisor, host: &str, step: FenceStep) -> Re
                 }
                 Err(e) => Err(e.to_string()),
             }
+        }
+    }
+}
+
+/// The host's power as its BMC reports it, for the health model: read
+/// only while its agent's stream is gone, with a short timeout (a reconcile
+/// waits on it). Anything unreadable is Unknown: it counts for nothing.
+pub async fn power_source(ctx: &Context, hv: &Hypervisor) -> PowerSource {
+    let Some(spec) = &hv.spec.fencing.bmc else { return PowerSource::Unknown };
+    let read = async {
+        let mut bmc = bmc(ctx, spec).await?;
+        bmc.timeout = Duration::from_secs(3);
+        let redfish = Redfish::new(&bmc).map_err(|e| e.to_string())?;
+        redfish.power_state().await.map_err(|e| e.to_string())
+    };
+    match read.await {
+        Ok(PowerState::Off) => PowerSource::Off,
+        Ok(PowerState::On | PowerState::PoweringOn | PowerState::PoweringOff) => PowerSource::On,
+        Ok(PowerState::Unknown(what)) => {
+            tracing::debug!(node = %hv.name_any(), power = %what, "BMC power state not understood");
+            PowerSource::Unknown
+        }
+        Err(e) => {
+            tracing::debug!(node = %hv.name_any(), error = %e, "BMC power state not read");
+            PowerSource::Unknown
         }
     }
 }

@@ -104,6 +104,11 @@ struct Seen {
     node_ready: NodeSource,
     /// The marks on the Node (None: no Node).
     marks: Option<health::marks::Marks>,
+    /// The host's power as its BMC reports it (read only while the agent's
+    /// stream is gone and the host is judged).
+    power: health::PowerSource,
+    /// The host has a BMC (`spec.fencing.bmc`).
+    bmc: bool,
 }
 
 pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue, Error> {
@@ -270,7 +275,14 @@ async fn observe(
         // Judged after observing, with the phase read.
         health: None,
     };
-    Ok(Seen { obs, agent, host, node_ready, marks })
+    let judged = crate::metrics::AGENT_EXPECTED.contains(&phase);
+    let power = if judged && !agent.connected {
+        super::fence::power_source(ctx, hv).await
+    } else {
+        health::PowerSource::Unknown
+    };
+    let bmc = hv.spec.fencing.bmc.is_some();
+    Ok(Seen { obs, agent, host, node_ready, marks, power, bmc })
 }
 
 /// The host's health as one reconcile records it (docs/health.md).
@@ -313,9 +325,16 @@ fn judge_health(
         agent: health::observe::agent_source(&seen.agent),
         node: seen.node_ready,
         nova,
+        power: seen.power,
         signals: &seen.agent.signals,
     };
-    let recheck = [health::model::recheck_in(&sources, &ctx.health_policy, now), settling]
+    // A lost host with a BMC is looked at again soon: its power off makes
+    // it Failed at once, without the kubelet's or Nova's grace.
+    let watch_power = (sources.agent != health::AgentSource::Connected
+        && seen.power != health::PowerSource::Off
+        && seen.bmc)
+        .then(|| jiff::SignedDuration::from_secs(2));
+    let recheck = [health::model::recheck_in(&sources, &ctx.health_policy, now), settling, watch_power]
         .into_iter()
         .flatten()
         .min()
