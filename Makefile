@@ -72,4 +72,4 @@ bench:
 	bash tests/env/up.sh
 	$(CARGO) build -q --release -p hv-ceph-probe
 	$(CARGO) build -q --workspace --bins
-	$(CARGO) bench -q -p hv-agent --bench agent && $(CARGO) run -q -p hv-tests --example bench_eviction && $(CARGO) run -q -p hv-tests --example bench_health; rc=$$?; bash tests/env/down.sh; exit $$rc
+	$(CARGO) bench -q -p hv-agent --bench agent && $(CARGO) run -q -p hv-tests --example bench_eviction && $(CARGO) run -q -p hv-tests --example bench_health && $(CARGO) run -q -p hv-tests --example bench_fencing; rc=$$?; bash tests/env/down.sh; exit $$rc

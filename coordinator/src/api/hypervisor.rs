@@ -437,6 +437,9 @@ pub struct FencingStatus {
     /// clearing counts only if asked since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handled_clear: Option<String>,
+    /// The clearing lifted the host's blocklist entries.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub blocklist_lifted: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]

@@ -328,7 +328,7 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
         return;
     }
     match &att.nova_status {
-        Some(NovaState::Completed | NovaState::Confirmed) => {
+        Some(NovaState::Completed | NovaState::Rebuilt | NovaState::Confirmed) => {
             // Nova can report completed a moment before the host field
             // moves; a host it does not say is not judged either.
             if let Some(h) = srv.elsewhere(input.source) {
@@ -392,7 +392,7 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
 /// whether it was judged here.
 fn caught_by_fence(vm: &mut VmStatus, srv: &Server, att: &AttemptObs, input: &Input<'_>) -> bool {
     match &att.nova_status {
-        Some(NovaState::Completed | NovaState::Confirmed) => false,
+        Some(NovaState::Completed | NovaState::Rebuilt | NovaState::Confirmed) => false,
         Some(NovaState::Failed | NovaState::Cancelled | NovaState::Reverted) if !att.abort_requested => false,
         Some(NovaState::Finished) => {
             let Some(h) = srv.elsewhere(input.source) else { return false };

@@ -14,6 +14,11 @@ pub struct Situation<'a> {
     pub eviction_running: Option<&'a str>,
     /// The host's agent is connected again.
     pub agent_back: bool,
+    /// Evacuations off the host since its fencing started that Nova has not
+    /// settled: still running, or `done` (rebuilt, the old host not yet
+    /// cleaned up). Nova's own check on lifting `forced_down` is kept by
+    /// this one, which does not depend on an Eviction being seen.
+    pub evacuations_unsettled: usize,
     /// Nova shows the compute service forced down.
     pub forced_down: bool,
     /// Blocklist entries of the fencing still to lift.
@@ -34,6 +39,13 @@ pub fn next(s: &Situation<'_>) -> Next {
     if let Some(ev) = s.eviction_running {
         return Next::Wait(format!(
             "Eviction {ev} still evacuates the host's servers: the fence stays until it is over"
+        ));
+    }
+    if s.evacuations_unsettled > 0 {
+        return Next::Wait(format!(
+            "{} evacuation(s) off the host are not settled in Nova (running, or rebuilt and the old host \
+             not cleaned up yet: its nova-compute must start): the fence stays until they are",
+            s.evacuations_unsettled
         ));
     }
     if !s.agent_back {
@@ -59,20 +71,31 @@ mod tests {
     #[test]
     fn the_fence_comes_off_in_reverse_order_only_once_the_host_is_back_and_its_evacuation_over() {
         for eviction_running in [None, Some("node-ha-1")] {
-            for agent_back in [false, true] {
-                for forced_down in [false, true] {
-                    for blocklisted in [false, true] {
-                        let s = Situation { eviction_running, agent_back, forced_down, blocklisted };
-                        let next = next(&s);
-                        let want = match (eviction_running, agent_back, forced_down, blocklisted) {
-                            (Some(_), ..) | (None, false, ..) => None,
-                            (None, true, true, _) => Some(Next::LiftForcedDown),
-                            (None, true, false, true) => Some(Next::LiftBlocklist),
-                            (None, true, false, false) => Some(Next::Done),
-                        };
-                        match want {
-                            Some(w) => assert_eq!(next, w, "{s:?}"),
-                            None => assert!(matches!(next, Next::Wait(_)), "{s:?}: {next:?}"),
+            for evacuations_unsettled in [0, 2] {
+                for agent_back in [false, true] {
+                    for forced_down in [false, true] {
+                        for blocklisted in [false, true] {
+                            let s = Situation {
+                                eviction_running,
+                                agent_back,
+                                evacuations_unsettled,
+                                forced_down,
+                                blocklisted,
+                            };
+                            let next = next(&s);
+                            // Nothing comes off while an evacuation may still
+                            // run or leave a copy behind, or the host is away.
+                            let hold = eviction_running.is_some() || evacuations_unsettled > 0 || !agent_back;
+                            let want = match (hold, forced_down, blocklisted) {
+                                (true, ..) => None,
+                                (false, true, _) => Some(Next::LiftForcedDown),
+                                (false, false, true) => Some(Next::LiftBlocklist),
+                                (false, false, false) => Some(Next::Done),
+                            };
+                            match want {
+                                Some(w) => assert_eq!(next, w, "{s:?}"),
+                                None => assert!(matches!(next, Next::Wait(_)), "{s:?}: {next:?}"),
+                            }
                         }
                     }
                 }
@@ -81,6 +104,7 @@ mod tests {
         let waiting = next(&Situation {
             eviction_running: Some("node-ha-1"),
             agent_back: true,
+            evacuations_unsettled: 0,
             forced_down: true,
             blocklisted: true,
         });

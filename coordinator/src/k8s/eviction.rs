@@ -611,7 +611,7 @@ async fn observe_attempt(
     st.target_host = m.dest_compute.clone().or(st.target_host);
     if !abort_requested {
         st.phase = Some(match &m.status {
-            NovaState::Completed | NovaState::Confirmed => MigrationPhase::Completed,
+            NovaState::Completed | NovaState::Rebuilt | NovaState::Confirmed => MigrationPhase::Completed,
             NovaState::Failed | NovaState::Reverted => MigrationPhase::Failed,
             NovaState::Cancelled => MigrationPhase::Cancelled,
             _ => MigrationPhase::Running,
@@ -857,6 +857,7 @@ mod tests {
             instance_uuid: Some(server.into()),
             source_compute: Some("node-1".into()),
             dest_compute: None,
+            migration_type: Some("live-migration".into()),
             created_at: Some(created),
             updated_at: None,
         }

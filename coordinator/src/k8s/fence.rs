@@ -26,6 +26,7 @@ use crate::fence::redfish::{Bmc, Redfish};
 use crate::fence::{PowerActuator, PowerState, PoweredOff, power_off_confirmed};
 use crate::health::PowerSource;
 use crate::lifecycle::ServiceState;
+use crate::nova::servers::NovaState;
 
 /// Annotation an SRE (or `hvctl confirm-fenced`) sets once they made sure
 /// the host is off and cut from its storage, past a step that cannot be
@@ -211,6 +212,8 @@ pub async fn run(
                     let message = format!("{step} confirmed ({how})");
                     out.condition = Some(cond(ConditionStatus::False, "InProgress", &message));
                     out.event = Some((format!("{step}Confirmed"), message));
+                    out.again = Some(Duration::from_millis(200));
+                    return out;
                 }
                 Err(why) => {
                     let attempts = r.failed.as_ref().filter(|f| f.step == step).map_or(0, |f| f.attempts) + 1;
@@ -269,11 +272,28 @@ async fn clearing(
             return out;
         }
     };
+    // Every evacuation since the fencing started (with the slack Nova's clock may need).
+    let since =
+        r.started.as_ref().map_or(Timestamp::UNIX_EPOCH, |t| t.0) - jiff::SignedDuration::from_mins(10);
+    let evacuations_unsettled = match ctx.nova.migrations_from(host, since).await {
+        Ok(list) => list
+            .iter()
+            .filter(|m| m.migration_type.as_deref() == Some("evacuation"))
+            .filter(|m| !matches!(m.status, NovaState::Completed | NovaState::Failed | NovaState::Cancelled))
+            .count(),
+        Err(e) => {
+            wait(format!("Nova's migrations cannot be read: {e}"), &mut out);
+            return out;
+        }
+    };
     let situation = clear::Situation {
         eviction_running: evicting,
         agent_back: ctx.registry.view(&name).connected,
+        evacuations_unsettled,
         forced_down,
-        blocklisted: r.confirmed.contains(&FenceStep::CephBlocklisted),
+        // Lifted whatever the step came to (tried, confirmed by hand): a
+        // lift of an entry not there is a no-op.
+        blocklisted: !hv.spec.fencing.ceph_addresses.is_empty() && !r.blocklist_lifted,
     };
     match clear::next(&situation) {
         clear::Next::Wait(why) => wait(why, &mut out),
@@ -288,7 +308,8 @@ async fn clearing(
             // started and destroyed what was left of its evacuated servers.
             Err(e @ crate::nova::NovaError::Invalid(_)) => wait(
                 format!(
-                    "Nova keeps {host} forced down until its nova-compute has started again and cleaned up                      after the evacuation ({e})"
+                    "Nova refused to lift {host}'s forced_down ({e}); it does so until the host's \
+                     nova-compute has started again and cleaned up after the evacuation"
                 ),
                 &mut out,
             ),
@@ -302,7 +323,7 @@ async fn clearing(
             match lifted {
                 Ok(()) => {
                     if let Some(r) = out.record.as_mut() {
-                        r.confirmed.retain(|s| *s != FenceStep::CephBlocklisted);
+                        r.blocklist_lifted = true;
                     }
                     let msg = format!(
                         "{} lifted from the OSD blocklist",
@@ -391,7 +412,11 @@ async fn take(ctx: &Context, hv: &Hypervisor, host: &str, step: FenceStep) -> Re
 /// only while its agent's stream is gone, with a short timeout (a reconcile
 /// waits on it). Anything unreadable is Unknown: it counts for nothing.
 pub async fn power_source(ctx: &Context, hv: &Hypervisor) -> PowerSource {
-    let Some(spec) = &hv.spec.fencing.bmc else { return PowerSource::Unknown };
+    // A BMC whose certificate is not checked could be anyone: its word
+    // never makes a host Failed (a fencing decision rests on none such).
+    let Some(spec) = hv.spec.fencing.bmc.as_ref().filter(|b| !b.insecure) else {
+        return PowerSource::Unknown;
+    };
     let read = async {
         let mut bmc = bmc(ctx, spec).await?;
         bmc.timeout = Duration::from_secs(3);
@@ -582,11 +607,11 @@ pub fn record(
 /// an SRE asked for stands; its running Eviction evacuates once it sees the
 /// host fenced. A conflict is an error (decided again on fresh data); any
 /// other failure is told and tried again at the next reconcile.
-pub async fn evacuate(ctx: &Context, hv: &Hypervisor) -> Result<(), Error> {
+pub async fn evacuate(ctx: &Context, hv: &Hypervisor, evicting: Option<&str>) -> Result<(), Error> {
     let fencing = hv.status.as_ref().and_then(|s| s.fencing.as_ref());
     let ours = hv.spec.maintenance == MaintenanceMode::Ha
         && hv.spec.maintenance_reason.starts_with(EVACUATE_REASON_PREFIX);
-    if fencing.is_none() && ours && hv.metadata.deletion_timestamp.is_none() {
+    if fencing.is_none() && ours && evicting.is_none() && hv.metadata.deletion_timestamp.is_none() {
         return release(ctx, hv).await;
     }
     let Some(fenced) = fencing.and_then(|f| f.fenced.as_ref()) else { return Ok(()) };

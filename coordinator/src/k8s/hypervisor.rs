@@ -212,7 +212,7 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     {
         super::nodes::let_go(&ctx.client, &name, keep).await?;
     }
-    super::fence::evacuate(&ctx, &hv).await?;
+    super::fence::evacuate(&ctx, &hv, evicting.as_deref()).await?;
     let look = next_look(&ctx.intervals, &decision, &seen.obs.nova, !outcome.failures.is_empty());
     // A Node's grace running out changes the verdict with no other news.
     let look = verdict.recheck.map_or(look, |r| look.min(r));
@@ -276,7 +276,10 @@ async fn observe(
         health: None,
     };
     let judged = crate::metrics::AGENT_EXPECTED.contains(&phase);
-    let power = if judged && !agent.connected {
+    // Not while a new leader settles: no agent is connected yet, and no
+    // host is judged then anyway.
+    let settling = Timestamp::now() < ctx.judging_from;
+    let power = if judged && !agent.connected && !settling {
         super::fence::power_source(ctx, hv).await
     } else {
         health::PowerSource::Unknown

@@ -114,8 +114,12 @@ pub enum NovaState {
     Running { live_running: bool },
     /// A cold migration done and waiting for its confirmation (VERIFY_RESIZE).
     Finished,
-    /// A live migration done (or an evacuation: `done`).
+    /// A live migration done, or an evacuation whose old host cleaned up.
     Completed,
+    /// An evacuation done (`done`): the server rebuilt elsewhere, its old
+    /// host not yet cleaned up (Nova makes it `completed` once the host's
+    /// nova-compute starts and destroys what was left there).
+    Rebuilt,
     /// A cold migration confirmed.
     Confirmed,
     /// failed, error
@@ -135,6 +139,7 @@ impl NovaState {
         matches!(
             self,
             NovaState::Completed
+                | NovaState::Rebuilt
                 | NovaState::Confirmed
                 | NovaState::Failed
                 | NovaState::Cancelled
@@ -149,6 +154,7 @@ impl NovaState {
             NovaState::Running { live_running: false } => "migrating",
             NovaState::Finished => "finished",
             NovaState::Completed => "completed",
+            NovaState::Rebuilt => "done",
             NovaState::Confirmed => "confirmed",
             NovaState::Failed => "failed",
             NovaState::Cancelled => "cancelled",
@@ -167,7 +173,8 @@ impl From<&str> for NovaState {
                 NovaState::Running { live_running: false }
             }
             "finished" => NovaState::Finished,
-            "completed" | "done" => NovaState::Completed,
+            "completed" => NovaState::Completed,
+            "done" => NovaState::Rebuilt,
             "confirmed" => NovaState::Confirmed,
             "failed" | "error" => NovaState::Failed,
             "cancelled" | "aborted" => NovaState::Cancelled,
@@ -218,6 +225,9 @@ pub struct NovaMigration {
     pub source_compute: Option<String>,
     #[serde(default)]
     pub dest_compute: Option<String>,
+    /// `live-migration`, `migration`, `evacuation`, `resize`.
+    #[serde(default)]
+    pub migration_type: Option<String>,
     #[serde(default, deserialize_with = "nova_time")]
     pub created_at: Option<jiff::Timestamp>,
     #[serde(default, deserialize_with = "nova_time")]
