@@ -19,14 +19,12 @@ use std::time::{Duration, Instant};
 
 use hv_coordinator::api::hypervisor::HealthState;
 use hv_coordinator::api::{Eviction, Hypervisor, Phase};
-use hv_tests::fencing::{FENCED_CEPH_ADDRESS, fencing_coordinator, give_fencing_means, wait_power};
+use hv_tests::fencing::{address, fencing_coordinator, give_fencing_means, wait_power};
 use hv_tests::openstack::{Admin, FakeHost, fake_host};
 use hv_tests::region::{AgentPeers, Blocklisted, Proc, Region, healthy_active};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 
-/// The Ceph address of the host without a BMC (unused on the ground).
-const OTHER_CEPH_ADDRESS: &str = "127.0.0.3";
 const SERVERS: usize = 2;
 
 /// When each milestone was first seen, from the death.
@@ -174,17 +172,17 @@ async fn main() {
         hosts.push(Host { name: name.clone(), root, agent, bmc: false });
     }
     let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
-    give_fencing_means(&region, &names[0]).await;
+    give_fencing_means(&region, &names[0], address::CONTROLLER).await;
     hosts[0].bmc = true;
     wait_power(&env, &names[0], "On").await;
-    let other = serde_json::json!({"spec": {"fencing": {"cephAddresses": [OTHER_CEPH_ADDRESS]}}});
+    let other = serde_json::json!({"spec": {"fencing": {"cephAddresses": [address::BENCH_NO_BMC]}}});
     hvs.patch(&names[3], &PatchParams::default(), &Patch::Merge(&other)).await.unwrap();
     let rbd = serde_json::json!({"spec": {"ceph": {"instanceDisksOnRbd": true}}});
     for name in [&names[0], &names[3]] {
         hvs.patch(name, &PatchParams::default(), &Patch::Merge(&rbd)).await.unwrap();
     }
-    let _lift =
-        [FENCED_CEPH_ADDRESS, OTHER_CEPH_ADDRESS].map(|a| Blocklisted::lift_later(&env, &format!("{a}:0/0")));
+    let _lift = [address::CONTROLLER, address::BENCH_NO_BMC]
+        .map(|a| Blocklisted::lift_later(&env, &format!("{a}:0/0")));
     let admin = Admin::login(&env).await.unwrap();
     let evs: Api<Eviction> = Api::all(region.kube.client.clone());
 

@@ -20,18 +20,26 @@ use crate::hosts;
 use crate::region::{Proc, Region};
 use crate::wait::{Poll, until};
 
-/// The Ceph address the controller test fences: no client of the ground is there.
-pub const FENCED_CEPH_ADDRESS: &str = "127.0.0.2";
+/// Ceph addresses the tests fence, no client of the ground being there:
+/// one per test, as tests running at once would otherwise lift each
+/// other's entries.
+pub mod address {
+    pub const CONTROLLER: &str = "127.0.0.2";
+    pub const BENCH_NO_BMC: &str = "127.0.0.3";
+    pub const EVACUATION: &str = "127.0.0.4";
+    pub const EVACUATION_KILL: &str = "127.0.0.5";
+    pub const STUCK: &str = "127.0.0.6";
+}
 
 /// Sets the fencing means of `host`'s Hypervisor: its BMC on the ground
-/// (credentials in a Secret of the coordinator's namespace) and one Ceph
-/// address no client of the ground uses.
-pub async fn give_fencing_means(region: &Region, host: &str) {
-    give_fencing_means_with(region, host, &region.env.bmc.password).await;
+/// (credentials in a Secret of the coordinator's namespace) and `ceph`, a
+/// Ceph address no client of the ground uses.
+pub async fn give_fencing_means(region: &Region, host: &str, ceph: &str) {
+    give_fencing_means_with(region, host, &region.env.bmc.password, ceph).await;
 }
 
 /// The same, with `password` for the BMC.
-pub async fn give_fencing_means_with(region: &Region, host: &str, password: &str) {
+pub async fn give_fencing_means_with(region: &Region, host: &str, password: &str, ceph: &str) {
     let env = &region.env;
     let secrets: Api<Secret> =
         Api::namespaced(region.kube.client.clone(), crate::rbac::COORDINATOR_NAMESPACE);
@@ -54,7 +62,7 @@ pub async fn give_fencing_means_with(region: &Region, host: &str, password: &str
     let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
     let patch = serde_json::json!({"spec": {"fencing": {
         "bmc": {"address": env.bmc.address(host), "credentialsSecret": name},
-        "cephAddresses": [FENCED_CEPH_ADDRESS]}}});
+        "cephAddresses": [ceph]}}});
     hvs.patch(host, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
 }
 

@@ -47,3 +47,17 @@ pub fn ready_if<T>(v: Option<T>) -> Poll<T> {
 pub fn ready_when<T: Debug>(done: bool, v: T) -> Poll<T> {
     if done { Poll::Ready(v) } else { Poll::Pending(format!("{v:?}")) }
 }
+
+/// `n` random moments of 200 to 2,500 ms (xorshift, seeded from the
+/// clock), for kill tests: the test prints them when it fails.
+pub fn random_moments(n: usize) -> Vec<u64> {
+    let mut seed = jiff::Timestamp::now().as_nanosecond() as u64 | 1;
+    (0..n)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            200 + seed % 2300
+        })
+        .collect()
+}

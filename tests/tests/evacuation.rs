@@ -20,7 +20,7 @@ use hv_coordinator::api::{
 };
 use hv_coordinator::eviction::plan::EVACUATE_METADATA;
 use hv_tests::fencing::{
-    FENCED_CEPH_ADDRESS, fencing_coordinator, give_fencing_means, kubelet_silent, wait_fencing, wait_power,
+    address, fencing_coordinator, give_fencing_means, kubelet_silent, wait_fencing, wait_power,
 };
 use hv_tests::openstack::{Admin, FakeHost, fake_host};
 use hv_tests::region::{AgentPeers, Blocklisted, Proc, Region, healthy_active, wait_health};
@@ -67,7 +67,7 @@ struct Scene {
 }
 
 impl Scene {
-    async fn start(test: &str) -> Scene {
+    async fn start(test: &str, ceph: &'static str) -> Scene {
         let region = Region::start(test).await;
         let env = region.env.clone();
         let zone = hv_tests::hosts::zone(&env, 2).await;
@@ -89,12 +89,12 @@ impl Scene {
             roots.push(root);
             agents.push(agent);
         }
-        give_fencing_means(&region, &dead).await;
+        give_fencing_means(&region, &dead, ceph).await;
         let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
         let rbd = serde_json::json!({"spec": {"ceph": {"instanceDisksOnRbd": true}}});
         hvs.patch(&dead, &PatchParams::default(), &Patch::Merge(&rbd)).await.unwrap();
         wait_power(&env, &dead, "On").await;
-        let _lift = Blocklisted::lift_later(&env, &format!("{FENCED_CEPH_ADDRESS}:0/0"));
+        let _lift = Blocklisted::lift_later(&env, &format!("{ceph}:0/0"));
         let admin = Admin::login(&env).await.unwrap();
         Scene { region, zone, dead, coord, args, agents, roots, admin, _lift }
     }
@@ -175,7 +175,7 @@ impl Scene {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dead_hosts_opted_in_servers_are_evacuated_once_each_in_their_former_power_state() {
-    let mut scene = Scene::start("evacuation").await;
+    let mut scene = Scene::start("evacuation", address::EVACUATION).await;
     // Four servers: two running, one stopped, one opted out.
     let servers = scene.boot(&["run-1", "run-2", "stopped", "out"]).await;
     let [run1, run2, stopped, out] = [0, 1, 2, 3].map(|i| servers[i].clone());
@@ -190,7 +190,7 @@ async fn a_dead_hosts_opted_in_servers_are_evacuated_once_each_in_their_former_p
     let all = [FenceStep::NovaForcedDown, FenceStep::CephBlocklisted, FenceStep::PoweredOff];
     assert_eq!(fencing.confirmed, all, "{fencing:?}");
     assert_eq!(admin.service(&dead).await.unwrap().unwrap()["forced_down"], true);
-    assert!(hv_tests::region::blocklist(&env).unwrap().contains_key(&format!("{FENCED_CEPH_ADDRESS}:0/0")));
+    assert!(hv_tests::region::blocklist(&env).unwrap().contains_key(&format!("{}:0/0", address::EVACUATION)));
     assert_eq!(hv_tests::bmc::power_state(&env, &dead).await.unwrap(), "Off");
 
     // Its NodeFailure Eviction runs to the end.
@@ -287,7 +287,9 @@ async fn a_dead_hosts_opted_in_servers_are_evacuated_once_each_in_their_former_p
         (svc["forced_down"].clone(), svc["status"].clone()),
         (serde_json::json!(false), serde_json::json!("enabled"))
     );
-    assert!(!hv_tests::region::blocklist(&env).unwrap().contains_key(&format!("{FENCED_CEPH_ADDRESS}:0/0")));
+    assert!(
+        !hv_tests::region::blocklist(&env).unwrap().contains_key(&format!("{}:0/0", address::EVACUATION))
+    );
     for id in [&run1, &run2, &stopped] {
         let migrations = scene.admin.migrations_of(id).await.unwrap();
         let evacuation = migrations.iter().find(|m| m["migration_type"] == "evacuation").unwrap();
@@ -318,7 +320,7 @@ async fn a_dead_hosts_opted_in_servers_are_evacuated_once_each_in_their_former_p
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_coordinator_killed_at_ten_moments_of_an_evacuation_of_eight_servers_evacuates_each_once() {
-    let mut scene = Scene::start("evacuation-kill").await;
+    let mut scene = Scene::start("evacuation-kill", address::EVACUATION_KILL).await;
     let names: Vec<String> = (1..=8).map(|i| format!("kill-{i}")).collect();
     let ids = scene.boot(&names.iter().map(String::as_str).collect::<Vec<_>>()).await;
     scene.lose_power().await;
@@ -330,14 +332,8 @@ async fn a_coordinator_killed_at_ten_moments_of_an_evacuation_of_eight_servers_e
     // Ten SIGKILLs, each at a random moment (0.2-2.5 s) after the replica
     // took the lease (before that it does nothing worth killing), each
     // followed by a restart.
-    let mut seed = jiff::Timestamp::now().as_nanosecond() as u64 | 1;
-    let mut moments = Vec::new();
-    for _ in 0..10 {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        let ms = 200 + seed % 2300;
-        moments.push(ms);
+    let moments = hv_tests::wait::random_moments(10);
+    for &ms in &moments {
         scene.region.wait_leading(&scene.coord).await;
         tokio::time::sleep(Duration::from_millis(ms)).await;
         scene.coord.kill();

@@ -248,14 +248,8 @@ async fn a_coordinator_killed_at_ten_moments_of_an_eviction_loses_and_doubles_no
         scene("kill", &["1", "2", "3", "1", "2", "3"], &[]).await;
     request_maintenance(&region, &host, "kill test").await;
     // Ten SIGKILLs at random moments (0.2-2.5 s apart), each followed by a restart.
-    let mut seed = jiff::Timestamp::now().as_nanosecond() as u64 | 1;
-    let mut moments = Vec::new();
-    for _ in 0..10 {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        let ms = 200 + seed % 2300;
-        moments.push(ms);
+    let moments = hv_tests::wait::random_moments(10);
+    for &ms in &moments {
         tokio::time::sleep(Duration::from_millis(ms)).await;
         coord.kill();
         coord = region.coordinator(None, &["--skip-tests"]);

@@ -21,8 +21,8 @@ use hv_coordinator::api::hypervisor::{FenceStep, HealthState};
 use hv_coordinator::api::{Hypervisor, Phase};
 use hv_tests::env::TestEnv;
 use hv_tests::fencing::{
-    FENCED_CEPH_ADDRESS, claim_hosts, fencing_coordinator, give_fencing_means, give_fencing_means_with,
-    kubelet_silent, wait_fencing, wait_power,
+    address, claim_hosts, fencing_coordinator, give_fencing_means, give_fencing_means_with, kubelet_silent,
+    wait_fencing, wait_power,
 };
 use hv_tests::openstack::{Admin, FakeHost, fake_host};
 use hv_tests::region::{AgentPeers, Blocklisted, Region, healthy_active, wait_health};
@@ -290,10 +290,10 @@ async fn a_failed_host_is_fenced_step_by_step_each_confirmed_and_a_host_cut_from
         agents.push(healthy_active(&region, host, &coord).await.1);
     }
     for host in [&dead, &cut] {
-        give_fencing_means(&region, host).await;
+        give_fencing_means(&region, host, address::CONTROLLER).await;
         wait_power(&env, host, "On").await;
     }
-    let _lift = Blocklisted::lift_later(&env, &format!("{FENCED_CEPH_ADDRESS}:0/0"));
+    let _lift = Blocklisted::lift_later(&env, &format!("{}:0/0", address::CONTROLLER));
     let admin = Admin::login(&env).await.unwrap();
 
     // The host dies: its agent's stream ends and its kubelet stops posting.
@@ -319,7 +319,7 @@ async fn a_failed_host_is_fenced_step_by_step_each_confirmed_and_a_host_cut_from
     let svc = admin.service(&dead).await.unwrap().unwrap();
     assert_eq!(svc["forced_down"], true, "{svc}");
     let listed = hv_tests::region::blocklist(&env).unwrap();
-    assert!(listed.contains_key(&format!("{FENCED_CEPH_ADDRESS}:0/0")), "{listed:?}");
+    assert!(listed.contains_key(&format!("{}:0/0", address::CONTROLLER)), "{listed:?}");
     assert_eq!(hv_tests::bmc::power_state(&env, &dead).await.unwrap(), "Off");
     let hv = region.hypervisor(&dead).await.unwrap();
     let (status, reason, message) = Region::condition(&hv, "Fenced");
@@ -414,7 +414,8 @@ async fn a_step_that_cannot_be_confirmed_stops_the_fencing_until_an_sre_confirms
         agents.push(healthy_active(&region, &claim.host, &coord).await.1);
     }
     // Its BMC refuses the credentials we hold; its storage is not Ceph here.
-    give_fencing_means_with(&region, &dead, "not-the-password").await;
+    give_fencing_means_with(&region, &dead, "not-the-password", address::STUCK).await;
+    let _lift = Blocklisted::lift_later(&env, &format!("{}:0/0", address::STUCK));
     let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
     let no_ceph = serde_json::json!({"spec": {"fencing": {"cephAddresses": null}}});
     hvs.patch(&dead, &PatchParams::default(), &Patch::Merge(&no_ceph)).await.unwrap();

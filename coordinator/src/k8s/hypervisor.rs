@@ -20,8 +20,9 @@ use super::status::compose;
 use super::{Gate, write};
 use crate::api::condition::merge;
 use crate::api::eviction::EvictionOptions;
-use crate::api::hypervisor::HealthStatus;
+use crate::api::hypervisor::{HealthState, HealthStatus};
 use crate::api::{Eviction, EvictionSpec, Hypervisor, HypervisorStatus, Phase};
+use crate::fence::decide::Gate as FenceGate;
 use crate::fleet::fleet_service::to_proto;
 use crate::fleet::{AgentView, Health, Registry};
 use crate::health::{self, HealthPolicy, NodeSource};
@@ -163,17 +164,41 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     let health_now = verdict.status.as_ref().map(|h| h.state);
     let evicting = seen.obs.eviction.as_ref().filter(|e| !e.phase.is_final()).map(|e| e.name.clone());
     let fenced = super::fence::run(&ctx, &hv, &seen.host, health_now, blind, evicting.as_deref(), now).await;
-    if status.fencing.is_none() && fenced.record.is_some() {
-        // A fencing starts: its record is written on its own, before any
-        // step and before the lifecycle acts (a disable of the dead host
-        // would wait on it); the next reconcile, at once, takes the step.
-        let mut started = status.clone();
-        super::fence::record(&mut started, &fenced, now, hv.metadata.generation);
-        let written =
-            write::status(&api(&ctx), &name, hv.metadata.resource_version.as_deref(), &started).await?;
-        ctx.written.remember(hv.metadata.resource_version.clone(), written);
+    // A fencing that starts, or that only waits for the dead host's last
+    // heartbeat to age (seconds): its record or gate is written on its own,
+    // and the lifecycle does not act yet. Its disable of a host Nova still
+    // counts up would wait on the dead host's nova-compute (a minute), and
+    // once the Nova step has forced the host down it no longer does.
+    let starts = status.fencing.is_none() && fenced.record.is_some();
+    let ripens = status.fencing.is_none()
+        && health_now == Some(HealthState::Failed)
+        && fenced.condition.as_ref().is_some_and(|c| c.reason == FenceGate::FreshHeartbeat.reason());
+    if starts || ripens {
+        // The verdict goes with it (a Failed host says so at once).
+        let mut early = status.clone();
+        if verdict.status.is_some() {
+            early.health = verdict.status.clone();
+            early.conditions = merge(
+                &early.conditions,
+                std::slice::from_ref(&verdict.condition),
+                now,
+                hv.metadata.generation,
+            );
+        }
+        super::fence::record(&mut early, &fenced, now, hv.metadata.generation);
+        if early != status {
+            let written =
+                write::status(&api(&ctx), &name, hv.metadata.resource_version.as_deref(), &early).await?;
+            ctx.written.remember(hv.metadata.resource_version.clone(), written);
+        }
+        tell_health(&ctx, &hv, status.health.as_ref(), &early, verdict.judged).await;
         super::fence::tell(&ctx, &hv, &fenced).await;
-        return Ok(Requeue::requeue(Duration::from_millis(100)));
+        let again = if starts {
+            Duration::from_millis(100)
+        } else {
+            fenced.again.unwrap_or(Duration::from_millis(500))
+        };
+        return Ok(Requeue::requeue(again));
     }
     let outcome = act(&ctx, &hv, &name, &seen.host, &decision).await;
     let mut new_status =
@@ -199,14 +224,7 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     tell(&ctx, &hv, &name, &decision, &new_status, &outcome.failures, &seen.agent).await;
     super::fence::tell(&ctx, &hv, &fenced).await;
     mark_node(&ctx, &name, &seen, new_status.health.as_ref()).await;
-    if let (Some(now_health), true) = (&new_status.health, verdict.judged)
-        && let Some((warning, reason, note)) = health::observe::change(status.health.as_ref(), now_health)
-    {
-        tracing::info!(node = %name, health = %now_health.state, evidence = ?now_health.evidence, "health changed");
-        ctx.metrics.health_changed(now_health.state);
-        let kind = if warning { EventType::Warning } else { EventType::Normal };
-        publish(&ctx, &hv.object_ref(&()), kind, &reason, &note).await;
-    }
+    tell_health(&ctx, &hv, status.health.as_ref(), &new_status, verdict.judged).await;
     if let Some(keep) =
         super::nodes::release(seen.obs.node, decision.phase, new_status.service_id.as_deref(), &seen.obs.nova)
     {
@@ -218,6 +236,24 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     let look = verdict.recheck.map_or(look, |r| look.min(r));
     let look = fenced.again.map_or(look, |a| look.min(a));
     Ok(Requeue::requeue(look))
+}
+
+/// A change of a judged verdict: logged, counted and an Event.
+async fn tell_health(
+    ctx: &Context,
+    hv: &Hypervisor,
+    before: Option<&HealthStatus>,
+    written: &HypervisorStatus,
+    judged: bool,
+) {
+    if let (Some(now_health), true) = (&written.health, judged)
+        && let Some((warning, reason, note)) = health::observe::change(before, now_health)
+    {
+        tracing::info!(node = %hv.name_any(), health = %now_health.state, evidence = ?now_health.evidence, "health changed");
+        ctx.metrics.health_changed(now_health.state);
+        let kind = if warning { EventType::Warning } else { EventType::Normal };
+        publish(ctx, &hv.object_ref(&()), kind, &reason, &note).await;
+    }
 }
 
 /// Our finalizer on the Hypervisor, so that its deletion waits for its host

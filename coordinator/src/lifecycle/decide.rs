@@ -33,7 +33,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::action::Action;
-use super::observe::{EvictionObs, NodeObs, NovaHost, NovaObs, Observations};
+use super::observe::{EvictionObs, NodeObs, NovaHost, NovaObs, Observations, ServiceState};
 use crate::api::condition::DesiredCondition;
 use crate::api::eviction::EvictionPhase;
 use crate::api::hypervisor::{
@@ -324,6 +324,18 @@ fn ready(d: &mut Draft<'_>) {
     match &d.obs().nova {
         NovaObs::Registered(host) if host.enabled => {
             d.go(Phase::Active, "compute service enabled in Nova".into());
+        }
+        // Nova marks the host's placement provider enabled again only through
+        // a live nova-compute: an enable while Nova counts it down (just
+        // restarted, not reported yet) would leave the host unschedulable.
+        NovaObs::Registered(host)
+            if matches!(host.service_state, ServiceState::Down | ServiceState::ForcedDown) =>
+        {
+            let msg = format!(
+                "nova-compute is {:?} in Nova: the host is enabled once Nova counts it up",
+                host.service_state
+            );
+            d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "ComputeNotUp", msg);
         }
         NovaObs::Registered(_) => match d.unseen_due() {
             Some(cause) => {

@@ -47,6 +47,7 @@ const ROWS: &[Row] = &[
     Row { name: "Testing -> Ready: tests passed", from: Phase::Testing, setup: |_, _, o| o.checks = Some(report(1, &[])), to: Phase::Ready, must: &[], never: &["enable"] },
     Row { name: "Testing -> Aborted: a check failed", from: Phase::Testing, setup: |_, _, o| o.checks = Some(report(1, &["ovs-bridge/br-ex"])), to: Phase::Aborted, must: &[], never: &["enable"] },
     Row { name: "Testing -> Aborted: no report in time", from: Phase::Testing, setup: |_, _, _| {}, to: Phase::Aborted, must: &[], never: &["enable"] },
+    Row { name: "Ready stays: not enabled while Nova counts nova-compute down (its provider would stay marked disabled)", from: Phase::Ready, setup: |_, _, o| with_host(o, |h| h.service_state = super::observe::ServiceState::Down), to: Phase::Ready, must: &[], never: &["enable"] },
     Row { name: "Ready -> Active: Nova scheduling enabled", from: Phase::Ready, setup: |_, _, o| with_host(o, |h| h.enabled = true), to: Phase::Active, must: &[], never: &["disable"] },
     // ---- maintenance, eviction, decommissioning
     Row { name: "Active -> Evicting: admin sets maintenance manual", from: Phase::Active, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Manual; sp.maintenance_reason = "firmware".into(); with_host(o, |h| { h.enabled = true; h.instances = vec!["vm-1".into()] }) }, to: Phase::Evicting, must: &["disable compute service (hv-lifecycle: maintenance (manual): firmware)", "create eviction node-1-manual-1 (AdminRequest)"], never: &["enable"] },
