@@ -100,7 +100,23 @@ async fn scrub(env: &TestEnv, host: &str) {
         let _ = crate::openstack::fake_host(&env.nova, host, crate::openstack::FakeHost::Start).await;
     }
     let Ok(admin) = Admin::login(env).await else { return };
-    let _ = admin.set_service(host, serde_json::json!({"status": "enabled", "forced_down": false})).await;
+    // Enabled only once Nova counts nova-compute up (not forced down, and
+    // reported since it started): Nova clears the provider's
+    // COMPUTE_STATUS_DISABLED trait only through a live compute, so an
+    // enable before that leaves the host unschedulable.
+    // (Nova refuses to lift forced_down while an evacuation off the host is
+    // `done`: the restarted compute cleans it up, and the lift is asked again.)
+    for _ in 0..100 {
+        let Ok(Some(svc)) = admin.service(host).await else { break };
+        if svc["state"] == "up" {
+            break;
+        }
+        if svc["forced_down"] == true {
+            let _ = admin.set_service(host, serde_json::json!({"forced_down": false})).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = admin.set_service(host, serde_json::json!({"status": "enabled"})).await;
     // The scheduler skips a provider still marked disabled.
     for _ in 0..100 {
         if admin.traits_of(host).await.is_ok_and(|t| !t.iter().any(|t| t == "COMPUTE_STATUS_DISABLED")) {
