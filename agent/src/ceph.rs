@@ -31,6 +31,9 @@ pub struct PoolCheck {
     /// The OSDs refused the node's client as blocklisted (ESHUTDOWN).
     #[serde(default)]
     pub blocklisted: bool,
+    /// The IPs the client reached the cluster from, as the cluster saw them.
+    #[serde(default)]
+    pub client_ips: Vec<String>,
 }
 
 /// Run the pool checks in `hv-ceph-probe`, killed after the client's
@@ -46,6 +49,7 @@ pub async fn check_pools_isolated(client: &CephClient, pools: &[String], probe: 
                 message: message.clone(),
                 latency: Duration::ZERO,
                 blocklisted: false,
+                client_ips: Vec::new(),
             })
             .collect()
     };

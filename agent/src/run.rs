@@ -37,8 +37,12 @@ pub struct AgentConfig {
     pub host_root: std::path::PathBuf,
 }
 
-/// Kernel and hostname from the host itself (nix), beside libvirt's view.
-fn host_identity(f: &mut HostFacts) {
+/// Kernel and hostname from the host itself (nix), beside libvirt's view;
+/// the machine's SMBIOS UUID from the host's /sys (the agent must be able
+/// to read it: it is mode 0400, root's).
+fn host_identity(f: &mut HostFacts, host_root: &std::path::Path) {
+    let uuid = std::fs::read_to_string(host_root.join("sys/class/dmi/id/product_uuid")).unwrap_or_default();
+    f.system_uuid = uuid.trim().to_ascii_lowercase();
     if let Ok(u) = nix::sys::utsname::uname() {
         f.kernel = u.release().to_string_lossy().into_owned();
     }
@@ -53,12 +57,16 @@ fn host_identity(f: &mut HostFacts) {
 /// Facts and inventory through a short connection of their own, in the
 /// snapshot lane under the target's deadline: a hung libvirtd must not hang
 /// the agent.
-async fn snapshot(target: &LibvirtTarget, lane: &Lane) -> Result<(HostFacts, Inventory), String> {
-    let (t, deadline) = (target.clone(), target.deadline);
+async fn snapshot(
+    target: &LibvirtTarget,
+    lane: &Lane,
+    host_root: &std::path::Path,
+) -> Result<(HostFacts, Inventory), String> {
+    let (t, deadline, root) = (target.clone(), target.deadline, host_root.to_path_buf());
     lane.run("libvirt snapshot", deadline, move || {
         let lv = Libvirt::connect(&t).map_err(|e| e.to_string())?;
         let mut facts = lv.facts().map_err(|e| e.to_string())?;
-        host_identity(&mut facts);
+        host_identity(&mut facts, &root);
         let domains = lv.inventory().map_err(|e| e.to_string())?;
         Ok((facts, Inventory { domains }))
     })
@@ -86,7 +94,9 @@ pub async fn run(cfg: AgentConfig) -> Result<(), String> {
 
     let (signal_tx, signal_rx) = mpsc::channel(256);
     tokio::spawn(signals::run(signal_rx, cfg.host_root.clone(), handle.clone()));
-    tokio::spawn(libvirt_task(cfg.clone(), handle.clone(), libvirt_live, signal_tx.clone()));
+    // The IPs the Ceph probe last reached the cluster from, for the facts.
+    let (ceph_ips_tx, ceph_ips) = tokio::sync::watch::channel(Vec::<String>::new());
+    tokio::spawn(libvirt_task(cfg.clone(), handle.clone(), libvirt_live, signal_tx.clone(), ceph_ips));
     // The bridges the host must have, and how: br-int secure, then as the
     // last checks demanded.
     let (must_have, required) = tokio::sync::watch::channel(signals::ovs::Required::before_checks());
@@ -105,6 +115,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), String> {
             handle.clone(),
             ceph_live,
             signal_tx,
+            ceph_ips_tx,
         ));
     }
     let (cmd_tx, mut cmd_rx) = mpsc::channel(16);
@@ -173,6 +184,7 @@ async fn libvirt_task(
     handle: SessionHandle,
     live: Arc<AtomicBool>,
     signals: mpsc::Sender<signals::Update>,
+    mut ceph_ips: tokio::sync::watch::Receiver<Vec<String>>,
 ) {
     let peer =
         |connected: bool, why: &str| signals::peer(HealthSignalKind::LibvirtUnreachable, connected, why);
@@ -187,11 +199,12 @@ async fn libvirt_task(
     // paused on an I/O error.
     let fresh = Arc::new(AtomicBool::new(false));
     tokio::spawn(snapshot_task(
-        target,
+        (target, cfg.host_root.clone()),
         cfg.session.node.clone(),
         handle.clone(),
         want_rx,
         (signals.clone(), fresh.clone()),
+        ceph_ips.clone(),
     ));
     let want = move || {
         let _ = want_tx.try_send(());
@@ -222,23 +235,27 @@ async fn libvirt_task(
                 Some(WatchEvent::Domain(LibvirtEvent::Closed { .. })) => {}
             },
             _ = refresh.tick() => want(),
+            // New Ceph IPs: new facts. A closed channel (no Ceph) never fires again.
+            Ok(()) = ceph_ips.changed() => want(),
         }
     }
 }
 
 async fn snapshot_task(
-    target: LibvirtTarget,
+    (target, host_root): (LibvirtTarget, std::path::PathBuf),
     node: String,
     handle: SessionHandle,
     mut want: mpsc::Receiver<()>,
     (signals, fresh): (mpsc::Sender<signals::Update>, Arc<AtomicBool>),
+    ceph_ips: tokio::sync::watch::Receiver<Vec<String>>,
 ) {
     let mut last_facts: Option<HostFacts> = None;
     let lane = Lane::default();
     while want.recv().await.is_some() {
         let first = fresh.swap(false, Ordering::Relaxed);
-        match snapshot(&target, &lane).await {
-            Ok((facts, inv)) => {
+        match snapshot(&target, &lane, &host_root).await {
+            Ok((mut facts, inv)) => {
+                facts.ceph_client_ips = ceph_ips.borrow().clone();
                 if last_facts.as_ref() != Some(&facts) {
                     handle.push(Payload::HostFacts(facts.clone())).await;
                     last_facts = Some(facts);
@@ -342,11 +359,21 @@ async fn ceph_task(
     handle: SessionHandle,
     live: Arc<AtomicBool>,
     signals: mpsc::Sender<signals::Update>,
+    ips: tokio::sync::watch::Sender<Vec<String>>,
 ) {
-    let mut tick = tokio::time::interval(Duration::from_secs(60));
+    let (mut first, mut blocklisted_last) = (true, false);
     loop {
-        tick.tick().await;
+        if !std::mem::take(&mut first) {
+            // A blocklisted client looks again soon: the lift of its
+            // entries (a cleared fence) is seen in seconds, not a minute.
+            tokio::time::sleep(Duration::from_secs(if blocklisted_last { 5 } else { 60 })).await;
+        }
         let checks = crate::ceph::check_pools_isolated(&client, &pools, &probe).await;
+        blocklisted_last = checks.iter().any(|c| c.blocklisted);
+        // A probe that never connected learned nothing: the last IPs stand.
+        if let Some(learned) = checks.iter().map(|c| &c.client_ips).find(|ips| !ips.is_empty()) {
+            ips.send_if_modified(|old| std::mem::replace(old, learned.clone()) != *old);
+        }
         for u in signals::ceph::updates(&checks) {
             let _ = signals.send(u).await;
         }

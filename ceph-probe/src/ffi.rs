@@ -110,6 +110,9 @@ pub struct PoolCheck {
     pub latency: Duration,
     /// The OSDs refused this client as blocklisted (ESHUTDOWN).
     pub blocklisted: bool,
+    /// The IPs this client reached the cluster from, as the cluster told
+    /// it (empty when it never connected): what fencing blocklists.
+    pub client_ips: Vec<String>,
 }
 
 fn errno(rc: c_int) -> String {
@@ -205,11 +208,12 @@ impl CephClient {
                         message: e.clone(),
                         latency: start.elapsed(),
                         blocklisted: false,
+                        client_ips: Vec::new(),
                     })
                     .collect();
             }
         };
-        pools
+        let mut checks: Vec<PoolCheck> = pools
             .iter()
             .map(|pool| {
                 let t = Instant::now();
@@ -218,9 +222,24 @@ impl CephClient {
                     Err(f) if f.rc == -ESHUTDOWN => (false, self.blocklisted(&cluster, &f.message), true),
                     Err(f) => (false, f.message, false),
                 };
-                PoolCheck { pool: pool.clone(), passed, message, latency: t.elapsed(), blocklisted }
+                let latency = t.elapsed();
+                PoolCheck {
+                    pool: pool.clone(),
+                    passed,
+                    message,
+                    latency,
+                    blocklisted,
+                    client_ips: Vec::new(),
+                }
             })
-            .collect()
+            .collect();
+        // Known once the monitors answered: the address they saw, not one
+        // the host thinks it has (NAT, several interfaces).
+        let ips = own_addrs(&cluster).map(|own| client_ips(&own)).unwrap_or_default();
+        for c in &mut checks {
+            c.client_ips = ips.clone();
+        }
+        checks
     }
 
     /// Adds (`add`) or lifts each of `entries` in the OSD blocklist, then
@@ -268,6 +287,19 @@ impl CephClient {
             self.id
         )
     }
+}
+
+/// The distinct IPs of a client address vector (`v2:IP:port/nonce` or
+/// `[a,b]`), unspecified ones (a client that has not learned its address)
+/// left out. Pure.
+fn client_ips(addrs: &str) -> Vec<String> {
+    let mut ips: Vec<String> = blocklist::Addr::parse_vec(addrs)
+        .into_iter()
+        .filter(|a| !a.ip.is_unspecified())
+        .map(|a| a.ip.to_string())
+        .collect();
+    ips.dedup();
+    ips
 }
 
 /// This client's addresses, as `v2:IP:port/nonce` or `[a,b]`.
@@ -401,4 +433,19 @@ fn list_images(io: &IoCtx<'_>) -> Result<Vec<String>, c_int> {
 
 const fn libc_erange() -> c_int {
     34
+}
+
+#[cfg(test)]
+mod tests {
+    use super::client_ips;
+
+    #[test]
+    fn a_clients_ips_are_read_from_its_address_vector_once_each() {
+        assert_eq!(client_ips("v2:10.0.0.7:0/123"), ["10.0.0.7"]);
+        assert_eq!(client_ips("[v2:10.0.0.7:0/1,v1:10.0.0.7:0/1]"), ["10.0.0.7"]);
+        assert_eq!(client_ips("[v2:10.0.0.7:0/1,v2:[fd00::7]:0/1]"), ["10.0.0.7", "fd00::7"]);
+        // Not learned yet: nothing to fence.
+        assert!(client_ips("v2:0.0.0.0:0/123").is_empty());
+        assert!(client_ips("garbage").is_empty());
+    }
 }

@@ -36,5 +36,8 @@ for peer in ${HV_PEERS:-libvirt ovsdb ceph keystone nova bmc}; do
   log "$peer ready"
 done
 
+gcc -shared -fPIC -O2 -Wall -o "$HV_ENV_DIR/source-ip.so" "$(dirname "$0")/source_ip.c" -ldl
+put --arg so "$HV_ENV_DIR/source-ip.so" '.source_ip_shim = $so'
+
 mv "$ENV_FILE.partial" "$ENV_FILE"
 log "all peers ready in $(elapsed)s; endpoints in $ENV_FILE"

@@ -172,7 +172,7 @@ async fn main() {
         hosts.push(Host { name: name.clone(), root, agent, bmc: false });
     }
     let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
-    give_fencing_means(&region, &names[0], address::CONTROLLER).await;
+    give_fencing_means(&region, &names[0], Some(address::CONTROLLER)).await;
     hosts[0].bmc = true;
     wait_power(&env, &names[0], "On").await;
     let other = serde_json::json!({"spec": {"fencing": {"cephAddresses": [address::BENCH_NO_BMC]}}});

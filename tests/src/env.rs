@@ -30,6 +30,9 @@ pub struct TestEnv {
     pub keystone: Keystone,
     pub nova: Nova,
     pub bmc: Bmc,
+    /// The preload that gives a process a fake host's own IP on loopback
+    /// (tests/env/source_ip.c).
+    pub source_ip_shim: PathBuf,
 }
 
 /// The Redfish BMC emulator: one system per fake compute host, powered on.

@@ -33,13 +33,14 @@ pub mod address {
 
 /// Sets the fencing means of `host`'s Hypervisor: its BMC on the ground
 /// (credentials in a Secret of the coordinator's namespace) and `ceph`, a
-/// Ceph address no client of the ground uses.
-pub async fn give_fencing_means(region: &Region, host: &str, ceph: &str) {
+/// Ceph address no client of the ground uses, in its spec (None: the
+/// addresses its agent reports).
+pub async fn give_fencing_means(region: &Region, host: &str, ceph: Option<&str>) {
     give_fencing_means_with(region, host, &region.env.bmc.password, ceph).await;
 }
 
 /// The same, with `password` for the BMC.
-pub async fn give_fencing_means_with(region: &Region, host: &str, password: &str, ceph: &str) {
+pub async fn give_fencing_means_with(region: &Region, host: &str, password: &str, ceph: Option<&str>) {
     let env = &region.env;
     let secrets: Api<Secret> =
         Api::namespaced(region.kube.client.clone(), crate::rbac::COORDINATOR_NAMESPACE);
@@ -62,7 +63,7 @@ pub async fn give_fencing_means_with(region: &Region, host: &str, password: &str
     let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
     let patch = serde_json::json!({"spec": {"fencing": {
         "bmc": {"address": env.bmc.address(host), "credentialsSecret": name},
-        "cephAddresses": [ceph]}}});
+        "cephAddresses": ceph.map(|c| vec![c])}}});
     hvs.patch(host, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
 }
 

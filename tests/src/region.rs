@@ -142,6 +142,9 @@ pub struct AgentPeers {
     pub host_root: Option<PathBuf>,
     /// Pools the agent probes every minute (`--pool`; none by default).
     pub pools: Vec<String>,
+    /// The host's own IP: the agent's connections (its Ceph probe's too)
+    /// leave from it (default 127.0.0.1, shared by every fake host).
+    pub source_ip: Option<String>,
 }
 
 pub struct Region {
@@ -369,6 +372,9 @@ impl Region {
             .arg(peers.ceph_keyring.as_ref().unwrap_or(&env.ceph.client.keyring));
         for pool in &peers.pools {
             cmd.args(["--pool", pool]);
+        }
+        if let Some(ip) = &peers.source_ip {
+            cmd.env("LD_PRELOAD", &env.source_ip_shim).env("HV_TEST_SOURCE_IP", ip);
         }
         // A quiet fake host by default: the machine's own load would
         // raise signals at random.
@@ -732,6 +738,24 @@ pub fn healthy_host(dir: &Path) -> PathBuf {
     dir.to_path_buf()
 }
 
+/// One `hv-ceph-probe` of the ground's readable pool, as the ground's
+/// node client from the fake host IP `ip`: its result for the pool.
+pub fn ceph_probe_from(env: &TestEnv, ip: &str) -> serde_json::Value {
+    let out = Command::new(bin("hv-ceph-probe"))
+        .env("LD_PRELOAD", &env.source_ip_shim)
+        .env("HV_TEST_SOURCE_IP", ip)
+        .arg("--conf")
+        .arg(&env.ceph.conf)
+        .args(["--id", &env.ceph.client.id, "--pool", &env.ceph.readable_pool])
+        .arg("--keyring")
+        .arg(&env.ceph.client.keyring)
+        .output()
+        .unwrap_or_else(|e| panic!("hv-ceph-probe: {e}"));
+    let all: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("hv-ceph-probe answered {out:?}: {e}"));
+    all[0].clone()
+}
+
 /// A coordinator's `/readyz`: its HTTP status and text; None when it does
 /// not answer.
 pub async fn readyz(p: &Proc) -> Option<(u16, String)> {
@@ -834,8 +858,18 @@ pub async fn wait_health(region: &Region, host: &str, want: HealthState, coord: 
 /// A host with a healthy fake /proc and its agent, Active under `coord`
 /// (skipTests), judged Healthy. Answers the fake host's root and the agent.
 pub async fn healthy_active(region: &Region, host: &str, coord: &Proc) -> (std::path::PathBuf, Proc) {
+    healthy_active_with(region, host, coord, AgentPeers::default()).await
+}
+
+/// The same, the agent with `peers` (its fake /proc and /sys made here).
+pub async fn healthy_active_with(
+    region: &Region,
+    host: &str,
+    coord: &Proc,
+    peers: AgentPeers,
+) -> (std::path::PathBuf, Proc) {
     let root = healthy_host(&region.dir.join(format!("host-{host}")));
-    let peers = AgentPeers { host_root: Some(root.clone()), ..Default::default() };
+    let peers = AgentPeers { host_root: Some(root.clone()), ..peers };
     let agent = region.agent(host, &peers);
     region.create_node(host, &[("hypervisor.cloud.sap/skip-tests", "true")]).await;
     region.wait_phase(host, Phase::Active, HEALTH_SOON, coord).await;

@@ -23,7 +23,9 @@ use hv_tests::fencing::{
     address, fencing_coordinator, give_fencing_means, kubelet_silent, wait_fencing, wait_power,
 };
 use hv_tests::openstack::{Admin, FakeHost, fake_host};
-use hv_tests::region::{AgentPeers, Blocklisted, Proc, Region, healthy_active, wait_health};
+use hv_tests::region::{
+    AgentPeers, Blocklisted, Proc, Region, healthy_active, healthy_active_with, wait_health,
+};
 use hv_tests::wait::{Poll, until};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -50,9 +52,9 @@ async fn placed(admin: &Admin, id: &str) -> (String, String) {
 }
 
 /// A zone of three Active hosts with their agents, the first (the one to
-/// kill) with its fencing means (its BMC, a Ceph address) and its servers'
-/// disks in Ceph; its coordinator, started with `args` (the same for every
-/// restart).
+/// kill) with its fencing means (its BMC; its own IP, which its agent's
+/// Ceph probe reports) and its servers' disks in Ceph; its coordinator,
+/// started with `args` (the same for every restart).
 struct Scene {
     region: Region,
     zone: hv_tests::hosts::Zone,
@@ -63,11 +65,13 @@ struct Scene {
     /// The fake /proc and /sys each agent reads.
     roots: Vec<std::path::PathBuf>,
     admin: Admin,
+    /// The dead host's own IP.
+    ip: String,
     _lift: Blocklisted,
 }
 
 impl Scene {
-    async fn start(test: &str, ceph: &'static str) -> Scene {
+    async fn start(test: &str, ip: &'static str) -> Scene {
         let region = Region::start(test).await;
         let env = region.env.clone();
         let zone = hv_tests::hosts::zone(&env, 2).await;
@@ -84,19 +88,32 @@ impl Scene {
         // The dead one's two peers are the agent quorum, and the targets
         // Nova picks from.
         let (mut agents, mut roots) = (Vec::new(), Vec::new());
-        for host in std::iter::once(&dead).chain(zone.targets.iter().map(|t| &t.host)) {
+        let (root, agent) = healthy_active_with(&region, &dead, &coord, Scene::own_ip(&env, ip)).await;
+        roots.push(root);
+        agents.push(agent);
+        for host in zone.targets.iter().map(|t| &t.host) {
             let (root, agent) = healthy_active(&region, host, &coord).await;
             roots.push(root);
             agents.push(agent);
         }
-        give_fencing_means(&region, &dead, ceph).await;
+        // No Ceph address given: the one its agent reported is fenced.
+        give_fencing_means(&region, &dead, None).await;
         let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
         let rbd = serde_json::json!({"spec": {"ceph": {"instanceDisksOnRbd": true}}});
         hvs.patch(&dead, &PatchParams::default(), &Patch::Merge(&rbd)).await.unwrap();
         wait_power(&env, &dead, "On").await;
-        let _lift = Blocklisted::lift_later(&env, &format!("{ceph}:0/0"));
+        let _lift = Blocklisted::lift_later(&env, &format!("{ip}:0/0"));
         let admin = Admin::login(&env).await.unwrap();
-        Scene { region, zone, dead, coord, args, agents, roots, admin, _lift }
+        Scene { region, zone, dead, coord, args, agents, roots, admin, ip: ip.to_string(), _lift }
+    }
+
+    /// The dead host's agent: its Ceph probe at the host's own `ip`.
+    fn own_ip(env: &hv_tests::env::TestEnv, ip: &str) -> AgentPeers {
+        AgentPeers {
+            pools: vec![env.ceph.readable_pool.clone()],
+            source_ip: Some(ip.to_string()),
+            ..Default::default()
+        }
     }
 
     fn coordinator_of(region: &Region, args: &[String]) -> Proc {
@@ -141,7 +158,10 @@ impl Scene {
         let ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True",
             "reason": "KubeletReady", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
         nodes.patch_status(&self.dead, &PatchParams::default(), &Patch::Merge(&ready)).await.unwrap();
-        let peers = AgentPeers { host_root: Some(self.roots[0].clone()), ..Default::default() };
+        let peers = AgentPeers {
+            host_root: Some(self.roots[0].clone()),
+            ..Scene::own_ip(&self.region.env, &self.ip)
+        };
         self.agents[0] = self.region.agent(&self.dead, &peers);
     }
 
@@ -181,6 +201,17 @@ async fn a_dead_hosts_opted_in_servers_are_evacuated_once_each_in_their_former_p
     let [run1, run2, stopped, out] = [0, 1, 2, 3].map(|i| servers[i].clone());
     scene.admin.stop(&stopped).await.unwrap();
     scene.admin.set_metadata(&out, EVACUATE_METADATA, "false").await.unwrap();
+    // Its agent's Ceph probe told where the host reaches Ceph from.
+    let learned = until("the host's Ceph IP reported", Duration::from_secs(30), String::new, || async {
+        let machine =
+            scene.region.hypervisor(&scene.dead).await.and_then(|h| h.status).and_then(|s| s.machine);
+        match machine {
+            Some(m) if !m.ceph_addresses.is_empty() => Poll::Ready(m.ceph_addresses),
+            other => Poll::Pending(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(learned, [address::EVACUATION]);
 
     scene.kill_host().await;
     let (region, coord, zone, admin) = (&scene.region, &scene.coord, &scene.zone, &scene.admin);
@@ -191,7 +222,11 @@ async fn a_dead_hosts_opted_in_servers_are_evacuated_once_each_in_their_former_p
     assert_eq!(fencing.confirmed, all, "{fencing:?}");
     assert_eq!(admin.service(&dead).await.unwrap().unwrap()["forced_down"], true);
     assert!(hv_tests::region::blocklist(&env).unwrap().contains_key(&format!("{}:0/0", address::EVACUATION)));
+    assert_eq!(fencing.ceph_addresses, [address::EVACUATION], "what a clearing lifts is recorded");
     assert_eq!(hv_tests::bmc::power_state(&env, &dead).await.unwrap(), "Off");
+    // The entry bites: a client from the host's IP can no longer use its pool.
+    let refused = hv_tests::region::ceph_probe_from(&env, address::EVACUATION);
+    assert_eq!(refused["blocklisted"], true, "{refused}");
 
     // Its NodeFailure Eviction runs to the end.
     let ev = scene.evacuated(Duration::from_secs(120)).await;
@@ -290,6 +325,8 @@ async fn a_dead_hosts_opted_in_servers_are_evacuated_once_each_in_their_former_p
     assert!(
         !hv_tests::region::blocklist(&env).unwrap().contains_key(&format!("{}:0/0", address::EVACUATION))
     );
+    // Its own agent's probe gets through again: no Ceph signal holds.
+    wait_health(region, &dead, HealthState::Healthy, coord).await;
     for id in [&run1, &run2, &stopped] {
         let migrations = scene.admin.migrations_of(id).await.unwrap();
         let evacuation = migrations.iter().find(|m| m["migration_type"] == "evacuation").unwrap();

@@ -290,7 +290,7 @@ async fn a_failed_host_is_fenced_step_by_step_each_confirmed_and_a_host_cut_from
         agents.push(healthy_active(&region, host, &coord).await.1);
     }
     for host in [&dead, &cut] {
-        give_fencing_means(&region, host, address::CONTROLLER).await;
+        give_fencing_means(&region, host, Some(address::CONTROLLER)).await;
         wait_power(&env, host, "On").await;
     }
     let _lift = Blocklisted::lift_later(&env, &format!("{}:0/0", address::CONTROLLER));
@@ -414,7 +414,7 @@ async fn a_step_that_cannot_be_confirmed_stops_the_fencing_until_an_sre_confirms
         agents.push(healthy_active(&region, &claim.host, &coord).await.1);
     }
     // Its BMC refuses the credentials we hold; its storage is not Ceph here.
-    give_fencing_means_with(&region, &dead, "not-the-password", address::STUCK).await;
+    give_fencing_means_with(&region, &dead, "not-the-password", Some(address::STUCK)).await;
     let _lift = Blocklisted::lift_later(&env, &format!("{}:0/0", address::STUCK));
     let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
     let no_ceph = serde_json::json!({"spec": {"fencing": {"cephAddresses": null}}});

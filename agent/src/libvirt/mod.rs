@@ -201,6 +201,9 @@ impl Libvirt {
             memory_bytes: node.memory.saturating_mul(1024),
             cpus: node.cpus,
             trait_candidates: traits,
+            // Not libvirt's to say: the host's /sys and the Ceph probe.
+            system_uuid: String::new(),
+            ceph_client_ips: Vec::new(),
         })
     }
 

@@ -60,6 +60,7 @@ mod tests {
             message: if passed { "ok".into() } else { "permission denied".into() },
             latency: Duration::from_millis(ms),
             blocklisted: false,
+            client_ips: Vec::new(),
         }
     }
 

@@ -271,8 +271,11 @@ pub struct FencingSpec {
     pub bmc: Option<BmcSpec>,
     /// The addresses its Ceph clients use, put into the OSD blocklist when
     /// it is fenced: an IP (every client at that address) or one client
-    /// instance (`IP:PORT/NONCE`). A host with `ceph.pools` and none here
-    /// cannot be fenced on its storage: its fencing stops there.
+    /// instance (`IP:PORT/NONCE`). Given, they replace the ones its agent
+    /// reported (`status.machine.cephAddresses`): for a host whose VMs
+    /// reach Ceph from another address than its agent's probe. A host with
+    /// `ceph.pools` and no address either way cannot be fenced on its
+    /// storage: its fencing stops there.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub ceph_addresses: Vec<String>,
@@ -401,10 +404,44 @@ pub struct HypervisorStatus {
     /// (docs/fencing.md); also the `Fenced` condition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fencing: Option<FencingStatus>,
+    /// The machine as its agent last reported it, kept once the agent is
+    /// gone: fencing needs it then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<MachineStatus>,
     /// The lifecycle core's own bookkeeping, so a restarted coordinator
     /// resumes where it stopped. Not meant to be edited.
     #[serde(default)]
     pub lifecycle: LifecycleRecord,
+}
+
+/// What the host's agent reported about its machine that fencing relies
+/// on; each part replaced only by a newer report of it, never erased.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineStatus {
+    /// Its SMBIOS system UUID, lowercase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_uuid: Option<String>,
+    /// The IPs its Ceph client reached the cluster from, as the cluster
+    /// saw them: what fencing blocklists unless `spec.fencing.cephAddresses`
+    /// says otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub ceph_addresses: Vec<String>,
+}
+
+impl MachineStatus {
+    /// `old` with the parts `new` reports.
+    pub fn updated(old: Option<&MachineStatus>, new: &MachineStatus) -> MachineStatus {
+        let mut m = old.cloned().unwrap_or_default();
+        if new.system_uuid.is_some() {
+            m.system_uuid = new.system_uuid.clone();
+        }
+        if !new.ceph_addresses.is_empty() {
+            m.ceph_addresses = new.ceph_addresses.clone();
+        }
+        m
+    }
 }
 
 /// A fencing under way or done: it stands until an SRE clears it.
@@ -437,6 +474,10 @@ pub struct FencingStatus {
     /// clearing counts only if asked since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handled_clear: Option<String>,
+    /// The addresses the storage step put into the OSD blocklist (recorded
+    /// as it is tried): the ones a clearing lifts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ceph_addresses: Vec<String>,
     /// The clearing lifted the host's blocklist entries.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub blocklist_lifted: bool,

@@ -10,6 +10,7 @@ pub mod ceph;
 pub mod clear;
 pub mod decide;
 pub mod redfish;
+pub mod targets;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

@@ -27,7 +27,7 @@ use jiff::Timestamp;
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
-use crate::api::hypervisor::CheckResultStatus;
+use crate::api::hypervisor::{CheckResultStatus, MachineStatus};
 use crate::health::{self, Signal};
 use crate::lifecycle;
 
@@ -52,6 +52,31 @@ pub fn bounded(s: &str, max: usize) -> String {
     format!("{}…", &s[..end])
 }
 
+/// Most Ceph client IPs kept of one report.
+pub const MAX_CEPH_IPS: usize = 8;
+
+/// The machine as `f` reports it, what is not well-formed left out: a
+/// system UUID that is not one, an address that is not a host's IP (a
+/// fencing blocklists what is kept here). Pure.
+pub fn machine(f: &HostFacts) -> MachineStatus {
+    let uuid = f.system_uuid.trim().to_ascii_lowercase();
+    let is_uuid = uuid.len() == 36
+        && uuid
+            .char_indices()
+            .all(|(i, c)| if [8, 13, 18, 23].contains(&i) { c == '-' } else { c.is_ascii_hexdigit() });
+    let mut ips: Vec<String> = f
+        .ceph_client_ips
+        .iter()
+        .filter_map(|a| a.trim().parse::<std::net::IpAddr>().ok())
+        .filter(|ip| !ip.is_unspecified() && !ip.is_multicast() && ip.to_string() != "255.255.255.255")
+        .map(|ip| ip.to_string())
+        .collect();
+    ips.sort();
+    ips.dedup();
+    ips.truncate(MAX_CEPH_IPS);
+    MachineStatus { system_uuid: is_uuid.then_some(uuid), ceph_addresses: ips }
+}
+
 /// The agent's side of a node, as the lifecycle and the SRE surface see it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AgentView {
@@ -73,6 +98,8 @@ pub struct AgentView {
     pub domains: Option<u32>,
     /// The agent's health signals that hold.
     pub signals: Vec<Signal>,
+    /// What its last facts say of the machine (None: no facts yet).
+    pub machine: Option<MachineStatus>,
 }
 
 struct Live {
@@ -341,6 +368,7 @@ impl Registry {
                     })
                     .filter(|v| !v.is_empty()),
                 hostname: n.facts.as_ref().map(|f| bounded(&f.hostname, MAX_SHORT)).filter(|h| !h.is_empty()),
+                machine: n.facts.as_ref().map(machine),
                 checks: n.checks.as_ref().map(report),
                 checks_hypervisor: n.checks.as_ref().map(|r| r.hypervisor_uid.clone()).unwrap_or_default(),
                 dropped: n.dropped,
@@ -688,5 +716,39 @@ mod tests {
         assert!(v.libvirt_version.unwrap_or_default().len() <= 67);
         assert_eq!(bounded("ab", 5), "ab");
         assert_eq!(bounded("éé", 3), "é…", "cut at a character boundary");
+    }
+
+    #[test]
+    fn a_machine_is_kept_as_reported_its_malformed_parts_left_out() {
+        let f = HostFacts {
+            system_uuid: " 4C4C4544-0042-3510-8051-B4C04F4E3332\n".into(),
+            ceph_client_ips: vec!["10.0.0.7".into(), "10.0.0.7".into(), "fd00::7".into()],
+            ..Default::default()
+        };
+        let m = machine(&f);
+        assert_eq!(m.system_uuid.as_deref(), Some("4c4c4544-0042-3510-8051-b4c04f4e3332"));
+        assert_eq!(m.ceph_addresses, ["10.0.0.7", "fd00::7"]);
+        let bad = HostFacts {
+            system_uuid: "Not Settable".into(),
+            ceph_client_ips: vec![
+                "0.0.0.0".into(),
+                "224.0.0.1".into(),
+                "255.255.255.255".into(),
+                "compute-2".into(),
+                "10.0.0.8:6800/1".into(),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(machine(&bad), MachineStatus::default());
+        let many = HostFacts {
+            ceph_client_ips: (1..=20).map(|i| format!("10.0.1.{i}")).collect(),
+            ..Default::default()
+        };
+        assert_eq!(machine(&many).ceph_addresses.len(), MAX_CEPH_IPS);
+        // A report without a part keeps the part known.
+        let old = MachineStatus { system_uuid: Some("u".into()), ceph_addresses: vec!["10.0.0.7".into()] };
+        assert_eq!(MachineStatus::updated(Some(&old), &MachineStatus::default()), old);
+        let moved = MachineStatus { ceph_addresses: vec!["10.0.0.9".into()], ..Default::default() };
+        assert_eq!(MachineStatus::updated(Some(&old), &moved).ceph_addresses, ["10.0.0.9"]);
     }
 }

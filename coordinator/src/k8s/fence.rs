@@ -18,12 +18,12 @@ use kube::runtime::events::EventType;
 use super::hypervisor::{Context, Error, RETRY_ANNOTATION};
 use crate::api::condition::{ConditionStatus, ConditionType, DesiredCondition};
 use crate::api::hypervisor::{FailedFenceStep, FenceStep, FencingStatus, HealthState};
-use crate::api::{Hypervisor, HypervisorSpec, MaintenanceMode};
+use crate::api::{Hypervisor, MaintenanceMode};
 use crate::fence::ceph::CephFence;
-use crate::fence::clear;
 use crate::fence::decide::{self, Decision, FencePolicy, Situation};
 use crate::fence::redfish::{Bmc, Redfish};
 use crate::fence::{PowerActuator, PowerState, PoweredOff, power_off_confirmed};
+use crate::fence::{clear, targets};
 use crate::health::PowerSource;
 use crate::lifecycle::ServiceState;
 use crate::nova::servers::NovaState;
@@ -83,11 +83,37 @@ pub struct Fenced {
     pub event: Option<(String, String)>,
 }
 
-/// The host's steps: Nova; its storage when it uses Ceph; its power when
-/// it has a BMC.
-pub fn steps_of(spec: &HypervisorSpec) -> Vec<FenceStep> {
-    let uses_ceph = !spec.ceph.pools.is_empty() || !spec.fencing.ceph_addresses.is_empty();
+/// The host's steps: Nova; its storage when it uses Ceph (pools, or
+/// addresses given or reported); its power when it has a BMC.
+pub fn steps_of(hv: &Hypervisor) -> Vec<FenceStep> {
+    let spec = &hv.spec;
+    let uses_ceph = !spec.ceph.pools.is_empty()
+        || !spec.fencing.ceph_addresses.is_empty()
+        || !learned_ceph(hv).is_empty();
     decide::sequence(uses_ceph, spec.fencing.bmc.is_some())
+}
+
+/// The Ceph IPs the host's agent reported.
+fn learned_ceph(hv: &Hypervisor) -> &[String] {
+    hv.status.as_ref().and_then(|s| s.machine.as_ref()).map_or(&[], |m| &m.ceph_addresses[..])
+}
+
+/// What the storage step blocklists for `hv` ([`targets::ceph_addresses`]),
+/// every other Hypervisor's addresses read from the cache.
+fn ceph_targets(ctx: &Context, hv: &Hypervisor) -> Result<Vec<String>, String> {
+    let name = hv.name_any();
+    let others: Vec<(String, Vec<String>)> = ctx
+        .hypervisors
+        .state()
+        .iter()
+        .filter(|h| h.name_any() != name)
+        .map(|h| {
+            let mut all = h.spec.fencing.ceph_addresses.clone();
+            all.extend_from_slice(learned_ceph(h));
+            (h.name_any(), all)
+        })
+        .collect();
+    targets::ceph_addresses(&hv.spec.fencing.ceph_addresses, learned_ceph(hv), &others)
 }
 
 /// `health`: this reconcile's verdict (None: not judged); `blind`: why
@@ -124,7 +150,7 @@ pub async fn run(
     if record.is_none() && health != Some(HealthState::Failed) {
         return Fenced { record: None, condition: None, again: None, event: None };
     }
-    let steps = steps_of(&hv.spec);
+    let steps = steps_of(hv);
     let serving = in_service(ctx);
     let (lost, hosts, domain) = domain_of(ctx, &serving, &name, health);
     let failed = record.as_ref().and_then(|r| r.failed.as_ref()).filter(|f| f.attempts >= ATTEMPTS);
@@ -205,7 +231,16 @@ pub async fn run(
             }
             let Some(r) = out.record.as_mut() else { return out };
             tracing::warn!(node = %name, step = %step, "fencing: taking a step");
-            match take(ctx, hv, host, step).await {
+            let ceph = (step == FenceStep::CephBlocklisted).then(|| ceph_targets(ctx, hv));
+            // Recorded as tried: a clearing lifts whatever may have been added.
+            if let Some(Ok(addresses)) = &ceph {
+                for a in addresses {
+                    if !r.ceph_addresses.contains(a) {
+                        r.ceph_addresses.push(a.clone());
+                    }
+                }
+            }
+            match take(ctx, hv, host, step, ceph).await {
                 Ok(how) => {
                     r.failed = None;
                     r.confirmed.push(step);
@@ -293,7 +328,7 @@ async fn clearing(
         forced_down,
         // Lifted whatever the step came to (tried, confirmed by hand): a
         // lift of an entry not there is a no-op.
-        blocklisted: !hv.spec.fencing.ceph_addresses.is_empty() && !r.blocklist_lifted,
+        blocklisted: !lifted_by_clearing(hv, r).is_empty() && !r.blocklist_lifted,
     };
     match clear::next(&situation) {
         clear::Next::Wait(why) => wait(why, &mut out),
@@ -316,8 +351,9 @@ async fn clearing(
             Err(e) => wait(format!("Nova: {e}"), &mut out),
         },
         clear::Next::LiftBlocklist => {
+            let addresses = lifted_by_clearing(hv, r);
             let lifted = match &ctx.fencing.ceph {
-                Some(ceph) => ceph.lift(&hv.spec.fencing.ceph_addresses).await.map_err(|e| e.to_string()),
+                Some(ceph) => ceph.lift(&addresses).await.map_err(|e| e.to_string()),
                 None => Err("this coordinator has no Ceph fencing identity (--ceph-fence-id)".into()),
             };
             match lifted {
@@ -325,10 +361,7 @@ async fn clearing(
                     if let Some(r) = out.record.as_mut() {
                         r.blocklist_lifted = true;
                     }
-                    let msg = format!(
-                        "{} lifted from the OSD blocklist",
-                        hv.spec.fencing.ceph_addresses.join(", ")
-                    );
+                    let msg = format!("{} lifted from the OSD blocklist", addresses.join(", "));
                     out.condition = Some(cond(ConditionStatus::True, "Clearing", &msg));
                     out.event = Some(("BlocklistLifted".to_string(), msg));
                     out.again = Some(Duration::from_millis(200));
@@ -347,6 +380,19 @@ async fn clearing(
     out
 }
 
+/// The addresses a clearing lifts: the ones the storage step recorded,
+/// and the site's list as it is now (a record from before addresses were
+/// recorded has none).
+fn lifted_by_clearing(hv: &Hypervisor, r: &FencingStatus) -> Vec<String> {
+    let mut all = r.ceph_addresses.clone();
+    for a in &hv.spec.fencing.ceph_addresses {
+        if !all.contains(a) {
+            all.push(a.clone());
+        }
+    }
+    all
+}
+
 fn list(steps: &[FenceStep]) -> String {
     if steps.is_empty() {
         return "no step".into();
@@ -363,7 +409,14 @@ fn held_already(
 
 /// Takes one step and confirms it by reading the state back; answers how
 /// it was confirmed, or why not.
-async fn take(ctx: &Context, hv: &Hypervisor, host: &str, step: FenceStep) -> Result<String, String> {
+/// `ceph`: the storage step's addresses, or why there are none.
+async fn take(
+    ctx: &Context,
+    hv: &Hypervisor,
+    host: &str,
+    step: FenceStep,
+    ceph: Option<Result<Vec<String>, String>>,
+) -> Result<String, String> {
     match step {
         FenceStep::NovaForcedDown => {
             ctx.nova.set_forced_down(host, true).await.map_err(|e| format!("Nova: {e}"))?;
@@ -377,17 +430,11 @@ async fn take(ctx: &Context, hv: &Hypervisor, host: &str, step: FenceStep) -> Re
             }
         }
         FenceStep::CephBlocklisted => {
-            let addresses = &hv.spec.fencing.ceph_addresses;
-            if addresses.is_empty() {
-                return Err(
-                    "the host uses Ceph and spec.fencing.cephAddresses is empty: its clients are unknown"
-                        .into(),
-                );
-            }
+            let addresses = ceph.unwrap_or_else(|| ceph_targets(ctx, hv))?;
             let Some(ceph) = &ctx.fencing.ceph else {
                 return Err("this coordinator has no Ceph fencing identity (--ceph-fence-id)".into());
             };
-            let entries = ceph.blocklist(addresses).await.map_err(|e| e.to_string())?;
+            let entries = ceph.blocklist(&addresses).await.map_err(|e| e.to_string())?;
             Ok(format!("the OSD map's blocklist holds {}", entries.join(", ")))
         }
         FenceStep::PoweredOff => {

@@ -9,7 +9,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::condition::merge;
-use crate::api::hypervisor::{AgentStatus, InstancesStatus};
+use crate::api::hypervisor::{AgentStatus, InstancesStatus, MachineStatus};
 use crate::api::{ConditionStatus, ConditionType, HypervisorStatus};
 use crate::fleet::AgentView;
 use crate::lifecycle::{Decision, DesiredCondition, NovaObs};
@@ -50,6 +50,10 @@ pub fn compose(
         version: Some(agent.agent_version.clone()).filter(|v| !v.is_empty()),
         last_heartbeat: None,
     });
+    if let Some(m) = &agent.machine {
+        s.machine =
+            Some(MachineStatus::updated(old.machine.as_ref(), m)).filter(|m| *m != MachineStatus::default());
+    }
     s.lifecycle = d.record.clone();
     s
 }
