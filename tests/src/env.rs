@@ -49,6 +49,11 @@ pub struct Bmc {
 }
 
 impl Bmc {
+    /// The UUID of `host`'s system (its URL is by UUID).
+    pub fn system_uuid(&self, host: &str) -> Option<String> {
+        self.systems.get(host).and_then(|p| p.rsplit('/').next()).map(str::to_string)
+    }
+
     /// The `redfish+https://` address of `host`'s system.
     pub fn address(&self, host: &str) -> String {
         let system = self.systems.get(host).map(String::as_str).unwrap_or("/redfish/v1/Systems/none");

@@ -25,10 +25,12 @@ use crate::wait::{Poll, until};
 /// other's entries.
 pub mod address {
     pub const CONTROLLER: &str = "127.0.0.2";
+    /// The controller test's host whose stream alone is cut (never fenced:
+    /// two hosts never share an address, fencing refuses that).
+    pub const CONTROLLER_CUT: &str = "127.0.0.6";
     pub const BENCH_NO_BMC: &str = "127.0.0.3";
     pub const EVACUATION: &str = "127.0.0.4";
     pub const EVACUATION_KILL: &str = "127.0.0.5";
-    pub const STUCK: &str = "127.0.0.6";
 }
 
 /// Sets the fencing means of `host`'s Hypervisor: its BMC on the ground
@@ -36,18 +38,13 @@ pub mod address {
 /// Ceph address no client of the ground uses, in its spec (None: the
 /// addresses its agent reports).
 pub async fn give_fencing_means(region: &Region, host: &str, ceph: Option<&str>) {
-    give_fencing_means_with(region, host, &region.env.bmc.password, ceph).await;
-}
-
-/// The same, with `password` for the BMC.
-pub async fn give_fencing_means_with(region: &Region, host: &str, password: &str, ceph: Option<&str>) {
     let env = &region.env;
     let secrets: Api<Secret> =
         Api::namespaced(region.kube.client.clone(), crate::rbac::COORDINATOR_NAMESPACE);
     let name = format!("bmc-{host}");
     let data = BTreeMap::from([
         ("username".to_string(), ByteString(env.bmc.username.clone().into_bytes())),
-        ("password".to_string(), ByteString(password.as_bytes().to_vec())),
+        ("password".to_string(), ByteString(env.bmc.password.clone().into_bytes())),
         ("ca.crt".to_string(), ByteString(std::fs::read(&env.bmc.ca_file).unwrap())),
     ]);
     let secret = Secret {

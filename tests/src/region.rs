@@ -380,6 +380,13 @@ impl Region {
         // raise signals at random.
         let root =
             peers.host_root.clone().unwrap_or_else(|| healthy_host(&self.dir.join(format!("host-{node}"))));
+        // The machine's SMBIOS UUID: its BMC's system on the ground.
+        if let Some(uuid) = env.bmc.system_uuid(node) {
+            let dmi = root.join("sys/class/dmi/id");
+            std::fs::create_dir_all(&dmi).unwrap_or_else(|e| panic!("{}: {e}", dmi.display()));
+            std::fs::write(dmi.join("product_uuid"), format!("{}\n", uuid.to_uppercase()))
+                .unwrap_or_else(|e| panic!("{}: {e}", dmi.display()));
+        }
         cmd.arg("--host-root").arg(root);
         Proc::spawn("hv-agent", &mut cmd, self.dir.join(format!("agent-{node}.log")))
             .unwrap_or_else(|e| panic!("{e}"))

@@ -21,8 +21,7 @@ use hv_coordinator::api::hypervisor::{FenceStep, HealthState};
 use hv_coordinator::api::{Hypervisor, Phase};
 use hv_tests::env::TestEnv;
 use hv_tests::fencing::{
-    address, claim_hosts, fencing_coordinator, give_fencing_means, give_fencing_means_with, kubelet_silent,
-    wait_fencing, wait_power,
+    address, claim_hosts, fencing_coordinator, give_fencing_means, kubelet_silent, wait_fencing, wait_power,
 };
 use hv_tests::openstack::{Admin, FakeHost, fake_host};
 use hv_tests::region::{AgentPeers, Blocklisted, Region, healthy_active, wait_health};
@@ -289,8 +288,8 @@ async fn a_failed_host_is_fenced_step_by_step_each_confirmed_and_a_host_cut_from
     for host in [&dead, &cut, &other, &fourth] {
         agents.push(healthy_active(&region, host, &coord).await.1);
     }
-    for host in [&dead, &cut] {
-        give_fencing_means(&region, host, Some(address::CONTROLLER)).await;
+    for (host, ceph) in [(&dead, address::CONTROLLER), (&cut, address::CONTROLLER_CUT)] {
+        give_fencing_means(&region, host, Some(ceph)).await;
         wait_power(&env, host, "On").await;
     }
     let _lift = Blocklisted::lift_later(&env, &format!("{}:0/0", address::CONTROLLER));
@@ -413,12 +412,17 @@ async fn a_step_that_cannot_be_confirmed_stops_the_fencing_until_an_sre_confirms
     for claim in &claims {
         agents.push(healthy_active(&region, &claim.host, &coord).await.1);
     }
-    // Its BMC refuses the credentials we hold; its storage is not Ceph here.
-    give_fencing_means_with(&region, &dead, "not-the-password", Some(address::STUCK)).await;
-    let _lift = Blocklisted::lift_later(&env, &format!("{}:0/0", address::STUCK));
+    // Its BMC address was copied from another machine's (the second host's,
+    // which runs): that BMC answers, to the credentials we hold, for a
+    // system whose UUID is not the one the host's agent reported. Its
+    // storage is not Ceph here.
+    give_fencing_means(&region, &dead, None).await;
+    let other = claims[1].host.clone();
     let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
-    let no_ceph = serde_json::json!({"spec": {"fencing": {"cephAddresses": null}}});
-    hvs.patch(&dead, &PatchParams::default(), &Patch::Merge(&no_ceph)).await.unwrap();
+    let copied = serde_json::json!({"spec": {"fencing": {"bmc": {"address": env.bmc.address(&other)}}}});
+    hvs.patch(&dead, &PatchParams::default(), &Patch::Merge(&copied)).await.unwrap();
+    let reported = region.hypervisor(&dead).await.and_then(|h| h.status).and_then(|s| s.machine);
+    assert_eq!(reported.and_then(|m| m.system_uuid), env.bmc.system_uuid(&dead));
     // Before any fencing, a confirmation is refused: nothing to confirm.
     let out = region.hvctl().args(["confirm-fenced", &dead]).output().unwrap();
     assert!(!out.status.success(), "{out:?}");
@@ -438,13 +442,23 @@ async fn a_step_that_cannot_be_confirmed_stops_the_fencing_until_an_sre_confirms
     assert_eq!(stuck.confirmed, [FenceStep::NovaForcedDown], "{stuck:?}");
     let failed = stuck.failed.clone().unwrap();
     assert_eq!(failed.step, FenceStep::PoweredOff);
-    assert!(failed.message.contains("refused the credentials (HTTP 401)"), "{failed:?}");
+    let want = format!(
+        "the BMC's system is {}, the host is {}: spec.fencing.bmc names another machine",
+        env.bmc.system_uuid(&other).unwrap(),
+        env.bmc.system_uuid(&dead).unwrap()
+    );
+    assert!(failed.message.contains(&want), "{failed:?}");
     let message = region.wait_condition(&dead, "Fenced", "StepNotConfirmed", &coord).await;
     assert!(message.contains("hvctl confirm-fenced"), "{message}");
     tokio::time::sleep(Duration::from_secs(3)).await;
     let still = region.hypervisor(&dead).await.and_then(|h| h.status).and_then(|s| s.fencing).unwrap();
     assert!(still.fenced.is_none() && still.failed.is_some_and(|f| f.attempts == 3), "no fourth try");
     assert_eq!(hv_tests::bmc::power_state(&env, &dead).await.unwrap(), "On", "nothing powered off");
+    assert_eq!(
+        hv_tests::bmc::power_state(&env, &other).await.unwrap(),
+        "On",
+        "least of all the other machine"
+    );
 
     // The SRE made sure it is off, and says so.
     let out = region.hvctl().args(["confirm-fenced", &dead]).output().unwrap();

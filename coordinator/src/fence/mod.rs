@@ -63,6 +63,41 @@ pub enum PowerError {
     NotConfirmed { last: PowerState, waited_s: u64 },
 }
 
+/// The first three fields of a UUID byte-swapped: how SMBIOS before 2.6
+/// stored them, and how some BMCs still show a machine's UUID that Linux
+/// reads the other way round.
+fn swapped(uuid: &str) -> Option<String> {
+    let parts: Vec<&str> = uuid.split('-').collect();
+    let [a, b, c, d, e] = parts[..] else { return None };
+    let swap = |f: &str| -> Option<String> {
+        let bytes: Vec<&str> = (0..f.len()).step_by(2).map(|i| f.get(i..i + 2)).collect::<Option<_>>()?;
+        Some(bytes.into_iter().rev().collect())
+    };
+    Some(format!("{}-{}-{}-{d}-{e}", swap(a)?, swap(b)?, swap(c)?))
+}
+
+/// Whether the machine a BMC speaks for is the host: its system UUID
+/// (`bmc`) against the one the host's agent reported (`host`), either
+/// byte order of the first fields. Anything short of that is a reason
+/// not to trust the BMC: a BMC address copied from another machine must
+/// neither power that machine off nor make this host look dead. Pure.
+pub fn same_machine(host: Option<&str>, bmc: Option<&str>) -> Result<(), String> {
+    let Some(host) = host.map(str::to_ascii_lowercase) else {
+        return Err(
+            "the host's system UUID was never reported by its agent: its BMC cannot be checked to be \
+                    the host's"
+                .into(),
+        );
+    };
+    let Some(bmc) = bmc.map(str::to_ascii_lowercase) else {
+        return Err("the BMC reports no UUID for its system: it cannot be checked to be the host's".into());
+    };
+    if bmc == host || swapped(&bmc).as_deref() == Some(host.as_str()) {
+        return Ok(());
+    }
+    Err(format!("the BMC's system is {bmc}, the host is {host}: spec.fencing.bmc names another machine"))
+}
+
 /// A machine's power switch (seed of the actuator pattern: one small
 /// interface per kind of hardware).
 pub trait PowerActuator: Send + Sync {
@@ -154,6 +189,19 @@ mod tests {
             *self.offs.lock().unwrap() += 1;
             Ok(())
         }
+    }
+
+    #[test]
+    fn a_bmc_counts_only_for_the_machine_whose_uuid_it_reports() {
+        let host = "4c4c4544-0042-3510-8051-b4c04f4e3332";
+        assert_eq!(same_machine(Some(host), Some("4C4C4544-0042-3510-8051-B4C04F4E3332")), Ok(()));
+        // SMBIOS's older byte order of the first three fields.
+        assert_eq!(same_machine(Some(host), Some("44454c4c-4200-1035-8051-b4c04f4e3332")), Ok(()));
+        let other = same_machine(Some(host), Some("4c4c4544-0042-3510-8051-b4c04f4e3333")).unwrap_err();
+        assert!(other.contains("names another machine"), "{other}");
+        assert!(same_machine(None, Some(host)).unwrap_err().contains("never reported"));
+        assert!(same_machine(Some(host), None).unwrap_err().contains("no UUID"));
+        assert!(same_machine(Some(host), Some("garbage")).is_err());
     }
 
     #[tokio::test(start_paused = true)]

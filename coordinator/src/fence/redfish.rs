@@ -154,6 +154,23 @@ impl Redfish {
     }
 }
 
+impl Redfish {
+    /// The system's power and UUID, in one read.
+    pub async fn read(&self) -> Result<(PowerState, Option<String>), PowerError> {
+        let system = self.system().await?;
+        Ok((power_state_of(&system), uuid_of(&system)))
+    }
+}
+
+/// The system's `UUID`, lowercase (None: absent or not a string). Pure.
+pub fn uuid_of(system: &Value) -> Option<String> {
+    system
+        .get("UUID")
+        .and_then(Value::as_str)
+        .map(|u| u.trim().to_ascii_lowercase())
+        .filter(|u| !u.is_empty())
+}
+
 impl PowerActuator for Redfish {
     async fn power_state(&self) -> Result<PowerState, PowerError> {
         Ok(power_state_of(&self.system().await?))
@@ -221,6 +238,17 @@ mod tests {
             "redfish://bmc/redfish/v1/Systems/1?x=1",
         ] {
             assert!(matches!(parse_address(bad), Err(PowerError::BadAddress(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_systems_uuid_is_read_lowercase_or_not_at_all() {
+        assert_eq!(
+            uuid_of(&json!({"UUID": " 380E51B9-B6B0-5C89-9E98-AAB1871AD30C "})).as_deref(),
+            Some("380e51b9-b6b0-5c89-9e98-aab1871ad30c")
+        );
+        for v in [json!({}), json!({"UUID": null}), json!({"UUID": ""}), json!({"UUID": 7})] {
+            assert_eq!(uuid_of(&v), None, "{v}");
         }
     }
 

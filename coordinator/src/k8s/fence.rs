@@ -22,7 +22,7 @@ use crate::api::{Hypervisor, MaintenanceMode};
 use crate::fence::ceph::CephFence;
 use crate::fence::decide::{self, Decision, FencePolicy, Situation};
 use crate::fence::redfish::{Bmc, Redfish};
-use crate::fence::{PowerActuator, PowerState, PoweredOff, power_off_confirmed};
+use crate::fence::{PowerState, PoweredOff, power_off_confirmed, same_machine};
 use crate::fence::{clear, targets};
 use crate::health::PowerSource;
 use crate::lifecycle::ServiceState;
@@ -443,6 +443,9 @@ async fn take(
             };
             let bmc = bmc(ctx, spec).await?;
             let redfish = Redfish::new(&bmc).map_err(|e| e.to_string())?;
+            // Never the power of another machine than the host.
+            let (_, uuid) = redfish.read().await.map_err(|e| e.to_string())?;
+            same_machine(system_uuid(hv), uuid.as_deref())?;
             let every = Duration::from_secs(1);
             match power_off_confirmed(&redfish, ctx.fencing.power_within, every).await {
                 Ok(PoweredOff::AlreadyOff) => Ok("the BMC reported power off; nothing was asked".into()),
@@ -468,7 +471,10 @@ pub async fn power_source(ctx: &Context, hv: &Hypervisor) -> PowerSource {
         let mut bmc = bmc(ctx, spec).await?;
         bmc.timeout = Duration::from_secs(3);
         let redfish = Redfish::new(&bmc).map_err(|e| e.to_string())?;
-        redfish.power_state().await.map_err(|e| e.to_string())
+        let (power, uuid) = redfish.read().await.map_err(|e| e.to_string())?;
+        // Another machine's power says nothing of this host.
+        same_machine(system_uuid(hv), uuid.as_deref())?;
+        Ok::<_, String>(power)
     };
     match read.await {
         Ok(PowerState::Off) => PowerSource::Off,
@@ -482,6 +488,11 @@ pub async fn power_source(ctx: &Context, hv: &Hypervisor) -> PowerSource {
             PowerSource::Unknown
         }
     }
+}
+
+/// The host's system UUID, as its agent reported it.
+fn system_uuid(hv: &Hypervisor) -> Option<&str> {
+    hv.status.as_ref().and_then(|s| s.machine.as_ref()).and_then(|m| m.system_uuid.as_deref())
 }
 
 /// The BMC with its credentials from the Secret the spec names.
