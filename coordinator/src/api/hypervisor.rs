@@ -633,6 +633,11 @@ pub struct LifecycleRecord {
     /// checks pass, or when it leaves Active.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unseen: Option<UnseenHold>,
+    /// The start of the fencing whose servers an Eviction has evacuated
+    /// (or is evacuating): a fenced host with servers left gets one
+    /// evacuation per fencing, never a loop of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evacuated_for: Option<Time>,
 }
 
 /// An Active host held disabled while we cannot see it (docs/health.md).

@@ -35,7 +35,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::action::Action;
 use super::observe::{EvictionObs, NodeObs, NovaHost, NovaObs, Observations, ServiceState};
 use crate::api::condition::DesiredCondition;
-use crate::api::eviction::EvictionPhase;
+use crate::api::eviction::{EvictionPhase, EvictionReason};
 use crate::api::hypervisor::{
     AbortRecord, CheckResultStatus, EvictionRef, HealthState, HypervisorSpec, HypervisorStatus,
     LifecycleRecord, UnseenHold,
@@ -573,6 +573,12 @@ fn evicting(d: &mut Draft<'_>) {
     let mode = d.effective_maintenance();
     let current = d.record.eviction.clone();
     let observed = current.as_ref().and_then(|r| d.observed_eviction(&r.name)).cloned();
+    // A fenced host's running Eviction evacuates (docs/fencing.md): it
+    // counts as this fencing's evacuation.
+    if let Some(started) = d.fenced_since().filter(|_| observed.as_ref().is_some_and(|e| !e.phase.is_final()))
+    {
+        d.record.evacuated_for = Some(started);
+    }
     if mode.is_requested() {
         if let NovaObs::Registered(host) = &d.obs().nova {
             d.guard_disabled(host, &disable_reason(mode, &d.input.spec.maintenance_reason));
@@ -596,6 +602,7 @@ fn evicting(d: &mut Draft<'_>) {
                         d.go(Phase::Maintenance, format!("Eviction {} complete", e.name));
                     }
                 }
+                EvictionPhase::Failed | EvictionPhase::Cancelled if evacuate_left(d) => {}
                 EvictionPhase::Failed | EvictionPhase::Cancelled => {
                     let msg = format!(
                         "Eviction {} ended {:?}: {}; delete it to try again",
@@ -722,6 +729,9 @@ fn maintenance(d: &mut Draft<'_>) {
     if mode.is_requested() {
         if let Some(host) = &host {
             d.guard_disabled(host, &disable_reason(mode, &d.input.spec.maintenance_reason));
+            if evacuate_left(d) {
+                return;
+            }
             if !host.instances.is_empty() {
                 let msg = format!(
                     "{} instance(s) remain on the host: {}",
@@ -749,6 +759,21 @@ fn maintenance(d: &mut Draft<'_>) {
     }
     d.record.eviction = None;
     d.go(Phase::Onboarding, "maintenance over; re-validating before re-enabling".into());
+}
+
+/// A fenced host with servers left that no Eviction has evacuated for this
+/// fencing (its Eviction had ended before the fencing was done): one more,
+/// with the evacuate step. Answers whether it was made.
+fn evacuate_left(d: &mut Draft<'_>) -> bool {
+    let left = matches!(&d.obs().nova, NovaObs::Registered(host) if !host.instances.is_empty());
+    match d.fenced_since().filter(|_| left) {
+        Some(started) if d.record.evacuated_for.as_ref() != Some(&started) => {
+            d.record.evacuated_for = Some(started);
+            d.create_eviction("ha", EvictionReason::NodeFailure);
+            true
+        }
+        _ => false,
+    }
 }
 
 /// Maintenance was requested in a phase before Maintenance: stop scheduling
@@ -1159,13 +1184,25 @@ impl<'a> Draft<'a> {
         self.obs().eviction.as_ref().filter(|e| e.name == name)
     }
 
+    /// When the host counted fenced, its fencing started (None: not fenced).
+    fn fenced_since(&self) -> Option<Time> {
+        let fencing = self.input.status.fencing.as_ref()?;
+        fencing.fenced.as_ref()?;
+        fencing.started.clone()
+    }
+
     fn create_maintenance_eviction(&mut self, mode: MaintenanceMode) {
         let Some(reason) = mode.eviction_reason() else {
             return;
         };
+        self.create_eviction(mode.as_str(), reason);
+    }
+
+    /// An Eviction the maintenance stands for, named after `kind`.
+    fn create_eviction(&mut self, kind: &str, reason: EvictionReason) {
+        let mode = self.effective_maintenance();
         self.record.eviction_seq = self.record.eviction_seq.saturating_add(1);
-        let name =
-            truncate(&format!("{}-{}-{}", self.input.name, mode.as_str(), self.record.eviction_seq), 253);
+        let name = truncate(&format!("{}-{kind}-{}", self.input.name, self.record.eviction_seq), 253);
         self.record.eviction =
             Some(EvictionRef { name: name.clone(), reason, re_enable: false, for_maintenance: true });
         self.actions.push(Action::CreateEviction { name: name.clone(), reason });
@@ -1175,7 +1212,12 @@ impl<'a> Draft<'a> {
             "EvictionPending",
             format!("Eviction {name} requested"),
         );
-        self.go(Phase::Evicting, format!("maintenance ({}) requested", mode.as_str()));
+        let why = if reason == EvictionReason::NodeFailure && mode != MaintenanceMode::Ha {
+            format!("fenced in maintenance ({}) with servers left: they are evacuated", mode.as_str())
+        } else {
+            format!("maintenance ({}) requested", mode.as_str())
+        };
+        self.go(Phase::Evicting, why);
     }
 
     fn finish(mut self) -> Decision {

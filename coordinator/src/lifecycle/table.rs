@@ -5,8 +5,9 @@ use super::fixtures::*;
 use super::*;
 use crate::api::EvictionReason::*;
 use crate::api::eviction::EvictionPhase::{self, *};
-use crate::api::hypervisor::{HypervisorSpec, HypervisorStatus};
+use crate::api::hypervisor::{FencingStatus, HypervisorSpec, HypervisorStatus};
 use crate::api::{MaintenanceMode, Phase};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 struct Row {
     name: &'static str,
@@ -21,6 +22,11 @@ struct Row {
 
 fn ev(name: &str, reason: crate::api::EvictionReason, phase: EvictionPhase) -> Option<EvictionObs> {
     Some(eviction(name, reason, phase))
+}
+
+/// A fencing done: started at t(0), fenced at t(5).
+fn fenced() -> Option<FencingStatus> {
+    Some(FencingStatus { started: Some(Time(t(0))), fenced: Some(Time(t(5))), ..Default::default() })
 }
 
 fn maintenance_of(s: &mut HypervisorStatus, mode: &str, reason: crate::api::EvictionReason) {
@@ -65,6 +71,11 @@ const ROWS: &[Row] = &[
     Row { name: "Evicting (decommission): then delete the service", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Termination; maintenance_of(s, "termination", Decommission); o.eviction = ev("node-1-termination-1", Decommission, Succeeded); with_host(o, |h| { h.aggregates.clear(); h.traits = Some(set(&["HW_CPU_X86_AVX2"])) }) }, to: Phase::Evicting, must: &["delete compute service svc-1"], never: &["remove"] },
     Row { name: "Maintenance -> Onboarding: maintenance cleared (re-enable via re-test)", from: Phase::Maintenance, setup: |_, _, _| {}, to: Phase::Onboarding, must: &[], never: &["enable"] },
     Row { name: "Evicting -> Onboarding: maintenance cleared mid-eviction cancels it", from: Phase::Evicting, setup: |_, s, o| { maintenance_of(s, "manual", AdminRequest); o.eviction = ev("node-1-manual-1", AdminRequest, Migrating) }, to: Phase::Onboarding, must: &["cancel eviction node-1-manual-1"], never: &["enable"] },
+    Row { name: "Maintenance -> Evicting: fenced with servers left after its Eviction ended (evacuate them)", from: Phase::Maintenance, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Manual; maintenance_of(s, "manual", AdminRequest); o.eviction = ev("node-1-manual-1", AdminRequest, Succeeded); s.fencing = fenced(); with_host(o, |h| h.instances = vec!["vm-1".into()]) }, to: Phase::Evicting, must: &["create eviction node-1-ha-2 (NodeFailure)"], never: &["enable"] },
+    Row { name: "forbidden Maintenance -> Evicting: fenced, servers left, this fencing's evacuation done", from: Phase::Maintenance, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Ha; maintenance_of(s, "ha", NodeFailure); o.eviction = ev("node-1-ha-1", NodeFailure, Succeeded); s.fencing = fenced(); s.lifecycle.evacuated_for = fenced().and_then(|f| f.started); with_host(o, |h| h.instances = vec!["opted-out".into()]) }, to: Phase::Maintenance, must: &[], never: &["create eviction", "enable"] },
+    Row { name: "forbidden Maintenance -> Evicting: servers left, fencing under way (not fenced yet)", from: Phase::Maintenance, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Manual; maintenance_of(s, "manual", AdminRequest); s.fencing = fenced().map(|f| FencingStatus { fenced: None, ..f }); with_host(o, |h| h.instances = vec!["vm-1".into()]) }, to: Phase::Maintenance, must: &[], never: &["create eviction", "enable"] },
+    Row { name: "Evicting: its Eviction failed before the fencing was done, servers left (evacuate them)", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Manual; maintenance_of(s, "manual", AdminRequest); o.eviction = ev("node-1-manual-1", AdminRequest, Failed); s.fencing = fenced(); with_host(o, |h| h.instances = vec!["vm-1".into()]) }, to: Phase::Evicting, must: &["create eviction node-1-ha-2 (NodeFailure)"], never: &["enable"] },
+    Row { name: "forbidden: its evacuation failed, servers left: no other one (an SRE's)", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Ha; maintenance_of(s, "ha", NodeFailure); o.eviction = ev("node-1-ha-1", NodeFailure, Failed); s.fencing = fenced(); s.lifecycle.evacuated_for = fenced().and_then(|f| f.started); with_host(o, |h| h.instances = vec!["vm-1".into()]) }, to: Phase::Evicting, must: &[], never: &["create eviction", "enable"] },
     Row { name: "Maintenance -> Evicting: termination requested", from: Phase::Maintenance, setup: |sp, _, _| sp.maintenance = MaintenanceMode::Termination, to: Phase::Evicting, must: &["create eviction node-1-termination-1 (Decommission)"], never: &[] },
     Row { name: "Aborted -> Onboarding: explicit retry", from: Phase::Aborted, setup: |_, _, o| o.retry = Some("2026-11-21T10:00:00Z".into()), to: Phase::Onboarding, must: &[], never: &["enable"] },
     // ---- forbidden: these must not move (or must move elsewhere)
@@ -582,4 +593,29 @@ fn a_held_host_stays_disabled_past_a_re_enabling_eviction_and_leaves_the_hold_wi
     let d = decide_at(&sp, &st, &o, t(403));
     assert_eq!(d.phase, Phase::Maintenance);
     assert!(d.record.unseen.is_none());
+}
+
+/// A fenced host's running Eviction is its fencing's evacuation: once it
+/// ends, no other is made for the servers it left.
+#[test]
+fn an_eviction_running_when_the_host_is_fenced_counts_as_its_evacuation() {
+    use crate::api::EvictionReason::AdminRequest;
+    let mut sp = spec();
+    sp.maintenance = MaintenanceMode::Manual;
+    let mut st = status(Phase::Evicting);
+    maintenance_of(&mut st, "manual", AdminRequest);
+    st.fencing = fenced();
+    let mut o = obs();
+    o.eviction = ev("node-1-manual-1", AdminRequest, EvictionPhase::Migrating);
+    with_host(&mut o, |h| h.instances = vec!["opted-out".into()]);
+    let d = decide_at(&sp, &st, &o, t(50));
+    assert_eq!(d.record.evacuated_for, fenced().and_then(|f| f.started));
+    st.lifecycle = d.record;
+    o.eviction = ev("node-1-manual-1", AdminRequest, EvictionPhase::Succeeded);
+    let d = decide_at(&sp, &st, &o, t(60));
+    assert_eq!(d.phase, Phase::Maintenance);
+    st.lifecycle = d.record;
+    st.phase = Some(Phase::Maintenance);
+    let d = decide_at(&sp, &st, &o, t(70));
+    assert!(d.actions.iter().all(|a| !a.to_string().starts_with("create eviction")), "{d:?}");
 }
