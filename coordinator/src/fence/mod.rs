@@ -108,6 +108,21 @@ pub trait PowerActuator: Send + Sync {
     fn force_off(&self) -> impl Future<Output = Result<(), PowerError>> + Send;
 }
 
+/// `first`, a state just read, and when it is Off the state read again
+/// `gap` later: one read of a BMC mid-reset, or a glitch, is not a power
+/// loss, and a host is never judged dead on one.
+pub async fn read_again_if_off<A: PowerActuator>(
+    actuator: &A,
+    first: PowerState,
+    gap: Duration,
+) -> Result<PowerState, PowerError> {
+    if first != PowerState::Off {
+        return Ok(first);
+    }
+    tokio::time::sleep(gap).await;
+    actuator.power_state().await
+}
+
 /// How a confirmed power off came about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PoweredOff {
@@ -226,6 +241,21 @@ mod tests {
         let err =
             power_off_confirmed(&unknown, Duration::from_secs(3), Duration::from_secs(1)).await.unwrap_err();
         assert!(err.to_string().contains("unknown (null)"), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_off_counts_only_when_read_twice() {
+        use PowerState::*;
+        let gap = Duration::from_secs(1);
+        let glitch = Scripted::new(&[On]);
+        assert_eq!(read_again_if_off(&glitch, Off, gap).await.unwrap(), On);
+        let off = Scripted::new(&[Off]);
+        assert_eq!(read_again_if_off(&off, Off, gap).await.unwrap(), Off);
+        // On is answered at once, not read again.
+        let never = Scripted::new(&[Unknown("not read".into())]);
+        let t = tokio::time::Instant::now();
+        assert_eq!(read_again_if_off(&never, On, gap).await.unwrap(), On);
+        assert!(t.elapsed() < gap);
     }
 
     /// A BMC that does not answer some reads, or the power off itself.

@@ -22,7 +22,7 @@ use crate::api::{Hypervisor, MaintenanceMode};
 use crate::fence::ceph::CephFence;
 use crate::fence::decide::{self, Decision, FencePolicy, Situation};
 use crate::fence::redfish::{Bmc, Redfish};
-use crate::fence::{PowerState, PoweredOff, power_off_confirmed, same_machine};
+use crate::fence::{PowerState, PoweredOff, power_off_confirmed, read_again_if_off, same_machine};
 use crate::fence::{clear, targets};
 use crate::health::PowerSource;
 use crate::lifecycle::ServiceState;
@@ -474,7 +474,7 @@ pub async fn power_source(ctx: &Context, hv: &Hypervisor) -> PowerSource {
         let (power, uuid) = redfish.read().await.map_err(|e| e.to_string())?;
         // Another machine's power says nothing of this host.
         same_machine(system_uuid(hv), uuid.as_deref())?;
-        Ok::<_, String>(power)
+        read_again_if_off(&redfish, power, Duration::from_secs(1)).await.map_err(|e| e.to_string())
     };
     match read.await {
         Ok(PowerState::Off) => PowerSource::Off,
