@@ -142,6 +142,11 @@ struct Args {
     ceph_fence_conf: PathBuf,
     #[arg(long, env = "HV_CEPH_FENCE_KEYRING")]
     ceph_fence_keyring: Option<PathBuf>,
+    /// Where the hosts' Ceph clients are (CIDRs, comma-separated): an
+    /// agent's reported Ceph address outside these is not blocklisted on
+    /// its word. None: any.
+    #[arg(long, value_delimiter = ',')]
+    ceph_client_networks: Vec<ipnet::IpNet>,
     /// The hv-ceph-fence helper (default: next to this binary).
     #[arg(long)]
     ceph_fence_helper: Option<PathBuf>,
@@ -476,7 +481,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
             }),
             args.fence_power_timeout,
             args.namespace.clone(),
-        ),
+        )
+        .with_ceph_networks(args.ceph_client_networks.clone()),
         metrics: metrics.clone(),
         judging_from: jiff::Timestamp::now() + jiff::SignedDuration::try_from(args.health_settle)?,
         health_policy: hv_coordinator::health::HealthPolicy {

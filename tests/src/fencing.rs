@@ -28,6 +28,8 @@ pub mod address {
     /// The controller test's host whose stream alone is cut (never fenced:
     /// two hosts never share an address, fencing refuses that).
     pub const CONTROLLER_CUT: &str = "127.0.0.6";
+    /// A client no test fences: it must go on while others are.
+    pub const NEVER_FENCED: &str = "127.0.0.8";
     pub const BENCH_NO_BMC: &str = "127.0.0.3";
     pub const EVACUATION: &str = "127.0.0.4";
     pub const EVACUATION_KILL: &str = "127.0.0.5";

@@ -227,6 +227,10 @@ async fn a_dead_hosts_opted_in_servers_are_evacuated_once_each_in_their_former_p
     // The entry bites: a client from the host's IP can no longer use its pool.
     let refused = hv_tests::region::ceph_probe_from(&env, address::EVACUATION);
     assert_eq!(refused["blocklisted"], true, "{refused}");
+    // And cuts that host alone: a client from another IP goes on.
+    let other = hv_tests::region::ceph_probe_from(&env, address::NEVER_FENCED);
+    let seen = (other["passed"].clone(), other["client_ips"][0].clone());
+    assert_eq!(seen, (true.into(), address::NEVER_FENCED.into()), "{other}");
 
     // Its NodeFailure Eviction runs to the end.
     let ev = scene.evacuated(Duration::from_secs(120)).await;

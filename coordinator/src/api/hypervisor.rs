@@ -475,8 +475,9 @@ pub struct FencingStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handled_clear: Option<String>,
     /// The addresses the storage step put into the OSD blocklist (recorded
-    /// as it is tried): the ones a clearing lifts.
+    /// before it is tried): the ones a clearing lifts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
     pub ceph_addresses: Vec<String>,
     /// The clearing lifted the host's blocklist entries.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

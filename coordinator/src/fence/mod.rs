@@ -143,7 +143,10 @@ pub async fn power_off_confirmed<A: PowerActuator>(
     within: Duration,
     every: Duration,
 ) -> Result<PoweredOff, PowerError> {
-    if actuator.power_state().await? == PowerState::Off {
+    // Off read twice, a read apart: one read of a BMC mid-reset is not a
+    // machine off, and nothing would be asked of it.
+    let first = actuator.power_state().await?;
+    if read_again_if_off(actuator, first, every).await? == PowerState::Off {
         return Ok(PoweredOff::AlreadyOff);
     }
     let start = Instant::now();

@@ -1,38 +1,49 @@
-//! What a fencing's storage step blocklists. The site's own list
-//! (`spec.fencing.cephAddresses`) when it gives one, else the IPs the
-//! host's agent reported its Ceph client at. An IP any other Hypervisor
-//! also has is refused: blocklisting it would cut that host's storage too
-//! (a NAT, an address moved, a typo, or an agent reporting another host's
-//! IP), and a fencing must never harm a host that is not the dead one.
+//! What a fencing's storage step blocklists, and what a clearing lifts.
+//! The site's own list (`spec.fencing.cephAddresses`) when it gives one,
+//! else the IPs the host's agent reported its Ceph client at, within the
+//! site's Ceph client networks when it names them. An IP any other
+//! Hypervisor also has (in its spec, its report or its own fencing) is
+//! refused: blocklisting it would cut that host's storage too (a NAT, an
+//! address moved, a typo, or an agent reporting another host's IP), and a
+//! fencing must never harm a host that is not the dead one.
 
 use std::net::IpAddr;
 
-/// The IP of a blocklist address: a bare IP, or one client instance's
-/// `IP:PORT/NONCE` (None: neither).
-fn ip_of(address: &str) -> Option<IpAddr> {
+use ipnet::IpNet;
+
+/// The IP of a blocklist address, and whether the address names every
+/// client of that IP (a bare IP, or `IP:0/0` as Ceph reads it) rather than
+/// one client instance (`IP:PORT/NONCE`). None: neither form.
+fn parse(address: &str) -> Option<(IpAddr, bool)> {
     let a = address.trim();
     let bare = a.strip_prefix('[').and_then(|x| x.strip_suffix(']')).unwrap_or(a);
     if let Ok(ip) = bare.parse() {
-        return Some(ip);
+        return Some((ip, true));
     }
-    let (host_port, _nonce) = a.rsplit_once('/')?;
-    let (host, _port) = host_port.rsplit_once(':')?;
-    host.trim_start_matches('[').trim_end_matches(']').parse().ok()
+    let (host_port, nonce) = a.rsplit_once('/')?;
+    let (host, port) = host_port.rsplit_once(':')?;
+    let ip = host.trim_start_matches('[').trim_end_matches(']').parse().ok()?;
+    Some((ip, port == "0" && nonce == "0"))
 }
 
-/// Whether `address` names every client of its IP (not one instance).
-fn whole_ip(address: &str) -> bool {
-    let a = address.trim();
-    a.strip_prefix('[').and_then(|x| x.strip_suffix(']')).unwrap_or(a).parse::<IpAddr>().is_ok()
+/// Whether `a` and `b` cut a common client: the same entry, or the same IP
+/// with either naming every client of it.
+fn overlap(a: &str, b: &str) -> bool {
+    match (parse(a), parse(b)) {
+        (Some((ia, wa)), Some((ib, wb))) => ia == ib && (wa || wb || a.trim() == b.trim()),
+        _ => false,
+    }
 }
 
 /// The addresses to blocklist for a host: `spec` when given, else
-/// `learned`; refused, with the reason, when a whole IP among them is one
-/// of `others`' (every other Hypervisor by name, with its spec and learned
-/// addresses), or when there is none at all. Pure.
+/// `learned` (each within one of `networks`, when any is named); refused,
+/// with the reason, when one of them overlaps any of `others`' (every
+/// other Hypervisor by name, with its spec, learned and fenced addresses),
+/// or when there is none at all. Pure.
 pub fn ceph_addresses(
     spec: &[String],
     learned: &[String],
+    networks: &[IpNet],
     others: &[(String, Vec<String>)],
 ) -> Result<Vec<String>, String> {
     let (chosen, whence) = if spec.is_empty() {
@@ -45,12 +56,25 @@ pub fn ceph_addresses(
                     reported them and spec.fencing.cephAddresses is empty"
             .into());
     }
+    if spec.is_empty() && !networks.is_empty() {
+        let outside: Vec<&str> = learned
+            .iter()
+            .filter(|a| !parse(a).is_some_and(|(ip, _)| networks.iter().any(|n| n.contains(&ip))))
+            .map(String::as_str)
+            .collect();
+        if !outside.is_empty() {
+            return Err(format!(
+                "its agent reported Ceph address(es) {} outside --ceph-client-networks: not blocklisted on \
+                 its word. Give the host's own in spec.fencing.cephAddresses",
+                outside.join(", ")
+            ));
+        }
+    }
     let mut shared = Vec::new();
-    for a in chosen.iter().filter(|a| whole_ip(a)) {
-        let ip = ip_of(a);
+    for a in chosen {
         let holders: Vec<&str> = others
             .iter()
-            .filter(|(_, theirs)| theirs.iter().any(|t| ip_of(t) == ip))
+            .filter(|(_, theirs)| theirs.iter().any(|t| overlap(a, t)))
             .map(|(name, _)| name.as_str())
             .collect();
         if !holders.is_empty() {
@@ -67,6 +91,14 @@ pub fn ceph_addresses(
     Ok(chosen.to_vec())
 }
 
+/// What a clearing lifts: the addresses its fencing recorded (a record
+/// from before they were recorded: the spec's), never one that another
+/// host's fencing still holds (`held`). Pure.
+pub fn to_lift(recorded: &[String], spec: &[String], held: &[String]) -> Vec<String> {
+    let mine = if recorded.is_empty() { spec } else { recorded };
+    mine.iter().filter(|a| !held.iter().any(|h| overlap(a, h))).cloned().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,10 +110,23 @@ mod tests {
     #[test]
     fn the_sites_addresses_win_else_the_agents_and_none_is_refused() {
         let others = vec![("compute-2".to_string(), v(&["10.0.0.2"]))];
-        assert_eq!(ceph_addresses(&v(&["10.1.0.1"]), &v(&["10.0.0.1"]), &others), Ok(v(&["10.1.0.1"])));
-        assert_eq!(ceph_addresses(&[], &v(&["10.0.0.1"]), &others), Ok(v(&["10.0.0.1"])));
-        let err = ceph_addresses(&[], &[], &others).unwrap_err();
+        assert_eq!(ceph_addresses(&v(&["10.1.0.1"]), &v(&["10.0.0.1"]), &[], &others), Ok(v(&["10.1.0.1"])));
+        assert_eq!(ceph_addresses(&[], &v(&["10.0.0.1"]), &[], &others), Ok(v(&["10.0.0.1"])));
+        let err = ceph_addresses(&[], &[], &[], &others).unwrap_err();
         assert!(err.contains("unknown"), "{err}");
+    }
+
+    #[test]
+    fn an_agents_word_counts_only_within_the_sites_ceph_networks() {
+        let nets: Vec<IpNet> = vec!["10.0.0.0/24".parse().unwrap(), "fd00::/64".parse().unwrap()];
+        assert_eq!(
+            ceph_addresses(&[], &v(&["10.0.0.1", "fd00::1"]), &nets, &[]),
+            Ok(v(&["10.0.0.1", "fd00::1"]))
+        );
+        let err = ceph_addresses(&[], &v(&["10.0.0.1", "192.168.1.5"]), &nets, &[]).unwrap_err();
+        assert!(err.contains("192.168.1.5 outside") && !err.contains("10.0.0.1,"), "{err}");
+        // The site's own list is its own word.
+        assert_eq!(ceph_addresses(&v(&["192.168.1.5"]), &[], &nets, &[]), Ok(v(&["192.168.1.5"])));
     }
 
     #[test]
@@ -91,16 +136,30 @@ mod tests {
             ("compute-3".to_string(), v(&["10.0.0.3", "fd00::1"])),
         ];
         // The agent reports another host's IP (moved, NATed, or forged).
-        let err = ceph_addresses(&[], &v(&["10.0.0.1", "10.0.0.3"]), &others).unwrap_err();
+        let err = ceph_addresses(&[], &v(&["10.0.0.1", "10.0.0.3"]), &[], &others).unwrap_err();
         assert!(err.contains("10.0.0.3 (also compute-3)") && !err.contains("10.0.0.1 ("), "{err}");
         assert!(err.contains("reported by its agent"), "{err}");
-        // The site's own typo, and IPv6 in brackets.
-        let err = ceph_addresses(&v(&["[fd00::1]"]), &[], &others).unwrap_err();
+        // The site's own typo, IPv6 in brackets, and IP:0/0 (every client of the IP, as Ceph reads it).
+        let err = ceph_addresses(&v(&["[fd00::1]"]), &[], &[], &others).unwrap_err();
         assert!(err.contains("also compute-3") && err.contains("spec.fencing.cephAddresses"), "{err}");
+        assert!(ceph_addresses(&v(&["10.0.0.2:0/0"]), &[], &[], &others).is_err());
         // Another host known by one client instance of the IP: still its IP.
         let by_instance = vec![("compute-4".to_string(), v(&["10.0.0.4:6800/77"]))];
-        assert!(ceph_addresses(&[], &v(&["10.0.0.4"]), &by_instance).is_err());
-        // One client instance of a shared IP cuts that instance only: allowed.
-        assert_eq!(ceph_addresses(&v(&["10.0.0.2:0/4242"]), &[], &others), Ok(v(&["10.0.0.2:0/4242"])));
+        assert!(ceph_addresses(&[], &v(&["10.0.0.4"]), &[], &by_instance).is_err());
+        // One client instance at another host's IP is one of its clients: refused.
+        assert!(ceph_addresses(&v(&["10.0.0.2:6800/4242"]), &[], &[], &others).is_err());
+        // Two instances of one IP, each host its own: each cuts its own only.
+        let instance = vec![("compute-5".to_string(), v(&["10.0.0.5:6800/1"]))];
+        assert_eq!(
+            ceph_addresses(&v(&["10.0.0.5:6801/2"]), &[], &[], &instance),
+            Ok(v(&["10.0.0.5:6801/2"]))
+        );
+    }
+
+    #[test]
+    fn a_clearing_lifts_what_its_fencing_recorded_and_never_what_another_fencing_holds() {
+        assert_eq!(to_lift(&v(&["10.0.0.1"]), &v(&["10.9.9.9"]), &[]), v(&["10.0.0.1"]));
+        assert_eq!(to_lift(&[], &v(&["10.9.9.9"]), &[]), v(&["10.9.9.9"]), "a record from before");
+        assert_eq!(to_lift(&v(&["10.0.0.1", "10.0.0.2"]), &[], &v(&["10.0.0.2:0/0"])), v(&["10.0.0.1"]));
     }
 }

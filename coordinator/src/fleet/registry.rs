@@ -60,7 +60,12 @@ pub const MAX_CEPH_IPS: usize = 8;
 /// fencing blocklists what is kept here). Pure.
 pub fn machine(f: &HostFacts) -> MachineStatus {
     let uuid = f.system_uuid.trim().to_ascii_lowercase();
-    let is_uuid = uuid.len() == 36
+    // Firmware that never set one: shared by many machines, it identifies none.
+    let placeholder = uuid.chars().filter(|c| *c != '-').all(|c| c == '0')
+        || uuid.chars().filter(|c| *c != '-').all(|c| c == 'f')
+        || uuid == "03000200-0400-0500-0006-000700080009";
+    let is_uuid = !placeholder
+        && uuid.len() == 36
         && uuid
             .char_indices()
             .all(|(i, c)| if [8, 13, 18, 23].contains(&i) { c == '-' } else { c.is_ascii_hexdigit() });
@@ -728,6 +733,14 @@ mod tests {
         let m = machine(&f);
         assert_eq!(m.system_uuid.as_deref(), Some("4c4c4544-0042-3510-8051-b4c04f4e3332"));
         assert_eq!(m.ceph_addresses, ["10.0.0.7", "fd00::7"]);
+        for placeholder in [
+            "00000000-0000-0000-0000-000000000000",
+            "FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF",
+            "03000200-0400-0500-0006-000700080009",
+        ] {
+            let f = HostFacts { system_uuid: placeholder.into(), ..Default::default() };
+            assert_eq!(machine(&f).system_uuid, None, "{placeholder}");
+        }
         let bad = HostFacts {
             system_uuid: "Not Settable".into(),
             ceph_client_ips: vec![

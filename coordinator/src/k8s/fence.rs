@@ -59,6 +59,11 @@ pub struct Fencing {
     /// Where the BMC credentials' Secrets are (the coordinator's namespace).
     pub namespace: String,
     recent: Mutex<Vec<(String, Instant)>>,
+    /// When each host's BMC last confirmed its power off (two reads).
+    off: Mutex<BTreeMap<String, Instant>>,
+    /// Where the hosts' Ceph clients are: an agent's report outside these
+    /// is not blocklisted on its word (none: any).
+    pub ceph_networks: Vec<ipnet::IpNet>,
 }
 
 impl Fencing {
@@ -68,7 +73,20 @@ impl Fencing {
         power_within: Duration,
         namespace: String,
     ) -> Self {
-        Fencing { policy, ceph, power_within, namespace, recent: Mutex::new(Vec::new()) }
+        Fencing {
+            policy,
+            ceph,
+            power_within,
+            namespace,
+            recent: Mutex::new(Vec::new()),
+            off: Mutex::new(BTreeMap::new()),
+            ceph_networks: Vec::new(),
+        }
+    }
+
+    /// The same, an agent's Ceph addresses taken only within `networks`.
+    pub fn with_ceph_networks(self, networks: Vec<ipnet::IpNet>) -> Self {
+        Fencing { ceph_networks: networks, ..self }
     }
 }
 
@@ -83,11 +101,13 @@ pub struct Fenced {
     pub event: Option<(String, String)>,
 }
 
-/// The host's steps: Nova; its storage when it uses Ceph (pools, or
-/// addresses given or reported); its power when it has a BMC.
+/// The host's steps: Nova; its storage when it uses Ceph (pools, disks on
+/// RBD, or addresses given or reported: with none known, the step then
+/// fails and says so, never left out); its power when it has a BMC.
 pub fn steps_of(hv: &Hypervisor) -> Vec<FenceStep> {
     let spec = &hv.spec;
     let uses_ceph = !spec.ceph.pools.is_empty()
+        || spec.ceph.instance_disks_on_rbd
         || !spec.fencing.ceph_addresses.is_empty()
         || !learned_ceph(hv).is_empty();
     decide::sequence(uses_ceph, spec.fencing.bmc.is_some())
@@ -96,6 +116,14 @@ pub fn steps_of(hv: &Hypervisor) -> Vec<FenceStep> {
 /// The Ceph IPs the host's agent reported.
 fn learned_ceph(hv: &Hypervisor) -> &[String] {
     hv.status.as_ref().and_then(|s| s.machine.as_ref()).map_or(&[], |m| &m.ceph_addresses[..])
+}
+
+/// The blocklist entries other hosts' fencings hold (not lifted yet).
+fn held(h: &Hypervisor) -> &[String] {
+    match h.status.as_ref().and_then(|s| s.fencing.as_ref()) {
+        Some(f) if !f.blocklist_lifted => &f.ceph_addresses,
+        _ => &[],
+    }
 }
 
 /// What the storage step blocklists for `hv` ([`targets::ceph_addresses`]),
@@ -110,10 +138,12 @@ fn ceph_targets(ctx: &Context, hv: &Hypervisor) -> Result<Vec<String>, String> {
         .map(|h| {
             let mut all = h.spec.fencing.ceph_addresses.clone();
             all.extend_from_slice(learned_ceph(h));
+            all.extend_from_slice(held(h));
             (h.name_any(), all)
         })
         .collect();
-    targets::ceph_addresses(&hv.spec.fencing.ceph_addresses, learned_ceph(hv), &others)
+    let (spec, learned) = (&hv.spec.fencing.ceph_addresses, learned_ceph(hv));
+    targets::ceph_addresses(spec, learned, &ctx.fencing.ceph_networks, &others)
 }
 
 /// `health`: this reconcile's verdict (None: not judged); `blind`: why
@@ -232,13 +262,20 @@ pub async fn run(
             let Some(r) = out.record.as_mut() else { return out };
             tracing::warn!(node = %name, step = %step, "fencing: taking a step");
             let ceph = (step == FenceStep::CephBlocklisted).then(|| ceph_targets(ctx, hv));
-            // Recorded as tried: a clearing lifts whatever may have been added.
-            if let Some(Ok(addresses)) = &ceph {
+            // Recorded (written) before they are added: a clearing lifts
+            // whatever may have been, whatever a fail-over or a lost write.
+            if let Some(Ok(addresses)) = &ceph
+                && addresses.iter().any(|a| !r.ceph_addresses.contains(a))
+            {
                 for a in addresses {
                     if !r.ceph_addresses.contains(a) {
                         r.ceph_addresses.push(a.clone());
                     }
                 }
+                let message = format!("{step} next: {} recorded first", addresses.join(", "));
+                out.condition = Some(cond(ConditionStatus::False, "InProgress", &message));
+                out.again = Some(Duration::from_millis(200));
+                return out;
             }
             match take(ctx, hv, host, step, ceph).await {
                 Ok(how) => {
@@ -328,7 +365,7 @@ async fn clearing(
         forced_down,
         // Lifted whatever the step came to (tried, confirmed by hand): a
         // lift of an entry not there is a no-op.
-        blocklisted: !lifted_by_clearing(hv, r).is_empty() && !r.blocklist_lifted,
+        blocklisted: !lifted_by_clearing(ctx, hv, r).is_empty() && !r.blocklist_lifted,
     };
     match clear::next(&situation) {
         clear::Next::Wait(why) => wait(why, &mut out),
@@ -351,7 +388,7 @@ async fn clearing(
             Err(e) => wait(format!("Nova: {e}"), &mut out),
         },
         clear::Next::LiftBlocklist => {
-            let addresses = lifted_by_clearing(hv, r);
+            let addresses = lifted_by_clearing(ctx, hv, r);
             let lifted = match &ctx.fencing.ceph {
                 Some(ceph) => ceph.lift(&addresses).await.map_err(|e| e.to_string()),
                 None => Err("this coordinator has no Ceph fencing identity (--ceph-fence-id)".into()),
@@ -380,17 +417,14 @@ async fn clearing(
     out
 }
 
-/// The addresses a clearing lifts: the ones the storage step recorded,
-/// and the site's list as it is now (a record from before addresses were
-/// recorded has none).
-fn lifted_by_clearing(hv: &Hypervisor, r: &FencingStatus) -> Vec<String> {
-    let mut all = r.ceph_addresses.clone();
-    for a in &hv.spec.fencing.ceph_addresses {
-        if !all.contains(a) {
-            all.push(a.clone());
-        }
-    }
-    all
+/// The addresses a clearing lifts ([`targets::to_lift`]): never one
+/// another host's fencing holds.
+fn lifted_by_clearing(ctx: &Context, hv: &Hypervisor, r: &FencingStatus) -> Vec<String> {
+    let name = hv.name_any();
+    let hypervisors = ctx.hypervisors.state();
+    let others_held: Vec<String> =
+        hypervisors.iter().filter(|h| h.name_any() != name).flat_map(|h| held(h).to_vec()).collect();
+    targets::to_lift(&r.ceph_addresses, &hv.spec.fencing.ceph_addresses, &others_held)
 }
 
 fn list(steps: &[FenceStep]) -> String {
@@ -467,6 +501,7 @@ pub async fn power_source(ctx: &Context, hv: &Hypervisor) -> PowerSource {
     let Some(spec) = hv.spec.fencing.bmc.as_ref().filter(|b| !b.insecure) else {
         return PowerSource::Unknown;
     };
+    let name = hv.name_any();
     let read = async {
         let mut bmc = bmc(ctx, spec).await?;
         bmc.timeout = Duration::from_secs(3);
@@ -474,9 +509,21 @@ pub async fn power_source(ctx: &Context, hv: &Hypervisor) -> PowerSource {
         let (power, uuid) = redfish.read().await.map_err(|e| e.to_string())?;
         // Another machine's power says nothing of this host.
         same_machine(system_uuid(hv), uuid.as_deref())?;
+        // Confirmed off moments ago, this read is the second of two.
+        if confirmed_off_lately(ctx, &name) {
+            return Ok(power);
+        }
         read_again_if_off(&redfish, power, Duration::from_secs(1)).await.map_err(|e| e.to_string())
     };
-    match read.await {
+    let read = read.await;
+    {
+        let mut off = ctx.fencing.off.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &read {
+            Ok(PowerState::Off) => off.insert(name.clone(), Instant::now()),
+            _ => off.remove(&name),
+        };
+    }
+    match read {
         Ok(PowerState::Off) => PowerSource::Off,
         Ok(PowerState::On | PowerState::PoweringOn | PowerState::PoweringOff) => PowerSource::On,
         Ok(PowerState::Unknown(what)) => {
@@ -488,6 +535,12 @@ pub async fn power_source(ctx: &Context, hv: &Hypervisor) -> PowerSource {
             PowerSource::Unknown
         }
     }
+}
+
+/// The host's BMC confirmed its power off within the last 10 s.
+fn confirmed_off_lately(ctx: &Context, name: &str) -> bool {
+    let off = ctx.fencing.off.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    off.get(name).is_some_and(|t| t.elapsed() < Duration::from_secs(10))
 }
 
 /// The host's system UUID, as its agent reported it.

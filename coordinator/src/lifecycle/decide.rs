@@ -1198,8 +1198,13 @@ impl<'a> Draft<'a> {
         self.create_eviction(mode.as_str(), reason);
     }
 
-    /// An Eviction the maintenance stands for, named after `kind`.
+    /// An Eviction the maintenance stands for, named after `kind`. Made
+    /// for a fenced host, it is that fencing's evacuation, seen running or
+    /// not (it may end before the next reconcile, or across a fail-over).
     fn create_eviction(&mut self, kind: &str, reason: EvictionReason) {
+        if let Some(started) = self.fenced_since() {
+            self.record.evacuated_for = Some(started);
+        }
         let mode = self.effective_maintenance();
         self.record.eviction_seq = self.record.eviction_seq.saturating_add(1);
         let name = truncate(&format!("{}-{kind}-{}", self.input.name, self.record.eviction_seq), 253);

@@ -76,6 +76,7 @@ const ROWS: &[Row] = &[
     Row { name: "forbidden Maintenance -> Evicting: servers left, fencing under way (not fenced yet)", from: Phase::Maintenance, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Manual; maintenance_of(s, "manual", AdminRequest); s.fencing = fenced().map(|f| FencingStatus { fenced: None, ..f }); with_host(o, |h| h.instances = vec!["vm-1".into()]) }, to: Phase::Maintenance, must: &[], never: &["create eviction", "enable"] },
     Row { name: "Evicting: its Eviction failed before the fencing was done, servers left (evacuate them)", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Manual; maintenance_of(s, "manual", AdminRequest); o.eviction = ev("node-1-manual-1", AdminRequest, Failed); s.fencing = fenced(); with_host(o, |h| h.instances = vec!["vm-1".into()]) }, to: Phase::Evicting, must: &["create eviction node-1-ha-2 (NodeFailure)"], never: &["enable"] },
     Row { name: "forbidden: its evacuation failed, servers left: no other one (an SRE's)", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Ha; maintenance_of(s, "ha", NodeFailure); o.eviction = ev("node-1-ha-1", NodeFailure, Failed); s.fencing = fenced(); s.lifecycle.evacuated_for = fenced().and_then(|f| f.started); with_host(o, |h| h.instances = vec!["vm-1".into()]) }, to: Phase::Evicting, must: &[], never: &["create eviction", "enable"] },
+    Row { name: "forbidden: the fencing's own ha Eviction ended unseen, servers left: no other one", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Ha; s.fencing = fenced(); with_host(o, |h| h.instances = vec!["vm-1".into()]); o.eviction = None; s.lifecycle.eviction = None }, to: Phase::Evicting, must: &["create eviction node-1-ha-1 (NodeFailure)"], never: &[] },
     Row { name: "Maintenance -> Evicting: termination requested", from: Phase::Maintenance, setup: |sp, _, _| sp.maintenance = MaintenanceMode::Termination, to: Phase::Evicting, must: &["create eviction node-1-termination-1 (Decommission)"], never: &[] },
     Row { name: "Aborted -> Onboarding: explicit retry", from: Phase::Aborted, setup: |_, _, o| o.retry = Some("2026-11-21T10:00:00Z".into()), to: Phase::Onboarding, must: &[], never: &["enable"] },
     // ---- forbidden: these must not move (or must move elsewhere)
@@ -618,4 +619,30 @@ fn an_eviction_running_when_the_host_is_fenced_counts_as_its_evacuation() {
     st.phase = Some(Phase::Maintenance);
     let d = decide_at(&sp, &st, &o, t(70));
     assert!(d.actions.iter().all(|a| !a.to_string().starts_with("create eviction")), "{d:?}");
+}
+
+/// The fencing's own `ha` Eviction counts as its evacuation from the
+/// moment it is made: ended before it was ever seen running (every server
+/// skipped, or across a fail-over), it is not followed by another.
+#[test]
+fn the_fencings_own_eviction_counts_as_its_evacuation_even_if_never_seen_running() {
+    let mut sp = spec();
+    sp.maintenance = MaintenanceMode::Ha;
+    let mut st = status(Phase::Active);
+    st.fencing = fenced();
+    let mut o = obs();
+    with_host(&mut o, |h| h.instances = vec!["opted-out".into()]);
+    let d = decide_at(&sp, &st, &o, t(50));
+    assert!(acts(&d).iter().any(|a| a.starts_with("create eviction")), "{d:?}");
+    assert_eq!(d.record.evacuated_for, fenced().and_then(|f| f.started));
+    let name = d.record.eviction.clone().unwrap().name;
+    st.lifecycle = d.record;
+    st.phase = Some(d.phase);
+    o.eviction = ev(&name, NodeFailure, EvictionPhase::Succeeded);
+    let d = decide_at(&sp, &st, &o, t(60));
+    assert_eq!(d.phase, Phase::Maintenance);
+    st.lifecycle = d.record;
+    st.phase = Some(Phase::Maintenance);
+    let d = decide_at(&sp, &st, &o, t(70));
+    assert!(acts(&d).iter().all(|a| !a.starts_with("create eviction")), "{d:?}");
 }
