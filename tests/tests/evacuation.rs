@@ -83,6 +83,9 @@ impl Scene {
             env.ceph.conf.display().to_string(),
             "--ceph-fence-keyring".to_string(),
             env.ceph.fence.keyring.display().to_string(),
+            // The fake hosts' own IPs: an agent's report is believed there.
+            "--ceph-client-networks".to_string(),
+            "127.0.0.0/24".to_string(),
         ];
         let coord = Scene::coordinator_of(&region, &args);
         // The dead one's two peers are the agent quorum, and the targets
