@@ -37,7 +37,7 @@ fn main() {
             .collect(),
     };
     let obs = Observations {
-        node: NodeObs::Present { ready: true },
+        node: NodeObs::Present { ready: true, cordoned: false, maintenance_required: false },
         agent: AgentObs { connected: true },
         checks: Some(report),
         nova: NovaObs::Registered(host),

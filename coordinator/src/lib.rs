@@ -5,12 +5,14 @@
 //! - [`lifecycle`]: the pure decision core (no I/O, no clock).
 //! - [`health`]: what a host's health adds up to, from independent sources (pure).
 //! - [`nova`]: Nova and Placement (Keystone through `openstack_sdk`).
+//! - [`drain`]: the node lock protocol for drains and rolling updates (pure).
 //! - [`fence`]: the actuators that fence a dead host (power through its BMC).
 //! - [`metrics`]: `/metrics` and the eviction counters.
 
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod drain;
 pub mod eviction;
 pub mod fence;
 pub mod fleet;

@@ -108,6 +108,17 @@ struct Args {
     /// hiccup, short of letting new VMs land on a host nobody watches.
     #[arg(long, default_value = "5m", value_parser = duration)]
     unreachable_grace: Duration,
+    /// A cordoned Node (`spec.unschedulable`) starts `auto` maintenance,
+    /// and its uncordon ends it: for update tools that cordon before they
+    /// drain (docs/drain.md). Off: only the annotation
+    /// hypervisor.cloud.sap/maintenance-required does.
+    #[arg(long)]
+    cordon_starts_maintenance: bool,
+    /// A dependent whose pods the host's VMs need (a network agent):
+    /// its lock annotation hypervisor.cloud.sap/lock.COMPONENT stands on the
+    /// Node while the host is not evictable (docs/drain.md). Repeatable.
+    #[arg(long = "node-lock", value_parser = node_lock)]
+    node_locks: Vec<String>,
     /// How many hosts may be in `ha` maintenance set for health (until an
     /// SRE clears it) before a Degraded host is no longer put into it
     /// (docs/health.md): past it, one shared fault is the likelier cause.
@@ -256,6 +267,14 @@ fn duration(s: &str) -> Result<Duration, String> {
     let d: jiff::SignedDuration =
         s.parse().map_err(|e| format!("{s:?} is not a duration like 10s, 5m, 500ms: {e}"))?;
     Duration::try_from(d).map_err(|e| format!("{s:?}: {e}"))
+}
+
+fn node_lock(s: &str) -> Result<String, String> {
+    if hv_coordinator::drain::locks::valid_component(s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("{s:?} is not a component name (letters, digits, -, _, .; alphanumeric at both ends)"))
+    }
 }
 
 #[tokio::main]
@@ -460,6 +479,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             registration_timeout: jiff::SignedDuration::try_from(args.registration_timeout)?,
             checks_timeout: jiff::SignedDuration::try_from(args.checks_timeout)?,
             unreachable_grace: jiff::SignedDuration::try_from(args.unreachable_grace)?,
+            cordon_starts_maintenance: args.cordon_starts_maintenance,
         },
         ha: hv_coordinator::k8s::ha::HaClaims::new(args.ha_maintenance_limit, args.unseen_max_share),
         fencing: hv_coordinator::k8s::fence::Fencing::new(
@@ -491,6 +511,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         intervals: Intervals { busy: args.busy_interval, drift: args.drift_interval, ..Intervals::default() },
         events,
         written: Default::default(),
+        node_locks: args.node_locks.clone(),
     });
     let template = Template {
         aggregates: args.aggregates.clone(),

@@ -260,7 +260,6 @@ pub async fn run(
                 return out;
             }
             let Some(r) = out.record.as_mut() else { return out };
-            tracing::warn!(node = %name, step = %step, "fencing: taking a step");
             let ceph = (step == FenceStep::CephBlocklisted).then(|| ceph_targets(ctx, hv));
             // Recorded (written) before they are added: a clearing lifts
             // whatever may have been, whatever a fail-over or a lost write.
@@ -277,6 +276,7 @@ pub async fn run(
                 out.again = Some(Duration::from_millis(200));
                 return out;
             }
+            tracing::warn!(node = %name, step = %step, "fencing: taking a step");
             match take(ctx, hv, host, step, ceph).await {
                 Ok(how) => {
                     r.failed = None;

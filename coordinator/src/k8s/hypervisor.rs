@@ -34,6 +34,9 @@ use crate::nova::Nova;
 /// Annotation an SRE (or `hvctl retry`) sets to a new value to retry an
 /// Aborted node.
 pub const RETRY_ANNOTATION: &str = "hypervisor.cloud.sap/retry";
+/// Node annotation by which an update tool asks for the host to be emptied
+/// (`auto` maintenance); removed once the update is done (docs/drain.md).
+pub const MAINTENANCE_REQUIRED_ANNOTATION: &str = "hypervisor.cloud.sap/maintenance-required";
 /// Field manager of every write this controller makes.
 pub const FIELD_MANAGER: &str = "hv-coordinator";
 /// Holds a Hypervisor's deletion while VMs may depend on its host
@@ -85,6 +88,9 @@ pub struct Context {
     pub events: tokio::sync::broadcast::Sender<pb::HypervisorEvent>,
     /// Our own status writes, for reconciles the cache has not caught up with.
     pub written: super::written::Written<Hypervisor>,
+    /// The dependents whose lock the host's Node carries while its VMs need
+    /// them (docs/drain.md).
+    pub node_locks: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -224,6 +230,7 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     tell(&ctx, &hv, &name, &decision, &new_status, &outcome.failures, &seen.agent).await;
     super::fence::tell(&ctx, &hv, &fenced).await;
     mark_node(&ctx, &name, &seen, new_status.health.as_ref()).await;
+    mark_locks(&ctx, &name, decision.phase, &seen.obs.nova).await;
     tell_health(&ctx, &hv, status.health.as_ref(), &new_status, verdict.judged).await;
     if let Some(keep) =
         super::nodes::release(seen.obs.node, decision.phase, new_status.service_id.as_deref(), &seen.obs.nova)
@@ -561,6 +568,26 @@ async fn mark_node(ctx: &Context, name: &str, seen: &Seen, health: Option<&Healt
     }
 }
 
+/// The node lock protocol's marks (`drain::locks`) as the phase and Nova's
+/// count of VMs say. A failed write is logged and tried again at the next
+/// reconcile.
+async fn mark_locks(ctx: &Context, name: &str, phase: crate::api::Phase, nova: &NovaObs) {
+    let instances = match nova {
+        NovaObs::Registered(host) => Some(host.instances.len()),
+        NovaObs::NotRegistered => Some(0),
+        _ => None,
+    };
+    let Some(node) = ctx.nodes.get(&ObjectRef::new(name)) else { return };
+    let now = crate::drain::locks::of(&node);
+    let want = crate::drain::locks::evictable(phase, instances);
+    let Some(patch) = crate::drain::locks::patch(&now, want, &ctx.node_locks) else { return };
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    match api.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await {
+        Ok(_) => tracing::info!(node = %name, evictable = ?want, "node locks written"),
+        Err(e) => tracing::warn!(node = %name, error = %e, "could not write the node locks"),
+    }
+}
+
 /// What the lifecycle reads of a Node (and what wakes it: `triggers`).
 pub fn node_obs(n: &Node) -> NodeObs {
     if n.metadata.deletion_timestamp.is_some() {
@@ -569,6 +596,8 @@ pub fn node_obs(n: &Node) -> NodeObs {
     let conditions = n.status.as_ref().and_then(|s| s.conditions.as_ref());
     NodeObs::Present {
         ready: conditions.into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True"),
+        cordoned: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
+        maintenance_required: n.annotations().contains_key(MAINTENANCE_REQUIRED_ANNOTATION),
     }
 }
 

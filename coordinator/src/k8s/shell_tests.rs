@@ -235,6 +235,7 @@ fn hypervisor_ctx_executing(
         intervals: Intervals::default(),
         events: tokio::sync::broadcast::channel(8).0,
         written: Written::default(),
+        node_locks: Vec::new(),
     };
     Hv { ctx: Arc::new(ctx), log, bodies }
 }

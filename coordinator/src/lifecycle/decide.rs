@@ -53,6 +53,9 @@ pub struct Policy {
     /// How long an Active host may be Unreachable or Failed (from the
     /// recorded `since`) before it is disabled in Nova (docs/health.md).
     pub unreachable_grace: SignedDuration,
+    /// A cordoned Node starts `auto` maintenance (its uncordon ends it):
+    /// where update tools cordon before they drain (docs/drain.md).
+    pub cordon_starts_maintenance: bool,
 }
 
 impl Default for Policy {
@@ -61,6 +64,7 @@ impl Default for Policy {
             registration_timeout: SignedDuration::from_mins(15),
             checks_timeout: SignedDuration::from_mins(10),
             unreachable_grace: SignedDuration::from_mins(5),
+            cordon_starts_maintenance: false,
         }
     }
 }
@@ -581,7 +585,7 @@ fn evicting(d: &mut Draft<'_>) {
     }
     if mode.is_requested() {
         if let NovaObs::Registered(host) = &d.obs().nova {
-            d.guard_disabled(host, &disable_reason(mode, &d.input.spec.maintenance_reason));
+            d.guard_disabled(host, &disable_reason(mode, &d.maintenance_reason()));
         }
         let Some(r) = current else {
             return d.create_maintenance_eviction(mode);
@@ -728,7 +732,7 @@ fn maintenance(d: &mut Draft<'_>) {
     };
     if mode.is_requested() {
         if let Some(host) = &host {
-            d.guard_disabled(host, &disable_reason(mode, &d.input.spec.maintenance_reason));
+            d.guard_disabled(host, &disable_reason(mode, &d.maintenance_reason()));
             if evacuate_left(d) {
                 return;
             }
@@ -780,7 +784,7 @@ fn evacuate_left(d: &mut Draft<'_>) -> bool {
 /// and evict, or go straight to Maintenance when Nova shows the host empty.
 fn hold(d: &mut Draft<'_>) {
     let mode = d.effective_maintenance();
-    let reason = disable_reason(mode, &d.input.spec.maintenance_reason);
+    let reason = disable_reason(mode, &d.maintenance_reason());
     let empty = match &d.obs().nova {
         NovaObs::Registered(host) => {
             d.guard_disabled(host, &reason);
@@ -1065,11 +1069,38 @@ impl<'a> Draft<'a> {
         self.obs().retry.as_ref().filter(|t| self.input.status.lifecycle.handled_retry.as_ref() != Some(*t))
     }
 
+    /// The maintenance the host is in: the spec's; termination for a Node
+    /// being deleted; `auto` for one an update asks to empty (while the
+    /// spec asks for none).
     fn effective_maintenance(&self) -> MaintenanceMode {
-        if self.obs().node == NodeObs::Deleting {
-            MaintenanceMode::Termination
+        match self.obs().node {
+            NodeObs::Deleting => MaintenanceMode::Termination,
+            _ if self.input.spec.maintenance != MaintenanceMode::None => self.input.spec.maintenance,
+            _ if self.update_asked().is_some() => MaintenanceMode::Auto,
+            _ => MaintenanceMode::None,
+        }
+    }
+
+    /// Why an update asks for the host to be emptied, if it does.
+    fn update_asked(&self) -> Option<&'static str> {
+        match self.obs().node {
+            NodeObs::Present { maintenance_required: true, .. } => {
+                Some("the Node asks for it (hypervisor.cloud.sap/maintenance-required)")
+            }
+            NodeObs::Present { cordoned: true, .. } if self.input.policy.cordon_starts_maintenance => {
+                Some("the Node is cordoned")
+            }
+            _ => None,
+        }
+    }
+
+    /// The reason that goes with the maintenance: the spec's, or the
+    /// update's.
+    fn maintenance_reason(&self) -> String {
+        if self.input.spec.maintenance == MaintenanceMode::None {
+            self.update_asked().unwrap_or_default().to_string()
         } else {
-            self.input.spec.maintenance
+            self.input.spec.maintenance_reason.clone()
         }
     }
 

@@ -61,7 +61,7 @@ pub fn host() -> NovaHost {
 
 pub fn obs() -> Observations {
     Observations {
-        node: NodeObs::Present { ready: true },
+        node: NodeObs::Present { ready: true, cordoned: false, maintenance_required: false },
         agent: AgentObs { connected: true },
         checks: None,
         nova: NovaObs::Registered(host()),

@@ -50,6 +50,13 @@ pub struct HealthObs {
 pub enum NodeObs {
     Present {
         ready: bool,
+        /// `spec.unschedulable`: cordoned (by an SRE, or by an update
+        /// tool about to drain it).
+        cordoned: bool,
+        /// The update protocol's annotation
+        /// (`hypervisor.cloud.sap/maintenance-required`) is set: an update
+        /// tool asks for the host to be emptied (docs/drain.md).
+        maintenance_required: bool,
     },
     /// The Node has a deletionTimestamp: a Node termination, which
     /// the lifecycle treats as `spec.maintenance: termination`.

@@ -135,8 +135,14 @@ fn check_one_step(
         }
     }
     // Nothing is moved off an Active host but for a maintenance (the unseen
-    // hold among the rest starts no migration).
-    let maintenance = sp.maintenance.is_requested() || o.node == NodeObs::Deleting;
+    // hold among the rest starts no migration); an update's ask is one.
+    let update = match o.node {
+        NodeObs::Present { maintenance_required, cordoned, .. } => {
+            maintenance_required || (cordoned && policy.cordon_starts_maintenance)
+        }
+        _ => false,
+    };
+    let maintenance = sp.maintenance.is_requested() || o.node == NodeObs::Deleting || update;
     if from == Phase::Active
         && !maintenance
         && d.actions.iter().any(|a| matches!(a, Action::CreateEviction { .. }))
@@ -272,7 +278,11 @@ fn one_step_rules_hold_on_the_whole_grid() {
     let specs = grid_specs();
     let novas = grid_nova();
     let evictions = grid_evictions();
-    let nodes = [NodeObs::Present { ready: true }, NodeObs::Deleting, NodeObs::Absent];
+    let nodes = [
+        NodeObs::Present { ready: true, cordoned: false, maintenance_required: false },
+        NodeObs::Deleting,
+        NodeObs::Absent,
+    ];
     let checks = [None, Some(report(1, &[])), Some(report(1, &["libvirt-version"])), Some(report(0, &[]))];
     let retries = [None, Some("r1".to_string()), Some("r2".to_string())];
     let policy = Policy::default();
@@ -429,7 +439,30 @@ fn retry_kind(none: u32) -> impl Strategy<Value = RetryKind> {
     prop_oneof![none => Just(RetryKind::None), 1 => Just(RetryKind::Same), 2 => Just(RetryKind::Fresh)]
 }
 
+/// The Node as a step sees it; with `asks`, now and then an update's ask
+/// (its annotation, or a cordon). Without, no draw is spent on it: the
+/// deterministic runs below walk the same sequences as before asks existed.
+fn node_obs(asks: bool) -> BoxedStrategy<NodeObs> {
+    let plain = any::<bool>().prop_map(|ready| NodeObs::Present {
+        ready,
+        cordoned: false,
+        maintenance_required: false,
+    });
+    if asks {
+        let ask = (any::<bool>(), prop::bool::weighted(0.5)).prop_map(|(cordoned, required)| {
+            NodeObs::Present { ready: true, cordoned, maintenance_required: required || !cordoned }
+        });
+        prop_oneof![20 => plain, 3 => ask, 1 => Just(NodeObs::Deleting), 1 => Just(NodeObs::Absent)].boxed()
+    } else {
+        prop_oneof![20 => plain, 1 => Just(NodeObs::Deleting), 1 => Just(NodeObs::Absent)].boxed()
+    }
+}
+
 fn step() -> impl Strategy<Value = Step> {
+    step_with(false)
+}
+
+fn step_with(asks: bool) -> impl Strategy<Value = Step> {
     let nova = prop_oneof![
         1 => Just(NovaKind::Unknown),
         1 => Just(NovaKind::Unreachable),
@@ -449,11 +482,7 @@ fn step() -> impl Strategy<Value = Step> {
     let checks = checks_kind(0.8);
     let retry = retry_kind(6);
     let mode = prop_oneof![12 => Just(MaintenanceMode::None), 2 => Just(MaintenanceMode::Manual), 2 => Just(MaintenanceMode::Auto), 1 => Just(MaintenanceMode::Ha), 1 => Just(MaintenanceMode::Termination)];
-    let node = prop_oneof![
-        20 => any::<bool>().prop_map(|ready| NodeObs::Present { ready }),
-        1 => Just(NodeObs::Deleting),
-        1 => Just(NodeObs::Absent),
-    ];
+    let node = node_obs(asks);
     (
         mode,
         prop::bool::weighted(0.1),
@@ -507,7 +536,7 @@ fn hold_step() -> impl Strategy<Value = Step> {
         .prop_map(|(agent, health, checks, retry, advance, enabled, skip, junk, held_back)| Step {
             mode: MaintenanceMode::None,
             skip,
-            node: NodeObs::Present { ready: true },
+            node: NodeObs::Present { ready: true, cordoned: false, maintenance_required: false },
             agent,
             nova: NovaKind::Registered {
                 enabled,
@@ -797,6 +826,18 @@ proptest! {
         }
     }
 
+    /// The same with updates asking for the host now and then: an ask is
+    /// a maintenance like the spec's, and nothing else changes.
+    #[test]
+    fn sequences_with_update_asks_keep_the_invariants(steps in prop::collection::vec(step_with(true), 1..80)) {
+        let mut sim = Sim::new();
+        for (i, s) in steps.iter().enumerate() {
+            if let Err(e) = sim.step(s) {
+                prop_assert!(false, "step {i}: {e}\nstep {s:?}\nstatus {:?}", sim.status);
+            }
+        }
+    }
+
     /// A host in service whose agent comes and goes is held disabled only
     /// on a judged loss of sight, never emptied for it, and enabled again
     /// only on a pass of the run started after it was seen again.
@@ -831,7 +872,7 @@ proptest! {
         sim.status.lifecycle.eviction = Some(eviction_ref(&junk, EvictionReason::Decommission, run % 2 == 0));
         for s in &steps {
             let o = sim.observe(s);
-            let policy = Policy { registration_timeout: jiff::SignedDuration::MAX, checks_timeout: jiff::SignedDuration::MIN, unreachable_grace: jiff::SignedDuration::MIN };
+            let policy = Policy { registration_timeout: jiff::SignedDuration::MAX, checks_timeout: jiff::SignedDuration::MIN, unreachable_grace: jiff::SignedDuration::MIN, cordon_starts_maintenance: true };
             let d = decide(&Input { name: &junk, spec: &sim.spec, status: &sim.status, obs: &o, policy: &policy, now: Timestamp::MAX });
             for a in &d.actions {
                 if let Action::DisableService { reason } = a {

@@ -24,6 +24,11 @@ fn ev(name: &str, reason: crate::api::EvictionReason, phase: EvictionPhase) -> O
     Some(eviction(name, reason, phase))
 }
 
+/// A Ready Node, cordoned or not, with the update annotation or not.
+fn update_node(cordoned: bool, maintenance_required: bool) -> NodeObs {
+    NodeObs::Present { ready: true, cordoned, maintenance_required }
+}
+
 /// A fencing done: started at t(0), fenced at t(5).
 fn fenced() -> Option<FencingStatus> {
     Some(FencingStatus { started: Some(Time(t(0))), fenced: Some(Time(t(5))), ..Default::default() })
@@ -77,6 +82,11 @@ const ROWS: &[Row] = &[
     Row { name: "Evicting: its Eviction failed before the fencing was done, servers left (evacuate them)", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Manual; maintenance_of(s, "manual", AdminRequest); o.eviction = ev("node-1-manual-1", AdminRequest, Failed); s.fencing = fenced(); with_host(o, |h| h.instances = vec!["vm-1".into()]) }, to: Phase::Evicting, must: &["create eviction node-1-ha-2 (NodeFailure)"], never: &["enable"] },
     Row { name: "forbidden: its evacuation failed, servers left: no other one (an SRE's)", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Ha; maintenance_of(s, "ha", NodeFailure); o.eviction = ev("node-1-ha-1", NodeFailure, Failed); s.fencing = fenced(); s.lifecycle.evacuated_for = fenced().and_then(|f| f.started); with_host(o, |h| h.instances = vec!["vm-1".into()]) }, to: Phase::Evicting, must: &[], never: &["create eviction", "enable"] },
     Row { name: "forbidden: the fencing's own ha Eviction ended unseen, servers left: no other one", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Ha; s.fencing = fenced(); with_host(o, |h| h.instances = vec!["vm-1".into()]); o.eviction = None; s.lifecycle.eviction = None }, to: Phase::Evicting, must: &["create eviction node-1-ha-1 (NodeFailure)"], never: &[] },
+    Row { name: "Active -> Evicting: an update asks for the host (Node annotation maintenance-required)", from: Phase::Active, setup: |_, _, o| { o.node = update_node(false, true); with_host(o, |h| { h.enabled = true; h.instances = vec!["vm-1".into()] }) }, to: Phase::Evicting, must: &["disable compute service (hv-lifecycle: maintenance (auto): the Node asks for it", "create eviction node-1-auto-1 (RollingUpdate)"], never: &[] },
+    Row { name: "Active -> Maintenance: an update asks for an empty host", from: Phase::Active, setup: |_, _, o| { o.node = update_node(false, true); with_host(o, |h| h.enabled = true) }, to: Phase::Maintenance, must: &["disable compute service"], never: &["create eviction"] },
+    Row { name: "forbidden Active -> Evicting: cordoned, and a cordon starts nothing (the default)", from: Phase::Active, setup: |_, _, o| { o.node = update_node(true, false); with_host(o, |h| { h.enabled = true; h.instances = vec!["vm-1".into()] }) }, to: Phase::Active, must: &[], never: &["create eviction", "disable"] },
+    Row { name: "forbidden Maintenance -> Onboarding: the update's annotation still stands", from: Phase::Maintenance, setup: |_, s, o| { maintenance_of(s, "auto", RollingUpdate); o.eviction = ev("node-1-auto-1", RollingUpdate, Succeeded); o.node = update_node(false, true) }, to: Phase::Maintenance, must: &[], never: &["enable"] },
+    Row { name: "Maintenance -> Onboarding: the update done (annotation removed)", from: Phase::Maintenance, setup: |_, s, o| { maintenance_of(s, "auto", RollingUpdate); o.eviction = ev("node-1-auto-1", RollingUpdate, Succeeded) }, to: Phase::Onboarding, must: &[], never: &["enable"] },
     Row { name: "Maintenance -> Evicting: termination requested", from: Phase::Maintenance, setup: |sp, _, _| sp.maintenance = MaintenanceMode::Termination, to: Phase::Evicting, must: &["create eviction node-1-termination-1 (Decommission)"], never: &[] },
     Row { name: "Aborted -> Onboarding: explicit retry", from: Phase::Aborted, setup: |_, _, o| o.retry = Some("2026-11-21T10:00:00Z".into()), to: Phase::Onboarding, must: &[], never: &["enable"] },
     // ---- forbidden: these must not move (or must move elsewhere)
@@ -645,4 +655,33 @@ fn the_fencings_own_eviction_counts_as_its_evacuation_even_if_never_seen_running
     st.phase = Some(Phase::Maintenance);
     let d = decide_at(&sp, &st, &o, t(70));
     assert!(acts(&d).iter().all(|a| !a.starts_with("create eviction")), "{d:?}");
+}
+
+/// Where the site says so, a cordon is an update's ask: `auto`
+/// maintenance while it stands, back through the checks once uncordoned;
+/// an SRE's own maintenance is never overridden by it.
+#[test]
+fn a_cordon_starts_auto_maintenance_only_where_the_policy_says_so() {
+    let policy = Policy { cordon_starts_maintenance: true, ..Policy::default() };
+    let sp = spec();
+    let st = status(Phase::Active);
+    let mut o = obs();
+    o.node = update_node(true, false);
+    with_host(&mut o, |h| {
+        h.enabled = true;
+        h.instances = vec!["vm-1".into()]
+    });
+    let d = decide(&Input { name: NAME, spec: &sp, status: &st, obs: &o, policy: &policy, now: t(10) });
+    assert_eq!(d.phase, Phase::Evicting);
+    assert!(
+        acts(&d).iter().any(|a| a
+            .starts_with("disable compute service (hv-lifecycle: maintenance (auto): the Node is cordoned")),
+        "{d:?}"
+    );
+    assert!(acts(&d).contains(&"create eviction node-1-auto-1 (RollingUpdate)".to_string()), "{d:?}");
+    // An SRE's manual maintenance stays manual, cordoned or not.
+    let mut manual = spec();
+    manual.maintenance = MaintenanceMode::Manual;
+    let d = decide(&Input { name: NAME, spec: &manual, status: &st, obs: &o, policy: &policy, now: t(10) });
+    assert!(acts(&d).contains(&"create eviction node-1-manual-1 (AdminRequest)".to_string()), "{d:?}");
 }

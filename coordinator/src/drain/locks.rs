@@ -1,0 +1,162 @@
+//! The node lock protocol (docs/drain.md): the label [`EVICTABLE`] says
+//! whether the host may lose the pods its VMs need, and one annotation
+//! [`LOCK_PREFIX`]`<component>` per dependent the site names stands while it
+//! may not. A dependent's operator removes its pods only once its lock is
+//! gone. Pure: the shell reads the Node and writes the patch.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::Node;
+use serde_json::{Map, Value, json};
+
+use crate::api::Phase;
+
+pub const EVICTABLE: &str = "hypervisor.cloud.sap/evictable";
+pub const LOCK_PREFIX: &str = "hypervisor.cloud.sap/lock.";
+
+/// The protocol's marks as the Node carries them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Locks {
+    /// The label's value (None: absent or neither `true` nor `false`).
+    pub evictable: Option<bool>,
+    /// The components whose lock annotation stands.
+    pub held: BTreeSet<String>,
+}
+
+pub fn of(node: &Node) -> Locks {
+    let labels = node.metadata.labels.as_ref();
+    let annotations = node.metadata.annotations.iter().flatten();
+    Locks {
+        evictable: labels.and_then(|l| l.get(EVICTABLE)).and_then(|v| v.parse().ok()),
+        held: annotations.filter_map(|(k, _)| k.strip_prefix(LOCK_PREFIX)).map(str::to_string).collect(),
+    }
+}
+
+/// Whether the host may lose its dependents: no VM on it (as Nova counts
+/// them: `instances`, None when not read) and none can land (not Ready,
+/// Active or Evicting). None: not known, the marks stay as they are.
+pub fn evictable(phase: Phase, instances: Option<usize>) -> Option<bool> {
+    let schedulable = matches!(phase, Phase::Ready | Phase::Active | Phase::Evicting);
+    match instances {
+        Some(0) => Some(!schedulable),
+        Some(_) => Some(false),
+        // Nova unread: a host in service keeps its locks, whatever it had.
+        None if schedulable => Some(false),
+        None => None,
+    }
+}
+
+/// A component name the protocol can carry: an annotation name's last
+/// part (letters, digits, `-`, `_`, `.`; at most 63, starting and ending
+/// alphanumeric).
+pub fn valid_component(c: &str) -> bool {
+    let alnum = |ch: Option<char>| ch.is_some_and(|ch| ch.is_ascii_alphanumeric());
+    !c.is_empty()
+        && c.len() + LOCK_PREFIX.len() - "hypervisor.cloud.sap/".len() <= 63
+        && c.chars().all(|ch| ch.is_ascii_alphanumeric() || "-_.".contains(ch))
+        && alnum(c.chars().next())
+        && alnum(c.chars().last())
+}
+
+/// The merge patch that brings the Node's marks to `evictable` for the
+/// site's `components`, or None when nothing needs writing. A lock of a
+/// component the site no longer names is left alone: it may be another
+/// operator's.
+pub fn patch(now: &Locks, evictable: Option<bool>, components: &[String]) -> Option<Value> {
+    let evictable = evictable?;
+    let mut labels = Map::new();
+    if now.evictable != Some(evictable) {
+        labels.insert(EVICTABLE.into(), json!(evictable.to_string()));
+    }
+    let mut annotations = Map::new();
+    for c in components {
+        match (evictable, now.held.contains(c)) {
+            (false, false) => {
+                annotations.insert(format!("{LOCK_PREFIX}{c}"), json!(""));
+            }
+            (true, true) => {
+                annotations.insert(format!("{LOCK_PREFIX}{c}"), Value::Null);
+            }
+            _ => {}
+        }
+    }
+    if labels.is_empty() && annotations.is_empty() {
+        return None;
+    }
+    let mut metadata = Map::new();
+    if !labels.is_empty() {
+        metadata.insert("labels".into(), Value::Object(labels));
+    }
+    if !annotations.is_empty() {
+        metadata.insert("annotations".into(), Value::Object(annotations));
+    }
+    Some(json!({ "metadata": metadata }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_is_evictable_only_empty_and_unschedulable() {
+        for phase in [Phase::Ready, Phase::Active, Phase::Evicting] {
+            assert_eq!(evictable(phase, Some(0)), Some(false), "{phase:?}: a VM may land");
+            assert_eq!(evictable(phase, None), Some(false), "{phase:?}: Nova unread");
+        }
+        for phase in [
+            Phase::Initial,
+            Phase::Onboarding,
+            Phase::Testing,
+            Phase::Maintenance,
+            Phase::Aborted,
+            Phase::Decommissioned,
+        ] {
+            assert_eq!(evictable(phase, Some(0)), Some(true), "{phase:?}");
+            assert_eq!(evictable(phase, Some(2)), Some(false), "{phase:?}: VMs live there");
+            assert_eq!(evictable(phase, None), None, "{phase:?}: unknown, left as it is");
+        }
+    }
+
+    #[test]
+    fn locks_stand_while_the_host_is_not_evictable_and_go_with_it() {
+        let comps = vec!["neutron-l2".to_string(), "ovn".to_string()];
+        let bare = Locks::default();
+        let held = patch(&bare, Some(false), &comps).unwrap();
+        assert_eq!(
+            held,
+            json!({"metadata": {"labels": {EVICTABLE: "false"},
+                "annotations": {"hypervisor.cloud.sap/lock.neutron-l2": "", "hypervisor.cloud.sap/lock.ovn": ""}}})
+        );
+        let now = Locks { evictable: Some(false), held: comps.iter().cloned().collect() };
+        assert_eq!(patch(&now, Some(false), &comps), None, "nothing to write");
+        let freed = patch(&now, Some(true), &comps).unwrap();
+        assert_eq!(
+            freed,
+            json!({"metadata": {"labels": {EVICTABLE: "true"},
+                "annotations": {"hypervisor.cloud.sap/lock.neutron-l2": null, "hypervisor.cloud.sap/lock.ovn": null}}})
+        );
+        assert_eq!(patch(&now, None, &comps), None, "unknown: left as it is");
+        // Another operator's lock is never ours to lift.
+        let others = Locks { evictable: Some(false), held: ["bgp".to_string()].into() };
+        let p = patch(&others, Some(true), &comps).unwrap();
+        assert!(p["metadata"]["annotations"].get("hypervisor.cloud.sap/lock.bgp").is_none(), "{p}");
+        // Without components, only the label.
+        assert_eq!(patch(&bare, Some(true), &[]), Some(json!({"metadata": {"labels": {EVICTABLE: "true"}}})));
+    }
+
+    #[test]
+    fn the_marks_are_read_from_the_node_as_written() {
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": "n",
+            "labels": {EVICTABLE: "false"},
+            "annotations": {"hypervisor.cloud.sap/lock.ovn": "", "other": "x"}}}))
+        .unwrap();
+        assert_eq!(of(&node), Locks { evictable: Some(false), held: ["ovn".to_string()].into() });
+        assert!(valid_component("neutron-l2") && valid_component("ovn.bgp"));
+        assert!(
+            !valid_component("")
+                && !valid_component("-x")
+                && !valid_component("a/b")
+                && !valid_component("x-")
+        );
+    }
+}
