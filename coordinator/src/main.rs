@@ -370,6 +370,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("metrics listener on {}", args.metrics_listen))?;
     tracing::info!(addr = %metrics_addr, "metrics listening");
+    if args.ceph_fence_id.is_some() && args.ceph_client_networks.is_empty() {
+        tracing::warn!(
+            "--ceph-client-networks is not set: an agent's reported Ceph address is blocklisted on its word \
+             wherever it is (docs/fencing.md)"
+        );
+    }
     // A live agent that missed a heartbeat or two must still count as fresh.
     if args.fence_fresh_heartbeat < args.agent_heartbeat * 3 {
         anyhow::bail!(

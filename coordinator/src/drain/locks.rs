@@ -33,15 +33,17 @@ pub fn of(node: &Node) -> Locks {
 }
 
 /// Whether the host may lose its dependents: no VM on it (as Nova counts
-/// them: `instances`, None when not read) and none can land (not Ready,
-/// Active or Evicting). None: not known, the marks stay as they are.
+/// them: `instances`, None when not read) and held out of service
+/// (Initial, Maintenance, Aborted, Decommissioned). On its way into
+/// service (Onboarding, Testing) it needs them: its checks read them and
+/// VMs land right after. None: not known, the marks stay as they are.
 pub fn evictable(phase: Phase, instances: Option<usize>) -> Option<bool> {
-    let schedulable = matches!(phase, Phase::Ready | Phase::Active | Phase::Evicting);
+    let held = matches!(phase, Phase::Initial | Phase::Maintenance | Phase::Aborted | Phase::Decommissioned);
     match instances {
-        Some(0) => Some(!schedulable),
+        Some(0) => Some(held),
         Some(_) => Some(false),
         // Nova unread: a host in service keeps its locks, whatever it had.
-        None if schedulable => Some(false),
+        None if !held => Some(false),
         None => None,
     }
 }
@@ -99,18 +101,11 @@ mod tests {
 
     #[test]
     fn a_host_is_evictable_only_empty_and_unschedulable() {
-        for phase in [Phase::Ready, Phase::Active, Phase::Evicting] {
-            assert_eq!(evictable(phase, Some(0)), Some(false), "{phase:?}: a VM may land");
+        for phase in [Phase::Onboarding, Phase::Testing, Phase::Ready, Phase::Active, Phase::Evicting] {
+            assert_eq!(evictable(phase, Some(0)), Some(false), "{phase:?}: in service, or on its way");
             assert_eq!(evictable(phase, None), Some(false), "{phase:?}: Nova unread");
         }
-        for phase in [
-            Phase::Initial,
-            Phase::Onboarding,
-            Phase::Testing,
-            Phase::Maintenance,
-            Phase::Aborted,
-            Phase::Decommissioned,
-        ] {
+        for phase in [Phase::Initial, Phase::Maintenance, Phase::Aborted, Phase::Decommissioned] {
             assert_eq!(evictable(phase, Some(0)), Some(true), "{phase:?}");
             assert_eq!(evictable(phase, Some(2)), Some(false), "{phase:?}: VMs live there");
             assert_eq!(evictable(phase, None), None, "{phase:?}: unknown, left as it is");

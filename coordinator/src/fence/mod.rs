@@ -76,12 +76,28 @@ fn swapped(uuid: &str) -> Option<String> {
     Some(format!("{}-{}-{}-{d}-{e}", swap(a)?, swap(b)?, swap(c)?))
 }
 
+/// A system UUID firmware that never set one reports (all zeros, all
+/// ones, or the well-known placeholder of many boards), in either byte
+/// order: shared by many machines, it identifies none. Pure.
+pub fn placeholder_uuid(uuid: &str) -> bool {
+    let u = uuid.trim().to_ascii_lowercase();
+    let digits: String = u.chars().filter(|c| *c != '-').collect();
+    const KNOWN: &str = "03000200-0400-0500-0006-000700080009";
+    digits.chars().all(|c| c == '0')
+        || digits.chars().all(|c| c == 'f')
+        || u == KNOWN
+        || swapped(KNOWN).is_some_and(|s| s == u)
+}
+
 /// Whether the machine a BMC speaks for is the host: its system UUID
 /// (`bmc`) against the one the host's agent reported (`host`), either
 /// byte order of the first fields. Anything short of that is a reason
 /// not to trust the BMC: a BMC address copied from another machine must
 /// neither power that machine off nor make this host look dead. Pure.
 pub fn same_machine(host: Option<&str>, bmc: Option<&str>) -> Result<(), String> {
+    // A placeholder stands for no machine, whichever side says it.
+    let host = host.filter(|u| !placeholder_uuid(u));
+    let bmc = bmc.filter(|u| !placeholder_uuid(u));
     let Some(host) = host.map(str::to_ascii_lowercase) else {
         return Err(
             "the host's system UUID was never reported by its agent: its BMC cannot be checked to be \
@@ -220,6 +236,16 @@ mod tests {
         assert!(same_machine(None, Some(host)).unwrap_err().contains("never reported"));
         assert!(same_machine(Some(host), None).unwrap_err().contains("no UUID"));
         assert!(same_machine(Some(host), Some("garbage")).is_err());
+        // A placeholder matches nothing, not even itself, in either byte order.
+        for p in [
+            "03000200-0400-0500-0006-000700080009",
+            "00020003-0004-0005-0006-000700080009",
+            "00000000-0000-0000-0000-000000000000",
+        ] {
+            assert!(placeholder_uuid(p), "{p}");
+            assert!(same_machine(Some(p), Some(p)).is_err(), "{p}");
+        }
+        assert!(!placeholder_uuid(host));
     }
 
     #[tokio::test(start_paused = true)]

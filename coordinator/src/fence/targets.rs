@@ -56,6 +56,16 @@ pub fn ceph_addresses(
                     reported them and spec.fencing.cephAddresses is empty"
             .into());
     }
+    // Nothing recorded that Ceph would refuse: a clearing must be able to
+    // lift whatever was recorded.
+    let bad: Vec<&str> =
+        chosen.iter().filter(|a| super::ceph::entry_for(a).is_err()).map(String::as_str).collect();
+    if !bad.is_empty() {
+        return Err(format!(
+            "{} {whence} not a Ceph client address (IP, IP:port/nonce)",
+            bad.iter().map(|b| format!("{b:?}")).collect::<Vec<_>>().join(", ")
+        ));
+    }
     if spec.is_empty() && !networks.is_empty() {
         let outside: Vec<&str> = learned
             .iter()
@@ -91,12 +101,17 @@ pub fn ceph_addresses(
     Ok(chosen.to_vec())
 }
 
-/// What a clearing lifts: the addresses its fencing recorded (a record
-/// from before they were recorded: the spec's), never one that another
-/// host's fencing still holds (`held`). Pure.
-pub fn to_lift(recorded: &[String], spec: &[String], held: &[String]) -> Vec<String> {
-    let mine = if recorded.is_empty() { spec } else { recorded };
-    mine.iter().filter(|a| !held.iter().any(|h| overlap(a, h))).cloned().collect()
+/// What a clearing lifts: the addresses its fencing recorded (`recorded`;
+/// `old`: a record from before addresses were recorded, whose storage step
+/// was taken: the spec's then), never one another host's fencing still
+/// holds (`held`), nor one Ceph would refuse. Pure.
+pub fn to_lift(recorded: &[String], spec: &[String], old: bool, held: &[String]) -> Vec<String> {
+    let mine = if recorded.is_empty() && old { spec } else { recorded };
+    mine.iter()
+        .filter(|a| super::ceph::entry_for(a).is_ok())
+        .filter(|a| !held.iter().any(|h| overlap(a, h)))
+        .cloned()
+        .collect()
 }
 
 #[cfg(test)]
@@ -105,6 +120,15 @@ mod tests {
 
     fn v(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn what_ceph_would_refuse_is_never_recorded() {
+        let err = ceph_addresses(&v(&["10.0.0.0/24", "0.0.0.0", "10.0.0.1"]), &[], &[], &[]).unwrap_err();
+        assert!(
+            err.contains("\"10.0.0.0/24\", \"0.0.0.0\" in spec.fencing.cephAddresses not a Ceph"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -158,8 +182,17 @@ mod tests {
 
     #[test]
     fn a_clearing_lifts_what_its_fencing_recorded_and_never_what_another_fencing_holds() {
-        assert_eq!(to_lift(&v(&["10.0.0.1"]), &v(&["10.9.9.9"]), &[]), v(&["10.0.0.1"]));
-        assert_eq!(to_lift(&[], &v(&["10.9.9.9"]), &[]), v(&["10.9.9.9"]), "a record from before");
-        assert_eq!(to_lift(&v(&["10.0.0.1", "10.0.0.2"]), &[], &v(&["10.0.0.2:0/0"])), v(&["10.0.0.1"]));
+        assert_eq!(to_lift(&v(&["10.0.0.1"]), &v(&["10.9.9.9"]), false, &[]), v(&["10.0.0.1"]));
+        assert_eq!(to_lift(&[], &v(&["10.9.9.9"]), true, &[]), v(&["10.9.9.9"]), "a record from before");
+        assert!(to_lift(&[], &v(&["10.9.9.9"]), false, &[]).is_empty(), "nothing was added");
+        assert_eq!(
+            to_lift(&v(&["10.0.0.1", "10.0.0.2"]), &[], false, &v(&["10.0.0.2:0/0"])),
+            v(&["10.0.0.1"])
+        );
+        assert_eq!(
+            to_lift(&v(&["10.0.0.1", "10.0.0.0/24"]), &[], false, &[]),
+            v(&["10.0.0.1"]),
+            "never refused"
+        );
     }
 }

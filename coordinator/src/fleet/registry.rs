@@ -61,10 +61,7 @@ pub const MAX_CEPH_IPS: usize = 8;
 pub fn machine(f: &HostFacts) -> MachineStatus {
     let uuid = f.system_uuid.trim().to_ascii_lowercase();
     // Firmware that never set one: shared by many machines, it identifies none.
-    let placeholder = uuid.chars().filter(|c| *c != '-').all(|c| c == '0')
-        || uuid.chars().filter(|c| *c != '-').all(|c| c == 'f')
-        || uuid == "03000200-0400-0500-0006-000700080009";
-    let is_uuid = !placeholder
+    let is_uuid = !crate::fence::placeholder_uuid(&uuid)
         && uuid.len() == 36
         && uuid
             .char_indices()

@@ -41,6 +41,8 @@ pub const BMC_SECRET_LABEL: &str = "hypervisor.cloud.sap/bmc-credentials";
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 /// Tries of a step before it stands failed for an SRE.
 pub const ATTEMPTS: u32 = 3;
+/// Most Ceph addresses a fencing records (the CRD's limit).
+const MAX_RECORDED_ADDRESSES: usize = 32;
 /// Prefix of the maintenance reason of a host put into `ha` for being
 /// fenced.
 pub const EVACUATE_REASON_PREFIX: &str = "hv-fence: ";
@@ -260,7 +262,22 @@ pub async fn run(
                 return out;
             }
             let Some(r) = out.record.as_mut() else { return out };
-            let ceph = (step == FenceStep::CephBlocklisted).then(|| ceph_targets(ctx, hv));
+            let ceph = (step == FenceStep::CephBlocklisted).then(|| {
+                // What a record holds is bounded (the CRD's limit): addresses
+                // that keep changing during a stuck fencing stop it instead.
+                ceph_targets(ctx, hv).and_then(|a| {
+                    let more = a.iter().filter(|x| !r.ceph_addresses.contains(x)).count();
+                    if r.ceph_addresses.len() + more > MAX_RECORDED_ADDRESSES {
+                        Err(format!(
+                            "{} Ceph addresses recorded already, {more} more asked: more than {MAX_RECORDED_ADDRESSES}; \
+                             look at spec.fencing.cephAddresses",
+                            r.ceph_addresses.len()
+                        ))
+                    } else {
+                        Ok(a)
+                    }
+                })
+            });
             // Recorded (written) before they are added: a clearing lifts
             // whatever may have been, whatever a fail-over or a lost write.
             if let Some(Ok(addresses)) = &ceph
@@ -424,7 +441,9 @@ fn lifted_by_clearing(ctx: &Context, hv: &Hypervisor, r: &FencingStatus) -> Vec<
     let hypervisors = ctx.hypervisors.state();
     let others_held: Vec<String> =
         hypervisors.iter().filter(|h| h.name_any() != name).flat_map(|h| held(h).to_vec()).collect();
-    targets::to_lift(&r.ceph_addresses, &hv.spec.fencing.ceph_addresses, &others_held)
+    let old = r.confirmed.contains(&FenceStep::CephBlocklisted)
+        || r.failed.as_ref().is_some_and(|f| f.step == FenceStep::CephBlocklisted);
+    targets::to_lift(&r.ceph_addresses, &hv.spec.fencing.ceph_addresses, old, &others_held)
 }
 
 fn list(steps: &[FenceStep]) -> String {

@@ -572,9 +572,10 @@ async fn mark_node(ctx: &Context, name: &str, seen: &Seen, health: Option<&Healt
 /// count of VMs say. A failed write is logged and tried again at the next
 /// reconcile.
 async fn mark_locks(ctx: &Context, name: &str, phase: crate::api::Phase, nova: &NovaObs) {
+    // No compute service is no count of VMs (a name that does not match,
+    // a service deleted behind us): unknown.
     let instances = match nova {
         NovaObs::Registered(host) => Some(host.instances.len()),
-        NovaObs::NotRegistered => Some(0),
         _ => None,
     };
     let Some(node) = ctx.nodes.get(&ObjectRef::new(name)) else { return };

@@ -280,6 +280,7 @@ fn one_step_rules_hold_on_the_whole_grid() {
     let evictions = grid_evictions();
     let nodes = [
         NodeObs::Present { ready: true, cordoned: false, maintenance_required: false },
+        NodeObs::Present { ready: true, cordoned: true, maintenance_required: true },
         NodeObs::Deleting,
         NodeObs::Absent,
     ];
