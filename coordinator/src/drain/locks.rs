@@ -82,17 +82,7 @@ pub fn patch(now: &Locks, evictable: Option<bool>, components: &[String]) -> Opt
             _ => {}
         }
     }
-    if labels.is_empty() && annotations.is_empty() {
-        return None;
-    }
-    let mut metadata = Map::new();
-    if !labels.is_empty() {
-        metadata.insert("labels".into(), Value::Object(labels));
-    }
-    if !annotations.is_empty() {
-        metadata.insert("annotations".into(), Value::Object(annotations));
-    }
-    Some(json!({ "metadata": metadata }))
+    crate::health::marks::metadata_patch(labels, annotations)
 }
 
 #[cfg(test)]

@@ -44,6 +44,13 @@ pub fn patch(now: &Marks, healthy: bool, last_heard: Option<Timestamp>) -> Optio
             annotations.insert(HEARTBEAT.into(), json!(at.to_string()));
         }
     }
+    metadata_patch(labels, annotations)
+}
+
+/// The merge patch of a Node's `labels` and `annotations` to write (a null
+/// value removes one), or None when there is none: the one shape of every
+/// mark the coordinator keeps on Nodes.
+pub fn metadata_patch(labels: Map<String, Value>, annotations: Map<String, Value>) -> Option<Value> {
     if labels.is_empty() && annotations.is_empty() {
         return None;
     }
