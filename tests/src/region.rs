@@ -494,6 +494,13 @@ impl Region {
             .unwrap_or_else(|e| panic!("creating Eviction {name}: {e}"));
     }
 
+    /// Every Eviction aimed at `host`, as the API server lists them.
+    pub async fn evictions_of(&self, host: &str) -> Vec<Eviction> {
+        let evs: Api<Eviction> = Api::all(self.kube.client.clone());
+        let all = evs.list(&Default::default()).await.unwrap_or_else(|e| panic!("listing Evictions: {e}"));
+        all.items.into_iter().filter(|e| e.spec.hypervisor == host).collect()
+    }
+
     pub async fn eviction(&self, name: &str) -> Option<Eviction> {
         let evs: Api<Eviction> = Api::all(self.kube.client.clone());
         evs.get_opt(name).await.unwrap_or_else(|e| panic!("reading Eviction {name}: {e}"))

@@ -13,15 +13,15 @@
 
 use std::time::Duration;
 
+use hv_coordinator::api::Phase;
 use hv_coordinator::api::eviction::EvictionReason;
-use hv_coordinator::api::{Eviction, Phase};
 use hv_coordinator::drain::locks::{EVICTABLE, LOCK_PREFIX};
 use hv_coordinator::k8s::hypervisor::MAINTENANCE_REQUIRED_ANNOTATION;
 use hv_tests::openstack::Admin;
 use hv_tests::region::{AgentPeers, Region};
 use hv_tests::wait::{Poll, until};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 
 const SOON: Duration = Duration::from_secs(120);
@@ -62,15 +62,7 @@ async fn an_update_empties_the_host_by_live_migration_and_its_end_brings_it_back
         migrations.iter().any(|m| m["migration_type"] == "live-migration" && m["status"] == "completed"),
         "{migrations:?}"
     );
-    let evictions: Api<Eviction> = Api::all(region.kube.client.clone());
-    let mine: Vec<Eviction> = evictions
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.spec.hypervisor == host)
-        .collect();
+    let mine = region.evictions_of(&host).await;
     assert_eq!(mine.len(), 1, "one Eviction");
     assert_eq!(mine[0].spec.reason, EvictionReason::RollingUpdate);
     let svc = admin.service(&host).await.unwrap().unwrap();

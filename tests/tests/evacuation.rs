@@ -170,14 +170,12 @@ impl Scene {
 
     /// Waits until the host's Eviction succeeded; answers it.
     async fn evacuated(&self, within: Duration) -> Eviction {
-        let evs: Api<Eviction> = Api::all(self.region.kube.client.clone());
         until(
             "the evacuation over",
             within,
             || self.coord.tail(30),
             || async {
-                let list = evs.list(&ListParams::default()).await.unwrap();
-                match list.items.into_iter().find(|e| e.spec.hypervisor == self.dead) {
+                match self.region.evictions_of(&self.dead).await.into_iter().next() {
                     Some(e) if e.status.as_ref().and_then(|s| s.phase) == Some(EvictionPhase::Succeeded) => {
                         Poll::Ready(e)
                     }

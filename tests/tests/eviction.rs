@@ -27,7 +27,7 @@ use hv_tests::openstack::{Admin, FakeHost, fake_host};
 use hv_tests::region::{Proc, Region};
 use hv_tests::wait::{Poll, ready_when, until};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
 /// A zone of its own (a source host and two to move to), the source
@@ -110,15 +110,7 @@ async fn maintenance_empties_the_host_and_clearing_it_brings_the_host_back() {
     assert!(svc["disabled_reason"].as_str().unwrap_or_default().contains("firmware update"), "{svc}");
 
     // The record: an Eviction with every VM migrated, largest first, and a Migration per attempt.
-    let evs: Api<Eviction> = Api::all(region.kube.client.clone());
-    let ev = evs
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .find(|e| e.spec.hypervisor == host)
-        .unwrap();
+    let ev = region.evictions_of(&host).await.into_iter().next().unwrap();
     let ev_name = ev.name_any();
     let st = ev.status.unwrap();
     assert_eq!(st.phase, Some(EvictionPhase::Succeeded));

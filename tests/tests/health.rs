@@ -137,9 +137,8 @@ async fn a_host_is_judged_from_its_agent_its_node_and_nova_and_nothing_is_failed
     let hv = region.hypervisor(&host).await.unwrap();
     assert_eq!(hv.status.as_ref().and_then(|s| s.phase), Some(Phase::Active));
     assert_eq!(Region::condition(&hv, "SchedulingEnabled").1, "HostUnseen");
-    let evictions: Api<Eviction> = Api::all(region.kube.client.clone());
-    let mine = evictions.list(&Default::default()).await.unwrap().items;
-    assert!(mine.iter().all(|e| e.spec.hypervisor != host), "an Eviction for an unseen host: {mine:?}");
+    let mine = region.evictions_of(&host).await;
+    assert!(mine.is_empty(), "an Eviction for an unseen host: {mine:?}");
     assert!(region.events_for(&host).await.iter().any(|(r, _)| r == "HostUnseenDisabled"));
     // A second, independent source: the kubelet stops posting.
     let not_ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
@@ -227,9 +226,8 @@ async fn a_degraded_host_is_put_into_ha_maintenance_emptied_and_left_for_an_sre(
     assert_eq!(svc["status"], "disabled");
     let why = svc["disabled_reason"].as_str().unwrap_or_default();
     assert!(why.starts_with("hv-lifecycle: maintenance (ha): hv-health: root-read-only"), "{svc}");
-    let evictions: Api<Eviction> = Api::all(region.kube.client.clone());
-    let ev = evictions.list(&Default::default()).await.unwrap().items;
-    let ev = ev.iter().find(|e| e.spec.hypervisor == host).unwrap();
+    let ev = region.evictions_of(&host).await;
+    let ev = ev.first().unwrap();
     assert_eq!(ev.spec.reason, EvictionReason::NodeFailure);
     assert_eq!(ev.status.as_ref().map(|s| (s.total, s.migrated)), Some((2, 2)));
     let events = region.events_for(&host).await;

@@ -101,6 +101,31 @@ pub fn ceph_addresses(
     Ok(chosen.to_vec())
 }
 
+/// Most addresses a fencing records (the CRD's limit on the record).
+pub const MAX_RECORDED: usize = 32;
+
+/// What the record must gain before the storage step blocklists `chosen`
+/// (those not in `recorded` yet), refused past [`MAX_RECORDED`]: addresses
+/// that keep changing during a stuck fencing stop it, rather than grow a
+/// record the API server would refuse. Pure.
+pub fn to_record(recorded: &[String], chosen: &[String]) -> Result<Vec<String>, String> {
+    let mut new: Vec<String> = Vec::new();
+    for a in chosen.iter().filter(|a| !recorded.contains(a)) {
+        if !new.contains(a) {
+            new.push(a.clone());
+        }
+    }
+    if recorded.len() + new.len() > MAX_RECORDED {
+        return Err(format!(
+            "{} Ceph addresses recorded already, {} more asked: more than {MAX_RECORDED}; look at \
+             spec.fencing.cephAddresses",
+            recorded.len(),
+            new.len()
+        ));
+    }
+    Ok(new)
+}
+
 /// What a clearing lifts: the addresses its fencing recorded (`recorded`;
 /// `old`: a record from before addresses were recorded, whose storage step
 /// was taken: the spec's then), never one another host's fencing still
@@ -178,6 +203,23 @@ mod tests {
             ceph_addresses(&v(&["10.0.0.5:6801/2"]), &[], &[], &instance),
             Ok(v(&["10.0.0.5:6801/2"]))
         );
+    }
+
+    #[test]
+    fn the_record_gains_only_what_it_lacks_and_never_past_its_limit() {
+        assert_eq!(
+            to_record(&v(&["10.0.0.1"]), &v(&["10.0.0.1", "10.0.0.2", "10.0.0.2"])),
+            Ok(v(&["10.0.0.2"]))
+        );
+        assert_eq!(
+            to_record(&v(&["10.0.0.1"]), &v(&["10.0.0.1"])),
+            Ok(vec![]),
+            "nothing new: the step itself"
+        );
+        let full: Vec<String> = (1..=MAX_RECORDED).map(|i| format!("10.0.1.{i}")).collect();
+        assert_eq!(to_record(&full, &v(&["10.0.1.1"])), Ok(vec![]));
+        let err = to_record(&full, &v(&["10.0.2.1"])).unwrap_err();
+        assert!(err.contains("32 Ceph addresses recorded already, 1 more"), "{err}");
     }
 
     #[test]

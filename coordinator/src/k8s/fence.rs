@@ -41,8 +41,6 @@ pub const BMC_SECRET_LABEL: &str = "hypervisor.cloud.sap/bmc-credentials";
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 /// Tries of a step before it stands failed for an SRE.
 pub const ATTEMPTS: u32 = 3;
-/// Most Ceph addresses a fencing records (the CRD's limit).
-const MAX_RECORDED_ADDRESSES: usize = 32;
 /// Prefix of the maintenance reason of a host put into `ha` for being
 /// fenced.
 pub const EVACUATE_REASON_PREFIX: &str = "hv-fence: ";
@@ -262,39 +260,24 @@ pub async fn run(
                 return out;
             }
             let Some(r) = out.record.as_mut() else { return out };
+            // The storage step's addresses are written to the record before
+            // they are added: a clearing lifts whatever may have been,
+            // whatever a fail-over or a lost write.
             let ceph = (step == FenceStep::CephBlocklisted).then(|| {
-                // What a record holds is bounded (the CRD's limit): addresses
-                // that keep changing during a stuck fencing stop it instead.
-                ceph_targets(ctx, hv).and_then(|a| {
-                    let more = a.iter().filter(|x| !r.ceph_addresses.contains(x)).count();
-                    if r.ceph_addresses.len() + more > MAX_RECORDED_ADDRESSES {
-                        Err(format!(
-                            "{} Ceph addresses recorded already, {more} more asked: more than {MAX_RECORDED_ADDRESSES}; \
-                             look at spec.fencing.cephAddresses",
-                            r.ceph_addresses.len()
-                        ))
-                    } else {
-                        Ok(a)
-                    }
-                })
+                ceph_targets(ctx, hv)
+                    .and_then(|a| targets::to_record(&r.ceph_addresses, &a).map(|new| (a, new)))
             });
-            // Recorded (written) before they are added: a clearing lifts
-            // whatever may have been, whatever a fail-over or a lost write.
-            if let Some(Ok(addresses)) = &ceph
-                && addresses.iter().any(|a| !r.ceph_addresses.contains(a))
+            if let Some(Ok((addresses, new))) = &ceph
+                && !new.is_empty()
             {
-                for a in addresses {
-                    if !r.ceph_addresses.contains(a) {
-                        r.ceph_addresses.push(a.clone());
-                    }
-                }
+                r.ceph_addresses.extend(new.iter().cloned());
                 let message = format!("{step} next: {} recorded first", addresses.join(", "));
                 out.condition = Some(cond(ConditionStatus::False, "InProgress", &message));
                 out.again = Some(Duration::from_millis(200));
                 return out;
             }
             tracing::warn!(node = %name, step = %step, "fencing: taking a step");
-            match take(ctx, hv, host, step, ceph).await {
+            match take(ctx, hv, host, step, ceph.map(|c| c.map(|(addresses, _)| addresses))).await {
                 Ok(how) => {
                     r.failed = None;
                     r.confirmed.push(step);
@@ -462,7 +445,8 @@ fn held_already(
 
 /// Takes one step and confirms it by reading the state back; answers how
 /// it was confirmed, or why not.
-/// `ceph`: the storage step's addresses, or why there are none.
+/// `ceph`: the storage step's addresses, or why there are none (its
+/// only caller decides them for that step).
 async fn take(
     ctx: &Context,
     hv: &Hypervisor,
@@ -483,7 +467,7 @@ async fn take(
             }
         }
         FenceStep::CephBlocklisted => {
-            let addresses = ceph.unwrap_or_else(|| ceph_targets(ctx, hv))?;
+            let addresses = ceph.unwrap_or_else(|| Err("no Ceph address was decided".into()))?;
             let Some(ceph) = &ctx.fencing.ceph else {
                 return Err("this coordinator has no Ceph fencing identity (--ceph-fence-id)".into());
             };

@@ -771,8 +771,8 @@ fn maintenance(d: &mut Draft<'_>) {
 fn evacuate_left(d: &mut Draft<'_>) -> bool {
     let left = matches!(&d.obs().nova, NovaObs::Registered(host) if !host.instances.is_empty());
     match d.fenced_since().filter(|_| left) {
+        // The Eviction made records this fencing as evacuated for.
         Some(started) if d.record.evacuated_for.as_ref() != Some(&started) => {
-            d.record.evacuated_for = Some(started);
             d.create_eviction("ha", EvictionReason::NodeFailure);
             true
         }
