@@ -37,7 +37,12 @@ fn main() {
             .collect(),
     };
     let obs = Observations {
-        node: NodeObs::Present { ready: true, cordoned: false, maintenance_required: false },
+        node: NodeObs::Present {
+            ready: true,
+            cordoned: false,
+            maintenance_required: false,
+            drain_refused: false,
+        },
         agent: AgentObs { connected: true },
         checks: Some(report),
         nova: NovaObs::Registered(host),

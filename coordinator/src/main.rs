@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use hv_coordinator::api::eviction::MigrationPolicy;
+use hv_coordinator::drain::admission::{Protected, Selector};
 use hv_coordinator::eviction::limit::ClusterLimit;
 use hv_coordinator::fleet::{self, AgentEndpoint, FleetEndpoint, Registry};
 use hv_coordinator::k8s::acting::LeaderOnlyLayer;
@@ -119,6 +120,25 @@ struct Args {
     /// Node while the host is not evictable (docs/drain.md). Repeatable.
     #[arg(long = "node-lock", value_parser = node_lock)]
     node_locks: Vec<String>,
+    /// HTTPS address of the eviction webhook (docs/drain.md), which the
+    /// API server calls for every pod eviction; with --webhook-tls-cert
+    /// and --webhook-tls-key. Without it, no webhook is served.
+    #[arg(long, env = "HV_WEBHOOK_LISTEN", requires_all = ["webhook_tls_cert", "webhook_tls_key"])]
+    webhook_listen: Option<SocketAddr>,
+    /// PEM certificate (chain) the webhook presents; re-read when it changes.
+    #[arg(long, env = "HV_WEBHOOK_TLS_CERT")]
+    webhook_tls_cert: Option<PathBuf>,
+    #[arg(long, env = "HV_WEBHOOK_TLS_KEY")]
+    webhook_tls_key: Option<PathBuf>,
+    /// Label selector (`k=v,k2`) of the hypervisor's own pods that a drain
+    /// must not evict while the host is not evictable: nova-compute, the
+    /// agent (docs/drain.md). Repeatable.
+    #[arg(long = "protected-pods", value_parser = selector)]
+    protected_pods: Vec<Selector>,
+    /// COMPONENT:SELECTOR: a dependent's pods (a network agent), evicted
+    /// only once the Node's lock annotation of COMPONENT is gone. Repeatable.
+    #[arg(long = "dependent-pods", value_parser = dependent_pods)]
+    dependent_pods: Vec<(String, Selector)>,
     /// How many hosts may be in `ha` maintenance set for health (until an
     /// SRE clears it) before a Degraded host is no longer put into it
     /// (docs/health.md): past it, one shared fault is the likelier cause.
@@ -275,6 +295,15 @@ fn node_lock(s: &str) -> Result<String, String> {
     } else {
         Err(format!("{s:?} is not a component name (letters, digits, -, _, .; alphanumeric at both ends)"))
     }
+}
+
+fn selector(s: &str) -> Result<Selector, String> {
+    s.parse()
+}
+
+fn dependent_pods(s: &str) -> Result<(String, Selector), String> {
+    let (component, sel) = s.split_once(':').ok_or("expected COMPONENT:SELECTOR")?;
+    Ok((node_lock(component)?, sel.parse()?))
 }
 
 #[tokio::main]
@@ -434,6 +463,32 @@ async fn run(args: Args) -> anyhow::Result<()> {
         tokio::spawn(async move { pod.follow(role, args.lease_retry).await })
     });
 
+    // The gate opens once this replica leads with whole caches; until then
+    // the webhook refuses protected pods (a drain tries again).
+    let gate = Arc::new(Gate::new(guard.clone()));
+    let protected =
+        Protected { hypervisor: args.protected_pods.clone(), dependents: args.dependent_pods.clone() };
+    if let (Some(addr), Some(cert), Some(key)) =
+        (args.webhook_listen, &args.webhook_tls_cert, &args.webhook_tls_key)
+    {
+        let config = hv_tls::server::config_without_client_auth(cert, key).context("webhook TLS")?;
+        let hook = Arc::new(hv_coordinator::drain::webhook::Webhook {
+            client: acting.clone(),
+            hypervisors: hv_reader.clone(),
+            nodes: node_reader.clone(),
+            evictions: ev_reader.clone(),
+            gate: gate.clone(),
+            protected: protected.clone(),
+            cordon_starts_maintenance: args.cordon_starts_maintenance,
+        });
+        let bound = hv_coordinator::drain::webhook::serve(addr, config, hook)
+            .await
+            .with_context(|| format!("webhook listener on {addr}"))?;
+        tracing::info!(addr = %bound, "eviction webhook listening");
+        if protected.is_empty() {
+            tracing::warn!("the eviction webhook protects no pod: give --protected-pods (docs/drain.md)");
+        }
+    }
     let election = Election {
         lease: args.lease_name.clone(),
         identity: identity.clone(),
@@ -452,7 +507,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
     health.set_self(true).await;
     metrics.leader.store(true, std::sync::atomic::Ordering::Relaxed);
 
-    let gate = Arc::new(Gate::new(guard.clone()));
     let ev_ctx = Arc::new(EvictionContext {
         client: acting.clone(),
         nova: nova.clone(),
@@ -518,6 +572,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         events,
         written: Default::default(),
         node_locks: args.node_locks.clone(),
+        protected,
     });
     let template = Template {
         aggregates: args.aggregates.clone(),

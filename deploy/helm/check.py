@@ -61,8 +61,27 @@ def policy(case, rendered):
         "a budget lets one replica go": [
             (b["spec"].get("maxUnavailable"), b["spec"].get("unhealthyPodEvictionPolicy"))
             for b in by_kind.get("PodDisruptionBudget", [])
+            if not b["metadata"]["name"].startswith("hv-coordinator-protect-")
         ]
         == [(1, "AlwaysAllow")],
+        # The eviction webhook's backstop: a budget per protected set, released
+        # only by the coordinator's label; the webhook with the leader's Service.
+        "protected pods held until labelled evictable": all(
+            b["spec"]["maxUnavailable"] == 0
+            and {"key": "hypervisor.cloud.sap/evictable", "operator": "NotIn", "values": ["true"]}
+            in b["spec"]["selector"]["matchExpressions"]
+            for b in by_kind.get("PodDisruptionBudget", [])
+            if b["metadata"]["name"].startswith("hv-coordinator-protect-")
+        )
+        and all(
+            w["failurePolicy"] == "Ignore"
+            and w["sideEffects"] == "NoneOnDryRun"
+            and w["clientConfig"]["service"]["name"] == "hv-coordinator"
+            and any(f"--webhook-listen=0.0.0.0:{w['clientConfig']['service']['port']}" == x for x in c["args"])
+            for o in by_kind.get("ValidatingWebhookConfiguration", [])
+            for w in o["webhooks"]
+        )
+        and (not by_kind.get("ValidatingWebhookConfiguration")) == (not any(x.startswith("--webhook-listen") for x in c["args"])),
         "the agent has no API token": agent.get("automountServiceAccountToken") is False,
         "host mounts are read-only": all(m.get("readOnly") for m in a["volumeMounts"] if m["name"] != "tmp"),
         "SASL mechanisms in the agent image": "libsasl2-modules" in open(os.path.join(CHART, "..", "..", "images", "Containerfile.agent")).read(),

@@ -63,14 +63,31 @@ where
 }
 
 /// Where connections come from: a bound [`TcpListener`] (tests put a
-/// listener that fails here, to see what the loop does with errors).
-pub trait Accept: Send + 'static {
+/// listener that fails here, to see what the loop does with errors), or
+/// one that wraps each connection (a TLS handshake) in [`Accept::ready`],
+/// which runs in the connection's own task so a slow client holds up no
+/// other.
+pub trait Accept: Send + Sync + 'static {
+    type Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static;
     fn next(&self) -> impl Future<Output = std::io::Result<tokio::net::TcpStream>> + Send;
+    fn ready(
+        &self,
+        tcp: tokio::net::TcpStream,
+    ) -> impl Future<Output = std::io::Result<Self::Io>> + Send + 'static;
 }
 
 impl Accept for TcpListener {
+    type Io = tokio::net::TcpStream;
+
     async fn next(&self) -> std::io::Result<tokio::net::TcpStream> {
         self.accept().await.map(|(stream, _)| stream)
+    }
+
+    fn ready(
+        &self,
+        tcp: tokio::net::TcpStream,
+    ) -> impl Future<Output = std::io::Result<Self::Io>> + Send + 'static {
+        std::future::ready(Ok(tcp))
     }
 }
 
@@ -102,7 +119,13 @@ where
             }
         };
         let handler = handler.clone();
+        let ready = listener.ready(stream);
         tokio::spawn(async move {
+            let Ok(stream) = tokio::time::timeout(limits.header_timeout, ready).await.unwrap_or_else(|_| {
+                Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connection not ready in time"))
+            }) else {
+                return;
+            };
             let svc = service_fn(move |req| {
                 let h = handler.clone();
                 async move { Ok::<_, Infallible>(h(req).await) }
@@ -141,6 +164,15 @@ mod tests {
     struct OutOfDescriptors(Arc<std::sync::atomic::AtomicUsize>);
 
     impl Accept for OutOfDescriptors {
+        type Io = tokio::net::TcpStream;
+
+        fn ready(
+            &self,
+            tcp: tokio::net::TcpStream,
+        ) -> impl Future<Output = std::io::Result<Self::Io>> + Send + 'static {
+            std::future::ready(Ok(tcp))
+        }
+
         fn next(&self) -> impl Future<Output = std::io::Result<tokio::net::TcpStream>> + Send {
             let calls = self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             async move {

@@ -28,6 +28,9 @@ missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# kubectl for the drain test (`kubectl drain` against the API stand-in):
+# Debian's own when the machine has none.
+command -v kubectl >/dev/null || missing+=(kubernetes-client)
 if ((${#missing[@]})); then
   progress "installing ${#missing[@]} Debian package(s) and their dependencies: ${missing[*]}"
   SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO="sudo"

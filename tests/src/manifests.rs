@@ -67,6 +67,9 @@ pub fn check(v: &Value) -> Result<String, String> {
         ("apps/v1", "StatefulSet") => typed::<StatefulSet>(v),
         ("apps/v1", "DaemonSet") => typed::<DaemonSet>(v),
         ("policy/v1", "PodDisruptionBudget") => typed::<PodDisruptionBudget>(v),
+        ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration") => {
+            typed::<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration>(v)
+        }
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => typed::<ClusterRole>(v),
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => typed::<ClusterRoleBinding>(v),
         ("rbac.authorization.k8s.io/v1", "Role") => typed::<Role>(v),

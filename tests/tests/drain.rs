@@ -7,7 +7,9 @@
 //! checks to Active. And the node lock protocol: the Node says whether the
 //! host may lose its dependents (label `hypervisor.cloud.sap/evictable`),
 //! and a network agent's lock annotation stands while it may not
-//! (docs/drain.md).
+//! (docs/drain.md). And `kubectl drain` against the eviction webhook and
+//! the disruption budgets: refused while the host has VMs, its maintenance
+//! started by the refusal, done by itself once the host is emptied.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that fails fails
 
@@ -16,13 +18,15 @@ use std::time::Duration;
 use hv_coordinator::api::Phase;
 use hv_coordinator::api::eviction::EvictionReason;
 use hv_coordinator::drain::locks::{EVICTABLE, LOCK_PREFIX};
+use hv_coordinator::drain::{DRAIN_REFUSED, POD_EVICTABLE};
 use hv_coordinator::k8s::hypervisor::MAINTENANCE_REQUIRED_ANNOTATION;
 use hv_tests::openstack::Admin;
 use hv_tests::region::{AgentPeers, Region};
 use hv_tests::wait::{Poll, until};
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
+use serde_json::json;
 
 const SOON: Duration = Duration::from_secs(120);
 
@@ -114,4 +118,225 @@ async fn wait_locks(nodes: &Api<Node>, host: &str, evictable: bool) {
         }
     })
     .await;
+}
+
+/// A hypervisor's pods as a site runs them: nova-compute and a network
+/// agent per node (owned by a per-node StatefulSet, as Yaook does), our
+/// agent from a DaemonSet, and a workload pod of no concern to us.
+async fn pods_of(region: &Region, host: &str) -> Vec<(String, String)> {
+    let client = region.kube.client.clone();
+    let owner = |kind: &str, name: &str| json!([{"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": format!("{name}-uid"), "controller": true}]);
+    let ds: Api<k8s_openapi::api::apps::v1::DaemonSet> = Api::namespaced(client.clone(), "hv-system");
+    let agent_ds = json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "hv-agent"},
+        "spec": {"selector": {"matchLabels": {"app": "hv-agent"}}, "template": {"metadata": {"labels": {"app": "hv-agent"}},
+        "spec": {"containers": [{"name": "agent", "image": "hv-agent"}]}}}});
+    let _ = ds.create(&PostParams::default(), &serde_json::from_value(agent_ds).unwrap()).await;
+    let mut made = Vec::new();
+    for (ns, app, kind, owner_name) in [
+        ("openstack", "nova-compute", "StatefulSet", format!("nova-compute-{host}")),
+        ("openstack", "neutron-l2", "StatefulSet", format!("neutron-l2-{host}")),
+        ("openstack", "ovn-bgp", "StatefulSet", format!("ovn-bgp-{host}")),
+        ("hv-system", "hv-agent", "DaemonSet", "hv-agent".to_string()),
+        ("default", "web", "ReplicaSet", "web-7d9f".to_string()),
+    ] {
+        let name = format!("{app}-{host}");
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "labels": {"app": app}, "ownerReferences": owner(kind, &owner_name)},
+            "spec": {"nodeName": host, "containers": [{"name": app, "image": app}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
+        let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+        api.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
+        made.push((ns.to_string(), name));
+    }
+    made
+}
+
+/// The chart's disruption budgets: the protected pods without the
+/// evictable label may not go.
+async fn budgets(region: &Region) {
+    for app in ["nova-compute", "neutron-l2", "ovn-bgp"] {
+        let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": format!("hv-protect-{app}"), "namespace": "openstack"},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": app},
+                "matchExpressions": [{"key": POD_EVICTABLE, "operator": "NotIn", "values": ["true"]}]}}});
+        let api: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+            Api::namespaced(region.kube.client.clone(), "openstack");
+        api.create(&PostParams::default(), &serde_json::from_value(pdb).unwrap()).await.unwrap();
+    }
+}
+
+/// The chart's ValidatingWebhookConfiguration, calling `url`.
+async fn register_webhook(region: &Region, url: &str) {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration as Config;
+    let ca = std::fs::read(&region.pki.ca).unwrap();
+    let cfg: Config = serde_json::from_value(json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "hv-eviction"},
+        "webhooks": [{"name": "eviction.hypervisor.cloud.sap", "admissionReviewVersions": ["v1"],
+            "sideEffects": "NoneOnDryRun", "failurePolicy": "Ignore", "timeoutSeconds": 5,
+            "clientConfig": {"url": url, "caBundle": k8s_openapi::ByteString(ca)},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/eviction"]}]}]}))
+    .unwrap();
+    let api: Api<Config> = Api::all(region.kube.client.clone());
+    match api.get_opt("hv-eviction").await.unwrap() {
+        Some(old) => {
+            let mut cfg = cfg;
+            cfg.metadata.resource_version = old.metadata.resource_version;
+            api.replace("hv-eviction", &PostParams::default(), &cfg).await.unwrap();
+        }
+        None => {
+            api.create(&PostParams::default(), &cfg).await.unwrap();
+        }
+    }
+}
+
+fn kubectl(region: &Region, args: &[&str]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new("kubectl");
+    cmd.arg("--kubeconfig").arg(&region.kubeconfig).args(args);
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).kill_on_drop(true);
+    cmd
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself() {
+    let region = Region::start("drain-kubectl").await;
+    let env = region.env.clone();
+    let zone = hv_tests::hosts::zone(&env, 1).await;
+    let (host, target) = (zone.source.host.clone(), zone.targets[0].host.clone());
+    let port = hv_tests::region::free_port();
+    let (cert, key) =
+        (region.server_tls.cert.display().to_string(), region.server_tls.key.display().to_string());
+    let listen = format!("127.0.0.1:{port}");
+    // No --cordon-starts-maintenance: the refused drain is the ask.
+    let coord = region.coordinator(
+        None,
+        &[
+            "--webhook-listen",
+            &listen,
+            "--webhook-tls-cert",
+            &cert,
+            "--webhook-tls-key",
+            &key,
+            "--protected-pods",
+            "app=nova-compute",
+            "--protected-pods",
+            "app=hv-agent",
+            "--dependent-pods",
+            "neutron-l2:app=neutron-l2",
+            "--dependent-pods",
+            "ovn-bgp:app=ovn-bgp",
+            "--node-lock",
+            "neutron-l2",
+        ],
+    );
+    let mut agents = Vec::new();
+    for h in [&host, &target] {
+        agents.push(region.agent(h, &AgentPeers::default()));
+        region.create_node(h, &[]).await;
+    }
+    for h in [&host, &target] {
+        region.wait_phase(h, Phase::Active, SOON, &coord).await;
+    }
+    let admin = Admin::login(&env).await.unwrap();
+    let id = zone.boot(&admin, &format!("kdrain-{}", std::process::id()), &host, "1").await;
+    let pods = pods_of(&region, &host).await;
+    budgets(&region).await;
+    let nodes: Api<Node> = Api::all(region.kube.client.clone());
+    let openstack: Api<Pod> = Api::namespaced(region.kube.client.clone(), "openstack");
+    let nova_compute = format!("nova-compute-{host}");
+    wait_locks(&nodes, &host, false).await;
+
+    // The webhook down (registered, not answering; failurePolicy Ignore):
+    // the disruption budget refuses.
+    register_webhook(&region, &format!("https://127.0.0.1:{}/", hv_tests::region::free_port())).await;
+    // One eviction, by hand: kube's client would retry a 429 for minutes.
+    let url = format!(
+        "{}/api/v1/namespaces/openstack/pods/{nova_compute}/eviction",
+        region.kube.standin.as_ref().expect("the stand-in").url()
+    );
+    let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+        "metadata": {"name": nova_compute, "namespace": "openstack"}});
+    let refused = reqwest::Client::new().post(&url).json(&eviction).send().await.unwrap();
+    assert_eq!(refused.status().as_u16(), 429);
+    let said: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(
+        said["message"], "Cannot evict pod as it would violate the pod's disruption budget.",
+        "{said}"
+    );
+    assert!(openstack.get_opt(&nova_compute).await.unwrap().is_some(), "not evicted");
+
+    // Another operator's lock on the node, which only a dependent waits for.
+    let ovn_lock = format!("{LOCK_PREFIX}ovn-bgp");
+    let lock = |v: serde_json::Value| json!({"metadata": {"annotations": {ovn_lock.as_str(): v}}});
+    nodes.patch(&host, &PatchParams::default(), &Patch::Merge(&lock(json!("")))).await.unwrap();
+
+    // The webhook up: kubectl drain, by itself.
+    register_webhook(&region, &format!("https://127.0.0.1:{port}/validate-eviction")).await;
+    let mut drain =
+        kubectl(&region, &["drain", &host, "--ignore-daemonsets", "--timeout=300s"]).spawn().unwrap();
+    // Emptied by live migration meanwhile, and held: the budget's label on
+    // its protected pods, the neutron-l2 lock lifted.
+    region.wait_phase(&host, Phase::Maintenance, SOON, &coord).await;
+    let server = admin.server(&id).await.unwrap();
+    assert_eq!(server["OS-EXT-SRV-ATTR:host"], target.as_str(), "{server}");
+    let migrations = admin.migrations_of(&id).await.unwrap();
+    assert!(
+        migrations.iter().any(|m| m["migration_type"] == "live-migration" && m["status"] == "completed"),
+        "{migrations:?}"
+    );
+    let mine = region.evictions_of(&host).await;
+    assert_eq!(mine.len(), 1, "one Eviction");
+    assert_eq!(mine[0].spec.reason, EvictionReason::RollingUpdate);
+    let svc = admin.service(&host).await.unwrap().unwrap();
+    assert!(svc["disabled_reason"].as_str().unwrap().contains("a drain of the Node was refused"), "{svc}");
+    wait_locks(&nodes, &host, true).await;
+    // The ovn-bgp agent waits for its lock: nova-compute and neutron-l2 go,
+    // it stays, and the drain with it.
+    until("nova-compute and neutron-l2 evicted", SOON, String::new, || async {
+        let left: Vec<String> =
+            openstack.list(&Default::default()).await.unwrap().iter().map(|p| p.name_any()).collect();
+        if left.iter().all(|n| n.starts_with("ovn-bgp-") || !n.ends_with(&host)) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending(format!("{left:?}"))
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(7)).await; // past a retry of the drain
+    assert!(openstack.get_opt(&format!("ovn-bgp-{host}")).await.unwrap().is_some(), "held by its lock");
+    assert!(drain.try_wait().unwrap().is_none(), "the drain still runs");
+    // The lock released: the drain completes by itself.
+    nodes.patch(&host, &PatchParams::default(), &Patch::Merge(&lock(serde_json::Value::Null))).await.unwrap();
+    let out = tokio::time::timeout(SOON, drain.wait_with_output()).await.expect("drain ends").unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "kubectl drain: {stdout}\n{stderr}");
+    // Refused with our words while the host had VMs, then by the lock.
+    let ours = format!("denied the request: hypervisor {host}: ");
+    assert!(stderr.contains(&ours) && stderr.contains("maintenance started"), "{stderr}");
+    assert!(stderr.contains(&format!("hypervisor {host}: node lock ovn-bgp held")), "{stderr}");
+    assert!(stdout.contains(&format!("node/{host} drained")), "{stdout}");
+    for (ns, name) in &pods {
+        let api: Api<Pod> = Api::namespaced(region.kube.client.clone(), ns);
+        let left = api.get_opt(name).await.unwrap();
+        // The DaemonSet's pod stays (--ignore-daemonsets), as a drain leaves it.
+        assert_eq!(left.is_some(), ns == "hv-system", "{ns}/{name}");
+    }
+
+    // kubectl uncordon: back through its checks to Active, the drain's mark gone.
+    let before = region.hypervisor(&host).await.unwrap().status.unwrap().lifecycle.test_run;
+    let out = kubectl(&region, &["uncordon", &host]).output().await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let back = region.wait_phase(&host, Phase::Active, SOON, &coord).await;
+    assert!(back.status.unwrap().lifecycle.test_run > before, "checked again");
+    assert_eq!(admin.service(&host).await.unwrap().unwrap()["status"], "enabled");
+    until("the drain's mark removed", Duration::from_secs(30), String::new, || async {
+        let node = nodes.get(&host).await.unwrap();
+        if node.annotations().contains_key(DRAIN_REFUSED) {
+            Poll::Pending("still there".into())
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    wait_locks(&nodes, &host, false).await;
+    drop(agents);
 }

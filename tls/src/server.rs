@@ -167,6 +167,24 @@ pub fn config(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {
     Ok(Arc::new(cfg))
 }
 
+/// A server configuration without client certificates, for HTTPS that
+/// the Kubernetes API server calls (the eviction webhook): HTTP/1.1, the
+/// certificate re-read when its files change.
+pub fn config_without_client_auth(cert: &Path, key_file: &Path) -> Result<Arc<ServerConfig>, TlsError> {
+    let p = provider();
+    let pk = p.clone();
+    let cert =
+        Reloading::new("server certificate", vec![cert.to_path_buf(), key_file.to_path_buf()], move |f| {
+            Ok(Arc::new(CertifiedKey::from_der(certs(&f[0])?, key(&f[1])?, &pk)?))
+        })?;
+    let mut cfg = ServerConfig::builder_with_provider(p)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(ReloadingCert(cert)));
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
 /// Bounds on the listener.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {

@@ -21,6 +21,9 @@ pub struct Locks {
     pub evictable: Option<bool>,
     /// The components whose lock annotation stands.
     pub held: BTreeSet<String>,
+    /// The webhook's mark of a refused drain ([`super::DRAIN_REFUSED`]).
+    pub drain_refused: bool,
+    pub cordoned: bool,
 }
 
 pub fn of(node: &Node) -> Locks {
@@ -29,6 +32,12 @@ pub fn of(node: &Node) -> Locks {
     Locks {
         evictable: labels.and_then(|l| l.get(EVICTABLE)).and_then(|v| v.parse().ok()),
         held: annotations.filter_map(|(k, _)| k.strip_prefix(LOCK_PREFIX)).map(str::to_string).collect(),
+        drain_refused: node
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(super::DRAIN_REFUSED)),
+        cordoned: node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
     }
 }
 
@@ -63,14 +72,20 @@ pub fn valid_component(c: &str) -> bool {
 /// The merge patch that brings the Node's marks to `evictable` for the
 /// site's `components`, or None when nothing needs writing. A lock of a
 /// component the site no longer names is left alone: it may be another
-/// operator's.
+/// operator's. A refused drain's mark goes with the cordon it belongs to:
+/// the uncordon after the update ends its ask.
 pub fn patch(now: &Locks, evictable: Option<bool>, components: &[String]) -> Option<Value> {
-    let evictable = evictable?;
     let mut labels = Map::new();
+    let mut annotations = Map::new();
+    if now.drain_refused && !now.cordoned {
+        annotations.insert(super::DRAIN_REFUSED.into(), Value::Null);
+    }
+    let Some(evictable) = evictable else {
+        return crate::health::marks::metadata_patch(labels, annotations);
+    };
     if now.evictable != Some(evictable) {
         labels.insert(EVICTABLE.into(), json!(evictable.to_string()));
     }
-    let mut annotations = Map::new();
     for c in components {
         match (evictable, now.held.contains(c)) {
             (false, false) => {
@@ -112,7 +127,8 @@ mod tests {
             json!({"metadata": {"labels": {EVICTABLE: "false"},
                 "annotations": {"hypervisor.cloud.sap/lock.neutron-l2": "", "hypervisor.cloud.sap/lock.ovn": ""}}})
         );
-        let now = Locks { evictable: Some(false), held: comps.iter().cloned().collect() };
+        let now =
+            Locks { evictable: Some(false), held: comps.iter().cloned().collect(), ..Default::default() };
         assert_eq!(patch(&now, Some(false), &comps), None, "nothing to write");
         let freed = patch(&now, Some(true), &comps).unwrap();
         assert_eq!(
@@ -122,11 +138,21 @@ mod tests {
         );
         assert_eq!(patch(&now, None, &comps), None, "unknown: left as it is");
         // Another operator's lock is never ours to lift.
-        let others = Locks { evictable: Some(false), held: ["bgp".to_string()].into() };
+        let others = Locks { evictable: Some(false), held: ["bgp".to_string()].into(), ..Default::default() };
         let p = patch(&others, Some(true), &comps).unwrap();
         assert!(p["metadata"]["annotations"].get("hypervisor.cloud.sap/lock.bgp").is_none(), "{p}");
         // Without components, only the label.
         assert_eq!(patch(&bare, Some(true), &[]), Some(json!({"metadata": {"labels": {EVICTABLE: "true"}}})));
+    }
+
+    #[test]
+    fn a_refused_drains_mark_goes_with_the_uncordon() {
+        let refused =
+            |cordoned| Locks { evictable: Some(true), drain_refused: true, cordoned, ..Default::default() };
+        assert_eq!(patch(&refused(true), Some(true), &[]), None, "still draining: kept");
+        let gone = json!({"metadata": {"annotations": {"hypervisor.cloud.sap/drain-refused": null}}});
+        assert_eq!(patch(&refused(false), Some(true), &[]), Some(gone.clone()));
+        assert_eq!(patch(&refused(false), None, &[]), Some(gone), "whatever the host's state");
     }
 
     #[test]
@@ -135,7 +161,10 @@ mod tests {
             "labels": {EVICTABLE: "false"},
             "annotations": {"hypervisor.cloud.sap/lock.ovn": "", "other": "x"}}}))
         .unwrap();
-        assert_eq!(of(&node), Locks { evictable: Some(false), held: ["ovn".to_string()].into() });
+        assert_eq!(
+            of(&node),
+            Locks { evictable: Some(false), held: ["ovn".to_string()].into(), ..Default::default() }
+        );
         assert!(valid_component("neutron-l2") && valid_component("ovn.bgp"));
         assert!(
             !valid_component("")

@@ -91,6 +91,9 @@ pub struct Context {
     /// The dependents whose lock the host's Node carries while its VMs need
     /// them (docs/drain.md).
     pub node_locks: Vec<String>,
+    /// The pods a drain must not take while the host needs them: the
+    /// evictable ones carry `drain::POD_EVICTABLE` (docs/drain.md).
+    pub protected: crate::drain::admission::Protected,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -581,12 +584,49 @@ async fn mark_locks(ctx: &Context, name: &str, phase: crate::api::Phase, nova: &
     let Some(node) = ctx.nodes.get(&ObjectRef::new(name)) else { return };
     let now = crate::drain::locks::of(&node);
     let want = crate::drain::locks::evictable(phase, instances);
+    // The protected pods follow the Node's label, and before it: the
+    // chart's disruption budgets hold every protected pod without
+    // POD_EVICTABLE. Read while the host is evictable (a pod started since
+    // gets it too), and once as it stops being so.
+    let flips_back = want == Some(false) && now.evictable != Some(false);
+    if !ctx.protected.is_empty()
+        && (want == Some(true) || flips_back)
+        && let Err(e) = label_protected_pods(ctx, name, want == Some(true)).await
+    {
+        tracing::warn!(node = %name, error = %e, "could not label the protected pods");
+        return;
+    }
     let Some(patch) = crate::drain::locks::patch(&now, want, &ctx.node_locks) else { return };
     let api: Api<Node> = Api::all(ctx.client.clone());
     match api.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await {
         Ok(_) => tracing::info!(node = %name, evictable = ?want, "node locks written"),
         Err(e) => tracing::warn!(node = %name, error = %e, "could not write the node locks"),
     }
+}
+
+/// Sets (or takes off) `drain::POD_EVICTABLE` on the Node's protected pods.
+async fn label_protected_pods(ctx: &Context, node: &str, evictable: bool) -> Result<(), kube::Error> {
+    use crate::drain::POD_EVICTABLE;
+    use k8s_openapi::api::core::v1::Pod;
+    let on_node = kube::api::ListParams::default().fields(&format!("spec.nodeName={node}"));
+    for pod in Api::<Pod>::all(ctx.client.clone()).list(&on_node).await? {
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        let has = labels.get(POD_EVICTABLE).is_some_and(|v| v == "true");
+        if has == evictable || ctx.protected.kind(&labels) == crate::drain::admission::PodKind::Unprotected {
+            continue;
+        }
+        let (Some(ns), Some(pod_name)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref())
+        else {
+            continue;
+        };
+        let value = if evictable { serde_json::json!("true") } else { serde_json::Value::Null };
+        let patch = serde_json::json!({"metadata": {"labels": {POD_EVICTABLE: value}}});
+        Api::<Pod>::namespaced(ctx.client.clone(), ns)
+            .patch(pod_name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+            .await?;
+        tracing::info!(node, pod = %format!("{ns}/{pod_name}"), evictable, "protected pod labelled");
+    }
+    Ok(())
 }
 
 /// What the lifecycle reads of a Node (and what wakes it: `triggers`).
@@ -599,6 +639,7 @@ pub fn node_obs(n: &Node) -> NodeObs {
         ready: conditions.into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True"),
         cordoned: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
         maintenance_required: n.annotations().contains_key(MAINTENANCE_REQUIRED_ANNOTATION),
+        drain_refused: n.annotations().contains_key(crate::drain::DRAIN_REFUSED),
     }
 }
 

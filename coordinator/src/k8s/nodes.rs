@@ -175,7 +175,12 @@ mod tests {
     fn a_deleted_node_is_let_go_only_once_nothing_in_nova_needs_it() {
         use crate::lifecycle::NovaHost;
         let registered = NovaObs::Registered(NovaHost::default());
-        let present = NodeObs::Present { ready: true, cordoned: false, maintenance_required: false };
+        let present = NodeObs::Present {
+            ready: true,
+            cordoned: false,
+            maintenance_required: false,
+            drain_refused: false,
+        };
         for phase in [Phase::Active, Phase::Evicting, Phase::Maintenance, Phase::Onboarding] {
             assert_eq!(release(NodeObs::Deleting, phase, Some("svc"), &registered), None, "{phase:?}");
             assert_eq!(

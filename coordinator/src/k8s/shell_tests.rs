@@ -236,6 +236,7 @@ fn hypervisor_ctx_executing(
         events: tokio::sync::broadcast::channel(8).0,
         written: Written::default(),
         node_locks: Vec::new(),
+        protected: Default::default(),
     };
     Hv { ctx: Arc::new(ctx), log, bodies }
 }

@@ -1087,6 +1087,9 @@ impl<'a> Draft<'a> {
             NodeObs::Present { maintenance_required: true, .. } => {
                 Some("the Node asks for it (hypervisor.cloud.sap/maintenance-required)")
             }
+            NodeObs::Present { cordoned: true, drain_refused: true, .. } => {
+                Some("a drain of the Node was refused while VMs needed its pods")
+            }
             NodeObs::Present { cordoned: true, .. } if self.input.policy.cordon_starts_maintenance => {
                 Some("the Node is cordoned")
             }

@@ -61,7 +61,12 @@ pub fn host() -> NovaHost {
 
 pub fn obs() -> Observations {
     Observations {
-        node: NodeObs::Present { ready: true, cordoned: false, maintenance_required: false },
+        node: NodeObs::Present {
+            ready: true,
+            cordoned: false,
+            maintenance_required: false,
+            drain_refused: false,
+        },
         agent: AgentObs { connected: true },
         checks: None,
         nova: NovaObs::Registered(host()),

@@ -57,6 +57,11 @@ pub enum NodeObs {
         /// (`hypervisor.cloud.sap/maintenance-required`) is set: an update
         /// tool asks for the host to be emptied (docs/drain.md).
         maintenance_required: bool,
+        /// The eviction webhook refused a drain of the Node's protected
+        /// pods while the host was not evictable, and marked the Node
+        /// (`hypervisor.cloud.sap/drain-refused`): an ask while the Node
+        /// stays cordoned, so its uncordon ends it (docs/drain.md).
+        drain_refused: bool,
     },
     /// The Node has a deletionTimestamp: a Node termination, which
     /// the lifecycle treats as `spec.maintenance: termination`.

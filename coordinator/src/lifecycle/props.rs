@@ -137,8 +137,8 @@ fn check_one_step(
     // Nothing is moved off an Active host but for a maintenance (the unseen
     // hold among the rest starts no migration); an update's ask is one.
     let update = match o.node {
-        NodeObs::Present { maintenance_required, cordoned, .. } => {
-            maintenance_required || (cordoned && policy.cordon_starts_maintenance)
+        NodeObs::Present { maintenance_required, cordoned, drain_refused, .. } => {
+            maintenance_required || (cordoned && (drain_refused || policy.cordon_starts_maintenance))
         }
         _ => false,
     };
@@ -279,8 +279,8 @@ fn one_step_rules_hold_on_the_whole_grid() {
     let novas = grid_nova();
     let evictions = grid_evictions();
     let nodes = [
-        NodeObs::Present { ready: true, cordoned: false, maintenance_required: false },
-        NodeObs::Present { ready: true, cordoned: true, maintenance_required: true },
+        NodeObs::Present { ready: true, cordoned: false, maintenance_required: false, drain_refused: false },
+        NodeObs::Present { ready: true, cordoned: true, maintenance_required: true, drain_refused: false },
         NodeObs::Deleting,
         NodeObs::Absent,
     ];
@@ -448,11 +448,17 @@ fn node_obs(asks: bool) -> BoxedStrategy<NodeObs> {
         ready,
         cordoned: false,
         maintenance_required: false,
+        drain_refused: false,
     });
     if asks {
-        let ask = (any::<bool>(), prop::bool::weighted(0.5)).prop_map(|(cordoned, required)| {
-            NodeObs::Present { ready: true, cordoned, maintenance_required: required || !cordoned }
-        });
+        let ask = (any::<bool>(), prop::bool::weighted(0.5), any::<bool>()).prop_map(
+            |(cordoned, required, refused)| NodeObs::Present {
+                ready: true,
+                cordoned,
+                maintenance_required: required || !cordoned,
+                drain_refused: refused,
+            },
+        );
         prop_oneof![20 => plain, 3 => ask, 1 => Just(NodeObs::Deleting), 1 => Just(NodeObs::Absent)].boxed()
     } else {
         prop_oneof![20 => plain, 1 => Just(NodeObs::Deleting), 1 => Just(NodeObs::Absent)].boxed()
@@ -537,7 +543,12 @@ fn hold_step() -> impl Strategy<Value = Step> {
         .prop_map(|(agent, health, checks, retry, advance, enabled, skip, junk, held_back)| Step {
             mode: MaintenanceMode::None,
             skip,
-            node: NodeObs::Present { ready: true, cordoned: false, maintenance_required: false },
+            node: NodeObs::Present {
+                ready: true,
+                cordoned: false,
+                maintenance_required: false,
+                drain_refused: false,
+            },
             agent,
             nova: NovaKind::Registered {
                 enabled,

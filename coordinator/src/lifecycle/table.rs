@@ -26,7 +26,7 @@ fn ev(name: &str, reason: crate::api::EvictionReason, phase: EvictionPhase) -> O
 
 /// A Ready Node, cordoned or not, with the update annotation or not.
 fn update_node(cordoned: bool, maintenance_required: bool) -> NodeObs {
-    NodeObs::Present { ready: true, cordoned, maintenance_required }
+    NodeObs::Present { ready: true, cordoned, maintenance_required, drain_refused: false }
 }
 
 /// A fencing done: started at t(0), fenced at t(5).
@@ -84,6 +84,8 @@ const ROWS: &[Row] = &[
     Row { name: "forbidden: the fencing's own ha Eviction ended unseen, servers left: no other one", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Ha; s.fencing = fenced(); with_host(o, |h| h.instances = vec!["vm-1".into()]); o.eviction = None; s.lifecycle.eviction = None }, to: Phase::Evicting, must: &["create eviction node-1-ha-1 (NodeFailure)"], never: &[] },
     Row { name: "Active -> Evicting: an update asks for the host (Node annotation maintenance-required)", from: Phase::Active, setup: |_, _, o| { o.node = update_node(false, true); with_host(o, |h| { h.enabled = true; h.instances = vec!["vm-1".into()] }) }, to: Phase::Evicting, must: &["disable compute service (hv-lifecycle: maintenance (auto): the Node asks for it", "create eviction node-1-auto-1 (RollingUpdate)"], never: &[] },
     Row { name: "Active -> Maintenance: an update asks for an empty host", from: Phase::Active, setup: |_, _, o| { o.node = update_node(false, true); with_host(o, |h| h.enabled = true) }, to: Phase::Maintenance, must: &["disable compute service"], never: &["create eviction"] },
+    Row { name: "Active -> Evicting: a drain refused by the webhook, the Node cordoned", from: Phase::Active, setup: |_, _, o| { o.node = NodeObs::Present { ready: true, cordoned: true, maintenance_required: false, drain_refused: true }; with_host(o, |h| { h.enabled = true; h.instances = vec!["vm-1".into()] }) }, to: Phase::Evicting, must: &["disable compute service (hv-lifecycle: maintenance (auto): a drain of the Node was refused", "create eviction node-1-auto-1 (RollingUpdate)"], never: &[] },
+    Row { name: "forbidden Active -> Evicting: a refused drain's mark on an uncordoned Node asks nothing", from: Phase::Active, setup: |_, _, o| { o.node = NodeObs::Present { ready: true, cordoned: false, maintenance_required: false, drain_refused: true }; with_host(o, |h| { h.enabled = true; h.instances = vec!["vm-1".into()] }) }, to: Phase::Active, must: &[], never: &["create eviction", "disable"] },
     Row { name: "forbidden Active -> Evicting: cordoned, and a cordon starts nothing (the default)", from: Phase::Active, setup: |_, _, o| { o.node = update_node(true, false); with_host(o, |h| { h.enabled = true; h.instances = vec!["vm-1".into()] }) }, to: Phase::Active, must: &[], never: &["create eviction", "disable"] },
     Row { name: "forbidden Maintenance -> Onboarding: the update's annotation still stands", from: Phase::Maintenance, setup: |_, s, o| { maintenance_of(s, "auto", RollingUpdate); o.eviction = ev("node-1-auto-1", RollingUpdate, Succeeded); o.node = update_node(false, true) }, to: Phase::Maintenance, must: &[], never: &["enable"] },
     Row { name: "Maintenance -> Onboarding: the update done (annotation removed)", from: Phase::Maintenance, setup: |_, s, o| { maintenance_of(s, "auto", RollingUpdate); o.eviction = ev("node-1-auto-1", RollingUpdate, Succeeded) }, to: Phase::Onboarding, must: &[], never: &["enable"] },

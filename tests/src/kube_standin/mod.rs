@@ -29,19 +29,38 @@
 //!   object, the last finalizer removed deletes it;
 //! - optimistic concurrency: a write carrying a stale `resourceVersion` is
 //!   409 Conflict; errors are `Status` objects with reason and code;
+//! - the `eviction` subresource of pods (`eviction`): the validating
+//!   webhooks registered for it called over HTTPS with a real
+//!   `AdmissionReview`, then the pod's PodDisruptionBudget, then the
+//!   delete; listed in discovery, so `kubectl drain` evicts rather than
+//!   deletes;
+//! - strategic merge patch without directives, as a merge patch (what
+//!   `kubectl cordon` and `uncordon` send);
 //! - Nodes, Pods, Namespaces, Secrets, Events (core and events.k8s.io),
-//!   Leases (coordination.k8s.io) and every CRD in `deploy/crds/`.
+//!   Leases (coordination.k8s.io), PodDisruptionBudgets (policy),
+//!   DaemonSets and StatefulSets (apps; stored, not run),
+//!   ValidatingWebhookConfigurations and every CRD in `deploy/crds/`.
 //!
 //! Limits (what a real API server does and this one does not):
 //! - a Secret is stored as written: `stringData` is not folded into `data`
 //!   (tests write `data`), and nothing is encrypted at rest;
-//! - strategic merge patch is rejected (415): use merge or JSON patch;
+//! - a strategic merge patch with directives (`$patch`, `$setElementOrder`,
+//!   ...) is rejected (415), and one without replaces lists where the API
+//!   server would merge them by key: use merge or JSON patch;
+//! - evictions: only webhooks with `clientConfig.url` are called (not a
+//!   service), `namespaceSelector`, `objectSelector` and `matchConditions`
+//!   are not read; a budget's allowed disruptions are computed at each
+//!   eviction from its pods' Ready conditions (no disruption controller, no
+//!   `status` written, `unhealthyPodEvictionPolicy` ignored), and an evicted
+//!   pod is deleted at once (no grace period); nothing runs the pods of a
+//!   DaemonSet or StatefulSet;
 //! - apply tracks only appliers: fields changed by non-apply writes (PUT,
 //!   merge and JSON patch) keep their apply owner, where the API server would
 //!   record an `Update` manager; metadata (labels, annotations) is not
 //!   tracked; `managedFields` is not shown in objects;
 //! - no schema validation, defaulting, pruning, CEL rules, admission or
-//!   webhooks (the CEL rules are tested with kube-cel in `tests/tests/crds.rs`);
+//!   webhooks but for evictions (the CEL rules are tested with kube-cel in
+//!   `tests/tests/crds.rs`);
 //! - no OpenAPI document: `kubectl apply` needs `--validate=false`
 //!   (`kubectl get` works, with the CRDs' printer columns as a Table);
 //! - no authentication or authorization; no pagination (`limit` is ignored,
@@ -54,6 +73,7 @@
 //! - the watch history keeps the last 10,000 events.
 
 pub mod audit;
+mod eviction;
 mod ownership;
 mod resources;
 mod server;

@@ -67,6 +67,17 @@ pub fn builtins() -> Vec<ResourceType> {
         ResourceType::builtin("", "v1", "events", "Event", true, false),
         ResourceType::builtin("events.k8s.io", "v1", "events", "Event", true, false),
         ResourceType::builtin("coordination.k8s.io", "v1", "leases", "Lease", true, false),
+        ResourceType::builtin("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", true, true),
+        ResourceType::builtin("apps", "v1", "daemonsets", "DaemonSet", true, true),
+        ResourceType::builtin("apps", "v1", "statefulsets", "StatefulSet", true, true),
+        ResourceType::builtin(
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingwebhookconfigurations",
+            "ValidatingWebhookConfiguration",
+            false,
+            false,
+        ),
     ]
 }
 

@@ -112,6 +112,8 @@ struct Target {
     namespace: Option<String>,
     name: Option<String>,
     status: bool,
+    /// `pods/{name}/eviction`.
+    eviction: bool,
 }
 
 enum Route {
@@ -169,6 +171,7 @@ fn route(store: &Store, path: &str) -> Result<Route, ApiError> {
     match sub {
         None => {}
         Some("status") if rt.status_subresource => {}
+        Some("eviction") if rt.group.is_empty() && rt.plural == "pods" => {}
         Some(s) => return Err(ApiError::new(404, "NotFound", format!("{plural} has no subresource {s}"))),
     }
     if rt.namespaced && namespace.is_none() && name.is_some() {
@@ -181,7 +184,13 @@ fn route(store: &Store, path: &str) -> Result<Route, ApiError> {
     if !rt.namespaced && namespace.is_some() {
         return Err(ApiError::new(404, "NotFound", format!("{plural} is cluster-scoped")));
     }
-    Ok(Route::Object(Target { resource, namespace, name, status: sub.is_some() }))
+    Ok(Route::Object(Target {
+        resource,
+        namespace,
+        name,
+        status: sub == Some("status"),
+        eviction: sub == Some("eviction"),
+    }))
 }
 
 fn query(req: &Request<Incoming>) -> BTreeMap<String, String> {
@@ -297,7 +306,11 @@ async fn handle(
             verb: super::audit::verb(&method, t.name.is_some(), watch).into(),
             group: rt.group.clone(),
             resource: rt.plural.clone(),
-            subresource: if t.status { "status".into() } else { String::new() },
+            subresource: match (t.status, t.eviction) {
+                (true, _) => "status".into(),
+                (_, true) => "eviction".into(),
+                _ => String::new(),
+            },
             namespace: t.namespace.clone().unwrap_or_default(),
             name: t.name.clone().unwrap_or_default(),
         });
@@ -313,6 +326,17 @@ async fn handle(
         ),
         Route::Groups => groups(&*store.lock().await),
         Route::Resources { group, version } => resource_list(&*store.lock().await, &group, &version),
+        Route::Object(t) if t.eviction => {
+            let key =
+                (t.resource, t.namespace.clone().unwrap_or_default(), t.name.clone().unwrap_or_default());
+            match method {
+                Method::POST => match super::eviction::evict(&store, &key, &body, &now()).await {
+                    Ok((code, v)) => json_response(code, &v),
+                    Err(e) => error(&e),
+                },
+                m => error(&ApiError::new(405, "MethodNotAllowed", format!("{m} on pods/eviction"))),
+            }
+        }
         Route::Object(t) => match (method, t.name.is_some()) {
             (Method::GET, false) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => {
                 watch(store, t, &q).await
@@ -370,6 +394,10 @@ fn resource_list(s: &Store, group: &str, version: &str) -> Response<Body> {
                 json!({"name": format!("{}/status", t.plural), "singularName": "", "namespaced": t.namespaced,
                 "kind": t.kind, "verbs": ["get", "patch", "update"]}),
             );
+        }
+        if t.group.is_empty() && t.plural == "pods" {
+            resources.push(json!({"name": "pods/eviction", "singularName": "", "namespaced": true,
+                "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]}));
         }
     }
     if resources.is_empty() {
@@ -527,6 +555,15 @@ async fn watch(store: Arc<Mutex<Store>>, t: Target, q: &BTreeMap<String, String>
     r
 }
 
+/// A strategic merge patch directive anywhere in `v` (a key starting `$`).
+fn has_directive(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => m.iter().any(|(k, v)| k.starts_with('$') || has_directive(v)),
+        Value::Array(a) => a.iter().any(has_directive),
+        _ => false,
+    }
+}
+
 async fn object_verb(
     store: &Mutex<Store>,
     t: &Target,
@@ -570,6 +607,14 @@ async fn object_verb(
             let k = key(name);
             let media = ctype.split(';').next().unwrap_or("").trim();
             match media {
+                // kubectl cordon's patch: without directives (`$patch`,
+                // `$setElementOrder`, ...) a strategic merge patch of maps is
+                // a merge patch; lists would be replaced, not merged by key.
+                "application/strategic-merge-patch+json" if !has_directive(&parse()?) => {
+                    let mut doc = s.get(&k)?;
+                    json_patch::merge(&mut doc, &parse()?);
+                    s.update(&k, doc, part).map(|v| (200, v))
+                }
                 "application/merge-patch+json" => {
                     let mut doc = s.get(&k)?;
                     json_patch::merge(&mut doc, &parse()?);
@@ -597,7 +642,7 @@ async fn object_verb(
                 "application/strategic-merge-patch+json" => Err(ApiError::new(
                     415,
                     "UnsupportedMediaType",
-                    "the hv Kubernetes stand-in does not implement strategic merge patch; use merge or JSON patch",
+                    "the hv Kubernetes stand-in does not implement strategic merge patch directives; use merge or JSON patch",
                 )),
                 other => Err(ApiError::new(
                     415,

@@ -35,3 +35,10 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
+
+{{/* A matchLabels map as a --protected-pods selector: k=v,k2=v2 (sorted). */}}
+{{- define "hv.selectorArg" -}}
+{{- $terms := list -}}
+{{- range $k, $v := . -}}{{- $terms = append $terms (printf "%s=%s" $k $v) -}}{{- end -}}
+{{- join "," $terms -}}
+{{- end -}}

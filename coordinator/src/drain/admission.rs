@@ -1,0 +1,445 @@
+//! The eviction webhook's decision (docs/drain.md): may this pod be evicted
+//! from its Node now, and should its host's maintenance start? Pure: the
+//! shell (`drain::webhook`) reads the pod, the Node, the Hypervisor and its
+//! Eviction, and writes the ask.
+//!
+//! A drain takes every pod off a Node, and a container does not wait for a
+//! finalizer: once nova-compute or a network agent is evicted from a host
+//! that still runs VMs, those VMs are unmanaged or cut off. So a protected
+//! pod goes only once its host may lose it, by the same rule the Node's
+//! marks say to everyone else (`drain::locks`): the hypervisor's own pods
+//! once the host is evictable (empty and held), a dependent's once its
+//! lock is gone. Everything else is never refused here.
+
+use std::collections::BTreeSet;
+
+use crate::api::Phase;
+use crate::api::eviction::EvictionPhase;
+
+/// What a pod is to its host, by the labels the site names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodKind {
+    /// Not named: evicted as Kubernetes would.
+    Unprotected,
+    /// One of the hypervisor's own pods (nova-compute, our agent): needed
+    /// while VMs live on the host.
+    Hypervisor,
+    /// A dependent (a network agent) under the node lock protocol: needed
+    /// while its lock annotation stands.
+    Dependent { component: String },
+}
+
+/// The Eviction of the host as the webhook tells it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EvictionView {
+    pub name: String,
+    pub phase: EvictionPhase,
+    pub migrated: u32,
+    pub total: u32,
+    /// Why it stopped, when it failed.
+    pub message: String,
+}
+
+/// The pod's host as the webhook sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Host {
+    pub node: String,
+    /// The Hypervisor's phase; None: the Node is no hypervisor.
+    pub phase: Option<Phase>,
+    /// VMs on the host as the Hypervisor's status counts them.
+    pub vms: Option<u32>,
+    /// The Node's `hypervisor.cloud.sap/evictable` label.
+    pub evictable: Option<bool>,
+    /// The components whose lock annotation stands on the Node.
+    pub locks: BTreeSet<String>,
+    pub cordoned: bool,
+    /// Something already asks for the host to be emptied (an SRE's
+    /// maintenance, an update's annotation, a cordon the site counts, or an
+    /// earlier refused drain).
+    pub asked: bool,
+    /// The host's latest Eviction.
+    pub eviction: Option<EvictionView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Allow,
+    /// 429: the evicting client (kubectl drain) tries again.
+    Refuse {
+        message: String,
+        /// Ask for the host's `auto` maintenance (the drain's mark on the
+        /// Node): the drain is under way, so the host must be emptied.
+        ask: bool,
+    },
+}
+
+pub fn decide(pod: &PodKind, host: &Host) -> Verdict {
+    let Some(phase) = host.phase else { return Verdict::Allow };
+    let blocked_by = match pod {
+        PodKind::Unprotected => return Verdict::Allow,
+        PodKind::Hypervisor if host.evictable == Some(true) => return Verdict::Allow,
+        PodKind::Hypervisor => String::new(),
+        PodKind::Dependent { component } if !host.locks.contains(component) => return Verdict::Allow,
+        PodKind::Dependent { component } => format!("node lock {component} held; "),
+    };
+    // A drain asks for the host only through its cordon, so that the
+    // uncordon after the update ends the ask (docs/drain.md).
+    let emptied = host.evictable == Some(true);
+    let ask = !emptied && host.cordoned && !host.asked;
+    let next = if ask {
+        "; maintenance started: its VMs will be moved away, then its pods may go"
+    } else if !emptied && !host.cordoned && !host.asked {
+        "; cordon the Node (kubectl drain does) to start its maintenance"
+    } else {
+        ""
+    };
+    let message = format!("hypervisor {}: {blocked_by}{}{next}", host.node, state(phase, host));
+    Verdict::Refuse { message, ask }
+}
+
+/// What is happening on the host, in a drain's words.
+fn state(phase: Phase, host: &Host) -> String {
+    let vms = |n: u32| if n == 1 { "1 VM".to_string() } else { format!("{n} VMs") };
+    match (&host.eviction, host.vms) {
+        (Some(e), _) if !e.phase.is_final() && e.total > 0 => {
+            format!("evacuating, {} of {} moved", e.migrated, vms(e.total))
+        }
+        (Some(e), _) if !e.phase.is_final() => format!("eviction {} {:?}", e.name, e.phase),
+        (Some(e), Some(n)) if e.phase == EvictionPhase::Failed && n > 0 => {
+            format!("eviction {} failed ({}); {} remain, an SRE must act", e.name, e.message, vms(n))
+        }
+        (_, Some(0)) if host.evictable == Some(true) => format!("{phase}, empty"),
+        (_, Some(0)) => format!("{phase}, empty, not yet held out of service"),
+        (_, Some(n)) => format!("{phase} with {}", vms(n)),
+        (_, None) => format!("{phase}, VMs not counted yet"),
+    }
+}
+
+/// An equality-based label selector, as `kubectl` writes one: `k=v`,
+/// `k==v`, `k!=v`, `k` (exists), `!k` (absent), joined by commas.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Selector(Vec<Term>);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Term {
+    Is(String, String),
+    Not(String, String),
+    Exists(String),
+    Absent(String),
+}
+
+impl std::str::FromStr for Selector {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Selector, String> {
+        let key = |k: &str| -> Result<String, String> {
+            let k = k.trim();
+            let ok = !k.is_empty()
+                && k.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+                && k.matches('/').count() <= 1;
+            if ok { Ok(k.to_string()) } else { Err(format!("{k:?} is not a label key")) }
+        };
+        let terms = s
+            .split(',')
+            .map(str::trim)
+            .map(|t| {
+                if let Some((k, v)) = t.split_once("!=") {
+                    Ok(Term::Not(key(k)?, v.trim().to_string()))
+                } else if let Some((k, v)) = t.split_once("==").or_else(|| t.split_once('=')) {
+                    Ok(Term::Is(key(k)?, v.trim().to_string()))
+                } else if let Some(k) = t.strip_prefix('!') {
+                    Ok(Term::Absent(key(k)?))
+                } else {
+                    Ok(Term::Exists(key(t)?))
+                }
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(Selector(terms))
+    }
+}
+
+impl Selector {
+    pub fn matches(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        self.0.iter().all(|t| match t {
+            Term::Is(k, v) => labels.get(k) == Some(v),
+            Term::Not(k, v) => labels.get(k) != Some(v),
+            Term::Exists(k) => labels.contains_key(k),
+            Term::Absent(k) => !labels.contains_key(k),
+        })
+    }
+}
+
+/// The pods the site names: its own (`--protected-pods`) and the
+/// dependents' (`--dependent-pods COMPONENT:SELECTOR`).
+#[derive(Clone, Debug, Default)]
+pub struct Protected {
+    pub hypervisor: Vec<Selector>,
+    pub dependents: Vec<(String, Selector)>,
+}
+
+impl Protected {
+    /// A pod's kind by its labels; a dependent's selector wins (its lock is
+    /// the finer rule).
+    pub fn kind(&self, labels: &std::collections::BTreeMap<String, String>) -> PodKind {
+        if let Some((c, _)) = self.dependents.iter().find(|(_, s)| s.matches(labels)) {
+            return PodKind::Dependent { component: c.clone() };
+        }
+        if self.hypervisor.iter().any(|s| s.matches(labels)) {
+            return PodKind::Hypervisor;
+        }
+        PodKind::Unprotected
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hypervisor.is_empty() && self.dependents.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use EvictionPhase::*;
+
+    fn host(phase: Option<Phase>, vms: Option<u32>, evictable: Option<bool>) -> Host {
+        Host {
+            node: "compute-3".into(),
+            phase,
+            vms,
+            evictable,
+            locks: BTreeSet::new(),
+            cordoned: true,
+            asked: false,
+            eviction: None,
+        }
+    }
+
+    fn eviction(phase: EvictionPhase, migrated: u32, total: u32) -> Option<EvictionView> {
+        Some(EvictionView {
+            name: "compute-3-auto-1".into(),
+            phase,
+            migrated,
+            total,
+            message: "no room".into(),
+        })
+    }
+
+    fn dependent() -> PodKind {
+        PodKind::Dependent { component: "neutron-l2".into() }
+    }
+
+    /// The table: pod kind × host state × eviction state, with what a
+    /// drain is told.
+    #[test]
+    fn the_decision_table() {
+        let refuse = |m: &str, ask: bool| Verdict::Refuse { message: m.to_string(), ask };
+        let active = host(Some(Phase::Active), Some(12), Some(false));
+        let mut evicting = host(Some(Phase::Evicting), Some(5), Some(false));
+        evicting.eviction = eviction(Migrating, 7, 12);
+        evicting.asked = true;
+        let mut failed = host(Some(Phase::Evicting), Some(5), Some(false));
+        failed.eviction = eviction(Failed, 7, 12);
+        failed.asked = true;
+        let mut emptied = host(Some(Phase::Maintenance), Some(0), Some(true));
+        emptied.eviction = eviction(Succeeded, 12, 12);
+        emptied.asked = true;
+        let mut locked = emptied.clone();
+        locked.locks.insert("neutron-l2".into());
+        let mut uncordoned = active.clone();
+        uncordoned.cordoned = false;
+        let mut preparing = evicting.clone();
+        preparing.eviction = eviction(Disabling, 0, 0);
+        let no_hypervisor = host(None, None, None);
+        let empty_active = host(Some(Phase::Active), Some(0), Some(false));
+        let onboarding = host(Some(Phase::Onboarding), None, Some(false));
+        let held_with_vms = {
+            let mut h = host(Some(Phase::Maintenance), Some(2), Some(false));
+            h.asked = true;
+            h
+        };
+        let rows: Vec<(&str, PodKind, &Host, Verdict)> = vec![
+            ("other pods always go", PodKind::Unprotected, &active, Verdict::Allow),
+            ("other pods always go, mid-eviction", PodKind::Unprotected, &evicting, Verdict::Allow),
+            ("a Node that is no hypervisor", PodKind::Hypervisor, &no_hypervisor, Verdict::Allow),
+            (
+                "VMs, cordoned: refused, maintenance asked",
+                PodKind::Hypervisor,
+                &active,
+                refuse(
+                    "hypervisor compute-3: Active with 12 VMs; maintenance started: its VMs will be moved away, \
+                     then its pods may go",
+                    true,
+                ),
+            ),
+            (
+                "VMs, not cordoned: refused, told how to start",
+                PodKind::Hypervisor,
+                &uncordoned,
+                refuse(
+                    "hypervisor compute-3: Active with 12 VMs; cordon the Node (kubectl drain does) to start its \
+                     maintenance",
+                    false,
+                ),
+            ),
+            (
+                "mid-eviction: progress",
+                PodKind::Hypervisor,
+                &evicting,
+                refuse("hypervisor compute-3: evacuating, 7 of 12 VMs moved", false),
+            ),
+            (
+                "an eviction not yet moving",
+                PodKind::Hypervisor,
+                &preparing,
+                refuse("hypervisor compute-3: eviction compute-3-auto-1 Disabling", false),
+            ),
+            (
+                "a failed eviction: an SRE must act",
+                PodKind::Hypervisor,
+                &failed,
+                refuse(
+                    "hypervisor compute-3: eviction compute-3-auto-1 failed (no room); 5 VMs remain, an SRE must act",
+                    false,
+                ),
+            ),
+            (
+                "held with VMs left",
+                PodKind::Hypervisor,
+                &held_with_vms,
+                refuse("hypervisor compute-3: Maintenance with 2 VMs", false),
+            ),
+            (
+                "empty but in service: held first",
+                PodKind::Hypervisor,
+                &empty_active,
+                refuse(
+                    "hypervisor compute-3: Active, empty, not yet held out of service; maintenance started: its VMs \
+                     will be moved away, then its pods may go",
+                    true,
+                ),
+            ),
+            (
+                "on its way into service",
+                PodKind::Hypervisor,
+                &onboarding,
+                refuse(
+                    "hypervisor compute-3: Onboarding, VMs not counted yet; maintenance started: its VMs will be \
+                     moved away, then its pods may go",
+                    true,
+                ),
+            ),
+            ("emptied and held: the pods go", PodKind::Hypervisor, &emptied, Verdict::Allow),
+            ("a dependent without its lock", dependent(), &emptied, Verdict::Allow),
+            (
+                "a dependent waits for its lock, whoever holds it",
+                dependent(),
+                &locked,
+                refuse("hypervisor compute-3: node lock neutron-l2 held; Maintenance, empty", false),
+            ),
+            (
+                "the hypervisor's pods do not wait for a dependent's lock",
+                PodKind::Hypervisor,
+                &locked,
+                Verdict::Allow,
+            ),
+            ("a dependent whose lock is not set: not ours to hold", dependent(), &active, Verdict::Allow),
+        ];
+        for (name, pod, h, want) in rows {
+            assert_eq!(decide(&pod, h), want, "{name}");
+        }
+        let mut dep_active = active.clone();
+        dep_active.locks.insert("neutron-l2".into());
+        assert_eq!(
+            decide(&dependent(), &dep_active),
+            refuse(
+                "hypervisor compute-3: node lock neutron-l2 held; Active with 12 VMs; maintenance started: its VMs \
+                 will be moved away, then its pods may go",
+                true
+            ),
+            "a dependent's refused drain asks for the host too"
+        );
+    }
+
+    /// Every combination: what never changes whatever the state.
+    #[test]
+    fn over_every_combination_the_rules_hold() {
+        let phases = [
+            None,
+            Some(Phase::Initial),
+            Some(Phase::Onboarding),
+            Some(Phase::Testing),
+            Some(Phase::Aborted),
+            Some(Phase::Ready),
+            Some(Phase::Active),
+            Some(Phase::Maintenance),
+            Some(Phase::Evicting),
+            Some(Phase::Decommissioned),
+        ];
+        let evictions = [
+            None,
+            eviction(Pending, 0, 0),
+            eviction(Migrating, 3, 9),
+            eviction(Succeeded, 9, 9),
+            eviction(Failed, 3, 9),
+            eviction(Cancelled, 0, 9),
+        ];
+        let pods = [PodKind::Unprotected, PodKind::Hypervisor, dependent()];
+        let mut n = 0;
+        for phase in phases {
+            for vms in [None, Some(0), Some(1), Some(40)] {
+                for evictable in [None, Some(false), Some(true)] {
+                    for ev in &evictions {
+                        for (cordoned, asked, locked) in (0..8).map(|b| (b & 1 != 0, b & 2 != 0, b & 4 != 0))
+                        {
+                            let mut h = host(phase, vms, evictable);
+                            (h.cordoned, h.asked, h.eviction) = (cordoned, asked, ev.clone());
+                            if locked {
+                                h.locks.insert("neutron-l2".into());
+                            }
+                            for pod in &pods {
+                                n += 1;
+                                let v = decide(pod, &h);
+                                let allowed = match pod {
+                                    _ if phase.is_none() => true,
+                                    PodKind::Unprotected => true,
+                                    PodKind::Hypervisor => evictable == Some(true),
+                                    PodKind::Dependent { .. } => !locked,
+                                };
+                                assert_eq!(v == Verdict::Allow, allowed, "{pod:?} {h:?}");
+                                if let Verdict::Refuse { message, ask } = v {
+                                    assert!(message.starts_with("hypervisor compute-3: "), "{message}");
+                                    assert_eq!(
+                                        ask,
+                                        cordoned && !asked && evictable != Some(true),
+                                        "only a cordoned drain asks, once, for a host not yet emptied: {h:?}"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(n, 10 * 4 * 3 * 6 * 8 * 3);
+    }
+
+    #[test]
+    fn selectors_match_as_kubectl_writes_them() {
+        let labels = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let s: Selector = "app=nova-compute, tier!=test,component,!legacy".parse().unwrap();
+        assert!(s.matches(&labels(&[("app", "nova-compute"), ("component", "x")])));
+        assert!(!s.matches(&labels(&[("app", "nova-compute")])), "component must exist");
+        assert!(!s.matches(&labels(&[("app", "nova-compute"), ("component", ""), ("legacy", "1")])));
+        assert!(!s.matches(&labels(&[("app", "nova-compute"), ("component", ""), ("tier", "test")])));
+        assert!("app.kubernetes.io/name==hv-agent".parse::<Selector>().is_ok());
+        for bad in ["", "a b=c", "=x", "a/b/c=d", "app=x,,y"] {
+            assert!(bad.parse::<Selector>().is_err(), "{bad:?}");
+        }
+        let p = Protected {
+            hypervisor: vec!["app=nova-compute".parse().unwrap()],
+            dependents: vec![("neutron-l2".into(), "app=neutron-l2".parse().unwrap())],
+        };
+        assert_eq!(p.kind(&labels(&[("app", "nova-compute")])), PodKind::Hypervisor);
+        assert_eq!(p.kind(&labels(&[("app", "neutron-l2")])), dependent());
+        assert_eq!(p.kind(&labels(&[("app", "web")])), PodKind::Unprotected);
+    }
+}

@@ -1,0 +1,239 @@
+//! The eviction webhook's listener (docs/drain.md): HTTPS on a port of its
+//! own, called by the Kubernetes API server for every `pods/eviction`
+//! (the chart's ValidatingWebhookConfiguration). It reads the pod, and
+//! what the caches hold of its Node, Hypervisor and Eviction, asks
+//! [`admission::decide`](super::admission::decide), and for a refused
+//! drain of a cordoned host marks the Node ([`super::DRAIN_REFUSED`]) so
+//! the lifecycle starts `auto` maintenance.
+//!
+//! The API server calls it with `failurePolicy: Ignore`, so a webhook that
+//! does not answer lets evictions through; the PodDisruptionBudgets on the
+//! protected pods (`POD_EVICTABLE`) hold them then. A replica that does
+//! not lead, or whose caches are not whole, refuses protected pods with a
+//! 429 (the drain tries again) rather than guess.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube::runtime::reflector::{ObjectRef, Store};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+use tracing::Instrument;
+
+use super::admission::{self, EvictionView, Host, PodKind, Protected, Verdict};
+use crate::api::{Eviction, Hypervisor, MaintenanceMode};
+use crate::k8s::Gate;
+use crate::k8s::hypervisor::MAINTENANCE_REQUIRED_ANNOTATION;
+
+/// An AdmissionReview is a few kilobytes; anything past this is not one.
+const MAX_BODY: usize = 1 << 20;
+
+/// What the webhook reads and may write.
+pub struct Webhook {
+    /// Lease-guarded: only the leader marks a Node.
+    pub client: kube::Client,
+    pub hypervisors: Store<Hypervisor>,
+    pub nodes: Store<Node>,
+    pub evictions: Store<Eviction>,
+    pub gate: Arc<Gate>,
+    pub protected: Protected,
+    pub cordon_starts_maintenance: bool,
+}
+
+struct Tls {
+    tcp: TcpListener,
+    acceptor: TlsAcceptor,
+}
+
+impl hv_listen::Accept for Tls {
+    type Io = TlsStream<TcpStream>;
+
+    async fn next(&self) -> std::io::Result<TcpStream> {
+        self.tcp.accept().await.map(|(s, _)| s)
+    }
+
+    fn ready(&self, tcp: TcpStream) -> impl Future<Output = std::io::Result<Self::Io>> + Send + 'static {
+        self.acceptor.accept(tcp)
+    }
+}
+
+/// Binds `addr` and serves the webhook over TLS with `config` until the
+/// process ends; answers the bound address.
+pub async fn serve(
+    addr: SocketAddr,
+    config: Arc<hv_tls::server::ServerConfig>,
+    hook: Arc<Webhook>,
+) -> std::io::Result<SocketAddr> {
+    let tcp = TcpListener::bind(addr).await?;
+    let bound = tcp.local_addr()?;
+    let listener = Tls { tcp, acceptor: TlsAcceptor::from(config) };
+    let limits = hv_listen::Limits { max_connections: 64, ..Default::default() };
+    tokio::spawn(hv_listen::accept_loop(listener, limits, move |req| {
+        let hook = hook.clone();
+        async move { hook.handle(req).await }
+    }));
+    Ok(bound)
+}
+
+fn json(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert("content-type", http::HeaderValue::from_static("application/json"));
+    r
+}
+
+impl Webhook {
+    async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+        if req.method() != Method::POST {
+            return hv_listen::text(StatusCode::METHOD_NOT_ALLOWED, "POST an AdmissionReview\n");
+        }
+        let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) => return hv_listen::text(StatusCode::BAD_REQUEST, format!("reading the body: {e}\n")),
+        };
+        let review = serde_json::from_slice::<AdmissionReview<DynamicObject>>(&body)
+            .ok()
+            .and_then(|r| TryInto::<AdmissionRequest<DynamicObject>>::try_into(r).ok());
+        let response = match review {
+            Some(request) => self.review(&request).await,
+            None => AdmissionResponse::invalid("not an AdmissionReview with a request"),
+        };
+        match serde_json::to_vec(&response.into_review()) {
+            Ok(b) => json(StatusCode::OK, b),
+            Err(e) => hv_listen::text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+        }
+    }
+
+    async fn review(&self, req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+        let allow = AdmissionResponse::from(req);
+        if req.resource.resource != "pods" || req.sub_resource.as_deref() != Some("eviction") {
+            return allow;
+        }
+        let (Some(ns), name) = (req.namespace.as_deref(), req.name.as_str()) else { return allow };
+        let span =
+            tracing::info_span!("eviction", pod = %format!("{ns}/{name}"), node = tracing::field::Empty);
+        self.judge(req, ns, name, &span).instrument(span.clone()).await
+    }
+
+    async fn judge(
+        &self,
+        req: &AdmissionRequest<DynamicObject>,
+        ns: &str,
+        name: &str,
+        span: &tracing::Span,
+    ) -> AdmissionResponse {
+        let allow = AdmissionResponse::from(req);
+        let refuse = |message: String| {
+            let mut r = AdmissionResponse::from(req).deny(message);
+            r.result.code = 429;
+            r.result.reason = "TooManyRequests".into();
+            r
+        };
+        // A pod we cannot read may be protected: the drain tries again.
+        let pod = match Api::<Pod>::namespaced(self.client.clone(), ns).get_opt(name).await {
+            Ok(Some(pod)) => pod,
+            Ok(None) => return allow,
+            Err(e) => {
+                return refuse(format!("hv-coordinator: could not read pod {ns}/{name}: {e}; try again"));
+            }
+        };
+        let kind = self.protected.kind(pod.metadata.labels.as_ref().unwrap_or(&Default::default()));
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else { return allow };
+        span.record("node", node.as_str());
+        if kind == PodKind::Unprotected {
+            return allow;
+        }
+        if !self.gate.open() {
+            return refuse(format!(
+                "hypervisor {node}: hv-coordinator is not ready to judge (not the leader, or its caches are not \
+                 synced yet); try again"
+            ));
+        }
+        match admission::decide(&kind, &self.host(&node)) {
+            Verdict::Allow => {
+                tracing::info!(?kind, "eviction allowed");
+                allow
+            }
+            Verdict::Refuse { mut message, ask } => {
+                // A dry run changes nothing (the configuration's
+                // sideEffects: NoneOnDryRun).
+                if ask
+                    && !req.dry_run
+                    && let Err(e) = self.ask(&node).await
+                {
+                    tracing::warn!(error = %e, "could not mark the Node for maintenance");
+                    message.push_str(&format!(" (the ask for maintenance failed: {e}; it is tried again)"));
+                }
+                tracing::info!(?kind, ask, %message, "eviction refused");
+                refuse(message)
+            }
+        }
+    }
+
+    /// The host as the caches hold it.
+    fn host(&self, node_name: &str) -> Host {
+        let hv = self.hypervisors.get(&ObjectRef::new(node_name));
+        let node = self.nodes.get(&ObjectRef::new(node_name));
+        let marks = node.as_deref().map(super::locks::of).unwrap_or_default();
+        let annotated = |key: &str| {
+            node.as_ref().is_some_and(|n| n.metadata.annotations.iter().flatten().any(|(k, _)| k == key))
+        };
+        let status = hv.as_ref().and_then(|h| h.status.clone()).unwrap_or_default();
+        let spec_asks = hv.as_ref().is_some_and(|h| h.spec.maintenance != MaintenanceMode::None);
+        let asked = spec_asks
+            || annotated(MAINTENANCE_REQUIRED_ANNOTATION)
+            || (marks.cordoned && (marks.drain_refused || self.cordon_starts_maintenance));
+        Host {
+            node: node_name.to_string(),
+            phase: hv.as_ref().map(|_| status.phase.unwrap_or_default()),
+            vms: status.instances.as_ref().map(|i| i.count),
+            evictable: marks.evictable,
+            locks: marks.held,
+            cordoned: marks.cordoned,
+            asked,
+            eviction: self.eviction(node_name, status.lifecycle.eviction.as_ref().map(|r| r.name.as_str())),
+        }
+    }
+
+    /// The host's running Eviction, else the one its lifecycle names.
+    fn eviction(&self, node: &str, named: Option<&str>) -> Option<EvictionView> {
+        let all = self.evictions.state();
+        let running = all.iter().find(|e| {
+            e.spec.hypervisor == node
+                && !e.status.as_ref().and_then(|s| s.phase).unwrap_or_default().is_final()
+        });
+        let ev = running
+            .or_else(|| all.iter().find(|e| Some(e.metadata.name.as_deref().unwrap_or("")) == named))?;
+        let st = ev.status.clone().unwrap_or_default();
+        Some(EvictionView {
+            name: ev.metadata.name.clone().unwrap_or_default(),
+            phase: st.phase.unwrap_or_default(),
+            migrated: st.migrated,
+            total: st.total,
+            message: st
+                .conditions
+                .iter()
+                .find(|c| c.status != "True")
+                .map(|c| c.message.clone())
+                .unwrap_or_default(),
+        })
+    }
+
+    /// Marks the Node: a drain was refused while the host was in service.
+    async fn ask(&self, node: &str) -> Result<(), kube::Error> {
+        let now = jiff::Timestamp::now().to_string();
+        let patch = serde_json::json!({"metadata": {"annotations": {super::DRAIN_REFUSED: now}}});
+        let api: Api<Node> = Api::all(self.client.clone());
+        api.patch(node, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+    }
+}
