@@ -49,6 +49,7 @@ fn main() {
         eviction: None,
         retry: None,
         close_hosts: Vec::new(),
+        update_wait: None,
         health: None,
     };
     println!("lifecycle::decide, one hypervisor, 40 instances (release build)");

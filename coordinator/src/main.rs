@@ -18,6 +18,7 @@ use hv_coordinator::k8s::acting::LeaderOnlyLayer;
 use hv_coordinator::k8s::eviction::EvictionContext;
 use hv_coordinator::k8s::leader::{Election, LeaseGuard};
 use hv_coordinator::k8s::leader_pod::LeaderPod;
+use hv_coordinator::k8s::updates::UpdateLimit;
 use hv_coordinator::k8s::{self, Context, Gate, Intervals, Template, Writers};
 use hv_coordinator::lifecycle::Policy;
 use hv_coordinator::metrics::Metrics;
@@ -120,6 +121,12 @@ struct Args {
     /// Node while the host is not evictable (docs/drain.md). Repeatable.
     #[arg(long = "node-lock", value_parser = node_lock)]
     node_locks: Vec<String>,
+    /// At most this many hosts held for updates at once (an update's ask:
+    /// the maintenance-required annotation, a counted cordon, a refused
+    /// drain): a host in service whose Node asks past it waits for a place
+    /// (docs/drain.md). 0: no limit.
+    #[arg(long, default_value_t = 10)]
+    update_max_held: usize,
     /// HTTPS address of the eviction webhook (docs/drain.md), which the
     /// API server calls for every pod eviction; with --webhook-tls-cert
     /// and --webhook-tls-key. Without it, no webhook is served.
@@ -466,6 +473,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // The gate opens once this replica leads with whole caches; until then
     // the webhook refuses protected pods (a drain tries again).
     let gate = Arc::new(Gate::new(guard.clone()));
+    let updates = Arc::new(UpdateLimit::new(
+        args.update_max_held,
+        args.cordon_starts_maintenance,
+        hv_reader.clone(),
+        node_reader.clone(),
+    ));
     let protected =
         Protected { hypervisor: args.protected_pods.clone(), dependents: args.dependent_pods.clone() };
     if let (Some(addr), Some(cert), Some(key)) =
@@ -480,6 +493,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             gate: gate.clone(),
             protected: protected.clone(),
             cordon_starts_maintenance: args.cordon_starts_maintenance,
+            updates: updates.clone(),
         });
         let bound = hv_coordinator::drain::webhook::serve(addr, config, hook)
             .await
@@ -573,6 +587,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         written: Default::default(),
         node_locks: args.node_locks.clone(),
         protected,
+        updates,
     });
     let template = Template {
         aggregates: args.aggregates.clone(),

@@ -4,7 +4,8 @@
 //! `auto` maintenance: disabled in Nova, its servers live-migrated away by a
 //! RollingUpdate Eviction, held in Maintenance while the ask stands. Its
 //! end (annotation removed, uncordon) brings the host back through its
-//! checks to Active. And the node lock protocol: the Node says whether the
+//! checks to Active; past `--update-max-held`, a host asking waits in
+//! service for a place. And the node lock protocol: the Node says whether the
 //! host may lose its dependents (label `hypervisor.cloud.sap/evictable`),
 //! and a network agent's lock annotation stands while it may not
 //! (docs/drain.md). And `kubectl drain` against the eviction webhook and
@@ -36,7 +37,10 @@ async fn an_update_empties_the_host_by_live_migration_and_its_end_brings_it_back
     let env = region.env.clone();
     let zone = hv_tests::hosts::zone(&env, 1).await;
     let (host, target) = (zone.source.host.clone(), zone.targets[0].host.clone());
-    let coord = region.coordinator(None, &["--cordon-starts-maintenance", "--node-lock", "neutron-l2"]);
+    let coord = region.coordinator(
+        None,
+        &["--cordon-starts-maintenance", "--node-lock", "neutron-l2", "--update-max-held", "1"],
+    );
     let mut agents = Vec::new();
     for h in [&host, &target] {
         agents.push(region.agent(h, &AgentPeers::default()));
@@ -78,6 +82,21 @@ async fn an_update_empties_the_host_by_live_migration_and_its_end_brings_it_back
     assert!(held.spec.maintenance_reason.is_empty(), "the spec is the SRE's: untouched");
     // Empty and held: evictable, the lock lifted.
     wait_locks(&nodes, &host, true).await;
+    // The other host asks too, past --update-max-held 1: it waits, in service.
+    let ask =
+        serde_json::json!({"metadata": {"annotations": {MAINTENANCE_REQUIRED_ANNOTATION: "os-update"}}});
+    nodes.patch(&target, &PatchParams::default(), &Patch::Merge(&ask)).await.unwrap();
+    until("the other host told it waits", SOON, String::new, || async {
+        let events = region.events_for(&target).await;
+        match events.iter().find(|(reason, _)| reason == "UpdateWaits") {
+            Some((_, note)) => Poll::Ready(note.clone()),
+            None => Poll::Pending(format!("{events:?}")),
+        }
+    })
+    .await;
+    let waiting = region.hypervisor(&target).await.unwrap();
+    assert_eq!(waiting.status.unwrap().phase, Some(Phase::Active), "held back in service");
+    assert_eq!(admin.service(&target).await.unwrap().unwrap()["status"], "enabled");
 
     // Uncordoned: back through its checks (a new run) to Active, enabled.
     nodes.patch(&host, &PatchParams::default(), &Patch::Merge(&cordon(false))).await.unwrap();
@@ -89,17 +108,16 @@ async fn an_update_empties_the_host_by_live_migration_and_its_end_brings_it_back
     // In service again, VMs may land: locked again.
     wait_locks(&nodes, &host, false).await;
 
-    // The update protocol's annotation: the same, whatever the cordon.
-    let ask =
-        serde_json::json!({"metadata": {"annotations": {MAINTENANCE_REQUIRED_ANNOTATION: "os-update"}}});
-    nodes.patch(&host, &PatchParams::default(), &Patch::Merge(&ask)).await.unwrap();
-    region.wait_phase(&host, Phase::Maintenance, SOON, &coord).await;
-    let svc = admin.service(&host).await.unwrap().unwrap();
+    // The place freed, the waiting host gets it, through its annotation:
+    // emptied (the server back on the first host) and held.
+    region.wait_phase(&target, Phase::Maintenance, SOON, &coord).await;
+    assert_eq!(admin.server(&id).await.unwrap()["OS-EXT-SRV-ATTR:host"], host.as_str());
+    let svc = admin.service(&target).await.unwrap().unwrap();
     assert!(svc["disabled_reason"].as_str().unwrap().contains("maintenance-required"), "{svc}");
     let done = serde_json::json!({"metadata": {"annotations": {MAINTENANCE_REQUIRED_ANNOTATION: null}}});
-    nodes.patch(&host, &PatchParams::default(), &Patch::Merge(&done)).await.unwrap();
-    region.wait_phase(&host, Phase::Active, SOON, &coord).await;
-    assert_eq!(admin.service(&host).await.unwrap().unwrap()["status"], "enabled");
+    nodes.patch(&target, &PatchParams::default(), &Patch::Merge(&done)).await.unwrap();
+    region.wait_phase(&target, Phase::Active, SOON, &coord).await;
+    assert_eq!(admin.service(&target).await.unwrap().unwrap()["status"], "enabled");
     drop(agents);
 }
 

@@ -59,6 +59,9 @@ pub struct Host {
     pub asked: bool,
     /// The host's latest Eviction.
     pub eviction: Option<EvictionView>,
+    /// Why an update's ask of this host would wait now
+    /// (`--update-max-held`).
+    pub update_wait: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,12 +89,15 @@ pub fn decide(pod: &PodKind, host: &Host) -> Verdict {
     // uncordon after the update ends the ask (docs/drain.md).
     let emptied = host.evictable == Some(true);
     let ask = !emptied && host.cordoned && !host.asked;
-    let next = if ask {
-        "; maintenance started: its VMs will be moved away, then its pods may go"
-    } else if !emptied && !host.cordoned && !host.asked {
-        "; cordon the Node (kubectl drain does) to start its maintenance"
-    } else {
-        ""
+    let in_service = matches!(phase, Phase::Active | Phase::Ready);
+    let next = match &host.update_wait {
+        Some(why) if ask && in_service => format!("; maintenance asked, it waits for a place: {why}"),
+        Some(why) if host.asked && in_service => format!("; its maintenance waits for a place: {why}"),
+        _ if ask => "; maintenance started: its VMs will be moved away, then its pods may go".to_string(),
+        _ if !emptied && !host.cordoned && !host.asked => {
+            "; cordon the Node (kubectl drain does) to start its maintenance".to_string()
+        }
+        _ => String::new(),
     };
     let message = format!("hypervisor {}: {blocked_by}{}{next}", host.node, state(phase, host));
     Verdict::Refuse { message, ask }
@@ -210,6 +216,7 @@ mod tests {
             cordoned: true,
             asked: false,
             eviction: None,
+            update_wait: None,
         }
     }
 
@@ -256,7 +263,34 @@ mod tests {
             h.asked = true;
             h
         };
+        let full = "2 hosts are held for updates (--update-max-held 2): compute-1, compute-2";
+        let mut waits = active.clone();
+        waits.update_wait = Some(full.into());
+        let mut waiting = waits.clone();
+        waiting.asked = true;
         let rows: Vec<(&str, PodKind, &Host, Verdict)> = vec![
+            (
+                "the fleet's update limit reached: asked, told it waits",
+                PodKind::Hypervisor,
+                &waits,
+                refuse(
+                    &format!(
+                        "hypervisor compute-3: Active with 12 VMs; maintenance asked, it waits for a place: {full}"
+                    ),
+                    true,
+                ),
+            ),
+            (
+                "still waiting for a place",
+                PodKind::Hypervisor,
+                &waiting,
+                refuse(
+                    &format!(
+                        "hypervisor compute-3: Active with 12 VMs; its maintenance waits for a place: {full}"
+                    ),
+                    false,
+                ),
+            ),
             ("other pods always go", PodKind::Unprotected, &active, Verdict::Allow),
             ("other pods always go, mid-eviction", PodKind::Unprotected, &evicting, Verdict::Allow),
             ("a Node that is no hypervisor", PodKind::Hypervisor, &no_hypervisor, Verdict::Allow),

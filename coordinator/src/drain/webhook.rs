@@ -46,6 +46,7 @@ pub struct Webhook {
     pub gate: Arc<Gate>,
     pub protected: Protected,
     pub cordon_starts_maintenance: bool,
+    pub updates: Arc<crate::k8s::updates::UpdateLimit>,
 }
 
 struct Tls {
@@ -191,7 +192,19 @@ impl Webhook {
         let asked = spec_asks
             || annotated(MAINTENANCE_REQUIRED_ANNOTATION)
             || (marks.cordoned && (marks.drain_refused || self.cordon_starts_maintenance));
+        // Would the host wait for a place once asked? (A peek: no claim.)
+        let asking = crate::lifecycle::NodeObs::Present {
+            ready: true,
+            cordoned: true,
+            maintenance_required: true,
+            drain_refused: true,
+        };
+        let update_wait = hv.as_ref().and_then(|h| {
+            let phase = status.phase.unwrap_or_default();
+            self.updates.wait(node_name, phase, &h.spec, asking, false)
+        });
         Host {
+            update_wait,
             node: node_name.to_string(),
             phase: hv.as_ref().map(|_| status.phase.unwrap_or_default()),
             vms: status.instances.as_ref().map(|i| i.count),

@@ -94,6 +94,8 @@ pub struct Context {
     /// The pods a drain must not take while the host needs them: the
     /// evictable ones carry `drain::POD_EVICTABLE` (docs/drain.md).
     pub protected: crate::drain::admission::Protected,
+    /// How many hosts updates may hold at once (docs/drain.md).
+    pub updates: Arc<super::updates::UpdateLimit>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -166,6 +168,11 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
         policy,
         now,
     });
+    if let Some(why) = &seen.obs.update_wait {
+        tracing::info!(node = %name, %why, "an update asks for the host; it waits for a place");
+        let note = format!("an update asks for the host; it stays in service until a place frees: {why}");
+        publish(&ctx, &hv.object_ref(&()), EventType::Normal, "UpdateWaits", &note).await;
+    }
     // Fencing before the lifecycle's actions: once Nova holds a dead host
     // forced down it no longer waits on the host's nova-compute to answer a
     // change of its enabled status (up to its RPC timeout, a minute).
@@ -320,6 +327,7 @@ async fn observe(
         close_hosts,
         // Judged after observing, with the phase read.
         health: None,
+        update_wait: ctx.updates.wait(name, phase, &hv.spec, node, true),
     };
     let judged = crate::metrics::AGENT_EXPECTED.contains(&phase);
     // Not while a new leader settles: no agent is connected yet, and no

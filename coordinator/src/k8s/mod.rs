@@ -15,6 +15,7 @@ pub mod leader_pod;
 pub mod nodes;
 pub mod status;
 pub mod triggers;
+pub mod updates;
 pub mod write;
 pub mod written;
 

@@ -237,6 +237,12 @@ fn hypervisor_ctx_executing(
         written: Written::default(),
         node_locks: Vec::new(),
         protected: Default::default(),
+        updates: Arc::new(crate::k8s::updates::UpdateLimit::new(
+            0,
+            false,
+            reflector::store::<Hypervisor>().0,
+            reflector::store::<Node>().0,
+        )),
     };
     Hv { ctx: Arc::new(ctx), log, bodies }
 }

@@ -1081,8 +1081,13 @@ impl<'a> Draft<'a> {
         }
     }
 
-    /// Why an update asks for the host to be emptied, if it does.
+    /// Why an update asks for the host to be emptied, if it does (and,
+    /// for a host in service, may now: `update_wait`).
     fn update_asked(&self) -> Option<&'static str> {
+        let in_service = matches!(self.input.status.phase, Some(Phase::Active | Phase::Ready));
+        if in_service && self.obs().update_wait.is_some() {
+            return None;
+        }
         match self.obs().node {
             NodeObs::Present { maintenance_required: true, .. } => {
                 Some("the Node asks for it (hypervisor.cloud.sap/maintenance-required)")

@@ -73,6 +73,7 @@ pub fn obs() -> Observations {
         eviction: None,
         retry: None,
         close_hosts: Vec::new(),
+        update_wait: None,
         health: None,
     }
 }

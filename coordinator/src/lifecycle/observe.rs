@@ -29,6 +29,10 @@ pub struct Observations {
     /// taken over, or a phase that is not judged): then nothing is done
     /// for health, and what was done stands.
     pub health: Option<HealthObs>,
+    /// Set when an update's ask of a host in service must wait: as many
+    /// hosts as `--update-max-held` allows are held for updates already
+    /// (docs/drain.md), with why. A host already held keeps its place.
+    pub update_wait: Option<String>,
 }
 
 /// A health verdict, as far as the lifecycle acts on it.

@@ -317,6 +317,7 @@ fn one_step_rules_hold_on_the_whole_grid() {
                                             retry: retry.clone(),
                                             close_hosts: Vec::new(),
                                             health: health.clone(),
+                                            update_wait: None,
                                         };
                                         for now in [t(60), t(100_000)] {
                                             let input = Input {
@@ -695,6 +696,7 @@ impl Sim {
             retry,
             close_hosts: Vec::new(),
             health,
+            update_wait: None,
         }
     }
 

@@ -1,0 +1,218 @@
+//! The fleet's limit on hosts held for updates (`--update-max-held`,
+//! docs/drain.md). An update tool that cordons or annotates a whole pool at
+//! once must not have every host disabled and emptied in the same minute:
+//! the hosts left in service must take their VMs. A host in service whose
+//! Node asks waits while the limit's worth of hosts are held for updates;
+//! a host already held keeps its place.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
+
+use crate::api::hypervisor::HypervisorSpec;
+use crate::api::{Hypervisor, MaintenanceMode, Phase};
+use crate::lifecycle::NodeObs;
+
+/// How long a host given a place counts though the cache does not show
+/// it held yet.
+const CLAIM_TTL: Duration = Duration::from_secs(30);
+
+/// The limit, the caches it counts in, and the hosts given a place
+/// moments ago.
+pub struct UpdateLimit {
+    /// 0: no limit.
+    pub max_held: usize,
+    pub cordon_starts_maintenance: bool,
+    hypervisors: Store<Hypervisor>,
+    nodes: Store<Node>,
+    recent: Mutex<Vec<(String, Instant)>>,
+}
+
+impl UpdateLimit {
+    pub fn new(
+        max_held: usize,
+        cordon_starts_maintenance: bool,
+        hypervisors: Store<Hypervisor>,
+        nodes: Store<Node>,
+    ) -> Self {
+        UpdateLimit {
+            max_held,
+            cordon_starts_maintenance,
+            hypervisors,
+            nodes,
+            recent: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Whether the Node asks for its host (the lifecycle's rule, without
+    /// the SRE's spec).
+    pub fn asks(&self, node: NodeObs) -> bool {
+        match node {
+            NodeObs::Present { maintenance_required, cordoned, drain_refused, .. } => {
+                maintenance_required || (cordoned && (drain_refused || self.cordon_starts_maintenance))
+            }
+            _ => false,
+        }
+    }
+
+    /// Why the host `name` (in `phase`, under `spec`, its Node `node`)
+    /// must wait for a place, or None; with `claim`, a place given is
+    /// held for it until the cache shows it held.
+    pub fn wait(
+        &self,
+        name: &str,
+        phase: Phase,
+        spec: &HypervisorSpec,
+        node: NodeObs,
+        claim: bool,
+    ) -> Option<String> {
+        let Ok(mut recent) = self.recent.lock() else { return None };
+        // A claim goes with its ask.
+        recent.retain(|(n, at)| (n != name || self.asks(node)) && at.elapsed() < CLAIM_TTL);
+        let in_service = matches!(phase, Phase::Active | Phase::Ready);
+        if self.max_held == 0 || spec.maintenance != MaintenanceMode::None || !self.asks(node) || !in_service
+        {
+            return None;
+        }
+        let mut held = self.held();
+        held.extend(recent.iter().map(|(n, _)| n.clone()));
+        held.remove(name);
+        if held.len() >= self.max_held {
+            let some: Vec<&str> = held.iter().take(5).map(String::as_str).collect();
+            return Some(format!(
+                "{} hosts are held for updates (--update-max-held {}): {}{}",
+                held.len(),
+                self.max_held,
+                some.join(", "),
+                if held.len() > some.len() { ", ..." } else { "" }
+            ));
+        }
+        if claim && !recent.iter().any(|(n, _)| n == name) {
+            recent.push((name.to_string(), Instant::now()));
+        }
+        None
+    }
+
+    /// The hosts held for an update now: their Node asks, the SRE's spec
+    /// does not, and they are out of service for it.
+    fn held(&self) -> BTreeSet<String> {
+        let asking: BTreeSet<String> = self
+            .nodes
+            .state()
+            .iter()
+            .filter(|n| self.asks(super::hypervisor::node_obs(n)))
+            .map(|n| n.name_any())
+            .collect();
+        self.hypervisors
+            .state()
+            .iter()
+            .filter(|h| asking.contains(&h.name_any()) && h.spec.maintenance == MaintenanceMode::None)
+            .filter(|h| {
+                let phase = h.status.as_ref().and_then(|s| s.phase).unwrap_or_default();
+                matches!(phase, Phase::Evicting | Phase::Maintenance)
+            })
+            .map(|h| h.name_any())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+
+    fn node(name: &str, required: bool) -> Node {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        if required {
+            n.metadata.annotations = Some(
+                [(super::super::hypervisor::MAINTENANCE_REQUIRED_ANNOTATION.to_string(), "os".to_string())]
+                    .into(),
+            );
+        }
+        n
+    }
+
+    fn hv(name: &str, phase: Phase) -> Hypervisor {
+        let mut h = Hypervisor::new(name, HypervisorSpec::default());
+        h.status =
+            Some(crate::api::hypervisor::HypervisorStatus { phase: Some(phase), ..Default::default() });
+        h
+    }
+
+    fn stores(hosts: &[(&str, Phase, bool)]) -> (Store<Hypervisor>, Store<Node>) {
+        let (hr, mut hw) = reflector::store();
+        let (nr, mut nw) = reflector::store();
+        hw.apply_watcher_event(&Event::Init);
+        nw.apply_watcher_event(&Event::Init);
+        for (name, phase, asks) in hosts {
+            hw.apply_watcher_event(&Event::InitApply(hv(name, *phase)));
+            nw.apply_watcher_event(&Event::InitApply(node(name, *asks)));
+        }
+        hw.apply_watcher_event(&Event::InitDone);
+        nw.apply_watcher_event(&Event::InitDone);
+        (hr, nr)
+    }
+
+    const ASKS: NodeObs =
+        NodeObs::Present { ready: true, cordoned: false, maintenance_required: true, drain_refused: false };
+
+    #[test]
+    fn a_host_in_service_waits_while_the_limit_is_held_and_a_held_one_keeps_its_place() {
+        use Phase::*;
+        let (hvs, nodes) = stores(&[
+            ("a", Maintenance, true),
+            ("b", Evicting, true),
+            ("c", Active, true),
+            ("d", Maintenance, false),
+        ]);
+        let limit = UpdateLimit::new(2, false, hvs.clone(), nodes.clone());
+        let spec = HypervisorSpec::default();
+        let why = limit.wait("c", Active, &spec, ASKS, true).expect("waits");
+        assert!(why.starts_with("2 hosts are held for updates (--update-max-held 2): a, b"), "{why}");
+        assert_eq!(limit.wait("a", Maintenance, &spec, ASKS, true), None, "held: keeps its place");
+        assert_eq!(limit.wait("b", Evicting, &spec, ASKS, true), None);
+        // A Node that does not ask, or an SRE's own maintenance: not ours to hold back.
+        let plain = NodeObs::Present {
+            ready: true,
+            cordoned: true,
+            maintenance_required: false,
+            drain_refused: false,
+        };
+        assert_eq!(limit.wait("c", Active, &spec, plain, true), None);
+        let manual = HypervisorSpec { maintenance: MaintenanceMode::Manual, ..Default::default() };
+        assert_eq!(limit.wait("c", Active, &manual, ASKS, true), None);
+        // With room, the first to ask gets the place, the next waits for it.
+        let roomy = UpdateLimit::new(3, false, hvs.clone(), nodes.clone());
+        assert_eq!(roomy.wait("c", Active, &spec, ASKS, true), None);
+        assert!(roomy.wait("e", Active, &spec, ASKS, true).is_some(), "c's claim counts");
+        assert_eq!(roomy.wait("c", Active, &spec, ASKS, true), None, "c keeps its claim");
+        // Its ask withdrawn, the claim goes.
+        roomy.wait("c", Active, &spec, plain, true);
+        assert_eq!(roomy.wait("e", Active, &spec, ASKS, true), None);
+        // A peek claims nothing; no limit holds nothing back.
+        let peek = UpdateLimit::new(3, false, hvs.clone(), nodes.clone());
+        assert_eq!(peek.wait("c", Active, &spec, ASKS, false), None);
+        assert_eq!(peek.wait("e", Active, &spec, ASKS, false), None);
+        assert_eq!(
+            UpdateLimit::new(0, false, hvs.clone(), nodes.clone()).wait("c", Active, &spec, ASKS, true),
+            None
+        );
+        // A cordon counts only where the site says so.
+        let cordoned = NodeObs::Present {
+            ready: true,
+            cordoned: true,
+            maintenance_required: false,
+            drain_refused: false,
+        };
+        assert!(
+            !UpdateLimit::new(1, false, hvs.clone(), nodes.clone()).asks(cordoned)
+                && UpdateLimit::new(1, true, hvs, nodes).asks(cordoned)
+        );
+    }
+}
