@@ -412,6 +412,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
              wherever it is (docs/fencing.md)"
         );
     }
+    // A dependent's pods go once the Node carries no lock: without its own
+    // lock, nothing would hold them while VMs remain.
+    if let Some((c, _)) = args.dependent_pods.iter().find(|(c, _)| !args.node_locks.contains(c)) {
+        anyhow::bail!(
+            "--dependent-pods {c}:… needs --node-lock {c}: its pods are held by its lock (docs/drain.md)"
+        );
+    }
     // A live agent that missed a heartbeat or two must still count as fresh.
     if args.fence_fresh_heartbeat < args.agent_heartbeat * 3 {
         anyhow::bail!(
@@ -434,7 +441,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let (leader_tx, leader_rx) = watch::channel(false);
     let (changed_tx, changed_rx) = mpsc::unbounded_channel();
-    let registry = Arc::new(Registry::new(changed_tx));
+    let registry = Arc::new(Registry::new(changed_tx.clone()));
+    let protected =
+        Protected { hypervisor: args.protected_pods.clone(), dependents: args.dependent_pods.clone() };
+    // The protected pods' cache (for the disruption budgets' label), warm
+    // before this replica leads; a change wakes its Node's reconcile.
+    let pods = hv_coordinator::drain::pods::watch(&watch_client, &protected, changed_tx);
     let (hv_reader, hv_writer) = reflector::store();
     let (node_reader, node_writer) = reflector::store();
     let (ev_reader, ev_writer) = reflector::store();
@@ -479,8 +491,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
         hv_reader.clone(),
         node_reader.clone(),
     ));
-    let protected =
-        Protected { hypervisor: args.protected_pods.clone(), dependents: args.dependent_pods.clone() };
     if let (Some(addr), Some(cert), Some(key)) =
         (args.webhook_listen, &args.webhook_tls_cert, &args.webhook_tls_key)
     {
@@ -586,7 +596,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         events,
         written: Default::default(),
         node_locks: args.node_locks.clone(),
-        protected,
+        pods,
         updates,
     });
     let template = Template {

@@ -68,11 +68,13 @@ def policy(case, rendered):
         # only by the coordinator's label; the webhook with the leader's Service.
         "protected pods held until labelled evictable": all(
             b["spec"]["maxUnavailable"] == 0
-            and {"key": "hypervisor.cloud.sap/evictable", "operator": "NotIn", "values": ["true"]}
+            and {"key": "hypervisor.cloud.sap/evictable", "operator": "In", "values": ["false"]}
             in b["spec"]["selector"]["matchExpressions"]
             for b in by_kind.get("PodDisruptionBudget", [])
             if b["metadata"]["name"].startswith("hv-coordinator-protect-")
         )
+        and bool([b for b in by_kind.get("PodDisruptionBudget", []) if b["metadata"]["name"].startswith("hv-coordinator-protect-")])
+        == bool(by_kind.get("ValidatingWebhookConfiguration"))
         and all(
             w["failurePolicy"] == "Ignore"
             and w["sideEffects"] == "NoneOnDryRun"

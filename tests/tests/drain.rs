@@ -153,7 +153,6 @@ async fn pods_of(region: &Region, host: &str) -> Vec<(String, String)> {
     for (ns, app, kind, owner_name) in [
         ("openstack", "nova-compute", "StatefulSet", format!("nova-compute-{host}")),
         ("openstack", "neutron-l2", "StatefulSet", format!("neutron-l2-{host}")),
-        ("openstack", "ovn-bgp", "StatefulSet", format!("ovn-bgp-{host}")),
         ("hv-system", "hv-agent", "DaemonSet", "hv-agent".to_string()),
         ("default", "web", "ReplicaSet", "web-7d9f".to_string()),
     ] {
@@ -172,11 +171,11 @@ async fn pods_of(region: &Region, host: &str) -> Vec<(String, String)> {
 /// The chart's disruption budgets: the protected pods without the
 /// evictable label may not go.
 async fn budgets(region: &Region) {
-    for app in ["nova-compute", "neutron-l2", "ovn-bgp"] {
+    for app in ["nova-compute", "neutron-l2"] {
         let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
             "metadata": {"name": format!("hv-protect-{app}"), "namespace": "openstack"},
             "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": app},
-                "matchExpressions": [{"key": POD_EVICTABLE, "operator": "NotIn", "values": ["true"]}]}}});
+                "matchExpressions": [{"key": POD_EVICTABLE, "operator": "In", "values": ["false"]}]}}});
         let api: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
             Api::namespaced(region.kube.client.clone(), "openstack");
         api.create(&PostParams::default(), &serde_json::from_value(pdb).unwrap()).await.unwrap();
@@ -240,8 +239,6 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
             "app=hv-agent",
             "--dependent-pods",
             "neutron-l2:app=neutron-l2",
-            "--dependent-pods",
-            "ovn-bgp:app=ovn-bgp",
             "--node-lock",
             "neutron-l2",
         ],
@@ -263,28 +260,37 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
     let nova_compute = format!("nova-compute-{host}");
     wait_locks(&nodes, &host, false).await;
 
+    // The coordinator labels the protected pods for the budgets: false, VMs live here.
+    until("protected pods labelled", SOON, String::new, || async {
+        let label = |p: Option<Pod>| p.and_then(|p| p.labels().get(POD_EVICTABLE).cloned());
+        let nc = label(openstack.get_opt(&nova_compute).await.unwrap());
+        let l2 = label(openstack.get_opt(&format!("neutron-l2-{host}")).await.unwrap());
+        if nc.as_deref() == Some("false") && l2.as_deref() == Some("false") {
+            Poll::Ready(())
+        } else {
+            Poll::Pending(format!("{nc:?} {l2:?}"))
+        }
+    })
+    .await;
+
     // The webhook down (registered, not answering; failurePolicy Ignore):
-    // the disruption budget refuses.
+    // the disruption budget refuses, and the drain times out.
     register_webhook(&region, &format!("https://127.0.0.1:{}/", hv_tests::region::free_port())).await;
-    // One eviction, by hand: kube's client would retry a 429 for minutes.
-    let url = format!(
-        "{}/api/v1/namespaces/openstack/pods/{nova_compute}/eviction",
-        region.kube.standin.as_ref().expect("the stand-in").url()
-    );
-    let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
-        "metadata": {"name": nova_compute, "namespace": "openstack"}});
-    let refused = reqwest::Client::new().post(&url).json(&eviction).send().await.unwrap();
-    assert_eq!(refused.status().as_u16(), 429);
-    let said: serde_json::Value = refused.json().await.unwrap();
-    assert_eq!(
-        said["message"], "Cannot evict pod as it would violate the pod's disruption budget.",
-        "{said}"
+    let out =
+        kubectl(&region, &["drain", &host, "--ignore-daemonsets", "--timeout=8s"]).output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("pods/\"{nova_compute}\""))
+            && stderr.contains("violate the pod's disruption budget"),
+        "{stderr}"
     );
     assert!(openstack.get_opt(&nova_compute).await.unwrap().is_some(), "not evicted");
+    assert_eq!(region.hypervisor(&host).await.unwrap().status.unwrap().phase, Some(Phase::Active));
 
-    // Another operator's lock on the node, which only a dependent waits for.
-    let ovn_lock = format!("{LOCK_PREFIX}ovn-bgp");
-    let lock = |v: serde_json::Value| json!({"metadata": {"annotations": {ovn_lock.as_str(): v}}});
+    // Another operator's lock on the Node: a dependent waits for every lock.
+    let other_lock = format!("{LOCK_PREFIX}other-operator");
+    let lock = |v: serde_json::Value| json!({"metadata": {"annotations": {other_lock.as_str(): v}}});
     nodes.patch(&host, &PatchParams::default(), &Patch::Merge(&lock(json!("")))).await.unwrap();
 
     // The webhook up: kubectl drain, by itself.
@@ -307,20 +313,17 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
     let svc = admin.service(&host).await.unwrap().unwrap();
     assert!(svc["disabled_reason"].as_str().unwrap().contains("a drain of the Node was refused"), "{svc}");
     wait_locks(&nodes, &host, true).await;
-    // The ovn-bgp agent waits for its lock: nova-compute and neutron-l2 go,
-    // it stays, and the drain with it.
-    until("nova-compute and neutron-l2 evicted", SOON, String::new, || async {
-        let left: Vec<String> =
-            openstack.list(&Default::default()).await.unwrap().iter().map(|p| p.name_any()).collect();
-        if left.iter().all(|n| n.starts_with("ovn-bgp-") || !n.ends_with(&host)) {
-            Poll::Ready(())
-        } else {
-            Poll::Pending(format!("{left:?}"))
+    // nova-compute goes; the network agent waits for the other lock, and
+    // the drain with it.
+    until("nova-compute evicted", SOON, String::new, || async {
+        match openstack.get_opt(&nova_compute).await.unwrap() {
+            None => Poll::Ready(()),
+            Some(p) => Poll::Pending(format!("{:?}", p.labels())),
         }
     })
     .await;
     tokio::time::sleep(Duration::from_secs(7)).await; // past a retry of the drain
-    assert!(openstack.get_opt(&format!("ovn-bgp-{host}")).await.unwrap().is_some(), "held by its lock");
+    assert!(openstack.get_opt(&format!("neutron-l2-{host}")).await.unwrap().is_some(), "held by the lock");
     assert!(drain.try_wait().unwrap().is_none(), "the drain still runs");
     // The lock released: the drain completes by itself.
     nodes.patch(&host, &PatchParams::default(), &Patch::Merge(&lock(serde_json::Value::Null))).await.unwrap();
@@ -330,7 +333,7 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
     // Refused with our words while the host had VMs, then by the lock.
     let ours = format!("denied the request: hypervisor {host}: ");
     assert!(stderr.contains(&ours) && stderr.contains("maintenance started"), "{stderr}");
-    assert!(stderr.contains(&format!("hypervisor {host}: node lock ovn-bgp held")), "{stderr}");
+    assert!(stderr.contains(&format!("hypervisor {host}: node lock other-operator held")), "{stderr}");
     assert!(stdout.contains(&format!("node/{host} drained")), "{stdout}");
     for (ns, name) in &pods {
         let api: Api<Pod> = Api::namespaced(region.kube.client.clone(), ns);

@@ -8,8 +8,9 @@
 //! that still runs VMs, those VMs are unmanaged or cut off. So a protected
 //! pod goes only once its host may lose it, by the same rule the Node's
 //! marks say to everyone else (`drain::locks`): the hypervisor's own pods
-//! once the host is evictable (empty and held), a dependent's once its
-//! lock is gone. Everything else is never refused here.
+//! once the host is evictable (the label, and what the Hypervisor says
+//! agrees: held, no VM counted, no eviction running), a dependent's once
+//! every lock on the Node is gone. Everything else is never refused here.
 
 use std::collections::BTreeSet;
 
@@ -25,7 +26,8 @@ pub enum PodKind {
     /// while VMs live on the host.
     Hypervisor,
     /// A dependent (a network agent) under the node lock protocol: needed
-    /// while its lock annotation stands.
+    /// while any lock annotation stands on its Node (its own, or another
+    /// operator's).
     Dependent { component: String },
 }
 
@@ -78,16 +80,23 @@ pub enum Verdict {
 
 pub fn decide(pod: &PodKind, host: &Host) -> Verdict {
     let Some(phase) = host.phase else { return Verdict::Allow };
+    // The Node's label, written from Nova's count, and the Hypervisor's
+    // own view must agree: a label left behind never frees a busy host.
+    let held = matches!(phase, Phase::Initial | Phase::Maintenance | Phase::Aborted | Phase::Decommissioned);
+    let running = host.eviction.as_ref().is_some_and(|e| !e.phase.is_final());
+    let emptied = host.evictable == Some(true) && held && host.vms.unwrap_or(0) == 0 && !running;
     let blocked_by = match pod {
         PodKind::Unprotected => return Verdict::Allow,
-        PodKind::Hypervisor if host.evictable == Some(true) => return Verdict::Allow,
+        PodKind::Hypervisor if emptied => return Verdict::Allow,
         PodKind::Hypervisor => String::new(),
-        PodKind::Dependent { component } if !host.locks.contains(component) => return Verdict::Allow,
-        PodKind::Dependent { component } => format!("node lock {component} held; "),
+        PodKind::Dependent { .. } if host.locks.is_empty() => return Verdict::Allow,
+        PodKind::Dependent { .. } => {
+            let locks: Vec<&str> = host.locks.iter().map(String::as_str).collect();
+            format!("node lock{} {} held; ", if locks.len() == 1 { "" } else { "s" }, locks.join(", "))
+        }
     };
     // A drain asks for the host only through its cordon, so that the
     // uncordon after the update ends the ask (docs/drain.md).
-    let emptied = host.evictable == Some(true);
     let ask = !emptied && host.cordoned && !host.asked;
     let in_service = matches!(phase, Phase::Active | Phase::Ready);
     let next = match &host.update_wait {
@@ -124,7 +133,11 @@ fn state(phase: Phase, host: &Host) -> String {
 /// An equality-based label selector, as `kubectl` writes one: `k=v`,
 /// `k==v`, `k!=v`, `k` (exists), `!k` (absent), joined by commas.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Selector(Vec<Term>);
+pub struct Selector {
+    terms: Vec<Term>,
+    /// As given: the API server's label selector for the watch.
+    text: String,
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Term {
@@ -160,13 +173,17 @@ impl std::str::FromStr for Selector {
                 }
             })
             .collect::<Result<Vec<_>, String>>()?;
-        Ok(Selector(terms))
+        Ok(Selector { terms, text: s.trim().to_string() })
     }
 }
 
 impl Selector {
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
     pub fn matches(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
-        self.0.iter().all(|t| match t {
+        self.terms.iter().all(|t| match t {
             Term::Is(k, v) => labels.get(k) == Some(v),
             Term::Not(k, v) => labels.get(k) != Some(v),
             Term::Exists(k) => labels.contains_key(k),
@@ -198,6 +215,11 @@ impl Protected {
 
     pub fn is_empty(&self) -> bool {
         self.hypervisor.is_empty() && self.dependents.is_empty()
+    }
+
+    /// Every selector, the hypervisor's and the dependents'.
+    pub fn selectors(&self) -> impl Iterator<Item = &Selector> {
+        self.hypervisor.iter().chain(self.dependents.iter().map(|(_, s)| s))
     }
 }
 
@@ -251,6 +273,12 @@ mod tests {
         emptied.asked = true;
         let mut locked = emptied.clone();
         locked.locks.insert("neutron-l2".into());
+        let mut foreign = locked.clone();
+        foreign.locks.insert("ovn-bgp".into());
+        let mut stale_label = active.clone();
+        (stale_label.evictable, stale_label.asked) = (Some(true), true);
+        let mut stale_running = evicting.clone();
+        stale_running.evictable = Some(true);
         let mut uncordoned = active.clone();
         uncordoned.cordoned = false;
         let mut preparing = evicting.clone();
@@ -375,7 +403,28 @@ mod tests {
                 &locked,
                 Verdict::Allow,
             ),
-            ("a dependent whose lock is not set: not ours to hold", dependent(), &active, Verdict::Allow),
+            (
+                "a dependent waits for every lock, another operator's too",
+                dependent(),
+                &foreign,
+                refuse(
+                    "hypervisor compute-3: node locks neutron-l2, ovn-bgp held; Maintenance, empty",
+                    false,
+                ),
+            ),
+            ("no lock on the Node: a dependent goes", dependent(), &active, Verdict::Allow),
+            (
+                "a label left behind: the Hypervisor shows VMs",
+                PodKind::Hypervisor,
+                &stale_label,
+                refuse("hypervisor compute-3: Active with 12 VMs", false),
+            ),
+            (
+                "a label left behind: an eviction runs",
+                PodKind::Hypervisor,
+                &stale_running,
+                refuse("hypervisor compute-3: evacuating, 7 of 12 VMs moved", false),
+            ),
         ];
         for (name, pod, h, want) in rows {
             assert_eq!(decide(&pod, h), want, "{name}");
@@ -432,20 +481,49 @@ mod tests {
                             for pod in &pods {
                                 n += 1;
                                 let v = decide(pod, &h);
-                                let allowed = match pod {
-                                    _ if phase.is_none() => true,
-                                    PodKind::Unprotected => true,
-                                    PodKind::Hypervisor => evictable == Some(true),
-                                    PodKind::Dependent { .. } => !locked,
-                                };
-                                assert_eq!(v == Verdict::Allow, allowed, "{pod:?} {h:?}");
+                                let allowed = v == Verdict::Allow;
+                                let held = matches!(
+                                    phase,
+                                    Some(
+                                        Phase::Initial
+                                            | Phase::Maintenance
+                                            | Phase::Aborted
+                                            | Phase::Decommissioned
+                                    )
+                                );
+                                let running = ev.as_ref().is_some_and(|e| !e.phase.is_final());
+                                let busy = matches!(vms, Some(n) if n > 0) || running || !held;
+                                // Safe: no protected pod of a hypervisor leaves
+                                // while anything says it still needs it.
+                                if phase.is_some()
+                                    && *pod == PodKind::Hypervisor
+                                    && (busy || evictable != Some(true))
+                                {
+                                    assert!(!allowed, "{h:?}");
+                                }
+                                if phase.is_some() && matches!(pod, PodKind::Dependent { .. }) && locked {
+                                    assert!(!allowed, "a lock stands: {h:?}");
+                                }
+                                // Live: what is not protected, or no longer
+                                // needed, is never held up.
+                                if phase.is_none() || *pod == PodKind::Unprotected {
+                                    assert!(allowed, "{pod:?} {h:?}");
+                                }
+                                if *pod == PodKind::Hypervisor && !busy && evictable == Some(true) {
+                                    assert!(allowed, "emptied and held: {h:?}");
+                                }
+                                if matches!(pod, PodKind::Dependent { .. }) && !locked {
+                                    assert!(allowed, "no lock: {h:?}");
+                                }
                                 if let Verdict::Refuse { message, ask } = v {
                                     assert!(message.starts_with("hypervisor compute-3: "), "{message}");
-                                    assert_eq!(
-                                        ask,
-                                        cordoned && !asked && evictable != Some(true),
-                                        "only a cordoned drain asks, once, for a host not yet emptied: {h:?}"
+                                    assert!(
+                                        !ask || (cordoned && !asked),
+                                        "asks once, for a cordoned Node: {h:?}"
                                     );
+                                    if cordoned && !asked && evictable != Some(true) {
+                                        assert!(ask, "a refused drain asks for a host not yet freed: {h:?}");
+                                    }
                                 }
                             }
                         }

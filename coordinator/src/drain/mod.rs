@@ -6,6 +6,7 @@
 
 pub mod admission;
 pub mod locks;
+pub mod pods;
 pub mod webhook;
 
 /// The Node annotation the webhook sets when it refuses a drain of a host
@@ -13,7 +14,8 @@ pub mod webhook;
 /// maintenance; the coordinator removes it once the Node is uncordoned.
 pub const DRAIN_REFUSED: &str = "hypervisor.cloud.sap/drain-refused";
 
-/// The pod label the coordinator sets on the protected pods of an
-/// evictable host: the chart's PodDisruptionBudgets select the protected
-/// pods without it, so they hold while the webhook is down.
+/// The pod label the coordinator sets on the protected pods of a
+/// hypervisor Node: `"false"` while the host is not evictable, `"true"`
+/// once it is. The chart's PodDisruptionBudgets select the pods labelled
+/// `"false"`, so they hold while the webhook is down ([`pods`]).
 pub const POD_EVICTABLE: &str = "hypervisor.cloud.sap/evictable";

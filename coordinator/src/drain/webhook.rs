@@ -35,6 +35,7 @@ use crate::k8s::hypervisor::MAINTENANCE_REQUIRED_ANNOTATION;
 
 /// An AdmissionReview is a few kilobytes; anything past this is not one.
 const MAX_BODY: usize = 1 << 20;
+const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What the webhook reads and may write.
 pub struct Webhook {
@@ -96,16 +97,29 @@ impl Webhook {
         if req.method() != Method::POST {
             return hv_listen::text(StatusCode::METHOD_NOT_ALLOWED, "POST an AdmissionReview\n");
         }
-        let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-            Ok(b) => b.to_bytes(),
-            Err(e) => return hv_listen::text(StatusCode::BAD_REQUEST, format!("reading the body: {e}\n")),
+        // The API server sends its review at once; a sender that trickles
+        // would hold a connection's place.
+        let read = tokio::time::timeout(BODY_TIMEOUT, Limited::new(req.into_body(), MAX_BODY).collect());
+        let body = match read.await {
+            Ok(Ok(b)) => b.to_bytes(),
+            Ok(Err(e)) => {
+                return hv_listen::text(StatusCode::BAD_REQUEST, format!("reading the body: {e}\n"));
+            }
+            Err(_) => return hv_listen::text(StatusCode::REQUEST_TIMEOUT, "the body did not come in time\n"),
         };
         let review = serde_json::from_slice::<AdmissionReview<DynamicObject>>(&body)
             .ok()
             .and_then(|r| TryInto::<AdmissionRequest<DynamicObject>>::try_into(r).ok());
         let response = match review {
-            Some(request) => self.review(&request).await,
-            None => AdmissionResponse::invalid("not an AdmissionReview with a request"),
+            Some(request) => match self.review(&request).await {
+                Ok(r) => r,
+                // Not judged: the API server's failurePolicy (Ignore) and
+                // the disruption budgets decide, as for a webhook down.
+                Err(e) => return hv_listen::text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+            },
+            None => {
+                return hv_listen::text(StatusCode::BAD_REQUEST, "not an AdmissionReview with a request\n");
+            }
         };
         match serde_json::to_vec(&response.into_review()) {
             Ok(b) => json(StatusCode::OK, b),
@@ -113,12 +127,12 @@ impl Webhook {
         }
     }
 
-    async fn review(&self, req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    async fn review(&self, req: &AdmissionRequest<DynamicObject>) -> Result<AdmissionResponse, kube::Error> {
         let allow = AdmissionResponse::from(req);
         if req.resource.resource != "pods" || req.sub_resource.as_deref() != Some("eviction") {
-            return allow;
+            return Ok(allow);
         }
-        let (Some(ns), name) = (req.namespace.as_deref(), req.name.as_str()) else { return allow };
+        let (Some(ns), name) = (req.namespace.as_deref(), req.name.as_str()) else { return Ok(allow) };
         let span =
             tracing::info_span!("eviction", pod = %format!("{ns}/{name}"), node = tracing::field::Empty);
         self.judge(req, ns, name, &span).instrument(span.clone()).await
@@ -130,7 +144,7 @@ impl Webhook {
         ns: &str,
         name: &str,
         span: &tracing::Span,
-    ) -> AdmissionResponse {
+    ) -> Result<AdmissionResponse, kube::Error> {
         let allow = AdmissionResponse::from(req);
         let refuse = |message: String| {
             let mut r = AdmissionResponse::from(req).deny(message);
@@ -138,27 +152,24 @@ impl Webhook {
             r.result.reason = "TooManyRequests".into();
             r
         };
-        // A pod we cannot read may be protected: the drain tries again.
-        let pod = match Api::<Pod>::namespaced(self.client.clone(), ns).get_opt(name).await {
-            Ok(Some(pod)) => pod,
-            Ok(None) => return allow,
-            Err(e) => {
-                return refuse(format!("hv-coordinator: could not read pod {ns}/{name}: {e}; try again"));
-            }
+        // A pod that cannot be read is not judged: an error answer, and the
+        // API server's failurePolicy and the budgets decide.
+        let Some(pod) = Api::<Pod>::namespaced(self.client.clone(), ns).get_opt(name).await? else {
+            return Ok(allow);
         };
         let kind = self.protected.kind(pod.metadata.labels.as_ref().unwrap_or(&Default::default()));
-        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else { return allow };
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else { return Ok(allow) };
         span.record("node", node.as_str());
         if kind == PodKind::Unprotected {
-            return allow;
+            return Ok(allow);
         }
         if !self.gate.open() {
-            return refuse(format!(
+            return Ok(refuse(format!(
                 "hypervisor {node}: hv-coordinator is not ready to judge (not the leader, or its caches are not \
                  synced yet); try again"
-            ));
+            )));
         }
-        match admission::decide(&kind, &self.host(&node)) {
+        Ok(match admission::decide(&kind, &self.host(&node)) {
             Verdict::Allow => {
                 tracing::info!(?kind, "eviction allowed");
                 allow
@@ -166,9 +177,11 @@ impl Webhook {
             Verdict::Refuse { mut message, ask } => {
                 // A dry run changes nothing (the configuration's
                 // sideEffects: NoneOnDryRun).
+                let annotated =
+                    self.nodes.get(&ObjectRef::new(&node)).is_some_and(|n| n.metadata.annotations.is_some());
                 if ask
                     && !req.dry_run
-                    && let Err(e) = self.ask(&node).await
+                    && let Err(e) = self.ask(&node, annotated).await
                 {
                     tracing::warn!(error = %e, "could not mark the Node for maintenance");
                     message.push_str(&format!(" (the ask for maintenance failed: {e}; it is tried again)"));
@@ -176,7 +189,7 @@ impl Webhook {
                 tracing::info!(?kind, ask, %message, "eviction refused");
                 refuse(message)
             }
-        }
+        })
     }
 
     /// The host as the caches hold it.
@@ -241,11 +254,20 @@ impl Webhook {
     }
 
     /// Marks the Node: a drain was refused while the host was in service.
-    async fn ask(&self, node: &str) -> Result<(), kube::Error> {
+    /// Only while the Node is still cordoned (a JSON patch's test): a mark
+    /// landing after the uncordon would ask at the next cordon.
+    async fn ask(&self, node: &str, annotated: bool) -> Result<(), kube::Error> {
         let now = jiff::Timestamp::now().to_string();
-        let patch = serde_json::json!({"metadata": {"annotations": {super::DRAIN_REFUSED: now}}});
+        let key = super::DRAIN_REFUSED.replace('~', "~0").replace('/', "~1");
+        let add = if annotated {
+            serde_json::json!({"op": "add", "path": format!("/metadata/annotations/{key}"), "value": now})
+        } else {
+            serde_json::json!({"op": "add", "path": "/metadata/annotations", "value": {super::DRAIN_REFUSED: now}})
+        };
+        let ops = serde_json::json!([{"op": "test", "path": "/spec/unschedulable", "value": true}, add]);
+        let patch: json_patch::Patch = serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
         let api: Api<Node> = Api::all(self.client.clone());
-        api.patch(node, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+        api.patch(node, &kube::api::PatchParams::default(), &kube::api::Patch::Json::<()>(patch))
             .await
             .map(|_| ())
     }

@@ -91,9 +91,10 @@ pub struct Context {
     /// The dependents whose lock the host's Node carries while its VMs need
     /// them (docs/drain.md).
     pub node_locks: Vec<String>,
-    /// The pods a drain must not take while the host needs them: the
-    /// evictable ones carry `drain::POD_EVICTABLE` (docs/drain.md).
-    pub protected: crate::drain::admission::Protected,
+    /// The pods a drain must not take while the host needs them, cached:
+    /// they carry `drain::POD_EVICTABLE` as their host's marks say
+    /// (docs/drain.md).
+    pub pods: crate::drain::pods::ProtectedPods,
     /// How many hosts updates may hold at once (docs/drain.md).
     pub updates: Arc<super::updates::UpdateLimit>,
 }
@@ -580,61 +581,60 @@ async fn mark_node(ctx: &Context, name: &str, seen: &Seen, health: Option<&Healt
 }
 
 /// The node lock protocol's marks (`drain::locks`) as the phase and Nova's
-/// count of VMs say. A failed write is logged and tried again at the next
-/// reconcile.
+/// count of VMs say, and the same on the Node's protected pods
+/// (`drain::pods`). A failed write is logged and tried again at the next
+/// reconcile: each mark is compared with what is wanted every time.
 async fn mark_locks(ctx: &Context, name: &str, phase: crate::api::Phase, nova: &NovaObs) {
-    // No compute service is no count of VMs (a name that does not match,
-    // a service deleted behind us): unknown.
     let instances = match nova {
         NovaObs::Registered(host) => Some(host.instances.len()),
+        // No compute service, no VM Nova knows of: a decommissioned host's
+        // is deleted, an aborted one may never have had one. (In service,
+        // `evictable` says false all the same.)
+        NovaObs::NotRegistered => Some(0),
         _ => None,
     };
     let Some(node) = ctx.nodes.get(&ObjectRef::new(name)) else { return };
     let now = crate::drain::locks::of(&node);
     let want = crate::drain::locks::evictable(phase, instances);
-    // The protected pods follow the Node's label, and before it: the
-    // chart's disruption budgets hold every protected pod without
-    // POD_EVICTABLE. Read while the host is evictable (a pod started since
-    // gets it too), and once as it stops being so.
-    let flips_back = want == Some(false) && now.evictable != Some(false);
-    if !ctx.protected.is_empty()
-        && (want == Some(true) || flips_back)
-        && let Err(e) = label_protected_pods(ctx, name, want == Some(true)).await
-    {
-        tracing::warn!(node = %name, error = %e, "could not label the protected pods");
-        return;
+    // Freed: the pods before the Node, so the budgets let go as soon as the
+    // webhook does. Locked: the Node first, the webhook refusing at once.
+    if want == Some(true) {
+        label_protected_pods(ctx, name, want).await;
     }
-    let Some(patch) = crate::drain::locks::patch(&now, want, &ctx.node_locks) else { return };
-    let api: Api<Node> = Api::all(ctx.client.clone());
-    match api.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await {
-        Ok(_) => tracing::info!(node = %name, evictable = ?want, "node locks written"),
-        Err(e) => tracing::warn!(node = %name, error = %e, "could not write the node locks"),
+    if let Some(patch) = crate::drain::locks::patch(&now, want, &ctx.node_locks) {
+        let api: Api<Node> = Api::all(ctx.client.clone());
+        match api.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await {
+            Ok(_) => tracing::info!(node = %name, evictable = ?want, "node locks written"),
+            Err(e) => tracing::warn!(node = %name, error = %e, "could not write the node locks"),
+        }
+    }
+    if want != Some(true) {
+        label_protected_pods(ctx, name, want.or(now.evictable)).await;
     }
 }
 
-/// Sets (or takes off) `drain::POD_EVICTABLE` on the Node's protected pods.
-async fn label_protected_pods(ctx: &Context, node: &str, evictable: bool) -> Result<(), kube::Error> {
-    use crate::drain::POD_EVICTABLE;
+/// Sets `drain::POD_EVICTABLE` on the Node's protected pods as `evictable`
+/// says, where it differs.
+async fn label_protected_pods(ctx: &Context, node: &str, evictable: Option<bool>) {
     use k8s_openapi::api::core::v1::Pod;
-    let on_node = kube::api::ListParams::default().fields(&format!("spec.nodeName={node}"));
-    for pod in Api::<Pod>::all(ctx.client.clone()).list(&on_node).await? {
-        let labels = pod.metadata.labels.clone().unwrap_or_default();
-        let has = labels.get(POD_EVICTABLE).is_some_and(|v| v == "true");
-        if has == evictable || ctx.protected.kind(&labels) == crate::drain::admission::PodKind::Unprotected {
-            continue;
-        }
+    for pod in ctx.pods.on_node(node) {
+        let Some(value) = crate::drain::pods::relabel(&pod, evictable) else { continue };
         let (Some(ns), Some(pod_name)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref())
         else {
             continue;
         };
-        let value = if evictable { serde_json::json!("true") } else { serde_json::Value::Null };
-        let patch = serde_json::json!({"metadata": {"labels": {POD_EVICTABLE: value}}});
-        Api::<Pod>::namespaced(ctx.client.clone(), ns)
-            .patch(pod_name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
-            .await?;
-        tracing::info!(node, pod = %format!("{ns}/{pod_name}"), evictable, "protected pod labelled");
+        let patch = serde_json::json!({"metadata": {"labels": {crate::drain::POD_EVICTABLE: value}}});
+        let api = Api::<Pod>::namespaced(ctx.client.clone(), ns);
+        match api.patch(pod_name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await
+        {
+            Ok(_) => {
+                tracing::info!(node, pod = %format!("{ns}/{pod_name}"), %value, "protected pod labelled")
+            }
+            Err(e) => {
+                tracing::warn!(node, pod = %format!("{ns}/{pod_name}"), error = %e, "could not label a protected pod")
+            }
+        }
     }
-    Ok(())
 }
 
 /// What the lifecycle reads of a Node (and what wakes it: `triggers`).

@@ -236,7 +236,7 @@ fn hypervisor_ctx_executing(
         events: tokio::sync::broadcast::channel(8).0,
         written: Written::default(),
         node_locks: Vec::new(),
-        protected: Default::default(),
+        pods: Default::default(),
         updates: Arc::new(crate::k8s::updates::UpdateLimit::new(
             0,
             false,
