@@ -294,6 +294,28 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
     nodes.patch(&host, &PatchParams::default(), &Patch::Merge(&lock(json!("")))).await.unwrap();
 
     // The webhook up: kubectl drain, by itself.
+    // Bad input to the webhook is answered, never a crash; a dry run is
+    // judged and marks nothing (the Node is cordoned, not yet asked).
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(&region.pki.ca).unwrap()).unwrap();
+    let https = reqwest::Client::builder().tls_certs_only([ca]).build().unwrap();
+    let hook = format!("https://127.0.0.1:{port}/validate-eviction");
+    assert_eq!(https.get(&hook).send().await.unwrap().status().as_u16(), 405);
+    assert_eq!(https.post(&hook).body("{garbled").send().await.unwrap().status().as_u16(), 400);
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "dry-1", "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": "eviction",
+        "name": nova_compute, "namespace": "openstack", "operation": "CREATE", "userInfo": {}, "dryRun": true,
+        "object": {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": nova_compute}}}});
+    let answer: serde_json::Value =
+        https.post(&hook).json(&review).send().await.unwrap().json().await.unwrap();
+    assert_eq!(answer["response"]["uid"], "dry-1", "{answer}");
+    assert_eq!(answer["response"]["allowed"], false, "{answer}");
+    assert_eq!(answer["response"]["status"]["code"], 429, "{answer}");
+    assert!(
+        !nodes.get(&host).await.unwrap().annotations().contains_key(DRAIN_REFUSED),
+        "a dry run marks nothing"
+    );
+
     register_webhook(&region, &format!("https://127.0.0.1:{port}/validate-eviction")).await;
     let mut drain =
         kubectl(&region, &["drain", &host, "--ignore-daemonsets", "--timeout=300s"]).spawn().unwrap();

@@ -142,15 +142,22 @@ async fn finalizers_hold_deletion_until_removed() {
     assert_eq!(code(&api.get("node-1").await.unwrap_err()), 404);
 }
 
+/// kubectl cordon's strategic merge patch is served as a merge patch; one
+/// with directives, which the stand-in cannot honour, is refused.
 #[tokio::test]
-async fn strategic_merge_patch_is_refused() {
+async fn strategic_merge_patch_without_directives_is_a_merge_patch() {
     let (_s, c) = standin().await;
     let nodes: Api<Node> = Api::all(c);
     let n: Node = serde_json::from_value(json!({"metadata": {"name": "n1"}})).unwrap();
     nodes.create(&PostParams::default(), &n).await.unwrap();
-    let err = nodes
-        .patch("n1", &PatchParams::default(), &Patch::Strategic(json!({"metadata": {"labels": {"a": "b"}}})))
-        .await;
+    let cordon = Patch::Strategic(json!({"spec": {"unschedulable": true}}));
+    let cordoned = nodes.patch("n1", &PatchParams::default(), &cordon).await.unwrap();
+    assert_eq!(cordoned.spec.unwrap().unschedulable, Some(true));
+    let uncordon = Patch::Strategic(json!({"spec": {"unschedulable": null}}));
+    let back = nodes.patch("n1", &PatchParams::default(), &uncordon).await.unwrap();
+    assert_eq!(back.spec.and_then(|s| s.unschedulable), None);
+    let directive = Patch::Strategic(json!({"spec": {"taints": [{"$patch": "delete", "key": "k"}]}}));
+    let err = nodes.patch("n1", &PatchParams::default(), &directive).await;
     assert_eq!(code(&err.unwrap_err()), 415);
 }
 
@@ -405,4 +412,66 @@ async fn a_dependent_with_two_owners_goes_only_with_the_last() {
     hvs.create(&PostParams::default(), &h).await.unwrap();
     nodes.delete("owner-c", &DeleteParams::default()).await.unwrap();
     assert!(hvs.get_opt("half-orphaned").await.unwrap().is_none(), "its only live owner went");
+}
+
+/// The eviction subresource as `kubectl drain` uses it: a pod without a
+/// budget goes; a budget's arithmetic over its Ready pods decides; a dry run
+/// deletes nothing; a name that does not match the URL is refused. Raw
+/// requests: kube's client would retry a 429 for minutes.
+#[tokio::test]
+async fn evictions_check_the_pods_budget() {
+    let (s, c) = standin().await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(c.clone(), "ns");
+    for (name, app, ready) in
+        [("a-1", "a", true), ("a-2", "a", true), ("a-3", "a", false), ("free", "b", true)]
+    {
+        let pod = json!({"metadata": {"name": name, "labels": {"app": app}},
+            "spec": {"nodeName": "n", "containers": [{"name": "c", "image": "i"}]},
+            "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}});
+        pods.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
+    }
+    let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> = Api::namespaced(c, "ns");
+    let pdb = json!({"metadata": {"name": "a"}, "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "a"}}}});
+    pdbs.create(&PostParams::default(), &serde_json::from_value(pdb).unwrap()).await.unwrap();
+    let http = reqwest::Client::new();
+    let evict = |name: &str, body: serde_json::Value| {
+        http.post(format!("{}/api/v1/namespaces/ns/pods/{name}/eviction", s.url())).json(&body).send()
+    };
+    let eviction =
+        |name: &str| json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name}});
+    // Discovery says evictions are served, so kubectl drain evicts.
+    let core: serde_json::Value =
+        http.get(format!("{}/api/v1", s.url())).send().await.unwrap().json().await.unwrap();
+    assert!(
+        core["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "pods/eviction" && r["group"] == "policy")
+    );
+    // Two Ready of three, at least two available: none may go.
+    let r = evict("a-1", eviction("a-1")).await.unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["reason"], "TooManyRequests");
+    assert!(pods.get_opt("a-1").await.unwrap().is_some());
+    // No budget: evicted, deleted.
+    assert_eq!(evict("free", eviction("free")).await.unwrap().status().as_u16(), 201);
+    assert!(pods.get_opt("free").await.unwrap().is_none());
+    // The budget loosened: one may go; a dry run first deletes nothing.
+    pdbs.patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"minAvailable": 1}})))
+        .await
+        .unwrap();
+    let mut dry = eviction("a-1");
+    dry["deleteOptions"] = json!({"dryRun": ["All"]});
+    assert_eq!(evict("a-1", dry).await.unwrap().status().as_u16(), 201);
+    assert!(pods.get_opt("a-1").await.unwrap().is_some(), "a dry run");
+    assert_eq!(evict("a-1", eviction("a-2")).await.unwrap().status().as_u16(), 400, "name mismatch");
+    assert_eq!(evict("a-1", eviction("a-1")).await.unwrap().status().as_u16(), 201);
+    assert_eq!(
+        evict("a-2", eviction("a-2")).await.unwrap().status().as_u16(),
+        429,
+        "one Ready left, one required"
+    );
+    assert_eq!(evict("gone", eviction("gone")).await.unwrap().status().as_u16(), 404);
 }

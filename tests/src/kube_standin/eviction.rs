@@ -56,6 +56,12 @@ pub(super) async fn evict(
 ) -> Result<(u16, Value), ApiError> {
     let eviction: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::new(400, "BadRequest", format!("the body is not an Eviction: {e}")))?;
+    if eviction.pointer("/metadata/name").and_then(Value::as_str).is_some_and(|n| n != pod_key.2) {
+        return Err(ApiError::new(400, "BadRequest", "name in URL does not match name in Eviction object"));
+    }
+    // A server-side dry run (`kubectl drain --dry-run=server`) deletes nothing.
+    let dry_run =
+        eviction.pointer("/deleteOptions/dryRun").and_then(Value::as_array).is_some_and(|d| !d.is_empty());
     let (pod, hooks) = {
         let s = store.lock().await;
         let pod = s.get(pod_key)?;
@@ -86,7 +92,7 @@ pub(super) async fn evict(
                 "requestSubResource": "eviction",
                 "name": pod_key.2, "namespace": pod_key.1, "operation": "CREATE",
                 "userInfo": {"username": "kubectl"},
-                "object": eviction, "oldObject": null, "dryRun": false,
+                "object": eviction, "oldObject": null, "dryRun": dry_run,
                 "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
             }
         });
@@ -118,7 +124,9 @@ pub(super) async fn evict(
     let pod = s.get(pod_key).map(|_| pod)?;
     if pod.pointer("/metadata/deletionTimestamp").is_none() {
         check_budgets(&s, pod_key, &pod)?;
-        s.delete(pod_key, now, false)?;
+        if !dry_run {
+            s.delete(pod_key, now, false)?;
+        }
     }
     Ok((201, json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})))
 }

@@ -51,9 +51,13 @@
 //!   service), `namespaceSelector`, `objectSelector` and `matchConditions`
 //!   are not read; a budget's allowed disruptions are computed at each
 //!   eviction from its pods' Ready conditions (no disruption controller, no
-//!   `status` written, `unhealthyPodEvictionPolicy` ignored), and an evicted
-//!   pod is deleted at once (no grace period); nothing runs the pods of a
-//!   DaemonSet or StatefulSet;
+//!   `status` written, `unhealthyPodEvictionPolicy` ignored; the API server
+//!   honours `maxUnavailable` only for pods of controllers with a scale
+//!   subresource and allows no disruption for others, such as a DaemonSet's,
+//!   where this computes it the same for all: a budget of 0 is 0 either
+//!   way), the webhook's answer is not matched to its request's `uid`, and an
+//!   evicted pod is deleted at once (no grace period); nothing runs the pods
+//!   of a DaemonSet or StatefulSet;
 //! - apply tracks only appliers: fields changed by non-apply writes (PUT,
 //!   merge and JSON patch) keep their apply owner, where the API server would
 //!   record an `Update` manager; metadata (labels, annotations) is not
