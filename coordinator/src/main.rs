@@ -446,7 +446,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         Protected { hypervisor: args.protected_pods.clone(), dependents: args.dependent_pods.clone() };
     // The protected pods' cache (for the disruption budgets' label), warm
     // before this replica leads; a change wakes its Node's reconcile.
-    let pods = hv_coordinator::drain::pods::watch(&watch_client, &protected, changed_tx);
+    let pods = hv_coordinator::drain::pods::watch(&watch_client, &protected, changed_tx, leader_rx.clone());
     let (hv_reader, hv_writer) = reflector::store();
     let (node_reader, node_writer) = reflector::store();
     let (ev_reader, ev_writer) = reflector::store();

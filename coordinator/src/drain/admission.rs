@@ -89,7 +89,11 @@ pub fn decide(pod: &PodKind, host: &Host) -> Verdict {
         PodKind::Unprotected => return Verdict::Allow,
         PodKind::Hypervisor if emptied => return Verdict::Allow,
         PodKind::Hypervisor => String::new(),
-        PodKind::Dependent { .. } if host.locks.is_empty() => return Verdict::Allow,
+        // A lock lifted by hand does not free a busy host's network.
+        PodKind::Dependent { .. } if host.locks.is_empty() && !running && host.vms.unwrap_or(0) == 0 => {
+            return Verdict::Allow;
+        }
+        PodKind::Dependent { .. } if host.locks.is_empty() => String::new(),
         PodKind::Dependent { .. } => {
             let locks: Vec<&str> = host.locks.iter().map(String::as_str).collect();
             format!("node lock{} {} held; ", if locks.len() == 1 { "" } else { "s" }, locks.join(", "))
@@ -412,7 +416,16 @@ mod tests {
                     false,
                 ),
             ),
-            ("no lock on the Node: a dependent goes", dependent(), &active, Verdict::Allow),
+            (
+                "no lock on the Node, VMs remain: a lock lifted by hand frees nothing",
+                dependent(),
+                &active,
+                refuse(
+                    "hypervisor compute-3: Active with 12 VMs; maintenance started: its VMs will be moved away, \
+                     then its pods may go",
+                    true,
+                ),
+            ),
             (
                 "a label left behind: the Hypervisor shows VMs",
                 PodKind::Hypervisor,
@@ -501,8 +514,12 @@ mod tests {
                                 {
                                     assert!(!allowed, "{h:?}");
                                 }
-                                if phase.is_some() && matches!(pod, PodKind::Dependent { .. }) && locked {
-                                    assert!(!allowed, "a lock stands: {h:?}");
+                                let vms_or_running = matches!(vms, Some(n) if n > 0) || running;
+                                if phase.is_some()
+                                    && matches!(pod, PodKind::Dependent { .. })
+                                    && (locked || vms_or_running)
+                                {
+                                    assert!(!allowed, "a lock stands, or VMs remain: {h:?}");
                                 }
                                 // Live: what is not protected, or no longer
                                 // needed, is never held up.
@@ -512,8 +529,8 @@ mod tests {
                                 if *pod == PodKind::Hypervisor && !busy && evictable == Some(true) {
                                     assert!(allowed, "emptied and held: {h:?}");
                                 }
-                                if matches!(pod, PodKind::Dependent { .. }) && !locked {
-                                    assert!(allowed, "no lock: {h:?}");
+                                if matches!(pod, PodKind::Dependent { .. }) && !locked && !vms_or_running {
+                                    assert!(allowed, "no lock, no VM: {h:?}");
                                 }
                                 if let Verdict::Refuse { message, ask } = v {
                                     assert!(message.starts_with("hypervisor compute-3: "), "{message}");

@@ -57,6 +57,19 @@ pub fn evictable(phase: Phase, instances: Option<usize>) -> Option<bool> {
     }
 }
 
+/// Nova's count of VMs on the host, for [`evictable`]. No compute service
+/// is an empty host only when there never was one or we deleted it
+/// (decommissioned): a service that vanished otherwise (a down cell, a
+/// renamed host) may hide VMs, so the count is unknown.
+pub fn vm_count(nova: &crate::lifecycle::NovaObs, never_registered_or_deleted: bool) -> Option<usize> {
+    use crate::lifecycle::NovaObs;
+    match nova {
+        NovaObs::Registered(host) => Some(host.instances.len()),
+        NovaObs::NotRegistered if never_registered_or_deleted => Some(0),
+        _ => None,
+    }
+}
+
 /// A component name the protocol can carry: an annotation name's last
 /// part (letters, digits, `-`, `_`, `.`; at most 63, starting and ending
 /// alphanumeric).
@@ -143,6 +156,17 @@ mod tests {
         assert!(p["metadata"]["annotations"].get("hypervisor.cloud.sap/lock.bgp").is_none(), "{p}");
         // Without components, only the label.
         assert_eq!(patch(&bare, Some(true), &[]), Some(json!({"metadata": {"labels": {EVICTABLE: "true"}}})));
+    }
+
+    #[test]
+    fn a_vanished_compute_service_is_no_count_but_a_deleted_one_is_empty() {
+        use crate::lifecycle::NovaObs;
+        assert_eq!(vm_count(&NovaObs::NotRegistered, true), Some(0), "never registered, or deleted by us");
+        assert_eq!(vm_count(&NovaObs::NotRegistered, false), None, "vanished: may hide VMs");
+        assert_eq!(vm_count(&NovaObs::Unreachable("x".into()), true), None);
+        // Held and unknown: the marks stay as they are.
+        assert_eq!(evictable(Phase::Maintenance, vm_count(&NovaObs::NotRegistered, false)), None);
+        assert_eq!(evictable(Phase::Decommissioned, vm_count(&NovaObs::NotRegistered, true)), Some(true));
     }
 
     #[test]

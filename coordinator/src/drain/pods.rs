@@ -56,11 +56,13 @@ pub fn relabel(pod: &Pod, evictable: Option<bool>) -> Option<String> {
 }
 
 /// Starts the watches (each in a task of its own, until the process
-/// ends); `wake` gets the Node of each protected pod that changes.
+/// ends); `wake` gets the Node of each protected pod that changes while
+/// this replica leads (`leading`: a follower's wakes would pile up unread).
 pub fn watch(
     client: &kube::Client,
     protected: &Protected,
     wake: mpsc::UnboundedSender<String>,
+    leading: tokio::sync::watch::Receiver<bool>,
 ) -> ProtectedPods {
     let mut stores = Vec::new();
     for selector in protected.selectors() {
@@ -72,13 +74,13 @@ pub fn watch(
             .modify(trim)
             .reflect(writer)
             .applied_objects();
-        let (wake, what) = (wake.clone(), selector.as_str().to_string());
+        let (wake, what, leading) = (wake.clone(), selector.as_str().to_string(), leading.clone());
         tokio::spawn(async move {
             let mut pods = std::pin::pin!(pods);
             while let Some(item) = pods.next().await {
                 match item {
                     Ok(pod) => {
-                        if let Some(node) = pod.spec.and_then(|s| s.node_name) {
+                        if let Some(node) = pod.spec.and_then(|s| s.node_name).filter(|_| *leading.borrow()) {
                             let _ = wake.send(node);
                         }
                     }

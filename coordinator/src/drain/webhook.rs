@@ -177,11 +177,9 @@ impl Webhook {
             Verdict::Refuse { mut message, ask } => {
                 // A dry run changes nothing (the configuration's
                 // sideEffects: NoneOnDryRun).
-                let annotated =
-                    self.nodes.get(&ObjectRef::new(&node)).is_some_and(|n| n.metadata.annotations.is_some());
                 if ask
                     && !req.dry_run
-                    && let Err(e) = self.ask(&node, annotated).await
+                    && let Err(e) = self.ask(&node).await
                 {
                     tracing::warn!(error = %e, "could not mark the Node for maintenance");
                     message.push_str(&format!(" (the ask for maintenance failed: {e}; it is tried again)"));
@@ -255,20 +253,38 @@ impl Webhook {
 
     /// Marks the Node: a drain was refused while the host was in service.
     /// Only while the Node is still cordoned (a JSON patch's test): a mark
-    /// landing after the uncordon would ask at the next cordon.
-    async fn ask(&self, node: &str, annotated: bool) -> Result<(), kube::Error> {
+    /// landing after the uncordon would ask at the next cordon. Added under
+    /// the annotations, never replacing them (other operators' locks are
+    /// there); the whole map only for a Node that has none (a 422).
+    async fn ask(&self, node: &str) -> Result<(), kube::Error> {
         let now = jiff::Timestamp::now().to_string();
         let key = super::DRAIN_REFUSED.replace('~', "~0").replace('/', "~1");
-        let add = if annotated {
-            serde_json::json!({"op": "add", "path": format!("/metadata/annotations/{key}"), "value": now})
-        } else {
-            serde_json::json!({"op": "add", "path": "/metadata/annotations", "value": {super::DRAIN_REFUSED: now}})
-        };
-        let ops = serde_json::json!([{"op": "test", "path": "/spec/unschedulable", "value": true}, add]);
-        let patch: json_patch::Patch = serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
+        let cordoned = serde_json::json!({"op": "test", "path": "/spec/unschedulable", "value": true});
+        let one =
+            serde_json::json!({"op": "add", "path": format!("/metadata/annotations/{key}"), "value": now});
         let api: Api<Node> = Api::all(self.client.clone());
-        api.patch(node, &kube::api::PatchParams::default(), &kube::api::Patch::Json::<()>(patch))
-            .await
-            .map(|_| ())
+        let send = |ops: serde_json::Value| {
+            let api = api.clone();
+            async move {
+                let patch: json_patch::Patch =
+                    serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
+                api.patch(node, &kube::api::PatchParams::default(), &kube::api::Patch::Json::<()>(patch))
+                    .await
+            }
+        };
+        match send(serde_json::json!([cordoned, one])).await {
+            Err(kube::Error::Api(e)) if e.code == 422 && self.unannotated(node) => {
+                let all = serde_json::json!({"op": "add", "path": "/metadata/annotations",
+                    "value": {super::DRAIN_REFUSED: now}});
+                send(serde_json::json!([cordoned, {"op": "test", "path": "/metadata/annotations", "value": null}, all]))
+                    .await
+                    .map(|_| ())
+            }
+            r => r.map(|_| ()),
+        }
+    }
+
+    fn unannotated(&self, node: &str) -> bool {
+        self.nodes.get(&ObjectRef::new(node)).is_none_or(|n| n.metadata.annotations.is_none())
     }
 }

@@ -241,7 +241,9 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     tell(&ctx, &hv, &name, &decision, &new_status, &outcome.failures, &seen.agent).await;
     super::fence::tell(&ctx, &hv, &fenced).await;
     mark_node(&ctx, &name, &seen, new_status.health.as_ref()).await;
-    mark_locks(&ctx, &name, decision.phase, &seen.obs.nova).await;
+    let service_gone = new_status.service_id.is_none() || new_status.lifecycle.service_deleted;
+    let instances = crate::drain::locks::vm_count(&seen.obs.nova, service_gone);
+    mark_locks(&ctx, &name, decision.phase, instances).await;
     tell_health(&ctx, &hv, status.health.as_ref(), &new_status, verdict.judged).await;
     if let Some(keep) =
         super::nodes::release(seen.obs.node, decision.phase, new_status.service_id.as_deref(), &seen.obs.nova)
@@ -584,22 +586,14 @@ async fn mark_node(ctx: &Context, name: &str, seen: &Seen, health: Option<&Healt
 /// count of VMs say, and the same on the Node's protected pods
 /// (`drain::pods`). A failed write is logged and tried again at the next
 /// reconcile: each mark is compared with what is wanted every time.
-async fn mark_locks(ctx: &Context, name: &str, phase: crate::api::Phase, nova: &NovaObs) {
-    let instances = match nova {
-        NovaObs::Registered(host) => Some(host.instances.len()),
-        // No compute service, no VM Nova knows of: a decommissioned host's
-        // is deleted, an aborted one may never have had one. (In service,
-        // `evictable` says false all the same.)
-        NovaObs::NotRegistered => Some(0),
-        _ => None,
-    };
+async fn mark_locks(ctx: &Context, name: &str, phase: crate::api::Phase, instances: Option<usize>) {
     let Some(node) = ctx.nodes.get(&ObjectRef::new(name)) else { return };
     let now = crate::drain::locks::of(&node);
     let want = crate::drain::locks::evictable(phase, instances);
     // Freed: the pods before the Node, so the budgets let go as soon as the
     // webhook does. Locked: the Node first, the webhook refusing at once.
-    if want == Some(true) {
-        label_protected_pods(ctx, name, want).await;
+    if want == Some(true) && !label_protected_pods(ctx, name, want).await {
+        return; // the Node waits for its pods: tried again next reconcile
     }
     if let Some(patch) = crate::drain::locks::patch(&now, want, &ctx.node_locks) {
         let api: Api<Node> = Api::all(ctx.client.clone());
@@ -614,8 +608,9 @@ async fn mark_locks(ctx: &Context, name: &str, phase: crate::api::Phase, nova: &
 }
 
 /// Sets `drain::POD_EVICTABLE` on the Node's protected pods as `evictable`
-/// says, where it differs.
-async fn label_protected_pods(ctx: &Context, node: &str, evictable: Option<bool>) {
+/// says, where it differs; false when a write failed.
+async fn label_protected_pods(ctx: &Context, node: &str, evictable: Option<bool>) -> bool {
+    let mut all = true;
     use k8s_openapi::api::core::v1::Pod;
     for pod in ctx.pods.on_node(node) {
         let Some(value) = crate::drain::pods::relabel(&pod, evictable) else { continue };
@@ -631,10 +626,12 @@ async fn label_protected_pods(ctx: &Context, node: &str, evictable: Option<bool>
                 tracing::info!(node, pod = %format!("{ns}/{pod_name}"), %value, "protected pod labelled")
             }
             Err(e) => {
+                all = false;
                 tracing::warn!(node, pod = %format!("{ns}/{pod_name}"), error = %e, "could not label a protected pod")
             }
         }
     }
+    all
 }
 
 /// What the lifecycle reads of a Node (and what wakes it: `triggers`).

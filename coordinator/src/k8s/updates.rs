@@ -18,8 +18,9 @@ use crate::api::{Hypervisor, MaintenanceMode, Phase};
 use crate::lifecycle::NodeObs;
 
 /// How long a host given a place counts though the cache does not show
-/// it held yet.
-const CLAIM_TTL: Duration = Duration::from_secs(30);
+/// it held: renewed at each of its reconciles while it asks, so it outlasts
+/// the slowest act (Nova calls retried) before its status shows it held.
+const CLAIM_TTL: Duration = Duration::from_secs(600);
 
 /// The limit, the caches it counts in, and the hosts given a place
 /// moments ago.
@@ -91,7 +92,8 @@ impl UpdateLimit {
                 if held.len() > some.len() { ", ..." } else { "" }
             ));
         }
-        if claim && !recent.iter().any(|(n, _)| n == name) {
+        if claim {
+            recent.retain(|(n, _)| n != name);
             recent.push((name.to_string(), Instant::now()));
         }
         None
