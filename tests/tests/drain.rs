@@ -41,14 +41,7 @@ async fn an_update_empties_the_host_by_live_migration_and_its_end_brings_it_back
         None,
         &["--cordon-starts-maintenance", "--node-lock", "neutron-l2", "--update-max-held", "1"],
     );
-    let mut agents = Vec::new();
-    for h in [&host, &target] {
-        agents.push(region.agent(h, &AgentPeers::default()));
-        region.create_node(h, &[]).await;
-    }
-    for h in [&host, &target] {
-        region.wait_phase(h, Phase::Active, SOON, &coord).await;
-    }
+    let agents = both_active(&region, [&host, &target], &coord).await;
     let admin = Admin::login(&env).await.unwrap();
     let id = zone.boot(&admin, &format!("drain-{}", std::process::id()), &host, "1").await;
     let nodes: Api<Node> = Api::all(region.kube.client.clone());
@@ -119,6 +112,23 @@ async fn an_update_empties_the_host_by_live_migration_and_its_end_brings_it_back
     region.wait_phase(&target, Phase::Active, SOON, &coord).await;
     assert_eq!(admin.service(&target).await.unwrap().unwrap()["status"], "enabled");
     drop(agents);
+}
+
+/// The two hosts' agents and Nodes, once both are Active.
+async fn both_active(
+    region: &Region,
+    hosts: [&String; 2],
+    coord: &hv_tests::region::Proc,
+) -> Vec<hv_tests::region::Proc> {
+    let mut agents = Vec::new();
+    for h in hosts {
+        agents.push(region.agent(h, &AgentPeers::default()));
+        region.create_node(h, &[]).await;
+    }
+    for h in hosts {
+        region.wait_phase(h, Phase::Active, SOON, coord).await;
+    }
+    agents
 }
 
 /// Waits until the Node's lock protocol marks say `evictable`: the label,
@@ -243,14 +253,7 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
             "neutron-l2",
         ],
     );
-    let mut agents = Vec::new();
-    for h in [&host, &target] {
-        agents.push(region.agent(h, &AgentPeers::default()));
-        region.create_node(h, &[]).await;
-    }
-    for h in [&host, &target] {
-        region.wait_phase(h, Phase::Active, SOON, &coord).await;
-    }
+    let agents = both_active(&region, [&host, &target], &coord).await;
     let admin = Admin::login(&env).await.unwrap();
     let id = zone.boot(&admin, &format!("kdrain-{}", std::process::id()), &host, "1").await;
     let pods = pods_of(&region, &host).await;
