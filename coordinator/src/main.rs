@@ -502,7 +502,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
             evictions: ev_reader.clone(),
             gate: gate.clone(),
             protected: protected.clone(),
-            cordon_starts_maintenance: args.cordon_starts_maintenance,
             updates: updates.clone(),
         });
         let bound = hv_coordinator::drain::webhook::serve(addr, config, hook)

@@ -55,17 +55,7 @@ async fn an_update_empties_the_host_by_live_migration_and_its_end_brings_it_back
     let cordon = |on: bool| serde_json::json!({"spec": {"unschedulable": on}});
     nodes.patch(&host, &PatchParams::default(), &Patch::Merge(&cordon(true))).await.unwrap();
     let held = region.wait_phase(&host, Phase::Maintenance, SOON, &coord).await;
-    let server = admin.server(&id).await.unwrap();
-    assert_eq!(server["OS-EXT-SRV-ATTR:host"], target.as_str(), "{server}");
-    assert_eq!(server["status"], "ACTIVE");
-    let migrations = admin.migrations_of(&id).await.unwrap();
-    assert!(
-        migrations.iter().any(|m| m["migration_type"] == "live-migration" && m["status"] == "completed"),
-        "{migrations:?}"
-    );
-    let mine = region.evictions_of(&host).await;
-    assert_eq!(mine.len(), 1, "one Eviction");
-    assert_eq!(mine[0].spec.reason, EvictionReason::RollingUpdate);
+    live_migrated_away(&region, &admin, &id, &host, &target).await;
     let svc = admin.service(&host).await.unwrap().unwrap();
     assert_eq!(svc["status"], "disabled", "{svc}");
     assert!(
@@ -112,6 +102,22 @@ async fn an_update_empties_the_host_by_live_migration_and_its_end_brings_it_back
     region.wait_phase(&target, Phase::Active, SOON, &coord).await;
     assert_eq!(admin.service(&target).await.unwrap().unwrap()["status"], "enabled");
     drop(agents);
+}
+
+/// The server left `host` for `target` by live migration (Nova's record,
+/// ACTIVE there), moved by the host's one RollingUpdate Eviction.
+async fn live_migrated_away(region: &Region, admin: &Admin, id: &str, host: &str, target: &str) {
+    let server = admin.server(id).await.unwrap();
+    assert_eq!(server["OS-EXT-SRV-ATTR:host"], target, "{server}");
+    assert_eq!(server["status"], "ACTIVE");
+    let migrations = admin.migrations_of(id).await.unwrap();
+    assert!(
+        migrations.iter().any(|m| m["migration_type"] == "live-migration" && m["status"] == "completed"),
+        "{migrations:?}"
+    );
+    let mine = region.evictions_of(host).await;
+    assert_eq!(mine.len(), 1, "one Eviction");
+    assert_eq!(mine[0].spec.reason, EvictionReason::RollingUpdate);
 }
 
 /// The two hosts' agents and Nodes, once both are Active.
@@ -325,16 +331,7 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
     // Emptied by live migration meanwhile, and held: the budget's label on
     // its protected pods, the neutron-l2 lock lifted.
     region.wait_phase(&host, Phase::Maintenance, SOON, &coord).await;
-    let server = admin.server(&id).await.unwrap();
-    assert_eq!(server["OS-EXT-SRV-ATTR:host"], target.as_str(), "{server}");
-    let migrations = admin.migrations_of(&id).await.unwrap();
-    assert!(
-        migrations.iter().any(|m| m["migration_type"] == "live-migration" && m["status"] == "completed"),
-        "{migrations:?}"
-    );
-    let mine = region.evictions_of(&host).await;
-    assert_eq!(mine.len(), 1, "one Eviction");
-    assert_eq!(mine[0].spec.reason, EvictionReason::RollingUpdate);
+    live_migrated_away(&region, &admin, &id, &host, &target).await;
     let svc = admin.service(&host).await.unwrap().unwrap();
     assert!(svc["disabled_reason"].as_str().unwrap().contains("a drain of the Node was refused"), "{svc}");
     wait_locks(&nodes, &host, true).await;

@@ -31,7 +31,6 @@ use tracing::Instrument;
 use super::admission::{self, EvictionView, Host, PodKind, Protected, Verdict};
 use crate::api::{Eviction, Hypervisor, MaintenanceMode};
 use crate::k8s::Gate;
-use crate::k8s::hypervisor::MAINTENANCE_REQUIRED_ANNOTATION;
 
 /// An AdmissionReview is a few kilobytes; anything past this is not one.
 const MAX_BODY: usize = 1 << 20;
@@ -46,7 +45,6 @@ pub struct Webhook {
     pub evictions: Store<Eviction>,
     pub gate: Arc<Gate>,
     pub protected: Protected,
-    pub cordon_starts_maintenance: bool,
     pub updates: Arc<crate::k8s::updates::UpdateLimit>,
 }
 
@@ -195,14 +193,11 @@ impl Webhook {
         let hv = self.hypervisors.get(&ObjectRef::new(node_name));
         let node = self.nodes.get(&ObjectRef::new(node_name));
         let marks = node.as_deref().map(super::locks::of).unwrap_or_default();
-        let annotated = |key: &str| {
-            node.as_ref().is_some_and(|n| n.metadata.annotations.iter().flatten().any(|(k, _)| k == key))
-        };
         let status = hv.as_ref().and_then(|h| h.status.clone()).unwrap_or_default();
         let spec_asks = hv.as_ref().is_some_and(|h| h.spec.maintenance != MaintenanceMode::None);
+        // The lifecycle's own rule of an update's ask.
         let asked = spec_asks
-            || annotated(MAINTENANCE_REQUIRED_ANNOTATION)
-            || (marks.cordoned && (marks.drain_refused || self.cordon_starts_maintenance));
+            || node.as_deref().is_some_and(|n| self.updates.asks(crate::k8s::hypervisor::node_obs(n)));
         // Would the host wait for a place once asked? (A peek: no claim.)
         let asking = crate::lifecycle::NodeObs::Present {
             ready: true,
