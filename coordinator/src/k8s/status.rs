@@ -46,7 +46,10 @@ pub fn compose(
     }
     s.agent = Some(AgentStatus {
         connected: agent.connected,
-        since: agent.since.map(Time),
+        // Whole seconds, as the API server stores a Time: a finer one would
+        // differ from the stored status at every reconcile, and be written
+        // again each time.
+        since: agent.since.map(|t| Time(Timestamp::from_second(t.as_second()).unwrap_or(t))),
         version: Some(agent.agent_version.clone()).filter(|v| !v.is_empty()),
         last_heartbeat: None,
     });
@@ -128,5 +131,24 @@ mod tests {
         assert_eq!(once, twice, "no write, and so no watch event, when nothing changed");
         let c = twice.conditions.iter().find(|c| c.type_ == "AgentConnected").map(|c| c.reason.as_str());
         assert_eq!(c, Some("NeverConnected"));
+    }
+
+    #[test]
+    fn a_status_read_back_from_the_api_server_composes_the_same_again() {
+        let now = Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_millis(1_800_000_000_674);
+        let agent = AgentView {
+            connected: true,
+            agent_version: "0.1.0".into(),
+            since: Some(now),
+            ..Default::default()
+        };
+        let nova = NovaObs::Registered(NovaHost::default());
+        let once =
+            compose(&HypervisorStatus::default(), &decision(Phase::Active), &agent, &nova, Some(1), now);
+        // What the API server stores and answers: Times in whole seconds.
+        let stored: HypervisorStatus = serde_json::from_value(serde_json::to_value(&once).unwrap()).unwrap();
+        let later = now + jiff::SignedDuration::from_secs(60);
+        let twice = compose(&stored, &decision(Phase::Active), &agent, &nova, Some(1), later);
+        assert_eq!(stored, twice, "a status that would be written at every reconcile");
     }
 }
