@@ -22,7 +22,7 @@ use hv_coordinator::k8s::updates::UpdateLimit;
 use hv_coordinator::k8s::{self, Context, Gate, Intervals, Template, Writers};
 use hv_coordinator::lifecycle::Policy;
 use hv_coordinator::metrics::Metrics;
-use hv_coordinator::nova::{Cloud, CloudSource, HttpPolicy, Nova, NovaClient};
+use hv_coordinator::nova::{Cloud, CloudSource, FleetView, HttpPolicy, Nova, NovaClient};
 use kube::ResourceExt as _;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector;
@@ -191,6 +191,11 @@ struct Args {
     /// How often an Active or Maintenance node is compared with Nova (drift check).
     #[arg(long, default_value = "60s", value_parser = duration)]
     drift_interval: Duration,
+    /// Oldest fleet view of Nova and Placement a settled host's drift check
+    /// may rest on (one set of lists for the whole fleet, read again once
+    /// older; docs/nova.md). Default: half the drift interval.
+    #[arg(long, value_parser = duration)]
+    nova_view_max_age: Option<Duration>,
     /// How often a node in a busy phase is looked at again.
     #[arg(long, default_value = "5s", value_parser = duration)]
     busy_interval: Duration,
@@ -545,9 +550,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         evacuate_by_default: args.evacuate_by_default,
         evacuate_rebuild_from_image: args.evacuate_rebuild_from_image,
     });
+    let intervals =
+        Intervals { busy: args.busy_interval, drift: args.drift_interval, ..Intervals::default() };
+    let view_max_age = args.nova_view_max_age.unwrap_or(args.drift_interval / 2);
     let ctx = Arc::new(Context {
         client: acting.clone(),
         nova,
+        nova_view: Arc::new(FleetView::new(view_max_age, intervals.retry)),
         registry: registry.clone(),
         health: health.clone(),
         recorder: Recorder::new(
@@ -591,7 +600,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         health_policy: hv_coordinator::health::HealthPolicy {
             node_grace: jiff::SignedDuration::try_from(args.node_not_ready_grace)?,
         },
-        intervals: Intervals { busy: args.busy_interval, drift: args.drift_interval, ..Intervals::default() },
+        intervals,
         events,
         written: Default::default(),
         node_locks: args.node_locks.clone(),

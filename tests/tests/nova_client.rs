@@ -203,3 +203,65 @@ async fn a_replica_without_the_lease_sends_nova_nothing() {
     assert!(matches!(nova.observe(&host, &[]).await, NovaObs::Registered(_)));
     assert!(mine(&env) > 0, "once it leads, its requests reach Nova (and the log names it)");
 }
+
+/// The fleet's lists show a host as its own reads do: its service, its
+/// hypervisor, its aggregates, its servers, and of the custom traits asked
+/// about those its provider carries (a trait Placement never heard of is
+/// carried by none, not an error). Pages of three hypervisors, followed by
+/// Nova's next links, cover every host.
+#[tokio::test]
+async fn the_fleets_lists_show_a_host_as_its_own_reads_do() {
+    let env = hv_tests::env::require();
+    let dir = tempdir("nova-client-fleet");
+    let nova = client(&env, &dir, None);
+    let admin = Admin::login(&env).await.unwrap();
+    let claim = hv_tests::hosts::claim(&env).await;
+    let host = claim.host.clone();
+    let agg = unique("nc-fleet-agg");
+    admin.create_aggregate(&agg).await.unwrap();
+    let NovaObs::Registered(h) = nova.observe(&host, &[]).await else { panic!("{host} registered") };
+    let sid = Some(h.service_id.as_str());
+    nova.execute(&host, sid, &Action::AddAggregate { name: agg.clone() }).await.unwrap();
+    let mine = format!("CUSTOM_NC_FLEET_{}", std::process::id());
+    let traits = BTreeSet::from([mine.clone()]);
+    nova.execute(&host, sid, &Action::AddTraits { traits: traits.clone() }).await.unwrap();
+    let server = admin.boot_on(&unique("nc-fleet"), &host, "1").await.unwrap();
+    hv_tests::wait::until(
+        "the server listed on its host",
+        std::time::Duration::from_secs(60),
+        String::new,
+        || async {
+            match nova.observe(&host, &[]).await {
+                NovaObs::Registered(h) if h.instances.contains(&server) => hv_tests::wait::Poll::Ready(()),
+                other => hv_tests::wait::Poll::Pending(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+
+    let asked = BTreeSet::from([mine.clone(), "CUSTOM_NEVER_CREATED_ANYWHERE".to_string()]);
+    let wanted = [agg.clone(), "no-such-aggregate".to_string()];
+    let fleet = nova.fleet_in_pages(&asked, 3).await.unwrap();
+    assert!(fleet.hosts() >= env.nova.hosts.len(), "every host's service: {}", fleet.hosts());
+    // Services, aggregates, the pages, providers, which traits exist, and
+    // the providers of the one that does.
+    let pages = fleet.hosts().div_ceil(3);
+    assert!(fleet.requests >= 5 + pages, "{pages} pages followed: {} requests", fleet.requests);
+    let NovaObs::Registered(own) = nova.observe(&host, &wanted).await else { panic!("{host} registered") };
+    let Some(NovaObs::Registered(listed)) = fleet.host(&host, &wanted, &asked) else {
+        panic!("{host} in the lists: {fleet:?}");
+    };
+    let own_asked = own.traits.as_ref().map(|t| t.intersection(&asked).cloned().collect::<BTreeSet<_>>());
+    assert_eq!(listed.traits, own_asked, "the asked traits it carries");
+    assert_eq!(listed.traits, Some(traits.clone()));
+    assert_eq!(
+        NovaObs::Registered(listed),
+        NovaObs::Registered(hv_coordinator::lifecycle::NovaHost { traits: own_asked, ..own })
+    );
+    assert_eq!(fleet.host("no-such-host", &[], &BTreeSet::new()), Some(NovaObs::NotRegistered));
+    assert_eq!(fleet.host(&host, &[], &BTreeSet::from(["CUSTOM_NOT_ASKED".into()])), None);
+
+    admin.delete_server(&server).await.unwrap();
+    nova.execute(&host, sid, &Action::RemoveAggregate { name: agg }).await.unwrap();
+    nova.execute(&host, sid, &Action::RemoveTraits { traits }).await.unwrap();
+}

@@ -4,6 +4,7 @@
 //! (each action idempotent) → write (status by server-side apply over the
 //! version read) → tell (Events, the fleet stream, gRPC health).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +31,7 @@ use crate::lifecycle::{
     self, Action, AgentObs, Decision, EvictionObs, Input, NodeObs, NovaObs, Observations, Policy,
 };
 use crate::nova::Nova;
+use crate::nova::view::{FleetView, may_share};
 
 /// Annotation an SRE (or `hvctl retry`) sets to a new value to retry an
 /// Aborted node.
@@ -67,6 +69,9 @@ impl Default for Intervals {
 pub struct Context {
     pub client: kube::Client,
     pub nova: Arc<dyn Nova>,
+    /// Nova's view of the whole fleet, shared by every reconcile of a
+    /// settled host (docs/nova.md, "The fleet view").
+    pub nova_view: Arc<FleetView>,
     pub registry: Arc<Registry>,
     pub health: Health,
     pub recorder: Recorder,
@@ -122,6 +127,9 @@ struct Seen {
     power: health::PowerSource,
     /// The host has a BMC (`spec.fencing.bmc`).
     bmc: bool,
+    /// Nova's view of the host came from the shared fleet view, not from
+    /// the host's own reads.
+    shared: bool,
 }
 
 pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue, Error> {
@@ -148,12 +156,16 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     }
     let now = Timestamp::now();
     let phase = status.phase.unwrap_or_default();
-    let verdict = judge_health(&ctx, &seen, status.health.as_ref(), phase, now);
-    seen.obs.health = verdict.status.as_ref().filter(|_| verdict.judged).map(|h| {
-        let mut v = health::observe::lifecycle_view(h);
-        v.hold_back = super::ha::unseen_hold_back(&ctx, &name, &v);
-        v
-    });
+    let mut verdict = judge_health(&ctx, &seen, status.health.as_ref(), phase, now);
+    seen.obs.health = health_obs(&ctx, &name, &verdict);
+    // The fleet view only confirms: what it would change is decided on the
+    // host's own reads.
+    if seen.shared && !view_confirms(&ctx, &hv, &name, &status, &seen, &verdict, now) {
+        seen.obs.nova = ctx.nova_view.fresh(ctx.nova.as_ref(), &seen.host, &hv.spec.aggregates).await;
+        seen.shared = false;
+        verdict = judge_health(&ctx, &seen, status.health.as_ref(), phase, now);
+        seen.obs.health = health_obs(&ctx, &name, &verdict);
+    }
     let hv = if deleting {
         hv
     } else {
@@ -218,11 +230,7 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
         return Ok(Requeue::requeue(again));
     }
     let outcome = act(&ctx, &hv, &name, &seen.host, &decision).await;
-    let mut new_status =
-        compose(&status, &decision, &seen.agent, &seen.obs.nova, hv.metadata.generation, now);
-    new_status.health = verdict.status.clone();
-    let healthy = [verdict.condition.clone()];
-    new_status.conditions = merge(&new_status.conditions, &healthy, now, hv.metadata.generation);
+    let mut new_status = composed(&status, &decision, &seen, &verdict, hv.metadata.generation, now);
     // The record says "deleted" only once Nova answered the delete.
     new_status.lifecycle.service_deleted |= outcome.service_deleted;
     if let Some(verdict) = &deletion {
@@ -256,6 +264,52 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     let look = verdict.recheck.map_or(look, |r| look.min(r));
     let look = fenced.again.map_or(look, |a| look.min(a));
     Ok(Requeue::requeue(look))
+}
+
+/// The verdict as the lifecycle acts on it (None when not judged now).
+fn health_obs(ctx: &Context, name: &str, verdict: &Verdict) -> Option<lifecycle::HealthObs> {
+    verdict.status.as_ref().filter(|_| verdict.judged).map(|h| {
+        let mut v = health::observe::lifecycle_view(h);
+        v.hold_back = super::ha::unseen_hold_back(ctx, name, &v);
+        v
+    })
+}
+
+/// The status the lifecycle's decision and the health verdict make of the
+/// stored one. Pure.
+fn composed(
+    status: &HypervisorStatus,
+    decision: &Decision,
+    seen: &Seen,
+    verdict: &Verdict,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> HypervisorStatus {
+    let mut new_status = compose(status, decision, &seen.agent, &seen.obs.nova, generation, now);
+    new_status.health = verdict.status.clone();
+    let healthy = [verdict.condition.clone()];
+    new_status.conditions = merge(&new_status.conditions, &healthy, now, generation);
+    new_status
+}
+
+/// Whether the fleet view leaves the host as it stands: the lifecycle
+/// decides no action, no transition and no warning on it, and the status
+/// stays the same (docs/nova.md, "The fleet view"). Pure over what was seen.
+fn view_confirms(
+    ctx: &Context,
+    hv: &Hypervisor,
+    name: &str,
+    status: &HypervisorStatus,
+    seen: &Seen,
+    verdict: &Verdict,
+    now: Timestamp,
+) -> bool {
+    let input = Input { name, spec: &hv.spec, status, obs: &seen.obs, policy: &ctx.policy, now };
+    let decision = lifecycle::decide(&input);
+    decision.actions.is_empty()
+        && decision.transition.is_none()
+        && decision.warnings.is_empty()
+        && composed(status, &decision, seen, verdict, hv.metadata.generation, now) == *status
 }
 
 /// A change of a judged verdict: logged, counted and an Event.
@@ -308,7 +362,22 @@ async fn observe(
     let (node, node_ready, marks) = observe_node(ctx, name).await?;
     let agent = ctx.registry.view(name);
     let host = lifecycle::nova_host(name, &hv.spec, status).to_string();
-    let nova = ctx.nova.observe(&host, &hv.spec.aggregates).await;
+    let leaving = hv.metadata.deletion_timestamp.is_some() || node == NodeObs::Deleting;
+    let health = status.health.as_ref().map(|h| h.state);
+    let shareable = may_share(phase, leaving, status.fencing.is_some(), health);
+    let from_view = match shareable {
+        true => {
+            let traits = host_traits(hv);
+            let fleet = || fleet_traits(&ctx.hypervisors);
+            ctx.nova_view.host(ctx.nova.as_ref(), &host, &hv.spec.aggregates, &traits, fleet).await
+        }
+        false => None,
+    };
+    let shared = from_view.is_some();
+    let nova = match from_view {
+        Some(nova) => nova,
+        None => ctx.nova_view.fresh(ctx.nova.as_ref(), &host, &hv.spec.aggregates).await,
+    };
     let close_hosts = match &nova {
         NovaObs::NotRegistered if phase == Phase::Onboarding => {
             observe_close_hosts(ctx, &host, agent.hostname.as_deref()).await
@@ -342,7 +411,19 @@ async fn observe(
         health::PowerSource::Unknown
     };
     let bmc = hv.spec.fencing.bmc.is_some();
-    Ok(Seen { obs, agent, host, node_ready, marks, power, bmc })
+    Ok(Seen { obs, agent, host, node_ready, marks, power, bmc, shared })
+}
+
+/// The custom traits of a Hypervisor the lifecycle looks at: its spec's and
+/// those recorded as applied.
+fn host_traits(hv: &Hypervisor) -> BTreeSet<String> {
+    let applied = hv.status.iter().flat_map(|s| s.lifecycle.applied_traits.iter());
+    hv.spec.custom_traits.iter().chain(applied).cloned().collect()
+}
+
+/// Every custom trait the fleet's Hypervisors name, for a read of the fleet.
+fn fleet_traits(hypervisors: &Store<Hypervisor>) -> BTreeSet<String> {
+    hypervisors.state().iter().flat_map(|hv| host_traits(hv)).collect()
 }
 
 /// The host's health as one reconcile records it (docs/health.md).

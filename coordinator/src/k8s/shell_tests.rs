@@ -32,6 +32,7 @@ use crate::eviction::preflight::Candidate;
 use crate::fleet::{Health, Registry};
 use crate::lifecycle::{Action, NovaHost, NovaObs, Policy, ServiceState};
 use crate::metrics::Metrics;
+use crate::nova::FleetSnapshot;
 use crate::nova::servers::{NovaMigration, Progress};
 use crate::nova::{Nova, NovaError};
 
@@ -99,6 +100,8 @@ struct FakeNova {
     execute: Result<(), NovaError>,
     /// Whether Nova shows the host's compute service enabled.
     service_enabled: Option<bool>,
+    /// node-1 as the fleet's lists show it; None: the fleet read fails.
+    fleet: Arc<Mutex<Option<NovaHost>>>,
 }
 
 #[tonic::async_trait]
@@ -106,6 +109,13 @@ impl Nova for FakeNova {
     async fn observe(&self, host: &str, _: &[String]) -> NovaObs {
         push(&self.log, format!("nova observe {host}"));
         self.obs.clone()
+    }
+    async fn fleet(&self, _: &std::collections::BTreeSet<String>) -> Result<FleetSnapshot, NovaError> {
+        push(&self.log, "nova fleet".into());
+        match self.fleet.lock().map(|f| f.clone()).ok().flatten() {
+            Some(h) => Ok(FleetSnapshot::of_one("node-1", &h)),
+            None => Err(NovaError::Unavailable("the fake has no fleet lists".into())),
+        }
     }
     async fn compute_hosts(&self) -> Result<Vec<String>, NovaError> {
         Ok(Vec::new())
@@ -171,6 +181,8 @@ struct Hv {
     ctx: Arc<Context>,
     log: Log,
     bodies: Arc<Mutex<Vec<(String, Value)>>>,
+    /// What the fake's fleet lists show of node-1 (None: the fleet read fails).
+    fleet: Arc<Mutex<Option<NovaHost>>>,
 }
 
 fn hypervisor_ctx(
@@ -204,8 +216,10 @@ fn hypervisor_ctx_executing(
     }
     let (changed, _) = tokio::sync::mpsc::unbounded_channel();
     let (reporter, _) = tonic_health::server::health_reporter();
+    let fleet: Arc<Mutex<Option<NovaHost>>> = Arc::default();
     let ctx = Context {
         client: client.clone(),
+        nova_view: Arc::new(crate::nova::FleetView::new(Duration::from_secs(30), Duration::from_secs(10))),
         nova: Arc::new(FakeNova {
             log: log.clone(),
             obs: nova,
@@ -213,6 +227,7 @@ fn hypervisor_ctx_executing(
             migrate: Ok(()),
             execute,
             service_enabled: Some(false),
+            fleet: fleet.clone(),
         }),
         registry: Arc::new(Registry::new(changed)),
         health: Health::new(reporter),
@@ -244,7 +259,7 @@ fn hypervisor_ctx_executing(
             reflector::store::<Node>().0,
         )),
     };
-    Hv { ctx: Arc::new(ctx), log, bodies }
+    Hv { ctx: Arc::new(ctx), log, bodies, fleet }
 }
 
 fn hypervisor(phase: Option<Phase>, record: Option<EvictionRef>) -> Arc<Hypervisor> {
@@ -475,6 +490,7 @@ fn eviction_ctx_limited(
             migrate,
             execute: Ok(()),
             service_enabled: Some(true),
+            fleet: Arc::default(),
         }),
         migrations: reflector::store().0,
         hypervisors,
@@ -866,4 +882,61 @@ async fn evictions_reconciled_together_start_no_more_than_the_cluster_limit() {
     let asked = entries(&t.log).iter().filter(|l| l.starts_with("nova migrate")).count();
     assert_eq!(asked, 2, "{:?}", entries(&t.log));
     assert_eq!(t.ctx.limit.held(), 2);
+}
+
+/// The fleet view only confirms: a settled host it shows as its status
+/// already says costs no read of its own and no write; one it shows
+/// otherwise is read on its own, and what is written is that read's.
+#[tokio::test]
+async fn the_fleet_view_confirms_a_settled_host_and_leaves_any_change_to_its_own_reads() {
+    let answer = |m: &Method, _: &str| match m.as_str() {
+        "PATCH" => (200, hv_json("node-1", "8")),
+        _ => (201, json!({})),
+    };
+    let NovaObs::Registered(host) = registered(true, &["vm-1"]) else { unreachable!() };
+    // The status an earlier reconcile wrote from the host's own reads.
+    let t = hypervisor_ctx(answer, NovaObs::Registered(host.clone()), true, vec![]);
+    hypervisor::reconcile(hypervisor(Some(Phase::Active), None), t.ctx.clone()).await.unwrap();
+    let written = status_writes(&t.bodies).pop().expect("a first status");
+    let mut settled = (*hypervisor(Some(Phase::Active), None)).clone();
+    settled.status = Some(serde_json::from_value(written["status"].clone()).unwrap());
+    let settled = Arc::new(settled);
+
+    // The view shows it the same: nothing of its own is read, nothing written.
+    let t = hypervisor_ctx(answer, NovaObs::Registered(host.clone()), true, vec![]);
+    *t.fleet.lock().unwrap() = Some(host.clone());
+    hypervisor::reconcile(settled.clone(), t.ctx.clone()).await.unwrap();
+    let log = entries(&t.log);
+    assert!(log.contains(&"nova fleet".to_string()), "{log:?}");
+    assert!(!log.iter().any(|l| l.starts_with("nova observe")), "{log:?}");
+    assert!(status_writes(&t.bodies).is_empty(), "{log:?}");
+    // A second reconcile within the bound reads no fleet again.
+    hypervisor::reconcile(settled.clone(), t.ctx.clone()).await.unwrap();
+    assert_eq!(entries(&t.log).iter().filter(|l| *l == "nova fleet").count(), 1);
+
+    // The view shows a second server (the host's own reads know better: one,
+    // then none): the host is read on its own, and its read is written.
+    let mut moved = host.clone();
+    moved.instances.push("vm-2".into());
+    let t = hypervisor_ctx(answer, registered(true, &[]), true, vec![]);
+    *t.fleet.lock().unwrap() = Some(moved);
+    hypervisor::reconcile(settled.clone(), t.ctx.clone()).await.unwrap();
+    let log = entries(&t.log);
+    assert!(log.contains(&"nova observe node-1".to_string()), "{log:?}");
+    let writes = status_writes(&t.bodies);
+    assert_eq!(
+        writes.last().map(|w| w["status"]["instances"]["count"].clone()),
+        Some(json!(0)),
+        "{writes:?}"
+    );
+
+    // A busy phase never rests on the view.
+    let t = hypervisor_ctx(answer, NovaObs::Registered(host.clone()), true, vec![]);
+    *t.fleet.lock().unwrap() = Some(host);
+    hypervisor::reconcile(hypervisor(Some(Phase::Ready), None), t.ctx.clone()).await.unwrap();
+    let log = entries(&t.log);
+    assert!(
+        !log.contains(&"nova fleet".to_string()) && log.contains(&"nova observe node-1".to_string()),
+        "{log:?}"
+    );
 }

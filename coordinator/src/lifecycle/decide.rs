@@ -1391,7 +1391,7 @@ fn eviction_summary(e: &EvictionObs) -> String {
 
 /// `CUSTOM_` followed by upper-case letters, digits and underscores
 /// (Placement's rule for custom traits), at most 255 characters.
-fn valid_trait(t: &str) -> bool {
+pub fn valid_trait(t: &str) -> bool {
     t.len() <= 255
         && t.strip_prefix("CUSTOM_").is_some_and(|rest| {
             !rest.is_empty()

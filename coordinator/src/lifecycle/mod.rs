@@ -24,7 +24,7 @@ pub use crate::api::condition::DesiredCondition;
 pub use action::Action;
 pub use decide::{
     ALLOWED_TRANSITIONS, DRIFT_REPAIRED, Decision, HOST_UNSEEN, Input, NOVA_ENABLES_NEW_SERVICES, Policy,
-    SERVICE_RE_REGISTERED, Transition, Warning, decide, nova_host,
+    SERVICE_RE_REGISTERED, Transition, Warning, decide, nova_host, valid_trait,
 };
 pub use observe::{
     AgentObs, CheckReport, EvictionObs, HealthObs, NodeObs, NovaHost, NovaObs, Observations, ServiceState,

@@ -17,10 +17,10 @@ use crate::lifecycle::{Action, NovaHost, NovaObs, ServiceState};
 /// How often a generation conflict on the provider's traits is retried.
 const TRAIT_ATTEMPTS: u32 = 5;
 
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 pub(super) struct ComputeService {
     id: String,
-    host: String,
+    pub(super) host: String,
     status: String,
     #[serde(default)]
     disabled_reason: Option<String>,
@@ -55,7 +55,7 @@ pub(super) struct ServiceRef {
     host: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 pub(super) struct Aggregate {
     id: i64,
     name: String,
@@ -65,7 +65,9 @@ pub(super) struct Aggregate {
 
 #[derive(Debug, Deserialize)]
 pub(super) struct Provider {
-    uuid: String,
+    pub(super) uuid: String,
+    #[serde(default)]
+    pub(super) name: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -77,6 +79,40 @@ pub(super) struct ProviderTraits {
 #[derive(Debug, Deserialize)]
 pub(super) struct ServerRef {
     id: String,
+}
+
+/// The lifecycle's view of one host from what Nova and Placement answered,
+/// however they were asked (one host's own reads, or the fleet's lists in
+/// [`super::fleet`]): one rule for both, so the two can be compared.
+/// Instances are sorted: the two sources list them in different orders.
+pub(super) fn nova_host_from(
+    host: &str,
+    service: ComputeService,
+    hypervisor_id: Option<String>,
+    aggregates: &[Aggregate],
+    wanted_aggregates: &[String],
+    traits: Option<BTreeSet<String>>,
+    mut instances: Vec<String>,
+) -> NovaHost {
+    let member: BTreeSet<String> = aggregates
+        .iter()
+        .filter(|a| a.hosts.as_deref().unwrap_or_default().iter().any(|h| h == host))
+        .map(|a| a.name.clone())
+        .collect();
+    let known: BTreeSet<&str> = aggregates.iter().map(|a| a.name.as_str()).collect();
+    let unknown = wanted_aggregates.iter().filter(|a| !known.contains(a.as_str())).cloned().collect();
+    instances.sort();
+    NovaHost {
+        service_state: service.service_state(),
+        enabled: service.status == "enabled",
+        service_id: service.id,
+        hypervisor_id,
+        disabled_reason: service.disabled_reason,
+        aggregates: member,
+        unknown_aggregates: unknown,
+        traits,
+        instances,
+    }
 }
 
 /// Nova and Placement as the lifecycle needs them.
@@ -113,30 +149,22 @@ impl NovaClient {
         };
         let hypervisor = self.hypervisor(host).await?;
         let aggregates = self.aggregates().await?;
-        let member: BTreeSet<String> = aggregates
-            .iter()
-            .filter(|a| a.hosts.as_deref().unwrap_or_default().iter().any(|h| h == host))
-            .map(|a| a.name.clone())
-            .collect();
-        let known: BTreeSet<&str> = aggregates.iter().map(|a| a.name.as_str()).collect();
-        let unknown = wanted_aggregates.iter().filter(|a| !known.contains(a.as_str())).cloned().collect();
         let node = hypervisor.as_ref().map_or(host, |h| h.hypervisor_hostname.as_str());
         let traits = match self.provider(node).await? {
             Some(p) => Some(self.traits(&p.uuid).await?.traits.into_iter().collect()),
             None => None,
         };
-        let service_state = service.service_state();
-        Ok(Some(NovaHost {
-            service_id: service.id,
-            hypervisor_id: hypervisor.map(|h| h.id),
-            enabled: service.status == "enabled",
-            disabled_reason: service.disabled_reason,
-            service_state,
-            aggregates: member,
-            unknown_aggregates: unknown,
+        let instances = self.instances(host).await?;
+        let hypervisor_id = hypervisor.map(|h| h.id);
+        Ok(Some(nova_host_from(
+            host,
+            service,
+            hypervisor_id,
+            &aggregates,
+            wanted_aggregates,
             traits,
-            instances: self.instances(host).await?,
-        }))
+            instances,
+        )))
     }
 
     /// Runs one action of a decision against Nova or Placement. `service_id`

@@ -5,16 +5,20 @@
 
 pub mod capacity;
 pub mod error;
+pub mod fleet;
 pub mod host;
 pub mod http;
 pub mod servers;
+pub mod view;
 
 #[cfg(test)]
 mod fuzz;
 
 pub use error::NovaError;
+pub use fleet::FleetSnapshot;
 pub use host::NovaClient;
 pub use http::{Cloud, CloudSource, HttpPolicy};
+pub use view::FleetView;
 
 use jiff::Timestamp;
 
@@ -31,6 +35,9 @@ use servers::{NovaMigration, Progress};
 pub trait Nova: Send + Sync {
     /// Nova's view of `host`, for the lifecycle core.
     async fn observe(&self, host: &str, wanted_aggregates: &[String]) -> NovaObs;
+    /// The whole fleet in a handful of lists ([`fleet`]), for the shared
+    /// view; `traits` are the custom traits the fleet's Hypervisors name.
+    async fn fleet(&self, traits: &std::collections::BTreeSet<String>) -> Result<FleetSnapshot, NovaError>;
     /// The host names of every nova-compute service.
     async fn compute_hosts(&self) -> Result<Vec<String>, NovaError>;
     /// One action of a decision (idempotent).
@@ -61,6 +68,9 @@ pub trait Nova: Send + Sync {
 impl Nova for NovaClient {
     async fn observe(&self, host: &str, wanted_aggregates: &[String]) -> NovaObs {
         NovaClient::observe(self, host, wanted_aggregates).await
+    }
+    async fn fleet(&self, traits: &std::collections::BTreeSet<String>) -> Result<FleetSnapshot, NovaError> {
+        NovaClient::fleet(self, traits).await
     }
     async fn compute_hosts(&self) -> Result<Vec<String>, NovaError> {
         NovaClient::compute_hosts(self).await

@@ -1,0 +1,318 @@
+//! Nova's and Placement's view of the whole fleet, read in a handful of
+//! lists rather than six reads per host (docs/nova.md, "The fleet view").
+//!
+//! One read is: the compute services, the aggregates, the hypervisors with
+//! their servers (paged), Placement's resource providers, the custom traits
+//! that exist among those the fleet's Hypervisors name, and for each of
+//! those the providers that carry it. Its cost grows with the number of
+//! distinct custom traits and with pages of a thousand hypervisors, not with
+//! hosts. [`FleetSnapshot::host`] answers what one host's own reads would
+//! have, or nothing where the lists cannot tell.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::Instant;
+
+use serde::Deserialize;
+
+use super::error::NovaError;
+use super::host::{Aggregate, ComputeService, NovaClient, Provider, nova_host_from};
+use super::http::{Call, Service, field};
+use crate::lifecycle::NovaObs;
+
+/// Most hypervisors asked for in one page; Nova answers fewer when its
+/// `[api] max_limit` is lower, and its next link says where to go on.
+const PAGE: usize = 1000;
+
+/// Most pages followed in one read: a next link that never ends is Nova's
+/// error, not a reason to loop (a million hypervisors).
+const MAX_PAGES: usize = 1000;
+
+#[derive(Debug, Deserialize)]
+struct ListedHypervisor {
+    id: String,
+    hypervisor_hostname: String,
+    /// Always there with `with_servers` since compute 2.75.
+    servers: Vec<ListedServer>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ListedServer {
+    uuid: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Link {
+    href: String,
+    rel: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct TraitName(String);
+
+/// The fleet as one read found it. Immutable: a newer read replaces it.
+#[derive(Debug)]
+pub struct FleetSnapshot {
+    /// When the read began: nothing in it is older than that.
+    pub started: Instant,
+    services: HashMap<String, ComputeService>,
+    /// By hypervisor hostname: (id, the servers' UUIDs).
+    hypervisors: HashMap<String, (String, Vec<String>)>,
+    aggregates: Vec<Aggregate>,
+    /// Provider UUIDs by name.
+    providers: HashMap<String, String>,
+    /// The custom traits asked about, each with the providers that carry
+    /// it (none for a trait Placement does not know).
+    traits: BTreeMap<String, HashSet<String>>,
+    /// Requests the read took.
+    pub requests: usize,
+}
+
+impl FleetSnapshot {
+    /// What one host's own reads would have answered, where the lists can
+    /// tell: None when the host has a compute service but no hypervisor
+    /// listed under its name (its servers are then not known from the
+    /// lists), or when it names a trait the read did not ask about.
+    /// `traits` are the host's custom traits that matter to the lifecycle
+    /// (its spec's and the ones recorded as applied); the answer's traits
+    /// are those of them its provider carries, which is all the lifecycle
+    /// looks at.
+    pub fn host(
+        &self,
+        host: &str,
+        wanted_aggregates: &[String],
+        traits: &BTreeSet<String>,
+    ) -> Option<NovaObs> {
+        let Some(service) = self.services.get(host) else {
+            return Some(NovaObs::NotRegistered);
+        };
+        let (hypervisor_id, servers) = self.hypervisors.get(host)?;
+        if !traits.iter().all(|t| self.traits.contains_key(t)) {
+            return None;
+        }
+        let carried = self.providers.get(host).map(|uuid| {
+            traits.iter().filter(|t| self.traits.get(*t).is_some_and(|p| p.contains(uuid))).cloned().collect()
+        });
+        Some(NovaObs::Registered(nova_host_from(
+            host,
+            service.clone(),
+            Some(hypervisor_id.clone()),
+            &self.aggregates,
+            wanted_aggregates,
+            carried,
+            servers.clone(),
+        )))
+    }
+
+    /// How many compute services the read found.
+    pub fn hosts(&self) -> usize {
+        self.services.len()
+    }
+}
+
+#[cfg(test)]
+impl FleetSnapshot {
+    /// A fleet of one host whose lists show it as `h`, for the controllers'
+    /// request-level tests.
+    pub(crate) fn of_one(host: &str, h: &crate::lifecycle::NovaHost) -> FleetSnapshot {
+        use crate::lifecycle::ServiceState;
+        let state = match h.service_state {
+            ServiceState::Up => "up",
+            ServiceState::Down => "down",
+            ServiceState::Unknown | ServiceState::ForcedDown => "",
+        };
+        let service = serde_json::json!({"id": h.service_id, "host": host,
+            "status": if h.enabled { "enabled" } else { "disabled" }, "disabled_reason": h.disabled_reason,
+            "state": state, "forced_down": h.service_state == ServiceState::ForcedDown});
+        let aggregates = h
+            .aggregates
+            .iter()
+            .enumerate()
+            .map(|(i, name)| serde_json::json!({"id": i, "name": name, "hosts": [host]}));
+        let provider = format!("rp-{host}");
+        let traits = h.traits.iter().flatten().map(|t| (t.clone(), HashSet::from([provider.clone()])));
+        FleetSnapshot {
+            started: Instant::now(),
+            services: HashMap::from([(host.to_string(), serde_json::from_value(service).unwrap())]),
+            hypervisors: HashMap::from([(
+                host.to_string(),
+                (h.hypervisor_id.clone().unwrap_or_default(), h.instances.clone()),
+            )]),
+            aggregates: aggregates.map(|a| serde_json::from_value(a).unwrap()).collect(),
+            providers: h.traits.iter().map(|_| (host.to_string(), provider.clone())).collect(),
+            traits: traits.collect(),
+            requests: 0,
+        }
+    }
+}
+
+impl NovaClient {
+    /// One read of the whole fleet (see the module doc). `traits` are the
+    /// custom traits the fleet's Hypervisors name; malformed ones are the
+    /// lifecycle's to report and are not asked about.
+    pub async fn fleet(&self, traits: &BTreeSet<String>) -> Result<FleetSnapshot, NovaError> {
+        self.fleet_in_pages(traits, PAGE).await
+    }
+
+    /// [`Self::fleet`], asking for `page` hypervisors at a time.
+    pub async fn fleet_in_pages(
+        &self,
+        traits: &BTreeSet<String>,
+        page: usize,
+    ) -> Result<FleetSnapshot, NovaError> {
+        let started = Instant::now();
+        let mut requests = 0;
+        let call = Call::get(Service::Compute, "os-services").param("binary", "nova-compute");
+        let services: Vec<ComputeService> = self.cloud().fetch(call, "services").await?;
+        requests += 1;
+        let call = Call::get(Service::Compute, "os-aggregates");
+        let aggregates: Vec<Aggregate> = self.cloud().fetch(call, "aggregates").await?;
+        requests += 1;
+        let mut hypervisors = HashMap::new();
+        let mut marker: Option<String> = None;
+        for n in 0.. {
+            if n == MAX_PAGES {
+                return Err(NovaError::Invalid(format!("os-hypervisors: more than {MAX_PAGES} pages")));
+            }
+            let mut call = Call::get(Service::Compute, "os-hypervisors")
+                .param("with_servers", "true")
+                .param("limit", page.to_string());
+            if let Some(m) = &marker {
+                call = call.param("marker", m.clone());
+            }
+            let what = call.describe();
+            let answer = self.cloud().call(call).await?;
+            requests += 1;
+            let links: Vec<Link> = answer
+                .get("hypervisors_links")
+                .cloned()
+                .map(|v| serde_json::from_value(v).map_err(|e| NovaError::Invalid(format!("{what}: {e}"))))
+                .transpose()?
+                .unwrap_or_default();
+            let listed: Vec<ListedHypervisor> = field(answer, "hypervisors", &what)?;
+            for h in listed {
+                let servers = h.servers.into_iter().map(|s| s.uuid).collect();
+                hypervisors.insert(h.hypervisor_hostname, (h.id, servers));
+            }
+            match links.iter().find(|l| l.rel == "next") {
+                Some(next) => marker = Some(next_marker(&next.href, &what)?),
+                None => break,
+            }
+        }
+        let call = Call::get(Service::Placement, "resource_providers");
+        let listed: Vec<Provider> = self.cloud().fetch(call, "resource_providers").await?;
+        requests += 1;
+        let providers = listed.into_iter().map(|p| (p.name, p.uuid)).collect();
+        let asked: Vec<&String> = traits.iter().filter(|t| crate::lifecycle::valid_trait(t)).collect();
+        let mut carried: BTreeMap<String, HashSet<String>> =
+            asked.iter().map(|t| ((*t).clone(), HashSet::new())).collect();
+        if !asked.is_empty() {
+            // Asking for the providers of a trait Placement does not know is
+            // a 400: learn first which exist.
+            let names = asked.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(",");
+            let call = Call::get(Service::Placement, "traits").param("name", format!("in:{names}"));
+            let existing: Vec<TraitName> = self.cloud().fetch(call, "traits").await?;
+            requests += 1;
+            for TraitName(t) in existing {
+                let call = Call::get(Service::Placement, "resource_providers").param("required", t.clone());
+                let with: Vec<Provider> = self.cloud().fetch(call, "resource_providers").await?;
+                requests += 1;
+                carried.insert(t, with.into_iter().map(|p| p.uuid).collect());
+            }
+        }
+        let services = services.into_iter().map(|s| (s.host.clone(), s)).collect();
+        Ok(FleetSnapshot { started, services, hypervisors, aggregates, providers, traits: carried, requests })
+    }
+}
+
+/// The `marker` of Nova's next-page link.
+fn next_marker(href: &str, what: &str) -> Result<String, NovaError> {
+    let url = reqwest::Url::parse(href)
+        .map_err(|e| NovaError::Invalid(format!("{what}: next link {href}: {e}")))?;
+    url.query_pairs()
+        .find(|(k, _)| k == "marker")
+        .map(|(_, v)| v.into_owned())
+        .ok_or_else(|| NovaError::Invalid(format!("{what}: next link without a marker: {href}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service(host: &str, status: &str) -> ComputeService {
+        serde_json::from_value(
+            serde_json::json!({"id": format!("svc-{host}"), "host": host, "status": status,
+            "state": "up", "forced_down": false}),
+        )
+        .unwrap()
+    }
+
+    fn snapshot() -> FleetSnapshot {
+        let aggregates: Vec<Aggregate> = serde_json::from_value(serde_json::json!([
+            {"id": 1, "name": "az-a", "hosts": ["c-1"]}, {"id": 2, "name": "gpu", "hosts": []}]))
+        .unwrap();
+        FleetSnapshot {
+            started: Instant::now(),
+            services: [("c-1", "enabled"), ("c-2", "disabled"), ("c-3", "enabled")]
+                .into_iter()
+                .map(|(h, s)| (h.to_string(), service(h, s)))
+                .collect(),
+            hypervisors: [
+                ("c-1".to_string(), ("hyp-1".to_string(), vec!["vm-b".to_string(), "vm-a".to_string()])),
+                ("c-2".to_string(), ("hyp-2".to_string(), vec![])),
+            ]
+            .into_iter()
+            .collect(),
+            aggregates,
+            providers: [("c-1".to_string(), "rp-1".to_string())].into_iter().collect(),
+            traits: [
+                ("CUSTOM_A".to_string(), ["rp-1".to_string()].into_iter().collect()),
+                ("CUSTOM_B".to_string(), HashSet::new()),
+            ]
+            .into_iter()
+            .collect(),
+            requests: 5,
+        }
+    }
+
+    fn set(t: &[&str]) -> BTreeSet<String> {
+        t.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_listed_host_is_answered_as_its_own_reads_would() {
+        let s = snapshot();
+        let Some(NovaObs::Registered(h)) =
+            s.host("c-1", &["az-a".into(), "nope".into()], &set(&["CUSTOM_A", "CUSTOM_B"]))
+        else {
+            panic!("c-1 is listed");
+        };
+        assert_eq!(h.service_id, "svc-c-1");
+        assert_eq!(h.hypervisor_id.as_deref(), Some("hyp-1"));
+        assert!(h.enabled);
+        assert_eq!(h.aggregates, set(&["az-a"]));
+        assert_eq!(h.unknown_aggregates, set(&["nope"]));
+        assert_eq!(h.traits, Some(set(&["CUSTOM_A"])), "the asked traits its provider carries");
+        assert_eq!(h.instances, vec!["vm-a", "vm-b"], "sorted");
+    }
+
+    #[test]
+    fn what_the_lists_cannot_tell_is_left_to_the_hosts_own_reads() {
+        let s = snapshot();
+        assert_eq!(s.host("c-9", &[], &set(&[])), Some(NovaObs::NotRegistered), "no compute service");
+        assert_eq!(s.host("c-3", &[], &set(&[])), None, "a service without a listed hypervisor");
+        assert_eq!(s.host("c-1", &[], &set(&["CUSTOM_NEW"])), None, "a trait not asked about");
+        let Some(NovaObs::Registered(h)) = s.host("c-2", &[], &set(&["CUSTOM_A"])) else {
+            panic!("c-2 is listed");
+        };
+        assert_eq!(h.traits, None, "no provider yet, as Placement would say");
+        assert!(!h.enabled);
+    }
+
+    #[test]
+    fn the_next_pages_marker_is_read_from_novas_link() {
+        let href = "http://nova:8774/v2.1/os-hypervisors?limit=1000&marker=1b2c-3d&with_servers=true";
+        assert_eq!(next_marker(href, "GET os-hypervisors").unwrap(), "1b2c-3d");
+        assert!(matches!(next_marker("http://nova/x?limit=1", "x"), Err(NovaError::Invalid(_))));
+        assert!(matches!(next_marker("not a url", "x"), Err(NovaError::Invalid(_))));
+    }
+}

@@ -1,0 +1,117 @@
+//! The fleet view on the real peers: Nova's requests for the drift checks
+//! of Active hosts do not grow with the number of hosts, counted in Nova's
+//! own request log (each request names the replica that sent it), and a
+//! change made behind the coordinator's back is still repaired within a
+//! drift interval or two (docs/nova.md, "The fleet view").
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test that fails fails
+
+use std::time::Duration;
+
+use hv_coordinator::api::Phase;
+use hv_tests::openstack::{Admin, NovaRequest};
+use hv_tests::region::{AgentPeers, Proc, Region};
+use hv_tests::wait::{Poll, until};
+
+const SOON: Duration = Duration::from_secs(120);
+/// The window requests are counted in: ten of the test coordinator's
+/// two-second drift intervals.
+const WINDOW: Duration = Duration::from_secs(20);
+/// The fleet view's bound in this test: two drift intervals, so that two
+/// hosts' drift checks already come often enough to read the fleet as
+/// often as the bound lets (with a bound under the interval, fewer hosts
+/// would read it less often than more).
+const MAX_AGE: &str = "4s";
+/// Nova requests in one read of the fleet: services, aggregates, one page
+/// of hypervisors (Placement's aside).
+const PER_READ: usize = 3;
+
+/// The requests Nova took from `coord` within `WINDOW` from now.
+async fn counted(region: &Region, coord: &Proc) -> Vec<NovaRequest> {
+    let tag = format!("({})", coord.pod.as_deref().expect("a coordinator in a Pod"));
+    let from = jiff::Timestamp::now();
+    tokio::time::sleep(WINDOW).await;
+    let to = jiff::Timestamp::now();
+    hv_tests::openstack::nova_requests(&region.env)
+        .into_iter()
+        .filter(|r| r.user_agent.contains(&tag) && r.at >= from && r.at < to)
+        .collect()
+}
+
+/// Agents and Nodes for `hosts`, once each is Active and its first moments
+/// (the transition's quick looks) are over.
+async fn active(region: &Region, hosts: &[String], coord: &Proc) -> Vec<Proc> {
+    let mut agents = Vec::new();
+    for h in hosts {
+        agents.push(region.agent(h, &AgentPeers::default()));
+        region.create_node(h, &[]).await;
+    }
+    for h in hosts {
+        region.wait_phase(h, Phase::Active, SOON, coord).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    agents
+}
+
+fn summary(requests: &[NovaRequest]) -> String {
+    let mut by: std::collections::BTreeMap<String, usize> = Default::default();
+    for r in requests {
+        *by.entry(format!("{} {}", r.method, r.path)).or_default() += 1;
+    }
+    format!("{by:?}")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nova_requests_for_drift_checks_do_not_grow_with_the_active_hosts() {
+    let region = Region::start("fleet-view").await;
+    let env = region.env.clone();
+    let mut claims = Vec::new();
+    for _ in 0..8 {
+        claims.push(hv_tests::hosts::claim(&env).await);
+    }
+    let hosts: Vec<String> = claims.iter().map(|c| c.host.clone()).collect();
+    let coord = region.coordinator(None, &["--nova-view-max-age", MAX_AGE]);
+    let mut agents = active(&region, &hosts[..2], &coord).await;
+    let two = counted(&region, &coord).await;
+    agents.extend(active(&region, &hosts[2..], &coord).await);
+    let eight = counted(&region, &coord).await;
+
+    // Per host, as every drift check read before: its service, its
+    // hypervisor, the aggregates and its servers (Placement's two reads
+    // aside), ten intervals in the window.
+    let per_host_reads = 4 * 8 * 10;
+    // At most one read of the fleet per bound, and one more at the edges.
+    let bound = (WINDOW.as_secs() as usize / 4 + 1) * PER_READ;
+    let (n2, n8) = (two.len(), eight.len());
+    println!("Nova requests in {WINDOW:?}: 2 hosts {n2} {}, 8 hosts {n8} {}", summary(&two), summary(&eight));
+    assert!(n2 > 0, "the drift checks read Nova");
+    assert!(n2 <= bound && n8 <= bound, "at most one fleet read per bound: {n2}, {n8} > {bound}");
+    assert!(n8 <= n2 + 2 * PER_READ, "4 times the hosts, the same reads: 2 hosts {n2}, 8 hosts {n8}");
+    assert!(n8 * 10 < per_host_reads, "{n8} requests for 8 hosts: well under one per host per interval");
+    // No host was read on its own (`servers?host=`) nor changed.
+    let per_host: Vec<&NovaRequest> =
+        eight.iter().filter(|r| r.path.ends_with("/servers") || r.method != "GET").collect();
+    assert!(per_host.is_empty(), "{per_host:?}");
+
+    // A change behind the coordinator's back still shows, and is repaired
+    // from the host's own reads.
+    let admin = Admin::login(&env).await.unwrap();
+    let host = &hosts[3];
+    admin
+        .set_service(host, serde_json::json!({"status": "disabled", "disabled_reason": "by hand"}))
+        .await
+        .unwrap();
+    until(
+        "the drift repaired",
+        Duration::from_secs(30),
+        || coord.tail(20),
+        || async {
+            let svc = admin.service(host).await.unwrap().unwrap();
+            if svc["status"] == "enabled" { Poll::Ready(()) } else { Poll::Pending(format!("{svc}")) }
+        },
+    )
+    .await;
+    let events = region.events_for(host).await;
+    assert!(events.iter().any(|(reason, _)| reason == "DriftRepaired"), "{events:?}");
+    drop(agents);
+}
