@@ -14,7 +14,6 @@ use hv_coordinator::api::eviction::MigrationPolicy;
 use hv_coordinator::drain::admission::{Protected, Selector};
 use hv_coordinator::eviction::limit::ClusterLimit;
 use hv_coordinator::fleet::{self, AgentEndpoint, FleetEndpoint, Registry};
-use hv_coordinator::k8s::acting::LeaderOnlyLayer;
 use hv_coordinator::k8s::eviction::EvictionContext;
 use hv_coordinator::k8s::leader::{Election, LeaseGuard};
 use hv_coordinator::k8s::leader_pod::LeaderPod;
@@ -354,8 +353,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     // Two clients: requests get a read timeout (a hung call must not hang
     // a reconcile or a lease renewal); watches are long polls and get none.
-    let config =
+    let mut config =
         kube::Config::infer().await.context("Kubernetes client (KUBECONFIG or in-cluster config)")?;
+    // Nothing is sent again by the client itself (`k8s::acting::client`):
+    // the watches have their own backoff, and a lease renewal or a reconcile
+    // that fails is retried by its loop, which reads first.
+    config.default_retry = false;
     let watch_client = kube::Client::try_from(config.clone()).context("Kubernetes client")?;
     let mut request_config = config;
     let http = HttpPolicy { connect_timeout: args.connect_timeout, ..HttpPolicy::default() };
@@ -381,10 +384,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // The election renews its Lease with `client`; the controllers write
     // with `acting`, which sends nothing that changes state without the lease.
     let client = kube::Client::try_from(request_config.clone()).context("Kubernetes client")?;
-    let acting = kube::client::ClientBuilder::try_from(request_config)
-        .context("Kubernetes client")?
-        .with_layer(&LeaderOnlyLayer(guard.clone()))
-        .build();
+    let acting =
+        hv_coordinator::k8s::acting::client(request_config, guard.clone()).context("Kubernetes client")?;
     let source = match &args.os_cloud {
         Some(cloud) => CloudSource::CloudsYaml { cloud: cloud.clone(), file: args.clouds_yaml.clone() },
         None => CloudSource::Env,

@@ -67,6 +67,18 @@ where
     }
 }
 
+/// The client the controllers write with: only the leader's writes leave,
+/// and nothing is sent again by the client itself. kube's default retry of
+/// a 429, 503 or 504 (up to 15 times, with pauses growing to minutes) sits
+/// below this layer: a write checked against the lease once would be sent
+/// again later, perhaps by a replica that no longer leads, and a POST
+/// answered 504 may have been done. A reconcile that fails is looked at
+/// again by its controller, which reads first.
+pub fn client(mut config: kube::Config, guard: Arc<LeaseGuard>) -> Result<kube::Client, kube::Error> {
+    config.default_retry = false;
+    Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&LeaderOnlyLayer(guard)).build())
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -106,5 +118,51 @@ mod tests {
         guard.revoke();
         let after = svc.ready().await.unwrap_or_else(|e| panic!("{e}")).call(req(Method::POST)).await;
         assert!(after.is_err(), "a deposed leader writes nothing");
+    }
+
+    /// A write the API server answers 429 (its priority and fairness) is
+    /// sent once: the controller decides again, the client does not send it
+    /// again on its own.
+    #[tokio::test]
+    async fn a_refused_write_is_sent_once() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = Arc::new(AtomicU32::new(0));
+        let counted = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 65536];
+                    while let Ok(n) = conn.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        let body = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"TooManyRequests","code":429,"message":"slow down"}"#;
+                        let answer = format!(
+                            "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if conn.write_all(answer.as_bytes()).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        let guard = Arc::new(LeaseGuard::new(Duration::from_secs(1)));
+        guard.renewed(tokio::time::Instant::now(), Duration::from_secs(60));
+        let config = kube::Config::new(url.parse().unwrap());
+        let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client(config, guard).unwrap());
+        let patch = serde_json::json!({"metadata": {"labels": {"a": "b"}}});
+        let (params, merge) = (kube::api::PatchParams::default(), kube::api::Patch::Merge(&patch));
+        let sent = api.patch("n", &params, &merge);
+        let answer = tokio::time::timeout(Duration::from_secs(5), sent).await.expect("answered, not retried");
+        assert!(matches!(answer, Err(kube::Error::Api(ref e)) if e.code == 429), "{answer:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(seen.load(Ordering::SeqCst), 1, "sent once");
     }
 }
