@@ -68,7 +68,7 @@ def policy(case, rendered):
         # only by the coordinator's label; the webhook with the leader's Service.
         "protected pods held until labelled evictable": all(
             b["spec"]["maxUnavailable"] == 0
-            and {"key": "hypervisor.cloud.sap/evictable", "operator": "In", "values": ["false"]}
+            and {"key": "hypervisor.cloud.sap/evictable", "operator": "NotIn", "values": ["true"]}
             in b["spec"]["selector"]["matchExpressions"]
             for b in by_kind.get("PodDisruptionBudget", [])
             if b["metadata"]["name"].startswith("hv-coordinator-protect-")

@@ -260,7 +260,10 @@ impl Region {
         cmd.env("KUBECONFIG", &kubeconfig)
             .env(
                 "RUST_LOG",
-                "info,kube_runtime=warn,kube_client=warn,openstack_sdk=warn,openstack_sdk_core=warn",
+                std::env::var("HV_COORDINATOR_LOG").unwrap_or_else(|_| {
+                    "info,kube_runtime=warn,kube_client=warn,openstack_sdk=warn,openstack_sdk_core=warn"
+                        .into()
+                }),
             )
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--metrics-listen", &metrics])

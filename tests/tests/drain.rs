@@ -184,14 +184,14 @@ async fn pods_of(region: &Region, host: &str) -> Vec<(String, String)> {
     made
 }
 
-/// The chart's disruption budgets: the protected pods without the
-/// evictable label may not go.
+/// The chart's disruption budgets: the protected pods not labelled
+/// evictable may not go (fail closed: an unlabelled pod is held).
 async fn budgets(region: &Region) {
     for app in ["nova-compute", "neutron-l2"] {
         let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
             "metadata": {"name": format!("hv-protect-{app}"), "namespace": "openstack"},
             "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": app},
-                "matchExpressions": [{"key": POD_EVICTABLE, "operator": "In", "values": ["false"]}]}}});
+                "matchExpressions": [{"key": POD_EVICTABLE, "operator": "NotIn", "values": ["true"]}]}}});
         let api: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
             Api::namespaced(region.kube.client.clone(), "openstack");
         api.create(&PostParams::default(), &serde_json::from_value(pdb).unwrap()).await.unwrap();
@@ -240,25 +240,23 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
         (region.server_tls.cert.display().to_string(), region.server_tls.key.display().to_string());
     let listen = format!("127.0.0.1:{port}");
     // No --cordon-starts-maintenance: the refused drain is the ask.
-    let coord = region.coordinator(
-        None,
-        &[
-            "--webhook-listen",
-            &listen,
-            "--webhook-tls-cert",
-            &cert,
-            "--webhook-tls-key",
-            &key,
-            "--protected-pods",
-            "app=nova-compute",
-            "--protected-pods",
-            "app=hv-agent",
-            "--dependent-pods",
-            "neutron-l2:app=neutron-l2",
-            "--node-lock",
-            "neutron-l2",
-        ],
-    );
+    let flags = [
+        "--webhook-listen",
+        &listen,
+        "--webhook-tls-cert",
+        &cert,
+        "--webhook-tls-key",
+        &key,
+        "--protected-pods",
+        "app=nova-compute",
+        "--protected-pods",
+        "app=hv-agent",
+        "--dependent-pods",
+        "neutron-l2:app=neutron-l2",
+        "--node-lock",
+        "neutron-l2",
+    ];
+    let mut coord = region.coordinator(None, &flags);
     let agents = both_active(&region, [&host, &target], &coord).await;
     let admin = Admin::login(&env).await.unwrap();
     let id = zone.boot(&admin, &format!("kdrain-{}", std::process::id()), &host, "1").await;
@@ -296,6 +294,50 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
     );
     assert!(openstack.get_opt(&nova_compute).await.unwrap().is_some(), "not evicted");
     assert_eq!(region.hypervisor(&host).await.unwrap().status.unwrap().phase, Some(Phase::Active));
+    // A protected pod the coordinator never labelled (started while it is
+    // down): the budget holds it too.
+    coord.kill();
+    let late = format!("nova-compute-{host}-late");
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": late, "namespace": "openstack", "labels": {"app": "nova-compute"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": format!("nova-compute-{host}"),
+                "uid": format!("nova-compute-{host}-uid"), "controller": true}]},
+        "spec": {"nodeName": host, "containers": [{"name": "nova-compute", "image": "nova-compute"}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
+    openstack.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
+    // By kubectl, as a drain would: kube's own client would retry the 429.
+    let body = region.dir.join("late-eviction.json");
+    let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+        "metadata": {"name": late, "namespace": "openstack"}});
+    std::fs::write(&body, eviction.to_string()).unwrap();
+    let path = format!("/api/v1/namespaces/openstack/pods/{late}/eviction");
+    let out = kubectl(&region, &["create", "--raw", &path, "-f", &body.display().to_string()])
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("disruption budget"),
+        "an unlabelled pod is held: {stderr}"
+    );
+    assert!(openstack.get_opt(&late).await.unwrap().is_some(), "not evicted");
+    let coord = region.coordinator(None, &flags);
+    let labelled = |name: String| {
+        let api = openstack.clone();
+        async move { api.get_opt(&name).await.unwrap().and_then(|p| p.labels().get(POD_EVICTABLE).cloned()) }
+    };
+    until(
+        "the late pod labelled by the new leader",
+        SOON,
+        || coord.tail(20),
+        || async {
+            match labelled(late.clone()).await.as_deref() {
+                Some("false") => Poll::Ready(()),
+                other => Poll::Pending(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
 
     // Another operator's lock on the Node: a dependent waits for every lock.
     let other_lock = format!("{LOCK_PREFIX}other-operator");
@@ -329,7 +371,20 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
     let mut drain =
         kubectl(&region, &["drain", &host, "--ignore-daemonsets", "--timeout=300s"]).spawn().unwrap();
     // Emptied by live migration meanwhile, and held: the budget's label on
-    // its protected pods, the neutron-l2 lock lifted.
+    // its protected pods, the neutron-l2 lock lifted. nova-compute stays as
+    // long as the server is on the host.
+    until("the server moved off the host", SOON, String::new, || async {
+        let server = admin.server(&id).await.unwrap();
+        let on = server["OS-EXT-SRV-ATTR:host"].as_str().unwrap_or_default().to_string();
+        let present = openstack.get_opt(&nova_compute).await.unwrap().is_some();
+        if on == host {
+            assert!(present, "nova-compute evicted while its server is on the host");
+            Poll::Pending(format!("on {on}, {}", server["status"]))
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
     region.wait_phase(&host, Phase::Maintenance, SOON, &coord).await;
     live_migrated_away(&region, &admin, &id, &host, &target).await;
     let svc = admin.service(&host).await.unwrap().unwrap();
@@ -338,9 +393,13 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
     // nova-compute goes; the network agent waits for the other lock, and
     // the drain with it.
     until("nova-compute evicted", SOON, String::new, || async {
-        match openstack.get_opt(&nova_compute).await.unwrap() {
-            None => Poll::Ready(()),
-            Some(p) => Poll::Pending(format!("{:?}", p.labels())),
+        match (openstack.get_opt(&nova_compute).await.unwrap(), openstack.get_opt(&late).await.unwrap()) {
+            (None, None) => Poll::Ready(()),
+            (a, b) => Poll::Pending(format!(
+                "{:?} {:?}",
+                a.map(|p| p.labels().clone()),
+                b.map(|p| p.labels().clone())
+            )),
         }
     })
     .await;

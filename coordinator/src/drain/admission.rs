@@ -82,17 +82,17 @@ pub fn decide(pod: &PodKind, host: &Host) -> Verdict {
     let Some(phase) = host.phase else { return Verdict::Allow };
     // The Node's label, written from Nova's count, and the Hypervisor's
     // own view must agree: a label left behind never frees a busy host.
-    let held = matches!(phase, Phase::Initial | Phase::Maintenance | Phase::Aborted | Phase::Decommissioned);
+    let held = held(phase);
     let running = host.eviction.as_ref().is_some_and(|e| !e.phase.is_final());
     let emptied = host.evictable == Some(true) && held && host.vms.unwrap_or(0) == 0 && !running;
     let blocked_by = match pod {
         PodKind::Unprotected => return Verdict::Allow,
         PodKind::Hypervisor if emptied => return Verdict::Allow,
         PodKind::Hypervisor => String::new(),
-        // A lock lifted by hand does not free a busy host's network.
-        PodKind::Dependent { .. } if host.locks.is_empty() && !running && host.vms.unwrap_or(0) == 0 => {
-            return Verdict::Allow;
-        }
+        // A dependent waits for the host to be freed as the hypervisor's
+        // own pods do, and then for every lock: a lock lifted by hand, or
+        // not yet written (a host just back into service), frees nothing.
+        PodKind::Dependent { .. } if host.locks.is_empty() && emptied => return Verdict::Allow,
         PodKind::Dependent { .. } if host.locks.is_empty() => String::new(),
         PodKind::Dependent { .. } => {
             let locks: Vec<&str> = host.locks.iter().map(String::as_str).collect();
@@ -116,6 +116,11 @@ pub fn decide(pod: &PodKind, host: &Host) -> Verdict {
     Verdict::Refuse { message, ask }
 }
 
+/// Out of service, held there: the phases in which a host may lose its pods.
+fn held(phase: Phase) -> bool {
+    matches!(phase, Phase::Initial | Phase::Maintenance | Phase::Aborted | Phase::Decommissioned)
+}
+
 /// What is happening on the host, in a drain's words.
 fn state(phase: Phase, host: &Host) -> String {
     let vms = |n: u32| if n == 1 { "1 VM".to_string() } else { format!("{n} VMs") };
@@ -127,7 +132,7 @@ fn state(phase: Phase, host: &Host) -> String {
         (Some(e), Some(n)) if e.phase == EvictionPhase::Failed && n > 0 => {
             format!("eviction {} failed ({}); {} remain, an SRE must act", e.name, e.message, vms(n))
         }
-        (_, Some(0)) if host.evictable == Some(true) => format!("{phase}, empty"),
+        (_, Some(0)) if host.evictable == Some(true) && held(phase) => format!("{phase}, empty"),
         (_, Some(0)) => format!("{phase}, empty, not yet held out of service"),
         (_, Some(n)) => format!("{phase} with {}", vms(n)),
         (_, None) => format!("{phase}, VMs not counted yet"),
@@ -162,14 +167,25 @@ impl std::str::FromStr for Selector {
                 && k.matches('/').count() <= 1;
             if ok { Ok(k.to_string()) } else { Err(format!("{k:?} is not a label key")) }
         };
+        // As the API server checks a label value: it would refuse the
+        // watch at every retry, and the budgets would never engage.
+        let value = |v: &str| -> Result<String, String> {
+            let v = v.trim();
+            let edge = |c: Option<char>| c.is_none_or(|c| c.is_ascii_alphanumeric());
+            let ok = v.len() <= 63
+                && v.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                && edge(v.chars().next())
+                && edge(v.chars().last());
+            if ok { Ok(v.to_string()) } else { Err(format!("{v:?} is not a label value")) }
+        };
         let terms = s
             .split(',')
             .map(str::trim)
             .map(|t| {
                 if let Some((k, v)) = t.split_once("!=") {
-                    Ok(Term::Not(key(k)?, v.trim().to_string()))
+                    Ok(Term::Not(key(k)?, value(v)?))
                 } else if let Some((k, v)) = t.split_once("==").or_else(|| t.split_once('=')) {
-                    Ok(Term::Is(key(k)?, v.trim().to_string()))
+                    Ok(Term::Is(key(k)?, value(v)?))
                 } else if let Some(k) = t.strip_prefix('!') {
                     Ok(Term::Absent(key(k)?))
                 } else {
@@ -290,6 +306,9 @@ mod tests {
         let no_hypervisor = host(None, None, None);
         let empty_active = host(Some(Phase::Active), Some(0), Some(false));
         let onboarding = host(Some(Phase::Onboarding), None, Some(false));
+        // Uncordoned after its update: still labelled evictable, no lock yet.
+        let mut back_in_service = host(Some(Phase::Onboarding), Some(0), Some(true));
+        (back_in_service.cordoned, back_in_service.asked) = (false, false);
         let held_with_vms = {
             let mut h = host(Some(Phase::Maintenance), Some(2), Some(false));
             h.asked = true;
@@ -427,6 +446,16 @@ mod tests {
                 ),
             ),
             (
+                "a dependent of a host on its way back into service, its lock not yet written",
+                dependent(),
+                &back_in_service,
+                refuse(
+                    "hypervisor compute-3: Onboarding, empty, not yet held out of service; cordon the Node \
+                     (kubectl drain does) to start its maintenance",
+                    false,
+                ),
+            ),
+            (
                 "a label left behind: the Hypervisor shows VMs",
                 PodKind::Hypervisor,
                 &stale_label,
@@ -514,12 +543,11 @@ mod tests {
                                 {
                                     assert!(!allowed, "{h:?}");
                                 }
-                                let vms_or_running = matches!(vms, Some(n) if n > 0) || running;
                                 if phase.is_some()
                                     && matches!(pod, PodKind::Dependent { .. })
-                                    && (locked || vms_or_running)
+                                    && (locked || busy || evictable != Some(true))
                                 {
-                                    assert!(!allowed, "a lock stands, or VMs remain: {h:?}");
+                                    assert!(!allowed, "a lock stands, or the host is not freed: {h:?}");
                                 }
                                 // Live: what is not protected, or no longer
                                 // needed, is never held up.
@@ -529,8 +557,12 @@ mod tests {
                                 if *pod == PodKind::Hypervisor && !busy && evictable == Some(true) {
                                     assert!(allowed, "emptied and held: {h:?}");
                                 }
-                                if matches!(pod, PodKind::Dependent { .. }) && !locked && !vms_or_running {
-                                    assert!(allowed, "no lock, no VM: {h:?}");
+                                if matches!(pod, PodKind::Dependent { .. })
+                                    && !locked
+                                    && !busy
+                                    && evictable == Some(true)
+                                {
+                                    assert!(allowed, "freed, no lock: {h:?}");
                                 }
                                 if let Verdict::Refuse { message, ask } = v {
                                     assert!(message.starts_with("hypervisor compute-3: "), "{message}");
@@ -560,7 +592,9 @@ mod tests {
         assert!(!s.matches(&labels(&[("app", "nova-compute"), ("component", ""), ("legacy", "1")])));
         assert!(!s.matches(&labels(&[("app", "nova-compute"), ("component", ""), ("tier", "test")])));
         assert!("app.kubernetes.io/name==hv-agent".parse::<Selector>().is_ok());
-        for bad in ["", "a b=c", "=x", "a/b/c=d", "app=x,,y"] {
+        for bad in
+            ["", "a b=c", "=x", "a/b/c=d", "app=x,,y", "app=nova compute", "app=-x", "app=x!", "a!=b c"]
+        {
             assert!(bad.parse::<Selector>().is_err(), "{bad:?}");
         }
         let p = Protected {

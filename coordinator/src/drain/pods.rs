@@ -1,9 +1,11 @@
 //! The protected pods of each hypervisor Node, cached, and the label the
 //! chart's disruption budgets read on them ([`POD_EVICTABLE`]): `"false"`
-//! while their host is not evictable, `"true"` once it is. A budget selects
-//! the pods labelled `"false"` only, so pods that match a protected
-//! selector on a Node that is no hypervisor (a network agent on a network
-//! node) are never held by it.
+//! while their host is not evictable, `"true"` once it is. A budget holds
+//! every protected pod not labelled `"true"`, so it fails closed: a pod
+//! started while the coordinator is down, or before its host's reconcile,
+//! is held until the coordinator says otherwise. Pods that match a
+//! protected selector on a Node that is no hypervisor (a network agent on a
+//! network node) are labelled `"true"` by [`free_elsewhere`].
 //!
 //! One watch per selector the site names, each object cut to what is used
 //! (name, namespace, labels, node): a region's protected pods are a few
@@ -31,19 +33,73 @@ pub struct ProtectedPods {
 }
 
 impl ProtectedPods {
+    /// Waits for every watch's first list; false when one can never come.
+    pub async fn wait_until_ready(&self) -> bool {
+        for store in &self.stores {
+            if store.wait_until_ready().await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Every protected pod (each once).
+    pub fn all(&self) -> Vec<Arc<Pod>> {
+        let mut seen = BTreeMap::new();
+        for pod in self.stores.iter().flat_map(|s| s.state()) {
+            seen.entry((pod.metadata.namespace.clone(), pod.metadata.name.clone())).or_insert(pod);
+        }
+        seen.into_values().collect()
+    }
+
     /// The protected pods on `node` (each once, though several selectors
     /// match it).
     pub fn on_node(&self, node: &str) -> Vec<Arc<Pod>> {
-        let mut seen = BTreeMap::new();
-        for store in &self.stores {
-            for pod in store.state() {
-                if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node) {
-                    let key = (pod.metadata.namespace.clone(), pod.metadata.name.clone());
-                    seen.entry(key).or_insert(pod);
+        let on = |p: &Arc<Pod>| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node);
+        self.all().into_iter().filter(on).collect()
+    }
+}
+
+/// The protected pods that are no hypervisor's and not yet labelled
+/// evictable, as (namespace, name): their Node has no Hypervisor
+/// (`is_hypervisor`). A pod not yet scheduled has no Node and waits. Pure.
+pub fn elsewhere(pods: &[Arc<Pod>], is_hypervisor: impl Fn(&str) -> bool) -> Vec<(String, String)> {
+    pods.iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !is_hypervisor(n)))
+        .filter(|p| relabel(p, Some(true)).is_some())
+        .filter_map(|p| Some((p.metadata.namespace.clone()?, p.metadata.name.clone()?)))
+        .collect()
+}
+
+/// Labels the protected pods on Nodes that are no hypervisor evictable,
+/// every few seconds while this replica leads (`gate`): the budgets hold a
+/// protected pod until it is, and no host needs these. Until the process
+/// ends.
+pub async fn free_elsewhere(
+    client: kube::Client,
+    pods: ProtectedPods,
+    hypervisors: Store<crate::api::Hypervisor>,
+    gate: Arc<crate::k8s::Gate>,
+) {
+    loop {
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        if !gate.open() {
+            continue;
+        }
+        let is_hypervisor = |n: &str| hypervisors.get(&reflector::ObjectRef::new(n)).is_some();
+        for (ns, name) in elsewhere(&pods.all(), is_hypervisor) {
+            let patch = serde_json::json!({"metadata": {"labels": {POD_EVICTABLE: "true"}}});
+            let api = Api::<Pod>::namespaced(client.clone(), &ns);
+            match api.patch(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await
+            {
+                Ok(_) => {
+                    tracing::info!(pod = %format!("{ns}/{name}"), "protected pod on a Node that is no hypervisor labelled evictable")
+                }
+                Err(e) => {
+                    tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "could not label a protected pod")
                 }
             }
         }
-        seen.into_values().collect()
     }
 }
 
@@ -105,6 +161,31 @@ fn trim(pod: &mut Pod) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pod(ns: &str, name: &str, node: Option<&str>, label: Option<&str>) -> Arc<Pod> {
+        let mut p = Pod {
+            spec: Some(PodSpec { node_name: node.map(String::from), ..Default::default() }),
+            ..Default::default()
+        };
+        p.metadata.namespace = Some(ns.into());
+        p.metadata.name = Some(name.into());
+        p.metadata.labels = label.map(|v| [(POD_EVICTABLE.to_string(), v.to_string())].into());
+        Arc::new(p)
+    }
+
+    #[test]
+    fn pods_on_nodes_that_are_no_hypervisor_are_freed_and_only_those() {
+        let pods = [
+            pod("openstack", "l2-net-1", Some("net-1"), None),
+            pod("openstack", "l2-net-2", Some("net-2"), Some("false")),
+            pod("openstack", "l2-net-3", Some("net-3"), Some("true")),
+            pod("openstack", "l2-compute-1", Some("compute-1"), None),
+            pod("openstack", "l2-pending", None, None),
+        ];
+        let free = elsewhere(&pods, |n| n.starts_with("compute-"));
+        let want = [("openstack", "l2-net-1"), ("openstack", "l2-net-2")];
+        assert_eq!(free, want.map(|(a, b)| (a.to_string(), b.to_string())));
+    }
 
     #[test]
     fn a_pod_is_relabelled_only_when_its_label_differs_and_the_state_is_known() {

@@ -132,6 +132,9 @@ pub async fn run(
         _ = watch_nodes(wc, &ctx.client, &node_selector, &template, writers.nodes, node_tx) => {}
         _ = watch_evictions(wc, writers.evictions, ev_tx) => {}
         _ = cache_migrations(wc, writers.migrations) => {}
+        _ = crate::drain::pods::free_elsewhere(
+            ctx.client.clone(), ctx.pods.clone(), ctx.hypervisors.clone(), ctx.gate.clone(),
+        ) => {}
         // Never ends unless the caches cannot sync: a branch that ended
         // would drop the controllers, and the coordinator exits.
         _ = async { if sync(&ctx, &ev_ctx).await { std::future::pending::<()>().await } } => {}
@@ -223,7 +226,10 @@ async fn sync(ctx: &Context, ev_ctx: &eviction::EvictionContext) -> bool {
         ev_ctx.migrations.wait_until_ready(),
     )
     .await;
-    if ready.0.is_err() || ready.1.is_err() || ready.2.is_err() || ready.3.is_err() {
+    // The protected pods too: the budgets hold them until they are
+    // labelled, and a host freed before its pods were seen would free none.
+    let pods = ctx.pods.wait_until_ready().await;
+    if ready.0.is_err() || ready.1.is_err() || ready.2.is_err() || ready.3.is_err() || !pods {
         tracing::error!("a cache's writer went away before its first list");
         return false;
     }
