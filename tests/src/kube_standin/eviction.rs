@@ -79,23 +79,8 @@ pub(super) async fn evict(
         (pod, hooks)
     };
     // The webhooks, without the store's lock: they may read it back.
+    let review = review(pod_key, &eviction, dry_run, now)?;
     for hook in &hooks {
-        let review = json!({
-            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {
-                "uid": format!("{}-{}", pod_key.2, now),
-                "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "subResource": "eviction",
-                "requestKind": {"group": "policy", "version": "v1", "kind": "Eviction"},
-                "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-                "requestSubResource": "eviction",
-                "name": pod_key.2, "namespace": pod_key.1, "operation": "CREATE",
-                "userInfo": {"username": "kubectl"},
-                "object": eviction, "oldObject": null, "dryRun": dry_run,
-                "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
-            }
-        });
         match call(hook, &review).await {
             Ok(resp) if resp.pointer("/response/allowed") == Some(&json!(true)) => {}
             Ok(resp) => {
@@ -129,6 +114,46 @@ pub(super) async fn evict(
         }
     }
     Ok((201, json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})))
+}
+
+/// The `AdmissionReview` the API server sends a webhook for an eviction,
+/// built from kube's own types (the ones a webhook parses it with).
+fn review(pod_key: &Key, eviction: &Value, dry_run: bool, now: &str) -> Result<Value, ApiError> {
+    use k8s_openapi::api::policy::v1::Eviction;
+    use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
+    use kube::core::{GroupVersionKind, GroupVersionResource, TypeMeta};
+    let object: Eviction = serde_json::from_value(eviction.clone())
+        .map_err(|e| ApiError::new(400, "BadRequest", format!("the body is not an Eviction: {e}")))?;
+    let kind = GroupVersionKind::gvk("policy", "v1", "Eviction");
+    let resource = GroupVersionResource::gvr("", "v1", "pods");
+    let options = json!({"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"});
+    let request = AdmissionRequest::<Eviction> {
+        types: TypeMeta { api_version: "admission.k8s.io/v1".into(), kind: "AdmissionReview".into() },
+        uid: format!("{}-{now}", pod_key.2),
+        kind: kind.clone(),
+        resource: resource.clone(),
+        sub_resource: Some("eviction".into()),
+        request_kind: Some(kind),
+        request_resource: Some(resource),
+        request_sub_resource: Some("eviction".into()),
+        name: pod_key.2.clone(),
+        namespace: Some(pod_key.1.clone()),
+        operation: Operation::Create,
+        user_info: k8s_openapi::api::authentication::v1::UserInfo {
+            username: Some("kubectl".into()),
+            ..Default::default()
+        },
+        object: Some(object),
+        old_object: None,
+        dry_run,
+        options: Some(k8s_openapi::apimachinery::pkg::runtime::RawExtension(options)),
+    };
+    let review = AdmissionReview {
+        types: TypeMeta { api_version: "admission.k8s.io/v1".into(), kind: "AdmissionReview".into() },
+        request: Some(request),
+        response: None,
+    };
+    serde_json::to_value(review).map_err(|e| ApiError::new(500, "InternalError", e.to_string()))
 }
 
 async fn call(hook: &ValidatingWebhook, review: &Value) -> Result<Value, String> {

@@ -31,7 +31,7 @@
 //!   409 Conflict; errors are `Status` objects with reason and code;
 //! - the `eviction` subresource of pods (`eviction`): the validating
 //!   webhooks registered for it called over HTTPS with a real
-//!   `AdmissionReview`, then the pod's PodDisruptionBudget, then the
+//!   `AdmissionReview` (built from kube's own admission types), then the pod's PodDisruptionBudget, then the
 //!   delete; listed in discovery, so `kubectl drain` evicts rather than
 //!   deletes;
 //! - strategic merge patch without directives, as a merge patch (what
