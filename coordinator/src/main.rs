@@ -115,6 +115,12 @@ struct Args {
     /// hypervisor.cloud.sap/maintenance-required does.
     #[arg(long)]
     cordon_starts_maintenance: bool,
+    /// Another sign by which the site's update tool asks for a host, beside
+    /// the annotation hypervisor.cloud.sap/maintenance-required (repeatable):
+    /// annotation:KEY, label:KEY[=VALUE], or cordon-with:ANNOTATION_KEY (a
+    /// cordon with the tool's reason; its uncordon ends it) (docs/drain.md).
+    #[arg(long = "update-signal")]
+    update_signals: Vec<hv_coordinator::drain::signals::Signal>,
     /// A dependent whose pods the host's VMs need (a network agent):
     /// its lock annotation hypervisor.cloud.sap/lock.COMPONENT stands on the
     /// Node while the host is not evictable (docs/drain.md). Repeatable.
@@ -494,6 +500,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let updates = Arc::new(UpdateLimit::new(
         args.update_max_held,
         args.cordon_starts_maintenance,
+        hv_coordinator::drain::signals::UpdateSignals(args.update_signals.clone()),
         hv_reader.clone(),
         node_reader.clone(),
     ));

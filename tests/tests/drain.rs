@@ -39,7 +39,15 @@ async fn an_update_empties_the_host_by_live_migration_and_its_end_brings_it_back
     let (host, target) = (zone.source.host.clone(), zone.targets[0].host.clone());
     let coord = region.coordinator(
         None,
-        &["--cordon-starts-maintenance", "--node-lock", "neutron-l2", "--update-max-held", "1"],
+        &[
+            "--cordon-starts-maintenance",
+            "--node-lock",
+            "neutron-l2",
+            "--update-max-held",
+            "1",
+            "--update-signal",
+            "label:example.com/os-update=pending",
+        ],
     );
     let agents = both_active(&region, [&host, &target], &coord).await;
     let admin = Admin::login(&env).await.unwrap();
@@ -101,6 +109,22 @@ async fn an_update_empties_the_host_by_live_migration_and_its_end_brings_it_back
     nodes.patch(&target, &PatchParams::default(), &Patch::Merge(&done)).await.unwrap();
     region.wait_phase(&target, Phase::Active, SOON, &coord).await;
     assert_eq!(admin.service(&target).await.unwrap().unwrap()["status"], "enabled");
+
+    // A sign the site names (--update-signal label:…=pending) asks as the
+    // annotation does; the same label with another value does not.
+    let label =
+        |v: serde_json::Value| serde_json::json!({"metadata": {"labels": {"example.com/os-update": v}}});
+    nodes.patch(&host, &PatchParams::default(), &Patch::Merge(&label(json!("done")))).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(region.hypervisor(&host).await.unwrap().status.unwrap().phase, Some(Phase::Active));
+    nodes.patch(&host, &PatchParams::default(), &Patch::Merge(&label(json!("pending")))).await.unwrap();
+    region.wait_phase(&host, Phase::Maintenance, SOON, &coord).await;
+    assert_eq!(admin.server(&id).await.unwrap()["OS-EXT-SRV-ATTR:host"], target.as_str(), "emptied");
+    nodes
+        .patch(&host, &PatchParams::default(), &Patch::Merge(&label(serde_json::Value::Null)))
+        .await
+        .unwrap();
+    region.wait_phase(&host, Phase::Active, SOON, &coord).await;
     drop(agents);
 }
 

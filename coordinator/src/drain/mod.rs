@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod locks;
 pub mod pods;
+pub mod signals;
 pub mod webhook;
 
 /// The Node annotation the webhook sets when it refuses a drain of a host
@@ -16,6 +17,6 @@ pub const DRAIN_REFUSED: &str = "hypervisor.cloud.sap/drain-refused";
 
 /// The pod label the coordinator sets on the protected pods of a
 /// hypervisor Node: `"false"` while the host is not evictable, `"true"`
-/// once it is. The chart's PodDisruptionBudgets select the pods labelled
-/// `"false"`, so they hold while the webhook is down ([`pods`]).
+/// once it is. The chart's PodDisruptionBudgets select the pods not
+/// labelled `"true"`, so they hold while the webhook is down ([`pods`]).
 pub const POD_EVICTABLE: &str = "hypervisor.cloud.sap/evictable";

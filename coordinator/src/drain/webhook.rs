@@ -197,7 +197,9 @@ impl Webhook {
         let spec_asks = hv.as_ref().is_some_and(|h| h.spec.maintenance != MaintenanceMode::None);
         // The lifecycle's own rule of an update's ask.
         let asked = spec_asks
-            || node.as_deref().is_some_and(|n| self.updates.asks(crate::k8s::hypervisor::node_obs(n)));
+            || node.as_deref().is_some_and(|n| {
+                self.updates.asks(crate::k8s::hypervisor::node_obs(n, &self.updates.signals))
+            });
         // Would the host wait for a place once asked? (A peek: no claim.)
         let asking = crate::lifecycle::NodeObs::Present {
             ready: true,

@@ -642,7 +642,7 @@ async fn observe_node(
         None => Api::<Node>::all(ctx.client.clone()).get_opt(name).await?,
     };
     Ok((
-        node.as_ref().map_or(NodeObs::Absent, node_obs),
+        node.as_ref().map_or(NodeObs::Absent, |n| node_obs(n, &ctx.updates.signals)),
         health::observe::node_source(node.as_ref()),
         node.as_ref().map(health::marks::of),
     ))
@@ -715,8 +715,9 @@ async fn label_protected_pods(ctx: &Context, node: &str, evictable: Option<bool>
     all
 }
 
-/// What the lifecycle reads of a Node (and what wakes it: `triggers`).
-pub fn node_obs(n: &Node) -> NodeObs {
+/// What the lifecycle reads of a Node (and what wakes it: `triggers`);
+/// `signals`: how the site's update tools ask for a host.
+pub fn node_obs(n: &Node, signals: &crate::drain::signals::UpdateSignals) -> NodeObs {
     if n.metadata.deletion_timestamp.is_some() {
         return NodeObs::Deleting;
     }
@@ -724,7 +725,7 @@ pub fn node_obs(n: &Node) -> NodeObs {
     NodeObs::Present {
         ready: conditions.into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True"),
         cordoned: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
-        maintenance_required: n.annotations().contains_key(MAINTENANCE_REQUIRED_ANNOTATION),
+        maintenance_required: signals.ask(n),
         drain_refused: n.annotations().contains_key(crate::drain::DRAIN_REFUSED),
     }
 }

@@ -129,7 +129,7 @@ pub async fn run(
     tokio::select! {
         _ = hypervisor_controller => {}
         _ = eviction_controller => {}
-        _ = watch_nodes(wc, &ctx.client, &node_selector, &template, writers.nodes, node_tx) => {}
+        _ = watch_nodes(wc, &ctx.client, &node_selector, &template, writers.nodes, node_tx, ctx.updates.signals.clone()) => {}
         _ = watch_evictions(wc, writers.evictions, ev_tx) => {}
         _ = cache_migrations(wc, writers.migrations) => {}
         _ = crate::drain::pods::free_elsewhere(
@@ -161,12 +161,13 @@ async fn watch_nodes(
     template: &Template,
     writer: reflector::store::Writer<Node>,
     wake: mpsc::UnboundedSender<String>,
+    signals: crate::drain::signals::UpdateSignals,
 ) {
     let nodes = watcher(Api::<Node>::all(watch_client.clone()), watcher::Config::default().labels(selector))
         .default_backoff()
         .reflect(writer)
         .applied_objects()
-        .predicate_filter(triggers::node, Default::default());
+        .predicate_filter(move |n: &Node| triggers::node(n, &signals), Default::default());
     let mut nodes = std::pin::pin!(nodes);
     while let Some(item) = nodes.next().await {
         match item {

@@ -255,6 +255,7 @@ fn hypervisor_ctx_executing(
         updates: Arc::new(crate::k8s::updates::UpdateLimit::new(
             0,
             false,
+            Default::default(),
             reflector::store::<Hypervisor>().0,
             reflector::store::<Node>().0,
         )),

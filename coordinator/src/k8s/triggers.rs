@@ -22,9 +22,9 @@ fn digest(value: &impl Hash) -> u64 {
     h.finish()
 }
 
-/// What the lifecycle reads of a Node.
-pub fn node(n: &Node) -> Option<u64> {
-    Some(digest(&super::hypervisor::node_obs(n)))
+/// What the lifecycle reads of a Node (with the site's update signals).
+pub fn node(n: &Node, signals: &crate::drain::signals::UpdateSignals) -> Option<u64> {
+    Some(digest(&super::hypervisor::node_obs(n, signals)))
 }
 
 /// What the lifecycle reads of an Eviction.
@@ -53,12 +53,20 @@ mod tests {
             }))
             .unwrap()
         };
+        let none = crate::drain::signals::UpdateSignals::default();
+        let node = |n: &Node| node(n, &none);
         assert_eq!(node(&ready("True", "1")), node(&ready("True", "2")), "a heartbeat changes nothing");
         assert_ne!(node(&ready("True", "1")), node(&ready("False", "1")));
         let mut deleting = ready("True", "1");
         deleting.metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH));
         assert_ne!(node(&ready("True", "1")), node(&deleting));
+        // A sign the site names wakes the host; the same label unnamed does not.
+        let site = crate::drain::signals::UpdateSignals(vec!["label:os-update=pending".parse().unwrap()]);
+        let mut labelled = ready("True", "1");
+        labelled.metadata.labels = Some([("os-update".to_string(), "pending".to_string())].into());
+        assert_ne!(super::node(&ready("True", "1"), &site), super::node(&labelled, &site));
+        assert_eq!(node(&ready("True", "1")), node(&labelled));
     }
 
     #[test]

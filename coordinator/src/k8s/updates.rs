@@ -28,6 +28,8 @@ pub struct UpdateLimit {
     /// 0: no limit.
     pub max_held: usize,
     pub cordon_starts_maintenance: bool,
+    /// How the site's update tools ask (`--update-signal`).
+    pub signals: crate::drain::signals::UpdateSignals,
     hypervisors: Store<Hypervisor>,
     nodes: Store<Node>,
     recent: Mutex<Vec<(String, Instant)>>,
@@ -37,12 +39,14 @@ impl UpdateLimit {
     pub fn new(
         max_held: usize,
         cordon_starts_maintenance: bool,
+        signals: crate::drain::signals::UpdateSignals,
         hypervisors: Store<Hypervisor>,
         nodes: Store<Node>,
     ) -> Self {
         UpdateLimit {
             max_held,
             cordon_starts_maintenance,
+            signals,
             hypervisors,
             nodes,
             recent: Mutex::new(Vec::new()),
@@ -106,7 +110,7 @@ impl UpdateLimit {
             .nodes
             .state()
             .iter()
-            .filter(|n| self.asks(super::hypervisor::node_obs(n)))
+            .filter(|n| self.asks(super::hypervisor::node_obs(n, &self.signals)))
             .map(|n| n.name_any())
             .collect();
         self.hypervisors
@@ -173,7 +177,7 @@ mod tests {
             ("c", Active, true),
             ("d", Maintenance, false),
         ]);
-        let limit = UpdateLimit::new(2, false, hvs.clone(), nodes.clone());
+        let limit = UpdateLimit::new(2, false, Default::default(), hvs.clone(), nodes.clone());
         let spec = HypervisorSpec::default();
         let why = limit.wait("c", Active, &spec, ASKS, true).expect("waits");
         assert!(why.starts_with("2 hosts are held for updates (--update-max-held 2): a, b"), "{why}");
@@ -190,7 +194,7 @@ mod tests {
         let manual = HypervisorSpec { maintenance: MaintenanceMode::Manual, ..Default::default() };
         assert_eq!(limit.wait("c", Active, &manual, ASKS, true), None);
         // With room, the first to ask gets the place, the next waits for it.
-        let roomy = UpdateLimit::new(3, false, hvs.clone(), nodes.clone());
+        let roomy = UpdateLimit::new(3, false, Default::default(), hvs.clone(), nodes.clone());
         assert_eq!(roomy.wait("c", Active, &spec, ASKS, true), None);
         assert!(roomy.wait("e", Active, &spec, ASKS, true).is_some(), "c's claim counts");
         assert_eq!(roomy.wait("c", Active, &spec, ASKS, true), None, "c keeps its claim");
@@ -198,11 +202,12 @@ mod tests {
         roomy.wait("c", Active, &spec, plain, true);
         assert_eq!(roomy.wait("e", Active, &spec, ASKS, true), None);
         // A peek claims nothing; no limit holds nothing back.
-        let peek = UpdateLimit::new(3, false, hvs.clone(), nodes.clone());
+        let peek = UpdateLimit::new(3, false, Default::default(), hvs.clone(), nodes.clone());
         assert_eq!(peek.wait("c", Active, &spec, ASKS, false), None);
         assert_eq!(peek.wait("e", Active, &spec, ASKS, false), None);
         assert_eq!(
-            UpdateLimit::new(0, false, hvs.clone(), nodes.clone()).wait("c", Active, &spec, ASKS, true),
+            UpdateLimit::new(0, false, Default::default(), hvs.clone(), nodes.clone())
+                .wait("c", Active, &spec, ASKS, true),
             None
         );
         // A cordon counts only where the site says so.
@@ -213,8 +218,8 @@ mod tests {
             drain_refused: false,
         };
         assert!(
-            !UpdateLimit::new(1, false, hvs.clone(), nodes.clone()).asks(cordoned)
-                && UpdateLimit::new(1, true, hvs, nodes).asks(cordoned)
+            !UpdateLimit::new(1, false, Default::default(), hvs.clone(), nodes.clone()).asks(cordoned)
+                && UpdateLimit::new(1, true, Default::default(), hvs, nodes).asks(cordoned)
         );
     }
 }

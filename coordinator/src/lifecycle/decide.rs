@@ -1089,9 +1089,9 @@ impl<'a> Draft<'a> {
             return None;
         }
         match self.obs().node {
-            NodeObs::Present { maintenance_required: true, .. } => {
-                Some("the Node asks for it (hypervisor.cloud.sap/maintenance-required)")
-            }
+            NodeObs::Present { maintenance_required: true, .. } => Some(
+                "the Node asks for it (hypervisor.cloud.sap/maintenance-required, or an --update-signal)",
+            ),
             NodeObs::Present { cordoned: true, drain_refused: true, .. } => {
                 Some("a drain of the Node was refused while VMs needed its pods")
             }

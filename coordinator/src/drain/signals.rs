@@ -1,0 +1,143 @@
+//! How a Node says that an update asks for its host (docs/drain.md, "An
+//! update's ask"): the protocol's annotation
+//! (`hypervisor.cloud.sap/maintenance-required`) always, and whatever the
+//! site's update tool leaves instead, named with `--update-signal`: an
+//! annotation, a label, or a cordon that comes with an annotation saying
+//! why (so that an SRE's own cordon empties nothing). A plain cordon is
+//! `--cordon-starts-maintenance`, and the eviction webhook's refused drain
+//! a third way (`super::DRAIN_REFUSED`); both are the lifecycle's rule.
+
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+
+use crate::k8s::hypervisor::MAINTENANCE_REQUIRED_ANNOTATION;
+
+/// One sign an update tool leaves on a Node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// `annotation:KEY`: the Node carries the annotation, whatever its value.
+    Annotation(String),
+    /// `label:KEY` or `label:KEY=VALUE`: the Node carries the label (with
+    /// that value).
+    Label(String, Option<String>),
+    /// `cordon-with:KEY`: the Node is cordoned and carries the annotation
+    /// (the tool's reason); the uncordon ends it.
+    CordonWith(String),
+}
+
+impl std::str::FromStr for Signal {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Signal, String> {
+        let key = |k: &str| -> Result<String, String> {
+            let ok = !k.is_empty()
+                && k.len() <= 317
+                && k.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+                && k.matches('/').count() <= 1;
+            if ok { Ok(k.to_string()) } else { Err(format!("{k:?} is not an annotation or label key")) }
+        };
+        match s.split_once(':') {
+            Some(("annotation", k)) => Ok(Signal::Annotation(key(k)?)),
+            Some(("cordon-with", k)) => Ok(Signal::CordonWith(key(k)?)),
+            Some(("label", kv)) => match kv.split_once('=') {
+                Some((k, v)) => Ok(Signal::Label(key(k)?, Some(v.to_string()))),
+                None => Ok(Signal::Label(key(kv)?, None)),
+            },
+            _ => Err(format!(
+                "{s:?}: an update signal is annotation:KEY, label:KEY[=VALUE] or cordon-with:ANNOTATION_KEY"
+            )),
+        }
+    }
+}
+
+/// The signs the site's update tools leave, beside the protocol's own.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UpdateSignals(pub Vec<Signal>);
+
+impl UpdateSignals {
+    /// Whether the Node carries an update's ask. Pure.
+    pub fn ask(&self, node: &Node) -> bool {
+        let annotations = node.annotations();
+        let labels = node.labels();
+        let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+        annotations.contains_key(MAINTENANCE_REQUIRED_ANNOTATION)
+            || self.0.iter().any(|s| match s {
+                Signal::Annotation(k) => annotations.contains_key(k),
+                Signal::Label(k, None) => labels.contains_key(k),
+                Signal::Label(k, Some(v)) => labels.get(k) == Some(v),
+                Signal::CordonWith(k) => cordoned && annotations.contains_key(k),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(cordoned: bool, labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Node {
+        let mut n = Node::default();
+        let map =
+            |kv: &[(&str, &str)]| Some(kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        n.metadata.labels = map(labels);
+        n.metadata.annotations = map(annotations);
+        n.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+            unschedulable: Some(cordoned),
+            ..Default::default()
+        });
+        n
+    }
+
+    #[test]
+    fn a_node_asks_by_the_protocols_annotation_or_a_sign_the_site_names() {
+        let none = UpdateSignals::default();
+        let site = UpdateSignals(
+            [
+                "label:os-update=pending",
+                "label:reboot-needed",
+                "annotation:example.com/update",
+                "cordon-with:example.com/why",
+            ]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect(),
+        );
+        let rows: [(&str, Node, bool, bool); 9] = [
+            ("nothing", node(false, &[], &[]), false, false),
+            (
+                "the protocol's annotation",
+                node(false, &[], &[(MAINTENANCE_REQUIRED_ANNOTATION, "")]),
+                true,
+                true,
+            ),
+            ("a label with its value", node(false, &[("os-update", "pending")], &[]), false, true),
+            ("a label with another value", node(false, &[("os-update", "done")], &[]), false, false),
+            ("a label, any value", node(false, &[("reboot-needed", "")], &[]), false, true),
+            ("an annotation", node(false, &[], &[("example.com/update", "x")]), false, true),
+            ("a cordon with its reason", node(true, &[], &[("example.com/why", "kernel")]), false, true),
+            (
+                "a reason left after the uncordon",
+                node(false, &[], &[("example.com/why", "kernel")]),
+                false,
+                false,
+            ),
+            ("an SRE's plain cordon", node(true, &[], &[]), false, false),
+        ];
+        for (what, n, by_default, by_site) in rows {
+            assert_eq!(none.ask(&n), by_default, "{what}, no site signals");
+            assert_eq!(site.ask(&n), by_site, "{what}, the site's signals");
+        }
+    }
+
+    #[test]
+    fn signals_are_parsed_or_refused_with_the_forms_they_take() {
+        assert_eq!("label:a=b".parse(), Ok(Signal::Label("a".into(), Some("b".into()))));
+        assert_eq!("label:a".parse(), Ok(Signal::Label("a".into(), None)));
+        assert_eq!("annotation:x.io/y".parse(), Ok(Signal::Annotation("x.io/y".into())));
+        assert_eq!("cordon-with:x.io/why".parse(), Ok(Signal::CordonWith("x.io/why".into())));
+        for bad in ["", "cordon", "label:", "annotation:a b", "taint:x", "label:a/b/c"] {
+            let e = bad.parse::<Signal>();
+            assert!(e.is_err(), "{bad:?}");
+        }
+        assert!("nope".parse::<Signal>().unwrap_err().contains("annotation:KEY, label:KEY[=VALUE]"));
+    }
+}
