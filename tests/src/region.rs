@@ -461,6 +461,19 @@ impl Region {
         .await
     }
 
+    /// An agent and a Node for each of `hosts`, once each is Active.
+    pub async fn active_with_agents(&self, hosts: &[String], coord: &Proc, timeout: Duration) -> Vec<Proc> {
+        let mut agents = Vec::new();
+        for h in hosts {
+            agents.push(self.agent(h, &AgentPeers::default()));
+            self.create_node(h, &[]).await;
+        }
+        for h in hosts {
+            self.wait_phase(h, Phase::Active, timeout, coord).await;
+        }
+        agents
+    }
+
     /// Puts the zone's source host under this region as an Active node
     /// (skipTests, no agent) and boots servers of `flavors` on it, in the
     /// zone; answers the host name, the running coordinator and the server ids.

@@ -22,7 +22,7 @@ use hv_coordinator::drain::locks::{EVICTABLE, LOCK_PREFIX};
 use hv_coordinator::drain::{DRAIN_REFUSED, POD_EVICTABLE};
 use hv_coordinator::k8s::hypervisor::MAINTENANCE_REQUIRED_ANNOTATION;
 use hv_tests::openstack::Admin;
-use hv_tests::region::{AgentPeers, Region};
+use hv_tests::region::Region;
 use hv_tests::wait::{Poll, until};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Patch, PatchParams, PostParams};
@@ -150,15 +150,7 @@ async fn both_active(
     hosts: [&String; 2],
     coord: &hv_tests::region::Proc,
 ) -> Vec<hv_tests::region::Proc> {
-    let mut agents = Vec::new();
-    for h in hosts {
-        agents.push(region.agent(h, &AgentPeers::default()));
-        region.create_node(h, &[]).await;
-    }
-    for h in hosts {
-        region.wait_phase(h, Phase::Active, SOON, coord).await;
-    }
-    agents
+    region.active_with_agents(&[hosts[0].clone(), hosts[1].clone()], coord, SOON).await
 }
 
 /// Waits until the Node's lock protocol marks say `evictable`: the label,
