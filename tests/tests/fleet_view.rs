@@ -1,9 +1,8 @@
 //! The fleet view on the real peers: Nova's requests for the drift checks
 //! of Active hosts do not grow with the number of hosts, counted in Nova's
-//! own request log (each request names the replica that sent it)
-//! (docs/nova.md, "The fleet view"). That a change behind the coordinator's
-//! back is still repaired through it is `onboarding.rs`' drift test: its
-//! Active host rests on the view.
+//! own request log (each request names the replica that sent it), and a
+//! change made behind the coordinator's back still shows through it and is
+//! repaired from the host's own reads (docs/nova.md, "The fleet view").
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test that fails fails
 
@@ -85,5 +84,25 @@ async fn nova_requests_for_drift_checks_do_not_grow_with_the_active_hosts() {
         eight.iter().filter(|r| r.path.ends_with("/servers") || r.method != "GET").collect();
     assert!(per_host.is_empty(), "{per_host:?}");
 
+    // A change behind the coordinator's back shows through the view, and is
+    // repaired from the host's own reads: one Event says so.
+    let admin = hv_tests::openstack::Admin::login(&env).await.unwrap();
+    let host = &hosts[3];
+    let by_hand = serde_json::json!({"status": "disabled", "disabled_reason": "by hand"});
+    admin.set_service(host, by_hand).await.unwrap();
+    hv_tests::wait::until(
+        "the drift repaired",
+        Duration::from_secs(30),
+        || coord.tail(20),
+        || async {
+            let svc = admin.service(host).await.unwrap().unwrap_or_default();
+            let repaired = region.events_for(host).await.iter().any(|e| e.0 == "DriftRepaired");
+            match (svc["status"] == "enabled", repaired) {
+                (true, true) => hv_tests::wait::Poll::Ready(()),
+                _ => hv_tests::wait::Poll::Pending(format!("{svc}")),
+            }
+        },
+    )
+    .await;
     drop(agents);
 }

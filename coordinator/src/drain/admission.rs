@@ -156,40 +156,57 @@ enum Term {
     Absent(String),
 }
 
+/// A label (or annotation) key as the API server checks one: an optional
+/// DNS prefix and `/`, then a name of at most 63 characters that begins and
+/// ends with a letter or digit.
+pub fn label_key(k: &str) -> Result<String, String> {
+    let k = k.trim();
+    let (prefix, name) = k.split_once('/').unwrap_or(("", k));
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    let name_ok = name.len() <= 63
+        && edge(name.chars().next())
+        && edge(name.chars().last())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    let prefix_ok = !k.contains('/')
+        || (!prefix.is_empty()
+            && prefix.len() <= 253
+            && prefix.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-.".contains(c)));
+    if name_ok && prefix_ok && k.matches('/').count() <= 1 {
+        Ok(k.to_string())
+    } else {
+        Err(format!("{k:?} is not a label key"))
+    }
+}
+
+/// A label value as the API server checks one (it would refuse a watch or
+/// a selector with another at every retry): empty, or at most 63 letters,
+/// digits, `-`, `_` and `.`, beginning and ending with a letter or digit.
+pub fn label_value(v: &str) -> Result<String, String> {
+    let v = v.trim();
+    let edge = |c: Option<char>| c.is_none_or(|c| c.is_ascii_alphanumeric());
+    let ok = v.len() <= 63
+        && v.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && edge(v.chars().next())
+        && edge(v.chars().last());
+    if ok { Ok(v.to_string()) } else { Err(format!("{v:?} is not a label value")) }
+}
+
 impl std::str::FromStr for Selector {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Selector, String> {
-        let key = |k: &str| -> Result<String, String> {
-            let k = k.trim();
-            let ok = !k.is_empty()
-                && k.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
-                && k.matches('/').count() <= 1;
-            if ok { Ok(k.to_string()) } else { Err(format!("{k:?} is not a label key")) }
-        };
-        // As the API server checks a label value: it would refuse the
-        // watch at every retry, and the budgets would never engage.
-        let value = |v: &str| -> Result<String, String> {
-            let v = v.trim();
-            let edge = |c: Option<char>| c.is_none_or(|c| c.is_ascii_alphanumeric());
-            let ok = v.len() <= 63
-                && v.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-                && edge(v.chars().next())
-                && edge(v.chars().last());
-            if ok { Ok(v.to_string()) } else { Err(format!("{v:?} is not a label value")) }
-        };
         let terms = s
             .split(',')
             .map(str::trim)
             .map(|t| {
                 if let Some((k, v)) = t.split_once("!=") {
-                    Ok(Term::Not(key(k)?, value(v)?))
+                    Ok(Term::Not(label_key(k)?, label_value(v)?))
                 } else if let Some((k, v)) = t.split_once("==").or_else(|| t.split_once('=')) {
-                    Ok(Term::Is(key(k)?, value(v)?))
+                    Ok(Term::Is(label_key(k)?, label_value(v)?))
                 } else if let Some(k) = t.strip_prefix('!') {
-                    Ok(Term::Absent(key(k)?))
+                    Ok(Term::Absent(label_key(k)?))
                 } else {
-                    Ok(Term::Exists(key(t)?))
+                    Ok(Term::Exists(label_key(t)?))
                 }
             })
             .collect::<Result<Vec<_>, String>>()?;

@@ -71,7 +71,8 @@ pub fn elsewhere(pods: &[Arc<Pod>], is_hypervisor: impl Fn(&str) -> bool) -> Vec
         .collect()
 }
 
-/// Labels the protected pods on Nodes that are no hypervisor evictable,
+/// Labels the protected pods on Nodes that are no hypervisor (not selected,
+/// or without a Hypervisor) evictable,
 /// every few seconds while this replica leads (`gate`): the budgets hold a
 /// protected pod until it is, and no host needs these. Until the process
 /// ends.
@@ -79,6 +80,7 @@ pub async fn free_elsewhere(
     client: kube::Client,
     pods: ProtectedPods,
     hypervisors: Store<crate::api::Hypervisor>,
+    nodes: Store<k8s_openapi::api::core::v1::Node>,
     gate: Arc<crate::k8s::Gate>,
 ) {
     loop {
@@ -86,7 +88,13 @@ pub async fn free_elsewhere(
         if !gate.open() {
             continue;
         }
-        let is_hypervisor = |n: &str| hypervisors.get(&reflector::ObjectRef::new(n)).is_some();
+        // A hypervisor: a Node the coordinator selects (`--node-selector`)
+        // with its Hypervisor. One that left the selection keeps its
+        // Hypervisor as the record, and its pods are freed.
+        let is_hypervisor = |n: &str| {
+            nodes.get(&reflector::ObjectRef::new(n)).is_some()
+                && hypervisors.get(&reflector::ObjectRef::new(n)).is_some()
+        };
         for (ns, name) in elsewhere(&pods.all(), is_hypervisor) {
             let patch = serde_json::json!({"metadata": {"labels": {POD_EVICTABLE: "true"}}});
             let api = Api::<Pod>::namespaced(client.clone(), &ns);

@@ -29,18 +29,12 @@ impl std::str::FromStr for Signal {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Signal, String> {
-        let key = |k: &str| -> Result<String, String> {
-            let ok = !k.is_empty()
-                && k.len() <= 317
-                && k.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
-                && k.matches('/').count() <= 1;
-            if ok { Ok(k.to_string()) } else { Err(format!("{k:?} is not an annotation or label key")) }
-        };
+        use super::admission::{label_key as key, label_value as value};
         match s.split_once(':') {
             Some(("annotation", k)) => Ok(Signal::Annotation(key(k)?)),
             Some(("cordon-with", k)) => Ok(Signal::CordonWith(key(k)?)),
             Some(("label", kv)) => match kv.split_once('=') {
-                Some((k, v)) => Ok(Signal::Label(key(k)?, Some(v.to_string()))),
+                Some((k, v)) => Ok(Signal::Label(key(k)?, Some(value(v)?))),
                 None => Ok(Signal::Label(key(kv)?, None)),
             },
             _ => Err(format!(
@@ -134,7 +128,18 @@ mod tests {
         assert_eq!("label:a".parse(), Ok(Signal::Label("a".into(), None)));
         assert_eq!("annotation:x.io/y".parse(), Ok(Signal::Annotation("x.io/y".into())));
         assert_eq!("cordon-with:x.io/why".parse(), Ok(Signal::CordonWith("x.io/why".into())));
-        for bad in ["", "cordon", "label:", "annotation:a b", "taint:x", "label:a/b/c"] {
+        for bad in [
+            "",
+            "cordon",
+            "label:",
+            "annotation:a b",
+            "taint:x",
+            "label:a/b/c",
+            "label:a=b c",
+            "label:a=b=c",
+            "label:x/",
+            "annotation:/x",
+        ] {
             let e = bad.parse::<Signal>();
             assert!(e.is_err(), "{bad:?}");
         }

@@ -83,6 +83,13 @@ pub async fn serve(
     Ok(bound)
 }
 
+/// The request of an AdmissionReview as the API server sends it; None for
+/// anything else.
+fn request_of(body: &[u8]) -> Option<AdmissionRequest<DynamicObject>> {
+    let review = serde_json::from_slice::<AdmissionReview<DynamicObject>>(body).ok()?;
+    TryInto::<AdmissionRequest<DynamicObject>>::try_into(review).ok()
+}
+
 fn json(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = status;
@@ -105,10 +112,7 @@ impl Webhook {
             }
             Err(_) => return hv_listen::text(StatusCode::REQUEST_TIMEOUT, "the body did not come in time\n"),
         };
-        let review = serde_json::from_slice::<AdmissionReview<DynamicObject>>(&body)
-            .ok()
-            .and_then(|r| TryInto::<AdmissionRequest<DynamicObject>>::try_into(r).ok());
-        let response = match review {
+        let response = match request_of(&body) {
             Some(request) => match self.review(&request).await {
                 Ok(r) => r,
                 // Not judged: the API server's failurePolicy (Ignore) and
@@ -283,5 +287,58 @@ impl Webhook {
 
     fn unannotated(&self, node: &str) -> bool {
         self.nodes.get(&ObjectRef::new(node)).is_none_or(|n| n.metadata.annotations.is_none())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An eviction's review as a Kubernetes 1.33 API server sends it, written
+    /// out by hand (the stand-in builds its own from kube's types, so this
+    /// is what keeps those types honest against the wire format).
+    #[test]
+    fn the_api_servers_review_of_an_eviction_is_read() {
+        let body = br#"{
+          "kind": "AdmissionReview",
+          "apiVersion": "admission.k8s.io/v1",
+          "request": {
+            "uid": "0df28fbd-5f5f-11e8-bc74-36e6bb280816",
+            "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "subResource": "eviction",
+            "requestKind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestSubResource": "eviction",
+            "name": "nova-compute-compute-3",
+            "namespace": "openstack",
+            "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:node-drainer",
+              "uid": "014fbff9a07c", "groups": ["system:serviceaccounts", "system:authenticated"]},
+            "object": {"kind": "Eviction", "apiVersion": "policy/v1",
+              "metadata": {"name": "nova-compute-compute-3", "namespace": "openstack",
+                "creationTimestamp": null},
+              "deleteOptions": {"gracePeriodSeconds": 30}},
+            "oldObject": null,
+            "dryRun": false,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
+          }
+        }"#;
+        let req = request_of(body).expect("read");
+        assert_eq!(req.uid, "0df28fbd-5f5f-11e8-bc74-36e6bb280816");
+        assert_eq!((req.resource.resource.as_str(), req.sub_resource.as_deref()), ("pods", Some("eviction")));
+        assert_eq!(
+            (req.namespace.as_deref(), req.name.as_str()),
+            (Some("openstack"), "nova-compute-compute-3")
+        );
+        assert!(!req.dry_run);
+        let denied = serde_json::to_value(AdmissionResponse::from(&req).deny("busy").into_review()).unwrap();
+        assert_eq!(denied["response"]["uid"], "0df28fbd-5f5f-11e8-bc74-36e6bb280816");
+        assert_eq!(denied["response"]["allowed"], false);
+        for garbage in
+            [&b"{garbled"[..], br#"{"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1"}"#]
+        {
+            assert!(request_of(garbage).is_none());
+        }
     }
 }

@@ -310,6 +310,28 @@ fn view_confirms(
         && decision.transition.is_none()
         && decision.warnings.is_empty()
         && composed(status, &decision, seen, verdict, hv.metadata.generation, now) == *status
+        && !frees(ctx, name, decision.phase, status, &seen.obs.nova)
+}
+
+/// Whether this reconcile would free the host for drains: its Node's or a
+/// protected pod's evictable mark turned true (`mark_locks`). That rests on
+/// the host's own reads, never on the fleet view.
+fn frees(
+    ctx: &Context,
+    name: &str,
+    phase: crate::api::Phase,
+    status: &HypervisorStatus,
+    nova: &NovaObs,
+) -> bool {
+    let service_gone = status.service_id.is_none() || status.lifecycle.service_deleted;
+    let instances = crate::drain::locks::vm_count(nova, service_gone);
+    if crate::drain::locks::evictable(phase, instances) != Some(true) {
+        return false;
+    }
+    let node = ctx.nodes.get(&ObjectRef::new(name));
+    let marked = node.as_deref().map(crate::drain::locks::of).and_then(|l| l.evictable);
+    marked != Some(true)
+        || ctx.pods.on_node(name).iter().any(|p| crate::drain::pods::relabel(p, Some(true)).is_some())
 }
 
 /// A change of a judged verdict: logged, counted and an Event.
@@ -364,7 +386,7 @@ async fn observe(
     let host = lifecycle::nova_host(name, &hv.spec, status).to_string();
     let leaving = hv.metadata.deletion_timestamp.is_some() || node == NodeObs::Deleting;
     let health = status.health.as_ref().map(|h| h.state);
-    let shareable = may_share(phase, leaving, status.fencing.is_some(), health);
+    let shareable = may_share(phase, leaving, status.fencing.is_some(), health, agent.connected);
     let from_view = match shareable {
         true => {
             let traits = host_traits(hv);

@@ -133,7 +133,7 @@ pub async fn run(
         _ = watch_evictions(wc, writers.evictions, ev_tx) => {}
         _ = cache_migrations(wc, writers.migrations) => {}
         _ = crate::drain::pods::free_elsewhere(
-            ctx.client.clone(), ctx.pods.clone(), ctx.hypervisors.clone(), ctx.gate.clone(),
+            ctx.client.clone(), ctx.pods.clone(), ctx.hypervisors.clone(), ctx.nodes.clone(), ctx.gate.clone(),
         ) => {}
         // Never ends unless the caches cannot sync: a branch that ended
         // would drop the controllers, and the coordinator exits.
@@ -215,6 +215,9 @@ async fn cache_migrations(watch_client: &kube::Client, writer: reflector::store:
         .await;
 }
 
+/// How long the first decisions wait for the protected pods' first lists.
+const PODS_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Waits for every cache's first list, seeds the cluster migration limit
 /// with what is in flight (a previous leader's migrations count from the
 /// start), then lets the controllers decide. False when a cache can never
@@ -227,10 +230,21 @@ async fn sync(ctx: &Context, ev_ctx: &eviction::EvictionContext) -> bool {
         ev_ctx.migrations.wait_until_ready(),
     )
     .await;
-    // The protected pods too: the budgets hold them until they are
-    // labelled, and a host freed before its pods were seen would free none.
-    let pods = ctx.pods.wait_until_ready().await;
-    if ready.0.is_err() || ready.1.is_err() || ready.2.is_err() || ready.3.is_err() || !pods {
+    // The protected pods too, for a while: a host freed before its pods
+    // were seen would free none. A watch that cannot list (no RBAC for
+    // pods) must not stop fencing and evictions: past the wait, the
+    // coordinator decides without them, and the budgets, which fail
+    // closed, keep holding the pods it cannot label.
+    let pods = tokio::time::timeout(PODS_WAIT, ctx.pods.wait_until_ready()).await;
+    match pods {
+        Ok(true) => {}
+        Ok(false) => tracing::error!("a protected pod watch went away before its first list"),
+        Err(_) => tracing::error!(
+            waited = ?PODS_WAIT,
+            "the protected pods could not be listed; deciding without them: their disruption budgets hold them"
+        ),
+    }
+    if ready.0.is_err() || ready.1.is_err() || ready.2.is_err() || ready.3.is_err() {
         tracing::error!("a cache's writer went away before its first list");
         return false;
     }

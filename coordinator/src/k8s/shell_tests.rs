@@ -102,6 +102,8 @@ struct FakeNova {
     service_enabled: Option<bool>,
     /// node-1 as the fleet's lists show it; None: the fleet read fails.
     fleet: Arc<Mutex<Option<NovaHost>>>,
+    /// How long a read of the fleet takes.
+    fleet_delay: Arc<Mutex<Duration>>,
 }
 
 #[tonic::async_trait]
@@ -112,6 +114,8 @@ impl Nova for FakeNova {
     }
     async fn fleet(&self, _: &std::collections::BTreeSet<String>) -> Result<FleetSnapshot, NovaError> {
         push(&self.log, "nova fleet".into());
+        let delay = self.fleet_delay.lock().map(|d| *d).unwrap_or_default();
+        tokio::time::sleep(delay).await;
         match self.fleet.lock().map(|f| f.clone()).ok().flatten() {
             Some(h) => Ok(FleetSnapshot::of_one("node-1", &h)),
             None => Err(NovaError::Unavailable("the fake has no fleet lists".into())),
@@ -181,8 +185,10 @@ struct Hv {
     ctx: Arc<Context>,
     log: Log,
     bodies: Arc<Mutex<Vec<(String, Value)>>>,
-    /// What the fake's fleet lists show of node-1 (None: the fleet read fails).
+    /// What the fake's fleet lists show of node-1 (None: the fleet read
+    /// fails), and how long a read of them takes.
     fleet: Arc<Mutex<Option<NovaHost>>>,
+    fleet_delay: Arc<Mutex<Duration>>,
 }
 
 fn hypervisor_ctx(
@@ -217,6 +223,7 @@ fn hypervisor_ctx_executing(
     let (changed, _) = tokio::sync::mpsc::unbounded_channel();
     let (reporter, _) = tonic_health::server::health_reporter();
     let fleet: Arc<Mutex<Option<NovaHost>>> = Arc::default();
+    let fleet_delay: Arc<Mutex<Duration>> = Arc::default();
     let ctx = Context {
         client: client.clone(),
         nova_view: Arc::new(crate::nova::FleetView::new(Duration::from_secs(30), Duration::from_secs(10))),
@@ -228,6 +235,7 @@ fn hypervisor_ctx_executing(
             execute,
             service_enabled: Some(false),
             fleet: fleet.clone(),
+            fleet_delay: fleet_delay.clone(),
         }),
         registry: Arc::new(Registry::new(changed)),
         health: Health::new(reporter),
@@ -260,7 +268,7 @@ fn hypervisor_ctx_executing(
             reflector::store::<Node>().0,
         )),
     };
-    Hv { ctx: Arc::new(ctx), log, bodies, fleet }
+    Hv { ctx: Arc::new(ctx), log, bodies, fleet, fleet_delay }
 }
 
 fn hypervisor(phase: Option<Phase>, record: Option<EvictionRef>) -> Arc<Hypervisor> {
@@ -492,6 +500,7 @@ fn eviction_ctx_limited(
             execute: Ok(()),
             service_enabled: Some(true),
             fleet: Arc::default(),
+            fleet_delay: Arc::default(),
         }),
         migrations: reflector::store().0,
         hypervisors,
@@ -894,12 +903,20 @@ async fn the_fleet_view_confirms_a_settled_host_and_leaves_any_change_to_its_own
         "PATCH" => (200, hv_json("node-1", "8")),
         _ => (201, json!({})),
     };
-    let NovaObs::Registered(host) = registered(true, &["vm-1"]) else { unreachable!() };
+    // Held in an SRE's Maintenance with a VM left (a phase whose health is
+    // not judged; not evictable, so nothing is freed for drains).
+    let NovaObs::Registered(host) = registered(false, &["vm-1"]) else { unreachable!() };
+    let held = || {
+        let mut h = (*hypervisor(Some(Phase::Maintenance), None)).clone();
+        h.spec.maintenance = crate::api::MaintenanceMode::Manual;
+        h
+    };
     // The status an earlier reconcile wrote from the host's own reads.
     let t = hypervisor_ctx(answer, NovaObs::Registered(host.clone()), true, vec![]);
-    hypervisor::reconcile(hypervisor(Some(Phase::Active), None), t.ctx.clone()).await.unwrap();
+    hypervisor::reconcile(Arc::new(held()), t.ctx.clone()).await.unwrap();
     let written = status_writes(&t.bodies).pop().expect("a first status");
-    let mut settled = (*hypervisor(Some(Phase::Active), None)).clone();
+    assert_eq!(written["status"]["phase"], "Maintenance", "{written}");
+    let mut settled = held();
     settled.status = Some(serde_json::from_value(written["status"].clone()).unwrap());
     let settled = Arc::new(settled);
 
@@ -915,29 +932,101 @@ async fn the_fleet_view_confirms_a_settled_host_and_leaves_any_change_to_its_own
     hypervisor::reconcile(settled.clone(), t.ctx.clone()).await.unwrap();
     assert_eq!(entries(&t.log).iter().filter(|l| *l == "nova fleet").count(), 1);
 
-    // The view shows a second server (the host's own reads know better: one,
-    // then none): the host is read on its own, and its read is written.
-    let mut moved = host.clone();
-    moved.instances.push("vm-2".into());
-    let t = hypervisor_ctx(answer, registered(true, &[]), true, vec![]);
-    *t.fleet.lock().unwrap() = Some(moved);
+    // The view shows a second server (the host's own reads know better:
+    // another one): the host is read on its own, and its read is written.
+    let mut landed = host.clone();
+    landed.instances = vec!["vm-1".into(), "vm-2".into()];
+    let t = hypervisor_ctx(answer, registered(false, &["vm-3"]), true, vec![]);
+    *t.fleet.lock().unwrap() = Some(landed);
     hypervisor::reconcile(settled.clone(), t.ctx.clone()).await.unwrap();
     let log = entries(&t.log);
     assert!(log.contains(&"nova observe node-1".to_string()), "{log:?}");
     let writes = status_writes(&t.bodies);
     assert_eq!(
-        writes.last().map(|w| w["status"]["instances"]["count"].clone()),
-        Some(json!(0)),
+        writes.last().map(|w| w["status"]["instances"]["ids"].clone()),
+        Some(json!(["vm-3"])),
         "{writes:?}"
     );
 
-    // A busy phase never rests on the view.
-    let t = hypervisor_ctx(answer, NovaObs::Registered(host.clone()), true, vec![]);
-    *t.fleet.lock().unwrap() = Some(host);
-    hypervisor::reconcile(hypervisor(Some(Phase::Ready), None), t.ctx.clone()).await.unwrap();
+    // Emptied and held, its Node not yet marked evictable: freeing it for
+    // drains rests on its own reads, whatever the view shows.
+    let NovaObs::Registered(empty) = registered(false, &[]) else { unreachable!() };
+    let mut emptied = (*settled).clone();
+    if let Some(st) = emptied.status.as_mut() {
+        st.instances = Some(crate::api::hypervisor::InstancesStatus { count: 0, ids: vec![] });
+    }
+    let t = hypervisor_ctx(answer, NovaObs::Registered(empty.clone()), true, vec![]);
+    *t.fleet.lock().unwrap() = Some(empty);
+    hypervisor::reconcile(Arc::new(emptied), t.ctx.clone()).await.unwrap();
     let log = entries(&t.log);
     assert!(
-        !log.contains(&"nova fleet".to_string()) && log.contains(&"nova observe node-1".to_string()),
+        log.contains(&"nova fleet".to_string()) && log.contains(&"nova observe node-1".to_string()),
         "{log:?}"
     );
+
+    // A busy phase, or an Active host whose agent is away, never rests on
+    // the view.
+    for phase in [Phase::Ready, Phase::Active] {
+        let t = hypervisor_ctx(answer, NovaObs::Registered(host.clone()), true, vec![]);
+        *t.fleet.lock().unwrap() = Some(host.clone());
+        hypervisor::reconcile(hypervisor(Some(phase), None), t.ctx.clone()).await.unwrap();
+        let log = entries(&t.log);
+        assert!(
+            !log.contains(&"nova fleet".to_string()) && log.contains(&"nova observe node-1".to_string()),
+            "{phase:?}: {log:?}"
+        );
+    }
+}
+
+/// The fleet view under concurrent reconciles: one read for all of them; a
+/// host read on its own is not answered from a snapshot older than that
+/// read; a read slower than the bound is taken by those who waited for it,
+/// not read again by each in turn; a failing read is not tried again at
+/// once.
+#[tokio::test]
+async fn the_fleet_is_read_once_for_all_and_never_older_than_a_hosts_own_read() {
+    use crate::nova::FleetView;
+    let answer = |_: &Method, _: &str| (201, json!({}));
+    let NovaObs::Registered(host) = registered(true, &["vm-1"]) else { unreachable!() };
+    let t = hypervisor_ctx(answer, NovaObs::Registered(host.clone()), true, vec![]);
+    *t.fleet.lock().unwrap() = Some(host.clone());
+    let nova = t.ctx.nova.clone();
+    let reads = |t: &Hv| entries(&t.log).iter().filter(|l| *l == "nova fleet").count();
+    let none = std::collections::BTreeSet::new();
+    let ask = |view: Arc<FleetView>| {
+        let nova = nova.clone();
+        let none = none.clone();
+        async move { view.host(nova.as_ref(), "node-1", &[], &none, Default::default).await }
+    };
+
+    let view = Arc::new(FleetView::new(Duration::from_millis(200), Duration::from_secs(60)));
+    let all = futures_util::future::join_all((0..10).map(|_| ask(view.clone()))).await;
+    assert!(all.iter().all(|o| *o == Some(NovaObs::Registered(host.clone()))), "{all:?}");
+    assert_eq!(reads(&t), 1, "one read for ten reconciles");
+    view.fresh(nova.as_ref(), "node-1", &[]).await;
+    assert_eq!(ask(view.clone()).await, None, "read on its own after the snapshot began");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(ask(view.clone()).await.is_some(), "a newer snapshot answers again");
+    assert_eq!(reads(&t), 2);
+
+    // A read slower than the bound: those who waited take it.
+    *t.fleet_delay.lock().unwrap() = Duration::from_millis(300);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let all = futures_util::future::join_all((0..5).map(|_| ask(view.clone()))).await;
+    assert!(all.iter().all(Option::is_some), "{all:?}");
+    assert_eq!(reads(&t), 3, "one slow read, not five in turn");
+
+    // A failing read: hosts go to their own reads, the fleet is not read
+    // again before the pause.
+    *t.fleet.lock().unwrap() = None;
+    *t.fleet_delay.lock().unwrap() = Duration::ZERO;
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(ask(view.clone()).await, None);
+    assert_eq!(ask(view.clone()).await, None);
+    assert_eq!(reads(&t), 4, "not read again within the pause");
+
+    // Off: no read at all.
+    let off = Arc::new(FleetView::new(Duration::ZERO, Duration::from_secs(60)));
+    assert_eq!(ask(off).await, None);
+    assert_eq!(reads(&t), 4);
 }

@@ -15,7 +15,7 @@ use std::time::Instant;
 use serde::Deserialize;
 
 use super::error::NovaError;
-use super::host::{Aggregate, ComputeService, NovaClient, Provider, nova_host_from};
+use super::host::{Aggregate, ComputeService, NovaClient, Provider, ServiceRef, nova_host_from};
 use super::http::{Call, Service, field};
 use crate::lifecycle::NovaObs;
 
@@ -31,6 +31,8 @@ const MAX_PAGES: usize = 1000;
 struct ListedHypervisor {
     id: String,
     hypervisor_hostname: String,
+    /// The compute service's host (the detail view's).
+    service: ServiceRef,
     /// Always there with `with_servers` since compute 2.75.
     servers: Vec<ListedServer>,
 }
@@ -49,14 +51,23 @@ struct Link {
 #[derive(Debug, Deserialize)]
 struct TraitName(String);
 
+/// A hypervisor as the lists show it.
+#[derive(Clone, Debug)]
+struct Listed {
+    id: String,
+    /// The name its resource provider has in Placement.
+    hypervisor_hostname: String,
+    servers: Vec<String>,
+}
+
 /// The fleet as one read found it. Immutable: a newer read replaces it.
 #[derive(Debug)]
 pub struct FleetSnapshot {
     /// When the read began: nothing in it is older than that.
     pub started: Instant,
     services: HashMap<String, ComputeService>,
-    /// By hypervisor hostname: (id, the servers' UUIDs).
-    hypervisors: HashMap<String, (String, Vec<String>)>,
+    /// By the compute service's host.
+    hypervisors: HashMap<String, Listed>,
     aggregates: Vec<Aggregate>,
     /// Provider UUIDs by name.
     providers: HashMap<String, String>,
@@ -85,21 +96,21 @@ impl FleetSnapshot {
         let Some(service) = self.services.get(host) else {
             return Some(NovaObs::NotRegistered);
         };
-        let (hypervisor_id, servers) = self.hypervisors.get(host)?;
+        let listed = self.hypervisors.get(host)?;
         if !traits.iter().all(|t| self.traits.contains_key(t)) {
             return None;
         }
-        let carried = self.providers.get(host).map(|uuid| {
+        let carried = self.providers.get(&listed.hypervisor_hostname).map(|uuid| {
             traits.iter().filter(|t| self.traits.get(*t).is_some_and(|p| p.contains(uuid))).cloned().collect()
         });
         Some(NovaObs::Registered(nova_host_from(
             host,
             service.clone(),
-            Some(hypervisor_id.clone()),
+            Some(listed.id.clone()),
             &self.aggregates,
             wanted_aggregates,
             carried,
-            servers.clone(),
+            listed.servers.clone(),
         )))
     }
 
@@ -135,7 +146,11 @@ impl FleetSnapshot {
             services: HashMap::from([(host.to_string(), serde_json::from_value(service).unwrap())]),
             hypervisors: HashMap::from([(
                 host.to_string(),
-                (h.hypervisor_id.clone().unwrap_or_default(), h.instances.clone()),
+                Listed {
+                    id: h.hypervisor_id.clone().unwrap_or_default(),
+                    hypervisor_hostname: host.to_string(),
+                    servers: h.instances.clone(),
+                },
             )]),
             aggregates: aggregates.map(|a| serde_json::from_value(a).unwrap()).collect(),
             providers: h.traits.iter().map(|_| (host.to_string(), provider.clone())).collect(),
@@ -169,13 +184,15 @@ impl NovaClient {
         requests += 1;
         let mut hypervisors = HashMap::new();
         let mut marker: Option<String> = None;
+        let mut markers = HashSet::new();
         for n in 0.. {
             if n == MAX_PAGES {
                 return Err(NovaError::Invalid(format!("os-hypervisors: more than {MAX_PAGES} pages")));
             }
-            let mut call = Call::get(Service::Compute, "os-hypervisors")
+            let mut call = Call::get(Service::Compute, "os-hypervisors/detail")
                 .param("with_servers", "true")
-                .param("limit", page.to_string());
+                .param("limit", page.to_string())
+                .at_microversion(super::http::HYPERVISOR_DETAIL_MICROVERSION);
             if let Some(m) = &marker {
                 call = call.param("marker", m.clone());
             }
@@ -191,10 +208,18 @@ impl NovaClient {
             let listed: Vec<ListedHypervisor> = field(answer, "hypervisors", &what)?;
             for h in listed {
                 let servers = h.servers.into_iter().map(|s| s.uuid).collect();
-                hypervisors.insert(h.hypervisor_hostname, (h.id, servers));
+                let entry = Listed { id: h.id, hypervisor_hostname: h.hypervisor_hostname, servers };
+                hypervisors.insert(h.service.host, entry);
             }
             match links.iter().find(|l| l.rel == "next") {
-                Some(next) => marker = Some(next_marker(&next.href, &what)?),
+                Some(next) => {
+                    let m = next_marker(&next.href, &what)?;
+                    // A next link that goes back is Nova's error, not a page.
+                    if !markers.insert(m.clone()) {
+                        return Err(NovaError::Invalid(format!("{what}: the next link repeats marker {m}")));
+                    }
+                    marker = Some(m);
+                }
                 None => break,
             }
         }
@@ -257,13 +282,19 @@ mod tests {
                 .map(|(h, s)| (h.to_string(), service(h, s)))
                 .collect(),
             hypervisors: [
-                ("c-1".to_string(), ("hyp-1".to_string(), vec!["vm-b".to_string(), "vm-a".to_string()])),
-                ("c-2".to_string(), ("hyp-2".to_string(), vec![])),
+                // libvirt's hypervisor hostname is often the FQDN, the
+                // service host the short name: matched by the service.
+                ("c-1", "c-1.example.com", "hyp-1", vec!["vm-b".to_string(), "vm-a".to_string()]),
+                ("c-2", "c-2", "hyp-2", vec![]),
             ]
             .into_iter()
+            .map(|(host, name, id, servers)| {
+                let listed = Listed { id: id.into(), hypervisor_hostname: name.into(), servers };
+                (host.to_string(), listed)
+            })
             .collect(),
             aggregates,
-            providers: [("c-1".to_string(), "rp-1".to_string())].into_iter().collect(),
+            providers: [("c-1.example.com".to_string(), "rp-1".to_string())].into_iter().collect(),
             traits: [
                 ("CUSTOM_A".to_string(), ["rp-1".to_string()].into_iter().collect()),
                 ("CUSTOM_B".to_string(), HashSet::new()),

@@ -44,15 +44,15 @@ impl ComputeService {
 
 #[derive(Debug, Deserialize)]
 pub(super) struct HypervisorRef {
-    id: String,
-    hypervisor_hostname: String,
+    pub(super) id: String,
+    pub(super) hypervisor_hostname: String,
     #[serde(default)]
-    service: Option<ServiceRef>,
+    pub(super) service: Option<ServiceRef>,
 }
 
 #[derive(Debug, Deserialize)]
 pub(super) struct ServiceRef {
-    host: String,
+    pub(super) host: String,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -262,8 +262,11 @@ impl NovaClient {
 
     async fn hypervisor(&self, host: &str) -> Result<Option<HypervisorRef>, NovaError> {
         // The pattern is a substring match on the hypervisor hostname
-        // (compute-1 matches compute-10): keep the one whose service is ours.
-        let call = Call::get(Service::Compute, "os-hypervisors").param("hypervisor_hostname_pattern", host);
+        // (compute-1 matches compute-10, and compute-1.example.com): keep
+        // the one whose service is ours, which only the detail view names.
+        let call = Call::get(Service::Compute, "os-hypervisors/detail")
+            .param("hypervisor_hostname_pattern", host)
+            .at_microversion(super::http::HYPERVISOR_DETAIL_MICROVERSION);
         let what = call.describe();
         let list: Vec<HypervisorRef> = match self.cloud.call(call).await {
             Ok(v) => field(v, "hypervisors", &what)?,

@@ -28,6 +28,10 @@ use super::error::NovaError;
 pub const COMPUTE_MICROVERSION: (u8, u8) = (2, 96);
 /// Placement microversion (1.39: traits with `resource_provider_generation`).
 pub const PLACEMENT_MICROVERSION: (u8, u8) = (1, 39);
+/// The hypervisor lists' microversion: the last whose detail view names
+/// each hypervisor's service host without asking every host for its
+/// uptime (2.88 added that, one call to each nova-compute per hypervisor).
+pub const HYPERVISOR_DETAIL_MICROVERSION: (u8, u8) = (2, 87);
 
 /// Where the credentials come from, as OpenStack tools look for them.
 #[derive(Clone, Debug)]
@@ -109,6 +113,8 @@ pub struct Call {
     pub path: String,
     pub query: Vec<(&'static str, String)>,
     pub body: Option<Value>,
+    /// Another microversion than the service's pinned one, for this call.
+    microversion: Option<(u8, u8)>,
     /// Set by [`Cloud`] on the way out: who is calling.
     headers: http::HeaderMap,
 }
@@ -124,13 +130,26 @@ impl Call {
         Call::new(service, http::Method::GET, path.into(), None)
     }
     fn new(service: Service, method: http::Method, path: String, body: Option<Value>) -> Call {
-        Call { service, method, path, query: Vec::new(), body, headers: http::HeaderMap::new() }
+        Call {
+            service,
+            method,
+            path,
+            query: Vec::new(),
+            body,
+            microversion: None,
+            headers: http::HeaderMap::new(),
+        }
     }
     pub fn with(service: Service, method: http::Method, path: impl Into<String>, body: Value) -> Call {
         Call::new(service, method, path.into(), Some(body))
     }
     pub fn delete(service: Service, path: impl Into<String>) -> Call {
         Call::new(service, http::Method::DELETE, path.into(), None)
+    }
+    /// Sends this call at `version` rather than the service's pinned one.
+    pub fn at_microversion(mut self, version: (u8, u8)) -> Call {
+        self.microversion = Some(version);
+        self
     }
     pub fn param(mut self, key: &'static str, value: impl Into<String>) -> Call {
         self.query.push((key, value.into()));
@@ -182,10 +201,10 @@ impl RestEndpoint for Call {
         Some(&self.headers)
     }
     fn min_version(&self) -> Option<ApiVersion> {
-        let (major, minor) = match self.service {
+        let (major, minor) = self.microversion.unwrap_or(match self.service {
             Service::Compute => COMPUTE_MICROVERSION,
             Service::Placement => PLACEMENT_MICROVERSION,
-        };
+        });
         Some(ApiVersion::new(major, minor))
     }
 }

@@ -22,19 +22,36 @@ use crate::lifecycle::NovaObs;
 
 /// Whether the fleet view may stand for a host in this reconcile: only in
 /// the settled phases, where a reconcile is a drift check, and never where
-/// the host is on its way out or being fenced, which act on what Nova says
-/// at once. Pure.
-pub fn may_share(phase: Phase, deleting: bool, fenced: bool, health: Option<HealthState>) -> bool {
+/// the host is on its way out, fenced, or anything but Healthy with its
+/// agent connected where it is judged: a lost host's verdict may turn on
+/// what Nova says of its nova-compute now (Failed, and fenced, once Nova
+/// sees it down too). Pure.
+pub fn may_share(
+    phase: Phase,
+    deleting: bool,
+    fenced: bool,
+    health: Option<HealthState>,
+    agent_connected: bool,
+) -> bool {
     let settled =
         matches!(phase, Phase::Active | Phase::Maintenance | Phase::Decommissioned | Phase::Aborted);
-    settled && !deleting && !fenced && health != Some(HealthState::Failed)
+    let judged = crate::metrics::AGENT_EXPECTED.contains(&phase);
+    let well = match health {
+        None => !judged,
+        Some(h) => h == HealthState::Healthy && (agent_connected || !judged),
+    };
+    settled && !deleting && !fenced && well
 }
+
+/// Longest pause between reads of the fleet while they keep failing.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 /// The shared view (see the module doc).
 pub struct FleetView {
+    /// Zero: the view is off, every reconcile reads its own host.
     max_age: Duration,
     /// After a failed read, how long reconciles go to their own reads
-    /// before the fleet is read again.
+    /// before the fleet is read again; doubled after each failure in a row.
     retry: Duration,
     /// Held while the fleet is read: one read at a time.
     reading: tokio::sync::Mutex<()>,
@@ -44,6 +61,10 @@ pub struct FleetView {
 #[derive(Default)]
 struct State {
     snapshot: Option<Arc<FleetSnapshot>>,
+    /// When the current snapshot's read finished.
+    done: Option<Instant>,
+    /// Failed reads in a row, and when the last one failed.
+    failures: u32,
     failed: Option<Instant>,
     /// When each host's own reads last began.
     fresh: HashMap<String, Instant>,
@@ -61,9 +82,9 @@ impl FleetView {
 
     /// The host as the fleet view shows it, reading the fleet again when the
     /// snapshot is older than the bound; None when the view cannot stand for
-    /// the host (no snapshot, the host read fresh since, or the lists cannot
-    /// tell). `fleet_traits` names every custom trait of the fleet, asked
-    /// only when the fleet is read.
+    /// the host (the view off, no snapshot, the host read fresh since, or
+    /// the lists cannot tell). `fleet_traits` names every custom trait of
+    /// the fleet, asked only when the fleet is read.
     pub async fn host(
         &self,
         nova: &dyn Nova,
@@ -88,42 +109,61 @@ impl FleetView {
     }
 
     /// The current snapshot, or a new one when it is too old; None while
-    /// Nova cannot be read (the reconciles then read their hosts).
+    /// Nova cannot be read (the reconciles then read their hosts). A
+    /// reconcile that waited for another's read takes that read, however
+    /// long it took: a read slower than the bound must not make every
+    /// waiter read the fleet again in turn.
     async fn snapshot(
         &self,
         nova: &dyn Nova,
         fleet_traits: impl FnOnce() -> BTreeSet<String>,
     ) -> Option<Arc<FleetSnapshot>> {
-        if let Some(s) = self.current() {
-            return Some(s);
-        }
-        let _reading = self.reading.lock().await;
-        // Another reconcile may have read it while this one waited.
-        if let Some(s) = self.current() {
-            return Some(s);
-        }
-        if self.lock().failed.is_some_and(|f| f.elapsed() < self.retry) {
+        if self.max_age.is_zero() {
             return None;
+        }
+        if let Some(s) = self.current(None) {
+            return Some(s);
+        }
+        let asked = Instant::now();
+        let _reading = self.reading.lock().await;
+        if let Some(s) = self.current(Some(asked)) {
+            return Some(s);
+        }
+        {
+            let state = self.lock();
+            let pause = backoff(self.retry, state.failures);
+            if state.failed.is_some_and(|f| f.elapsed() < pause) {
+                return None;
+            }
         }
         match nova.fleet(&fleet_traits()).await {
             Ok(s) => {
                 tracing::debug!(hosts = s.hosts(), requests = s.requests, took = ?s.started.elapsed(), "fleet read");
                 let s = Arc::new(s);
                 let mut state = self.lock();
-                state.snapshot = Some(s.clone());
-                state.failed = None;
+                (state.snapshot, state.done) = (Some(s.clone()), Some(Instant::now()));
+                (state.failures, state.failed) = (0, None);
                 Some(s)
             }
             Err(e) => {
-                tracing::warn!(error = %e, "reading the fleet from Nova and Placement failed; hosts are read one by one");
-                self.lock().failed = Some(Instant::now());
+                let mut state = self.lock();
+                state.failures = state.failures.saturating_add(1);
+                state.failed = Some(Instant::now());
+                let pause = backoff(self.retry, state.failures);
+                tracing::warn!(error = %e, failures = state.failures, next_in = ?pause,
+                    "reading the fleet from Nova and Placement failed; hosts are read one by one meanwhile");
                 None
             }
         }
     }
 
-    fn current(&self) -> Option<Arc<FleetSnapshot>> {
-        self.lock().snapshot.clone().filter(|s| s.started.elapsed() < self.max_age)
+    /// The snapshot if it is within the bound, or (`waited_since`) if its
+    /// read finished after the caller began to wait for one.
+    fn current(&self, waited_since: Option<Instant>) -> Option<Arc<FleetSnapshot>> {
+        let state = self.lock();
+        let young = state.snapshot.as_ref().is_some_and(|s| s.started.elapsed() < self.max_age);
+        let waited = waited_since.is_some_and(|w| state.done.is_some_and(|d| d >= w));
+        state.snapshot.clone().filter(|_| young || waited)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -131,38 +171,56 @@ impl FleetView {
     }
 }
 
+/// The pause after `failures` failed reads in a row: `retry`, doubled
+/// after each, at most [`MAX_BACKOFF`].
+fn backoff(retry: Duration, failures: u32) -> Duration {
+    let doubled = retry.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
+    doubled.min(MAX_BACKOFF)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
+    fn failed_reads_back_off_doubling_to_five_minutes() {
+        let r = Duration::from_secs(10);
+        let pauses: Vec<u64> = (1..=7).map(|f| backoff(r, f).as_secs()).collect();
+        assert_eq!(pauses, [10, 20, 40, 80, 160, 300, 300]);
+        assert_eq!(backoff(r, 1000), MAX_BACKOFF);
+    }
+
+    #[test]
     fn the_view_stands_only_for_settled_hosts_not_on_their_way_out() {
         use HealthState::*;
         use Phase::*;
-        // (phase, deleting, fenced, health) -> may share
+        // (phase, deleting, fenced, health, agent) -> may share
         let rows = [
-            ((Active, false, false, Some(Healthy)), true),
-            ((Active, false, false, Some(Degraded)), true),
-            ((Active, false, false, Some(Unreachable)), true),
-            ((Active, false, false, Some(Failed)), false),
-            ((Active, true, false, Some(Healthy)), false),
-            ((Active, false, true, Some(Healthy)), false),
-            ((Maintenance, false, false, None), true),
-            ((Maintenance, false, true, None), false),
-            ((Decommissioned, false, false, None), true),
-            ((Decommissioned, true, false, None), false),
-            ((Aborted, false, false, None), true),
-            ((Initial, false, false, None), false),
-            ((Onboarding, false, false, None), false),
-            ((Testing, false, false, Some(Healthy)), false),
-            ((Ready, false, false, Some(Healthy)), false),
-            ((Evicting, false, false, Some(Healthy)), false),
+            ((Active, false, false, Some(Healthy), true), true),
+            ((Active, false, false, Some(Healthy), false), false),
+            ((Active, false, false, None, true), false),
+            ((Active, false, false, Some(Degraded), true), false),
+            ((Active, false, false, Some(Unreachable), true), false),
+            ((Active, false, false, Some(Failed), true), false),
+            ((Active, true, false, Some(Healthy), true), false),
+            ((Active, false, true, Some(Healthy), true), false),
+            ((Maintenance, false, false, None, false), true),
+            ((Maintenance, false, true, None, false), false),
+            ((Maintenance, false, false, Some(Failed), false), false),
+            ((Decommissioned, false, false, None, false), true),
+            ((Decommissioned, true, false, None, false), false),
+            ((Aborted, false, false, None, false), true),
+            ((Initial, false, false, None, false), false),
+            ((Onboarding, false, false, None, true), false),
+            ((Testing, false, false, Some(Healthy), true), false),
+            ((Ready, false, false, Some(Healthy), true), false),
+            ((Evicting, false, false, Some(Healthy), true), false),
         ];
-        for ((phase, deleting, fenced, health), expect) in rows {
+        for ((phase, deleting, fenced, health, agent), expect) in rows {
             assert_eq!(
-                may_share(phase, deleting, fenced, health),
+                may_share(phase, deleting, fenced, health, agent),
                 expect,
-                "{phase:?} deleting={deleting} fenced={fenced} {health:?}"
+                "{phase:?} deleting={deleting} fenced={fenced} {health:?} agent={agent}"
             );
         }
     }
