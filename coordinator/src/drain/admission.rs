@@ -167,10 +167,15 @@ pub fn label_key(k: &str) -> Result<String, String> {
         && edge(name.chars().next())
         && edge(name.chars().last())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-    let prefix_ok = !k.contains('/')
-        || (!prefix.is_empty()
-            && prefix.len() <= 253
-            && prefix.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-.".contains(c)));
+    // A DNS subdomain: dot-separated labels of lower-case letters, digits
+    // and `-`, each beginning and ending with a letter or digit.
+    let dns_label = |l: &str| {
+        let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+        edge(l.chars().next())
+            && edge(l.chars().last())
+            && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    };
+    let prefix_ok = !k.contains('/') || (prefix.len() <= 253 && prefix.split('.').all(dns_label));
     if name_ok && prefix_ok && k.matches('/').count() <= 1 {
         Ok(k.to_string())
     } else {
@@ -609,9 +614,22 @@ mod tests {
         assert!(!s.matches(&labels(&[("app", "nova-compute"), ("component", ""), ("legacy", "1")])));
         assert!(!s.matches(&labels(&[("app", "nova-compute"), ("component", ""), ("tier", "test")])));
         assert!("app.kubernetes.io/name==hv-agent".parse::<Selector>().is_ok());
-        for bad in
-            ["", "a b=c", "=x", "a/b/c=d", "app=x,,y", "app=nova compute", "app=-x", "app=x!", "a!=b c"]
-        {
+        for bad in [
+            "",
+            "a b=c",
+            "=x",
+            "a/b/c=d",
+            "app=x,,y",
+            "app=nova compute",
+            "app=-x",
+            "app=x!",
+            "a!=b c",
+            "-a.com/x=y",
+            "a-.com/x=y",
+            "a..com/x=y",
+            ".a/x=y",
+            "A.com/x=y",
+        ] {
             assert!(bad.parse::<Selector>().is_err(), "{bad:?}");
         }
         let p = Protected {

@@ -328,10 +328,11 @@ fn frees(
     if crate::drain::locks::evictable(phase, instances) != Some(true) {
         return false;
     }
-    let node = ctx.nodes.get(&ObjectRef::new(name));
-    let marked = node.as_deref().map(crate::drain::locks::of).and_then(|l| l.evictable);
-    marked != Some(true)
-        || ctx.pods.on_node(name).iter().any(|p| crate::drain::pods::relabel(p, Some(true)).is_some())
+    // Without a Node there is nothing to mark (`mark_locks`).
+    ctx.nodes.get(&ObjectRef::new(name)).is_some_and(|node| {
+        crate::drain::locks::of(&node).evictable != Some(true)
+            || ctx.pods.on_node(name).iter().any(|p| crate::drain::pods::relabel(p, Some(true)).is_some())
+    })
 }
 
 /// A change of a judged verdict: logged, counted and an Event.

@@ -208,12 +208,25 @@ fn hypervisor_ctx_executing(
     evictions: Vec<Eviction>,
     execute: Result<(), NovaError>,
 ) -> Hv {
+    hypervisor_ctx_on(answer, nova, open, evictions, execute, &[])
+}
+
+/// As `hypervisor_ctx_executing`, the Node carrying `labels`.
+fn hypervisor_ctx_on(
+    answer: fn(&Method, &str) -> (u16, Value),
+    nova: NovaObs,
+    open: bool,
+    evictions: Vec<Eviction>,
+    execute: Result<(), NovaError>,
+    labels: &[(&str, &str)],
+) -> Hv {
     let log: Log = Arc::default();
     let bodies = Arc::default();
     let client = api(log.clone(), Arc::clone(&bodies), answer);
     let (nodes, mut node_writer) = reflector::store::<Node>();
     let mut node = Node::default();
     node.metadata.name = Some("node-1".into());
+    node.metadata.labels = Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
     node.status = serde_json::from_value(json!({"conditions": [{"type": "Ready", "status": "True"}]})).ok();
     node_writer.apply_watcher_event(&watcher::Event::Apply(node));
     let (evs, mut ev_writer) = reflector::store::<Eviction>();
@@ -948,28 +961,42 @@ async fn the_fleet_view_confirms_a_settled_host_and_leaves_any_change_to_its_own
         "{writes:?}"
     );
 
-    // Emptied and held, its Node not yet marked evictable: freeing it for
-    // drains rests on its own reads, whatever the view shows.
+    // Emptied and held (its status from its own read of the empty host):
+    // with its Node not yet marked evictable, freeing it for drains rests
+    // on its own reads, whatever the view shows; with the Node marked
+    // already, the view confirms.
     let NovaObs::Registered(empty) = registered(false, &[]) else { unreachable!() };
-    let mut emptied = (*settled).clone();
-    if let Some(st) = emptied.status.as_mut() {
-        st.instances = Some(crate::api::hypervisor::InstancesStatus { count: 0, ids: vec![] });
-    }
     let t = hypervisor_ctx(answer, NovaObs::Registered(empty.clone()), true, vec![]);
-    *t.fleet.lock().unwrap() = Some(empty);
-    hypervisor::reconcile(Arc::new(emptied), t.ctx.clone()).await.unwrap();
-    let log = entries(&t.log);
-    assert!(
-        log.contains(&"nova fleet".to_string()) && log.contains(&"nova observe node-1".to_string()),
-        "{log:?}"
-    );
+    hypervisor::reconcile(settled.clone(), t.ctx.clone()).await.unwrap();
+    let written = status_writes(&t.bodies).pop().expect("the emptied status");
+    let mut emptied = held();
+    emptied.status = Some(serde_json::from_value(written["status"].clone()).unwrap());
+    let emptied = Arc::new(emptied);
+    let evictable = [(crate::drain::locks::EVICTABLE, "true")];
+    for (labels, fresh) in [(&[][..], true), (&evictable[..], false)] {
+        let t = hypervisor_ctx_on(answer, NovaObs::Registered(empty.clone()), true, vec![], Ok(()), labels);
+        *t.fleet.lock().unwrap() = Some(empty.clone());
+        hypervisor::reconcile(emptied.clone(), t.ctx.clone()).await.unwrap();
+        let log = entries(&t.log);
+        assert!(log.contains(&"nova fleet".to_string()), "{log:?}");
+        assert_eq!(
+            log.contains(&"nova observe node-1".to_string()),
+            fresh,
+            "Node labels {labels:?}: {log:?}"
+        );
+    }
 
     // A busy phase, or an Active host whose agent is away, never rests on
     // the view.
     for phase in [Phase::Ready, Phase::Active] {
         let t = hypervisor_ctx(answer, NovaObs::Registered(host.clone()), true, vec![]);
         *t.fleet.lock().unwrap() = Some(host.clone());
-        hypervisor::reconcile(hypervisor(Some(phase), None), t.ctx.clone()).await.unwrap();
+        // Healthy as last judged: only the missing agent keeps it off the view.
+        let mut hv = (*hypervisor(Some(phase), None)).clone();
+        if let Some(st) = hv.status.as_mut() {
+            st.health = Some(crate::api::hypervisor::HealthStatus::default());
+        }
+        hypervisor::reconcile(Arc::new(hv), t.ctx.clone()).await.unwrap();
         let log = entries(&t.log);
         assert!(
             !log.contains(&"nova fleet".to_string()) && log.contains(&"nova observe node-1".to_string()),

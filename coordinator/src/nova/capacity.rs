@@ -75,13 +75,16 @@ impl NovaClient {
         let call = Call::get(Service::Placement, "resource_providers");
         let providers: Vec<ProviderRow> = self.cloud().fetch(call, "resource_providers").await?;
         let uuid_of: BTreeMap<String, String> = providers.into_iter().map(|p| (p.name, p.uuid)).collect();
+        // A host's provider is named after its hypervisor, not its service.
+        let provider_of = self.provider_names().await?;
 
         let usable = services
             .into_iter()
             .filter(|s| s.host != source && s.status == "enabled" && s.state == "up" && !s.forced_down);
         let mut wanted = Vec::new();
         for s in usable {
-            let Some(uuid) = uuid_of.get(&s.host).cloned() else { continue };
+            let name = provider_of.get(&s.host).unwrap_or(&s.host);
+            let Some(uuid) = uuid_of.get(name).cloned() else { continue };
             let metadata = aggregates
                 .iter()
                 .filter(|a| a.hosts.as_deref().unwrap_or_default().iter().any(|h| h == &s.host))

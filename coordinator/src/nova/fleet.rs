@@ -33,7 +33,8 @@ struct ListedHypervisor {
     hypervisor_hostname: String,
     /// The compute service's host (the detail view's).
     service: ServiceRef,
-    /// Always there with `with_servers` since compute 2.75.
+    /// Always there with `with_servers` since compute 2.75; none without.
+    #[serde(default)]
     servers: Vec<ListedServer>,
 }
 
@@ -182,46 +183,13 @@ impl NovaClient {
         let call = Call::get(Service::Compute, "os-aggregates");
         let aggregates: Vec<Aggregate> = self.cloud().fetch(call, "aggregates").await?;
         requests += 1;
+        let (listed, pages) = self.hypervisors_listed(page, true).await?;
+        requests += pages;
         let mut hypervisors = HashMap::new();
-        let mut marker: Option<String> = None;
-        let mut markers = HashSet::new();
-        for n in 0.. {
-            if n == MAX_PAGES {
-                return Err(NovaError::Invalid(format!("os-hypervisors: more than {MAX_PAGES} pages")));
-            }
-            let mut call = Call::get(Service::Compute, "os-hypervisors/detail")
-                .param("with_servers", "true")
-                .param("limit", page.to_string())
-                .at_microversion(super::http::HYPERVISOR_DETAIL_MICROVERSION);
-            if let Some(m) = &marker {
-                call = call.param("marker", m.clone());
-            }
-            let what = call.describe();
-            let answer = self.cloud().call(call).await?;
-            requests += 1;
-            let links: Vec<Link> = answer
-                .get("hypervisors_links")
-                .cloned()
-                .map(|v| serde_json::from_value(v).map_err(|e| NovaError::Invalid(format!("{what}: {e}"))))
-                .transpose()?
-                .unwrap_or_default();
-            let listed: Vec<ListedHypervisor> = field(answer, "hypervisors", &what)?;
-            for h in listed {
-                let servers = h.servers.into_iter().map(|s| s.uuid).collect();
-                let entry = Listed { id: h.id, hypervisor_hostname: h.hypervisor_hostname, servers };
-                hypervisors.insert(h.service.host, entry);
-            }
-            match links.iter().find(|l| l.rel == "next") {
-                Some(next) => {
-                    let m = next_marker(&next.href, &what)?;
-                    // A next link that goes back is Nova's error, not a page.
-                    if !markers.insert(m.clone()) {
-                        return Err(NovaError::Invalid(format!("{what}: the next link repeats marker {m}")));
-                    }
-                    marker = Some(m);
-                }
-                None => break,
-            }
+        for h in listed {
+            let servers = h.servers.into_iter().map(|s| s.uuid).collect();
+            let entry = Listed { id: h.id, hypervisor_hostname: h.hypervisor_hostname, servers };
+            hypervisors.insert(h.service.host, entry);
         }
         let call = Call::get(Service::Placement, "resource_providers");
         let listed: Vec<Provider> = self.cloud().fetch(call, "resource_providers").await?;
@@ -246,6 +214,65 @@ impl NovaClient {
         }
         let services = services.into_iter().map(|s| (s.host.clone(), s)).collect();
         Ok(FleetSnapshot { started, services, hypervisors, aggregates, providers, traits: carried, requests })
+    }
+}
+
+impl NovaClient {
+    /// Every hypervisor (the detail view at 2.87, `page` at a time,
+    /// following Nova's next links), with its servers if `with_servers`;
+    /// and the pages it took.
+    async fn hypervisors_listed(
+        &self,
+        page: usize,
+        with_servers: bool,
+    ) -> Result<(Vec<ListedHypervisor>, usize), NovaError> {
+        let mut all = Vec::new();
+        let mut marker: Option<String> = None;
+        let mut markers = HashSet::new();
+        for n in 0.. {
+            if n == MAX_PAGES {
+                return Err(NovaError::Invalid(format!("os-hypervisors: more than {MAX_PAGES} pages")));
+            }
+            let mut call = Call::get(Service::Compute, "os-hypervisors/detail")
+                .param("limit", page.to_string())
+                .at_microversion(super::http::HYPERVISOR_DETAIL_MICROVERSION);
+            if with_servers {
+                call = call.param("with_servers", "true");
+            }
+            if let Some(m) = &marker {
+                call = call.param("marker", m.clone());
+            }
+            let what = call.describe();
+            let answer = self.cloud().call(call).await?;
+            let links: Vec<Link> = answer
+                .get("hypervisors_links")
+                .cloned()
+                .map(|v| serde_json::from_value(v).map_err(|e| NovaError::Invalid(format!("{what}: {e}"))))
+                .transpose()?
+                .unwrap_or_default();
+            let listed: Vec<ListedHypervisor> = field(answer, "hypervisors", &what)?;
+            all.extend(listed);
+            match links.iter().find(|l| l.rel == "next") {
+                Some(next) => {
+                    let m = next_marker(&next.href, &what)?;
+                    // A next link that goes back is Nova's error, not a page.
+                    if !markers.insert(m.clone()) {
+                        return Err(NovaError::Invalid(format!("{what}: the next link repeats marker {m}")));
+                    }
+                    marker = Some(m);
+                }
+                None => return Ok((all, n + 1)),
+            }
+        }
+        Ok((all, MAX_PAGES))
+    }
+
+    /// Each compute service's hypervisor hostname, the name of its resource
+    /// provider in Placement (libvirt's FQDN where the service host is the
+    /// short name).
+    pub(super) async fn provider_names(&self) -> Result<HashMap<String, String>, NovaError> {
+        let (listed, _) = self.hypervisors_listed(PAGE, false).await?;
+        Ok(listed.into_iter().map(|h| (h.service.host, h.hypervisor_hostname)).collect())
     }
 }
 
