@@ -45,8 +45,15 @@ impl ProtectedPods {
 
     /// Every protected pod (each once).
     pub fn all(&self) -> Vec<Arc<Pod>> {
+        self.matching(|_| true)
+    }
+
+    /// The protected pods `keep` keeps, each once though several selectors
+    /// match it (kept before they are keyed: a reconcile asks for one
+    /// Node's few among the fleet's).
+    fn matching(&self, keep: impl Fn(&Pod) -> bool) -> Vec<Arc<Pod>> {
         let mut seen = BTreeMap::new();
-        for pod in self.stores.iter().flat_map(|s| s.state()) {
+        for pod in self.stores.iter().flat_map(|s| s.state()).filter(|p| keep(p)) {
             seen.entry((pod.metadata.namespace.clone(), pod.metadata.name.clone())).or_insert(pod);
         }
         seen.into_values().collect()
@@ -55,8 +62,7 @@ impl ProtectedPods {
     /// The protected pods on `node` (each once, though several selectors
     /// match it).
     pub fn on_node(&self, node: &str) -> Vec<Arc<Pod>> {
-        let on = |p: &Arc<Pod>| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node);
-        self.all().into_iter().filter(on).collect()
+        self.matching(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
     }
 }
 

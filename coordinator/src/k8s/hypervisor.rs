@@ -249,9 +249,7 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     tell(&ctx, &hv, &name, &decision, &new_status, &outcome.failures, &seen.agent).await;
     super::fence::tell(&ctx, &hv, &fenced).await;
     mark_node(&ctx, &name, &seen, new_status.health.as_ref()).await;
-    let service_gone = new_status.service_id.is_none() || new_status.lifecycle.service_deleted;
-    let instances = crate::drain::locks::vm_count(&seen.obs.nova, service_gone);
-    mark_locks(&ctx, &name, decision.phase, instances).await;
+    mark_locks(&ctx, &name, evictable(decision.phase, &new_status, &seen.obs.nova)).await;
     tell_health(&ctx, &hv, status.health.as_ref(), &new_status, verdict.judged).await;
     if let Some(keep) =
         super::nodes::release(seen.obs.node, decision.phase, new_status.service_id.as_deref(), &seen.obs.nova)
@@ -313,6 +311,13 @@ fn view_confirms(
         && !frees(ctx, name, decision.phase, status, &seen.obs.nova)
 }
 
+/// Whether the host may be drained, as the Node's marks should say
+/// (`drain::locks`), from its phase, its status and Nova's count of VMs.
+fn evictable(phase: crate::api::Phase, status: &HypervisorStatus, nova: &NovaObs) -> Option<bool> {
+    let service_gone = status.service_id.is_none() || status.lifecycle.service_deleted;
+    crate::drain::locks::evictable(phase, crate::drain::locks::vm_count(nova, service_gone))
+}
+
 /// Whether this reconcile would free the host for drains: its Node's or a
 /// protected pod's evictable mark turned true (`mark_locks`). That rests on
 /// the host's own reads, never on the fleet view.
@@ -323,9 +328,7 @@ fn frees(
     status: &HypervisorStatus,
     nova: &NovaObs,
 ) -> bool {
-    let service_gone = status.service_id.is_none() || status.lifecycle.service_deleted;
-    let instances = crate::drain::locks::vm_count(nova, service_gone);
-    if crate::drain::locks::evictable(phase, instances) != Some(true) {
+    if evictable(phase, status, nova) != Some(true) {
         return false;
     }
     // Without a Node there is nothing to mark (`mark_locks`).
@@ -690,10 +693,9 @@ async fn mark_node(ctx: &Context, name: &str, seen: &Seen, health: Option<&Healt
 /// count of VMs say, and the same on the Node's protected pods
 /// (`drain::pods`). A failed write is logged and tried again at the next
 /// reconcile: each mark is compared with what is wanted every time.
-async fn mark_locks(ctx: &Context, name: &str, phase: crate::api::Phase, instances: Option<usize>) {
+async fn mark_locks(ctx: &Context, name: &str, want: Option<bool>) {
     let Some(node) = ctx.nodes.get(&ObjectRef::new(name)) else { return };
     let now = crate::drain::locks::of(&node);
-    let want = crate::drain::locks::evictable(phase, instances);
     // Freed: the pods before the Node, so the budgets let go as soon as the
     // webhook does. Locked: the Node first, the webhook refusing at once.
     if want == Some(true) && !label_protected_pods(ctx, name, want).await {

@@ -229,10 +229,7 @@ impl NovaClient {
         let mut all = Vec::new();
         let mut marker: Option<String> = None;
         let mut markers = HashSet::new();
-        for n in 0.. {
-            if n == MAX_PAGES {
-                return Err(NovaError::Invalid(format!("os-hypervisors: more than {MAX_PAGES} pages")));
-            }
+        for n in 0..MAX_PAGES {
             let mut call = Call::get(Service::Compute, "os-hypervisors/detail")
                 .param("limit", page.to_string())
                 .at_microversion(super::http::HYPERVISOR_DETAIL_MICROVERSION);
@@ -264,7 +261,7 @@ impl NovaClient {
                 None => return Ok((all, n + 1)),
             }
         }
-        Ok((all, MAX_PAGES))
+        Err(NovaError::Invalid(format!("os-hypervisors: more than {MAX_PAGES} pages")))
     }
 
     /// Each compute service's hypervisor hostname, the name of its resource
