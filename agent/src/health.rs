@@ -1,4 +1,5 @@
-//! `/livez`, `/healthz` and `/metrics` on a small HTTP listener.
+//! `/livez`, `/healthz` and `/metrics` (OpenMetrics, by `prometheus-client`)
+//! on a small HTTP listener.
 //!
 //! `/livez` is the liveness probe's: it answers while the agent's runtime
 //! does, whatever its peers do. Restarting the agent because libvirtd, OVSDB
@@ -10,13 +11,23 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use hv_listen::{Bytes, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::registry::Registry;
 
 use crate::session::{SessionHandle, SessionStats};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WatcherLabel {
+    watcher: &'static str,
+}
 
 /// Liveness of one watcher.
 #[derive(Clone)]
@@ -43,36 +54,48 @@ impl Health {
         }
     }
 
+    /// The exposition, read at scrape time into a registry of constant
+    /// samples (every figure already lives in the session and watchers).
     async fn metrics(&self) -> String {
-        let b = |v: bool| u8::from(v);
-        let mut s = String::new();
-        s.push_str("# HELP hv_agent_watcher_live Whether a watcher's peer connection is up.\n# TYPE hv_agent_watcher_live gauge\n");
+        let mut r = Registry::default();
+        let watchers = Family::<WatcherLabel, Gauge>::default();
         for w in &self.watchers {
-            s.push_str(&format!(
-                "hv_agent_watcher_live{{watcher=\"{}\"}} {}\n",
-                w.name,
-                b(w.live.load(Ordering::Relaxed))
-            ));
+            watchers.get_or_create(&WatcherLabel { watcher: w.name }).set(i64::from(w.live.load(Ordering::Relaxed)));
         }
+        r.register("hv_agent_watcher_live", "Whether a watcher's peer connection is up.", watchers);
         let st = &self.session;
-        s.push_str("# TYPE hv_agent_session_connected gauge\n");
-        s.push_str(&format!("hv_agent_session_connected {}\n", b(st.connected.load(Ordering::Relaxed))));
-        s.push_str("# TYPE hv_agent_session_connects_total counter\n");
-        s.push_str(&format!("hv_agent_session_connects_total {}\n", st.connects.load(Ordering::Relaxed)));
-        s.push_str("# TYPE hv_agent_session_stream_errors_total counter\n");
-        s.push_str(&format!(
-            "hv_agent_session_stream_errors_total {}\n",
-            st.stream_errors.load(Ordering::Relaxed)
-        ));
-        s.push_str("# TYPE hv_agent_unexpected_messages_total counter\n");
-        s.push_str(&format!(
-            "hv_agent_unexpected_messages_total {}\n",
-            st.unexpected_messages.load(Ordering::Relaxed)
-        ));
-        s.push_str("# TYPE hv_agent_dropped_messages_total counter\n");
-        s.push_str(&format!("hv_agent_dropped_messages_total {}\n", self.handle.dropped().await));
-        s.push_str("# TYPE hv_agent_acked_seq gauge\n");
-        s.push_str(&format!("hv_agent_acked_seq {}\n", self.handle.acked().await));
+        let count = |a: &AtomicU64| ConstCounter::new(a.load(Ordering::Relaxed));
+        r.register(
+            "hv_agent_session_connected",
+            "Whether the session to the coordinator is up.",
+            ConstGauge::new(i64::from(st.connected.load(Ordering::Relaxed))),
+        );
+        r.register("hv_agent_session_connects", "Sessions opened to the coordinator.", count(&st.connects));
+        r.register("hv_agent_session_stream_errors", "Sessions that ended broken.", count(&st.stream_errors));
+        r.register(
+            "hv_agent_unexpected_messages",
+            "Messages from the coordinator this agent did not expect.",
+            count(&st.unexpected_messages),
+        );
+        let (dropped, acked, held) = self.handle.outbox_figures().await;
+        r.register(
+            "hv_agent_dropped_messages",
+            "Messages the outbox dropped because it was full.",
+            ConstCounter::new(dropped),
+        );
+        r.register(
+            "hv_agent_acked_seq",
+            "The last sequence the coordinator acknowledged.",
+            ConstGauge::new(i64::try_from(acked).unwrap_or(i64::MAX)),
+        );
+        r.register(
+            "hv_agent_outbox_messages",
+            "Messages held in the outbox until the coordinator acknowledges them.",
+            ConstGauge::new(i64::try_from(held).unwrap_or(i64::MAX)),
+        );
+        let mut s = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut s, &r);
         s
     }
 
@@ -80,7 +103,7 @@ impl Health {
         let (code, body) = match req.uri().path() {
             "/livez" => (StatusCode::OK, "alive\n".into()),
             "/healthz" => self.healthz(),
-            "/metrics" => (StatusCode::OK, self.metrics().await),
+            "/metrics" => return hv_listen::openmetrics(self.metrics().await),
             _ => (StatusCode::NOT_FOUND, "not found\n".into()),
         };
         hv_listen::text(code, body)

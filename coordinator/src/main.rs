@@ -402,11 +402,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
         format!("{host}-{}", std::process::id())
     });
-    let cloud = Cloud::new(source, http).with_lease_guard(guard.clone()).with_identity(&identity);
+    let metrics = Arc::new(Metrics::default());
+    let cloud = Cloud::new(source, http)
+        .with_lease_guard(guard.clone())
+        .with_identity(&identity)
+        .with_metrics(metrics.openstack.clone());
     cloud.check_config().context("OpenStack credentials")?;
     let nova: Arc<dyn Nova> = Arc::new(NovaClient::new(cloud));
 
-    let metrics = Arc::new(Metrics::default());
     // With the plain client: a follower must be able to clear its label.
     // Before the metrics listener, so /readyz never answers without it.
     let pod =
@@ -453,7 +456,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let (leader_tx, leader_rx) = watch::channel(false);
     let (changed_tx, changed_rx) = mpsc::unbounded_channel();
-    let registry = Arc::new(Registry::new(changed_tx.clone()));
+    let registry = Arc::new(Registry::new(changed_tx.clone()).with_metrics(metrics.sessions.clone()));
     let protected =
         Protected { hypervisor: args.protected_pods.clone(), dependents: args.dependent_pods.clone() };
     // The protected pods' cache (for the disruption budgets' label), warm
@@ -470,7 +473,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         leader: leader_rx.clone(),
         heartbeat: args.agent_heartbeat,
         trust_domain: tls.is_some().then(|| args.trust_domain.clone()),
-        refused: metrics.agent_sessions_refused.clone(),
+        sessions: metrics.sessions.clone(),
     };
     let fleet_api = FleetEndpoint {
         hypervisors: hv_reader.clone(),
@@ -541,7 +544,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     let _ = leader_tx.send(true);
     health.set_self(true).await;
-    metrics.leader.store(true, std::sync::atomic::Ordering::Relaxed);
+    metrics.set_leader(true);
 
     let ev_ctx = Arc::new(EvictionContext {
         client: acting.clone(),
@@ -650,7 +653,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     guard.revoke();
     let _ = leader_tx.send(false);
     health.set_self(false).await;
-    metrics.leader.store(false, std::sync::atomic::Ordering::Relaxed);
+    metrics.set_leader(false);
     registry.close_all();
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), controllers).await;

@@ -9,6 +9,7 @@ helm-python-sdk wheel, no helm binary), for `make chart-check`.
 - crds/ must be the generated CRDs of deploy/crds/.
 """
 import filecmp
+import json
 import os
 import sys
 
@@ -113,6 +114,16 @@ def policy(case, rendered):
         "fencing flags": all(any(x.startswith(f) for x in c["args"]) for f in ("--fence-fresh-heartbeat=", "--fence-max-domain-share="))
         and (not any(x.startswith("--ceph-fence-id=") for x in c["args"])
              or any(m["mountPath"] == "/etc/hv/ceph" for m in c["volumeMounts"])),
+        # The dashboard, when shipped, is a Grafana dashboard whose every
+        # panel queries something (the names are checked against the
+        # coordinator's exposition by its unit tests).
+        "the dashboard is whole": all(
+            (d := json.loads(m["data"]["hv-fleet.json"]))["uid"] == "hv-fleet"
+            and d["panels"]
+            and all(t["expr"] for p in d["panels"] for t in p["targets"])
+            for m in by_kind.get("ConfigMap", [])
+            if m["metadata"]["name"].endswith("-dashboard")
+        ),
         "no wildcard in RBAC": not any(
             "*" in str(r) for kind in ("ClusterRole", "Role") for o in by_kind.get(kind, []) for r in o.get("rules") or []
         ),

@@ -147,6 +147,17 @@ pub fn text(status: hyper::StatusCode, body: impl Into<String>) -> Response<Full
     r
 }
 
+/// The content type of an OpenMetrics text exposition: what tells
+/// Prometheus to read `# EOF` and a counter's `_total` samples as such.
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A `/metrics` answer in the OpenMetrics text format.
+pub fn openmetrics(body: String) -> Response<Full<Bytes>> {
+    let mut r = text(hyper::StatusCode::OK, body);
+    r.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(OPENMETRICS));
+    r
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,15 @@ host as an operator would on a real one:
     POST /hosts/HOST/start    start it again; a host whose compute service
                               was deleted registers a new one, as a
                               re-installed host does
-    GET  /hosts               {"HOST": "running" | "stopped"} Nova reaches Placement (a separate process) through the
+    GET  /hosts               {"HOST": "running" | "stopped"}
+    POST /simulated-hosts     {"prefix": P, "count": N}: compute service
+                              and hypervisor records for hosts P00000 to
+                              P{N-1, five digits}
+                              (those missing), with no nova-compute
+                              behind them; they report as up (their
+                              services' last report is renewed every 15 s
+                              in one statement), for the scale benchmark.
+Nova reaches Placement (a separate process) through the
 Keystone catalog with its own service credentials, as in production.
 Neutron, Glance and Cinder are Nova's fixtures.
 
@@ -148,9 +156,90 @@ def control_app(region):
                 return answer("500 Internal Server Error", {"error": repr(e)})
             say(f"control: {verb} {host}")
             return answer("200 OK", {"host": host, "state": "stopped" if host in region.stopped else "running"})
+        if method == "POST" and parts == ["simulated-hosts"]:
+            try:
+                size = int(environ.get("CONTENT_LENGTH") or 0)
+                body = json.loads(environ["wsgi.input"].read(size) or b"{}")
+                made = simulate_hosts(str(body["prefix"]), int(body["count"]))
+            except Exception as e:  # the benchmark that asked sees why
+                say(f"control: simulated hosts failed: {e!r}")
+                return answer("500 Internal Server Error", {"error": repr(e)})
+            return answer("200 OK", {"created": made})
         return answer("404 Not Found", {"error": f"no route {method} {path}"})
 
     return app
+
+
+SIMULATED_PREFIXES = set()
+
+
+def _cell_context():
+    from nova import context as nova_context
+    from nova import objects
+
+    ctxt = nova_context.get_admin_context()
+    cell = next(c for c in objects.CellMappingList.get_all(ctxt) if not c.is_cell0())
+    return nova_context.target_cell(ctxt, cell)
+
+
+def simulate_hosts(prefix, count):
+    """Service and compute node records for hosts PREFIX0..PREFIX{count-1}
+    that do not exist yet; answers how many were made."""
+    from nova import objects
+    from oslo_utils import uuidutils
+
+    made = 0
+    with _cell_context() as cctxt:
+        have = {s.host for s in objects.ServiceList.get_by_binary(cctxt, "nova-compute")}
+        for i in range(count):
+            host = f"{prefix}{i:05d}"
+            if host in have:
+                continue
+            svc = objects.Service(cctxt, host=host, binary="nova-compute", topic="compute", report_count=0)
+            svc.create()
+            cn = objects.ComputeNode(
+                cctxt, uuid=uuidutils.generate_uuid(), host=host, hypervisor_hostname=host,
+                service_id=svc.id, vcpus=64, memory_mb=524288, local_gb=2000, vcpus_used=0,
+                memory_mb_used=0, local_gb_used=0, hypervisor_type="fake", hypervisor_version=1000,
+                cpu_info="{}", free_ram_mb=524288, free_disk_gb=2000, current_workload=0,
+                running_vms=0, disk_available_least=2000, host_ip="127.0.0.1", supported_hv_specs=[],
+                metrics="[]", stats={}, cpu_allocation_ratio=16.0, ram_allocation_ratio=1.5,
+                disk_allocation_ratio=1.0)
+            cn.create()
+            made += 1
+            if made % 200 == 0:
+                eventlet.sleep(0)
+    SIMULATED_PREFIXES.add(prefix)
+    _renew_simulated()
+    say(f"control: {made} simulated hosts {prefix}00000..{prefix}{count - 1:05d} created")
+    return made
+
+
+def _renew_simulated():
+    """Every simulated host's service reports now, in one statement."""
+    from nova.db.main import api as main_db
+    from nova.db.main import models
+    from oslo_utils import timeutils
+
+    @main_db.pick_context_manager_writer
+    def renew(context):
+        for prefix in SIMULATED_PREFIXES:
+            context.session.query(models.Service).filter(models.Service.host.like(prefix + "%")).update(
+                {"last_seen_up": timeutils.utcnow(), "report_count": models.Service.report_count + 1},
+                synchronize_session=False)
+
+    with _cell_context() as cctxt:
+        renew(cctxt)
+
+
+def renew_simulated_forever():
+    while True:
+        eventlet.sleep(15)
+        if SIMULATED_PREFIXES:
+            try:
+                _renew_simulated()
+            except Exception as e:
+                say(f"renewing simulated hosts failed: {e!r}")
 
 
 def main():
@@ -167,6 +256,7 @@ def main():
     eventlet.spawn(eventlet.wsgi.server, sock, app, log=open(C["access_log"], "a", buffering=1), log_output=True)
     control = eventlet.listen(("127.0.0.1", C["control_port"]))
     eventlet.spawn(eventlet.wsgi.server, control, control_app(region), log_output=False)
+    eventlet.spawn(renew_simulated_forever)
     with open(ready_file + ".tmp", "w") as f:
         json.dump({"url": f"http://127.0.0.1:{C['port']}/v2.1", "hosts": C["hosts"],
                    "control_url": f"http://127.0.0.1:{C['control_port']}"}, f)

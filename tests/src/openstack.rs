@@ -100,6 +100,55 @@ impl Admin {
         format!("compute {}", self.nova.compute_microversion)
     }
 
+    /// Every compute service's id by its host, and every hypervisor's id
+    /// by its service's host (the ids a Hypervisor's status records).
+    pub async fn compute_ids(&self) -> Result<std::collections::HashMap<String, (String, String)>, ApiError> {
+        let services = get(&self.compute("os-services?binary=nova-compute"), &self.token, &self.mv()).await?;
+        let mut ids: std::collections::HashMap<String, (String, String)> = Default::default();
+        for s in services["services"].as_array().cloned().unwrap_or_default() {
+            let host = s["host"].as_str().unwrap_or_default().to_string();
+            ids.insert(host, (s["id"].as_str().unwrap_or_default().to_string(), String::new()));
+        }
+        let mut url = self.compute("os-hypervisors/detail?limit=1000");
+        loop {
+            let page = get(&url, &self.token, &self.mv()).await?;
+            for h in page["hypervisors"].as_array().cloned().unwrap_or_default() {
+                let host = h["service"]["host"].as_str().unwrap_or_default();
+                if let Some(entry) = ids.get_mut(host) {
+                    entry.1 = h["id"].as_str().unwrap_or_default().to_string();
+                }
+            }
+            let next = page["hypervisors_links"].as_array().and_then(|l| {
+                l.iter().find(|x| x["rel"] == "next").and_then(|x| x["href"].as_str().map(str::to_string))
+            });
+            match next {
+                Some(n) => url = n,
+                None => return Ok(ids),
+            }
+        }
+    }
+
+    /// Compute service and hypervisor records, with no nova-compute behind
+    /// them, for `{prefix}00000` to `{prefix}{count-1:05}` (those missing),
+    /// reported up while the region runs: the scale benchmark's hosts.
+    pub async fn simulate_hosts(&self, prefix: &str, count: usize) -> Result<u64, ApiError> {
+        let url = format!("{}/simulated-hosts", self.nova.control_url);
+        let what = format!("POST {url}");
+        let resp = reqwest::Client::new()
+            .post(&url)
+            .json(&json!({"prefix": prefix, "count": count}))
+            .send()
+            .await
+            .map_err(|e| ApiError::Http(what.clone(), e))?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await.map_err(|e| ApiError::Http(what.clone(), e))?;
+        if status != 200 {
+            return Err(ApiError::Status { what, status, body: text });
+        }
+        let v: Value = serde_json::from_str(&text).unwrap_or_default();
+        Ok(v["created"].as_u64().unwrap_or_default())
+    }
+
     pub async fn create_aggregate(&self, name: &str) -> Result<i64, ApiError> {
         let body = json!({"aggregate": {"name": name}});
         let v =

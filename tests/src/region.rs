@@ -270,12 +270,23 @@ impl Region {
             .args(["--os-cloud", "hv", "--clouds-yaml"])
             .arg(&clouds)
             .args(["--namespace", crate::rbac::COORDINATOR_NAMESPACE, "--lease-name", &self.lease()])
-            .args(["--node-selector", &format!("hv-e2e={}", self.id)])
-            .args(["--agent-heartbeat", "1s", "--busy-interval", "1s", "--drift-interval", "2s"])
-            .args(["--lease-duration", "4s", "--lease-renew-deadline", "3s", "--lease-retry", "500ms"])
-            .args(["--health-settle", "2s"])
-            .args(["--kube-timeout", "5s", "--connect-timeout", "500ms"])
-            .args(extra);
+            .args(["--node-selector", &format!("hv-e2e={}", self.id)]);
+        // Short intervals for tests, unless `extra` names its own.
+        let defaults = [
+            ("--agent-heartbeat", "1s"),
+            ("--busy-interval", "1s"),
+            ("--drift-interval", "2s"),
+            ("--lease-duration", "4s"),
+            ("--lease-renew-deadline", "3s"),
+            ("--lease-retry", "500ms"),
+            ("--health-settle", "2s"),
+            ("--kube-timeout", "5s"),
+            ("--connect-timeout", "500ms"),
+        ];
+        for (flag, value) in defaults.iter().filter(|(f, _)| !extra.contains(f)) {
+            cmd.args([flag, value]);
+        }
+        cmd.args(extra);
         // Most tests run hosts without an agent (skipTests): they are
         // Unreachable, and must not be disabled under them. The health
         // tests give a grace of their own.
@@ -829,6 +840,15 @@ fn create_pod(url: &str, name: &str) {
 pub async fn metric(url: &str, name: &str) -> Option<f64> {
     let text = reqwest::get(url).await.ok()?.text().await.ok()?;
     text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The sum of the samples at `url` whose line starts with `prefix` (a name
+/// and the first of its labels, `hv_x_total{service="compute",`): 0 when
+/// there is none, None when `/metrics` cannot be read.
+pub async fn metric_sum(url: &str, prefix: &str) -> Option<f64> {
+    let text = reqwest::get(url).await.ok()?.text().await.ok()?;
+    let value = |l: &str| l.rsplit_once(' ').and_then(|(_, v)| v.trim().parse::<f64>().ok());
+    Some(text.lines().filter(|l| l.starts_with(prefix)).filter_map(value).sum())
 }
 
 /// A log line without its ANSI colours.

@@ -88,11 +88,73 @@ async fn metric(coord: &Proc, name: &str) -> f64 {
     hv_tests::region::metric(&url, name).await.unwrap_or_else(|| panic!("no {name} at {url}"))
 }
 
+/// What the coordinator's and the agent's `/metrics` say of an eviction.
+#[derive(Debug)]
+struct Figures {
+    /// `POST servers/{id}/action` answered by Nova (live migrations and
+    /// any other server action).
+    live_migrations: f64,
+    eviction_reconciles: f64,
+    hypervisor_reconciles: f64,
+    server_reads: f64,
+    authenticated: f64,
+    sessions: f64,
+    heartbeats: f64,
+    agent_connected: f64,
+    agent_acked: f64,
+}
+
+impl Figures {
+    async fn read(coord: &Proc, agent: &Proc) -> Figures {
+        let c = coord.metrics.clone().unwrap();
+        let a = agent.agent_metrics().expect("the agent's metrics address in its log");
+        let sum = |url: &str, prefix: &str| {
+            let (url, prefix) = (url.to_string(), prefix.to_string());
+            async move { hv_tests::region::metric_sum(&url, &prefix).await.unwrap_or_else(|| panic!("no {url}")) }
+        };
+        Figures {
+            live_migrations: sum(
+                &c,
+                "hv_openstack_requests_total{service=\"compute\",operation=\"POST servers/{id}/action\",status=\"202\"}",
+            )
+            .await,
+            eviction_reconciles: sum(&c, "hv_reconciles_total{controller=\"eviction\",result=\"ok\"}").await,
+            hypervisor_reconciles: sum(&c, "hv_reconcile_duration_seconds_count{controller=\"hypervisor\"}").await,
+            server_reads: sum(&c, "hv_openstack_requests_total{service=\"compute\",operation=\"GET servers/").await,
+            authenticated: sum(&c, "hv_openstack_requests_total{service=\"identity\",operation=\"authenticate\",status=\"ok\"}").await,
+            sessions: sum(&c, "hv_coordinator_agent_sessions ").await,
+            heartbeats: sum(&c, "hv_coordinator_agent_messages_total{kind=\"heartbeat\"}").await,
+            agent_connected: sum(&a, "hv_agent_session_connected ").await,
+            agent_acked: sum(&a, "hv_agent_acked_seq ").await,
+        }
+    }
+
+    /// Once the agent's session is up at both ends.
+    async fn wait_for_session(coord: &Proc, agent: &Proc) -> Figures {
+        until(
+            "the agent's session counted at both ends",
+            Duration::from_secs(30),
+            || agent.tail(10),
+            || async {
+                if agent.agent_metrics().is_none() {
+                    return Poll::Pending("no metrics address yet".to_string());
+                }
+                let f = Figures::read(coord, agent).await;
+                if f.sessions == 1.0 && f.agent_connected == 1.0 { Poll::Ready(f) } else { Poll::Pending(format!("{f:?}")) }
+            },
+        )
+        .await
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn maintenance_empties_the_host_and_clearing_it_brings_the_host_back() {
     // Ten servers of three sizes (m1.tiny 512 MiB, m1.small 2 GiB, m1.medium 4 GiB).
     let flavors = ["1", "2", "3", "1", "2", "1", "3", "1", "2", "1"];
     let Scene { region, admin, host, coord, ids, zone } = scene("evict", &flavors, &[]).await;
+    // An agent on the host, so that both ends' metrics move with the eviction.
+    let agent = region.agent(&host, &hv_tests::region::AgentPeers::default());
+    let before = Figures::wait_for_session(&coord, &agent).await;
     let hvs = request_maintenance(&region, &host, "firmware update").await;
     let hv = region.wait_phase(&host, Phase::Maintenance, Duration::from_secs(240), &coord).await;
     assert_eq!(hv.status.as_ref().map(|s| s.instances.as_ref().map_or(0, |i| i.count)), Some(0));
@@ -130,6 +192,15 @@ async fn maintenance_empties_the_host_and_clearing_it_brings_the_host_back() {
     let mean = metric(&coord, "hv_eviction_migration_duration_seconds_sum").await / 10.0;
     assert!((3.0..60.0).contains(&mean), "Nova's fake driver takes about 5 s per migration: {mean}");
     assert_eq!(metric(&coord, "hv_coordinator_leader").await, 1.0);
+    let after = Figures::read(&coord, &agent).await;
+    assert!(after.live_migrations >= before.live_migrations + 10.0, "{before:?} then {after:?}");
+    assert!(after.eviction_reconciles > before.eviction_reconciles, "{before:?} then {after:?}");
+    assert!(after.hypervisor_reconciles > before.hypervisor_reconciles, "{before:?} then {after:?}");
+    assert!(after.server_reads > before.server_reads, "its servers watched: {before:?} then {after:?}");
+    assert!(after.heartbeats > before.heartbeats, "{before:?} then {after:?}");
+    assert!(after.agent_acked > before.agent_acked, "{before:?} then {after:?}");
+    assert_eq!((after.sessions, after.agent_connected), (1.0, 1.0));
+    assert!(after.authenticated >= 1.0, "Keystone's token counted: {after:?}");
 
     // Clear maintenance: back to Active, scheduling on.
     let patch = serde_json::json!({"spec": {"maintenance": "", "maintenanceReason": ""}});

@@ -77,6 +77,12 @@ impl SessionHandle {
     pub async fn acked(&self) -> u64 {
         self.outbox.lock().await.acked()
     }
+
+    /// (dropped, acknowledged sequence, held) under one lock, for a scrape.
+    pub async fn outbox_figures(&self) -> (u64, u64, usize) {
+        let o = self.outbox.lock().await;
+        (o.dropped(), o.acked(), o.pending())
+    }
 }
 
 pub struct Session {

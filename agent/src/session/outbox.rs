@@ -50,6 +50,11 @@ impl Outbox {
         self.buf.is_empty()
     }
 
+    /// Messages held, not yet acknowledged.
+    pub fn pending(&self) -> usize {
+        self.buf.len()
+    }
+
     pub fn acked(&self) -> u64 {
         self.acked
     }

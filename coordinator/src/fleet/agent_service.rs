@@ -3,7 +3,6 @@
 //! then an Ack for every message and commands from the lifecycle.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hv_proto::v1::agent_message::Payload;
@@ -33,8 +32,8 @@ pub struct AgentEndpoint {
     /// The trust domain of agent certificates: a session is taken only for
     /// the node its client certificate names. `None` only with `--insecure`.
     pub trust_domain: Option<String>,
-    /// Sessions refused because the certificate did not name the Hello's node.
-    pub refused: Arc<AtomicU64>,
+    /// Counts the sessions refused for their certificate.
+    pub sessions: crate::metrics::AgentSessions,
 }
 
 /// Whether the client certificate of `certs` speaks for `node`: `Err` with
@@ -84,7 +83,7 @@ impl AgentService for AgentEndpoint {
         if let Some(td) = &self.trust_domain
             && let Err(shown) = certificate_speaks_for(certs.as_deref().map(Vec::as_slice), td, &hello.node)
         {
-            self.refused.fetch_add(1, Ordering::Relaxed);
+            self.sessions.refused();
             tracing::warn!(node = %hello.node, presented = %shown, "refused an agent session: its certificate does not name the node");
             return Err(Status::permission_denied(format!(
                 "Hello names node {} but the client showed {shown}",
@@ -99,7 +98,7 @@ impl AgentService for AgentEndpoint {
                 match session_end(hv_tls::not_after(leaf), std::time::SystemTime::now(), &hello.node) {
                     Ok(end) => Some(until_instant(end)),
                     Err(why) => {
-                        self.refused.fetch_add(1, Ordering::Relaxed);
+                        self.sessions.refused();
                         tracing::warn!(node = %hello.node, reason = %why, "refused an agent session: its certificate is no longer valid");
                         return Err(Status::permission_denied(format!("the client showed {why}")));
                     }

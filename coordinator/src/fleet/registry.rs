@@ -189,6 +189,7 @@ pub struct Registry {
     /// Node names whose Hypervisor should be reconciled now (connect,
     /// disconnect, a check report, new facts).
     changed: mpsc::UnboundedSender<String>,
+    metrics: crate::metrics::AgentSessions,
 }
 
 /// A freshly opened session: its id, where the session's reader learns that
@@ -201,7 +202,18 @@ pub struct Opened {
 
 impl Registry {
     pub fn new(changed: mpsc::UnboundedSender<String>) -> Registry {
-        Registry { nodes: Mutex::new(HashMap::new()), next_id: AtomicU64::new(1), changed }
+        Registry {
+            nodes: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            changed,
+            metrics: Default::default(),
+        }
+    }
+
+    /// Counts sessions and messages in `metrics` from now on.
+    pub fn with_metrics(mut self, metrics: crate::metrics::AgentSessions) -> Registry {
+        self.metrics = metrics;
+        self
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut HashMap<String, Node>) -> R) -> R {
@@ -221,9 +233,10 @@ impl Registry {
         let (node, boot_id) = (hello.node.as_str(), hello.boot_id.as_str());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (close_tx, closed) = oneshot::channel();
-        let acked = self.with(|nodes| {
+        let (acked, replacing) = self.with(|nodes| {
             let n = nodes.entry(node.to_string()).or_default();
-            if let Some(old) = n.live.take() {
+            let old = n.live.take();
+            if let Some(old) = &old {
                 tracing::warn!(
                     node,
                     old_session = old.id,
@@ -234,6 +247,8 @@ impl Registry {
             if n.boot_id != boot_id {
                 n.boot_id = boot_id.to_string();
                 n.acked = 0;
+                // Its outbox counts its drops from zero again.
+                n.dropped = 0;
                 // A new agent process starts with no signal and sends again
                 // what holds.
                 n.signals.clear();
@@ -243,8 +258,9 @@ impl Registry {
             n.last_seen = Some(Timestamp::now());
             n.since = n.last_seen;
             n.live = Some(Live { id, tx, _close: close_tx, sent_runs: HashSet::new() });
-            n.acked
+            (n.acked, old.is_some())
         });
+        self.metrics.opened(replacing);
         let _ = self.changed.send(node.to_string());
         Opened { id, closed, acked }
     }
@@ -261,6 +277,7 @@ impl Registry {
             _ => false,
         });
         if closed {
+            self.metrics.closed();
             let _ = self.changed.send(node.to_string());
         }
     }
@@ -279,12 +296,15 @@ impl Registry {
                 return None;
             }
             n.last_seen = Some(now);
+            self.metrics.message(kind_of(msg.payload.as_ref()));
             if msg.seq != 0 && msg.seq <= n.acked {
                 // A replay of something we hold: acknowledge again, apply once.
                 return Some(n.acked);
             }
             match msg.payload {
                 Some(Payload::Heartbeat(hb)) => {
+                    // A running count since the agent started.
+                    self.metrics.dropped(hb.dropped_messages.saturating_sub(n.dropped));
                     n.dropped = hb.dropped_messages;
                     // Past the session's first moments (heartbeats queued
                     // while cut off arrive then, late by their wait).
@@ -417,6 +437,22 @@ impl Registry {
     /// Ends every session (leadership lost, shutdown).
     pub fn close_all(&self) {
         self.with(|nodes| nodes.values_mut().for_each(|n| n.live = None));
+        self.metrics.all_closed();
+    }
+}
+
+/// A message's kind, for the metrics.
+fn kind_of(payload: Option<&Payload>) -> &'static str {
+    match payload {
+        Some(Payload::Hello(_)) => "hello",
+        Some(Payload::Heartbeat(_)) => "heartbeat",
+        Some(Payload::HostFacts(_)) => "host_facts",
+        Some(Payload::Inventory(_)) => "inventory",
+        Some(Payload::CheckReport(_)) => "check_report",
+        Some(Payload::DomainEvent(_)) => "domain_event",
+        Some(Payload::Connectivity(_)) => "connectivity",
+        Some(Payload::HealthSignal(_)) => "health_signal",
+        None => "empty",
     }
 }
 

@@ -101,6 +101,17 @@ pub enum Error {
     Leftover(String),
 }
 
+impl super::measured::ErrorKind for Error {
+    /// Kubernetes' kinds are prefixed; OpenStack's are [`NovaError::kind`].
+    fn kind(&self) -> &'static str {
+        match self {
+            Error::Kube(e) => super::measured::kube_error_kind(e),
+            Error::Nova(e) => e.kind(),
+            Error::Leftover(_) => "leftover_migration",
+        }
+    }
+}
+
 /// Name of the Migration object of one attempt.
 pub fn migration_name(eviction: &str, server_id: &str, attempt: u32) -> String {
     let short: String = server_id.chars().take(8).collect();
@@ -250,7 +261,7 @@ async fn source(ctx: &EvictionContext, ev: &Eviction) -> Result<Result<String, R
         Ok(host) => Ok(Ok(host)),
         // Started before the host was recorded: follow the host by name.
         Err(r) if started => {
-            tracing::warn!(eviction = %ev.name_any(), reason = r.reason, "target changed mid-eviction; following it by name");
+            tracing::warn!(reason = r.reason, "target changed mid-eviction; following it by name");
             Ok(Ok(ev.spec.hypervisor.clone()))
         }
         Err(r) => Ok(Err(r)),
@@ -282,7 +293,7 @@ async fn target(ctx: &EvictionContext, ev: &Eviction) -> Result<Result<String, R
 
 /// Ends the Eviction Failed with the refusal in its `Target` condition.
 async fn refuse(ctx: &EvictionContext, ev: &Eviction, r: Refusal, now: Timestamp) -> Result<Requeue, Error> {
-    tracing::warn!(eviction = %ev.name_any(), reason = r.reason, message = %r.message, "eviction refused");
+    tracing::warn!(reason = r.reason, message = %r.message, "eviction refused");
     let mut s = status_of(ev);
     let c = DesiredCondition::new(ConditionType::Target, ConditionStatus::False, r.reason, r.message);
     s.conditions = merge(&s.conditions, &[c], now, ev.metadata.generation);
@@ -337,19 +348,19 @@ async fn run_preflight(
     let evacuating = matches!(fence, Fence::Fenced(_));
     let passed = report.findings.is_empty() || evacuating;
     let (status, reason, message) = if report.findings.is_empty() {
-        tracing::info!(eviction = %ev.name_any(), node = %source, summary = %report.summary, "preflight passed");
+        tracing::info!(node = %source, summary = %report.summary, "preflight passed");
         s.phase = Some(EvictionPhase::Disabling);
         s.host = Some(source.to_string());
         (ConditionStatus::True, "Passed", report.summary)
     } else if evacuating {
         let msg = findings_message(&report.findings, false);
-        tracing::warn!(eviction = %ev.name_any(), node = %source, message = %msg, "preflight findings; evacuating all the same");
+        tracing::warn!(node = %source, message = %msg, "preflight findings; evacuating all the same");
         s.phase = Some(EvictionPhase::Disabling);
         s.host = Some(source.to_string());
         (ConditionStatus::False, "FoundButEvacuating", msg)
     } else {
         let msg = findings_message(&report.findings, true);
-        tracing::warn!(eviction = %ev.name_any(), node = %source, message = %msg, "preflight failed");
+        tracing::warn!(node = %source, message = %msg, "preflight failed");
         s.phase = Some(EvictionPhase::Failed);
         s.progress = Some("preflight failed".into());
         s.completed_at = Some(Time(now));
@@ -405,7 +416,7 @@ async fn wait_disabled(
         ),
         Ok(Some(true)) => return Ok(Requeue::requeue(POLL)),
         Err(e) => {
-            tracing::warn!(eviction = %ev.name_any(), error = %e, "Nova not usable; retrying");
+            tracing::warn!(error = %e, "Nova not usable; retrying");
             return Ok(Requeue::requeue(Duration::from_secs(5)));
         }
     };
@@ -701,20 +712,20 @@ async fn act(
             // Idempotent, and asked again at the next step until the server
             // runs: a failure is told, not fatal to the reconcile.
             Action::Start { server_id } => match ctx.nova.start(server_id).await {
-                Ok(()) => tracing::info!(eviction = %name, server = %server_id, "evacuated server started"),
+                Ok(()) => tracing::info!(server = %server_id, "evacuated server started"),
                 Err(e) => {
-                    tracing::warn!(eviction = %name, server = %server_id, error = %e, "could not start the evacuated server yet")
+                    tracing::warn!(server = %server_id, error = %e, "could not start the evacuated server yet")
                 }
             },
             Action::ConfirmResize { server_id, attempt } => {
                 ctx.nova.confirm_resize(server_id).await?;
-                tracing::info!(eviction = %name, server = %server_id, attempt, "cold migration confirmed");
+                tracing::info!(server = %server_id, attempt, "cold migration confirmed");
             }
             Action::Abort { server_id, attempt, nova_migration_id, why } => {
                 if let Some(id) = nova_migration_id {
                     ctx.nova.abort_migration(server_id, *id).await?;
                 }
-                tracing::warn!(eviction = %name, server = %server_id, attempt, reason = %why, "migration aborted");
+                tracing::warn!(server = %server_id, attempt, reason = %why, "migration aborted");
                 let mname = migration_name(&name, server_id, *attempt);
                 let mine = migration_of(ctx, ev, &mname);
                 let read = mine.as_ref().and_then(|m| m.metadata.resource_version.clone());

@@ -112,6 +112,15 @@ pub enum Error {
     Unnamed,
 }
 
+impl super::measured::ErrorKind for Error {
+    fn kind(&self) -> &'static str {
+        match self {
+            Error::Kube(e) => super::measured::kube_error_kind(e),
+            Error::Unnamed => "unnamed",
+        }
+    }
+}
+
 /// What one reconcile saw, beside the core's observations.
 struct Seen {
     obs: Observations,
@@ -150,7 +159,7 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
         )
     });
     if let Some(Ok(())) = deletion {
-        tracing::info!(node = %name, "Hypervisor deleted; nothing in Nova depends on its host");
+        tracing::info!("Hypervisor deleted; nothing in Nova depends on its host");
         write::finalizer(&api(&ctx), hv.as_ref(), FINALIZER, false).await?;
         return Ok(Requeue::await_change());
     }
@@ -182,7 +191,7 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
         now,
     });
     if let Some(why) = &seen.obs.update_wait {
-        tracing::info!(node = %name, %why, "an update asks for the host; it waits for a place");
+        tracing::info!(%why, "an update asks for the host; it waits for a place");
         let note = format!("an update asks for the host; it stays in service until a place frees: {why}");
         publish(&ctx, &hv.object_ref(&()), EventType::Normal, "UpdateWaits", &note).await;
     }
@@ -349,7 +358,7 @@ async fn tell_health(
     if let (Some(now_health), true) = (&written.health, judged)
         && let Some((warning, reason, note)) = health::observe::change(before, now_health)
     {
-        tracing::info!(node = %hv.name_any(), health = %now_health.state, evidence = ?now_health.evidence, "health changed");
+        tracing::info!(health = %now_health.state, evidence = ?now_health.evidence, "health changed");
         ctx.metrics.health_changed(now_health.state);
         let kind = if warning { EventType::Warning } else { EventType::Normal };
         publish(ctx, &hv.object_ref(&()), kind, &reason, &note).await;
@@ -533,11 +542,11 @@ async fn act(ctx: &Context, hv: &Hypervisor, name: &str, host: &str, decision: &
     for action in &decision.actions {
         match execute(ctx, hv, name, host, service_id, action).await {
             Ok(()) => {
-                tracing::info!(node = %name, action = %action, "done");
+                tracing::info!(action = %action, "done");
                 out.service_deleted |= matches!(action, Action::DeleteService { .. });
             }
             Err(e) => {
-                tracing::warn!(node = %name, action = %action, error = %e, "action failed");
+                tracing::warn!(action = %action, error = %e, "action failed");
                 out.failures.push(format!("{action}: {e}"));
             }
         }
@@ -557,7 +566,7 @@ async fn tell(
 ) {
     let reference = hv.object_ref(&());
     if let Some(t) = &decision.transition {
-        tracing::info!(node = %name, from = t.from.as_str(), to = t.to.as_str(), reason = %t.reason, "phase changed");
+        tracing::info!(from = t.from.as_str(), to = t.to.as_str(), reason = %t.reason, "phase changed");
         let note = format!("{} -> {}: {}", t.from.as_str(), t.to.as_str(), t.reason);
         publish(ctx, &reference, EventType::Normal, t.to.as_str(), &note).await;
         let mut updated = hv.clone();
@@ -571,7 +580,7 @@ async fn tell(
         let _ = ctx.events.send(ev);
     }
     for w in &decision.warnings {
-        tracing::warn!(node = %name, reason = w.reason, message = %w.message, "warning");
+        tracing::warn!(reason = w.reason, message = %w.message, "warning");
         publish(ctx, &reference, EventType::Warning, w.reason, &w.message).await;
     }
     for failure in failures {
@@ -685,7 +694,7 @@ async fn mark_node(ctx: &Context, name: &str, seen: &Seen, health: Option<&Healt
     if let Err(e) =
         api.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await
     {
-        tracing::warn!(node = %name, error = %e, "could not mark the Node");
+        tracing::warn!(error = %e, "could not mark the Node");
     }
 }
 
@@ -704,8 +713,8 @@ async fn mark_locks(ctx: &Context, name: &str, want: Option<bool>) {
     if let Some(patch) = crate::drain::locks::patch(&now, want, &ctx.node_locks) {
         let api: Api<Node> = Api::all(ctx.client.clone());
         match api.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await {
-            Ok(_) => tracing::info!(node = %name, evictable = ?want, "node locks written"),
-            Err(e) => tracing::warn!(node = %name, error = %e, "could not write the node locks"),
+            Ok(_) => tracing::info!(evictable = ?want, "node locks written"),
+            Err(e) => tracing::warn!(error = %e, "could not write the node locks"),
         }
     }
     if want != Some(true) {

@@ -3,7 +3,8 @@
 //! Eviction controller ([`eviction`]), what wakes them ([`triggers`]), the one
 //! way status and finalizers are written ([`write`]), the status the
 //! lifecycle composes ([`status`]), leader election ([`leader`]) and the
-//! leader's pod label ([`leader_pod`]).
+//! leader's pod label ([`leader_pod`]); each reconcile in its span and
+//! counted ([`measured`]).
 
 pub mod acting;
 pub mod eviction;
@@ -12,6 +13,7 @@ pub mod ha;
 pub mod hypervisor;
 pub mod leader;
 pub mod leader_pod;
+pub mod measured;
 pub mod nodes;
 pub mod status;
 pub mod triggers;
@@ -28,7 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use futures_util::StreamExt;
 use hv_proto::v1::{BridgeExpectation, CheckConfig};
 use k8s_openapi::api::core::v1::Node;
-use kube::Api;
+use kube::{Api, ResourceExt};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use tokio::sync::mpsc;
@@ -120,11 +122,27 @@ pub async fn run(
         .reconcile_on(UnboundedReceiverStream::new(node_rx).map(to_ref))
         .reconcile_on(UnboundedReceiverStream::new(ev_rx).map(to_ref))
         .graceful_shutdown_on(stopped(stop.clone()))
-        .run(hypervisor::reconcile, hypervisor::error_policy, ctx.clone())
+        .run(
+            |hv, ctx| {
+                let span = tracing::info_span!("reconcile", controller = "hypervisor", node = %hv.name_any());
+                let metrics = ctx.metrics.reconciles.clone();
+                async move { measured::measured("hypervisor", &metrics, span, hypervisor::reconcile(hv, ctx)).await }
+            },
+            hypervisor::error_policy,
+            ctx.clone(),
+        )
         .for_each(|res| log_result("hypervisor controller", res));
     let eviction_controller = Controller::new(Api::<Eviction>::all(wc.clone()), watcher::Config::default())
         .graceful_shutdown_on(stopped(stop.clone()))
-        .run(eviction::reconcile, eviction::error_policy, ev_ctx.clone())
+        .run(
+            |ev, ctx| {
+                let span = tracing::info_span!("reconcile", controller = "eviction", eviction = %ev.name_any());
+                let metrics = ctx.metrics.reconciles.clone();
+                async move { measured::measured("eviction", &metrics, span, eviction::reconcile(ev, ctx)).await }
+            },
+            eviction::error_policy,
+            ev_ctx.clone(),
+        )
         .for_each(|res| log_result("eviction controller", res));
     tokio::select! {
         _ = hypervisor_controller => {}

@@ -37,6 +37,20 @@ pub enum NovaError {
 }
 
 impl NovaError {
+    /// What the error is, for metrics and classification: one word per variant.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            NovaError::Unauthorized(_) => "unauthorized",
+            NovaError::NotFound(_) => "not_found",
+            NovaError::Conflict(_) => "conflict",
+            NovaError::Unavailable(_) => "unavailable",
+            NovaError::Unknown(_) => "unknown",
+            NovaError::Invalid(_) => "invalid",
+            NovaError::Config(_) => "config",
+            NovaError::NotLeader(_) => "not_leader",
+        }
+    }
+
     /// Worth trying again after a pause: nothing was done. (An
     /// [`Unknown`](NovaError::Unknown) outcome may be retried only by a call
     /// that is idempotent; the caller of a non-idempotent one must look.)

@@ -102,6 +102,7 @@ pub struct Cloud {
     /// `hv-coordinator/VERSION (IDENTITY)`: in the OpenStack services' logs,
     /// which replica asked.
     user_agent: http::HeaderValue,
+    metrics: crate::metrics::OpenStackCalls,
 }
 
 /// One request: a method, a path relative to the service's catalog endpoint,
@@ -213,7 +214,7 @@ impl Cloud {
     pub fn new(source: CloudSource, policy: HttpPolicy) -> Cloud {
         let user_agent =
             http::HeaderValue::from_static(concat!("hv-coordinator/", env!("CARGO_PKG_VERSION")));
-        Cloud { source, policy, session: Mutex::new(None), guard: None, user_agent }
+        Cloud { source, policy, session: Mutex::new(None), guard: None, user_agent, metrics: Default::default() }
     }
 
     /// Names this replica in the User-Agent of every call (its lease identity).
@@ -222,6 +223,12 @@ impl Cloud {
         if let Ok(v) = http::HeaderValue::from_str(&ua) {
             self.user_agent = v;
         }
+        self
+    }
+
+    /// Counts every request sent, and Keystone's authentications, in `metrics`.
+    pub fn with_metrics(mut self, metrics: crate::metrics::OpenStackCalls) -> Cloud {
+        self.metrics = metrics;
         self
     }
 
@@ -285,11 +292,19 @@ impl Cloud {
         }
         let mut call = call.clone();
         call.headers.insert(http::header::USER_AGENT, self.user_agent.clone());
-        let rsp = raw(call.clone())
-            .skip_error_check(true)
-            .query_async(session.as_ref())
-            .await
-            .map_err(|e| classify_call(e, &what, call.idempotent()))?;
+        let started = std::time::Instant::now();
+        let answer = raw(call.clone()).skip_error_check(true).query_async(session.as_ref()).await;
+        let status = match &answer {
+            Ok(rsp) => rsp.status().as_u16().to_string(),
+            Err(e) => classify_call(e, &what, call.idempotent()).kind().to_string(),
+        };
+        let service = match call.service {
+            Service::Compute => "compute",
+            Service::Placement => "placement",
+        };
+        let operation = crate::metrics::operation(call.method.as_str(), &call.path);
+        self.metrics.record(service, operation, status, started.elapsed());
+        let rsp = answer.map_err(|e| classify_call(&e, &what, call.idempotent()))?;
         let status = rsp.status().as_u16();
         let body = String::from_utf8_lossy(rsp.body()).into_owned();
         tracing::debug!(call = %what, status, "openstack call");
@@ -313,7 +328,11 @@ impl Cloud {
             .http_timeout(self.policy.timeout)
             .http_connect_timeout(self.policy.connect_timeout.min(self.policy.timeout))
             .connect();
-        let session = Arc::new(connect.await.map_err(classify_connect)?);
+        let started = std::time::Instant::now();
+        let connected = connect.await.map_err(classify_connect);
+        let status = connected.as_ref().map_or_else(|e| e.kind(), |_| "ok");
+        self.metrics.record("identity", "authenticate".into(), status.into(), started.elapsed());
+        let session = Arc::new(connected?);
         *slot = Some(session.clone());
         Ok(session)
     }
@@ -333,9 +352,9 @@ fn retry_allowed(call: &Call, e: &NovaError) -> bool {
 /// no connection means nothing was sent; a timeout or a broken connection
 /// after sending leaves a change's outcome unknown; Keystone refusing a
 /// fresh token is a rejection.
-fn classify_call(e: ApiError<RestError>, what: &str, idempotent: bool) -> NovaError {
+fn classify_call(e: &ApiError<RestError>, what: &str, idempotent: bool) -> NovaError {
     let text = format!("{what}: {e}");
-    match &e {
+    match e {
         ApiError::Client { source: RestError::Communication { source } } if source.is_connect() => {
             NovaError::Unavailable(text)
         }
@@ -402,7 +421,7 @@ mod tests {
         // A port bound then released: nothing listens there.
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let url = format!("http://127.0.0.1:{port}/v2.1/401/403/os-services/401");
-        let e = classify_call(post_error(&url).await, "PUT os-services/401 (401 Unauthorized)", false);
+        let e = classify_call(&post_error(&url).await, "PUT os-services/401 (401 Unauthorized)", false);
         assert!(matches!(e, NovaError::Unavailable(_)), "{e}");
     }
 
@@ -416,9 +435,9 @@ mod tests {
                 let _ = conn.read(&mut buf).await; // read the request, then hang up
             }
         });
-        let e = classify_call(post_error(&url).await, "POST servers/401/action", false);
+        let e = classify_call(&post_error(&url).await, "POST servers/401/action", false);
         assert!(matches!(e, NovaError::Unknown(_)), "a live migration may have started: {e}");
-        let e = classify_call(post_error(&url).await, "GET servers/401", true);
+        let e = classify_call(&post_error(&url).await, "GET servers/401", true);
         assert!(matches!(e, NovaError::Unavailable(_)), "a read is safe to ask again: {e}");
     }
 }

@@ -1,0 +1,129 @@
+//! The fleet in numbers, for alerts: Hypervisors per phase and per health
+//! state, those that should have an agent and have none, and health changes.
+//! Counted from the caches at each scrape, and shown by the leader only: a
+//! follower's caches may lag, and two replicas must not both speak for it.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::api::Phase;
+use crate::api::hypervisor::HealthState;
+
+/// Phases in which a host's agent must be connected: a host in Maintenance
+/// may be down for its work, one in Onboarding has none yet.
+pub const AGENT_EXPECTED: [Phase; 4] = [Phase::Testing, Phase::Ready, Phase::Active, Phase::Evicting];
+
+/// Every health state, in the order the metrics show them.
+const HEALTH_STATES: [HealthState; 4] =
+    [HealthState::Healthy, HealthState::Degraded, HealthState::Unreachable, HealthState::Failed];
+
+/// Hypervisors per phase, those without the agent they need, and per health.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Fleet {
+    pub phases: std::collections::BTreeMap<Phase, u64>,
+    pub without_agent: u64,
+    /// Hypervisors per health state (those judged at least once).
+    pub health: std::collections::BTreeMap<HealthState, u64>,
+}
+
+/// Counts `hypervisors` (phase, agent connected, health).
+pub fn fleet(hypervisors: impl IntoIterator<Item = (Phase, bool, Option<HealthState>)>) -> Fleet {
+    let mut f = Fleet::default();
+    for (phase, connected, health) in hypervisors {
+        *f.phases.entry(phase).or_default() += 1;
+        f.without_agent += u64::from(!connected && AGENT_EXPECTED.contains(&phase));
+        if let Some(h) = health {
+            *f.health.entry(h).or_default() += 1;
+        }
+    }
+    f
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabel {
+    phase: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToLabel {
+    to: &'static str,
+}
+
+fn state_name(s: HealthState) -> &'static str {
+    match s {
+        HealthState::Healthy => "Healthy",
+        HealthState::Degraded => "Degraded",
+        HealthState::Unreachable => "Unreachable",
+        HealthState::Failed => "Failed",
+    }
+}
+
+/// The fleet's families.
+pub struct FleetGauges {
+    phases: Family<PhaseLabel, Gauge>,
+    without_agent: Gauge,
+    health: Family<StateLabel, Gauge>,
+    transitions: Family<ToLabel, Counter>,
+}
+
+impl FleetGauges {
+    pub(super) fn register(registry: &mut Registry) -> FleetGauges {
+        let g = FleetGauges {
+            phases: Family::default(),
+            without_agent: Gauge::default(),
+            health: Family::default(),
+            transitions: Family::default(),
+        };
+        registry.register("hv_hypervisors", "Hypervisors per phase (shown by the leader only).", g.phases.clone());
+        registry.register(
+            "hv_hypervisors_without_agent",
+            "Hypervisors in Testing, Ready, Active or Evicting whose agent is not connected.",
+            g.without_agent.clone(),
+        );
+        registry.register(
+            "hv_hypervisors_by_health",
+            "Hypervisors per health state (docs/health.md).",
+            g.health.clone(),
+        );
+        registry.register(
+            "hv_health_transitions",
+            "Changes of a host's health, by the state entered.",
+            g.transitions.clone(),
+        );
+        for s in HEALTH_STATES {
+            let _ = g.transitions.get_or_create(&ToLabel { to: state_name(s) });
+        }
+        g
+    }
+
+    /// Shows `fleet`, every phase and state with zeros too; `None` (a
+    /// follower) shows no sample.
+    pub(super) fn show(&self, fleet: Option<Fleet>) {
+        self.phases.clear();
+        self.health.clear();
+        let Some(f) = fleet else {
+            self.without_agent.set(0);
+            return;
+        };
+        let n = |v: Option<&u64>| i64::try_from(v.copied().unwrap_or(0)).unwrap_or(i64::MAX);
+        for p in Phase::ALL {
+            self.phases.get_or_create(&PhaseLabel { phase: p.as_str() }).set(n(f.phases.get(&p)));
+        }
+        for s in HEALTH_STATES {
+            self.health.get_or_create(&StateLabel { state: state_name(s) }).set(n(f.health.get(&s)));
+        }
+        self.without_agent.set(n(Some(&f.without_agent)));
+    }
+
+    pub(super) fn health_changed(&self, to: HealthState) {
+        self.transitions.get_or_create(&ToLabel { to: state_name(to) }).inc();
+    }
+}

@@ -1,0 +1,320 @@
+//! `make bench` (cargo run --example bench_scale): the coordinator's cost
+//! with N hosts, N = 100, 1,000 and 5,000 (`HV_BENCH_SCALE=100,1000` for
+//! others). For each N: N hosts registered in the ground's Nova (compute
+//! service and hypervisor records, no nova-compute behind them), N Nodes and
+//! N Hypervisors already Active in the API stand-in, the real coordinator
+//! binary, and N simulated agents (`sim`) with a 10 s heartbeat. It prints:
+//!
+//! - coordinator RSS with no session and with N, and the difference per session;
+//! - its CPU in steady state (share of one core);
+//! - the heartbeat round trip (sent to acknowledged, the Ack following the
+//!   registry's intake) p50 and p99, over the steady window;
+//! - reconciles per second and Nova requests per second in steady state
+//!   (Nova's own request log, this coordinator's requests only);
+//! - after a failover (the leader killed, another started on its address):
+//!   the time until all N agents are back, counted from the new leader's
+//!   election, the agents' failed attempts, and Nova's requests meanwhile.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod sim;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use hv_coordinator::api::hypervisor::HealthState;
+use hv_coordinator::api::{Hypervisor, HypervisorSpec, Phase};
+use hv_tests::openstack::Admin;
+use hv_tests::region::{Proc, Region};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+
+const PREFIX: &str = "sim-";
+const HEARTBEAT: Duration = Duration::from_secs(10);
+const STEADY: Duration = Duration::from_secs(60);
+const DRIFT: &str = "60s";
+
+fn host(i: usize) -> String {
+    format!("{PREFIX}{i:05}")
+}
+
+/// Kibibytes of resident memory of `pid`.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Clock ticks of CPU `pid` used so far (user and system).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name (which may hold spaces) in ')'.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after ')'.
+    n(11) + n(12)
+}
+
+fn ticks_per_second() -> f64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().map_or(100.0, |v| v as f64)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+async fn metric(coord: &Proc, name: &str) -> f64 {
+    hv_tests::region::metric_sum(coord.metrics.as_deref().unwrap(), name).await.unwrap_or(f64::NAN)
+}
+
+/// Nova requests from `coord` between `from` and `to`.
+fn nova_requests(region: &Region, coord: &Proc, from: jiff::Timestamp, to: jiff::Timestamp) -> usize {
+    let tag = format!("({})", coord.pod.as_deref().expect("a coordinator in a Pod"));
+    hv_tests::openstack::nova_requests(&region.env)
+        .into_iter()
+        .filter(|r| r.user_agent.contains(&tag) && r.at >= from && r.at < to)
+        .count()
+}
+
+/// N Nodes and N Hypervisors, Active, with the ids Nova has for them.
+async fn seed(region: &Region, admin: &Admin, n: usize) {
+    let ids = admin.compute_ids().await.unwrap();
+    let nodes: Api<Node> = Api::all(region.kube.client.clone());
+    let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
+    let label = region.id.clone();
+    futures_util::stream::iter(0..n)
+        .map(|i| {
+            let (nodes, hvs, label) = (nodes.clone(), hvs.clone(), label.clone());
+            let (service, hypervisor) = ids.get(&host(i)).cloned().unwrap_or_else(|| panic!("{} not in Nova", host(i)));
+            async move {
+                let name = host(i);
+                let node: Node = serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name, "labels": {"hv-e2e": label}},
+                    "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+                }))
+                .unwrap();
+                nodes.create(&PostParams::default(), &node).await.unwrap();
+                let spec = HypervisorSpec { skip_tests: true, ..HypervisorSpec::default() };
+                hvs.create(&PostParams::default(), &Hypervisor::new(&name, spec)).await.unwrap();
+                let status = serde_json::json!({"status": {
+                    "phase": "Active", "phaseSince": jiff::Timestamp::now().to_string(),
+                    "serviceId": service, "hypervisorId": hypervisor,
+                }});
+                hvs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<()>>()
+        .await;
+}
+
+/// Waits until every Hypervisor of the region is Active and Healthy with
+/// its agent; answers how long it took.
+async fn settled(region: &Region, n: usize, coord: &Proc, limit: Duration) -> Duration {
+    let started = Instant::now();
+    let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
+    loop {
+        let list = hvs.list(&ListParams::default()).await.unwrap();
+        let good = list
+            .items
+            .iter()
+            .filter(|h| {
+                let st = h.status.as_ref();
+                st.and_then(|s| s.phase) == Some(Phase::Active)
+                    && st.and_then(|s| s.health.as_ref()).is_some_and(|x| x.state == HealthState::Healthy)
+                    && st.and_then(|s| s.agent.as_ref()).is_some_and(|a| a.connected)
+            })
+            .count();
+        if good >= n {
+            return started.elapsed();
+        }
+        if started.elapsed() > limit {
+            let odd: Vec<_> = list
+                .items
+                .iter()
+                .filter(|h| h.status.as_ref().and_then(|s| s.phase) != Some(Phase::Active))
+                .take(3)
+                .map(|h| (h.name_any(), h.status.as_ref().map(|s| (s.phase, s.conditions.clone()))))
+                .collect();
+            panic!("only {good} of {n} hosts Active, Healthy and connected after {limit:?}: {odd:?}\n{}", coord.tail(30));
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+async fn sessions_at(coord: &Proc, n: usize, limit: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        if metric(coord, "hv_coordinator_agent_sessions ").await >= n as f64 {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < limit, "not {n} sessions within {limit:?}:\n{}", coord.tail(30));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+struct Row {
+    n: usize,
+    rss_idle_mib: f64,
+    rss_mib: f64,
+    kib_per_session: f64,
+    cpu: f64,
+    p50: Duration,
+    p99: Duration,
+    reconciles_per_s: f64,
+    nova_per_s: f64,
+    settle: Duration,
+    storm: Duration,
+    storm_failed: u64,
+    storm_nova: usize,
+}
+
+async fn measure(admin: &Admin, n: usize) -> Row {
+    let region = Region::start(&format!("scale{n}")).await;
+    seed(&region, admin, n).await;
+    let beat = format!("{}s", HEARTBEAT.as_secs());
+    let flags = [
+        "--skip-tests",
+        "--agent-heartbeat",
+        beat.as_str(),
+        "--drift-interval",
+        DRIFT,
+        "--busy-interval",
+        "10s",
+        "--health-settle",
+        "10s",
+        "--kube-timeout",
+        "30s",
+    ];
+    let mut coord = region.coordinator(None, &flags);
+    let pid = coord.pid().unwrap();
+    let limit = Duration::from_secs(900);
+    // The leader with its caches (every host judged without its agent, then
+    // left alone: --unreachable-grace is an hour on the ground).
+    let start = Instant::now();
+    while metric(&coord, "hv_coordinator_leader").await != 1.0 {
+        assert!(start.elapsed() < limit, "{}", coord.tail(30));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let rss_idle = rss_kib(pid);
+
+    let stats = Arc::new(sim::Stats::default());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut agents = Vec::new();
+    for i in 0..n {
+        let node = host(i);
+        let agent = sim::Agent {
+            tls: region.pki.node(&node),
+            node,
+            url: region.grpc_url(),
+            heartbeat: HEARTBEAT,
+            domains: 20,
+        };
+        agents.push(tokio::spawn(sim::run(agent, stats.clone(), stop_rx.clone())));
+    }
+    sessions_at(&coord, n, limit).await;
+    let settle = settled(&region, n, &coord, limit).await;
+    // A drift interval for the first reads to pass, then the steady window.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    stats.latencies.lock().unwrap().clear();
+    stats.recording.store(true, Ordering::Relaxed);
+    let (ticks0, rec0, from) =
+        (cpu_ticks(pid), metric(&coord, "hv_reconciles_total{").await, jiff::Timestamp::now());
+    tokio::time::sleep(STEADY).await;
+    let (ticks1, rec1, to) = (cpu_ticks(pid), metric(&coord, "hv_reconciles_total{").await, jiff::Timestamp::now());
+    stats.recording.store(false, Ordering::Relaxed);
+    let rss = rss_kib(pid);
+    let mut lat = std::mem::take(&mut *stats.latencies.lock().unwrap());
+    lat.sort();
+    let secs = STEADY.as_secs_f64();
+    let nova_steady = nova_requests(&region, &coord, from, to);
+
+    // Failover: the leader dies; another replica on its address leads once
+    // the lease runs out, and every agent comes back to it.
+    coord.kill();
+    let failed0 = stats.failed_attempts.load(Ordering::Relaxed);
+    let storm_from = jiff::Timestamp::now();
+    let mut next = region.coordinator(None, &flags);
+    let start = Instant::now();
+    while metric(&next, "hv_coordinator_leader").await != 1.0 {
+        assert!(start.elapsed() < limit, "{}", next.tail(30));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let storm = sessions_at(&next, n, limit).await;
+    let storm_failed = stats.failed_attempts.load(Ordering::Relaxed) - failed0;
+    // Nova's requests from the kill until the storm's reconciles are over.
+    settled(&region, n, &next, limit).await;
+    let storm_nova = nova_requests(&region, &next, storm_from, jiff::Timestamp::now());
+
+    let _ = stop_tx.send(true);
+    for a in agents {
+        let _ = a.await;
+    }
+    next.kill();
+    Row {
+        n,
+        rss_idle_mib: rss_idle as f64 / 1024.0,
+        rss_mib: rss as f64 / 1024.0,
+        kib_per_session: (rss.saturating_sub(rss_idle)) as f64 / n as f64,
+        cpu: (ticks1 - ticks0) as f64 / ticks_per_second() / secs,
+        p50: percentile(&lat, 0.5),
+        p99: percentile(&lat, 0.99),
+        reconciles_per_s: (rec1 - rec0) / secs,
+        nova_per_s: nova_steady as f64 / secs,
+        settle,
+        storm,
+        storm_failed,
+        storm_nova,
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let sizes: Vec<usize> = std::env::var("HV_BENCH_SCALE")
+        .unwrap_or_else(|_| "100,1000,5000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let env = hv_tests::env::require();
+    let admin = Admin::login(&env).await.unwrap();
+    println!("Scale: N simulated agents (10 s heartbeat, 20 domains each) and N Active hosts registered in Nova,");
+    println!("against the coordinator binary (drift interval {DRIFT}, fleet view bound 30 s), steady window {}s", STEADY.as_secs());
+    println!(
+        "{:>6} {:>9} {:>9} {:>10} {:>6} {:>9} {:>9} {:>11} {:>9} {:>9} {:>9} {:>8} {:>10}",
+        "N", "RSS idle", "RSS", "KiB/sess", "CPU", "hb p50", "hb p99", "reconc/s", "Nova/s", "settle", "storm", "retries", "storm Nova"
+    );
+    for n in sizes {
+        let t = Instant::now();
+        let made = admin.simulate_hosts(PREFIX, n).await.unwrap();
+        eprintln!("[bench-scale] {made} hosts registered in Nova in {:?}", t.elapsed());
+        let r = measure(&admin, n).await;
+        println!(
+            "{:>6} {:>7.1}Mi {:>7.1}Mi {:>10.1} {:>5.0}% {:>7.1}ms {:>7.1}ms {:>11.1} {:>9.2} {:>8.0}s {:>8.1}s {:>8} {:>10}",
+            r.n,
+            r.rss_idle_mib,
+            r.rss_mib,
+            r.kib_per_session,
+            r.cpu * 100.0,
+            r.p50.as_secs_f64() * 1000.0,
+            r.p99.as_secs_f64() * 1000.0,
+            r.reconciles_per_s,
+            r.nova_per_s,
+            r.settle.as_secs_f64(),
+            r.storm.as_secs_f64(),
+            r.storm_failed,
+            r.storm_nova,
+        );
+    }
+}
