@@ -72,4 +72,5 @@ bench:
 	bash tests/env/up.sh
 	$(CARGO) build -q --release -p hv-ceph-probe
 	$(CARGO) build -q --workspace --bins
-	$(CARGO) bench -q -p hv-agent --bench agent && $(CARGO) run -q -p hv-tests --example bench_eviction && $(CARGO) run -q -p hv-tests --example bench_health && $(CARGO) run -q -p hv-tests --example bench_fencing; rc=$$?; bash tests/env/down.sh; exit $$rc
+	$(CARGO) build -q --release -p hv-coordinator --bin hv-coordinator
+	$(CARGO) bench -q -p hv-agent --bench agent && $(CARGO) run -q -p hv-tests --example bench_eviction && $(CARGO) run -q -p hv-tests --example bench_health && $(CARGO) run -q -p hv-tests --example bench_fencing && HV_BIN_DIR=$(CURDIR)/target/release $(CARGO) run -q -p hv-tests --example bench_scale; rc=$$?; bash tests/env/down.sh; exit $$rc

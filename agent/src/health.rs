@@ -60,7 +60,9 @@ impl Health {
         let mut r = Registry::default();
         let watchers = Family::<WatcherLabel, Gauge>::default();
         for w in &self.watchers {
-            watchers.get_or_create(&WatcherLabel { watcher: w.name }).set(i64::from(w.live.load(Ordering::Relaxed)));
+            watchers
+                .get_or_create(&WatcherLabel { watcher: w.name })
+                .set(i64::from(w.live.load(Ordering::Relaxed)));
         }
         r.register("hv_agent_watcher_live", "Whether a watcher's peer connection is up.", watchers);
         let st = &self.session;

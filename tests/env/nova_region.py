@@ -173,12 +173,18 @@ def control_app(region):
 SIMULATED_PREFIXES = set()
 
 
-def _cell_context():
+def _cell():
     from nova import context as nova_context
     from nova import objects
 
     ctxt = nova_context.get_admin_context()
-    cell = next(c for c in objects.CellMappingList.get_all(ctxt) if not c.is_cell0())
+    return ctxt, next(c for c in objects.CellMappingList.get_all(ctxt) if not c.is_cell0())
+
+
+def _cell_context():
+    from nova import context as nova_context
+
+    ctxt, cell = _cell()
     return nova_context.target_cell(ctxt, cell)
 
 
@@ -189,6 +195,7 @@ def simulate_hosts(prefix, count):
     from oslo_utils import uuidutils
 
     made = 0
+    api_ctxt, cell = _cell()
     with _cell_context() as cctxt:
         have = {s.host for s in objects.ServiceList.get_by_binary(cctxt, "nova-compute")}
         for i in range(count):
@@ -206,6 +213,9 @@ def simulate_hosts(prefix, count):
                 metrics="[]", stats={}, cpu_allocation_ratio=16.0, ram_allocation_ratio=1.5,
                 disk_allocation_ratio=1.0)
             cn.create()
+            # The API finds a host's cell by its mapping: without one, its
+            # hypervisor is left out of the lists.
+            objects.HostMapping(api_ctxt, host=host, cell_mapping=cell).create()
             made += 1
             if made % 200 == 0:
                 eventlet.sleep(0)

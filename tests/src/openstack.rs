@@ -111,7 +111,9 @@ impl Admin {
         }
         let mut url = self.compute("os-hypervisors/detail?limit=1000");
         loop {
-            let page = get(&url, &self.token, &self.mv()).await?;
+            // 2.87: from 2.88 on, each listed hypervisor costs an uptime call
+            // to its nova-compute, and simulated hosts have none.
+            let page = get(&url, &self.token, "compute 2.87").await?;
             for h in page["hypervisors"].as_array().cloned().unwrap_or_default() {
                 let host = h["service"]["host"].as_str().unwrap_or_default();
                 if let Some(entry) = ids.get_mut(host) {
@@ -147,6 +149,17 @@ impl Admin {
         }
         let v: Value = serde_json::from_str(&text).unwrap_or_default();
         Ok(v["created"].as_u64().unwrap_or_default())
+    }
+
+    /// A resource provider `name` with `uuid` in Placement, as a new
+    /// nova-compute creates for its hypervisor; one that exists is left.
+    pub async fn ensure_provider(&self, name: &str, uuid: &str) -> Result<(), ApiError> {
+        let url = format!("{}/resource_providers", self.nova.placement_url);
+        let body = json!({"name": name, "uuid": uuid});
+        match send(reqwest::Method::POST, &url, &self.token, "placement 1.20", Some(body)).await {
+            Err(ApiError::Status { status: 409, .. }) => Ok(()),
+            other => other.map(|_| ()),
+        }
     }
 
     pub async fn create_aggregate(&self, name: &str) -> Result<i64, ApiError> {

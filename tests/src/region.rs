@@ -31,9 +31,15 @@ use hv_tls::TlsFiles;
 /// A workspace binary built beside the test executable. `cargo test` does
 /// not build other packages' binaries: `make test` runs `cargo build
 /// --workspace --bins` first.
+/// The project's binary `name`: beside the running test or example's
+/// profile directory, or in `$HV_BIN_DIR` (a benchmark runs the release
+/// coordinator from a debug example).
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_default();
-    let dir = exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
+    let dir = match std::env::var_os("HV_BIN_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default(),
+    };
     let path = dir.join(name);
     if !path.exists() {
         panic!("{} is not built: run `cargo build --workspace --bins` (make test does)", path.display());

@@ -140,7 +140,11 @@ impl Figures {
                     return Poll::Pending("no metrics address yet".to_string());
                 }
                 let f = Figures::read(coord, agent).await;
-                if f.sessions == 1.0 && f.agent_connected == 1.0 { Poll::Ready(f) } else { Poll::Pending(format!("{f:?}")) }
+                if f.sessions == 1.0 && f.agent_connected == 1.0 {
+                    Poll::Ready(f)
+                } else {
+                    Poll::Pending(format!("{f:?}"))
+                }
             },
         )
         .await

@@ -313,11 +313,51 @@ fn view_confirms(
 ) -> bool {
     let input = Input { name, spec: &hv.spec, status, obs: &seen.obs, policy: &ctx.policy, now };
     let decision = lifecycle::decide(&input);
-    decision.actions.is_empty()
-        && decision.transition.is_none()
-        && decision.warnings.is_empty()
-        && composed(status, &decision, seen, verdict, hv.metadata.generation, now) == *status
-        && !frees(ctx, name, decision.phase, status, &seen.obs.nova)
+    let unconfirmed = if !decision.actions.is_empty() {
+        Some("an action")
+    } else if decision.transition.is_some() {
+        Some("a transition")
+    } else if !decision.warnings.is_empty() {
+        Some("a warning")
+    } else if !same_but_the_agents_word(
+        composed(status, &decision, seen, verdict, hv.metadata.generation, now),
+        status,
+    ) {
+        Some("a status change")
+    } else if frees(ctx, name, decision.phase, status, &seen.obs.nova) {
+        Some("freeing the host for drains")
+    } else {
+        None
+    };
+    if let Some(why) = unconfirmed {
+        tracing::debug!(why, "the fleet view does not confirm the host; reading it");
+    }
+    unconfirmed.is_none()
+}
+
+/// Whether `next` differs from `status` only in what the agent's session
+/// says (its connection and the `AgentConnected` condition, the machine it
+/// reports) or in the wording of an unchanged health verdict (`NodeHealthy`
+/// with the same status and reason: "not judged while the agents
+/// reconnect" after a failover). That is written as it comes and rests on
+/// no read of Nova, so agents reconnecting (thousands at once after a
+/// failover) cost Nova nothing. A changed verdict is not the agent's word:
+/// it is read again on the host's own reads.
+fn same_but_the_agents_word(mut next: HypervisorStatus, status: &HypervisorStatus) -> bool {
+    use crate::api::condition::ConditionType;
+    next.agent.clone_from(&status.agent);
+    next.machine.clone_from(&status.machine);
+    for c in &mut next.conditions {
+        let Some(old) = status.conditions.iter().find(|o| o.type_ == c.type_) else { continue };
+        let agents = c.type_ == ConditionType::AgentConnected.as_str();
+        let worded = c.type_ == ConditionType::NodeHealthy.as_str()
+            && c.status == old.status
+            && c.reason == old.reason;
+        if agents || worded {
+            c.clone_from(old);
+        }
+    }
+    next == *status
 }
 
 /// Whether the host may be drained, as the Node's marks should say
@@ -399,7 +439,10 @@ async fn observe(
     let host = lifecycle::nova_host(name, &hv.spec, status).to_string();
     let leaving = hv.metadata.deletion_timestamp.is_some() || node == NodeObs::Deleting;
     let health = status.health.as_ref().map(|h| h.state);
-    let shareable = may_share(phase, leaving, status.fencing.is_some(), health, agent.connected);
+    // While a new leader settles no host is judged: what Nova says of a
+    // host whose agent has not reconnected yet weighs on no verdict.
+    let settling = Timestamp::now() < ctx.judging_from;
+    let shareable = may_share(phase, leaving, status.fencing.is_some(), health, agent.connected || settling);
     let from_view = match shareable {
         true => {
             let traits = host_traits(hv);
@@ -439,7 +482,6 @@ async fn observe(
     let judged = crate::metrics::AGENT_EXPECTED.contains(&phase);
     // Not while a new leader settles: no agent is connected yet, and no
     // host is judged then anyway.
-    let settling = Timestamp::now() < ctx.judging_from;
     let power = if judged && !agent.connected && !settling {
         super::fence::power_source(ctx, hv).await
     } else {
@@ -823,5 +865,56 @@ pub(super) async fn publish(
     };
     if let Err(e) = ctx.recorder.publish(&ev, reference).await {
         tracing::warn!(reason, error = %e, "could not record a Kubernetes Event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    use super::*;
+    use crate::api::hypervisor::{AgentStatus, HealthState, HealthStatus};
+
+    fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+            observed_generation: None,
+        }
+    }
+
+    fn status(connected: bool, healthy: (&str, &str), instances: u32) -> HypervisorStatus {
+        HypervisorStatus {
+            agent: Some(AgentStatus { connected, ..Default::default() }),
+            health: Some(HealthStatus { state: HealthState::Healthy, ..Default::default() }),
+            conditions: vec![
+                condition("AgentConnected", if connected { "True" } else { "False" }, "Connected", ""),
+                condition("NodeHealthy", "True", healthy.0, healthy.1),
+            ],
+            instances: Some(crate::api::hypervisor::InstancesStatus {
+                count: instances,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_the_agents_word_and_the_wording_of_a_verdict_pass_as_unchanged() {
+        let was = status(true, ("Healthy", "the agent, the kubelet and nova-compute answer"), 1);
+        let reconnecting = status(false, ("Healthy", "not judged: the coordinator took over moments ago"), 1);
+        assert!(same_but_the_agents_word(reconnecting, &was), "the agent's absence, the verdict held");
+        let fewer = status(true, ("Healthy", "the agent, the kubelet and nova-compute answer"), 0);
+        assert!(!same_but_the_agents_word(fewer, &was), "a change Nova's view made");
+        let judged = status(true, ("NovaComputeDown", "nova-compute is down"), 1);
+        assert!(!same_but_the_agents_word(judged, &was), "another verdict");
+        let mut degraded = was.clone();
+        if let Some(h) = degraded.health.as_mut() {
+            h.state = HealthState::Degraded;
+        }
+        assert!(!same_but_the_agents_word(degraded, &was), "another health state");
     }
 }

@@ -30,9 +30,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use futures_util::StreamExt;
 use hv_proto::v1::{BridgeExpectation, CheckConfig};
 use k8s_openapi::api::core::v1::Node;
-use kube::{Api, ResourceExt};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
@@ -126,24 +126,30 @@ pub async fn run(
             |hv, ctx| {
                 let span = tracing::info_span!("reconcile", controller = "hypervisor", node = %hv.name_any());
                 let metrics = ctx.metrics.reconciles.clone();
-                async move { measured::measured("hypervisor", &metrics, span, hypervisor::reconcile(hv, ctx)).await }
+                async move {
+                    measured::measured("hypervisor", &metrics, span, hypervisor::reconcile(hv, ctx)).await
+                }
             },
             hypervisor::error_policy,
             ctx.clone(),
         )
         .for_each(|res| log_result("hypervisor controller", res));
-    let eviction_controller = Controller::new(Api::<Eviction>::all(wc.clone()), watcher::Config::default())
-        .graceful_shutdown_on(stopped(stop.clone()))
-        .run(
-            |ev, ctx| {
-                let span = tracing::info_span!("reconcile", controller = "eviction", eviction = %ev.name_any());
-                let metrics = ctx.metrics.reconciles.clone();
-                async move { measured::measured("eviction", &metrics, span, eviction::reconcile(ev, ctx)).await }
-            },
-            eviction::error_policy,
-            ev_ctx.clone(),
-        )
-        .for_each(|res| log_result("eviction controller", res));
+    let eviction_controller =
+        Controller::new(Api::<Eviction>::all(wc.clone()), watcher::Config::default())
+            .graceful_shutdown_on(stopped(stop.clone()))
+            .run(
+                |ev, ctx| {
+                    let span =
+                        tracing::info_span!("reconcile", controller = "eviction", eviction = %ev.name_any());
+                    let metrics = ctx.metrics.reconciles.clone();
+                    async move {
+                        measured::measured("eviction", &metrics, span, eviction::reconcile(ev, ctx)).await
+                    }
+                },
+                eviction::error_policy,
+                ev_ctx.clone(),
+            )
+            .for_each(|res| log_result("eviction controller", res));
     tokio::select! {
         _ = hypervisor_controller => {}
         _ = eviction_controller => {}

@@ -1005,6 +1005,64 @@ async fn the_fleet_view_confirms_a_settled_host_and_leaves_any_change_to_its_own
     }
 }
 
+/// An Active host whose agent is away while a new leader settles (no host
+/// judged yet) rests on the view; so does one whose agent just reconnected,
+/// though its status changes (the agent's word rests on no read of Nova):
+/// a failover costs Nova one read of the fleet, not one per host.
+#[tokio::test]
+async fn a_failover_reads_the_fleet_not_each_host() {
+    use hv_proto::v1::{Capability, Hello};
+    let answer = |m: &Method, _: &str| match m.as_str() {
+        "PATCH" => (200, hv_json("node-1", "8")),
+        _ => (201, json!({})),
+    };
+    let NovaObs::Registered(host) = registered(true, &["vm-1"]) else { unreachable!() };
+    // The status an earlier leader wrote, agent connected, Healthy.
+    let t = hypervisor_ctx(answer, NovaObs::Registered(host.clone()), true, vec![]);
+    let (tx, _rx) = tokio::sync::mpsc::channel(8);
+    let hello = Hello {
+        node: "node-1".into(),
+        boot_id: "boot".into(),
+        capabilities: vec![Capability::Checks as i32, Capability::BridgeExpectations as i32],
+        ..Default::default()
+    };
+    let _session = t.ctx.registry.open(&hello, tx.clone());
+    let mut active = (*hypervisor(Some(Phase::Active), None)).clone();
+    if let Some(st) = active.status.as_mut() {
+        st.health = Some(crate::api::hypervisor::HealthStatus::default());
+    }
+    hypervisor::reconcile(Arc::new(active.clone()), t.ctx.clone()).await.unwrap();
+    let written = status_writes(&t.bodies).pop().expect("a first status");
+    active.status = Some(serde_json::from_value(written["status"].clone()).unwrap());
+    assert_eq!(active.status.as_ref().and_then(|s| s.agent.as_ref()).map(|a| a.connected), Some(true));
+
+    // A new leader, settling, the agent not back yet: the view, no own read.
+    let mut t = hypervisor_ctx(answer, NovaObs::Registered(host.clone()), true, vec![]);
+    Arc::get_mut(&mut t.ctx).expect("the only handle").judging_from =
+        Timestamp::now() + jiff::SignedDuration::from_secs(60);
+    *t.fleet.lock().unwrap() = Some(host.clone());
+    hypervisor::reconcile(Arc::new(active.clone()), t.ctx.clone()).await.unwrap();
+    let log = entries(&t.log);
+    assert!(log.contains(&"nova fleet".to_string()), "{log:?}");
+    assert!(!log.iter().any(|l| l.starts_with("nova observe")), "{log:?}");
+    let after = status_writes(&t.bodies).pop().expect("the agent's absence written");
+    assert_eq!(after["status"]["agent"]["connected"], json!(false), "{after}");
+    assert_eq!(after["status"]["health"], written["status"]["health"], "no verdict while settling");
+    let mut away = active.clone();
+    away.status = Some(serde_json::from_value(after["status"].clone()).unwrap());
+
+    // Settled, the agent back: its word is written, Nova is not read per host.
+    let t = hypervisor_ctx(answer, NovaObs::Registered(host.clone()), true, vec![]);
+    let _session = t.ctx.registry.open(&hello, tx);
+    *t.fleet.lock().unwrap() = Some(host.clone());
+    hypervisor::reconcile(Arc::new(away), t.ctx.clone()).await.unwrap();
+    let log = entries(&t.log);
+    assert!(log.contains(&"nova fleet".to_string()), "{log:?}");
+    assert!(!log.iter().any(|l| l.starts_with("nova observe")), "{log:?}");
+    let back = status_writes(&t.bodies).pop().expect("the agent's return written");
+    assert_eq!(back["status"]["agent"]["connected"], json!(true), "{back}");
+}
+
 /// The fleet view under concurrent reconciles: one read for all of them; a
 /// host read on its own is not answered from a snapshot older than that
 /// read; a read slower than the bound is taken by those who waited for it,

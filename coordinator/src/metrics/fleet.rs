@@ -82,7 +82,11 @@ impl FleetGauges {
             health: Family::default(),
             transitions: Family::default(),
         };
-        registry.register("hv_hypervisors", "Hypervisors per phase (shown by the leader only).", g.phases.clone());
+        registry.register(
+            "hv_hypervisors",
+            "Hypervisors per phase (shown by the leader only).",
+            g.phases.clone(),
+        );
         registry.register(
             "hv_hypervisors_without_agent",
             "Hypervisors in Testing, Ready, Active or Evicting whose agent is not connected.",

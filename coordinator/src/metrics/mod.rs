@@ -118,7 +118,9 @@ impl Metrics {
     /// This replica leads (or no longer does) from now on.
     pub fn set_leader(&self, leads: bool) {
         if self.leader.swap(leads, Ordering::Relaxed) != leads {
-            self.leader_transitions.get_or_create(&RoleLabel { to: if leads { "leader" } else { "follower" } }).inc();
+            self.leader_transitions
+                .get_or_create(&RoleLabel { to: if leads { "leader" } else { "follower" } })
+                .inc();
         }
         self.leader_gauge.set(i64::from(leads));
     }
@@ -150,8 +152,11 @@ impl Metrics {
         let mut encode = || -> Result<(), std::fmt::Error> {
             prometheus_client::encoding::text::encode_registry(&mut s, &self.registry)?;
             if let Some(tls) = self.tls.get() {
-                tls.failed.inner().store(tls.stats.handshakes_failed.load(Ordering::Relaxed), Ordering::Relaxed);
-                tls.connections.set(i64::try_from(tls.stats.connections.load(Ordering::Relaxed)).unwrap_or(i64::MAX));
+                tls.failed
+                    .inner()
+                    .store(tls.stats.handshakes_failed.load(Ordering::Relaxed), Ordering::Relaxed);
+                tls.connections
+                    .set(i64::try_from(tls.stats.connections.load(Ordering::Relaxed)).unwrap_or(i64::MAX));
                 prometheus_client::encoding::text::encode_registry(&mut s, &tls.registry)?;
             }
             prometheus_client::encoding::text::encode_eof(&mut s)
@@ -272,11 +277,8 @@ mod tests {
         m.openstack.record("compute", "GET os-services".into(), "200".into(), Duration::from_millis(1));
         m.sessions.message("heartbeat");
         let text = m.render();
-        let exposed: std::collections::BTreeSet<&str> = text
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter_map(|l| l.split(['{', ' ']).next())
-            .collect();
+        let exposed: std::collections::BTreeSet<&str> =
+            text.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split(['{', ' ']).next()).collect();
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/helm/hv");
         let mut queried = std::collections::BTreeSet::new();
         for file in ["templates/monitoring.yaml", "dashboards/hv-fleet.json"] {
@@ -319,7 +321,12 @@ mod tests {
         m.add(&Tally { durations: vec![7200.0], ..Tally::default() });
         m.reconciles.record("hypervisor", Duration::from_millis(3), Ok(()));
         m.reconciles.record("hypervisor", Duration::from_millis(40), Err("kubernetes_conflict"));
-        m.openstack.record("compute", operation("GET", "os-services"), "200".into(), Duration::from_millis(20));
+        m.openstack.record(
+            "compute",
+            operation("GET", "os-services"),
+            "200".into(),
+            Duration::from_millis(20),
+        );
         m.sessions.opened(false);
         m.sessions.opened(true);
         m.sessions.message("heartbeat");

@@ -17,8 +17,15 @@ const BUCKETS: [f64; 12] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10
 /// Path segments that name a collection: the segment after one is an
 /// identifier (a UUID, a service id, a trait name), unless it is one of
 /// [`WORDS`].
-const COLLECTIONS: [&str; 7] =
-    ["servers", "os-services", "os-aggregates", "os-hypervisors", "resource_providers", "traits", "migrations"];
+const COLLECTIONS: [&str; 7] = [
+    "servers",
+    "os-services",
+    "os-aggregates",
+    "os-hypervisors",
+    "resource_providers",
+    "traits",
+    "migrations",
+];
 
 /// Fixed words that follow a collection.
 const WORDS: [&str; 2] = ["detail", "action"];
@@ -90,7 +97,9 @@ impl OpenStackCalls {
 
     /// A request to `service` for `operation` ended with `status` after `took`.
     pub fn record(&self, service: &'static str, operation: String, status: String, took: Duration) {
-        self.duration.get_or_create(&Operation { service, operation: operation.clone() }).observe(took.as_secs_f64());
+        self.duration
+            .get_or_create(&Operation { service, operation: operation.clone() })
+            .observe(took.as_secs_f64());
         self.requests.get_or_create(&Request { service, operation, status }).inc();
     }
 }

@@ -51,7 +51,11 @@ impl Reconciles {
             duration: Family::new_with_constructor(histogram as fn() -> Histogram),
             errors: Family::default(),
         };
-        registry.register("hv_reconciles", "Reconciles by controller and result (ok, error).", r.total.clone());
+        registry.register(
+            "hv_reconciles",
+            "Reconciles by controller and result (ok, error).",
+            r.total.clone(),
+        );
         registry.register(
             "hv_reconcile_duration_seconds",
             "How long a reconcile took, by controller.",

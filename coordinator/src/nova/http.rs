@@ -214,7 +214,14 @@ impl Cloud {
     pub fn new(source: CloudSource, policy: HttpPolicy) -> Cloud {
         let user_agent =
             http::HeaderValue::from_static(concat!("hv-coordinator/", env!("CARGO_PKG_VERSION")));
-        Cloud { source, policy, session: Mutex::new(None), guard: None, user_agent, metrics: Default::default() }
+        Cloud {
+            source,
+            policy,
+            session: Mutex::new(None),
+            guard: None,
+            user_agent,
+            metrics: Default::default(),
+        }
     }
 
     /// Names this replica in the User-Agent of every call (its lease identity).

@@ -118,7 +118,9 @@ async fn session(agent: &Agent, boot_id: &str, seq: &mut u64, stats: &Stats) -> 
         capabilities: vec![Capability::Libvirt as i32, Capability::BridgeExpectations as i32],
         replay_from: 0,
     };
-    let _ = tx.send(AgentMessage { seq: 0, sent_at: Some(timestamp_now()), payload: Some(Payload::Hello(hello)) }).await;
+    let _ = tx
+        .send(AgentMessage { seq: 0, sent_at: Some(timestamp_now()), payload: Some(Payload::Hello(hello)) })
+        .await;
     let Ok(answer) = AgentServiceClient::new(channel).connect(ReceiverStream::new(rx)).await else {
         return false;
     };
