@@ -6,7 +6,7 @@
 //! only: k8s-openapi has no types for them.
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use serde_json::Value;
@@ -16,6 +16,7 @@ const FOREIGN: &[(&str, &str)] = &[
     ("cert-manager.io/v1", "Issuer"),
     ("cert-manager.io/v1", "Certificate"),
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PodMonitor"),
     ("monitoring.coreos.com/v1", "PrometheusRule"),
 ];
 
@@ -63,6 +64,7 @@ pub fn check(v: &Value) -> Result<String, String> {
     let r = match (api, kind) {
         ("v1", "ServiceAccount") => typed::<ServiceAccount>(v),
         ("v1", "Service") => typed::<Service>(v),
+        ("v1", "ConfigMap") => typed::<ConfigMap>(v),
         ("apps/v1", "Deployment") => typed::<Deployment>(v),
         ("apps/v1", "StatefulSet") => typed::<StatefulSet>(v),
         ("apps/v1", "DaemonSet") => typed::<DaemonSet>(v),

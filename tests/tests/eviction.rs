@@ -160,7 +160,29 @@ async fn maintenance_empties_the_host_and_clearing_it_brings_the_host_back() {
     let agent = region.agent(&host, &hv_tests::region::AgentPeers::default());
     let before = Figures::wait_for_session(&coord, &agent).await;
     let hvs = request_maintenance(&region, &host, "firmware update").await;
+    // Scraped while it runs: the host counted as Evicting, migrations started.
+    let url = coord.metrics.clone().unwrap();
+    let watching = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        loop {
+            let evicting =
+                hv_tests::region::metric_sum(&url, "hv_hypervisors{phase=\"Evicting\"}").await.unwrap_or(0.0);
+            let started =
+                hv_tests::region::metric_sum(&url, "hv_eviction_migrations_started_total").await.unwrap_or(0.0);
+            seen.push((evicting, started));
+            if started >= 10.0 && evicting == 0.0 {
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
     let hv = region.wait_phase(&host, Phase::Maintenance, Duration::from_secs(240), &coord).await;
+    let seen = tokio::time::timeout(Duration::from_secs(30), watching).await.expect("scrapes end").unwrap();
+    assert!(
+        seen.iter().any(|(evicting, started)| *evicting == 1.0 && (1.0..10.0).contains(started)),
+        "the host Evicting with some migrations started, in a scrape: {seen:?}"
+    );
+    assert!(seen.windows(2).all(|w| w[0].1 <= w[1].1), "started only grows: {seen:?}");
     assert_eq!(hv.status.as_ref().map(|s| s.instances.as_ref().map_or(0, |i| i.count)), Some(0));
 
     // Nova: every server ACTIVE elsewhere; the host disabled with our reason.
@@ -204,6 +226,8 @@ async fn maintenance_empties_the_host_and_clearing_it_brings_the_host_back() {
     assert!(after.heartbeats > before.heartbeats, "{before:?} then {after:?}");
     assert!(after.agent_acked > before.agent_acked, "{before:?} then {after:?}");
     assert_eq!((after.sessions, after.agent_connected), (1.0, 1.0));
+    assert_eq!(metric(&coord, "hv_hypervisors{phase=\"Maintenance\"}").await, 1.0);
+    assert_eq!(metric(&coord, "hv_hypervisors{phase=\"Evicting\"}").await, 0.0);
     assert!(after.authenticated >= 1.0, "Keystone's token counted: {after:?}");
 
     // Clear maintenance: back to Active, scheduling on.

@@ -126,6 +126,11 @@ struct Node {
     facts: Option<HostFacts>,
     checks: Option<CheckReport>,
     dropped: u64,
+    /// Of the agent's running count of drops, how many this process has
+    /// counted: None until its first heartbeat when this process first
+    /// sees the agent (a new leader must not count again what the last one
+    /// did), zero for an agent process that started since.
+    drops_counted: Option<u64>,
     domains: Option<u32>,
     /// The agent's health signals that hold (docs/health.md).
     signals: BTreeMap<health::signal::Key, Signal>,
@@ -245,9 +250,11 @@ impl Registry {
                 );
             }
             if n.boot_id != boot_id {
+                // A new agent process counts its drops from zero; one first
+                // seen here may have counted some before.
+                n.drops_counted = (!n.boot_id.is_empty()).then_some(0);
                 n.boot_id = boot_id.to_string();
                 n.acked = 0;
-                // Its outbox counts its drops from zero again.
                 n.dropped = 0;
                 // A new agent process starts with no signal and sends again
                 // what holds.
@@ -304,7 +311,10 @@ impl Registry {
             match msg.payload {
                 Some(Payload::Heartbeat(hb)) => {
                     // A running count since the agent started.
-                    self.metrics.dropped(hb.dropped_messages.saturating_sub(n.dropped));
+                    if let Some(counted) = n.drops_counted {
+                        self.metrics.dropped(hb.dropped_messages.saturating_sub(counted));
+                    }
+                    n.drops_counted = Some(hb.dropped_messages.max(n.drops_counted.unwrap_or(0)));
                     n.dropped = hb.dropped_messages;
                     // Past the session's first moments (heartbeats queued
                     // while cut off arrive then, late by their wait).
@@ -609,6 +619,46 @@ mod tests {
         let (tx, _rx) = mpsc::channel(8);
         let _new = r.open(&hello("n1", "boot-b", "1.0"), tx);
         assert!(r.view("n1").signals.is_empty(), "a new agent process starts with none");
+    }
+
+    /// What the metrics count of sessions and drops: a replaced session is
+    /// no second live one; an agent first seen by this process (a new
+    /// leader's) brings a running count of drops another process counted,
+    /// so only what it drops from then on is counted; a restarted agent's
+    /// count starts at zero and is counted whole.
+    #[test]
+    fn sessions_and_outbox_drops_are_counted_once() {
+        let (tx, _) = mpsc::unbounded_channel();
+        let mut reg = prometheus_client::registry::Registry::default();
+        let metrics = crate::metrics::AgentSessions::register_into(&mut reg);
+        let r = Registry::new(tx).with_metrics(metrics);
+        let text = || {
+            let mut s = String::new();
+            prometheus_client::encoding::text::encode(&mut s, &reg).unwrap();
+            s
+        };
+        let has = |line: &str| text().lines().any(|l| l == line);
+        let beat = |dropped| Payload::Heartbeat(Heartbeat { dropped_messages: dropped, ..Default::default() });
+        let (tx, _rx) = mpsc::channel(8);
+        let s = r.open(&hello("n1", "boot-a", "1.0"), tx);
+        r.receive("n1", s.id, msg(0, beat(7)));
+        assert!(has("hv_coordinator_agent_outbox_dropped_total 0"), "counted by another leader: {}", text());
+        r.receive("n1", s.id, msg(0, beat(9)));
+        assert!(has("hv_coordinator_agent_outbox_dropped_total 2"), "{}", text());
+        let (tx, _rx) = mpsc::channel(8);
+        let again = r.open(&hello("n1", "boot-a", "1.0"), tx);
+        r.receive("n1", again.id, msg(0, beat(9)));
+        assert!(has("hv_coordinator_agent_outbox_dropped_total 2"), "a reconnect counts nothing again");
+        assert!(has("hv_coordinator_agent_sessions 1") && has("hv_coordinator_agent_sessions_replaced_total 1"));
+        r.close("n1", s.id);
+        assert!(has("hv_coordinator_agent_sessions 1"), "the replaced session's end changes nothing");
+        let (tx, _rx) = mpsc::channel(8);
+        let restarted = r.open(&hello("n1", "boot-b", "1.0"), tx);
+        r.receive("n1", restarted.id, msg(0, beat(3)));
+        assert!(has("hv_coordinator_agent_outbox_dropped_total 5"), "a new process's drops: {}", text());
+        assert!(has("hv_coordinator_agent_messages_total{kind=\"heartbeat\"} 4"), "{}", text());
+        r.close("n1", restarted.id);
+        assert!(has("hv_coordinator_agent_sessions 0"), "{}", text());
     }
 
     #[test]

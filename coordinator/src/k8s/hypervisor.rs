@@ -139,6 +139,9 @@ struct Seen {
     /// Nova's view of the host came from the shared fleet view, not from
     /// the host's own reads.
     shared: bool,
+    /// A new leader settles: no host is judged (sampled once per reconcile,
+    /// so that sharing the view and the verdict agree on it).
+    settling: bool,
 }
 
 pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue, Error> {
@@ -336,8 +339,8 @@ fn view_confirms(
 }
 
 /// Whether `next` differs from `status` only in what the agent's session
-/// says (its connection and the `AgentConnected` condition, the machine it
-/// reports) or in the wording of an unchanged health verdict (`NodeHealthy`
+/// says (its connection and the `AgentConnected` condition, the machine and
+/// versions it reports) or in the wording of an unchanged health verdict (`NodeHealthy`
 /// with the same status and reason: "not judged while the agents
 /// reconnect" after a failover). That is written as it comes and rests on
 /// no read of Nova, so agents reconnecting (thousands at once after a
@@ -347,6 +350,8 @@ fn same_but_the_agents_word(mut next: HypervisorStatus, status: &HypervisorStatu
     use crate::api::condition::ConditionType;
     next.agent.clone_from(&status.agent);
     next.machine.clone_from(&status.machine);
+    next.libvirt_version.clone_from(&status.libvirt_version);
+    next.hypervisor_version.clone_from(&status.hypervisor_version);
     for c in &mut next.conditions {
         let Some(old) = status.conditions.iter().find(|o| o.type_ == c.type_) else { continue };
         let agents = c.type_ == ConditionType::AgentConnected.as_str();
@@ -434,6 +439,7 @@ async fn observe(
     status: &HypervisorStatus,
 ) -> Result<Seen, Error> {
     let phase = status.phase.unwrap_or_default();
+    let settling = Timestamp::now() < ctx.judging_from;
     let (node, node_ready, marks) = observe_node(ctx, name).await?;
     let agent = ctx.registry.view(name);
     let host = lifecycle::nova_host(name, &hv.spec, status).to_string();
@@ -441,7 +447,6 @@ async fn observe(
     let health = status.health.as_ref().map(|h| h.state);
     // While a new leader settles no host is judged: what Nova says of a
     // host whose agent has not reconnected yet weighs on no verdict.
-    let settling = Timestamp::now() < ctx.judging_from;
     let shareable = may_share(phase, leaving, status.fencing.is_some(), health, agent.connected || settling);
     let from_view = match shareable {
         true => {
@@ -488,7 +493,7 @@ async fn observe(
         health::PowerSource::Unknown
     };
     let bmc = hv.spec.fencing.bmc.is_some();
-    Ok(Seen { obs, agent, host, node_ready, marks, power, bmc, shared })
+    Ok(Seen { obs, agent, host, node_ready, marks, power, bmc, shared, settling })
 }
 
 /// The custom traits of a Hypervisor the lifecycle looks at: its spec's and
@@ -535,7 +540,9 @@ fn judge_health(
         };
     }
     let (nova, mut own) = health::observe::nova_source(&seen.obs.nova);
-    let settling = (now < ctx.judging_from).then(|| ctx.judging_from.duration_since(now));
+    let settling = seen
+        .settling
+        .then(|| ctx.judging_from.duration_since(now).max(jiff::SignedDuration::from_millis(1)));
     if settling.is_some() {
         own = health::OwnView::Blind("took over moments ago; the agents are reconnecting".into());
     }

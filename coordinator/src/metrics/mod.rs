@@ -65,6 +65,8 @@ pub struct Metrics {
     fleet: OnceLock<FleetSource>,
     /// This replica's pod label, when it labels its pod (`k8s::leader_pod`).
     pod_label: OnceLock<Arc<crate::k8s::leader_pod::LabelState>>,
+    /// One scrape at a time: the fleet's gauges are refilled for each.
+    scraping: std::sync::Mutex<()>,
 }
 
 impl Default for Metrics {
@@ -85,7 +87,7 @@ impl Default for Metrics {
             evictions: Evictions::register(&mut registry),
             reconciles: Reconciles::register(&mut registry),
             openstack: OpenStackCalls::register(&mut registry),
-            sessions: AgentSessions::register(&mut registry),
+            sessions: AgentSessions::register_into(&mut registry),
             fleet_gauges: fleet::FleetGauges::register(&mut registry),
             registry,
             leader: AtomicBool::new(false),
@@ -94,6 +96,7 @@ impl Default for Metrics {
             tls: OnceLock::new(),
             fleet: OnceLock::new(),
             pod_label: OnceLock::new(),
+            scraping: std::sync::Mutex::new(()),
         }
     }
 }
@@ -146,6 +149,7 @@ impl Metrics {
     /// The exposition: the values read at scrape time (the fleet, the TLS
     /// counters) first, then every family.
     pub fn render(&self) -> String {
+        let _one = self.scraping.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let fleet = self.fleet.get().filter(|_| self.is_leader()).map(|source| source());
         self.fleet_gauges.show(fleet);
         let mut s = String::new();

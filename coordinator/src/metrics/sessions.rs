@@ -26,7 +26,8 @@ pub struct AgentSessions {
 }
 
 impl AgentSessions {
-    pub(super) fn register(registry: &mut Registry) -> AgentSessions {
+    /// Its families in `registry` (the coordinator's, or a test's own).
+    pub fn register_into(registry: &mut Registry) -> AgentSessions {
         let s = AgentSessions::default();
         registry.register("hv_coordinator_agent_sessions", "Agent sessions live now.", s.live.clone());
         registry.register("hv_coordinator_agent_sessions_opened", "Agent sessions opened.", s.opened.clone());
