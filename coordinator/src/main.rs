@@ -265,6 +265,11 @@ struct Args {
     /// left before --lease-renew-deadline, so it is sent before another replica can lead.
     #[arg(long, default_value = "3s", value_parser = duration)]
     connect_timeout: Duration,
+    /// Requests to Nova, Placement and Keystone in flight at once; more wait
+    /// their turn. A struggling Nova is not sent a retry storm by thousands
+    /// of reconciles (docs/nova.md).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    openstack_max_in_flight: u32,
     /// JSON logs (production); the default is human-readable.
     #[arg(long, env = "HV_LOG_JSON")]
     log_json: bool,
@@ -367,7 +372,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     config.default_retry = false;
     let watch_client = kube::Client::try_from(config.clone()).context("Kubernetes client")?;
     let mut request_config = config;
-    let http = HttpPolicy { connect_timeout: args.connect_timeout, ..HttpPolicy::default() };
+    let http = HttpPolicy {
+        connect_timeout: args.connect_timeout,
+        max_in_flight: args.openstack_max_in_flight as usize,
+        ..HttpPolicy::default()
+    };
     let connect = args.connect_timeout.min(args.kube_timeout);
     request_config.connect_timeout = Some(connect);
     request_config.read_timeout = Some(args.kube_timeout);

@@ -167,8 +167,9 @@ async fn maintenance_empties_the_host_and_clearing_it_brings_the_host_back() {
         loop {
             let evicting =
                 hv_tests::region::metric_sum(&url, "hv_hypervisors{phase=\"Evicting\"}").await.unwrap_or(0.0);
-            let started =
-                hv_tests::region::metric_sum(&url, "hv_eviction_migrations_started_total").await.unwrap_or(0.0);
+            let started = hv_tests::region::metric_sum(&url, "hv_eviction_migrations_started_total")
+                .await
+                .unwrap_or(0.0);
             seen.push((evicting, started));
             if started >= 10.0 && evicting == 0.0 {
                 return seen;

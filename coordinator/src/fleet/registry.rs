@@ -638,7 +638,8 @@ mod tests {
             s
         };
         let has = |line: &str| text().lines().any(|l| l == line);
-        let beat = |dropped| Payload::Heartbeat(Heartbeat { dropped_messages: dropped, ..Default::default() });
+        let beat =
+            |dropped| Payload::Heartbeat(Heartbeat { dropped_messages: dropped, ..Default::default() });
         let (tx, _rx) = mpsc::channel(8);
         let s = r.open(&hello("n1", "boot-a", "1.0"), tx);
         r.receive("n1", s.id, msg(0, beat(7)));
@@ -649,7 +650,9 @@ mod tests {
         let again = r.open(&hello("n1", "boot-a", "1.0"), tx);
         r.receive("n1", again.id, msg(0, beat(9)));
         assert!(has("hv_coordinator_agent_outbox_dropped_total 2"), "a reconnect counts nothing again");
-        assert!(has("hv_coordinator_agent_sessions 1") && has("hv_coordinator_agent_sessions_replaced_total 1"));
+        assert!(
+            has("hv_coordinator_agent_sessions 1") && has("hv_coordinator_agent_sessions_replaced_total 1")
+        );
         r.close("n1", s.id);
         assert!(has("hv_coordinator_agent_sessions 1"), "the replaced session's end changes nothing");
         let (tx, _rx) = mpsc::channel(8);

@@ -540,9 +540,8 @@ fn judge_health(
         };
     }
     let (nova, mut own) = health::observe::nova_source(&seen.obs.nova);
-    let settling = seen
-        .settling
-        .then(|| ctx.judging_from.duration_since(now).max(jiff::SignedDuration::from_millis(1)));
+    let settling =
+        seen.settling.then(|| ctx.judging_from.duration_since(now).max(jiff::SignedDuration::from_millis(1)));
     if settling.is_some() {
         own = health::OwnView::Blind("took over moments ago; the agents are reconnecting".into());
     }

@@ -76,6 +76,9 @@ pub struct HttpPolicy {
     pub connect_timeout: Duration,
     /// Attempts for a transient failure (timeouts, 5xx), with doubling pauses.
     pub attempts: u32,
+    /// Requests in flight at once; more wait their turn, their timeout not
+    /// yet running.
+    pub max_in_flight: usize,
     pub first_pause: Duration,
 }
 
@@ -86,6 +89,7 @@ impl Default for HttpPolicy {
             connect_timeout: Duration::from_secs(3),
             attempts: 3,
             first_pause: Duration::from_millis(300),
+            max_in_flight: 16,
         }
     }
 }
@@ -103,6 +107,8 @@ pub struct Cloud {
     /// which replica asked.
     user_agent: http::HeaderValue,
     metrics: crate::metrics::OpenStackCalls,
+    /// Held by each request while it is in flight (`HttpPolicy::max_in_flight`).
+    in_flight: tokio::sync::Semaphore,
 }
 
 /// One request: a method, a path relative to the service's catalog endpoint,
@@ -214,6 +220,7 @@ impl Cloud {
     pub fn new(source: CloudSource, policy: HttpPolicy) -> Cloud {
         let user_agent =
             http::HeaderValue::from_static(concat!("hv-coordinator/", env!("CARGO_PKG_VERSION")));
+        let in_flight = tokio::sync::Semaphore::new(policy.max_in_flight.max(1));
         Cloud {
             source,
             policy,
@@ -221,6 +228,7 @@ impl Cloud {
             guard: None,
             user_agent,
             metrics: Default::default(),
+            in_flight,
         }
     }
 
@@ -290,6 +298,8 @@ impl Cloud {
     }
 
     async fn once(&self, call: &Call) -> Result<Value, NovaError> {
+        // Never closed: the semaphore lives as long as the Cloud.
+        let _turn = self.in_flight.acquire().await.map_err(|e| NovaError::Unavailable(e.to_string()))?;
         let session = self.session().await?;
         let what = call.describe();
         // Checked after the session (whose Keystone round may take long) and

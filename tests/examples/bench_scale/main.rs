@@ -105,7 +105,6 @@ async fn seed(region: &Region, admin: &Admin, n: usize) {
             let (nodes, hvs, label) = (nodes.clone(), hvs.clone(), label.clone());
             let (service, hypervisor) =
                 ids.get(&host(i)).cloned().unwrap_or_else(|| panic!("{} not in Nova", host(i)));
-            let admin = admin;
             async move {
                 let name = host(i);
                 assert!(!hypervisor.is_empty(), "{name}'s hypervisor not listed by Nova");
@@ -135,7 +134,13 @@ async fn seed(region: &Region, admin: &Admin, n: usize) {
 /// Waits until every Hypervisor of the region is Active and judged Healthy
 /// (no longer "not judged" as a new leader settles) with its agent
 /// connected since `since` or later; answers how long it took.
-async fn settled(region: &Region, n: usize, coord: &Proc, since: jiff::Timestamp, limit: Duration) -> Duration {
+async fn settled(
+    region: &Region,
+    n: usize,
+    coord: &Proc,
+    since: jiff::Timestamp,
+    limit: Duration,
+) -> Duration {
     // The status records whole seconds.
     let since = since - jiff::SignedDuration::from_secs(1);
     let started = Instant::now();
@@ -153,9 +158,11 @@ async fn settled(region: &Region, n: usize, coord: &Proc, since: jiff::Timestamp
                         .and_then(|s| s.agent.as_ref())
                         .is_some_and(|a| a.connected && a.since.as_ref().is_some_and(|t| t.0 >= since))
                     && st.is_some_and(|s| {
-                        s.conditions
-                            .iter()
-                            .any(|c| c.type_ == "NodeHealthy" && c.status == "True" && !c.message.starts_with("not judged"))
+                        s.conditions.iter().any(|c| {
+                            c.type_ == "NodeHealthy"
+                                && c.status == "True"
+                                && !c.message.starts_with("not judged")
+                        })
                     })
             })
             .count();
@@ -333,14 +340,29 @@ async fn main() {
         .collect();
     let env = hv_tests::env::require();
     let admin = Admin::login(&env).await.unwrap();
-    println!("Scale: N simulated agents (10 s heartbeat, 20 domains each) and N Active hosts registered in Nova,");
+    println!(
+        "Scale: N simulated agents (10 s heartbeat, 20 domains each) and N Active hosts registered in Nova,"
+    );
     println!(
         "against the release coordinator (drift interval {DRIFT}, fleet view bound 30 s, health settle 90 s), steady window {}s",
         STEADY.as_secs()
     );
     println!(
         "{:>6} {:>9} {:>9} {:>9} {:>5} {:>9} {:>9} {:>9} {:>7} {:>8} {:>7} {:>8} {:>7} {:>10}",
-        "N", "RSS idle", "RSS", "KiB/sess", "CPU", "rtt p50", "rtt p99", "reconc/s", "Nova/s", "connect", "storm", "judged", "retries", "storm Nova"
+        "N",
+        "RSS idle",
+        "RSS",
+        "KiB/sess",
+        "CPU",
+        "rtt p50",
+        "rtt p99",
+        "reconc/s",
+        "Nova/s",
+        "connect",
+        "storm",
+        "judged",
+        "retries",
+        "storm Nova"
     );
     for n in sizes {
         let t = Instant::now();
