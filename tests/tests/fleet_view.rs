@@ -21,8 +21,8 @@ const WINDOW: Duration = Duration::from_secs(20);
 /// would read it less often than more).
 const MAX_AGE: &str = "4s";
 /// Nova requests in one read of the fleet: services, aggregates, one page
-/// of hypervisors (Placement's aside).
-const PER_READ: usize = 3;
+/// of hypervisors and the empty one that ends the list (Placement's aside).
+const PER_READ: usize = 4;
 
 /// The requests Nova took from `coord` within `WINDOW` from now.
 async fn counted(region: &Region, coord: &Proc) -> Vec<NovaRequest> {

@@ -248,18 +248,25 @@ impl NovaClient {
                 .transpose()?
                 .unwrap_or_default();
             let listed: Vec<ListedHypervisor> = field(answer, "hypervisors", &what)?;
+            // Nova pages its compute nodes, then leaves out those it cannot
+            // map to a service (a service deleted under a running
+            // nova-compute); a page so shortened has no next link though
+            // more follow. So a page without a next link is followed from
+            // its last hypervisor, until a page comes back empty.
+            let last = listed.last().map(|h| h.id.clone());
             all.extend(listed);
-            match links.iter().find(|l| l.rel == "next") {
-                Some(next) => {
-                    let m = next_marker(&next.href, &what)?;
-                    // A next link that goes back is Nova's error, not a page.
-                    if !markers.insert(m.clone()) {
-                        return Err(NovaError::Invalid(format!("{what}: the next link repeats marker {m}")));
-                    }
-                    marker = Some(m);
-                }
-                None => return Ok((all, n + 1)),
+            let next = match links.iter().find(|l| l.rel == "next") {
+                Some(next) => next_marker(&next.href, &what)?,
+                None => match last {
+                    Some(id) => id,
+                    None => return Ok((all, n + 1)),
+                },
+            };
+            // A marker that goes back is Nova's error, not a page.
+            if !markers.insert(next.clone()) {
+                return Err(NovaError::Invalid(format!("{what}: the next page repeats marker {next}")));
             }
+            marker = Some(next);
         }
         Err(NovaError::Invalid(format!("os-hypervisors: more than {MAX_PAGES} pages")))
     }
