@@ -187,7 +187,6 @@ impl Metrics {
     /// gRPC health service).
     fn answer(&self, path: &str) -> (StatusCode, String) {
         match path {
-            "/metrics" => (StatusCode::OK, self.render()),
             "/healthz" => (StatusCode::OK, "ok\n".into()),
             "/readyz" => {
                 let label = self.pod_label.get().map(|s| s.get());
