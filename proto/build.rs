@@ -18,6 +18,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // The generated `connect(dst)` constructor would clash with the
         // `Connect` rpc; clients are built with `new(channel)` instead.
         .build_transport(false)
+        // Small per-stream buffers: a coordinator holds thousands of streams.
+        .codec_path("crate::codec::LeanCodec")
         .compile_fds(fds)?;
     Ok(())
 }

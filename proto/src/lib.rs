@@ -5,6 +5,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod codec;
+
 pub mod hv {
     pub mod v1 {
         #![allow(clippy::all, clippy::pedantic)]

@@ -58,7 +58,7 @@ pub fn certificate_speaks_for(
 
 #[tonic::async_trait]
 impl AgentService for AgentEndpoint {
-    type ConnectStream = ReceiverStream<Result<CoordinatorMessage, Status>>;
+    type ConnectStream = futures_util::stream::Map<ReceiverStream<Box<CoordinatorMessage>>, Unbox>;
 
     async fn connect(
         &self,
@@ -127,7 +127,7 @@ impl AgentService for AgentEndpoint {
             acked_seq: opened.acked,
             heartbeat_interval: prost_types::Duration::try_from(self.heartbeat).ok(),
         };
-        let _ = tx.send(Ok(CoordinatorMessage { payload: Some(Down::Welcome(welcome)) })).await;
+        let _ = tx.send(Box::new(CoordinatorMessage { payload: Some(Down::Welcome(welcome)) })).await;
         let registry = self.registry.clone();
         let silence = self.heartbeat * 3;
         let node = hello.node;
@@ -155,7 +155,7 @@ impl AgentService for AgentEndpoint {
                                 break "replaced by a newer session".to_string();
                             };
                             let ack = CoordinatorMessage { payload: Some(Down::Ack(Ack { seq })) };
-                            if tx.send(Ok(ack)).await.is_err() {
+                            if tx.send(Box::new(ack)).await.is_err() {
                                 break "the agent stopped reading".to_string();
                             }
                         }
@@ -165,8 +165,15 @@ impl AgentService for AgentEndpoint {
             registry.close(&node, opened.id);
             tracing::info!(node = %node, session = opened.id, reason = %why, "agent session ended");
         });
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(Response::new(futures_util::StreamExt::map(ReceiverStream::new(rx), unbox as Unbox)))
     }
+}
+
+/// The stream's items out of their queue's boxes.
+type Unbox = fn(Box<CoordinatorMessage>) -> Result<CoordinatorMessage, Status>;
+
+fn unbox(m: Box<CoordinatorMessage>) -> Result<CoordinatorMessage, Status> {
+    Ok(*m)
 }
 
 /// When a session opened now with a certificate valid until `not_after`
