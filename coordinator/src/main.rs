@@ -270,6 +270,12 @@ struct Args {
     /// of reconciles (docs/nova.md).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     openstack_max_in_flight: u32,
+    /// Hypervisor reconciles run at once (and as many Eviction reconciles);
+    /// the rest wait their turn in the queue. Unbounded, a failover or the
+    /// first start would build every host's reconcile at once (about 20 KiB
+    /// each, most of them then waiting for `--openstack-max-in-flight`).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
+    reconcile_concurrency: u16,
     /// JSON logs (production); the default is human-readable.
     #[arg(long, env = "HV_LOG_JSON")]
     log_json: bool,
@@ -465,6 +471,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let (leader_tx, leader_rx) = watch::channel(false);
     let (changed_tx, changed_rx) = mpsc::unbounded_channel();
+    let (evictions_to_wake, evictions_to_wake_rx) = mpsc::unbounded_channel();
     let registry = Arc::new(Registry::new(changed_tx.clone()).with_metrics(metrics.sessions.clone()));
     let protected =
         Protected { hypervisor: args.protected_pods.clone(), dependents: args.dependent_pods.clone() };
@@ -626,6 +633,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         node_locks: args.node_locks.clone(),
         pods,
         updates,
+        evictions_to_wake,
     });
     let template = Template {
         aggregates: args.aggregates.clone(),
@@ -642,6 +650,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         template,
         Writers { hypervisors: hv_writer, nodes: node_writer, evictions: ev_writer, migrations: mig_writer },
         changed_rx,
+        evictions_to_wake_rx,
+        args.reconcile_concurrency,
         stop_rx.clone(),
     ));
     // A leader whose pod cannot carry the label is out of the Service:

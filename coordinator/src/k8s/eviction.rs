@@ -456,25 +456,28 @@ async fn migrate(
     // followed (with defaults for the bad fields), nothing new starts.
     let (mut options, invalid) = checks::sanitized(&ev.spec.options);
     options.default_policy.get_or_insert(ctx.default_policy);
-    let in_flight = count(&before.vms, VmState::Migrating);
     let held = deleting || invalid.is_some() || matches!(fence, Fence::Pending(_));
-    let want = if held { 0 } else { options.max_parallel.saturating_sub(in_flight) };
     let evacuation = match fence {
         Fence::Fenced(e) => Some(*e),
         _ => None,
     };
-    let slots = ctx.limit.grant(&name, in_flight, want);
-    let step = plan::step(&Input {
+    let input = Input {
         source,
         options: &options,
         vms: &before.vms,
         servers: &seen.servers,
         attempts: &seen.attempts,
-        slots,
+        slots: 0,
         cancelled: deleting,
         evacuation,
         now,
-    });
+    };
+    // The attempts Nova shows ended free their slots for this very step,
+    // not the next one a second later: counted after what was seen.
+    let in_flight = count(&plan::step(&input).vms, VmState::Migrating);
+    let want = if held { 0 } else { options.max_parallel.saturating_sub(in_flight) };
+    let slots = ctx.limit.grant(&name, in_flight, want);
+    let step = plan::step(&Input { slots, ..input });
     // Record each new attempt before asking Nova, so a crash in between
     // can never lead to a second request for the same attempt.
     let mut s = before.clone();

@@ -102,6 +102,9 @@ pub struct Context {
     pub pods: crate::drain::pods::ProtectedPods,
     /// How many hosts updates may hold at once (docs/drain.md).
     pub updates: Arc<super::updates::UpdateLimit>,
+    /// Evictions to reconcile now: one waiting for its host to stop taking
+    /// VMs is told as soon as this reconcile has disabled it.
+    pub evictions_to_wake: tokio::sync::mpsc::UnboundedSender<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -592,6 +595,9 @@ async fn act(ctx: &Context, hv: &Hypervisor, name: &str, host: &str, decision: &
             Ok(()) => {
                 tracing::info!(action = %action, "done");
                 out.service_deleted |= matches!(action, Action::DeleteService { .. });
+                if matches!(action, Action::DisableService { .. }) {
+                    wake_evictions_of(ctx, name);
+                }
             }
             Err(e) => {
                 tracing::warn!(action = %action, error = %e, "action failed");
@@ -600,6 +606,18 @@ async fn act(ctx: &Context, hv: &Hypervisor, name: &str, host: &str, decision: &
         }
     }
     out
+}
+
+/// An Eviction moves nothing before its host stops taking new VMs, and
+/// looks again only every second: told at once, its first migrations start
+/// about a second sooner.
+fn wake_evictions_of(ctx: &Context, name: &str) {
+    for ev in ctx.evictions.state() {
+        let running = ev.status.as_ref().and_then(|s| s.phase).is_none_or(|p| !p.is_final());
+        if ev.spec.hypervisor == name && running {
+            let _ = ctx.evictions_to_wake.send(ev.name_any());
+        }
+    }
 }
 
 /// Events, the fleet stream and the node's gRPC health.

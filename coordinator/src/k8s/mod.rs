@@ -31,7 +31,7 @@ use futures_util::StreamExt;
 use hv_proto::v1::{BridgeExpectation, CheckConfig};
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
 use kube::{Api, ResourceExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -106,8 +106,11 @@ pub async fn run(
     template: Template,
     writers: Writers,
     changed: mpsc::UnboundedReceiver<String>,
+    evictions_to_wake: mpsc::UnboundedReceiver<String>,
+    concurrency: u16,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    let config = || controller::Config::default().concurrency(concurrency);
     let (node_tx, node_rx) = mpsc::unbounded_channel::<String>();
     let (ev_tx, ev_rx) = mpsc::unbounded_channel::<String>();
     let wc = &watch_client;
@@ -118,6 +121,7 @@ pub async fn run(
         .applied_objects()
         .predicate_filter(triggers::hypervisor, Default::default());
     let hypervisor_controller = Controller::for_stream(hypervisors, ctx.hypervisors.clone())
+        .with_config(config())
         .reconcile_on(UnboundedReceiverStream::new(changed).map(to_ref))
         .reconcile_on(UnboundedReceiverStream::new(node_rx).map(to_ref))
         .reconcile_on(UnboundedReceiverStream::new(ev_rx).map(to_ref))
@@ -134,8 +138,18 @@ pub async fn run(
             ctx.clone(),
         )
         .for_each(|res| log_result("hypervisor controller", res));
+    let (own_evictions, own_writer) = reflector::store::<Eviction>();
+    let evictions = watcher(Api::<Eviction>::all(wc.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(own_writer)
+        .applied_objects()
+        .predicate_filter(triggers::eviction_own, Default::default());
     let eviction_controller =
-        Controller::new(Api::<Eviction>::all(wc.clone()), watcher::Config::default())
+        Controller::for_stream(evictions, own_evictions)
+            .with_config(config())
+            .reconcile_on(
+                UnboundedReceiverStream::new(evictions_to_wake).map(|n| ObjectRef::<Eviction>::new(&n)),
+            )
             .graceful_shutdown_on(stopped(stop.clone()))
             .run(
                 |ev, ctx| {

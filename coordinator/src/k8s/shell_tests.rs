@@ -104,6 +104,8 @@ struct FakeNova {
     fleet: Arc<Mutex<Option<NovaHost>>>,
     /// How long a read of the fleet takes.
     fleet_delay: Arc<Mutex<Duration>>,
+    /// The migrations Nova lists from the host.
+    migrations: Vec<NovaMigration>,
 }
 
 #[tonic::async_trait]
@@ -141,7 +143,7 @@ impl Nova for FakeNova {
         Ok(self.service_enabled)
     }
     async fn migrations_from(&self, _: &str, _: Timestamp) -> Result<Vec<NovaMigration>, NovaError> {
-        Ok(Vec::new())
+        Ok(self.migrations.clone())
     }
     async fn progress_of(&self, _: &str) -> Result<Vec<Progress>, NovaError> {
         Ok(Vec::new())
@@ -189,6 +191,8 @@ struct Hv {
     /// fails), and how long a read of them takes.
     fleet: Arc<Mutex<Option<NovaHost>>>,
     fleet_delay: Arc<Mutex<Duration>>,
+    /// The Evictions the reconciles asked to wake.
+    woken: tokio::sync::mpsc::UnboundedReceiver<String>,
 }
 
 fn hypervisor_ctx(
@@ -234,6 +238,7 @@ fn hypervisor_ctx_on(
         ev_writer.apply_watcher_event(&watcher::Event::Apply(e));
     }
     let (changed, _) = tokio::sync::mpsc::unbounded_channel();
+    let (evictions_to_wake, woken) = tokio::sync::mpsc::unbounded_channel();
     let (reporter, _) = tonic_health::server::health_reporter();
     let fleet: Arc<Mutex<Option<NovaHost>>> = Arc::default();
     let fleet_delay: Arc<Mutex<Duration>> = Arc::default();
@@ -249,6 +254,7 @@ fn hypervisor_ctx_on(
             service_enabled: Some(false),
             fleet: fleet.clone(),
             fleet_delay: fleet_delay.clone(),
+            migrations: Vec::new(),
         }),
         registry: Arc::new(Registry::new(changed)),
         health: Health::new(reporter),
@@ -280,8 +286,9 @@ fn hypervisor_ctx_on(
             reflector::store::<Hypervisor>().0,
             reflector::store::<Node>().0,
         )),
+        evictions_to_wake,
     };
-    Hv { ctx: Arc::new(ctx), log, bodies, fleet, fleet_delay }
+    Hv { ctx: Arc::new(ctx), log, bodies, fleet, fleet_delay, woken }
 }
 
 fn hypervisor(phase: Option<Phase>, record: Option<EvictionRef>) -> Arc<Hypervisor> {
@@ -352,6 +359,50 @@ fn hand_made(phase: EvictionPhase) -> Value {
            "metadata": {"name": "drain-1", "resourceVersion": "3"},
            "spec": {"hypervisor": "node-1", "reason": "RollingUpdate"},
            "status": {"phase": phase}})
+}
+
+#[tokio::test]
+async fn the_eviction_waiting_for_its_host_is_woken_once_the_host_is_disabled() {
+    let eviction = |name: &str, host: &str, phase: EvictionPhase| -> Eviction {
+        let mut v = hand_made(phase);
+        v["metadata"]["name"] = json!(name);
+        v["spec"]["hypervisor"] = json!(host);
+        serde_json::from_value(v).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let record = EvictionRef {
+        name: "drain-1".into(),
+        reason: EvictionReason::RollingUpdate,
+        re_enable: true,
+        for_maintenance: false,
+    };
+    let cached = vec![
+        eviction("drain-1", "node-1", EvictionPhase::Disabling),
+        eviction("drain-0", "node-1", EvictionPhase::Succeeded),
+        eviction("drain-9", "node-9", EvictionPhase::Disabling),
+    ];
+    let answer = |m: &Method, _: &str| match m.as_str() {
+        "PATCH" => (200, hv_json("node-1", "8")),
+        _ => (201, json!({})),
+    };
+    // The host still takes VMs: this reconcile disables it and wakes the
+    // running Eviction of this host, not the finished one nor another host's.
+    let mut t = hypervisor_ctx(answer, registered(true, &["vm-1"]), true, cached.clone());
+    hypervisor::reconcile(hypervisor(Some(Phase::Evicting), Some(record.clone())), t.ctx.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(entries(&t.log).iter().any(|l| l.starts_with("nova disable")), "{:?}", entries(&t.log));
+    let mut woken = Vec::new();
+    while let Ok(n) = t.woken.try_recv() {
+        woken.push(n);
+    }
+    assert_eq!(woken, ["drain-1"]);
+
+    // Already disabled: nothing done, nobody woken.
+    let mut quiet = hypervisor_ctx(answer, registered(false, &["vm-1"]), true, cached);
+    hypervisor::reconcile(hypervisor(Some(Phase::Evicting), Some(record)), quiet.ctx.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(quiet.woken.try_recv().is_err());
 }
 
 #[tokio::test]
@@ -495,6 +546,18 @@ fn eviction_ctx_limited(
     managed: bool,
     cluster_max: u32,
 ) -> Ev {
+    eviction_ctx_seeing(answer, servers, Vec::new(), migrate, managed, cluster_max)
+}
+
+/// As `eviction_ctx_limited`, Nova listing `migrations` from the host.
+fn eviction_ctx_seeing(
+    answer: fn(&Method, &str) -> (u16, Value),
+    servers: Vec<Server>,
+    migrations: Vec<NovaMigration>,
+    migrate: Result<(), NovaError>,
+    managed: bool,
+    cluster_max: u32,
+) -> Ev {
     let log: Log = Arc::default();
     let bodies = Arc::default();
     let client = api(log.clone(), Arc::clone(&bodies), answer);
@@ -514,6 +577,7 @@ fn eviction_ctx_limited(
             service_enabled: Some(true),
             fleet: Arc::default(),
             fleet_delay: Arc::default(),
+            migrations,
         }),
         migrations: reflector::store().0,
         hypervisors,
@@ -627,6 +691,49 @@ async fn a_new_attempt_is_recorded_and_its_migration_object_created_before_nova_
     assert_eq!(writes[0]["metadata"]["resourceVersion"], "5");
     assert_eq!(writes[0]["status"]["vms"][0]["attempts"], 1);
     assert_eq!(writes[0]["status"]["vms"][0]["state"], "Migrating");
+}
+
+#[tokio::test]
+async fn the_slot_an_attempt_seen_done_frees_is_taken_in_the_same_step() {
+    // maxParallel 1, vm-a in flight: Nova shows its migration completed and
+    // the server on another host. This very reconcile starts vm-b, not
+    // the next one a poll later.
+    let asked = Timestamp::now() - jiff::SignedDuration::from_secs(30);
+    let done = NovaMigration {
+        id: 41,
+        status: crate::nova::servers::NovaState::Completed,
+        instance_uuid: Some("vm-a".into()),
+        source_compute: Some("node-1".into()),
+        dest_compute: Some("node-2".into()),
+        migration_type: Some("live-migration".into()),
+        created_at: Some(asked + jiff::SignedDuration::from_secs(1)),
+        updated_at: Some(asked + jiff::SignedDuration::from_secs(20)),
+    };
+    let moved = Server { host: Some("node-2".into()), ..server("vm-a") };
+    let t = eviction_ctx_seeing(ev_or_migration, vec![moved, server("vm-b")], vec![done], Ok(()), true, 5);
+    let vms = vec![
+        VmStatus {
+            id: "vm-a".into(),
+            state: VmState::Migrating,
+            attempts: 1,
+            attempt_started: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(asked)),
+            memory_bytes: 1 << 30,
+            ..Default::default()
+        },
+        VmStatus { id: "vm-b".into(), state: VmState::Pending, memory_bytes: 1 << 30, ..Default::default() },
+    ];
+    let mut ev = (*an_eviction(migrating(vms))).clone();
+    ev.spec.options.max_parallel = 1;
+    eviction::reconcile(Arc::new(ev), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    let log = entries(&t.log);
+    assert!(log.iter().any(|l| l == "nova migrate vm-b"), "the freed slot is taken now: {log:?}");
+    let writes = status_writes(&t.bodies);
+    let last = writes
+        .iter()
+        .rfind(|w| w["kind"] == "Eviction")
+        .unwrap_or_else(|| panic!("no status written: {log:?}"));
+    assert_eq!(last["status"]["vms"][0]["state"], "Migrated", "{last}");
+    assert_eq!(last["status"]["vms"][1]["state"], "Migrating", "{last}");
 }
 
 #[tokio::test]
