@@ -4,7 +4,7 @@
 //! way status and finalizers are written ([`write`]), the status the
 //! lifecycle composes ([`status`]), leader election ([`leader`]) and the
 //! leader's pod label ([`leader_pod`]); each reconcile in its span and
-//! counted ([`measured`]).
+//! counted ([`measured`]); what the caches drop ([`trim`]).
 
 pub mod acting;
 pub mod eviction;
@@ -17,6 +17,7 @@ pub mod measured;
 pub mod nodes;
 pub mod status;
 pub mod triggers;
+pub mod trim;
 pub mod updates;
 pub mod write;
 pub mod written;
@@ -117,6 +118,7 @@ pub async fn run(
     let to_ref = |n: String| ObjectRef::<Hypervisor>::new(&n);
     let hypervisors = watcher(Api::<Hypervisor>::all(wc.clone()), watcher::Config::default())
         .default_backoff()
+        .modify(trim::unmanaged)
         .reflect(writers.hypervisors)
         .applied_objects()
         .predicate_filter(triggers::hypervisor, Default::default());
@@ -141,6 +143,7 @@ pub async fn run(
     let (own_evictions, own_writer) = reflector::store::<Eviction>();
     let evictions = watcher(Api::<Eviction>::all(wc.clone()), watcher::Config::default())
         .default_backoff()
+        .modify(trim::unmanaged)
         .reflect(own_writer)
         .applied_objects()
         .predicate_filter(triggers::eviction_own, Default::default());
@@ -203,6 +206,7 @@ async fn watch_nodes(
 ) {
     let nodes = watcher(Api::<Node>::all(watch_client.clone()), watcher::Config::default().labels(selector))
         .default_backoff()
+        .modify(trim::node)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(move |n: &Node| triggers::node(n, &signals), Default::default());
@@ -229,6 +233,7 @@ async fn watch_evictions(
 ) {
     let evictions = watcher(Api::<Eviction>::all(watch_client.clone()), watcher::Config::default())
         .default_backoff()
+        .modify(trim::unmanaged)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(triggers::eviction, Default::default());
@@ -247,6 +252,7 @@ async fn watch_evictions(
 async fn cache_migrations(watch_client: &kube::Client, writer: reflector::store::Writer<Migration>) {
     watcher(Api::<Migration>::all(watch_client.clone()), watcher::Config::default())
         .default_backoff()
+        .modify(trim::unmanaged)
         .reflect(writer)
         .applied_objects()
         .for_each(|_| async {})
