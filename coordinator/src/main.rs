@@ -271,10 +271,13 @@ struct Args {
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     openstack_max_in_flight: u32,
     /// Hypervisor reconciles run at once (and as many Eviction reconciles);
-    /// the rest wait their turn in the queue. Unbounded, a failover or the
-    /// first start would build every host's reconcile at once (about 20 KiB
-    /// each, most of them then waiting for `--openstack-max-in-flight`).
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
+    /// the rest wait their turn in the queue, first come first served.
+    /// Unbounded, a failover or the first start built every host's
+    /// reconcile at once (about 20 KiB each, most of them then waiting for
+    /// `--openstack-max-in-flight`). Large enough that hosts whose BMC is
+    /// read inside their reconcile (seconds each when a row loses power)
+    /// do not keep a failed host elsewhere waiting.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..))]
     reconcile_concurrency: u16,
     /// JSON logs (production); the default is human-readable.
     #[arg(long, env = "HV_LOG_JSON")]

@@ -4,15 +4,17 @@
 //! encode from, kept for the stream's life. An agent's stream lives for
 //! days and carries a heartbeat of a few dozen bytes every ten seconds, so
 //! on a coordinator holding thousands of them those buffers were a sixth of
-//! its memory. Here they start at 1 KiB and grow, in steps of 1 KiB and
-//! amortised, only for a message that needs it (an inventory).
+//! its memory. Here they start at 1 KiB and grow only for a message that
+//! needs more (an inventory of many domains); a grown decode buffer keeps
+//! its size for the stream's life, so the saving is whole on the encoding
+//! side and on streams whose messages all stay small.
 
 use std::marker::PhantomData;
 
 use tonic::codec::{BufferSettings, Codec};
 use tonic_prost::{ProstDecoder, ProstEncoder};
 
-/// The first capacity of a stream's buffers, and their growth step.
+/// The first capacity of a stream's buffers.
 pub const BUFFER_BYTES: usize = 1024;
 /// Encoded bytes gathered before a response stream yields them (tonic's default).
 pub const YIELD_THRESHOLD_BYTES: usize = 32 * 1024;

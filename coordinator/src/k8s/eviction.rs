@@ -48,6 +48,11 @@ pub const FINALIZER: &str = "hypervisor.cloud.sap/eviction";
 const CACHE_WAIT: Duration = Duration::from_millis(500);
 /// Look at a moving eviction again this soon.
 const POLL: Duration = Duration::from_secs(1);
+/// Look again this soon after writing an end (Succeeded, Failed): that look
+/// releases the finalizer. The controller does not wake on its own status
+/// writes (`triggers::eviction_own`), so without it a finished Eviction
+/// would keep its finalizer until something else woke it.
+const ENDED: Duration = Duration::from_millis(100);
 
 pub struct EvictionContext {
     pub client: kube::Client,
@@ -302,7 +307,7 @@ async fn refuse(ctx: &EvictionContext, ev: &Eviction, r: Refusal, now: Timestamp
     s.progress = Some(format!("refused: {}", r.reason));
     s.completed_at.get_or_insert(Time(now));
     record(ctx, ev, s).await?;
-    Ok(Requeue::await_change())
+    Ok(Requeue::requeue(ENDED))
 }
 
 /// Writes the Eviction's status over the version this reconcile read and
@@ -370,7 +375,7 @@ async fn run_preflight(
     let said: Vec<DesiredCondition> = std::iter::once(c).chain(fence_condition(fence)).collect();
     s.conditions = merge(&s.conditions, &said, now, ev.metadata.generation);
     record(ctx, ev, s).await?;
-    Ok(if passed { Requeue::requeue(Duration::from_millis(100)) } else { Requeue::await_change() })
+    Ok(Requeue::requeue(if passed { Duration::from_millis(100) } else { ENDED }))
 }
 
 fn findings_message(findings: &[crate::eviction::preflight::Finding], stops: bool) -> String {
@@ -427,7 +432,7 @@ async fn wait_disabled(
     s.progress = Some(reason.to_string());
     s.completed_at = Some(Time(now));
     record(ctx, ev, s).await?;
-    Ok(Requeue::await_change())
+    Ok(Requeue::requeue(ENDED))
 }
 
 /// What Nova shows of the servers and their current attempts, and the
@@ -501,7 +506,7 @@ async fn migrate(
         write::finalizer(&api(ctx), ev, FINALIZER, false).await?;
         return Ok(Requeue::await_change());
     }
-    Ok(Requeue::requeue(if step.phase.is_final() { Duration::from_secs(300) } else { POLL }))
+    Ok(Requeue::requeue(if step.phase.is_final() { ENDED } else { POLL }))
 }
 
 /// The `Target` condition of a running eviction: False while its options

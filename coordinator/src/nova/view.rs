@@ -45,6 +45,15 @@ pub fn may_share(
 
 /// Longest pause between reads of the fleet while they keep failing.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// While reads of the fleet fail, the last snapshot still confirms hosts
+/// up to this many times the bound after its read began (5 min at the
+/// default 30 s). Falling back at once to every host's own reads turned a
+/// Nova too slow for the fleet's lists into one drowned by thousands of
+/// small reads (at 5,000 hosts on the ground, each then waited 74 s in
+/// Nova's queue). The snapshot only ever confirms: anything it would change
+/// is still read on the host's own. Past this age hosts read their own, and
+/// a Nova that answers nothing shows in their conditions.
+const STALE_FACTOR: u32 = 10;
 
 /// The shared view (see the module doc).
 pub struct FleetView {
@@ -108,8 +117,9 @@ impl FleetView {
         nova.observe(host, wanted_aggregates).await
     }
 
-    /// The current snapshot, or a new one when it is too old; None while
-    /// Nova cannot be read (the reconciles then read their hosts). A
+    /// The current snapshot, or a new one when it is too old; while Nova
+    /// cannot be read, the last one if young enough (`last_resort`), else
+    /// None (the reconciles then read their hosts). A
     /// reconcile that waited for another's read takes that read, however
     /// long it took: a read slower than the bound must not make every
     /// waiter read the fleet again in turn.
@@ -133,7 +143,7 @@ impl FleetView {
             let state = self.lock();
             let pause = backoff(self.retry, state.failures);
             if state.failed.is_some_and(|f| f.elapsed() < pause) {
-                return None;
+                return self.last_resort(&state);
             }
         }
         match nova.fleet(&fleet_traits()).await {
@@ -150,9 +160,13 @@ impl FleetView {
                 state.failures = state.failures.saturating_add(1);
                 state.failed = Some(Instant::now());
                 let pause = backoff(self.retry, state.failures);
+                let last = self.last_resort(&state);
                 tracing::warn!(error = %e, failures = state.failures, next_in = ?pause,
-                    "reading the fleet from Nova and Placement failed; hosts are read one by one meanwhile");
-                None
+                    last_read_age = ?state.snapshot.as_ref().map(|s| s.started.elapsed()),
+                    confirming = last.is_some(),
+                    "reading the fleet from Nova and Placement failed; the last read confirms hosts meanwhile \
+                     while it is young enough, else hosts are read one by one");
+                last
             }
         }
     }
@@ -164,6 +178,13 @@ impl FleetView {
         let young = state.snapshot.as_ref().is_some_and(|s| s.started.elapsed() < self.max_age);
         let waited = waited_since.is_some_and(|w| state.done.is_some_and(|d| d >= w));
         state.snapshot.clone().filter(|_| young || waited)
+    }
+
+    /// The last snapshot while reads of the fleet fail, if it is younger
+    /// than [`STALE_FACTOR`] times the bound.
+    fn last_resort(&self, state: &State) -> Option<Arc<FleetSnapshot>> {
+        let limit = self.max_age.saturating_mul(STALE_FACTOR);
+        state.snapshot.clone().filter(|s| s.started.elapsed() < limit)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
