@@ -32,7 +32,7 @@ use futures_util::StreamExt;
 use hv_proto::v1::{BridgeExpectation, CheckConfig};
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -111,7 +111,8 @@ pub async fn run(
     concurrency: u16,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let config = || controller::Config::default().concurrency(concurrency);
+    let hypervisor_turns = Arc::new(tokio::sync::Semaphore::new(usize::from(concurrency)));
+    let eviction_turns = Arc::new(tokio::sync::Semaphore::new(usize::from(concurrency)));
     let (node_tx, node_rx) = mpsc::unbounded_channel::<String>();
     let (ev_tx, ev_rx) = mpsc::unbounded_channel::<String>();
     let wc = &watch_client;
@@ -123,7 +124,6 @@ pub async fn run(
         .applied_objects()
         .predicate_filter(triggers::hypervisor, Default::default());
     let hypervisor_controller = Controller::for_stream(hypervisors, ctx.hypervisors.clone())
-        .with_config(config())
         .reconcile_on(UnboundedReceiverStream::new(changed).map(to_ref))
         .reconcile_on(UnboundedReceiverStream::new(node_rx).map(to_ref))
         .reconcile_on(UnboundedReceiverStream::new(ev_rx).map(to_ref))
@@ -132,8 +132,12 @@ pub async fn run(
             |hv, ctx| {
                 let span = tracing::info_span!("reconcile", controller = "hypervisor", node = %hv.name_any());
                 let metrics = ctx.metrics.reconciles.clone();
+                let turns = hypervisor_turns.clone();
                 async move {
-                    measured::measured("hypervisor", &metrics, span, hypervisor::reconcile(hv, ctx)).await
+                    measured::in_turn(&turns, || {
+                        measured::measured("hypervisor", &metrics, span, hypervisor::reconcile(hv, ctx))
+                    })
+                    .await
                 }
             },
             hypervisor::error_policy,
@@ -147,26 +151,26 @@ pub async fn run(
         .reflect(own_writer)
         .applied_objects()
         .predicate_filter(triggers::eviction_own, Default::default());
-    let eviction_controller =
-        Controller::for_stream(evictions, own_evictions)
-            .with_config(config())
-            .reconcile_on(
-                UnboundedReceiverStream::new(evictions_to_wake).map(|n| ObjectRef::<Eviction>::new(&n)),
-            )
-            .graceful_shutdown_on(stopped(stop.clone()))
-            .run(
-                |ev, ctx| {
-                    let span =
-                        tracing::info_span!("reconcile", controller = "eviction", eviction = %ev.name_any());
-                    let metrics = ctx.metrics.reconciles.clone();
-                    async move {
-                        measured::measured("eviction", &metrics, span, eviction::reconcile(ev, ctx)).await
-                    }
-                },
-                eviction::error_policy,
-                ev_ctx.clone(),
-            )
-            .for_each(|res| log_result("eviction controller", res));
+    let eviction_controller = Controller::for_stream(evictions, own_evictions)
+        .reconcile_on(UnboundedReceiverStream::new(evictions_to_wake).map(|n| ObjectRef::<Eviction>::new(&n)))
+        .graceful_shutdown_on(stopped(stop.clone()))
+        .run(
+            |ev, ctx| {
+                let span =
+                    tracing::info_span!("reconcile", controller = "eviction", eviction = %ev.name_any());
+                let metrics = ctx.metrics.reconciles.clone();
+                let turns = eviction_turns.clone();
+                async move {
+                    measured::in_turn(&turns, || {
+                        measured::measured("eviction", &metrics, span, eviction::reconcile(ev, ctx))
+                    })
+                    .await
+                }
+            },
+            eviction::error_policy,
+            ev_ctx.clone(),
+        )
+        .for_each(|res| log_result("eviction controller", res));
     tokio::select! {
         _ = hypervisor_controller => {}
         _ = eviction_controller => {}
