@@ -135,6 +135,9 @@ pub async fn run(
                 let turns = hypervisor_turns.clone();
                 async move {
                     measured::in_turn(&turns, || {
+                        // As the cache holds it now, not as it was when the
+                        // reconcile began to wait for its turn.
+                        let hv = measured::latest(&ctx.hypervisors, hv);
                         measured::measured("hypervisor", &metrics, span, hypervisor::reconcile(hv, ctx))
                     })
                     .await
@@ -145,6 +148,7 @@ pub async fn run(
         )
         .for_each(|res| log_result("hypervisor controller", res));
     let (own_evictions, own_writer) = reflector::store::<Eviction>();
+    let eviction_cache = own_evictions.clone();
     let evictions = watcher(Api::<Eviction>::all(wc.clone()), watcher::Config::default())
         .default_backoff()
         .modify(trim::unmanaged)
@@ -160,8 +164,10 @@ pub async fn run(
                     tracing::info_span!("reconcile", controller = "eviction", eviction = %ev.name_any());
                 let metrics = ctx.metrics.reconciles.clone();
                 let turns = eviction_turns.clone();
+                let cached = eviction_cache.clone();
                 async move {
                     measured::in_turn(&turns, || {
+                        let ev = measured::latest(&cached, ev);
                         measured::measured("eviction", &metrics, span, eviction::reconcile(ev, ctx))
                     })
                     .await
