@@ -79,17 +79,19 @@ mod tests {
         assert_eq!(node(&ready("True", "1")), node(&labelled));
     }
 
+    fn an_eviction() -> Eviction {
+        let spec = crate::api::eviction::EvictionSpec {
+            hypervisor: "n".into(),
+            reason: crate::api::EvictionReason::AdminRequest,
+            options: Default::default(),
+        };
+        Eviction::new("ev", spec)
+    }
+
     #[test]
     fn an_eviction_triggers_on_what_the_lifecycle_reads_of_it() {
-        use crate::api::eviction::{EvictionPhase, EvictionSpec, EvictionStatus, VmStatus};
-        let mut e = Eviction::new(
-            "ev",
-            EvictionSpec {
-                hypervisor: "n".into(),
-                reason: crate::api::EvictionReason::AdminRequest,
-                options: Default::default(),
-            },
-        );
+        use crate::api::eviction::{EvictionPhase, EvictionStatus, VmStatus};
+        let mut e = an_eviction();
         e.status =
             Some(EvictionStatus { phase: Some(EvictionPhase::Migrating), total: 3, ..Default::default() });
         let before = eviction(&e);
@@ -106,15 +108,8 @@ mod tests {
 
     #[test]
     fn an_eviction_wakes_its_own_controller_on_spec_deletion_and_finalizers_not_on_its_status() {
-        use crate::api::eviction::{EvictionPhase, EvictionSpec, EvictionStatus};
-        let mut e = Eviction::new(
-            "ev",
-            EvictionSpec {
-                hypervisor: "n".into(),
-                reason: crate::api::EvictionReason::AdminRequest,
-                options: Default::default(),
-            },
-        );
+        use crate::api::eviction::{EvictionPhase, EvictionStatus};
+        let mut e = an_eviction();
         e.metadata.generation = Some(1);
         let first = eviction_own(&e);
         e.status =
