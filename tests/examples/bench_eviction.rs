@@ -1,8 +1,10 @@
 //! `make bench` (cargo run --example bench_eviction, dev profile: the
 //! figures are Nova's time, not ours): an eviction of N servers on the real Nova region (ground
-//! up), through the real coordinator. Prints the makespan against its lower
-//! bound, max(longest migration, total migration time / parallelism), and
-//! the Nova API calls per migrated VM (from Nova's own access log).
+//! up), through the real coordinator. Prints the makespan against the bound
+//! max(longest migration, total migration time / parallelism), the time
+//! Nova's one live-migration slot on the host was busy and idle (from its
+//! migration records), and the Nova API calls per migrated VM (from Nova's
+//! own access log).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -128,10 +130,9 @@ async fn main() {
     }
 }
 
-/// Where the makespan goes beyond the migrations themselves: before the
-/// first is asked, slots left idle between them, after the last is seen
-/// done; and, per migration, Nova's own span (its record's creation to its
-/// last update) against ours (asked to seen finished).
+/// Where the makespan goes beyond the migrations themselves: in the
+/// coordinator's slots (before the first is asked, between them, the tail,
+/// after the last is seen done), and in Nova's one slot on the host.
 async fn breakdown(
     admin: &Admin,
     start: jiff::Timestamp,

@@ -4,7 +4,8 @@
 //! way status and finalizers are written ([`write`]), the status the
 //! lifecycle composes ([`status`]), leader election ([`leader`]) and the
 //! leader's pod label ([`leader_pod`]); each reconcile in its span and
-//! counted ([`measured`]); what the caches drop ([`trim`]).
+//! counted ([`measured`]), taking turns ([`turns`]); what the caches drop
+//! ([`trim`]).
 
 pub mod acting;
 pub mod eviction;
@@ -18,6 +19,7 @@ pub mod nodes;
 pub mod status;
 pub mod triggers;
 pub mod trim;
+pub mod turns;
 pub mod updates;
 pub mod write;
 pub mod written;
@@ -132,12 +134,12 @@ pub async fn run(
             |hv, ctx| {
                 let span = tracing::info_span!("reconcile", controller = "hypervisor", node = %hv.name_any());
                 let metrics = ctx.metrics.reconciles.clone();
-                let turns = hypervisor_turns.clone();
+                let queue = hypervisor_turns.clone();
                 async move {
-                    measured::in_turn(&turns, || {
+                    turns::in_turn(&queue, || {
                         // As the cache holds it now, not as it was when the
                         // reconcile began to wait for its turn.
-                        let hv = measured::latest(&ctx.hypervisors, hv);
+                        let hv = turns::latest(&ctx.hypervisors, hv);
                         measured::measured("hypervisor", &metrics, span, hypervisor::reconcile(hv, ctx))
                     })
                     .await
@@ -163,11 +165,11 @@ pub async fn run(
                 let span =
                     tracing::info_span!("reconcile", controller = "eviction", eviction = %ev.name_any());
                 let metrics = ctx.metrics.reconciles.clone();
-                let turns = eviction_turns.clone();
+                let queue = eviction_turns.clone();
                 let cached = eviction_cache.clone();
                 async move {
-                    measured::in_turn(&turns, || {
-                        let ev = measured::latest(&cached, ev);
+                    turns::in_turn(&queue, || {
+                        let ev = turns::latest(&cached, ev);
                         measured::measured("eviction", &metrics, span, eviction::reconcile(ev, ctx))
                     })
                     .await

@@ -3,7 +3,8 @@
 //! the whole table: 5,000 has not been run to its end yet). For each N: N hosts registered in the ground's Nova (compute
 //! service, hypervisor, host mapping and resource provider records, no
 //! nova-compute behind them), N Nodes and N Hypervisors Active and Healthy
-//! in the API stand-in as an earlier leader left them, the release
+//! in the API stand-in (without the conditions a leader writes, so the
+//! first start reads every host on its own: see README), the release
 //! coordinator binary (`HV_BIN_DIR`), and N simulated agents (`sim`) with a
 //! 10 s heartbeat, run in this process (they share the two cores with the
 //! coordinator, the stand-in and Nova). It prints:
