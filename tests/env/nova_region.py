@@ -27,6 +27,13 @@ host as an operator would on a real one:
                               behind them; they report as up (their
                               services' last report is renewed every 15 s
                               in one statement), for the scale benchmark.
+    POST /live-migrations     {"at_once": N}: Nova runs up to N live
+                              migrations at once (its
+                              max_concurrent_live_migrations; default 1).
+                              Nova sizes one pool per process, so in this
+                              one-process region the bound is region-wide,
+                              not per host as in production; the eviction
+                              benchmark sets it while nothing else migrates.
 Nova reaches Placement (a separate process) through the
 Keystone catalog with its own service credentials, as in production.
 Neutron, Glance and Cinder are Nova's fixtures.
@@ -156,6 +163,16 @@ def control_app(region):
                 return answer("500 Internal Server Error", {"error": repr(e)})
             say(f"control: {verb} {host}")
             return answer("200 OK", {"host": host, "state": "stopped" if host in region.stopped else "running"})
+        if method == "POST" and parts == ["live-migrations"]:
+            try:
+                size = int(environ.get("CONTENT_LENGTH") or 0)
+                at_once = int(json.loads(environ["wsgi.input"].read(size) or b"{}")["at_once"])
+                live_migrations_at_once(at_once)
+            except Exception as e:  # the benchmark that asked sees why
+                say(f"control: live migrations at once failed: {e!r}")
+                return answer("500 Internal Server Error", {"error": repr(e)})
+            say(f"control: up to {at_once} live migrations at once")
+            return answer("200 OK", {"at_once": at_once})
         if method == "POST" and parts == ["simulated-hosts"]:
             try:
                 size = int(environ.get("CONTENT_LENGTH") or 0)
@@ -168,6 +185,24 @@ def control_app(region):
         return answer("404 Not Found", {"error": f"no route {method} {path}"})
 
     return app
+
+
+def live_migrations_at_once(n):
+    """Nova's live-migration pool, sized `n` from the next migration on.
+
+    Nova makes the pool once per process, at the first live migration, from
+    max_concurrent_live_migrations: the option is set and the pool dropped
+    so the next migration makes it anew. Migrations already given to the
+    old pool run there."""
+    from nova import thread_pool_factory as pools
+
+    if n < 1:
+        raise ValueError(f"at_once must be 1 or more, not {n}")
+    CONF.set_override("max_concurrent_live_migrations", n)
+    with pools.FACTORY._shutdown_lock:
+        old = pools.FACTORY._all_executors.pop(pools.ExecutorType.LIVE_MIGRATION, None)
+    if old is not None:
+        old.shutdown(wait=False)
 
 
 SIMULATED_PREFIXES = set()

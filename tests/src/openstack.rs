@@ -460,6 +460,26 @@ pub async fn fake_host(nova: &crate::env::Nova, host: &str, what: FakeHost) -> R
     Ok(())
 }
 
+/// Lets Nova run up to `at_once` live migrations at once from the next one
+/// on (its `max_concurrent_live_migrations`, region-wide on the ground: see
+/// the region's control port). For a benchmark that has the ground to itself.
+pub async fn live_migrations_at_once(nova: &crate::env::Nova, at_once: u32) -> Result<(), ApiError> {
+    let url = format!("{}/live-migrations", nova.control_url);
+    let what = format!("POST {url}");
+    let resp = reqwest::Client::new()
+        .post(&url)
+        .json(&json!({"at_once": at_once}))
+        .send()
+        .await
+        .map_err(|e| ApiError::Http(what.clone(), e))?;
+    let status = resp.status().as_u16();
+    if status != 200 {
+        let body = resp.text().await.unwrap_or_default();
+        return Err(ApiError::Status { what, status, body });
+    }
+    Ok(())
+}
+
 /// The fake hosts whose nova-compute is stopped now.
 pub async fn stopped_fake_hosts(nova: &crate::env::Nova) -> Result<Vec<String>, ApiError> {
     let url = format!("{}/hosts", nova.control_url);

@@ -135,8 +135,9 @@ pub async fn run(
                 let span = tracing::info_span!("reconcile", controller = "hypervisor", node = %hv.name_any());
                 let metrics = ctx.metrics.reconciles.clone();
                 let queue = hypervisor_turns.clone();
+                let waiting = metrics.waiting("hypervisor");
                 async move {
-                    turns::in_turn(&queue, || {
+                    turns::in_turn(&queue, &waiting, || {
                         // As the cache holds it now, not as it was when the
                         // reconcile began to wait for its turn.
                         let hv = turns::latest(&ctx.hypervisors, hv);
@@ -166,9 +167,10 @@ pub async fn run(
                     tracing::info_span!("reconcile", controller = "eviction", eviction = %ev.name_any());
                 let metrics = ctx.metrics.reconciles.clone();
                 let queue = eviction_turns.clone();
+                let waiting = metrics.waiting("eviction");
                 let cached = eviction_cache.clone();
                 async move {
-                    turns::in_turn(&queue, || {
+                    turns::in_turn(&queue, &waiting, || {
                         let ev = turns::latest(&cached, ev);
                         measured::measured("eviction", &metrics, span, eviction::reconcile(ev, ctx))
                     })

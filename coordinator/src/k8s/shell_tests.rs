@@ -1229,3 +1229,38 @@ async fn the_fleet_is_read_once_for_all_and_never_older_than_a_hosts_own_read() 
     assert_eq!(ask(off).await, None);
     assert_eq!(reads(&t), before);
 }
+
+#[tokio::test]
+async fn the_fleet_is_read_again_ahead_of_the_bound_while_the_others_take_the_current_read() {
+    use crate::nova::FleetView;
+    let answer = |_: &Method, _: &str| (201, json!({}));
+    let NovaObs::Registered(host) = registered(true, &["vm-1"]) else { unreachable!() };
+    let t = hypervisor_ctx(answer, NovaObs::Registered(host.clone()), true, vec![]);
+    *t.fleet.lock().unwrap() = Some(host.clone());
+    let nova = t.ctx.nova.clone();
+    let reads = |t: &Hv| entries(&t.log).iter().filter(|l| *l == "nova fleet").count();
+    let ask = |view: Arc<FleetView>| {
+        let nova = nova.clone();
+        async move { view.host(nova.as_ref(), "node-1", &[], &Default::default(), Default::default).await }
+    };
+    // A read takes 500 ms: with a 4 s bound, the next is due at 2.5 s of age.
+    *t.fleet_delay.lock().unwrap() = Duration::from_millis(500);
+    let view = Arc::new(FleetView::new(Duration::from_secs(4), Duration::from_secs(60)));
+    assert!(ask(view.clone()).await.is_some());
+    assert_eq!(reads(&t), 1);
+    assert!(ask(view.clone()).await.is_some());
+    assert_eq!(reads(&t), 1, "young: not read again");
+
+    tokio::time::sleep(Duration::from_millis(2700)).await;
+    // Due, within the bound: the first to ask reads (slowly now), the
+    // others take the current read without waiting for it.
+    *t.fleet_delay.lock().unwrap() = Duration::from_secs(2);
+    let reader = tokio::spawn(ask(view.clone()));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..5 {
+        let other = tokio::time::timeout(Duration::from_millis(500), ask(view.clone())).await;
+        assert_eq!(other.ok().flatten(), Some(NovaObs::Registered(host.clone())), "did not wait");
+    }
+    assert!(reader.await.unwrap().is_some());
+    assert_eq!(reads(&t), 2, "one read ahead, by one reconcile");
+}

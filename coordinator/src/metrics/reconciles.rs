@@ -1,5 +1,5 @@
-//! Reconciles in numbers: how many, how they ended, how long they took, and
-//! the errors by kind. A kind is what the error is (an HTTP status class, a
+//! Reconciles in numbers: how many, how they ended, how long they took, how
+//! many wait for a turn, and the errors by kind. A kind is what the error is (an HTTP status class, a
 //! peer's answer), never its text, so the families stay small.
 
 use std::time::Duration;
@@ -7,6 +7,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
@@ -42,6 +43,7 @@ pub struct Reconciles {
     total: Family<Outcome, Counter>,
     duration: Histograms<Controller>,
     errors: Family<ErrorKind, Counter>,
+    waiting: Family<Controller, Gauge>,
 }
 
 impl Reconciles {
@@ -50,6 +52,7 @@ impl Reconciles {
             total: Family::default(),
             duration: Family::new_with_constructor(histogram as fn() -> Histogram),
             errors: Family::default(),
+            waiting: Family::default(),
         };
         registry.register(
             "hv_reconciles",
@@ -66,7 +69,21 @@ impl Reconciles {
             "Reconciles that failed, by controller and the kind of error.",
             r.errors.clone(),
         );
+        registry.register(
+            "hv_reconciles_waiting",
+            "Reconciles waiting for a turn (--reconcile-concurrency), by controller.",
+            r.waiting.clone(),
+        );
+        // Shown at zero from the start, not only once a reconcile waited.
+        for controller in ["hypervisor", "eviction"] {
+            r.waiting(controller);
+        }
         r
+    }
+
+    /// The gauge of `controller`'s reconciles waiting for a turn.
+    pub fn waiting(&self, controller: &'static str) -> Gauge {
+        self.waiting.get_or_create(&Controller { controller }).clone()
     }
 
     /// One reconcile of `controller` ended after `took`: `Ok`, or `Err`

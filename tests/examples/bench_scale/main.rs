@@ -1,10 +1,11 @@
 //! `make bench` (cargo run --example bench_scale): the coordinator's cost
-//! with N hosts, N = 100 and 1,000 (`HV_BENCH_SCALE=100,1000,5000` for
-//! the whole table: 5,000 has not been run to its end yet). For each N: N hosts registered in the ground's Nova (compute
-//! service, hypervisor, host mapping and resource provider records, no
-//! nova-compute behind them), N Nodes and N Hypervisors Active and Healthy
-//! in the API stand-in (without the conditions a leader writes, so the
-//! first start reads every host on its own: see README), the release
+//! with N hosts, N = 100 and 1,000 (`HV_BENCH_SCALE=100,1000,5000` for the
+//! issue's whole table, about half an hour more). For each N: N hosts
+//! registered in the ground's Nova (compute service, hypervisor, host
+//! mapping and resource provider records, no nova-compute behind them), N
+//! Nodes and N Hypervisors in the API stand-in as a leader left them
+//! settled, Active and Healthy (host 0 settled by a leader of its own, its
+//! status and marks given to the others with their names and ids), the release
 //! coordinator binary (`HV_BIN_DIR`), and N simulated agents (`sim`) with a
 //! 10 s heartbeat, run in this process (they share the two cores with the
 //! coordinator, the stand-in and Nova). It prints:
@@ -95,38 +96,119 @@ fn nova_requests(region: &Region, coord: &Proc, from: jiff::Timestamp, to: jiff:
         .count()
 }
 
-/// N Nodes and N Hypervisors, Active, with the ids Nova has for them.
-async fn seed(region: &Region, admin: &Admin, n: usize) {
-    let ids = admin.compute_ids().await.unwrap();
+/// What a leader left on one settled host: its Hypervisor's status and
+/// metadata and its Node's marks, to be given to every other host with its
+/// own name and Nova ids.
+struct Left {
+    hypervisor: serde_json::Value,
+    node: serde_json::Value,
+    service: String,
+    hypervisor_id: String,
+}
+
+impl Left {
+    /// `what` of `Left` for host `i`: host 0's name and ids replaced by its own.
+    fn for_host(
+        &self,
+        what: &serde_json::Value,
+        i: usize,
+        service: &str,
+        hypervisor: &str,
+    ) -> serde_json::Value {
+        let text = what
+            .to_string()
+            .replace(&host(0), &host(i))
+            .replace(&self.service, service)
+            .replace(&self.hypervisor_id, hypervisor);
+        serde_json::from_str(&text).unwrap()
+    }
+}
+
+/// Host `i`'s Node and Hypervisor, Active, with the ids Nova has for it:
+/// as `left` says, or (no `left`) Active and Healthy with nothing else.
+async fn create_host(region: &Region, admin: &Admin, ids: &Ids, i: usize, left: Option<&Left>) {
     let nodes: Api<Node> = Api::all(region.kube.client.clone());
     let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
-    let label = region.id.clone();
-    futures_util::stream::iter(0..n)
-        .map(|i| {
-            let (nodes, hvs, label) = (nodes.clone(), hvs.clone(), label.clone());
-            let (service, hypervisor) =
-                ids.get(&host(i)).cloned().unwrap_or_else(|| panic!("{} not in Nova", host(i)));
-            async move {
-                let name = host(i);
-                assert!(!hypervisor.is_empty(), "{name}'s hypervisor not listed by Nova");
-                admin.ensure_provider(&name, &hypervisor).await.unwrap();
-                let node: Node = serde_json::from_value(serde_json::json!({
-                    "metadata": {"name": name, "labels": {"hv-e2e": label}},
-                    "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-                }))
-                .unwrap();
-                nodes.create(&PostParams::default(), &node).await.unwrap();
-                let spec = HypervisorSpec { skip_tests: true, ..HypervisorSpec::default() };
-                hvs.create(&PostParams::default(), &Hypervisor::new(&name, spec)).await.unwrap();
-                // As an earlier leader left it: Active and Healthy.
-                let status = serde_json::json!({"status": {
-                    "phase": "Active", "phaseSince": jiff::Timestamp::now().to_string(),
-                    "serviceId": service, "hypervisorId": hypervisor,
-                    "health": {"state": "Healthy"},
-                }});
-                hvs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+    let name = host(i);
+    let (service, hypervisor) = ids.get(&name).cloned().unwrap_or_else(|| panic!("{name} not in Nova"));
+    assert!(!hypervisor.is_empty(), "{name}'s hypervisor not listed by Nova");
+    admin.ensure_provider(&name, &hypervisor).await.unwrap();
+    let mut node = serde_json::json!({
+        "metadata": {"name": name, "labels": {"hv-e2e": region.id}},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    });
+    let mut hv = serde_json::to_value(Hypervisor::new(
+        &name,
+        HypervisorSpec { skip_tests: true, ..HypervisorSpec::default() },
+    ))
+    .unwrap();
+    let status = match left {
+        Some(left) => {
+            let marks = left.for_host(&left.node, i, &service, &hypervisor);
+            node["metadata"]["labels"] = marks["labels"].clone();
+            node["metadata"]["annotations"] = marks["annotations"].clone();
+            let theirs = left.for_host(&left.hypervisor, i, &service, &hypervisor);
+            for key in ["labels", "annotations", "finalizers"] {
+                hv["metadata"][key] = theirs["metadata"][key].clone();
             }
-        })
+            serde_json::json!({"status": theirs["status"]})
+        }
+        None => serde_json::json!({"status": {
+            "phase": "Active", "phaseSince": jiff::Timestamp::now().to_string(),
+            "serviceId": service, "hypervisorId": hypervisor,
+            "health": {"state": "Healthy"},
+        }}),
+    };
+    nodes.create(&PostParams::default(), &serde_json::from_value(node).unwrap()).await.unwrap();
+    let hv: Hypervisor = serde_json::from_value(hv).unwrap();
+    hvs.create(&PostParams::default(), &hv).await.unwrap();
+    hvs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+}
+
+type Ids = std::collections::HashMap<String, (String, String)>;
+
+/// Host 0 settled by a leader of its own with its agent connected (health
+/// settling 5 s), then that leader gone: what it left, for the others.
+async fn warm_up(region: &Region, admin: &Admin, ids: &Ids, flags: &[&str]) -> Left {
+    create_host(region, admin, ids, 0, None).await;
+    let mut flags = flags.to_vec();
+    let settle = flags.iter().position(|f| *f == "--health-settle").expect("a settle") + 1;
+    flags[settle] = "5s";
+    let mut coord = region.coordinator(None, &flags);
+    let from = jiff::Timestamp::now();
+    let stats = Arc::new(sim::Stats::default());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let agent = sim::Agent {
+        tls: region.pki.node(&host(0)),
+        node: host(0),
+        url: region.grpc_url(),
+        heartbeat: HEARTBEAT,
+        domains: 20,
+    };
+    let agent = tokio::spawn(sim::run(agent, stats, stop_rx));
+    settled(region, 1, &coord, from, Duration::from_secs(120)).await;
+    // Its last writes (the Node's marks) after the status that settled it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    coord.kill();
+    let _ = stop_tx.send(true);
+    let _ = agent.await;
+    let hv = Api::<Hypervisor>::all(region.kube.client.clone()).get(&host(0)).await.unwrap();
+    let node = Api::<Node>::all(region.kube.client.clone()).get(&host(0)).await.unwrap();
+    let (service, hypervisor_id) = ids[&host(0)].clone();
+    Left {
+        hypervisor: serde_json::to_value(&hv).unwrap(),
+        node: serde_json::json!({"labels": node.metadata.labels, "annotations": node.metadata.annotations}),
+        service,
+        hypervisor_id,
+    }
+}
+
+/// N Nodes and N Hypervisors as a leader left them (`warm_up`).
+async fn seed(region: &Region, admin: &Admin, n: usize, flags: &[&str]) {
+    let ids = admin.compute_ids().await.unwrap();
+    let left = warm_up(region, admin, &ids, flags).await;
+    futures_util::stream::iter(1..n)
+        .map(|i| create_host(region, admin, &ids, i, Some(&left)))
         .buffer_unordered(32)
         .collect::<Vec<()>>()
         .await;
@@ -217,7 +299,6 @@ struct Row {
 
 async fn measure(admin: &Admin, n: usize) -> Row {
     let region = Region::start(&format!("scale{n}")).await;
-    seed(&region, admin, n).await;
     let beat = format!("{}s", HEARTBEAT.as_secs());
     let flags = [
         "--skip-tests",
@@ -242,6 +323,7 @@ async fn measure(admin: &Admin, n: usize) -> Row {
         "--connect-timeout",
         "3s",
     ];
+    seed(&region, admin, n, &flags[..]).await;
     let mut coord = region.coordinator(None, &flags);
     let pid = coord.pid().unwrap();
     let limit = Duration::from_secs(300 + n as u64 / 4);
