@@ -195,10 +195,18 @@ def live_migrations_at_once(n):
     so the next migration makes it anew. Migrations already given to the
     old pool run there."""
     from nova import thread_pool_factory as pools
+    from nova import utils
 
     if n < 1:
         raise ValueError(f"at_once must be 1 or more, not {n}")
-    CONF.set_override("max_concurrent_live_migrations", n)
+    # A green pool shut down still runs what it was given; a thread pool's
+    # workers would stop, and migrations queued there never run.
+    if utils.concurrency_mode_threading():
+        raise RuntimeError("Nova runs native threads here: its pool cannot be swapped safely")
+    if n == 1:
+        CONF.clear_override("max_concurrent_live_migrations")
+    else:
+        CONF.set_override("max_concurrent_live_migrations", n)
     with pools.FACTORY._shutdown_lock:
         old = pools.FACTORY._all_executors.pop(pools.ExecutorType.LIVE_MIGRATION, None)
     if old is not None:

@@ -50,7 +50,7 @@ async fn evict(at_once: u32) {
     let before = lines();
 
     let evs: Api<Eviction> = Api::all(region.kube.client.clone());
-    let name = format!("bench-{}", std::process::id());
+    let name = format!("bench-{at_once}-{}", std::process::id());
     let options = EvictionOptions { max_parallel: PARALLEL, ..EvictionOptions::default() };
     let spec = EvictionSpec { hypervisor: host.clone(), reason: EvictionReason::AdminRequest, options };
     // The makespan as the SRE sees it, to a tenth of a second (the status

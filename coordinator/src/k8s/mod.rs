@@ -115,6 +115,8 @@ pub async fn run(
 ) {
     let hypervisor_turns = Arc::new(tokio::sync::Semaphore::new(usize::from(concurrency)));
     let eviction_turns = Arc::new(tokio::sync::Semaphore::new(usize::from(concurrency)));
+    let hypervisors_waiting = ctx.metrics.reconciles.waiting("hypervisor");
+    let evictions_waiting = ctx.metrics.reconciles.waiting("eviction");
     let (node_tx, node_rx) = mpsc::unbounded_channel::<String>();
     let (ev_tx, ev_rx) = mpsc::unbounded_channel::<String>();
     let wc = &watch_client;
@@ -135,7 +137,7 @@ pub async fn run(
                 let span = tracing::info_span!("reconcile", controller = "hypervisor", node = %hv.name_any());
                 let metrics = ctx.metrics.reconciles.clone();
                 let queue = hypervisor_turns.clone();
-                let waiting = metrics.waiting("hypervisor");
+                let waiting = hypervisors_waiting.clone();
                 async move {
                     turns::in_turn(&queue, &waiting, || {
                         // As the cache holds it now, not as it was when the
@@ -167,7 +169,7 @@ pub async fn run(
                     tracing::info_span!("reconcile", controller = "eviction", eviction = %ev.name_any());
                 let metrics = ctx.metrics.reconciles.clone();
                 let queue = eviction_turns.clone();
-                let waiting = metrics.waiting("eviction");
+                let waiting = evictions_waiting.clone();
                 let cached = eviction_cache.clone();
                 async move {
                     turns::in_turn(&queue, &waiting, || {

@@ -116,10 +116,16 @@ impl Nova for FakeNova {
     }
     async fn fleet(&self, _: &std::collections::BTreeSet<String>) -> Result<FleetSnapshot, NovaError> {
         push(&self.log, "nova fleet".into());
+        // As a real read: the snapshot dates from when the read began.
+        let began = std::time::Instant::now();
         let delay = self.fleet_delay.lock().map(|d| *d).unwrap_or_default();
         tokio::time::sleep(delay).await;
         match self.fleet.lock().map(|f| f.clone()).ok().flatten() {
-            Some(h) => Ok(FleetSnapshot::of_one("node-1", &h)),
+            Some(h) => {
+                let mut snapshot = FleetSnapshot::of_one("node-1", &h);
+                snapshot.started = began;
+                Ok(snapshot)
+            }
             None => Err(NovaError::Unavailable("the fake has no fleet lists".into())),
         }
     }
@@ -1243,15 +1249,16 @@ async fn the_fleet_is_read_again_ahead_of_the_bound_while_the_others_take_the_cu
         let nova = nova.clone();
         async move { view.host(nova.as_ref(), "node-1", &[], &Default::default(), Default::default).await }
     };
-    // A read takes 500 ms: with a 4 s bound, the next is due at 2.5 s of age.
-    *t.fleet_delay.lock().unwrap() = Duration::from_millis(500);
-    let view = Arc::new(FleetView::new(Duration::from_secs(4), Duration::from_secs(60)));
+    // A read takes 1 s: with a 6 s bound, the next is due at 4 s of age
+    // (a snapshot dates from when its read began).
+    *t.fleet_delay.lock().unwrap() = Duration::from_secs(1);
+    let view = Arc::new(FleetView::new(Duration::from_secs(6), Duration::from_secs(60)));
     assert!(ask(view.clone()).await.is_some());
     assert_eq!(reads(&t), 1);
     assert!(ask(view.clone()).await.is_some());
     assert_eq!(reads(&t), 1, "young: not read again");
 
-    tokio::time::sleep(Duration::from_millis(2700)).await;
+    tokio::time::sleep(Duration::from_millis(3300)).await;
     // Due, within the bound: the first to ask reads (slowly now), the
     // others take the current read without waiting for it.
     *t.fleet_delay.lock().unwrap() = Duration::from_secs(2);
@@ -1262,5 +1269,10 @@ async fn the_fleet_is_read_again_ahead_of_the_bound_while_the_others_take_the_cu
         assert_eq!(other.ok().flatten(), Some(NovaObs::Registered(host.clone())), "did not wait");
     }
     assert!(reader.await.unwrap().is_some());
+    assert_eq!(reads(&t), 2, "one read ahead, by one reconcile");
+    // That read took 2 s: twice that ahead would make it due at once; not
+    // before half the bound (3 s), so at most two reads begin per bound.
+    assert!(ask(view.clone()).await.is_some());
+    assert_eq!(reads(&t), 2, "not read again before half the bound");
     assert_eq!(reads(&t), 2, "one read ahead, by one reconcile");
 }

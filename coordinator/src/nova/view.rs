@@ -59,9 +59,11 @@ const STALE_FACTOR: u32 = 10;
 
 /// A new read of the fleet begins once the snapshot's age plus this many
 /// times the last read's duration reaches the bound, so that it ends before
-/// the bound. At 5,000 hosts a read took 21 s on the ground: begun at the
-/// bound, it held every reconcile (all their turns) for those 21 s.
-const AHEAD: u32 = 3;
+/// the bound even if it takes twice as long as the last; and not before
+/// half the bound, so at most two reads begin per bound. At 5,000 hosts a
+/// read took 21 to 37 s on the ground: begun at the bound, it held every
+/// reconcile (all their turns) for as long.
+const AHEAD: u32 = 2;
 
 /// The shared view (see the module doc).
 pub struct FleetView {
@@ -146,9 +148,13 @@ impl FleetView {
             // (and this one, should the read fail) take the current one.
             if self.due(&s)
                 && let Ok(_reading) = self.reading.try_lock()
-                && self.current(None).is_some_and(|now| self.due(&now))
             {
-                return self.read(nova, fleet_traits).await.or(Some(s));
+                // Another's read may have ended between the two looks.
+                match self.current(None) {
+                    Some(now) if self.due(&now) => return self.read(nova, fleet_traits).await.or(Some(now)),
+                    Some(now) => return Some(now),
+                    None => return self.read(nova, fleet_traits).await,
+                }
             }
             return Some(s);
         }
@@ -164,7 +170,8 @@ impl FleetView {
     /// ([`AHEAD`]).
     fn due(&self, snapshot: &FleetSnapshot) -> bool {
         let took = self.lock().took;
-        snapshot.started.elapsed() + took.saturating_mul(AHEAD) >= self.max_age
+        let age = snapshot.started.elapsed();
+        age >= self.max_age / 2 && age + took.saturating_mul(AHEAD) >= self.max_age
     }
 
     /// Reads the fleet (the caller holds `reading`), unless a failed read
@@ -187,10 +194,13 @@ impl FleetView {
             Ok(s) => {
                 let took = began.elapsed();
                 tracing::debug!(hosts = s.hosts(), requests = s.requests, ?took, "fleet read");
-                if took.saturating_mul(AHEAD) >= self.max_age {
+                // A snapshot is `took` old when its read ends: at half the
+                // bound or more, the next read is due at once.
+                if took.saturating_mul(2) >= self.max_age {
                     tracing::warn!(?took, bound = ?self.max_age,
-                        "reading the fleet takes more than a third of the view's bound: it is read \
-                         again as soon as a read ends; a longer --nova-view-max-age spares Nova");
+                        "reading the fleet takes half the view's bound or more: it is read again \
+                         as soon as a read ends, and reconciles wait when one is slower; a longer \
+                         --nova-view-max-age spares Nova");
                 }
                 let s = Arc::new(s);
                 let mut state = self.lock();
