@@ -488,7 +488,8 @@ mod tests {
         // Both places taken (the silent one, the agent waiting): closed.
         let mut third = TcpStream::connect(addr).await.unwrap();
         let mut buf = [0u8; 1];
-        let read = tokio::time::timeout(Duration::from_secs(5), tokio::io::AsyncReadExt::read(&mut third, &mut buf));
+        let read =
+            tokio::time::timeout(Duration::from_secs(5), tokio::io::AsyncReadExt::read(&mut third, &mut buf));
         assert!(matches!(read.await, Ok(Ok(0)) | Ok(Err(_))), "past the pending bound: closed");
 
         assert!(agent.await.unwrap().is_ok(), "the agent waited for the place and got in");

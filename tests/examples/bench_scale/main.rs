@@ -136,7 +136,10 @@ async fn create_host(region: &Region, admin: &Admin, ids: &Ids, i: usize, left: 
     let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
     let name = host(i);
     let (service, hypervisor) = ids.get(&name).cloned().unwrap_or_else(|| panic!("{name} not in Nova"));
-    assert!(!service.is_empty() && !hypervisor.is_empty(), "{name}'s service or hypervisor not listed by Nova");
+    assert!(
+        !service.is_empty() && !hypervisor.is_empty(),
+        "{name}'s service or hypervisor not listed by Nova"
+    );
     admin.ensure_provider(&name, &hypervisor).await.unwrap();
     let mut node = serde_json::json!({
         "metadata": {"name": name, "labels": {"hv-e2e": region.id}},
