@@ -197,8 +197,8 @@ struct Args {
     #[arg(long, default_value = "60s", value_parser = duration)]
     drift_interval: Duration,
     /// Oldest fleet view of Nova and Placement a settled host's drift check
-    /// may rest on (one set of lists for the whole fleet, read again once
-    /// older; docs/nova.md). Default: half the drift interval.
+    /// may rest on (one set of lists for the whole fleet, read again ahead
+    /// of that age; docs/nova.md). Default: half the drift interval.
     #[arg(long, value_parser = duration)]
     nova_view_max_age: Option<Duration>,
     /// How often a node in a busy phase is looked at again.

@@ -123,15 +123,16 @@ impl Session {
         let mut attempt = 0u32;
         loop {
             let end = self.stream_once(&commands).await;
-            self.stats.connected.store(false, Ordering::Relaxed);
+            let welcomed = self.stats.connected.swap(false, Ordering::Relaxed);
             match &end {
                 Ok(()) => return,
-                Err(StreamEnd::Closed) => attempt = 0,
+                Err(StreamEnd::Closed) => {}
                 Err(e) => {
                     self.stats.stream_errors.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(node = %self.cfg.node, error = %e, "session ended; reconnecting");
                 }
             }
+            attempt = attempt_after(attempt, welcomed, matches!(end, Err(StreamEnd::Closed)));
             if commands.is_closed() {
                 return;
             }
@@ -261,6 +262,15 @@ fn host_load() -> Heartbeat {
     hb
 }
 
+/// The backoff step to wait at after a stream ended: from the start when
+/// the coordinator closed it or once it had been welcomed (a session broken
+/// by a leader's death is a first failure, not the next of a row; else
+/// agents wait 21 to 30 s from the first try after a later failover), else
+/// the row goes on.
+fn attempt_after(attempt: u32, welcomed: bool, closed: bool) -> u32 {
+    if welcomed || closed { 0 } else { attempt }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,5 +281,13 @@ mod tests {
         assert_eq!(bounded_heartbeat(Duration::ZERO), Duration::from_millis(100));
         // The deadline a huge interval would make: no overflow.
         let _ = tokio::time::Instant::now() + jitter(bounded_heartbeat(Duration::from_secs(u64::MAX)));
+    }
+
+    #[test]
+    fn a_session_that_was_welcomed_starts_its_backoff_afresh() {
+        // (attempts so far, welcomed, closed by the coordinator) -> next
+        assert_eq!(attempt_after(6, true, false), 0, "a leader died under a live session");
+        assert_eq!(attempt_after(6, false, true), 0);
+        assert_eq!(attempt_after(6, false, false), 6, "failures in a row go on");
     }
 }

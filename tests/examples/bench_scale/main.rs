@@ -462,7 +462,7 @@ async fn main() {
         "Scale: N simulated agents (10 s heartbeat, 20 domains each) and N Active hosts registered in Nova,"
     );
     println!(
-        "against the release coordinator (drift interval {DRIFT}, health settle 90 s, fleet view bound \"view\"),"
+        "against the release coordinator (drift interval {DRIFT}, health settle 90 s, the fleet view's bound in \"view\"),"
     );
     println!("steady window a minute or two view bounds, whichever is longer");
     println!(
