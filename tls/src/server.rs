@@ -288,8 +288,8 @@ impl AsyncWrite for Conn {
 /// Accepts on `listener` and hands over each connection once its TLS
 /// handshake is done; handshakes run side by side, so a slow or silent
 /// client holds up no one until `max_handshakes` are under way: past that,
-/// new connections wait for a place (`Limits`). Accept errors (out of file descriptors) pause
-/// the loop, 10 ms doubling to 1 s, instead of spinning. The loop ends (and
+/// new connections wait for a place (`Limits`). Accept errors (out of file
+/// descriptors) pause the loop, 10 ms doubling to 1 s, instead of spinning. The loop ends (and
 /// the port is closed) when the server drops the stream.
 pub fn incoming(
     listener: TcpListener,

@@ -122,8 +122,11 @@ impl Session {
     pub async fn run(self, commands: mpsc::Sender<Command>) {
         let mut attempt = 0u32;
         loop {
+            let began = std::time::Instant::now();
             let end = self.stream_once(&commands).await;
             let welcomed = self.stats.connected.swap(false, Ordering::Relaxed);
+            // A session that held: not one a coordinator welcomes and drops.
+            let held = welcomed && began.elapsed() >= self.cfg.backoff.max;
             match &end {
                 Ok(()) => return,
                 Err(StreamEnd::Closed) => {}
@@ -132,7 +135,7 @@ impl Session {
                     tracing::warn!(node = %self.cfg.node, error = %e, "session ended; reconnecting");
                 }
             }
-            attempt = attempt_after(attempt, welcomed, matches!(end, Err(StreamEnd::Closed)));
+            attempt = attempt_after(attempt, held, matches!(end, Err(StreamEnd::Closed)));
             if commands.is_closed() {
                 return;
             }
@@ -263,12 +266,13 @@ fn host_load() -> Heartbeat {
 }
 
 /// The backoff step to wait at after a stream ended: from the start when
-/// the coordinator closed it or once it had been welcomed (a session broken
-/// by a leader's death is a first failure, not the next of a row; else
-/// agents wait 21 to 30 s from the first try after a later failover), else
-/// the row goes on.
-fn attempt_after(attempt: u32, welcomed: bool, closed: bool) -> u32 {
-    if welcomed || closed { 0 } else { attempt }
+/// the coordinator closed it or when a welcomed session held (at least the
+/// longest backoff): a session broken by a leader's death is a first
+/// failure, not the next of a row, or agents wait 21 to 30 s from the
+/// first try after a later failover. Else the row goes on, so a
+/// coordinator that welcomes and drops at once is not hammered.
+fn attempt_after(attempt: u32, held: bool, closed: bool) -> u32 {
+    if held || closed { 0 } else { attempt }
 }
 
 #[cfg(test)]
@@ -284,8 +288,8 @@ mod tests {
     }
 
     #[test]
-    fn a_session_that_was_welcomed_starts_its_backoff_afresh() {
-        // (attempts so far, welcomed, closed by the coordinator) -> next
+    fn a_session_that_held_starts_its_backoff_afresh() {
+        // (attempts so far, welcomed and held, closed by the coordinator) -> next
         assert_eq!(attempt_after(6, true, false), 0, "a leader died under a live session");
         assert_eq!(attempt_after(6, false, true), 0);
         assert_eq!(attempt_after(6, false, false), 6, "failures in a row go on");
