@@ -37,10 +37,13 @@ async fn counted(region: &Region, coord: &Proc) -> Vec<NovaRequest> {
 }
 
 /// Agents and Nodes for `hosts`, once each is Active and its first moments
-/// (the transition's quick looks) are over.
+/// are over: the transition's quick looks read the host on its own, and a
+/// read of the fleet begun before them cannot answer for it, so the window
+/// starts once every read of the fleet in use began after them (a bound and
+/// a drift interval). With 3 s a host was once read on its own in the window.
 async fn active(region: &Region, hosts: &[String], coord: &Proc) -> Vec<Proc> {
     let agents = region.active_with_agents(hosts, coord, SOON).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
     agents
 }
 
