@@ -579,6 +579,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         nova_clock_skew: args.nova_clock_skew,
         evacuate_by_default: args.evacuate_by_default,
         evacuate_rebuild_from_image: args.evacuate_rebuild_from_image,
+        progress_reads: Default::default(),
     });
     let intervals =
         Intervals { busy: args.busy_interval, drift: args.drift_interval, ..Intervals::default() };

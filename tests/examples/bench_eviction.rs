@@ -53,8 +53,8 @@ async fn evict(at_once: u32) {
     let name = format!("bench-{at_once}-{}", std::process::id());
     let options = EvictionOptions { max_parallel: PARALLEL, ..EvictionOptions::default() };
     let spec = EvictionSpec { hypervisor: host.clone(), reason: EvictionReason::AdminRequest, options };
-    // The makespan as the SRE sees it, to a tenth of a second (the status
-    // times are whole seconds): created to seen Succeeded.
+    // The makespan as the SRE sees it, to a tenth of a second: created to
+    // seen Succeeded.
     let created = jiff::Timestamp::now();
     evs.create(&PostParams::default(), &Eviction::new(&name, spec)).await.unwrap();
     let (ev, done) = loop {
@@ -115,7 +115,7 @@ async fn evict(at_once: u32) {
         "  lower bound:               {bound:.1} s (longest {longest:.1} s, total {total:.1} s / {PARALLEL})"
     );
     if at_once >= PARALLEL {
-        println!("  makespan / lower bound:    {:.2}", makespan / bound);
+        println!("  makespan / lower bound:    {:.3}", makespan / bound);
     } else {
         println!(
             "  makespan / lower bound:    {:.2} (a bound only if Nova ran {PARALLEL} at once)",
@@ -185,7 +185,7 @@ async fn breakdown(
     let mut timeline: Vec<(f64, f64)> =
         spans.iter().map(|(a, f, ..)| (secs(start, *a), secs(start, *f))).collect();
     timeline.sort_by(|x, y| x.0.total_cmp(&y.0));
-    let shown: Vec<String> = timeline.iter().map(|(a, f)| format!("{a:.0}-{f:.0}")).collect();
+    let shown: Vec<String> = timeline.iter().map(|(a, f)| format!("{a:.1}-{f:.1}")).collect();
     println!("  migrations (s from the start, asked-seen done): {}", shown.join(" "));
     println!("  where the rest goes (slot-seconds, {PARALLEL} slots):");
     println!("    before the first migration:  {lead:.1} (checks, host disabled)");

@@ -1,7 +1,7 @@
 //! `Migration`: one attempt to move one VM, owned by its `Eviction`. Every
 //! attempt gets its own object, so the history of a difficult VM is visible.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -90,13 +90,17 @@ pub struct MigrationStatus {
     pub nova_status: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_host: Option<String>,
+    /// When the request left for Nova. The attempt's times are kept to the
+    /// microsecond: an eviction's makespan is judged against the sum of its
+    /// migrations, which whole seconds blur by up to a second each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<Time>,
+    pub started_at: Option<MicroTime>,
+    /// When the coordinator first saw the attempt end in Nova.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finished_at: Option<Time>,
+    pub finished_at: Option<MicroTime>,
     /// Last time any progress counter moved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_progress_at: Option<Time>,
+    pub last_progress_at: Option<MicroTime>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_total_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

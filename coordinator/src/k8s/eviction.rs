@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -46,8 +46,21 @@ use crate::nova::{Nova, NovaError};
 pub const FINALIZER: &str = "hypervisor.cloud.sap/eviction";
 /// Before the caches are synced nothing is decided: missing is not absent.
 const CACHE_WAIT: Duration = Duration::from_millis(500);
-/// Look at a moving eviction again this soon.
+/// Look at a moving eviction this often, counted from one look's start to
+/// the next: counted from its end (a look takes a few tenths of a second),
+/// an attempt was seen ended 0.7 s after Nova ended it on average, not 0.5.
 const POLL: Duration = Duration::from_secs(1);
+/// The shortest pause between two looks, however long one took.
+const POLL_PAUSE: Duration = Duration::from_millis(200);
+/// Look again this soon after a step saw an attempt end while others run:
+/// attempts asked together of like VMs end together, and a look that
+/// falls between their ends left the later ones' slots idle a whole poll
+/// (1.4 s each on the ground, and the slots drifted apart from then on).
+const AFTER_AN_END: Duration = Duration::from_millis(300);
+/// An attempt's progress counters are read from Nova at most this often:
+/// they feed only the stall clock, judged over minutes, and read at every
+/// look they were a quarter of the eviction's Nova calls.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// Look again this soon after writing an end (Succeeded, Failed): that look
 /// releases the finalizer. The controller does not wake on its own status
 /// writes (`triggers::eviction_own`), so without it a finished Eviction
@@ -80,6 +93,36 @@ pub struct EvictionContext {
     /// A server whose disks died with its host is rebuilt from its image
     /// (`--evacuate-rebuild-from-image`).
     pub evacuate_rebuild_from_image: bool,
+    /// When each attempt in flight last had its progress read, by
+    /// Migration name.
+    pub progress_reads: Paced,
+}
+
+/// When each of some things was last done, kept in memory only: a new
+/// leader does each at once.
+#[derive(Default)]
+pub struct Paced(std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>);
+
+impl Paced {
+    /// Whether `key` was not done within `every`.
+    pub(crate) fn due(&self, key: &str, every: Duration) -> bool {
+        let Ok(last) = self.0.lock() else { return true };
+        last.get(key).is_none_or(|at| at.elapsed() >= every)
+    }
+
+    /// Records `key` done now.
+    pub(crate) fn done(&self, key: &str) {
+        if let Ok(mut last) = self.0.lock() {
+            last.insert(key.to_string(), std::time::Instant::now());
+        }
+    }
+
+    /// Forgets `key`: its attempt or eviction ended.
+    pub(crate) fn forget(&self, key: &str) {
+        if let Ok(mut last) = self.0.lock() {
+            last.remove(key);
+        }
+    }
 }
 
 /// What the host's fencing means for an eviction.
@@ -143,7 +186,7 @@ pub async fn reconcile(ev: Arc<Eviction>, ctx: Arc<EvictionContext>) -> Result<R
         EvictionPhase::Pending | EvictionPhase::Preflight if !deleting => {
             run_preflight(&ctx, &ev, &source, &fence, now).await
         }
-        EvictionPhase::Disabling if !deleting => wait_disabled(&ctx, &ev, &source, now).await,
+        EvictionPhase::Disabling if !deleting => wait_disabled(&ctx, &ev, &source, &fence, now).await,
         _ => migrate(&ctx, &ev, &source, &fence, now).await,
     }
 }
@@ -312,15 +355,16 @@ async fn refuse(ctx: &EvictionContext, ev: &Eviction, r: Refusal, now: Timestamp
 
 /// Writes the Eviction's status over the version this reconcile read and
 /// remembers it for a cache that lags; an unchanged status is not written
-/// (every write wakes the Hypervisor's reconcile).
-async fn record(ctx: &EvictionContext, ev: &Eviction, s: EvictionStatus) -> Result<(), Error> {
+/// (every write wakes the Hypervisor's reconcile). Answers the Eviction as
+/// written, if it was.
+async fn record(ctx: &EvictionContext, ev: &Eviction, s: EvictionStatus) -> Result<Option<Eviction>, Error> {
     if Some(&s) == ev.status.as_ref() {
-        return Ok(());
+        return Ok(None);
     }
     let written =
         write::status(&api(ctx), &ev.name_any(), ev.metadata.resource_version.as_deref(), &s).await?;
-    ctx.written.remember(ev.metadata.resource_version.clone(), written);
-    Ok(())
+    ctx.written.remember(ev.metadata.resource_version.clone(), written.clone());
+    Ok(Some(written))
 }
 
 /// Could every VM be placed elsewhere? Failing stops the eviction before
@@ -340,8 +384,7 @@ async fn run_preflight(
         record(ctx, ev, s).await?;
         return Ok(Requeue::requeue(POLL));
     }
-    let servers = ctx.nova.servers_on(source).await?;
-    let candidates = ctx.nova.candidates(source).await?;
+    let (servers, candidates) = tokio::try_join!(ctx.nova.servers_on(source), ctx.nova.candidates(source))?;
     let o = &ev.spec.options;
     let report = preflight(&servers, o.default_policy.unwrap_or(ctx.default_policy), &candidates, &o.force);
     let mut s = status_of(ev);
@@ -401,6 +444,7 @@ async fn wait_disabled(
     ctx: &EvictionContext,
     ev: &Eviction,
     source: &str,
+    fence: &Fence,
     now: Timestamp,
 ) -> Result<Requeue, Error> {
     let since = status_of(ev).started_at.map_or(now, |t| t.0);
@@ -411,8 +455,11 @@ async fn wait_disabled(
             s.phase = Some(EvictionPhase::Migrating);
             let c = DesiredCondition::new(ConditionType::HostDisabled, ConditionStatus::True, "Disabled", "");
             s.conditions = merge(&s.conditions, &[c], now, ev.metadata.generation);
-            record(ctx, ev, s).await?;
-            return Ok(Requeue::requeue(Duration::from_millis(100)));
+            // Straight on to the first migrations, on the Eviction as written.
+            return match record(ctx, ev, s).await? {
+                Some(written) => migrate(ctx, &written, source, fence, now).await,
+                None => Ok(Requeue::requeue(Duration::from_millis(100))),
+            };
         }
         Ok(None) => ("NoComputeService", format!("Nova shows no compute service for host {source}")),
         Ok(Some(true)) if waited.as_secs() >= ctx.disable_timeout.as_secs() as i64 => (
@@ -453,6 +500,7 @@ async fn migrate(
     fence: &Fence,
     now: Timestamp,
 ) -> Result<Requeue, Error> {
+    let began = std::time::Instant::now();
     let name = ev.name_any();
     let before = status_of(ev);
     let deleting = ev.metadata.deletion_timestamp.is_some();
@@ -486,6 +534,7 @@ async fn migrate(
     // Record each new attempt before asking Nova, so a crash in between
     // can never lead to a second request for the same attempt.
     let mut s = before.clone();
+    s.observed_generation = ev.metadata.generation;
     s.vms = step.vms.clone();
     s.phase = Some(step.phase);
     s.evacuating |= evacuation.is_some();
@@ -498,7 +547,7 @@ async fn migrate(
     for (mname, read, st) in &seen.records {
         write_migration(ctx, mname, read.as_deref(), st).await;
     }
-    act(ctx, ev, source, &step, now).await?;
+    act(ctx, ev, source, &step).await?;
     if step.phase.is_final() {
         ctx.limit.release(&name);
     }
@@ -506,7 +555,25 @@ async fn migrate(
         write::finalizer(&api(ctx), ev, FINALIZER, false).await?;
         return Ok(Requeue::await_change());
     }
-    Ok(Requeue::requeue(if step.phase.is_final() { ENDED } else { POLL }))
+    let next = if step.phase.is_final() {
+        ENDED
+    } else if ended_beside_others(&before.vms, &step.vms) {
+        AFTER_AN_END
+    } else {
+        POLL.saturating_sub(began.elapsed()).max(POLL_PAUSE)
+    };
+    Ok(Requeue::requeue(next))
+}
+
+/// Whether this step saw an attempt end while another one asked before
+/// this step still runs. Pure.
+fn ended_beside_others(before: &[VmStatus], after: &[VmStatus]) -> bool {
+    let moving = |vms: &[VmStatus], id: &str| vms.iter().any(|v| v.id == id && v.state == VmState::Migrating);
+    let was: Vec<&str> =
+        before.iter().filter(|v| v.state == VmState::Migrating).map(|v| v.id.as_str()).collect();
+    let ended = was.iter().any(|id| !moving(after, id));
+    let still = was.iter().any(|id| moving(after, id));
+    ended && still
 }
 
 /// The `Target` condition of a running eviction: False while its options
@@ -557,6 +624,9 @@ async fn observe(
         let start = status.started_at.as_ref().map_or(now, |t| t.0);
         ctx.nova.migrations_from(source, start - jiff::SignedDuration::from_mins(10)).await?
     };
+    // An attempt seen ended is stamped when Nova's answer came, not when
+    // this step began.
+    let read_at = Timestamp::now();
     let mut seen = Seen { servers, attempts: Vec::new(), records: Vec::new() };
     for vm in moving {
         let mname = migration_name(&ev.name_any(), &vm.id, vm.attempts);
@@ -564,7 +634,7 @@ async fn observe(
         let read = mine.as_ref().and_then(|m| m.metadata.resource_version.clone());
         let recorded = mine.and_then(|m| m.status.clone()).unwrap_or_default();
         let others = claimed(ctx, ev, vm);
-        let (obs, st) = observe_attempt(ctx, vm, recorded, &from_host, &others, now).await?;
+        let (obs, st) = observe_attempt(ctx, vm, &mname, recorded, &from_host, &others, read_at).await?;
         seen.attempts.extend(obs);
         seen.records.push((mname, read, st));
     }
@@ -596,6 +666,7 @@ fn claimed(ctx: &EvictionContext, ev: &Eviction, vm: &VmStatus) -> Vec<i64> {
 async fn observe_attempt(
     ctx: &EvictionContext,
     vm: &VmStatus,
+    mname: &str,
     mut st: MigrationStatus,
     from_host: &[NovaMigration],
     claimed: &[i64],
@@ -636,11 +707,17 @@ async fn observe_attempt(
             _ => MigrationPhase::Running,
         });
     }
-    let mut progress_reported = false;
+    // Between reads the record answers whether Nova reports counters.
+    let mut progress_reported = st.memory_processed_bytes.is_some() || st.disk_processed_bytes.is_some();
     if m.status.is_final() {
-        st.finished_at.get_or_insert(Time(now));
-    } else if m.status == (NovaState::Running { live_running: true }) {
+        st.finished_at.get_or_insert(MicroTime(now));
+        ctx.progress_reads.forget(mname);
+    } else if m.status == (NovaState::Running { live_running: true })
+        && ctx.progress_reads.due(mname, PROGRESS_EVERY)
+    {
         // Counters exist only while a live migration runs.
+        ctx.progress_reads.done(mname);
+        progress_reported = false;
         if let Some(p) = ctx.nova.progress_of(&vm.id).await?.into_iter().find(|p| p.id == m.id) {
             progress_reported = record_progress(&mut st, &p, now);
         }
@@ -658,7 +735,7 @@ fn record_progress(st: &mut MigrationStatus, p: &crate::nova::servers::Progress,
         || p.memory_remaining_bytes != st.memory_remaining_bytes
         || p.disk_processed_bytes != st.disk_processed_bytes;
     if moved {
-        st.last_progress_at = Some(Time(now));
+        st.last_progress_at = Some(MicroTime(now));
     }
     st.memory_total_bytes = p.memory_total_bytes;
     st.memory_processed_bytes = p.memory_processed_bytes;
@@ -688,35 +765,34 @@ fn find_attempt<'a>(
     }
 }
 
-/// Executes the step's actions: a Migration object, then the Nova request,
-/// for each new attempt; confirmations; aborts.
-async fn act(
-    ctx: &EvictionContext,
-    ev: &Eviction,
-    source: &str,
-    step: &plan::Step,
-    now: Timestamp,
-) -> Result<(), Error> {
+/// Executes the step's actions: confirmations and aborts first, in order;
+/// then the new attempts, each a Migration object and then its Nova
+/// request, all at once: asked one after another, the third of a step left
+/// Nova a fifth of a second after the first, and the slots drifted apart.
+async fn act(ctx: &EvictionContext, ev: &Eviction, source: &str, step: &plan::Step) -> Result<(), Error> {
     let name = ev.name_any();
+    let attempts: Vec<NewAttempt> = step
+        .actions
+        .iter()
+        .filter_map(|action| match action {
+            Action::Migrate { server_id, attempt, live, block_migration } => Some(NewAttempt {
+                server_id,
+                attempt: *attempt,
+                kind: if *live { MigrationKind::LiveMigrate } else { MigrationKind::ColdMigrate },
+                block_migration: *block_migration,
+            }),
+            Action::Evacuate { server_id, attempt } => Some(NewAttempt {
+                server_id,
+                attempt: *attempt,
+                kind: MigrationKind::Evacuate,
+                block_migration: false,
+            }),
+            _ => None,
+        })
+        .collect();
     for action in &step.actions {
         match action {
-            Action::Migrate { server_id, attempt, live, block_migration } => {
-                let kind = if *live { MigrationKind::LiveMigrate } else { MigrationKind::ColdMigrate };
-                let vm = step.vms.iter().find(|v| &v.id == server_id).cloned().unwrap_or_default();
-                let mname = migration_name(&name, server_id, *attempt);
-                let read =
-                    create_migration(ctx, ev, &mname, source, &vm, *attempt, kind, *block_migration).await?;
-                let st = request_migration(ctx, &name, server_id, *attempt, kind, now).await?;
-                write_migration(ctx, &mname, read.as_deref(), &st).await;
-            }
-            Action::Evacuate { server_id, attempt } => {
-                let kind = MigrationKind::Evacuate;
-                let vm = step.vms.iter().find(|v| &v.id == server_id).cloned().unwrap_or_default();
-                let mname = migration_name(&name, server_id, *attempt);
-                let read = create_migration(ctx, ev, &mname, source, &vm, *attempt, kind, false).await?;
-                let st = request_migration(ctx, &name, server_id, *attempt, kind, now).await?;
-                write_migration(ctx, &mname, read.as_deref(), &st).await;
-            }
+            Action::Migrate { .. } | Action::Evacuate { .. } => {}
             // Idempotent, and asked again at the next step until the server
             // runs: a failure is told, not fatal to the reconcile.
             Action::Start { server_id } => match ctx.nova.start(server_id).await {
@@ -744,6 +820,34 @@ async fn act(
             }
         }
     }
+    // Each attempt was recorded before; one that fails here does not keep
+    // the others from Nova.
+    let asked = attempts.iter().map(|a| new_attempt(ctx, ev, source, &step.vms, a));
+    futures_util::future::join_all(asked).await.into_iter().collect()
+}
+
+/// An attempt the step starts.
+struct NewAttempt<'a> {
+    server_id: &'a str,
+    attempt: u32,
+    kind: MigrationKind,
+    block_migration: bool,
+}
+
+/// Records the attempt's Migration object, asks Nova, and records the answer.
+async fn new_attempt(
+    ctx: &EvictionContext,
+    ev: &Eviction,
+    source: &str,
+    vms: &[VmStatus],
+    a: &NewAttempt<'_>,
+) -> Result<(), Error> {
+    let name = ev.name_any();
+    let vm = vms.iter().find(|v| v.id == a.server_id).cloned().unwrap_or_default();
+    let mname = migration_name(&name, a.server_id, a.attempt);
+    let read = create_migration(ctx, ev, &mname, source, &vm, a.attempt, a.kind, a.block_migration).await?;
+    let st = request_migration(ctx, &name, a.server_id, a.attempt, a.kind).await?;
+    write_migration(ctx, &mname, read.as_deref(), &st).await;
     Ok(())
 }
 
@@ -796,12 +900,14 @@ async fn request_migration(
     server_id: &str,
     attempt: u32,
     kind: MigrationKind,
-    now: Timestamp,
 ) -> Result<MigrationStatus, Error> {
+    // Stamped as the request leaves, not when the step began: the
+    // attempt's time is Nova's, what came before it is ours.
+    let sent = Timestamp::now();
     let mut st = MigrationStatus {
         phase: Some(MigrationPhase::Pending),
-        started_at: Some(Time(now)),
-        last_progress_at: Some(Time(now)),
+        started_at: Some(MicroTime(sent)),
+        last_progress_at: Some(MicroTime(sent)),
         ..Default::default()
     };
     let asked = match kind {
@@ -825,14 +931,14 @@ async fn request_migration(
             tracing::warn!(eviction, server = %server_id, attempt, error = %e, "migration request not sent");
             st.phase = Some(MigrationPhase::NotSent);
             st.message = e.to_string();
-            st.finished_at = Some(Time(now));
+            st.finished_at = Some(MicroTime(Timestamp::now()));
         }
         Err(e) => {
             tracing::warn!(eviction, server = %server_id, attempt, error = %e, "migration refused");
             st.phase = Some(MigrationPhase::Failed);
             st.nova_status = Some("refused".into());
             st.message = e.to_string();
-            st.finished_at = Some(Time(now));
+            st.finished_at = Some(MicroTime(Timestamp::now()));
         }
     }
     Ok(st)
@@ -900,5 +1006,39 @@ mod tests {
         // Once recorded, only the recorded one.
         let recorded = MigrationStatus { nova_migration_id: Some(6), ..Default::default() };
         assert_eq!(find_attempt(&vm, &recorded, &both, asked - skew, &[]).map(|m| m.id), Some(6));
+    }
+
+    fn vm(id: &str, state: VmState) -> VmStatus {
+        VmStatus { id: id.into(), state, ..Default::default() }
+    }
+
+    #[test]
+    fn a_look_comes_soon_only_after_an_end_beside_an_attempt_still_running() {
+        use VmState::{Migrated, Migrating, Pending};
+        let before = [vm("a", Migrating), vm("b", Migrating), vm("c", Pending)];
+        // a ended, b still runs: its end is likely close.
+        assert!(ended_beside_others(&before, &[vm("a", Migrated), vm("b", Migrating), vm("c", Pending)]));
+        // a ended and its slot went to c; b still runs.
+        assert!(ended_beside_others(&before, &[vm("a", Migrated), vm("b", Migrating), vm("c", Migrating)]));
+        // Both ended together (c just started): nothing to expect soon.
+        assert!(!ended_beside_others(&before, &[vm("a", Migrated), vm("b", Migrated), vm("c", Migrating)]));
+        // Nothing ended.
+        assert!(!ended_beside_others(&before, &before));
+        // Nothing was running before this step.
+        let idle = [vm("a", Pending), vm("b", Pending)];
+        assert!(!ended_beside_others(&idle, &[vm("a", Migrating), vm("b", Migrating)]));
+    }
+
+    #[test]
+    fn a_paced_thing_is_due_once_its_interval_passed_and_afresh_once_forgotten() {
+        let paced = Paced::default();
+        let every = Duration::from_secs(5);
+        assert!(paced.due("ev-vm-a-1", every), "never done: due");
+        paced.done("ev-vm-a-1");
+        assert!(!paced.due("ev-vm-a-1", every), "done a moment ago");
+        assert!(paced.due("ev-vm-b-1", every), "another has its own clock");
+        assert!(paced.due("ev-vm-a-1", Duration::ZERO), "an interval already over");
+        paced.forget("ev-vm-a-1");
+        assert!(paced.due("ev-vm-a-1", every), "forgotten: due");
     }
 }

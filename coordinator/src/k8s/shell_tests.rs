@@ -136,7 +136,8 @@ impl Nova for FakeNova {
         push(&self.log, format!("nova {action}"));
         self.execute.clone()
     }
-    async fn servers_on(&self, _: &str) -> Result<Vec<Server>, NovaError> {
+    async fn servers_on(&self, host: &str) -> Result<Vec<Server>, NovaError> {
+        push(&self.log, format!("nova servers on {host}"));
         Ok(self.servers.clone())
     }
     async fn server(&self, _: &str) -> Result<Option<Server>, NovaError> {
@@ -151,7 +152,8 @@ impl Nova for FakeNova {
     async fn migrations_from(&self, _: &str, _: Timestamp) -> Result<Vec<NovaMigration>, NovaError> {
         Ok(self.migrations.clone())
     }
-    async fn progress_of(&self, _: &str) -> Result<Vec<Progress>, NovaError> {
+    async fn progress_of(&self, id: &str) -> Result<Vec<Progress>, NovaError> {
+        push(&self.log, format!("nova progress {id}"));
         Ok(Vec::new())
     }
     async fn migrate(&self, id: &str, _: bool) -> Result<(), NovaError> {
@@ -596,6 +598,7 @@ fn eviction_ctx_seeing(
         nova_clock_skew: Duration::from_secs(60),
         evacuate_by_default: true,
         evacuate_rebuild_from_image: false,
+        progress_reads: Default::default(),
     };
     Ev { ctx: Arc::new(ctx), log, bodies }
 }
@@ -743,6 +746,77 @@ async fn the_slot_an_attempt_seen_done_frees_is_taken_in_the_same_step() {
         .unwrap_or_else(|| panic!("no status written: {log:?}"));
     assert_eq!(last["status"]["vms"][0]["state"], "Migrated", "{last}");
     assert_eq!(last["status"]["vms"][1]["state"], "Migrating", "{last}");
+}
+
+/// vm-a's attempt in flight, asked 30 s ago, as Nova shows it (`status`),
+/// with the eviction's context.
+fn one_attempt_in_flight(status: crate::nova::servers::NovaState) -> (Ev, Arc<Eviction>) {
+    let asked = Timestamp::now() - jiff::SignedDuration::from_secs(30);
+    let nova = NovaMigration {
+        id: 41,
+        status,
+        instance_uuid: Some("vm-a".into()),
+        source_compute: Some("node-1".into()),
+        dest_compute: Some("node-2".into()),
+        migration_type: Some("live-migration".into()),
+        created_at: Some(asked + jiff::SignedDuration::from_secs(1)),
+        updated_at: None,
+    };
+    let t = eviction_ctx_seeing(ev_or_migration, vec![server("vm-a")], vec![nova], Ok(()), true, 5);
+    let vm = VmStatus {
+        id: "vm-a".into(),
+        state: VmState::Migrating,
+        attempts: 1,
+        attempt_started: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(asked)),
+        memory_bytes: 1 << 30,
+        ..Default::default()
+    };
+    (t, an_eviction(migrating(vec![vm])))
+}
+
+#[tokio::test]
+async fn a_look_comes_soon_after_an_end_beside_a_running_attempt() {
+    // vm-a's and vm-b's attempts were asked together; Nova shows vm-a's
+    // completed and vm-b's still running.
+    let asked = Timestamp::now() - jiff::SignedDuration::from_secs(30);
+    let nova = |id, server: &str, status| NovaMigration {
+        id,
+        status,
+        instance_uuid: Some(server.into()),
+        source_compute: Some("node-1".into()),
+        dest_compute: Some("node-2".into()),
+        migration_type: Some("live-migration".into()),
+        created_at: Some(asked + jiff::SignedDuration::from_secs(1)),
+        updated_at: None,
+    };
+    let seen = vec![
+        nova(41, "vm-a", crate::nova::servers::NovaState::Completed),
+        nova(42, "vm-b", crate::nova::servers::NovaState::Running { live_running: true }),
+    ];
+    let moved = Server { host: Some("node-2".into()), ..server("vm-a") };
+    let t = eviction_ctx_seeing(ev_or_migration, vec![moved, server("vm-b")], seen, Ok(()), true, 5);
+    let in_flight = |id: &str| VmStatus {
+        id: id.into(),
+        state: VmState::Migrating,
+        attempts: 1,
+        attempt_started: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(asked)),
+        memory_bytes: 1 << 30,
+        ..Default::default()
+    };
+    let mut ev = (*an_eviction(migrating(vec![in_flight("vm-a"), in_flight("vm-b")]))).clone();
+    ev.spec.options.max_parallel = 2;
+    let next = eviction::reconcile(Arc::new(ev), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(next, kube::runtime::controller::Action::requeue(Duration::from_millis(300)));
+}
+
+#[tokio::test]
+async fn a_running_attempts_progress_is_not_read_again_at_the_next_look() {
+    let (t, ev) = one_attempt_in_flight(crate::nova::servers::NovaState::Running { live_running: true });
+    eviction::reconcile(ev.clone(), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    eviction::reconcile(ev, t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    let log = entries(&t.log);
+    assert_eq!(log.iter().filter(|l| *l == "nova servers on node-1").count(), 2, "two looks: {log:?}");
+    assert_eq!(log.iter().filter(|l| *l == "nova progress vm-a").count(), 1, "{log:?}");
 }
 
 #[tokio::test]

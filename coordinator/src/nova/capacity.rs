@@ -68,15 +68,24 @@ impl NovaClient {
     /// The hosts the VMs of `source` could go to. A host without a
     /// provider in Placement is left out (the scheduler could not use it).
     pub async fn candidates(&self, source: &str) -> Result<Vec<Candidate>, NovaError> {
-        let call = Call::get(Service::Compute, "os-services").param("binary", "nova-compute");
-        let services: Vec<ServiceRow> = self.cloud().fetch(call, "services").await?;
-        let call = Call::get(Service::Compute, "os-aggregates");
-        let aggregates: Vec<AggregateRow> = self.cloud().fetch(call, "aggregates").await?;
-        let call = Call::get(Service::Placement, "resource_providers");
-        let providers: Vec<ProviderRow> = self.cloud().fetch(call, "resource_providers").await?;
+        // The four lists go out together: an eviction's first migration
+        // waits on them.
+        let services = Call::get(Service::Compute, "os-services").param("binary", "nova-compute");
+        let aggregates = Call::get(Service::Compute, "os-aggregates");
+        let providers = Call::get(Service::Placement, "resource_providers");
+        let (services, aggregates, providers, provider_of): (
+            Vec<ServiceRow>,
+            Vec<AggregateRow>,
+            Vec<ProviderRow>,
+            _,
+        ) = tokio::try_join!(
+            self.cloud().fetch(services, "services"),
+            self.cloud().fetch(aggregates, "aggregates"),
+            self.cloud().fetch(providers, "resource_providers"),
+            // A host's provider is named after its hypervisor, not its service.
+            self.provider_names(),
+        )?;
         let uuid_of: BTreeMap<String, String> = providers.into_iter().map(|p| (p.name, p.uuid)).collect();
-        // A host's provider is named after its hypervisor, not its service.
-        let provider_of = self.provider_names().await?;
 
         let usable = services
             .into_iter()

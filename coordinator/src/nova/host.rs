@@ -147,14 +147,16 @@ impl NovaClient {
         let Some(service) = self.service(host).await? else {
             return Ok(None);
         };
-        let hypervisor = self.hypervisor(host).await?;
-        let aggregates = self.aggregates().await?;
+        // The reads that do not depend on each other go out together: a
+        // host's own look is on the path of every transition (an eviction
+        // waits on it before its host is disabled).
+        let (hypervisor, aggregates, instances) =
+            tokio::try_join!(self.hypervisor(host), self.aggregates(), self.instances(host))?;
         let node = hypervisor.as_ref().map_or(host, |h| h.hypervisor_hostname.as_str());
         let traits = match self.provider(node).await? {
             Some(p) => Some(self.traits(&p.uuid).await?.traits.into_iter().collect()),
             None => None,
         };
-        let instances = self.instances(host).await?;
         let hypervisor_id = hypervisor.map(|h| h.id);
         Ok(Some(nova_host_from(
             host,
