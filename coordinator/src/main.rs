@@ -584,10 +584,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let intervals =
         Intervals { busy: args.busy_interval, drift: args.drift_interval, ..Intervals::default() };
     let view_max_age = args.nova_view_max_age.unwrap_or(args.drift_interval / 2);
+    let nova_view = Arc::new(FleetView::new(view_max_age, intervals.retry));
+    let view = nova_view.clone();
+    metrics.set_nova_view(move || view.figures());
     let ctx = Arc::new(Context {
         client: acting.clone(),
         nova,
-        nova_view: Arc::new(FleetView::new(view_max_age, intervals.retry)),
+        nova_view,
         registry: registry.clone(),
         health: health.clone(),
         recorder: Recorder::new(

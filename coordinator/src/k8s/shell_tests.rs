@@ -1275,9 +1275,13 @@ async fn the_fleet_is_read_once_for_all_and_never_older_than_a_hosts_own_read() 
     };
 
     let view = Arc::new(FleetView::new(Duration::from_millis(200), Duration::from_secs(60)));
+    let figures = |view: &FleetView| view.figures().unwrap_or_else(|| panic!("the view is on"));
+    assert_eq!((figures(&view).age, figures(&view).last_read), (None, None), "not read yet");
     let all = futures_util::future::join_all((0..10).map(|_| ask(view.clone()))).await;
     assert!(all.iter().all(|o| *o == Some(NovaObs::Registered(host.clone()))), "{all:?}");
     assert_eq!(reads(&t), 1, "one read for ten reconciles");
+    assert!(figures(&view).age.is_some_and(|a| a < Duration::from_millis(200)), "{:?}", figures(&view));
+    assert!(figures(&view).last_read.is_some());
     view.fresh(nova.as_ref(), "node-1", &[]).await;
     assert_eq!(ask(view.clone()).await, None, "read on its own after the snapshot began");
     tokio::time::sleep(Duration::from_millis(250)).await;
@@ -1290,6 +1294,11 @@ async fn the_fleet_is_read_once_for_all_and_never_older_than_a_hosts_own_read() 
     let all = futures_util::future::join_all((0..5).map(|_| ask(view.clone()))).await;
     assert!(all.iter().all(Option::is_some), "{all:?}");
     assert_eq!(reads(&t), 3, "one slow read, not five in turn");
+    assert!(
+        figures(&view).last_read.is_some_and(|r| r >= Duration::from_millis(300)),
+        "{:?}",
+        figures(&view)
+    );
 
     // A failing read: the last snapshot still confirms (younger than ten
     // bounds), the fleet is not read again before the pause; once the last
@@ -1300,12 +1309,14 @@ async fn the_fleet_is_read_once_for_all_and_never_older_than_a_hosts_own_read() 
     assert_eq!(ask(view.clone()).await, Some(NovaObs::Registered(host.clone())), "the last read confirms");
     assert_eq!(ask(view.clone()).await, Some(NovaObs::Registered(host.clone())));
     assert_eq!(reads(&t), 4, "not read again within the pause");
+    assert_eq!(figures(&view).failures, 1);
     tokio::time::sleep(Duration::from_millis(2000)).await;
     assert_eq!(ask(view.clone()).await, None, "older than ten bounds: hosts read their own");
 
     // Off: no read at all.
     let before = reads(&t);
     let off = Arc::new(FleetView::new(Duration::ZERO, Duration::from_secs(60)));
+    assert_eq!(off.figures(), None, "no figures for a view that is off");
     assert_eq!(ask(off).await, None);
     assert_eq!(reads(&t), before);
 }

@@ -11,6 +11,7 @@ mod fleet;
 mod openstack;
 mod reconciles;
 mod sessions;
+mod view;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,6 +35,7 @@ pub use sessions::AgentSessions;
 use crate::api::hypervisor::HealthState;
 
 type FleetSource = Box<dyn Fn() -> Fleet + Send + Sync>;
+type ViewSource = Box<dyn Fn() -> Option<crate::nova::view::ViewFigures> + Send + Sync>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RoleLabel {
@@ -60,6 +62,8 @@ pub struct Metrics {
     pub sessions: AgentSessions,
     fleet_gauges: fleet::FleetGauges,
     tls: OnceLock<Tls>,
+    /// The fleet view of Nova in numbers, shown while this replica leads.
+    nova_view: OnceLock<ViewSource>,
     /// The fleet as this replica sees it (the Hypervisor cache and the
     /// agent sessions), shown only while it leads.
     fleet: OnceLock<FleetSource>,
@@ -94,6 +98,7 @@ impl Default for Metrics {
             leader_gauge,
             leader_transitions,
             tls: OnceLock::new(),
+            nova_view: OnceLock::new(),
             fleet: OnceLock::new(),
             pod_label: OnceLock::new(),
             scraping: std::sync::Mutex::new(()),
@@ -112,6 +117,13 @@ impl Metrics {
         );
         registry.register("hv_coordinator_grpc_connections", "gRPC connections open.", connections.clone());
         let _ = self.tls.set(Tls { registry, stats, failed, connections });
+    }
+
+    pub fn set_nova_view(
+        &self,
+        source: impl Fn() -> Option<crate::nova::view::ViewFigures> + Send + Sync + 'static,
+    ) {
+        let _ = self.nova_view.set(Box::new(source));
     }
 
     pub fn set_fleet(&self, source: impl Fn() -> Fleet + Send + Sync + 'static) {
@@ -162,6 +174,11 @@ impl Metrics {
                 tls.connections
                     .set(i64::try_from(tls.stats.connections.load(Ordering::Relaxed)).unwrap_or(i64::MAX));
                 prometheus_client::encoding::text::encode_registry(&mut s, &tls.registry)?;
+            }
+            if let Some(figures) =
+                self.nova_view.get().filter(|_| self.is_leader()).and_then(|source| source())
+            {
+                prometheus_client::encoding::text::encode_registry(&mut s, &view::registry(&figures))?;
             }
             prometheus_client::encoding::text::encode_eof(&mut s)
         };
@@ -274,6 +291,14 @@ mod tests {
         let m = Metrics::default();
         m.set_tls(Arc::new(hv_tls::server::Stats::default()));
         m.set_fleet(|| fleet([(Phase::Active, true, Some(HealthState::Healthy))]));
+        m.set_nova_view(|| {
+            Some(crate::nova::view::ViewFigures {
+                bound: Duration::from_secs(30),
+                age: Some(Duration::from_secs(12)),
+                last_read: Some(Duration::from_secs(2)),
+                failures: 0,
+            })
+        });
         m.set_leader(true);
         m.add(&Tally { durations: vec![1.0], ..Tally::default() });
         m.reconciles.record("hypervisor", Duration::from_millis(1), Err("kubernetes_conflict"));

@@ -77,6 +77,16 @@ pub struct FleetView {
     state: Mutex<State>,
 }
 
+/// The view in numbers ([`FleetView::figures`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ViewFigures {
+    pub bound: Duration,
+    /// None before the first good read.
+    pub age: Option<Duration>,
+    pub last_read: Option<Duration>,
+    pub failures: u32,
+}
+
 #[derive(Default)]
 struct State {
     snapshot: Option<Arc<FleetSnapshot>>,
@@ -119,6 +129,22 @@ impl FleetView {
             return None;
         }
         snapshot.host(host, wanted_aggregates, traits)
+    }
+
+    /// What an SRE watches of the view (`/metrics`): its bound, its
+    /// snapshot's age (from its read's start), how long the last good read
+    /// took, and the failed reads in a row. None while the view is off.
+    pub fn figures(&self) -> Option<ViewFigures> {
+        if self.max_age.is_zero() {
+            return None;
+        }
+        let state = self.lock();
+        Some(ViewFigures {
+            bound: self.max_age,
+            age: state.snapshot.as_ref().map(|s| s.started.elapsed()),
+            last_read: state.done.map(|_| state.took),
+            failures: state.failures,
+        })
     }
 
     /// The host's own fresh reads, remembered so that no older snapshot
