@@ -50,8 +50,9 @@ const CACHE_WAIT: Duration = Duration::from_millis(500);
 /// the next: counted from its end (a look takes a few tenths of a second),
 /// an attempt was seen ended 0.7 s after Nova ended it on average, not 0.5.
 const POLL: Duration = Duration::from_secs(1);
-/// The shortest pause between two looks, however long one took.
-const POLL_PAUSE: Duration = Duration::from_millis(200);
+/// The shortest pause between two looks, however long one took: a slow
+/// Nova is not asked faster.
+const POLL_PAUSE: Duration = Duration::from_millis(500);
 /// Look again this soon after a step saw an attempt end while others run:
 /// attempts asked together of like VMs end together, and a look that
 /// falls between their ends left the later ones' slots idle a whole poll
@@ -121,6 +122,17 @@ impl Paced {
     pub(crate) fn forget(&self, key: &str) {
         if let Ok(mut last) = self.0.lock() {
             last.remove(key);
+        }
+    }
+
+    /// Forgets every attempt of an eviction that ended, those this
+    /// process never saw end included (a fence, a VM given up, a new
+    /// leader). An eviction whose name begins with this one's and a dash
+    /// loses its entries too, and only reads its counters once more.
+    pub(crate) fn forget_eviction(&self, eviction: &str) {
+        let prefix = format!("{eviction}-");
+        if let Ok(mut last) = self.0.lock() {
+            last.retain(|k, _| !k.starts_with(&prefix));
         }
     }
 }
@@ -550,6 +562,7 @@ async fn migrate(
     act(ctx, ev, source, &step).await?;
     if step.phase.is_final() {
         ctx.limit.release(&name);
+        ctx.progress_reads.forget_eviction(&name);
     }
     if deleting && step.phase == EvictionPhase::Cancelled {
         write::finalizer(&api(ctx), ev, FINALIZER, false).await?;
@@ -707,8 +720,7 @@ async fn observe_attempt(
             _ => MigrationPhase::Running,
         });
     }
-    // Between reads the record answers whether Nova reports counters.
-    let mut progress_reported = st.memory_processed_bytes.is_some() || st.disk_processed_bytes.is_some();
+    let mut progress_reported = counters_judged(&m.status, &st);
     if m.status.is_final() {
         st.finished_at.get_or_insert(MicroTime(now));
         ctx.progress_reads.forget(mname);
@@ -726,6 +738,15 @@ async fn observe_attempt(
     obs.started_at = st.started_at.as_ref().map_or(asked, |t| t.0);
     obs.last_progress_at = st.last_progress_at.as_ref().map_or(asked, |t| t.0);
     Ok((Some(obs), st))
+}
+
+/// Whether the stall clock judges the attempt between two reads of its
+/// counters: only while its live migration runs, and only if Nova reported
+/// counters before (the record keeps them after `running` ends, when no
+/// counter moves any more and an abort would be refused). Pure.
+fn counters_judged(nova: &NovaState, recorded: &MigrationStatus) -> bool {
+    *nova == (NovaState::Running { live_running: true })
+        && (recorded.memory_processed_bytes.is_some() || recorded.disk_processed_bytes.is_some())
 }
 
 /// Copies Nova's progress counters into the record; `last_progress_at`
@@ -823,7 +844,14 @@ async fn act(ctx: &EvictionContext, ev: &Eviction, source: &str, step: &plan::St
     // Each attempt was recorded before; one that fails here does not keep
     // the others from Nova.
     let asked = attempts.iter().map(|a| new_attempt(ctx, ev, source, &step.vms, a));
-    futures_util::future::join_all(asked).await.into_iter().collect()
+    let mut first = Ok(());
+    for (a, result) in attempts.iter().zip(futures_util::future::join_all(asked).await) {
+        if let Err(e) = result {
+            tracing::warn!(server = %a.server_id, attempt = a.attempt, error = %e, "attempt not asked");
+            first = first.and(Err(e));
+        }
+    }
+    first
 }
 
 /// An attempt the step starts.
@@ -1027,6 +1055,30 @@ mod tests {
         // Nothing was running before this step.
         let idle = [vm("a", Pending), vm("b", Pending)];
         assert!(!ended_beside_others(&idle, &[vm("a", Migrating), vm("b", Migrating)]));
+    }
+
+    #[test]
+    fn the_stall_clock_judges_recorded_counters_only_while_the_live_migration_runs() {
+        let with = MigrationStatus { memory_processed_bytes: Some(1 << 20), ..Default::default() };
+        let without = MigrationStatus::default();
+        let running = NovaState::Running { live_running: true };
+        assert!(counters_judged(&running, &with));
+        assert!(!counters_judged(&running, &without), "Nova never reported counters");
+        // Post-migrating: the counters no longer move, and an abort would be refused.
+        assert!(!counters_judged(&NovaState::Running { live_running: false }, &with));
+        assert!(!counters_judged(&NovaState::Queued, &with));
+    }
+
+    #[test]
+    fn an_ended_evictions_progress_clocks_are_forgotten() {
+        let paced = Paced::default();
+        for key in ["ev-vm-a-1", "ev-vm-b-2", "other-vm-a-1"] {
+            paced.done(key);
+        }
+        paced.forget_eviction("ev");
+        let every = Duration::from_secs(5);
+        assert!(paced.due("ev-vm-a-1", every) && paced.due("ev-vm-b-2", every));
+        assert!(!paced.due("other-vm-a-1", every), "another eviction's stays");
     }
 
     #[test]

@@ -711,27 +711,11 @@ async fn the_slot_an_attempt_seen_done_frees_is_taken_in_the_same_step() {
     // the server on another host. This very reconcile starts vm-b, not
     // the next one a poll later.
     let asked = Timestamp::now() - jiff::SignedDuration::from_secs(30);
-    let done = NovaMigration {
-        id: 41,
-        status: crate::nova::servers::NovaState::Completed,
-        instance_uuid: Some("vm-a".into()),
-        source_compute: Some("node-1".into()),
-        dest_compute: Some("node-2".into()),
-        migration_type: Some("live-migration".into()),
-        created_at: Some(asked + jiff::SignedDuration::from_secs(1)),
-        updated_at: Some(asked + jiff::SignedDuration::from_secs(20)),
-    };
+    let done = nova_migration(41, "vm-a", crate::nova::servers::NovaState::Completed, asked);
     let moved = Server { host: Some("node-2".into()), ..server("vm-a") };
     let t = eviction_ctx_seeing(ev_or_migration, vec![moved, server("vm-b")], vec![done], Ok(()), true, 5);
     let vms = vec![
-        VmStatus {
-            id: "vm-a".into(),
-            state: VmState::Migrating,
-            attempts: 1,
-            attempt_started: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(asked)),
-            memory_bytes: 1 << 30,
-            ..Default::default()
-        },
+        in_flight("vm-a", asked),
         VmStatus { id: "vm-b".into(), state: VmState::Pending, memory_bytes: 1 << 30, ..Default::default() },
     ];
     let mut ev = (*an_eviction(migrating(vms))).clone();
@@ -748,38 +732,15 @@ async fn the_slot_an_attempt_seen_done_frees_is_taken_in_the_same_step() {
     assert_eq!(last["status"]["vms"][1]["state"], "Migrating", "{last}");
 }
 
-/// vm-a's attempt in flight, asked 30 s ago, as Nova shows it (`status`),
-/// with the eviction's context.
-fn one_attempt_in_flight(status: crate::nova::servers::NovaState) -> (Ev, Arc<Eviction>) {
-    let asked = Timestamp::now() - jiff::SignedDuration::from_secs(30);
-    let nova = NovaMigration {
-        id: 41,
-        status,
-        instance_uuid: Some("vm-a".into()),
-        source_compute: Some("node-1".into()),
-        dest_compute: Some("node-2".into()),
-        migration_type: Some("live-migration".into()),
-        created_at: Some(asked + jiff::SignedDuration::from_secs(1)),
-        updated_at: None,
-    };
-    let t = eviction_ctx_seeing(ev_or_migration, vec![server("vm-a")], vec![nova], Ok(()), true, 5);
-    let vm = VmStatus {
-        id: "vm-a".into(),
-        state: VmState::Migrating,
-        attempts: 1,
-        attempt_started: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(asked)),
-        memory_bytes: 1 << 30,
-        ..Default::default()
-    };
-    (t, an_eviction(migrating(vec![vm])))
-}
-
-#[tokio::test]
-async fn a_look_comes_soon_after_an_end_beside_a_running_attempt() {
-    // vm-a's and vm-b's attempts were asked together; Nova shows vm-a's
-    // completed and vm-b's still running.
-    let asked = Timestamp::now() - jiff::SignedDuration::from_secs(30);
-    let nova = |id, server: &str, status| NovaMigration {
+/// Nova's live migration `id` of `server` from node-1 to node-2, created a
+/// second after `asked`.
+fn nova_migration(
+    id: i64,
+    server: &str,
+    status: crate::nova::servers::NovaState,
+    asked: Timestamp,
+) -> NovaMigration {
+    NovaMigration {
         id,
         status,
         instance_uuid: Some(server.into()),
@@ -788,22 +749,42 @@ async fn a_look_comes_soon_after_an_end_beside_a_running_attempt() {
         migration_type: Some("live-migration".into()),
         created_at: Some(asked + jiff::SignedDuration::from_secs(1)),
         updated_at: None,
-    };
-    let seen = vec![
-        nova(41, "vm-a", crate::nova::servers::NovaState::Completed),
-        nova(42, "vm-b", crate::nova::servers::NovaState::Running { live_running: true }),
-    ];
-    let moved = Server { host: Some("node-2".into()), ..server("vm-a") };
-    let t = eviction_ctx_seeing(ev_or_migration, vec![moved, server("vm-b")], seen, Ok(()), true, 5);
-    let in_flight = |id: &str| VmStatus {
+    }
+}
+
+/// A VM whose first attempt was asked at `asked`.
+fn in_flight(id: &str, asked: Timestamp) -> VmStatus {
+    VmStatus {
         id: id.into(),
         state: VmState::Migrating,
         attempts: 1,
         attempt_started: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(asked)),
         memory_bytes: 1 << 30,
         ..Default::default()
-    };
-    let mut ev = (*an_eviction(migrating(vec![in_flight("vm-a"), in_flight("vm-b")]))).clone();
+    }
+}
+
+/// vm-a's attempt in flight, asked 30 s ago, as Nova shows it (`status`),
+/// with the eviction's context.
+fn one_attempt_in_flight(status: crate::nova::servers::NovaState) -> (Ev, Arc<Eviction>) {
+    let asked = Timestamp::now() - jiff::SignedDuration::from_secs(30);
+    let nova = nova_migration(41, "vm-a", status, asked);
+    let t = eviction_ctx_seeing(ev_or_migration, vec![server("vm-a")], vec![nova], Ok(()), true, 5);
+    (t, an_eviction(migrating(vec![in_flight("vm-a", asked)])))
+}
+
+#[tokio::test]
+async fn a_look_comes_soon_after_an_end_beside_a_running_attempt() {
+    // vm-a's and vm-b's attempts were asked together; Nova shows vm-a's
+    // completed and vm-b's still running.
+    let asked = Timestamp::now() - jiff::SignedDuration::from_secs(30);
+    let seen = vec![
+        nova_migration(41, "vm-a", crate::nova::servers::NovaState::Completed, asked),
+        nova_migration(42, "vm-b", crate::nova::servers::NovaState::Running { live_running: true }, asked),
+    ];
+    let moved = Server { host: Some("node-2".into()), ..server("vm-a") };
+    let t = eviction_ctx_seeing(ev_or_migration, vec![moved, server("vm-b")], seen, Ok(()), true, 5);
+    let mut ev = (*an_eviction(migrating(vec![in_flight("vm-a", asked), in_flight("vm-b", asked)]))).clone();
     ev.spec.options.max_parallel = 2;
     let next = eviction::reconcile(Arc::new(ev), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(next, kube::runtime::controller::Action::requeue(Duration::from_millis(300)));
@@ -1285,6 +1266,7 @@ async fn the_fleet_is_read_once_for_all_and_never_older_than_a_hosts_own_read() 
     view.fresh(nova.as_ref(), "node-1", &[]).await;
     assert_eq!(ask(view.clone()).await, None, "read on its own after the snapshot began");
     tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(figures(&view).age, None, "nobody asked within the bound: no age to alert on");
     assert!(ask(view.clone()).await.is_some(), "a newer snapshot answers again");
     assert_eq!(reads(&t), 2);
 

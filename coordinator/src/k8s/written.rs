@@ -14,8 +14,12 @@ use std::sync::{Arc, Mutex};
 use kube::Resource;
 
 pub struct Written<K> {
-    map: Mutex<HashMap<String, (String, Arc<K>)>>,
+    map: Mutex<HashMap<String, Ours<K>>>,
 }
+
+/// The versions our latest write of an object replaced (one, or a chain of
+/// our own writes in a row), and that write.
+type Ours<K> = (Vec<String>, Arc<K>);
 
 impl<K> Default for Written<K> {
     fn default() -> Self {
@@ -29,7 +33,9 @@ impl<K: Resource> Written<K> {
         let Some(name) = obj.meta().name.clone() else { return obj };
         let Ok(mut map) = self.map.lock() else { return obj };
         match map.get(&name) {
-            Some((base, ours)) if obj.meta().resource_version.as_deref() == Some(base.as_str()) => {
+            Some((bases, ours))
+                if obj.meta().resource_version.as_ref().is_some_and(|v| bases.contains(v)) =>
+            {
                 ours.clone()
             }
             Some(_) => {
@@ -41,11 +47,18 @@ impl<K: Resource> Written<K> {
         }
     }
 
-    /// Remembers `ours`, written over the version `base`.
+    /// Remembers `ours`, written over the version `base`. Written over our
+    /// own last write, the versions that one replaced still answer with
+    /// `ours`: a cache two writes behind is as stale as one.
     pub fn remember(&self, base: Option<String>, ours: K) {
         let (Some(base), Some(name)) = (base, ours.meta().name.clone()) else { return };
         if let Ok(mut map) = self.map.lock() {
-            map.insert(name, (base, Arc::new(ours)));
+            let mut bases = match map.remove(&name) {
+                Some((earlier, last)) if last.meta().resource_version.as_ref() == Some(&base) => earlier,
+                _ => Vec::new(),
+            };
+            bases.push(base);
+            map.insert(name, (bases, Arc::new(ours)));
         }
     }
 }
@@ -74,5 +87,19 @@ mod tests {
             cm("1", "stale").data,
             "forgotten once caught up"
         );
+    }
+
+    #[test]
+    fn a_cache_two_of_our_writes_behind_is_answered_with_the_last() {
+        let w = Written::default();
+        w.remember(Some("1".into()), cm("2", "first"));
+        w.remember(Some("2".into()), cm("3", "second"));
+        assert_eq!(w.freshest(Arc::new(cm("1", "stale"))).data, cm("3", "second").data);
+        assert_eq!(w.freshest(Arc::new(cm("2", "first"))).data, cm("3", "second").data);
+        assert_eq!(w.freshest(Arc::new(cm("3", "cache"))).data, cm("3", "cache").data, "caught up");
+        // A write over someone else's version starts afresh.
+        w.remember(Some("7".into()), cm("8", "later"));
+        w.remember(Some("9".into()), cm("10", "after another's"));
+        assert_eq!(w.freshest(Arc::new(cm("7", "old"))).data, cm("7", "old").data);
     }
 }

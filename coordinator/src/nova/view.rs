@@ -98,6 +98,8 @@ struct State {
     failed: Option<Instant>,
     /// When each host's own reads last began.
     fresh: HashMap<String, Instant>,
+    /// When a reconcile last asked for the view.
+    asked: Option<Instant>,
 }
 
 impl FleetView {
@@ -132,7 +134,8 @@ impl FleetView {
     }
 
     /// What an SRE watches of the view (`/metrics`): its bound, its
-    /// snapshot's age (from its read's start), how long the last good read
+    /// snapshot's age (from its read's start; only while reconciles ask for
+    /// the view, since it is read only then), how long the last good read
     /// took, and the failed reads in a row. None while the view is off.
     pub fn figures(&self) -> Option<ViewFigures> {
         if self.max_age.is_zero() {
@@ -141,7 +144,11 @@ impl FleetView {
         let state = self.lock();
         Some(ViewFigures {
             bound: self.max_age,
-            age: state.snapshot.as_ref().map(|s| s.started.elapsed()),
+            age: state
+                .snapshot
+                .as_ref()
+                .filter(|_| state.asked.is_some_and(|a| a.elapsed() < self.max_age))
+                .map(|s| s.started.elapsed()),
             last_read: state.done.map(|_| state.took),
             failures: state.failures,
         })
@@ -169,6 +176,7 @@ impl FleetView {
         if self.max_age.is_zero() {
             return None;
         }
+        self.lock().asked = Some(Instant::now());
         if let Some(s) = self.current(None) {
             // Due for a new read: the first to see it reads; the others
             // (and this one, should the read fail) take the current one.
