@@ -792,28 +792,21 @@ fn find_attempt<'a>(
 /// Nova a fifth of a second after the first, and the slots drifted apart.
 async fn act(ctx: &EvictionContext, ev: &Eviction, source: &str, step: &plan::Step) -> Result<(), Error> {
     let name = ev.name_any();
-    let attempts: Vec<NewAttempt> = step
-        .actions
-        .iter()
-        .filter_map(|action| match action {
-            Action::Migrate { server_id, attempt, live, block_migration } => Some(NewAttempt {
+    let mut attempts = Vec::new();
+    for action in &step.actions {
+        match action {
+            Action::Migrate { server_id, attempt, live, block_migration } => attempts.push(NewAttempt {
                 server_id,
                 attempt: *attempt,
                 kind: if *live { MigrationKind::LiveMigrate } else { MigrationKind::ColdMigrate },
                 block_migration: *block_migration,
             }),
-            Action::Evacuate { server_id, attempt } => Some(NewAttempt {
+            Action::Evacuate { server_id, attempt } => attempts.push(NewAttempt {
                 server_id,
                 attempt: *attempt,
                 kind: MigrationKind::Evacuate,
                 block_migration: false,
             }),
-            _ => None,
-        })
-        .collect();
-    for action in &step.actions {
-        match action {
-            Action::Migrate { .. } | Action::Evacuate { .. } => {}
             // Idempotent, and asked again at the next step until the server
             // runs: a failure is told, not fatal to the reconcile.
             Action::Start { server_id } => match ctx.nova.start(server_id).await {
