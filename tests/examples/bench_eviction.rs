@@ -1,6 +1,7 @@
 //! `make bench` (cargo run --example bench_eviction, dev profile: the
-//! figures are Nova's time, not ours): an eviction of N servers on the real
-//! Nova region (ground up), through the real coordinator, twice: with Nova
+//! figures are Nova's time, not ours): an eviction of N servers off a
+//! healthy host with its agent, on the real Nova region (ground up),
+//! through the real coordinator, twice: with Nova
 //! running one live migration at a time (its default), then up to
 //! maxParallel at once. Prints the makespan against the bound
 //! max(longest migration, total migration time / parallelism), for the first
@@ -43,7 +44,15 @@ async fn evict(at_once: u32) {
     let admin = Admin::login(&region.env).await.unwrap();
     let flavors: Vec<&str> = (0..SERVERS).map(|i| ["1", "2", "3"][i % 3]).collect();
     let zone = hv_tests::hosts::zone(&region.env, 2).await;
-    let (host, coord, ids) = region.active_host_with(&admin, &zone, &flavors, &[]).await;
+    // A host as an SRE's maintenance finds it: Active, its agent connected,
+    // judged Healthy.
+    let host = zone.source.host.clone();
+    let coord = region.coordinator(None, &[]);
+    let (_root, _agent) = hv_tests::region::healthy_active(&region, &host, &coord).await;
+    let mut ids = Vec::new();
+    for (i, flavor) in flavors.iter().enumerate() {
+        ids.push(zone.boot(&admin, &format!("{}-{i}", region.id), &host, flavor).await);
+    }
     let log = region.env.dir.join("logs/nova-api-access.log");
     let read = || std::fs::read_to_string(&log).unwrap_or_default();
     let lines = || read().lines().count();

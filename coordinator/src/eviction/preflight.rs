@@ -53,8 +53,12 @@ pub struct Room {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Candidate {
     pub host: String,
+    /// Its resource provider's uuid in Placement.
+    pub provider: String,
     pub az: String,
     pub room: BTreeMap<String, Room>,
+    /// Of the traits some VM requires or forbids ([`named_traits`]), those
+    /// its provider carries ([`with_traits`]).
     pub traits: BTreeSet<String>,
     /// Metadata of each aggregate the host is in.
     pub aggregates: Vec<BTreeMap<String, String>>,
@@ -79,6 +83,27 @@ pub struct Report {
     pub findings: Vec<Finding>,
     /// One line for the Preflight condition when nothing was found.
     pub summary: String,
+}
+
+/// The traits the servers require or forbid: the only ones the checks
+/// look at, so the only ones asked of Placement (most hosts' VMs name
+/// none, and a read of each candidate's traits was a third of the
+/// preflight's requests).
+pub fn named_traits(servers: &[Server]) -> BTreeSet<String> {
+    servers
+        .iter()
+        .flat_map(|s| s.needs.required_traits.iter().chain(&s.needs.forbidden_traits))
+        .cloned()
+        .collect()
+}
+
+/// Gives each candidate the traits of `carried` (trait → the providers
+/// that carry it) its provider is among.
+pub fn with_traits(candidates: &mut [Candidate], carried: &BTreeMap<String, BTreeSet<String>>) {
+    for c in candidates {
+        c.traits =
+            carried.iter().filter(|(_, by)| by.contains(&c.provider)).map(|(t, _)| t.clone()).collect();
+    }
 }
 
 /// Checks every server Nova shows on the host against the candidates.

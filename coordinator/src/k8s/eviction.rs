@@ -37,7 +37,7 @@ use crate::api::{
 use crate::eviction::checks::{self, Refusal, Target};
 use crate::eviction::limit::ClusterLimit;
 use crate::eviction::plan::{self, Action, AttemptObs, Evacuation, Input, Server};
-use crate::eviction::preflight::preflight;
+use crate::eviction::preflight::{named_traits, preflight, with_traits};
 use crate::metrics::{Metrics, tally};
 use crate::nova::servers::{NovaMigration, NovaState};
 use crate::nova::{Nova, NovaError};
@@ -396,7 +396,16 @@ async fn run_preflight(
         record(ctx, ev, s).await?;
         return Ok(Requeue::requeue(POLL));
     }
-    let (servers, candidates) = tokio::try_join!(ctx.nova.servers_on(source), ctx.nova.candidates(source))?;
+    // The traits the servers name are asked of Placement while the
+    // candidates' room is read.
+    let servers_and_traits = async {
+        let servers = ctx.nova.servers_on(source).await?;
+        let carried = ctx.nova.carriers(&named_traits(&servers)).await?;
+        Ok::<_, NovaError>((servers, carried))
+    };
+    let ((servers, carried), mut candidates) =
+        tokio::try_join!(servers_and_traits, ctx.nova.candidates(source))?;
+    with_traits(&mut candidates, &carried);
     let o = &ev.spec.options;
     let report = preflight(&servers, o.default_policy.unwrap_or(ctx.default_policy), &candidates, &o.force);
     let mut s = status_of(ev);

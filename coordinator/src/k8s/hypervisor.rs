@@ -31,7 +31,7 @@ use crate::lifecycle::{
     self, Action, AgentObs, Decision, EvictionObs, Input, NodeObs, NovaObs, Observations, Policy,
 };
 use crate::nova::Nova;
-use crate::nova::view::{FleetView, may_share};
+use crate::nova::view::{FleetView, may_reuse_own, may_share};
 
 /// Annotation an SRE (or `hvctl retry`) sets to a new value to retry an
 /// Aborted node.
@@ -139,9 +139,13 @@ struct Seen {
     power: health::PowerSource,
     /// The host has a BMC (`spec.fencing.bmc`).
     bmc: bool,
-    /// Nova's view of the host came from the shared fleet view, not from
-    /// the host's own reads.
+    /// Nova's view of the host was read before this reconcile (the shared
+    /// fleet view, or the host's own read kept while it is evicted), not
+    /// now: it only confirms.
     shared: bool,
+    /// The host's own reads are kept for the next reconciles
+    /// ([`may_reuse_own`]).
+    keeps: bool,
     /// A new leader settles: no host is judged (sampled once per reconcile,
     /// so that sharing the view and the verdict agree on it).
     settling: bool,
@@ -176,7 +180,8 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     // The fleet view only confirms: what it would change is decided on the
     // host's own reads.
     if seen.shared && !view_confirms(&ctx, &hv, &name, &status, &seen, &verdict, now) {
-        seen.obs.nova = ctx.nova_view.fresh(ctx.nova.as_ref(), &seen.host, &hv.spec.aggregates).await;
+        seen.obs.nova =
+            ctx.nova_view.fresh(ctx.nova.as_ref(), &seen.host, &hv.spec.aggregates, seen.keeps).await;
         seen.shared = false;
         verdict = judge_health(&ctx, &seen, status.health.as_ref(), phase, now);
         seen.obs.health = health_obs(&ctx, &name, &verdict);
@@ -325,7 +330,7 @@ fn view_confirms(
         Some("a transition")
     } else if !decision.warnings.is_empty() {
         Some("a warning")
-    } else if !same_but_the_agents_word(
+    } else if !same_but_words_not_from_nova(
         composed(status, &decision, seen, verdict, hv.metadata.generation, now),
         status,
     ) {
@@ -341,15 +346,17 @@ fn view_confirms(
     unconfirmed.is_none()
 }
 
-/// Whether `next` differs from `status` only in what the agent's session
-/// says (its connection and the `AgentConnected` condition, the machine and
-/// versions it reports) or in the wording of an unchanged health verdict (`NodeHealthy`
-/// with the same status and reason: "not judged while the agents
-/// reconnect" after a failover). That is written as it comes and rests on
-/// no read of Nova, so agents reconnecting (thousands at once after a
-/// failover) cost Nova nothing. A changed verdict is not the agent's word:
-/// it is read again on the host's own reads.
-fn same_but_the_agents_word(mut next: HypervisorStatus, status: &HypervisorStatus) -> bool {
+/// Whether `next` differs from `status` only in what rests on no read of
+/// Nova: what the agent's session says (its connection and the
+/// `AgentConnected` condition, the machine and versions it reports), the
+/// wording of an unchanged health verdict (`NodeHealthy` with the same
+/// status and reason: "not judged while the agents reconnect" after a
+/// failover), and the counts of a running Eviction (`Evicted` still
+/// `EvictionRunning`: they come from the Eviction). So agents reconnecting
+/// (thousands at once after a failover) and the steps of an eviction cost
+/// Nova nothing. A changed verdict, or an eviction's end, is none of these:
+/// it is decided on the host's own fresh reads.
+fn same_but_words_not_from_nova(mut next: HypervisorStatus, status: &HypervisorStatus) -> bool {
     use crate::api::condition::ConditionType;
     next.agent.clone_from(&status.agent);
     next.machine.clone_from(&status.machine);
@@ -358,10 +365,10 @@ fn same_but_the_agents_word(mut next: HypervisorStatus, status: &HypervisorStatu
     for c in &mut next.conditions {
         let Some(old) = status.conditions.iter().find(|o| o.type_ == c.type_) else { continue };
         let agents = c.type_ == ConditionType::AgentConnected.as_str();
-        let worded = c.type_ == ConditionType::NodeHealthy.as_str()
-            && c.status == old.status
-            && c.reason == old.reason;
-        if agents || worded {
+        let same = c.status == old.status && c.reason == old.reason;
+        let worded = same && c.type_ == ConditionType::NodeHealthy.as_str();
+        let counted = same && c.type_ == ConditionType::Evicted.as_str() && c.reason == "EvictionRunning";
+        if agents || worded || counted {
             c.clone_from(old);
         }
     }
@@ -448,21 +455,27 @@ async fn observe(
     let host = lifecycle::nova_host(name, &hv.spec, status).to_string();
     let leaving = hv.metadata.deletion_timestamp.is_some() || node == NodeObs::Deleting;
     let health = status.health.as_ref().map(|h| h.state);
+    let eviction = observe_eviction(ctx, name, status).await?;
+    let evicting = eviction.as_ref().is_some_and(|e| !e.phase.is_final() && !e.deleting);
     // While a new leader settles no host is judged: what Nova says of a
     // host whose agent has not reconnected yet weighs on no verdict.
-    let shareable = may_share(phase, leaving, status.fencing.is_some(), health, agent.connected || settling);
-    let from_view = match shareable {
-        true => {
-            let traits = host_traits(hv);
-            let fleet = || fleet_traits(&ctx.hypervisors);
-            ctx.nova_view.host(ctx.nova.as_ref(), &host, &hv.spec.aggregates, &traits, fleet).await
-        }
-        false => None,
+    let fenced = status.fencing.is_some();
+    let connected = agent.connected || settling;
+    let shareable = may_share(phase, leaving, fenced, health, connected, evicting);
+    let keeps = may_reuse_own(phase, leaving, fenced, health, connected, evicting);
+    let from_view = if shareable {
+        let traits = host_traits(hv);
+        let fleet = || fleet_traits(&ctx.hypervisors);
+        ctx.nova_view.host(ctx.nova.as_ref(), &host, &hv.spec.aggregates, &traits, fleet).await
+    } else if keeps {
+        ctx.nova_view.recent(&host)
+    } else {
+        None
     };
     let shared = from_view.is_some();
     let nova = match from_view {
         Some(nova) => nova,
-        None => ctx.nova_view.fresh(ctx.nova.as_ref(), &host, &hv.spec.aggregates).await,
+        None => ctx.nova_view.fresh(ctx.nova.as_ref(), &host, &hv.spec.aggregates, keeps).await,
     };
     let close_hosts = match &nova {
         NovaObs::NotRegistered if phase == Phase::Onboarding => {
@@ -480,7 +493,7 @@ async fn observe(
             .clone()
             .filter(|_| Some(agent.checks_hypervisor.as_str()) == hv.meta().uid.as_deref()),
         nova,
-        eviction: observe_eviction(ctx, name, status).await?,
+        eviction,
         retry: hv.annotations().get(RETRY_ANNOTATION).cloned(),
         close_hosts,
         // Judged after observing, with the phase read.
@@ -496,7 +509,7 @@ async fn observe(
         health::PowerSource::Unknown
     };
     let bmc = hv.spec.fencing.bmc.is_some();
-    Ok(Seen { obs, agent, host, node_ready, marks, power, bmc, shared, settling })
+    Ok(Seen { obs, agent, host, node_ready, marks, power, bmc, shared, keeps, settling })
 }
 
 /// The custom traits of a Hypervisor the lifecycle looks at: its spec's and
@@ -591,7 +604,9 @@ async fn act(ctx: &Context, hv: &Hypervisor, name: &str, host: &str, decision: &
     let mut out = Outcome::default();
     let service_id = decision.service_id.as_deref();
     for action in &decision.actions {
-        match execute(ctx, hv, name, host, service_id, action).await {
+        let result = execute(ctx, hv, name, host, service_id, action).await;
+        ctx.nova_view.acted(host, action);
+        match result {
             Ok(()) => {
                 tracing::info!(action = %action, "done");
                 out.service_deleted |= matches!(action, Action::DeleteService { .. });
@@ -930,15 +945,40 @@ mod tests {
     fn only_the_agents_word_and_the_wording_of_a_verdict_pass_as_unchanged() {
         let was = status(true, ("Healthy", "the agent, the kubelet and nova-compute answer"), 1);
         let reconnecting = status(false, ("Healthy", "not judged: the coordinator took over moments ago"), 1);
-        assert!(same_but_the_agents_word(reconnecting, &was), "the agent's absence, the verdict held");
+        assert!(same_but_words_not_from_nova(reconnecting, &was), "the agent's absence, the verdict held");
         let fewer = status(true, ("Healthy", "the agent, the kubelet and nova-compute answer"), 0);
-        assert!(!same_but_the_agents_word(fewer, &was), "a change Nova's view made");
+        assert!(!same_but_words_not_from_nova(fewer, &was), "a change Nova's view made");
         let judged = status(true, ("NovaComputeDown", "nova-compute is down"), 1);
-        assert!(!same_but_the_agents_word(judged, &was), "another verdict");
+        assert!(!same_but_words_not_from_nova(judged, &was), "another verdict");
         let mut degraded = was.clone();
         if let Some(h) = degraded.health.as_mut() {
             h.state = HealthState::Degraded;
         }
-        assert!(!same_but_the_agents_word(degraded, &was), "another health state");
+        assert!(!same_but_words_not_from_nova(degraded, &was), "another health state");
+    }
+
+    #[test]
+    fn a_running_evictions_counts_pass_as_unchanged_not_its_end() {
+        let evicted = |status: &str, reason: &str, message: &str| {
+            let mut s = status_of_host(1);
+            s.conditions.push(condition("Evicted", status, reason, message));
+            s
+        };
+        let was = evicted("False", "EvictionRunning", "3/12 VM(s) moved");
+        let moved = evicted("False", "EvictionRunning", "4/12 VM(s) moved");
+        assert!(same_but_words_not_from_nova(moved, &was), "a step of the eviction");
+        let remain = evicted("False", "InstancesRemain", "12/12 VM(s) moved; 1 instance(s) remain");
+        assert!(!same_but_words_not_from_nova(remain, &was), "Nova's count at the end");
+        let done = evicted("True", "Evicted", "12/12 VM(s) moved");
+        assert!(!same_but_words_not_from_nova(done, &was), "the end");
+        let failed = evicted("False", "EvictionFailed", "3/12 VM(s) moved");
+        assert!(!same_but_words_not_from_nova(failed, &was), "another reason");
+        let mut fewer = evicted("False", "EvictionRunning", "4/12 VM(s) moved");
+        fewer.instances = status_of_host(0).instances;
+        assert!(!same_but_words_not_from_nova(fewer, &was), "Nova's count of the host's VMs");
+    }
+
+    fn status_of_host(instances: u32) -> HypervisorStatus {
+        status(true, ("Healthy", "the agent, the kubelet and nova-compute answer"), instances)
     }
 }

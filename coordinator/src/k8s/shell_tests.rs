@@ -146,6 +146,12 @@ impl Nova for FakeNova {
     async fn candidates(&self, _: &str) -> Result<Vec<Candidate>, NovaError> {
         Ok(Vec::new())
     }
+    async fn carriers(
+        &self,
+        traits: &std::collections::BTreeSet<String>,
+    ) -> Result<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>, NovaError> {
+        Ok(traits.iter().map(|t| (t.clone(), Default::default())).collect())
+    }
     async fn service_enabled(&self, _: &str) -> Result<Option<bool>, NovaError> {
         Ok(self.service_enabled)
     }
@@ -1263,7 +1269,7 @@ async fn the_fleet_is_read_once_for_all_and_never_older_than_a_hosts_own_read() 
     assert_eq!(reads(&t), 1, "one read for ten reconciles");
     assert!(figures(&view).age.is_some_and(|a| a < Duration::from_millis(200)), "{:?}", figures(&view));
     assert!(figures(&view).last_read.is_some());
-    view.fresh(nova.as_ref(), "node-1", &[]).await;
+    view.fresh(nova.as_ref(), "node-1", &[], false).await;
     assert_eq!(ask(view.clone()).await, None, "read on its own after the snapshot began");
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert_eq!(figures(&view).age, None, "nobody asked within the bound: no age to alert on");
@@ -1341,4 +1347,92 @@ async fn the_fleet_is_read_again_ahead_of_the_bound_while_the_others_take_the_cu
     // before half the bound (3 s), so at most two reads begin per bound.
     assert!(ask(view.clone()).await.is_some());
     assert_eq!(reads(&t), 2, "not read again before half the bound");
+}
+
+/// While its Eviction runs, a host's steps confirm on the host's own read
+/// of seconds ago; what they change comes from the Eviction, and it is
+/// written. The eviction's end, an action of ours on the host, or a host
+/// whose agent is away is decided on a new read.
+#[tokio::test]
+async fn an_evicted_hosts_steps_confirm_on_its_own_read_of_seconds_ago() {
+    use crate::api::hypervisor::{HealthState, HealthStatus};
+    use hv_proto::v1::Hello;
+    let answer = |m: &Method, _: &str| match m.as_str() {
+        "PATCH" => (200, hv_json("node-1", "8")),
+        _ => (201, json!({})),
+    };
+    let record = EvictionRef {
+        name: "drain-1".into(),
+        reason: EvictionReason::RollingUpdate,
+        re_enable: true,
+        for_maintenance: false,
+    };
+    let moved = |phase: EvictionPhase, migrated: u32| -> Vec<Eviction> {
+        let mut v = hand_made(phase);
+        v["status"]["migrated"] = json!(migrated);
+        v["status"]["total"] = json!(12);
+        vec![serde_json::from_value(v).unwrap_or_else(|e| panic!("{e}"))]
+    };
+    let hello = Hello { node: "node-1".into(), boot_id: "boot".into(), ..Default::default() };
+    let (tx, _rx) = tokio::sync::mpsc::channel(8);
+    let with = |view: &Arc<crate::nova::FleetView>, evictions: Vec<Eviction>, nova: NovaObs| {
+        let mut t = hypervisor_ctx(answer, nova, true, evictions);
+        Arc::get_mut(&mut t.ctx).expect("the only handle").nova_view = view.clone();
+        t
+    };
+    let observed = |t: &Hv| entries(&t.log).iter().filter(|l| l.starts_with("nova observe")).count();
+    let mut first = (*hypervisor(Some(Phase::Evicting), Some(record.clone()))).clone();
+    if let Some(st) = first.status.as_mut() {
+        st.health = Some(HealthStatus::default());
+    }
+    // The first step, on a view of its own (as one process keeps it): the
+    // host is read and its read kept. Answers the view and the Hypervisor
+    // as written.
+    let kept = || async {
+        let view = Arc::new(crate::nova::FleetView::new(Duration::from_secs(30), Duration::from_secs(10)));
+        let t = with(&view, moved(EvictionPhase::Migrating, 3), registered(false, &["vm-1"]));
+        let _session = t.ctx.registry.open(&hello, tx.clone());
+        hypervisor::reconcile(Arc::new(first.clone()), t.ctx.clone()).await.unwrap();
+        assert_eq!(observed(&t), 1, "{:?}", entries(&t.log));
+        let w = status_writes(&t.bodies).pop().expect("the first step's status");
+        let mut hv = first.clone();
+        hv.status = Some(serde_json::from_value(w["status"].clone()).unwrap());
+        let health = hv.status.as_ref().and_then(|s| s.health.as_ref()).map(|h| h.state);
+        assert_eq!(health, Some(HealthState::Healthy));
+        (view, Arc::new(hv))
+    };
+
+    // The next step: nothing read, the count written.
+    let (view, hv) = kept().await;
+    let t = with(&view, moved(EvictionPhase::Migrating, 4), registered(false, &["vm-1"]));
+    let _session = t.ctx.registry.open(&hello, tx.clone());
+    hypervisor::reconcile(hv, t.ctx.clone()).await.unwrap();
+    assert_eq!(observed(&t), 0, "{:?}", entries(&t.log));
+    let counted = status_writes(&t.bodies).pop().expect("the step's count written");
+    assert!(counted.to_string().contains("4/12 migrated"), "{counted}");
+
+    // The eviction's end: read.
+    let (view, hv) = kept().await;
+    let t = with(&view, moved(EvictionPhase::Succeeded, 12), registered(false, &[]));
+    let _session = t.ctx.registry.open(&hello, tx.clone());
+    hypervisor::reconcile(hv, t.ctx.clone()).await.unwrap();
+    assert_eq!(observed(&t), 1, "the end: {:?}", entries(&t.log));
+
+    // Its agent away: read.
+    let (view, hv) = kept().await;
+    let t = with(&view, moved(EvictionPhase::Migrating, 4), registered(false, &["vm-1"]));
+    hypervisor::reconcile(hv, t.ctx.clone()).await.unwrap();
+    assert_eq!(observed(&t), 1, "the agent away: {:?}", entries(&t.log));
+
+    // Someone enabled the host: read and disabled again. What was read
+    // before no longer stands once we acted: the next step reads again,
+    // and sees what the disable did.
+    let (_, hv) = kept().await;
+    let view = Arc::new(crate::nova::FleetView::new(Duration::from_secs(30), Duration::from_secs(10)));
+    let t = with(&view, moved(EvictionPhase::Migrating, 4), registered(true, &["vm-1"]));
+    let _session = t.ctx.registry.open(&hello, tx.clone());
+    hypervisor::reconcile(hv, t.ctx.clone()).await.unwrap();
+    let log = entries(&t.log);
+    assert!(log.iter().any(|l| l.starts_with("nova disable")), "{log:?}");
+    assert_eq!(view.recent("node-1"), None, "{log:?}");
 }

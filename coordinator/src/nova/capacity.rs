@@ -1,8 +1,9 @@
 //! Where the VMs of a host could go, as preflight needs it: every enabled,
 //! up nova-compute but the source, with its zone (os-services), its
-//! aggregates' metadata (os-aggregates) and its room and traits from
-//! Placement (inventories, usages, traits of the provider named after it;
-//! the os-hypervisors usage fields are gone since compute 2.88).
+//! aggregates' metadata (os-aggregates) and its room from Placement
+//! (inventories and usages of the provider named after it; the
+//! os-hypervisors usage fields are gone since compute 2.88); and which
+//! providers carry the traits the VMs name.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -103,24 +104,27 @@ impl NovaClient {
         }
         stream::iter(wanted)
             .map(|(s, uuid, aggregates)| async move {
-                let (room, traits) = self.provider_room(&uuid).await?;
-                Ok::<_, NovaError>(Candidate { host: s.host, az: s.zone, room, traits, aggregates })
+                let room = self.provider_room(&uuid).await?;
+                let traits = BTreeSet::new();
+                Ok::<_, NovaError>(Candidate {
+                    host: s.host,
+                    provider: uuid,
+                    az: s.zone,
+                    room,
+                    traits,
+                    aggregates,
+                })
             })
             .buffer_unordered(CONCURRENCY)
             .try_collect()
             .await
     }
 
-    async fn provider_room(
-        &self,
-        uuid: &str,
-    ) -> Result<(BTreeMap<String, Room>, BTreeSet<String>), NovaError> {
+    async fn provider_room(&self, uuid: &str) -> Result<BTreeMap<String, Room>, NovaError> {
         let call = Call::get(Service::Placement, format!("resource_providers/{uuid}/inventories"));
         let inventories: BTreeMap<String, Inventory> = self.cloud().fetch(call, "inventories").await?;
         let call = Call::get(Service::Placement, format!("resource_providers/{uuid}/usages"));
         let usages: BTreeMap<String, u64> = self.cloud().fetch(call, "usages").await?;
-        let call = Call::get(Service::Placement, format!("resource_providers/{uuid}/traits"));
-        let traits: BTreeSet<String> = self.cloud().fetch(call, "traits").await?;
         let room = inventories
             .into_iter()
             .map(|(class, inv)| {
@@ -128,6 +132,41 @@ impl NovaClient {
                 (class, r)
             })
             .collect();
-        Ok((room, traits))
+        Ok(room)
+    }
+
+    /// The providers (by uuid) that carry each of `traits`: a trait whose
+    /// name Placement could not hold (its names are capitals, digits and
+    /// underscores) or does not know is carried by none.
+    pub async fn carriers(
+        &self,
+        traits: &BTreeSet<String>,
+    ) -> Result<BTreeMap<String, BTreeSet<String>>, NovaError> {
+        let asked: Vec<&str> = traits.iter().map(String::as_str).filter(|t| placement_name(t)).collect();
+        let (carried, _) = self.providers_with(&asked).await?;
+        let mut all: BTreeMap<String, BTreeSet<String>> =
+            traits.iter().map(|t| (t.clone(), BTreeSet::new())).collect();
+        all.extend(carried.into_iter().map(|(t, by)| (t, by.into_iter().collect())));
+        Ok(all)
+    }
+}
+
+/// Placement's rule for a trait's name: 1 to 255 capitals, digits and
+/// underscores. Asking about another is a 400.
+fn placement_name(t: &str) -> bool {
+    (1..=255).contains(&t.len())
+        && t.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_names_placement_could_hold_are_asked_about() {
+        assert!(super::placement_name("HW_CPU_X86_AVX2"));
+        assert!(super::placement_name("CUSTOM_GPU_2"));
+        assert!(!super::placement_name(""));
+        assert!(!super::placement_name("custom_gpu"));
+        assert!(!super::placement_name("CUSTOM_A,CUSTOM_B"));
+        assert!(!super::placement_name(&"A".repeat(256)));
     }
 }

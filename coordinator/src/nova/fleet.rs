@@ -195,29 +195,42 @@ impl NovaClient {
         let listed: Vec<Provider> = self.cloud().fetch(call, "resource_providers").await?;
         requests += 1;
         let providers = listed.into_iter().map(|p| (p.name, p.uuid)).collect();
-        let asked: Vec<&String> = traits.iter().filter(|t| crate::lifecycle::valid_trait(t)).collect();
-        let mut carried: BTreeMap<String, HashSet<String>> =
-            asked.iter().map(|t| ((*t).clone(), HashSet::new())).collect();
-        if !asked.is_empty() {
-            // Asking for the providers of a trait Placement does not know is
-            // a 400: learn first which exist.
-            let names = asked.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(",");
-            let call = Call::get(Service::Placement, "traits").param("name", format!("in:{names}"));
-            let existing: Vec<TraitName> = self.cloud().fetch(call, "traits").await?;
-            requests += 1;
-            for TraitName(t) in existing {
-                let call = Call::get(Service::Placement, "resource_providers").param("required", t.clone());
-                let with: Vec<Provider> = self.cloud().fetch(call, "resource_providers").await?;
-                requests += 1;
-                carried.insert(t, with.into_iter().map(|p| p.uuid).collect());
-            }
-        }
+        let asked: Vec<&str> =
+            traits.iter().filter(|t| crate::lifecycle::valid_trait(t)).map(String::as_str).collect();
+        let (carried, asks) = self.providers_with(&asked).await?;
+        requests += asks;
         let services = services.into_iter().map(|s| (s.host.clone(), s)).collect();
         Ok(FleetSnapshot { started, services, hypervisors, aggregates, providers, traits: carried, requests })
     }
 }
 
 impl NovaClient {
+    /// The resource providers that carry each of `traits` (by uuid; none
+    /// for a trait Placement does not know), and the requests it took:
+    /// one per trait Placement knows, and one to learn which it knows
+    /// (asking for the providers of an unknown trait is a 400). None when
+    /// no trait is asked about.
+    pub(super) async fn providers_with(
+        &self,
+        traits: &[&str],
+    ) -> Result<(BTreeMap<String, HashSet<String>>, usize), NovaError> {
+        let mut carried: BTreeMap<String, HashSet<String>> =
+            traits.iter().map(|t| (t.to_string(), HashSet::new())).collect();
+        if traits.is_empty() {
+            return Ok((carried, 0));
+        }
+        let call = Call::get(Service::Placement, "traits").param("name", format!("in:{}", traits.join(",")));
+        let existing: Vec<TraitName> = self.cloud().fetch(call, "traits").await?;
+        let mut requests = 1;
+        for TraitName(t) in existing {
+            let call = Call::get(Service::Placement, "resource_providers").param("required", t.clone());
+            let with: Vec<Provider> = self.cloud().fetch(call, "resource_providers").await?;
+            requests += 1;
+            carried.insert(t, with.into_iter().map(|p| p.uuid).collect());
+        }
+        Ok((carried, requests))
+    }
+
     /// Every hypervisor (the detail view at 2.87, `page` at a time,
     /// following Nova's next links), with its servers if `with_servers`;
     /// and the pages it took.

@@ -44,7 +44,14 @@ pub trait Nova: Send + Sync {
     async fn execute(&self, host: &str, service_id: Option<&str>, action: &Action) -> Result<(), NovaError>;
     async fn servers_on(&self, host: &str) -> Result<Vec<Server>, NovaError>;
     async fn server(&self, id: &str) -> Result<Option<Server>, NovaError>;
+    /// The hosts the VMs of `source` could go to, without their traits
+    /// ([`Nova::carriers`] says which matter).
     async fn candidates(&self, source: &str) -> Result<Vec<Candidate>, NovaError>;
+    /// The resource providers (by uuid) that carry each of `traits`.
+    async fn carriers(
+        &self,
+        traits: &std::collections::BTreeSet<String>,
+    ) -> Result<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>, NovaError>;
     async fn service_enabled(&self, host: &str) -> Result<Option<bool>, NovaError>;
     async fn migrations_from(&self, host: &str, since: Timestamp) -> Result<Vec<NovaMigration>, NovaError>;
     async fn progress_of(&self, id: &str) -> Result<Vec<Progress>, NovaError>;
@@ -86,6 +93,12 @@ impl Nova for NovaClient {
     }
     async fn candidates(&self, source: &str) -> Result<Vec<Candidate>, NovaError> {
         NovaClient::candidates(self, source).await
+    }
+    async fn carriers(
+        &self,
+        traits: &std::collections::BTreeSet<String>,
+    ) -> Result<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>, NovaError> {
+        NovaClient::carriers(self, traits).await
     }
     async fn service_enabled(&self, host: &str) -> Result<Option<bool>, NovaError> {
         NovaClient::service_enabled(self, host).await

@@ -11,6 +11,14 @@
 //! the host's own fresh reads. A host read fresh is not answered from a
 //! snapshot that began before that read, so the view never takes back what
 //! a fresher read saw.
+//!
+//! A host whose Eviction runs is not settled, and every step of that
+//! eviction (each VM moved) wakes its reconcile. There the host's own read
+//! of a few seconds ago ([`OWN_READ_STANDS`]) confirms in the same way
+//! ([`may_reuse_own`]): read again at every wake, it was six of the
+//! eviction's sixteen Nova calls per VM moved, queued beside the
+//! migrations' own. Our actions on the host update or end it
+//! ([`FleetView::acted`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -20,10 +28,12 @@ use super::Nova;
 use super::fleet::FleetSnapshot;
 use crate::api::Phase;
 use crate::api::hypervisor::HealthState;
-use crate::lifecycle::NovaObs;
+use crate::lifecycle::{Action, NovaObs};
 
 /// Whether the fleet view may stand for a host in this reconcile: only in
-/// the settled phases, where a reconcile is a drift check, and never where
+/// the settled phases, where a reconcile is a drift check (not while an
+/// Eviction of the host runs: the reconcile is then one of its steps, and
+/// the first one a transition the view cannot confirm), and never where
 /// the host is on its way out, fenced, or anything but Healthy with its
 /// agent connected where it is judged: a lost host's verdict may turn on
 /// what Nova says of its nova-compute now (Failed, and fenced, once Nova
@@ -34,16 +44,57 @@ pub fn may_share(
     fenced: bool,
     health: Option<HealthState>,
     agent_connected: bool,
+    evicting: bool,
 ) -> bool {
     let settled =
         matches!(phase, Phase::Active | Phase::Maintenance | Phase::Decommissioned | Phase::Aborted);
+    settled && !evicting && steady(phase, deleting, fenced, health, agent_connected)
+}
+
+/// How long a host's own read may confirm it while its Eviction runs
+/// ([`may_reuse_own`]): longer than the time between two VMs moved on a
+/// busy eviction (about two seconds on the ground), so that most steps
+/// cost the host's reconcile no read, and short beside the drift interval
+/// (60 s), which is how soon a hand's change of the host is repaired
+/// anyway.
+pub const OWN_READ_STANDS: Duration = Duration::from_secs(5);
+
+/// Whether the host's own read of up to [`OWN_READ_STANDS`] ago may stand
+/// for a new one in this reconcile: while an Eviction of the host runs
+/// (its steps wake the reconcile, and what they change comes from the
+/// Eviction, not from Nova), with the same care as [`may_share`] for a
+/// host on its way out, fenced, or not Healthy. Pure.
+pub fn may_reuse_own(
+    phase: Phase,
+    deleting: bool,
+    fenced: bool,
+    health: Option<HealthState>,
+    agent_connected: bool,
+    evicting: bool,
+) -> bool {
+    evicting && steady(phase, deleting, fenced, health, agent_connected)
+}
+
+/// Neither on its way out nor fenced, and Healthy with its agent connected
+/// where its health is judged.
+fn steady(
+    phase: Phase,
+    deleting: bool,
+    fenced: bool,
+    health: Option<HealthState>,
+    agent_connected: bool,
+) -> bool {
     let judged = crate::metrics::AGENT_EXPECTED.contains(&phase);
     let well = match health {
         None => !judged,
         Some(h) => h == HealthState::Healthy && (agent_connected || !judged),
     };
-    settled && !deleting && !fenced && well
+    !deleting && !fenced && well
 }
+
+/// Kept reads ([`FleetView::fresh`]) before those too old to stand are
+/// dropped: a few evictions run at once, not hundreds.
+const KEPT_BEFORE_PRUNING: usize = 64;
 
 /// Longest pause between reads of the fleet while they keep failing.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
@@ -98,6 +149,9 @@ struct State {
     failed: Option<Instant>,
     /// When each host's own reads last began.
     fresh: HashMap<String, Instant>,
+    /// The last own read of the hosts that may reuse it
+    /// ([`may_reuse_own`]), with when it began.
+    kept: HashMap<String, (Instant, NovaObs)>,
     /// When a reconcile last asked for the view.
     asked: Option<Instant>,
 }
@@ -155,10 +209,57 @@ impl FleetView {
     }
 
     /// The host's own fresh reads, remembered so that no older snapshot
-    /// answers for it afterwards.
-    pub async fn fresh(&self, nova: &dyn Nova, host: &str, wanted_aggregates: &[String]) -> NovaObs {
-        self.lock().fresh.insert(host.to_string(), Instant::now());
-        nova.observe(host, wanted_aggregates).await
+    /// answers for it afterwards; with `keep`, an answer Nova gave is kept
+    /// for [`FleetView::recent`].
+    pub async fn fresh(
+        &self,
+        nova: &dyn Nova,
+        host: &str,
+        wanted_aggregates: &[String],
+        keep: bool,
+    ) -> NovaObs {
+        let began = Instant::now();
+        self.lock().fresh.insert(host.to_string(), began);
+        let obs = nova.observe(host, wanted_aggregates).await;
+        let mut state = self.lock();
+        let answered = matches!(obs, NovaObs::Registered(_) | NovaObs::NotRegistered);
+        if keep && answered {
+            // Hosts that stopped evicting leave their last read behind:
+            // dropped once they are too old to stand, before the map grows.
+            if state.kept.len() >= KEPT_BEFORE_PRUNING {
+                state.kept.retain(|_, (at, _)| at.elapsed() < OWN_READ_STANDS);
+            }
+            state.kept.insert(host.to_string(), (began, obs.clone()));
+        } else {
+            state.kept.remove(host);
+        }
+        obs
+    }
+
+    /// The host's own read kept by [`FleetView::fresh`], if it began within
+    /// [`OWN_READ_STANDS`] and nothing of ours changed the host since; never
+    /// while the view is off.
+    pub fn recent(&self, host: &str) -> Option<NovaObs> {
+        if self.max_age.is_zero() {
+            return None;
+        }
+        let state = self.lock();
+        let (at, obs) = state.kept.get(host)?;
+        (at.elapsed() < OWN_READ_STANDS).then(|| obs.clone())
+    }
+
+    /// Our action on the host: after one asked of Nova or Placement (done
+    /// or not: an answer lost may hide one that took), the kept read no
+    /// longer stands. Asking the agent or the Kubernetes API changes
+    /// nothing there.
+    pub fn acted(&self, host: &str, action: &Action) {
+        let elsewhere = matches!(
+            action,
+            Action::RunChecks { .. } | Action::CreateEviction { .. } | Action::CancelEviction { .. }
+        );
+        if !elsewhere {
+            self.lock().kept.remove(host);
+        }
     }
 
     /// The current snapshot (one reconcile reading the next ahead of the
@@ -299,36 +400,87 @@ mod tests {
     }
 
     #[test]
+    fn a_kept_read_stands_for_seconds_until_an_action_and_never_with_the_view_off() {
+        let host = NovaObs::NotRegistered;
+        let keep = |view: &FleetView, age: Duration| {
+            let at = Instant::now().checked_sub(age).expect("a monotonic clock past its start");
+            view.lock().kept.insert("node-1".into(), (at, host.clone()));
+        };
+        let view = FleetView::new(Duration::from_secs(30), Duration::from_secs(10));
+        assert_eq!(view.recent("node-1"), None, "nothing kept");
+        keep(&view, Duration::from_secs(1));
+        assert_eq!(view.recent("node-1"), Some(host.clone()));
+        assert_eq!(view.recent("node-2"), None, "another host");
+        view.acted("node-1", &Action::RunChecks { run: 2 });
+        assert_eq!(view.recent("node-1"), Some(host.clone()), "nothing asked of Nova");
+        view.acted("node-1", &Action::DisableService { reason: "r".into() });
+        assert_eq!(view.recent("node-1"), None, "after an action of ours in Nova");
+        keep(&view, OWN_READ_STANDS + Duration::from_millis(1));
+        assert_eq!(view.recent("node-1"), None, "too old");
+        let off = FleetView::new(Duration::ZERO, Duration::from_secs(10));
+        keep(&off, Duration::from_secs(1));
+        assert_eq!(off.recent("node-1"), None, "the view off");
+    }
+
+    #[test]
+    fn a_kept_read_stands_only_while_a_steady_host_is_evicted() {
+        use HealthState::*;
+        use Phase::*;
+        // (phase, deleting, fenced, health, agent, evicting) -> may reuse
+        let rows = [
+            ((Evicting, false, false, Some(Healthy), true, true), true),
+            ((Evicting, false, false, Some(Healthy), true, false), false),
+            ((Evicting, false, false, Some(Healthy), false, true), false),
+            ((Evicting, false, false, None, true, true), false),
+            ((Evicting, false, false, Some(Degraded), true, true), false),
+            ((Evicting, false, false, Some(Failed), true, true), false),
+            ((Evicting, true, false, Some(Healthy), true, true), false),
+            ((Evicting, false, true, Some(Healthy), true, true), false),
+            ((Maintenance, false, false, None, false, true), true),
+            ((Ready, false, false, Some(Healthy), true, true), true),
+        ];
+        for ((phase, deleting, fenced, health, agent, evicting), expect) in rows {
+            assert_eq!(
+                may_reuse_own(phase, deleting, fenced, health, agent, evicting),
+                expect,
+                "{phase:?} deleting={deleting} fenced={fenced} {health:?} agent={agent} evicting={evicting}"
+            );
+        }
+    }
+
+    #[test]
     fn the_view_stands_only_for_settled_hosts_not_on_their_way_out() {
         use HealthState::*;
         use Phase::*;
-        // (phase, deleting, fenced, health, agent) -> may share
+        // (phase, deleting, fenced, health, agent, evicting) -> may share
         let rows = [
-            ((Active, false, false, Some(Healthy), true), true),
-            ((Active, false, false, Some(Healthy), false), false),
-            ((Active, false, false, None, true), false),
-            ((Active, false, false, Some(Degraded), true), false),
-            ((Active, false, false, Some(Unreachable), true), false),
-            ((Active, false, false, Some(Failed), true), false),
-            ((Active, true, false, Some(Healthy), true), false),
-            ((Active, false, true, Some(Healthy), true), false),
-            ((Maintenance, false, false, None, false), true),
-            ((Maintenance, false, true, None, false), false),
-            ((Maintenance, false, false, Some(Failed), false), false),
-            ((Decommissioned, false, false, None, false), true),
-            ((Decommissioned, true, false, None, false), false),
-            ((Aborted, false, false, None, false), true),
-            ((Initial, false, false, None, false), false),
-            ((Onboarding, false, false, None, true), false),
-            ((Testing, false, false, Some(Healthy), true), false),
-            ((Ready, false, false, Some(Healthy), true), false),
-            ((Evicting, false, false, Some(Healthy), true), false),
+            ((Active, false, false, Some(Healthy), true, false), true),
+            ((Active, false, false, Some(Healthy), false, false), false),
+            ((Active, false, false, None, true, false), false),
+            ((Active, false, false, Some(Degraded), true, false), false),
+            ((Active, false, false, Some(Unreachable), true, false), false),
+            ((Active, false, false, Some(Failed), true, false), false),
+            ((Active, true, false, Some(Healthy), true, false), false),
+            ((Active, false, true, Some(Healthy), true, false), false),
+            ((Maintenance, false, false, None, false, false), true),
+            ((Maintenance, false, true, None, false, false), false),
+            ((Maintenance, false, false, Some(Failed), false, false), false),
+            ((Decommissioned, false, false, None, false, false), true),
+            ((Decommissioned, true, false, None, false, false), false),
+            ((Aborted, false, false, None, false, false), true),
+            ((Initial, false, false, None, false, false), false),
+            ((Onboarding, false, false, None, true, false), false),
+            ((Testing, false, false, Some(Healthy), true, false), false),
+            ((Ready, false, false, Some(Healthy), true, false), false),
+            ((Evicting, false, false, Some(Healthy), true, false), false),
+            ((Active, false, false, Some(Healthy), true, true), false),
+            ((Maintenance, false, false, None, false, true), false),
         ];
-        for ((phase, deleting, fenced, health, agent), expect) in rows {
+        for ((phase, deleting, fenced, health, agent, evicting), expect) in rows {
             assert_eq!(
-                may_share(phase, deleting, fenced, health, agent),
+                may_share(phase, deleting, fenced, health, agent, evicting),
                 expect,
-                "{phase:?} deleting={deleting} fenced={fenced} {health:?} agent={agent}"
+                "{phase:?} deleting={deleting} fenced={fenced} {health:?} agent={agent} evicting={evicting}"
             );
         }
     }

@@ -251,3 +251,36 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn only_the_traits_vms_name_are_asked_about_and_each_candidate_gets_those_its_provider_carries() {
+    let mut a = vm("a", 1, 512);
+    a.needs.required_traits = BTreeSet::from(["CUSTOM_GPU".to_string()]);
+    let mut b = vm("b", 1, 512);
+    b.needs.forbidden_traits = BTreeSet::from(["CUSTOM_SLOW".to_string()]);
+    let plain = vm("c", 1, 512);
+    assert!(named_traits(std::slice::from_ref(&plain)).is_empty(), "no VM names one: none asked");
+    let named = named_traits(&[a.clone(), b.clone(), plain.clone()]);
+    assert_eq!(named, BTreeSet::from(["CUSTOM_GPU".to_string(), "CUSTOM_SLOW".to_string()]));
+
+    let mut hosts = vec![host("h1", 8, 8192), host("h2", 8, 8192), host("h3", 8, 8192)];
+    for (h, uuid) in hosts.iter_mut().zip(["p1", "p2", "p3"]) {
+        h.provider = uuid.into();
+    }
+    let carried = BTreeMap::from([
+        ("CUSTOM_GPU".to_string(), BTreeSet::from(["p2".to_string()])),
+        ("CUSTOM_SLOW".to_string(), BTreeSet::from(["p2".to_string(), "p3".to_string()])),
+    ]);
+    with_traits(&mut hosts, &carried);
+    let traits: Vec<Vec<&str>> =
+        hosts.iter().map(|h| h.traits.iter().map(String::as_str).collect()).collect();
+    assert_eq!(traits, [vec![], vec!["CUSTOM_GPU", "CUSTOM_SLOW"], vec!["CUSTOM_SLOW"]]);
+    // The VM that requires the GPU fits only on h2, which the one that
+    // forbids slow hosts must avoid: h1.
+    let r = preflight(&[a], MigrationPolicy::LiveMigrate, &hosts[..1], &[]);
+    assert_eq!(checks(&r), [("constraints", "a")]);
+    let r = preflight(&[b], MigrationPolicy::LiveMigrate, &hosts[1..], &[]);
+    assert_eq!(checks(&r), [("constraints", "b")]);
+    let r = preflight(&[plain], MigrationPolicy::LiveMigrate, &hosts, &[]);
+    assert!(r.findings.is_empty(), "{r:?}");
+}
