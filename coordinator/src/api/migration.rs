@@ -116,3 +116,30 @@ pub struct MigrationStatus {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Migrations written before the times were kept to the microsecond
+    /// carry whole seconds: they still read, and are written back with
+    /// their fraction.
+    #[test]
+    fn whole_second_times_stored_earlier_still_read() {
+        let stored = serde_json::json!({
+            "phase": "Completed",
+            "startedAt": "2026-11-20T10:00:00Z",
+            "finishedAt": "2026-11-20T10:00:07Z",
+            "lastProgressAt": "2026-11-20T10:00:05Z",
+        });
+        let st: MigrationStatus = serde_json::from_value(stored).unwrap_or_else(|e| panic!("{e}"));
+        let took = st.finished_at.as_ref().map(|f| f.0).zip(st.started_at.as_ref().map(|s| s.0));
+        assert_eq!(took.map(|(f, s)| f.duration_since(s).as_secs_f64()), Some(7.0));
+        assert!(st.last_progress_at.is_some());
+        let now: MigrationStatus =
+            serde_json::from_value(serde_json::json!({"startedAt": "2026-11-20T10:00:00.250000Z"}))
+                .unwrap_or_else(|e| panic!("{e}"));
+        let written = serde_json::to_value(&now).unwrap_or_default();
+        assert_eq!(written["startedAt"], "2026-11-20T10:00:00.250000Z");
+    }
+}

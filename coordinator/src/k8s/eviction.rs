@@ -199,7 +199,7 @@ pub async fn reconcile(ev: Arc<Eviction>, ctx: Arc<EvictionContext>) -> Result<R
             run_preflight(&ctx, &ev, &source, &fence, now).await
         }
         EvictionPhase::Disabling if !deleting => wait_disabled(&ctx, &ev, &source, &fence, now).await,
-        _ => migrate(&ctx, &ev, &source, &fence, now).await,
+        _ => migrate(&ctx, &ev, &source, &fence, now, None).await,
     }
 }
 
@@ -438,8 +438,13 @@ async fn run_preflight(
     let c = DesiredCondition::new(ConditionType::Preflight, status, reason, message);
     let said: Vec<DesiredCondition> = std::iter::once(c).chain(fence_condition(fence)).collect();
     s.conditions = merge(&s.conditions, &said, now, ev.metadata.generation);
-    record(ctx, ev, s).await?;
-    Ok(Requeue::requeue(if passed { Duration::from_millis(100) } else { ENDED }))
+    match record(ctx, ev, s).await? {
+        // The lifecycle disables the host when it sees the Eviction, most
+        // often before the preflight is done: straight on, on the Eviction
+        // as written.
+        Some(written) if passed => wait_disabled(ctx, &written, source, fence, now).await,
+        _ => Ok(Requeue::requeue(if passed { Duration::from_millis(100) } else { ENDED })),
+    }
 }
 
 fn findings_message(findings: &[crate::eviction::preflight::Finding], stops: bool) -> String {
@@ -472,15 +477,11 @@ async fn wait_disabled(
     let waited = now.duration_since(since);
     let (reason, message) = match ctx.nova.service_enabled(source).await {
         Ok(Some(false)) => {
-            let mut s = status_of(ev);
-            s.phase = Some(EvictionPhase::Migrating);
+            // Straight on to the first migrations, which record the host
+            // disabled with their step: one write, and the lifecycle woken
+            // by it reads its host beside the requests, not before them.
             let c = DesiredCondition::new(ConditionType::HostDisabled, ConditionStatus::True, "Disabled", "");
-            s.conditions = merge(&s.conditions, &[c], now, ev.metadata.generation);
-            // Straight on to the first migrations, on the Eviction as written.
-            return match record(ctx, ev, s).await? {
-                Some(written) => migrate(ctx, &written, source, fence, now).await,
-                None => Ok(Requeue::requeue(Duration::from_millis(100))),
-            };
+            return migrate(ctx, ev, source, fence, now, Some(c)).await;
         }
         Ok(None) => ("NoComputeService", format!("Nova shows no compute service for host {source}")),
         Ok(Some(true)) if waited.as_secs() >= ctx.disable_timeout.as_secs() as i64 => (
@@ -513,13 +514,15 @@ struct Seen {
     records: Vec<(String, Option<String>, MigrationStatus)>,
 }
 
-/// One step of the migrations: observe, step, record, act.
+/// One step of the migrations: observe, step, record, act. `disabled`:
+/// the host was just seen disabled, and the step records it.
 async fn migrate(
     ctx: &EvictionContext,
     ev: &Eviction,
     source: &str,
     fence: &Fence,
     now: Timestamp,
+    disabled: Option<DesiredCondition>,
 ) -> Result<Requeue, Error> {
     let began = std::time::Instant::now();
     let name = ev.name_any();
@@ -560,7 +563,7 @@ async fn migrate(
     s.phase = Some(step.phase);
     s.evacuating |= evacuation.is_some();
     fill_counts(&mut s, now);
-    let said = [options_condition(&before, invalid), fence_condition(fence)];
+    let said = [options_condition(&before, invalid), fence_condition(fence), disabled];
     let said: Vec<DesiredCondition> = said.into_iter().flatten().collect();
     s.conditions = merge(&s.conditions, &said, now, ev.metadata.generation);
     record(ctx, ev, s).await?;
@@ -582,9 +585,15 @@ async fn migrate(
     } else if ended_beside_others(&before.vms, &step.vms) {
         AFTER_AN_END
     } else {
-        POLL.saturating_sub(began.elapsed()).max(POLL_PAUSE)
+        pause_after(began.elapsed())
     };
     Ok(Requeue::requeue(next))
+}
+
+/// The pause after a look that took `took`: looks [`POLL`] apart from start
+/// to start, and never less than [`POLL_PAUSE`] apart. Pure.
+fn pause_after(took: Duration) -> Duration {
+    POLL.saturating_sub(took).max(POLL_PAUSE)
 }
 
 /// Whether this step saw an attempt end while another one asked before
@@ -1057,6 +1066,14 @@ mod tests {
         // Nothing was running before this step.
         let idle = [vm("a", Pending), vm("b", Pending)];
         assert!(!ended_beside_others(&idle, &[vm("a", Migrating), vm("b", Migrating)]));
+    }
+
+    #[test]
+    fn looks_are_a_second_apart_from_start_to_start_and_never_closer_than_half() {
+        let ms = Duration::from_millis;
+        let pauses: Vec<u128> =
+            [0, 300, 500, 700, 2_000].map(|took| pause_after(ms(took)).as_millis()).to_vec();
+        assert_eq!(pauses, [1_000, 700, 500, 500, 500]);
     }
 
     #[test]

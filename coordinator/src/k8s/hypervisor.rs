@@ -351,8 +351,11 @@ fn view_confirms(
 /// `AgentConnected` condition, the machine and versions it reports), the
 /// wording of an unchanged health verdict (`NodeHealthy` with the same
 /// status and reason: "not judged while the agents reconnect" after a
-/// failover), and the counts of a running Eviction (`Evicted` still
-/// `EvictionRunning`: they come from the Eviction). So agents reconnecting
+/// failover), the counts of a running Eviction (`Evicted` still
+/// `EvictionRunning`: they come from the Eviction), and our own change of
+/// the service's status done (`SchedulingEnabled` from `Disabling` to
+/// `Disabled`, or `Enabling` to `Enabled`, same message: Nova's answer to
+/// the change said so, [`FleetView::acted`]). So agents reconnecting
 /// (thousands at once after a failover) and the steps of an eviction cost
 /// Nova nothing. A changed verdict, or an eviction's end, is none of these:
 /// it is decided on the host's own fresh reads.
@@ -368,7 +371,14 @@ fn same_but_words_not_from_nova(mut next: HypervisorStatus, status: &HypervisorS
         let same = c.status == old.status && c.reason == old.reason;
         let worded = same && c.type_ == ConditionType::NodeHealthy.as_str();
         let counted = same && c.type_ == ConditionType::Evicted.as_str() && c.reason == "EvictionRunning";
-        if agents || worded || counted {
+        let answered = c.type_ == ConditionType::SchedulingEnabled.as_str()
+            && c.status == old.status
+            && c.message == old.message
+            && matches!(
+                (old.reason.as_str(), c.reason.as_str()),
+                ("Disabling", "Disabled") | ("Enabling", "Enabled")
+            );
+        if agents || worded || counted || answered {
             c.clone_from(old);
         }
     }
@@ -605,7 +615,7 @@ async fn act(ctx: &Context, hv: &Hypervisor, name: &str, host: &str, decision: &
     let service_id = decision.service_id.as_deref();
     for action in &decision.actions {
         let result = execute(ctx, hv, name, host, service_id, action).await;
-        ctx.nova_view.acted(host, action);
+        ctx.nova_view.acted(host, action, result.is_ok());
         match result {
             Ok(()) => {
                 tracing::info!(action = %action, "done");
@@ -976,6 +986,27 @@ mod tests {
         let mut fewer = evicted("False", "EvictionRunning", "4/12 VM(s) moved");
         fewer.instances = status_of_host(0).instances;
         assert!(!same_but_words_not_from_nova(fewer, &was), "Nova's count of the host's VMs");
+    }
+
+    #[test]
+    fn our_change_of_the_service_status_done_passes_as_unchanged_not_another() {
+        let scheduling = |status: &str, reason: &str, message: &str| {
+            let mut s = status_of_host(1);
+            s.conditions.push(condition("SchedulingEnabled", status, reason, message));
+            s
+        };
+        let asked = scheduling("False", "Disabling", "hv-lifecycle: eviction e (AdminRequest)");
+        let done = scheduling("False", "Disabled", "hv-lifecycle: eviction e (AdminRequest)");
+        assert!(same_but_words_not_from_nova(done, &asked), "the disable Nova answered");
+        let other = scheduling("False", "Disabled", "disabled by hand");
+        assert!(!same_but_words_not_from_nova(other, &asked), "another reason in Nova");
+        let enabled = scheduling("True", "Enabled", "");
+        assert!(!same_but_words_not_from_nova(enabled, &asked), "enabled instead");
+        let enabling = scheduling("True", "Enabling", "");
+        assert!(same_but_words_not_from_nova(scheduling("True", "Enabled", ""), &enabling));
+        let was = scheduling("False", "Disabled", "hv-lifecycle: eviction e (AdminRequest)");
+        let back = scheduling("False", "Disabling", "hv-lifecycle: eviction e (AdminRequest)");
+        assert!(!same_but_words_not_from_nova(back, &was), "not the other way");
     }
 
     fn status_of_host(instances: u32) -> HypervisorStatus {

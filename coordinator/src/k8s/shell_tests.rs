@@ -99,7 +99,9 @@ struct FakeNova {
     migrate: Result<(), NovaError>,
     execute: Result<(), NovaError>,
     /// Whether Nova shows the host's compute service enabled.
-    service_enabled: Option<bool>,
+    service_enabled: Arc<Mutex<Option<bool>>>,
+    /// Servers whose migration Nova answers with an error, and which.
+    failing: Arc<Mutex<Vec<(String, NovaError)>>>,
     /// node-1 as the fleet's lists show it; None: the fleet read fails.
     fleet: Arc<Mutex<Option<NovaHost>>>,
     /// How long a read of the fleet takes.
@@ -153,7 +155,7 @@ impl Nova for FakeNova {
         Ok(traits.iter().map(|t| (t.clone(), Default::default())).collect())
     }
     async fn service_enabled(&self, _: &str) -> Result<Option<bool>, NovaError> {
-        Ok(self.service_enabled)
+        Ok(self.service_enabled.lock().map(|e| *e).unwrap_or_default())
     }
     async fn migrations_from(&self, _: &str, _: Timestamp) -> Result<Vec<NovaMigration>, NovaError> {
         Ok(self.migrations.clone())
@@ -164,7 +166,11 @@ impl Nova for FakeNova {
     }
     async fn migrate(&self, id: &str, _: bool) -> Result<(), NovaError> {
         push(&self.log, format!("nova migrate {id}"));
-        self.migrate.clone()
+        let failing = self.failing.lock().map(|f| f.clone()).unwrap_or_default();
+        match failing.into_iter().find(|(server, _)| server == id) {
+            Some((_, e)) => Err(e),
+            None => self.migrate.clone(),
+        }
     }
     async fn evacuate(&self, id: &str) -> Result<(), NovaError> {
         push(&self.log, format!("nova evacuate {id}"));
@@ -265,7 +271,8 @@ fn hypervisor_ctx_on(
             servers: Vec::new(),
             migrate: Ok(()),
             execute,
-            service_enabled: Some(false),
+            service_enabled: Arc::new(Mutex::new(Some(false))),
+            failing: Arc::default(),
             fleet: fleet.clone(),
             fleet_delay: fleet_delay.clone(),
             migrations: Vec::new(),
@@ -542,6 +549,10 @@ struct Ev {
     ctx: Arc<EvictionContext>,
     log: Log,
     bodies: Arc<Mutex<Vec<(String, Value)>>>,
+    /// Whether Nova shows node-1's compute service enabled (at first, yes).
+    service_enabled: Arc<Mutex<Option<bool>>>,
+    /// Servers whose migration Nova answers with an error.
+    failing: Arc<Mutex<Vec<(String, NovaError)>>>,
 }
 
 fn eviction_ctx(
@@ -575,6 +586,8 @@ fn eviction_ctx_seeing(
     let log: Log = Arc::default();
     let bodies = Arc::default();
     let client = api(log.clone(), Arc::clone(&bodies), answer);
+    let service_enabled = Arc::new(Mutex::new(Some(true)));
+    let failing: Arc<Mutex<Vec<(String, NovaError)>>> = Arc::default();
     let (hypervisors, mut hv_writer) = reflector::store::<Hypervisor>();
     if managed {
         hv_writer
@@ -588,7 +601,8 @@ fn eviction_ctx_seeing(
             servers,
             migrate,
             execute: Ok(()),
-            service_enabled: Some(true),
+            service_enabled: service_enabled.clone(),
+            failing: failing.clone(),
             fleet: Arc::default(),
             fleet_delay: Arc::default(),
             migrations,
@@ -606,7 +620,7 @@ fn eviction_ctx_seeing(
         evacuate_rebuild_from_image: false,
         progress_reads: Default::default(),
     };
-    Ev { ctx: Arc::new(ctx), log, bodies }
+    Ev { ctx: Arc::new(ctx), log, bodies, service_enabled, failing }
 }
 
 fn an_eviction(status: Option<EvictionStatus>) -> Arc<Eviction> {
@@ -804,6 +818,118 @@ async fn a_running_attempts_progress_is_not_read_again_at_the_next_look() {
     let log = entries(&t.log);
     assert_eq!(log.iter().filter(|l| *l == "nova servers on node-1").count(), 2, "two looks: {log:?}");
     assert_eq!(log.iter().filter(|l| *l == "nova progress vm-a").count(), 1, "{log:?}");
+}
+
+/// Two VMs pending, `max_parallel` 2, both pending.
+fn two_pending() -> Arc<Eviction> {
+    let pending = |id: &str| VmStatus {
+        id: id.into(),
+        state: VmState::Pending,
+        memory_bytes: 1 << 30,
+        ..Default::default()
+    };
+    let mut ev = (*an_eviction(migrating(vec![pending("vm-a"), pending("vm-b")]))).clone();
+    ev.spec.options.max_parallel = 2;
+    Arc::new(ev)
+}
+
+#[tokio::test]
+async fn attempts_started_together_are_all_asked_though_one_cannot_be() {
+    // vm-a's request cannot be sent by this replica (no longer the leader,
+    // as Nova's client finds): vm-b's is asked all the same, its answer
+    // recorded, and the reconcile ends in the error.
+    let t = eviction_ctx(ev_or_migration, vec![server("vm-a"), server("vm-b")], Ok(()), true);
+    t.failing.lock().unwrap().push(("vm-a".into(), NovaError::NotLeader("lease lost".into())));
+    let done = eviction::reconcile(two_pending(), t.ctx.clone()).await;
+    assert!(matches!(done, Err(eviction::Error::Nova(NovaError::NotLeader(_)))), "{done:?}");
+    let log = entries(&t.log);
+    assert!(log.contains(&"nova migrate vm-a".to_string()), "{log:?}");
+    assert!(log.contains(&"nova migrate vm-b".to_string()), "{log:?}");
+    let recorded = t.bodies.lock().map(|b| b.clone()).unwrap_or_default();
+    let of = |server: &str| {
+        recorded.iter().any(|(what, _)| {
+            what.starts_with("PATCH /apis/hypervisor.cloud.sap/v1alpha1/migrations/ev-")
+                && what.contains(server)
+        })
+    };
+    assert!(of("vm-b"), "vm-b's answer recorded: {log:?}");
+    assert!(!of("vm-a"), "vm-a's attempt stays as recorded before asking: {log:?}");
+}
+
+#[tokio::test]
+async fn the_reconcile_that_sees_the_host_disabled_starts_the_first_migrations() {
+    let t = eviction_ctx(ev_or_migration, vec![server("vm-a")], Ok(()), true);
+    *t.service_enabled.lock().unwrap() = Some(false);
+    let mut ev = (*an_eviction(None)).clone();
+    ev.status = Some(EvictionStatus {
+        phase: Some(EvictionPhase::Disabling),
+        host: Some("node-1".into()),
+        started_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now())),
+        ..Default::default()
+    });
+    eviction::reconcile(Arc::new(ev), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    let log = entries(&t.log);
+    assert!(log.contains(&"nova migrate vm-a".to_string()), "in this very reconcile: {log:?}");
+    // One write: the host disabled, recorded with the first step.
+    let writes: Vec<Value> =
+        status_writes(&t.bodies).into_iter().filter(|w| w["kind"] == "Eviction").collect();
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert_eq!(writes[0]["metadata"]["resourceVersion"], "5", "over the version read");
+    assert_eq!(writes[0]["status"]["phase"], "Migrating");
+    assert_eq!(writes[0]["status"]["vms"][0]["state"], "Migrating");
+    let conditions = writes[0]["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    assert!(
+        conditions.iter().any(|c| c["type"] == "HostDisabled" && c["status"] == "True"),
+        "{conditions:?}"
+    );
+    let log = entries(&t.log);
+    let recorded = log.iter().position(|l| l.contains("/evictions/ev/status")).expect("recorded");
+    let asked = log.iter().position(|l| l == "nova migrate vm-a").expect("asked");
+    assert!(recorded < asked, "recorded before Nova was asked: {log:?}");
+}
+
+#[tokio::test]
+async fn a_preflight_that_passes_on_a_host_disabled_already_goes_straight_to_the_first_migrations() {
+    // The fake region has no other host: the checks that need one are
+    // skipped, as an SRE's `force` does.
+    let forced = || {
+        let mut ev = (*an_eviction(None)).clone();
+        ev.spec.options.force = vec!["constraints".into(), "capacity".into()];
+        Arc::new(ev)
+    };
+    let t = eviction_ctx(ev_or_migration, vec![server("vm-a")], Ok(()), true);
+    *t.service_enabled.lock().unwrap() = Some(false);
+    eviction::reconcile(forced(), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    let log = entries(&t.log);
+    assert!(log.contains(&"nova migrate vm-a".to_string()), "in this very reconcile: {log:?}");
+    let writes: Vec<Value> =
+        status_writes(&t.bodies).into_iter().filter(|w| w["kind"] == "Eviction").collect();
+    let phases: Vec<&Value> = writes.iter().map(|w| &w["status"]["phase"]).collect();
+    assert_eq!(phases, [&json!("Disabling"), &json!("Migrating")], "{writes:?}");
+    // Each over the version the one before answered.
+    assert_eq!(writes[0]["metadata"]["resourceVersion"], "5");
+    assert_eq!(writes[1]["metadata"]["resourceVersion"], "6");
+
+    // Still enabled: it waits (the lifecycle wakes it once it disabled the host).
+    let t = eviction_ctx(ev_or_migration, vec![server("vm-a")], Ok(()), true);
+    let next = eviction::reconcile(forced(), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(next, Requeue::requeue(Duration::from_secs(1)));
+    assert!(!entries(&t.log).iter().any(|l| l.starts_with("nova migrate")), "{:?}", entries(&t.log));
+}
+
+#[tokio::test]
+async fn a_migrating_step_says_it_applied_the_spec_it_read() {
+    // The spec edited mid-eviction (generation 3, status at 2): the step
+    // applies the spec it read, and says so.
+    let (t, ev) = one_attempt_in_flight(crate::nova::servers::NovaState::Running { live_running: true });
+    let mut ev = (*ev).clone();
+    ev.metadata.generation = Some(3);
+    if let Some(s) = ev.status.as_mut() {
+        s.observed_generation = Some(2);
+    }
+    eviction::reconcile(Arc::new(ev), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    let written = status_writes(&t.bodies).into_iter().rfind(|w| w["kind"] == "Eviction").expect("the step");
+    assert_eq!(written["status"]["observedGeneration"], 3, "{written}");
 }
 
 #[tokio::test]
@@ -1424,15 +1550,36 @@ async fn an_evicted_hosts_steps_confirm_on_its_own_read_of_seconds_ago() {
     hypervisor::reconcile(hv, t.ctx.clone()).await.unwrap();
     assert_eq!(observed(&t), 1, "the agent away: {:?}", entries(&t.log));
 
-    // Someone enabled the host: read and disabled again. What was read
-    // before no longer stands once we acted: the next step reads again,
-    // and sees what the disable did.
-    let (_, hv) = kept().await;
-    let view = Arc::new(crate::nova::FleetView::new(Duration::from_secs(30), Duration::from_secs(10)));
-    let t = with(&view, moved(EvictionPhase::Migrating, 4), registered(true, &["vm-1"]));
-    let _session = t.ctx.registry.open(&hello, tx.clone());
-    hypervisor::reconcile(hv, t.ctx.clone()).await.unwrap();
-    let log = entries(&t.log);
-    assert!(log.iter().any(|l| l.starts_with("nova disable")), "{log:?}");
-    assert_eq!(view.recent("node-1"), None, "{log:?}");
+    // Someone enabled the host: read and disabled again. Nova's answer to
+    // the disable is kept as its word, so the next step reads nothing and
+    // writes the host disabled; a disable that failed may or may not have
+    // taken, so the next step reads.
+    for (answered, reads) in [(Ok(()), 0), (Err(NovaError::Unavailable("timed out".into())), 1)] {
+        // Nothing kept yet (the first step of a new leader, say).
+        let (_, hv) = kept().await;
+        let view = Arc::new(crate::nova::FleetView::new(Duration::from_secs(30), Duration::from_secs(10)));
+        let enabled = registered(true, &["vm-1"]);
+        let evs = moved(EvictionPhase::Migrating, 4);
+        let failed = answered.is_err();
+        let mut t = hypervisor_ctx_executing(answer, enabled.clone(), true, evs, answered);
+        Arc::get_mut(&mut t.ctx).expect("the only handle").nova_view = view.clone();
+        let _session = t.ctx.registry.open(&hello, tx.clone());
+        hypervisor::reconcile(hv, t.ctx.clone()).await.unwrap();
+        let log = entries(&t.log);
+        assert!(log.iter().any(|l| l.starts_with("nova disable")), "{log:?}");
+        assert_eq!(observed(&t), 1, "{log:?}");
+        // The next step, on the Hypervisor as that reconcile wrote it.
+        let w = status_writes(&t.bodies).pop().expect("the status written");
+        let mut next = (*hypervisor(Some(Phase::Evicting), Some(record.clone()))).clone();
+        next.metadata.resource_version = Some("9".into());
+        next.status = Some(serde_json::from_value(w["status"].clone()).unwrap());
+        let t = with(&view, moved(EvictionPhase::Migrating, 5), registered(false, &["vm-1"]));
+        let _session = t.ctx.registry.open(&hello, tx.clone());
+        hypervisor::reconcile(Arc::new(next), t.ctx.clone()).await.unwrap();
+        assert_eq!(observed(&t), reads, "failed={failed}: {:?}", entries(&t.log));
+        let w = status_writes(&t.bodies).pop().expect("the step written");
+        let conditions = w["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        let scheduling = conditions.iter().find(|c| c["type"] == "SchedulingEnabled").cloned();
+        assert_eq!(scheduling.map(|c| c["reason"].clone()), Some(json!("Disabled")), "{w}");
+    }
 }

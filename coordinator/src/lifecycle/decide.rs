@@ -360,7 +360,13 @@ fn active(d: &mut Draft<'_>) {
     if d.hold_requested() {
         return hold(d);
     }
-    if let Some(ev) = d.obs().eviction.as_ref().filter(|e| !e.phase.is_final() && !e.deleting) {
+    if let Some(ev) = d.obs().eviction.clone().filter(|e| !e.phase.is_final() && !e.deleting) {
+        // Disabled with the transition, as a maintenance does when it
+        // creates its Eviction: its preflight runs meanwhile, and nothing
+        // moves before Nova shows the host disabled.
+        if let NovaObs::Registered(host) = &d.obs().nova {
+            d.guard_disabled(host, &format!("hv-lifecycle: eviction {} ({})", ev.name, ev.reason.as_str()));
+        }
         d.record.eviction = Some(EvictionRef {
             name: ev.name.clone(),
             reason: ev.reason,

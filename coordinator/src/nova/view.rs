@@ -248,17 +248,30 @@ impl FleetView {
         (at.elapsed() < OWN_READ_STANDS).then(|| obs.clone())
     }
 
-    /// Our action on the host: after one asked of Nova or Placement (done
-    /// or not: an answer lost may hide one that took), the kept read no
-    /// longer stands. Asking the agent or the Kubernetes API changes
-    /// nothing there.
-    pub fn acted(&self, host: &str, action: &Action) {
-        let elsewhere = matches!(
-            action,
-            Action::RunChecks { .. } | Action::CreateEviction { .. } | Action::CancelEviction { .. }
-        );
-        if !elsewhere {
-            self.lock().kept.remove(host);
+    /// Our action on the host, `done` when Nova answered it. Nova's answer
+    /// to a change of the service's status is its word on that status (the
+    /// PUT answers with the service as updated), so the kept read takes it,
+    /// and the steps that follow need not read the host again to see it.
+    /// After any other action of Nova's or Placement's, or one that failed
+    /// (an answer lost may hide one that took), the kept read no longer
+    /// stands. Asking the agent or the Kubernetes API changes nothing there.
+    pub fn acted(&self, host: &str, action: &Action, done: bool) {
+        let mut state = self.lock();
+        let kept = state.kept.get_mut(host).map(|(_, obs)| obs);
+        match (action, kept) {
+            (Action::RunChecks { .. } | Action::CreateEviction { .. } | Action::CancelEviction { .. }, _) => {
+            }
+            (Action::DisableService { reason }, Some(NovaObs::Registered(h))) if done => {
+                h.enabled = false;
+                h.disabled_reason = Some(reason.clone());
+            }
+            (Action::EnableService, Some(NovaObs::Registered(h))) if done => {
+                h.enabled = true;
+                h.disabled_reason = None;
+            }
+            _ => {
+                state.kept.remove(host);
+            }
         }
     }
 
@@ -411,15 +424,35 @@ mod tests {
         keep(&view, Duration::from_secs(1));
         assert_eq!(view.recent("node-1"), Some(host.clone()));
         assert_eq!(view.recent("node-2"), None, "another host");
-        view.acted("node-1", &Action::RunChecks { run: 2 });
+        view.acted("node-1", &Action::RunChecks { run: 2 }, true);
         assert_eq!(view.recent("node-1"), Some(host.clone()), "nothing asked of Nova");
-        view.acted("node-1", &Action::DisableService { reason: "r".into() });
+        view.acted("node-1", &Action::AddAggregate { name: "a".into() }, true);
         assert_eq!(view.recent("node-1"), None, "after an action of ours in Nova");
         keep(&view, OWN_READ_STANDS + Duration::from_millis(1));
         assert_eq!(view.recent("node-1"), None, "too old");
         let off = FleetView::new(Duration::ZERO, Duration::from_secs(10));
         keep(&off, Duration::from_secs(1));
         assert_eq!(off.recent("node-1"), None, "the view off");
+    }
+
+    #[test]
+    fn nova_answering_a_change_of_the_service_status_is_kept_as_its_word_a_failure_is_not() {
+        use crate::lifecycle::NovaHost;
+        let enabled = NovaObs::Registered(NovaHost { enabled: true, ..Default::default() });
+        let view = FleetView::new(Duration::from_secs(30), Duration::from_secs(10));
+        view.lock().kept.insert("node-1".into(), (Instant::now(), enabled));
+        let disable = Action::DisableService { reason: "hv-lifecycle: eviction e".into() };
+        view.acted("node-1", &disable, true);
+        let Some(NovaObs::Registered(h)) = view.recent("node-1") else { panic!("kept") };
+        assert!(!h.enabled);
+        assert_eq!(h.disabled_reason.as_deref(), Some("hv-lifecycle: eviction e"));
+        view.acted("node-1", &Action::EnableService, true);
+        let Some(NovaObs::Registered(h)) = view.recent("node-1") else { panic!("kept") };
+        assert!(h.enabled && h.disabled_reason.is_none());
+        view.acted("node-1", &disable, false);
+        assert_eq!(view.recent("node-1"), None, "a failed disable may or may not have taken");
+        view.acted("node-1", &disable, true);
+        assert_eq!(view.recent("node-1"), None, "nothing kept: nothing made up");
     }
 
     #[test]
