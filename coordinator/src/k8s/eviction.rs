@@ -298,6 +298,9 @@ async fn hold_or_release(
     let mut s = status;
     s.phase = Some(EvictionPhase::Pending);
     s.completed_at = None;
+    // A run of its own: the wait for the host to be disabled counts from
+    // its start, not from the first run's.
+    s.started_at = None;
     record(ctx, &ev, s).await?;
     Ok(Err(Requeue::requeue(Duration::from_millis(100))))
 }
@@ -442,7 +445,13 @@ async fn run_preflight(
         // The lifecycle disables the host when it sees the Eviction, most
         // often before the preflight is done: straight on, on the Eviction
         // as written.
-        Some(written) if passed => wait_disabled(ctx, &written, source, fence, now).await,
+        Some(written) if passed => {
+            // The preflight may have taken seconds: the fencing and the
+            // time are read again, so that nothing starts off a host being
+            // fenced meanwhile, and no attempt is dated back.
+            let fence = self::fence(ctx, &written).await?;
+            wait_disabled(ctx, &written, source, &fence, Timestamp::now()).await
+        }
         _ => Ok(Requeue::requeue(if passed { Duration::from_millis(100) } else { ENDED })),
     }
 }

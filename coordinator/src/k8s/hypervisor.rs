@@ -354,8 +354,8 @@ fn view_confirms(
 /// failover), the counts of a running Eviction (`Evicted` still
 /// `EvictionRunning`: they come from the Eviction), and our own change of
 /// the service's status done (`SchedulingEnabled` from `Disabling` to
-/// `Disabled`, or `Enabling` to `Enabled`, same message: Nova's answer to
-/// the change said so, [`FleetView::acted`]). So agents reconnecting
+/// `Disabled`, or `Enabling` to `Enabled`, same message: Nova accepted
+/// the change, [`FleetView::acted`]). So agents reconnecting
 /// (thousands at once after a failover) and the steps of an eviction cost
 /// Nova nothing. A changed verdict, or an eviction's end, is none of these:
 /// it is decided on the host's own fresh reads.

@@ -918,6 +918,66 @@ async fn a_preflight_that_passes_on_a_host_disabled_already_goes_straight_to_the
 }
 
 #[tokio::test]
+async fn a_host_whose_fencing_began_during_the_preflight_has_nothing_started_off_it() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // The Hypervisor as the API server answers it: not fenced when the
+    // reconcile begins, its fencing under way once the preflight is done.
+    static READS: AtomicUsize = AtomicUsize::new(0);
+    let answer = |m: &Method, p: &str| {
+        if m == Method::GET && p == "/apis/hypervisor.cloud.sap/v1alpha1/hypervisors/node-1" {
+            let mut hv = hv_json("node-1", "7");
+            if READS.fetch_add(1, Ordering::SeqCst) > 0 {
+                hv["status"] = json!({"fencing": {"started": "2026-11-26T08:00:00Z"}});
+            }
+            return (200, hv);
+        }
+        ev_or_migration(m, p)
+    };
+    let t = eviction_ctx(answer, vec![server("vm-a")], Ok(()), true);
+    *t.service_enabled.lock().unwrap() = Some(false);
+    let mut ev = (*an_eviction(None)).clone();
+    ev.spec.options.force = vec!["constraints".into(), "capacity".into()];
+    eviction::reconcile(Arc::new(ev), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    let log = entries(&t.log);
+    assert!(READS.load(Ordering::SeqCst) >= 2, "read again after the preflight: {log:?}");
+    assert!(!log.iter().any(|l| l.starts_with("nova migrate")), "nothing starts: {log:?}");
+    let last = status_writes(&t.bodies).into_iter().rfind(|w| w["kind"] == "Eviction").expect("written");
+    let conditions = last["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    assert!(
+        conditions.iter().any(|c| c["type"] == "HostFenced" && c["reason"] == "FencingUnderWay"),
+        "{last}"
+    );
+}
+
+#[tokio::test]
+async fn a_preflight_run_again_after_a_spec_change_waits_for_the_host_from_its_own_start() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    let t = eviction_ctx(ev_or_migration, vec![], Ok(()), true);
+    let mut ev = (*an_eviction(None)).clone();
+    ev.metadata.generation = Some(2);
+    let long_ago = Timestamp::now() - jiff::SignedDuration::from_secs(3600);
+    ev.status = Some(EvictionStatus {
+        phase: Some(EvictionPhase::Failed),
+        observed_generation: Some(1),
+        started_at: Some(Time(long_ago)),
+        completed_at: Some(Time(long_ago)),
+        conditions: vec![Condition {
+            type_: "Preflight".into(),
+            status: "False".into(),
+            reason: "Failed".into(),
+            message: "1 VM(s) cannot be moved".into(),
+            last_transition_time: Time(long_ago),
+            observed_generation: Some(1),
+        }],
+        ..Default::default()
+    });
+    eviction::reconcile(Arc::new(ev), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    let written = status_writes(&t.bodies).into_iter().rfind(|w| w["kind"] == "Eviction").expect("run again");
+    assert_eq!(written["status"]["phase"], "Pending", "{written}");
+    assert!(written["status"]["startedAt"].is_null(), "the first run's start is not this one's: {written}");
+}
+
+#[tokio::test]
 async fn a_migrating_step_says_it_applied_the_spec_it_read() {
     // The spec edited mid-eviction (generation 3, status at 2): the step
     // applies the spec it read, and says so.

@@ -272,6 +272,27 @@ mod tests {
         assert!(!m.render().contains("hv_hypervisors{"), "a deposed leader stops speaking for the fleet");
     }
 
+    /// A follower reads no fleet view: figures it showed would be its own
+    /// stale ones, or none, beside the leader's.
+    #[test]
+    fn only_the_leader_shows_the_fleet_view() {
+        let m = Metrics::default();
+        m.set_nova_view(|| {
+            Some(crate::nova::view::ViewFigures {
+                bound: Duration::from_secs(30),
+                age: Some(Duration::from_secs(4)),
+                last_read: Some(Duration::from_secs(1)),
+                failures: 0,
+            })
+        });
+        let shown = |m: &Metrics| m.render().contains("hv_coordinator_nova_view_bound_seconds");
+        assert!(!shown(&m), "a follower");
+        m.set_leader(true);
+        assert!(shown(&m), "the leader");
+        m.set_leader(false);
+        assert!(!shown(&m), "a deposed leader");
+    }
+
     #[test]
     fn only_the_leader_is_ready_and_every_replica_is_alive() {
         let m = Metrics::default();

@@ -10,7 +10,8 @@
 //! have, or nothing where the lists cannot tell.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
@@ -185,6 +186,8 @@ impl NovaClient {
         requests += 1;
         let (listed, pages) = self.hypervisors_listed(page, true).await?;
         requests += pages;
+        self.provider_names
+            .listed(listed.iter().map(|h| (h.service.host.clone(), h.hypervisor_hostname.clone())));
         let mut hypervisors = HashMap::new();
         for h in listed {
             let servers = h.servers.into_iter().map(|s| s.uuid).collect();
@@ -201,6 +204,38 @@ impl NovaClient {
         requests += asks;
         let services = services.into_iter().map(|s| (s.host.clone(), s)).collect();
         Ok(FleetSnapshot { started, services, hypervisors, aggregates, providers, traits: carried, requests })
+    }
+}
+
+/// How long a listing of the hypervisors' names stands for preflight: a
+/// host's hypervisor hostname is set when its nova-compute registers, and
+/// listing them took two of the preflight's requests (one per thousand
+/// hosts, paged) on the path to an eviction's first migration. A host
+/// listed since under another name is looked up by its service host, and
+/// one without a provider by that name is left out of the candidates (the
+/// preflight then errs on the side of too little room).
+pub const NAMES_STAND: Duration = Duration::from_secs(300);
+
+/// Service host → hypervisor hostname.
+type Names = Arc<HashMap<String, String>>;
+
+/// Each compute service's hypervisor hostname as last listed, with when.
+#[derive(Default)]
+pub struct ProviderNames(Mutex<Option<(Instant, Names)>>);
+
+impl ProviderNames {
+    /// The names listed within [`NAMES_STAND`].
+    fn recent(&self) -> Option<Arc<HashMap<String, String>>> {
+        let last = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        last.as_ref().filter(|(at, _)| at.elapsed() < NAMES_STAND).map(|(_, names)| names.clone())
+    }
+
+    /// Keeps a new listing (service host, hypervisor hostname); answers it.
+    fn listed(&self, names: impl Iterator<Item = (String, String)>) -> Arc<HashMap<String, String>> {
+        let names = Arc::new(names.collect::<HashMap<_, _>>());
+        let mut last = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *last = Some((Instant::now(), names.clone()));
+        names
     }
 }
 
@@ -286,10 +321,14 @@ impl NovaClient {
 
     /// Each compute service's hypervisor hostname, the name of its resource
     /// provider in Placement (libvirt's FQDN where the service host is the
-    /// short name).
-    pub(super) async fn provider_names(&self) -> Result<HashMap<String, String>, NovaError> {
+    /// short name): as listed within [`NAMES_STAND`] (by the fleet view's
+    /// reads, or an earlier call), else listed now.
+    pub(super) async fn provider_names(&self) -> Result<Arc<HashMap<String, String>>, NovaError> {
+        if let Some(names) = self.provider_names.recent() {
+            return Ok(names);
+        }
         let (listed, _) = self.hypervisors_listed(PAGE, false).await?;
-        Ok(listed.into_iter().map(|h| (h.service.host, h.hypervisor_hostname)).collect())
+        Ok(self.provider_names.listed(listed.into_iter().map(|h| (h.service.host, h.hypervisor_hostname))))
     }
 }
 
@@ -306,6 +345,23 @@ fn next_marker(href: &str, what: &str) -> Result<String, NovaError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hypervisor_names_listed_stand_for_five_minutes_and_a_new_listing_replaces_them() {
+        let names = ProviderNames::default();
+        assert!(names.recent().is_none(), "none listed yet");
+        let pair = |h: &str, n: &str| (h.to_string(), n.to_string());
+        names.listed([pair("compute-1", "compute-1.example.com")].into_iter());
+        let got = names.recent().expect("just listed");
+        assert_eq!(got.get("compute-1").map(String::as_str), Some("compute-1.example.com"));
+        names.listed([pair("compute-2", "compute-2")].into_iter());
+        let got = names.recent().expect("listed again");
+        assert!(!got.contains_key("compute-1"), "a new listing replaces the last: {got:?}");
+        let old =
+            Instant::now().checked_sub(NAMES_STAND + Duration::from_secs(1)).expect("a clock past its start");
+        *names.0.lock().unwrap() = Some((old, got));
+        assert!(names.recent().is_none(), "too old to stand");
+    }
 
     fn service(host: &str, status: &str) -> ComputeService {
         serde_json::from_value(

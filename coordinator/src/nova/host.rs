@@ -118,11 +118,14 @@ pub(super) fn nova_host_from(
 /// Nova and Placement as the lifecycle needs them.
 pub struct NovaClient {
     cloud: Cloud,
+    /// Each compute service's hypervisor hostname, as last listed
+    /// (`fleet::ProviderNames`).
+    pub(super) provider_names: super::fleet::ProviderNames,
 }
 
 impl NovaClient {
     pub fn new(cloud: Cloud) -> NovaClient {
-        NovaClient { cloud }
+        NovaClient { cloud, provider_names: Default::default() }
     }
 
     pub(super) fn cloud(&self) -> &Cloud {

@@ -248,10 +248,11 @@ impl FleetView {
         (at.elapsed() < OWN_READ_STANDS).then(|| obs.clone())
     }
 
-    /// Our action on the host, `done` when Nova answered it. Nova's answer
-    /// to a change of the service's status is its word on that status (the
-    /// PUT answers with the service as updated), so the kept read takes it,
-    /// and the steps that follow need not read the host again to see it.
+    /// Our action on the host, `done` when Nova accepted it (2xx). Nova
+    /// accepting a change of the service's status (a PUT of the status and
+    /// reason, which it applies before it answers) is taken as its word on
+    /// that status: the kept read takes what was asked, and the steps that
+    /// follow need not read the host again to see it.
     /// After any other action of Nova's or Placement's, or one that failed
     /// (an answer lost may hide one that took), the kept read no longer
     /// stands. Asking the agent or the Kubernetes API changes nothing there.
@@ -436,7 +437,7 @@ mod tests {
     }
 
     #[test]
-    fn nova_answering_a_change_of_the_service_status_is_kept_as_its_word_a_failure_is_not() {
+    fn a_change_of_the_service_status_nova_accepted_is_kept_a_failed_one_is_not() {
         use crate::lifecycle::NovaHost;
         let enabled = NovaObs::Registered(NovaHost { enabled: true, ..Default::default() });
         let view = FleetView::new(Duration::from_secs(30), Duration::from_secs(10));

@@ -275,12 +275,16 @@ fn only_the_traits_vms_name_are_asked_about_and_each_candidate_gets_those_its_pr
     let traits: Vec<Vec<&str>> =
         hosts.iter().map(|h| h.traits.iter().map(String::as_str).collect()).collect();
     assert_eq!(traits, [vec![], vec!["CUSTOM_GPU", "CUSTOM_SLOW"], vec!["CUSTOM_SLOW"]]);
-    // The VM that requires the GPU fits only on h2, which the one that
-    // forbids slow hosts must avoid: h1.
-    let r = preflight(&[a], MigrationPolicy::LiveMigrate, &hosts[..1], &[]);
+    // The VM that requires the GPU fits only on h2; the one that forbids
+    // slow hosts only on h1.
+    let r = preflight(std::slice::from_ref(&a), MigrationPolicy::LiveMigrate, &hosts[..1], &[]);
     assert_eq!(checks(&r), [("constraints", "a")]);
-    let r = preflight(&[b], MigrationPolicy::LiveMigrate, &hosts[1..], &[]);
+    let r = preflight(&[a], MigrationPolicy::LiveMigrate, &hosts[1..2], &[]);
+    assert!(r.findings.is_empty(), "a on h2: {r:?}");
+    let r = preflight(std::slice::from_ref(&b), MigrationPolicy::LiveMigrate, &hosts[1..], &[]);
     assert_eq!(checks(&r), [("constraints", "b")]);
+    let r = preflight(&[b], MigrationPolicy::LiveMigrate, &hosts[..1], &[]);
+    assert!(r.findings.is_empty(), "b on h1: {r:?}");
     let r = preflight(&[plain], MigrationPolicy::LiveMigrate, &hosts, &[]);
     assert!(r.findings.is_empty(), "{r:?}");
 }
