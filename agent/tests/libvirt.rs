@@ -7,14 +7,20 @@ use hv_agent::libvirt::Libvirt;
 use hv_proto::v1::{DiskSource, DomainState};
 
 /// libvirtd (running as `nobody`) reads the fixture itself: copy it where
-/// it can, whatever the permissions of the checkout.
+/// it can, whatever the permissions of the checkout. Copied once per
+/// process: the tests run at once, and a copy truncates the file that
+/// libvirtd may be reading for another test ("Document is empty").
 fn fixture_uri(env: &hv_tests::env::TestEnv) -> String {
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/node.xml");
-    let dst = env.libvirt.dir.join(format!("fixture-node-{}.xml", std::process::id()));
-    std::fs::copy(&src, &dst).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o644)).unwrap();
-    format!("test+tcp://{}:{}{}", env.libvirt.host, env.libvirt.port, dst.display())
+    static URI: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URI.get_or_init(|| {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/node.xml");
+        let dst = env.libvirt.dir.join(format!("fixture-node-{}.xml", std::process::id()));
+        std::fs::copy(&src, &dst).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o644)).unwrap();
+        format!("test+tcp://{}:{}{}", env.libvirt.host, env.libvirt.port, dst.display())
+    })
+    .clone()
 }
 
 #[test]
