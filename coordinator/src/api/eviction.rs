@@ -109,8 +109,10 @@ pub struct EvictionOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_policy: Option<MigrationPolicy>,
     /// Preflight checks to skip by name (`capacity`, `constraints`,
-    /// `compatibility`). Use with care.
+    /// `compatibility`). Use with care. Bounded, so that the API server can
+    /// bound the cost of the CEL rule that checks the names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 3), inner(length(max = 16)))]
     pub force: Vec<String>,
 }
 

@@ -53,7 +53,10 @@ pub struct HypervisorSpec {
     pub aggregates: Vec<String>,
     /// `CUSTOM_*` traits set on the host's Placement resource provider.
     /// Traits that are not `CUSTOM_*` belong to nova-compute and are never touched.
+    /// Bounded (64 traits of Placement's 255 characters) so that the API
+    /// server can bound the cost of the CEL rule that checks them.
     #[serde(default)]
+    #[schemars(length(max = 64), inner(length(max = 255)))]
     pub custom_traits: Vec<String>,
     /// Skip the Testing phase. Useful in development; not recommended in production.
     #[serde(default)]
