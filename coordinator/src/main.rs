@@ -235,7 +235,10 @@ struct Args {
     /// Namespace of the leader-election Lease.
     #[arg(long, env = "POD_NAMESPACE", default_value = "hv-system")]
     namespace: String,
-    #[arg(long, default_value = "hv-coordinator")]
+    /// The leader-election Lease, and this install's name: every Hypervisor
+    /// it manages carries it in the label hypervisor.cloud.sap/instance (a
+    /// label value: at most 63 letters, digits, '-', '_' or '.').
+    #[arg(long, default_value = "hv-coordinator", value_parser = label_value)]
     lease_name: String,
     /// This replica's identity in the Lease (default: POD_NAME, else host name and pid).
     #[arg(long, env = "POD_NAME")]
@@ -325,6 +328,14 @@ fn node_lock(s: &str) -> Result<String, String> {
         Ok(s.to_string())
     } else {
         Err(format!("{s:?} is not a component name (letters, digits, -, _, .; alphanumeric at both ends)"))
+    }
+}
+
+fn label_value(s: &str) -> Result<String, String> {
+    if hv_coordinator::k8s::nodes::valid_label_value(s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("{s:?} cannot name an install: at most 63 letters, digits, -, _, .; alphanumeric at both ends"))
     }
 }
 
@@ -580,6 +591,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         evacuate_by_default: args.evacuate_by_default,
         evacuate_rebuild_from_image: args.evacuate_rebuild_from_image,
         progress_reads: Default::default(),
+        instance: args.lease_name.clone(),
     });
     let intervals =
         Intervals { busy: args.busy_interval, drift: args.drift_interval, ..Intervals::default() };
@@ -643,6 +655,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         evictions_to_wake,
     });
     let template = Template {
+        instance: args.lease_name.clone(),
         aggregates: args.aggregates.clone(),
         custom_traits: args.custom_traits.clone(),
         ceph_pools: args.ceph_pools.clone(),

@@ -97,6 +97,9 @@ pub struct EvictionContext {
     /// When each attempt in flight last had its progress read, by
     /// Migration name.
     pub progress_reads: Paced,
+    /// This install's name (`nodes::INSTANCE_LABEL`): an Eviction of
+    /// another install's Hypervisor is left to it.
+    pub instance: String,
 }
 
 /// When each of some things was last done, kept in memory only: a new
@@ -183,6 +186,9 @@ pub async fn reconcile(ev: Arc<Eviction>, ctx: Arc<EvictionContext>) -> Result<R
     if !ctx.gate.open() {
         return Ok(Requeue::requeue(CACHE_WAIT));
     }
+    if !ours(&ctx, &ev).await? {
+        return Ok(Requeue::await_change());
+    }
     let ev = match hold_or_release(&ctx, ev).await? {
         Ok(ev) => ev,
         Err(next) => return Ok(next),
@@ -201,6 +207,18 @@ pub async fn reconcile(ev: Arc<Eviction>, ctx: Arc<EvictionContext>) -> Result<R
         EvictionPhase::Disabling if !deleting => wait_disabled(&ctx, &ev, &source, &fence, now).await,
         _ => migrate(&ctx, &ev, &source, &fence, now, None).await,
     }
+}
+
+/// Whether this install runs `ev`: its Hypervisor is ours (in our cache,
+/// or, made a moment ago, labelled ours), or there is none (every install
+/// refuses such an Eviction alike). Another install's is left untouched.
+async fn ours(ctx: &EvictionContext, ev: &Eviction) -> Result<bool, Error> {
+    let name = &ev.spec.hypervisor;
+    if ctx.hypervisors.get(&ObjectRef::new(name)).is_some() {
+        return Ok(true);
+    }
+    let hv = Api::<Hypervisor>::all(ctx.client.clone()).get_opt(name).await?;
+    Ok(hv.is_none_or(|hv| super::nodes::belongs(&hv, &ctx.instance) == super::nodes::Belongs::Ours))
 }
 
 /// The host's fencing as the Hypervisor records it, read from the API

@@ -121,7 +121,9 @@ pub async fn run(
     let (ev_tx, ev_rx) = mpsc::unbounded_channel::<String>();
     let wc = &watch_client;
     let to_ref = |n: String| ObjectRef::<Hypervisor>::new(&n);
-    let hypervisors = watcher(Api::<Hypervisor>::all(wc.clone()), watcher::Config::default())
+    // This install's Hypervisors only (nodes::INSTANCE_LABEL).
+    let ours = watcher::Config::default().labels(&nodes::instance_selector(&template.instance));
+    let hypervisors = watcher(Api::<Hypervisor>::all(wc.clone()), ours)
         .default_backoff()
         .modify(trim::unmanaged)
         .reflect(writers.hypervisors)

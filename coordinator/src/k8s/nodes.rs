@@ -7,6 +7,13 @@
 //!
 //! A selected Node carries our finalizer: deleting it is a termination, and the Node stays until its host is decommissioned; the
 //! Hypervisor is then orphaned and stays as the record.
+//!
+//! Each Hypervisor carries the label [`INSTANCE_LABEL`] naming the
+//! coordinator install that manages it (its Lease's name): two installs that
+//! share a cluster (two regions, a canary) each act only on their own, and a
+//! Node that both select stays with the first (docs/lifecycle.md,
+//! "One install, its own hosts"). A Hypervisor without the label (made
+//! before it existed) is adopted by the install that selects its Node.
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, PostParams};
@@ -25,9 +32,47 @@ pub const SKIP_TESTS_ANNOTATION: &str = "hypervisor.cloud.sap/skip-tests";
 /// The host name nova-compute registered under, when not the Node name.
 pub const NOVA_HOST_ANNOTATION: &str = "hypervisor.cloud.sap/nova-host";
 
+/// The label naming the coordinator install a Hypervisor belongs to.
+pub const INSTANCE_LABEL: &str = "hypervisor.cloud.sap/instance";
+
+/// The label selector of this install's Hypervisors.
+pub fn instance_selector(instance: &str) -> String {
+    format!("{INSTANCE_LABEL}={instance}")
+}
+
+/// Whether `v` may be a label's value (and so an install's name): at most
+/// 63 letters, digits, '-', '_' or '.', alphanumeric at both ends.
+pub fn valid_label_value(v: &str) -> bool {
+    let alnum = |ch: Option<char>| ch.is_some_and(|ch| ch.is_ascii_alphanumeric());
+    !v.is_empty()
+        && v.len() <= 63
+        && v.chars().all(|ch| ch.is_ascii_alphanumeric() || "-_.".contains(ch))
+        && alnum(v.chars().next())
+        && alnum(v.chars().last())
+}
+
+/// Whether `hv` is this install's (`instance`), and whether it is another's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Belongs {
+    Ours,
+    /// Made before installs were named: the install selecting its Node adopts it.
+    Nobodys,
+    Theirs,
+}
+
+pub fn belongs(hv: &Hypervisor, instance: &str) -> Belongs {
+    match hv.labels().get(INSTANCE_LABEL) {
+        Some(v) if v == instance => Belongs::Ours,
+        Some(_) => Belongs::Theirs,
+        None => Belongs::Nobodys,
+    }
+}
+
 /// Defaults for new Hypervisors (coordinator flags).
 #[derive(Clone, Debug, Default)]
 pub struct Template {
+    /// This install's name (its Lease's): the value of [`INSTANCE_LABEL`].
+    pub instance: String,
     pub aggregates: Vec<String>,
     pub custom_traits: Vec<String>,
     pub ceph_pools: Vec<String>,
@@ -138,19 +183,38 @@ pub async fn ensure_hypervisor(client: &kube::Client, node: &Node, template: &Te
         }
         return;
     }
-    if let Err(e) = set_finalizer(&nodes, node, true).await {
-        tracing::warn!(node = %name, error = %e, "could not add our finalizer to the Node");
-    }
-    match api.get_opt(&name).await {
-        Ok(Some(_)) => return,
-        Ok(None) => {}
+    let existing = match api.get_opt(&name).await {
+        Ok(hv) => hv,
         Err(e) => {
             tracing::warn!(node = %name, error = %e, "could not look up the Hypervisor");
             return;
         }
+    };
+    match existing.as_ref().map(|hv| (belongs(hv, &template.instance), hv)) {
+        Some((Belongs::Theirs, hv)) => {
+            let theirs = hv.labels().get(INSTANCE_LABEL).cloned().unwrap_or_default();
+            tracing::warn!(node = %name, instance = %theirs, "the Node's Hypervisor belongs to another coordinator install; holding back");
+            return;
+        }
+        Some((Belongs::Nobodys, _)) => {
+            let adopt = serde_json::json!({"metadata": {"labels": {INSTANCE_LABEL: template.instance}}});
+            let pp = kube::api::PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+            match api.patch(&name, &pp, &kube::api::Patch::Merge(&adopt)).await {
+                Ok(_) => tracing::info!(node = %name, "adopted a Hypervisor of no install"),
+                Err(e) => tracing::warn!(node = %name, error = %e, "could not adopt the Hypervisor"),
+            }
+        }
+        Some((Belongs::Ours, _)) | None => {}
+    }
+    if let Err(e) = set_finalizer(&nodes, node, true).await {
+        tracing::warn!(node = %name, error = %e, "could not add our finalizer to the Node");
+    }
+    if existing.is_some() {
+        return;
     }
     let mut hv = Hypervisor::new(&name, spec_for(node, template));
     hv.metadata.owner_references = node.controller_owner_ref(&()).map(|o| vec![o]);
+    hv.metadata.labels = Some([(INSTANCE_LABEL.to_string(), template.instance.clone())].into());
     let pp = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
     match api.create(&pp, &hv).await {
         Ok(_) => tracing::info!(node = %name, "created Hypervisor for new Node"),
@@ -169,6 +233,22 @@ mod tests {
         n.metadata.annotations =
             Some(annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
         n
+    }
+
+    #[test]
+    fn an_install_is_named_by_a_label_value_and_knows_its_hypervisors() {
+        for good in ["hv-coordinator", "a", "hv-e2e-drain-kubectl-123", &"x".repeat(63)] {
+            assert!(valid_label_value(good), "{good}");
+        }
+        for bad in ["", "-a", "a-", "a/b", "a b", &"x".repeat(64)] {
+            assert!(!valid_label_value(bad), "{bad}");
+        }
+        let mut hv = Hypervisor::new("compute-1", HypervisorSpec::default());
+        assert_eq!(belongs(&hv, "hv-coordinator"), Belongs::Nobodys);
+        hv.metadata.labels = Some([(INSTANCE_LABEL.to_string(), "hv-coordinator".to_string())].into());
+        assert_eq!(belongs(&hv, "hv-coordinator"), Belongs::Ours);
+        assert_eq!(belongs(&hv, "hv-canary"), Belongs::Theirs);
+        assert_eq!(instance_selector("hv-coordinator"), "hypervisor.cloud.sap/instance=hv-coordinator");
     }
 
     #[test]
@@ -209,6 +289,7 @@ mod tests {
     #[test]
     fn annotations_override_the_template() {
         let t = Template {
+            instance: "hv-coordinator".into(),
             aggregates: vec!["az-1".into()],
             custom_traits: vec![],
             ceph_pools: vec!["vms".into()],

@@ -619,6 +619,7 @@ fn eviction_ctx_seeing(
         evacuate_by_default: true,
         evacuate_rebuild_from_image: false,
         progress_reads: Default::default(),
+        instance: "hv-coordinator".into(),
     };
     Ev { ctx: Arc::new(ctx), log, bodies, service_enabled, failing }
 }
