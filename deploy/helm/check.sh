@@ -4,14 +4,9 @@
 # checked against the Kubernetes API types (hv-manifest-check).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-VENV="${XDG_CACHE_HOME:-$HOME/.cache}/hv-test-env/helm-venv-0.2.2"
-if [[ ! -x "$VENV/bin/python" || ! -f "$VENV/.complete" ]]; then
-  echo "[chart-check] creating $VENV with helm-python-sdk" >&2
-  rm -rf "$VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q "helm-python-sdk==0.2.2"
-  touch "$VENV/.complete"
-fi
+source tests/env/lib.sh
+ensure_helm_venv
+VENV="$HELM_VENV"
 OUT="target/chart"
 rm -rf "$OUT"
 "$VENV/bin/python" deploy/helm/check.py "$OUT"

@@ -3,8 +3,8 @@
 # onboarded into it with no human in the loop.
 #
 # Brings up the test ground (libvirtd, OVSDB, Ceph, Keystone, Nova with
-# fake compute hosts, Placement) in .hv-demo/, the Kubernetes API stand-in
-# as the embedded API server, the real hv-coordinator, and one real
+# fake compute hosts, Placement, and a real Kubernetes control plane with the
+# chart installed by Helm) in .hv-demo/, the real hv-coordinator, and one real
 # hv-agent per compute host; creates the Kubernetes Nodes compute-1..3 and
 # prints each phase change as it happens until all three are Active. Then
 # it leaves everything running to look around, and says how to stop it
@@ -61,14 +61,24 @@ bash "$(dirname "$0")/up.sh" 2>&1 | sed -u 's/^/    /'
 E="$ENV_FILE"
 j() { jq -r "$1" "$E"; }
 
-# The Kubernetes API: the project's stand-in (see tests/src/kube_standin).
-KCFG="$HV_ENV_DIR/kubeconfig"
-API_PORT=$(free_port)
-"$BIN/hv-kube-standin" --listen "127.0.0.1:$API_PORT" --crds "$REPO/deploy/crds" --kubeconfig "$KCFG" \
-  >"$LOGS/kube-standin.log" 2>&1 &
-record kube-standin $!
-wait_for "the Kubernetes API stand-in" 20 curl -sf "http://127.0.0.1:$API_PORT/version"
-export KUBECONFIG="$KCFG"
+# The Kubernetes API: the ground's control plane (etcd, kube-apiserver,
+# kube-controller-manager, kwok), the chart installed into it by Helm. The
+# SRE's kubectl is the ground's administrator; the coordinator runs as the
+# chart's ServiceAccount, with a token the API server issued (TokenRequest).
+KUBECTL="$(j .kube.bin_dir)/kubectl"
+export KUBECONFIG="$(j .kube.admin_kubeconfig)"
+KCFG="$KUBECONFIG"
+COORD_KCFG="$HV_ENV_DIR/coordinator.kubeconfig"
+"$KUBECTL" config view --raw --minify > "$COORD_KCFG"
+"$KUBECTL" --kubeconfig "$COORD_KCFG" config set-credentials coordinator \
+  --token "$("$KUBECTL" -n hv-system create token hv-coordinator --duration 24h)" >/dev/null
+"$KUBECTL" --kubeconfig "$COORD_KCFG" config set-context --current --user coordinator >/dev/null
+"$KUBECTL" -n hv-system create -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: hv-coordinator-0}
+spec: {containers: [{name: coordinator, image: hv-coordinator}]}
+YAML
 
 # The coordinator's OpenStack credentials, as a clouds.yaml.
 cat >"$HV_ENV_DIR/clouds.yaml" <<YAML
@@ -103,9 +113,9 @@ CA="$PKI/hv-demo-ca.ca.pem"
 export HV_TLS_CERT="$PKI/sre.pem" HV_TLS_KEY="$PKI/sre.key" HV_TLS_CA="$CA"
 
 GRPC_PORT=$(free_port); METRICS_PORT=$(free_port)
-"$BIN/hv-coordinator" --listen "127.0.0.1:$GRPC_PORT" --metrics-listen "127.0.0.1:$METRICS_PORT" --os-cloud demo --clouds-yaml "$HV_ENV_DIR/clouds.yaml" \
+KUBECONFIG="$COORD_KCFG" "$BIN/hv-coordinator" --listen "127.0.0.1:$GRPC_PORT" --metrics-listen "127.0.0.1:$METRICS_PORT" --os-cloud demo --clouds-yaml "$HV_ENV_DIR/clouds.yaml" \
   --tls-cert "$PKI/coordinator.pem" --tls-key "$PKI/coordinator.key" --client-ca "$CA" \
-  --namespace default --aggregate demo-az-1 --custom-trait CUSTOM_HV_DEMO --busy-interval 1s --agent-heartbeat 2s \
+  --namespace hv-system --identity hv-coordinator-0 --label-leader-pod --aggregate demo-az-1 --custom-trait CUSTOM_HV_DEMO --busy-interval 1s --agent-heartbeat 2s \
   >"$LOGS/coordinator.log" 2>&1 &
 record coordinator $!
 export HV_COORDINATOR="https://127.0.0.1:$GRPC_PORT"
@@ -117,10 +127,15 @@ say "coordinator up (gRPC over mutual TLS $HV_COORDINATOR, metrics http://127.0.
 WATCH=$!
 [[ -n "${HV_DEMO_ONESHOT:-}" ]] || trap 'kill $WATCH 2>/dev/null || true' EXIT
 
+# Nodes as kubelets register them; kwok keeps them Ready (their Leases renewed).
 for n in "${NODES[@]}"; do
-  curl -sf -o /dev/null -H 'Content-Type: application/json' "http://127.0.0.1:$API_PORT/api/v1/nodes" -d "$(jq -n --arg n "$n" \
-    '{apiVersion: "v1", kind: "Node", metadata: {name: $n, labels: {"hypervisor.cloud.sap/managed": "true"}},
-      status: {conditions: [{type: "Ready", status: "True"}]}}')"
+  "$KUBECTL" create -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Node
+metadata:
+  name: $n
+  labels: {hypervisor.cloud.sap/managed: "true", kwok.x-k8s.io/node: fake}
+YAML
 done
 say "created Kubernetes Nodes ${NODES[*]}"
 
@@ -162,17 +177,17 @@ cat <<EOF
 
 The region keeps running. Look around:
 
-  export KUBECONFIG=$KCFG HV_COORDINATOR=$HV_COORDINATOR PATH=$BIN:\$PATH
+  export KUBECONFIG=$KCFG HV_COORDINATOR=$HV_COORDINATOR PATH=$BIN:$(dirname "$KUBECTL"):\$PATH
   export HV_TLS_CERT=$HV_TLS_CERT HV_TLS_KEY=$HV_TLS_KEY HV_TLS_CA=$HV_TLS_CA   # an SRE's certificate
   hvctl list                      # the fleet, from the coordinator
   hvctl get compute-1             # one node with its conditions
   hvctl health compute-1          # grpc.health.v1 for node/compute-1
   hvctl watch                     # phase changes as they happen
-  kubectl get hv                  # if kubectl is installed (--validate=false for apply)
+  kubectl get hv                  # the Hypervisors, from the API server
   grpcurl -cacert \$HV_TLS_CA -cert \$HV_TLS_CERT -key \$HV_TLS_KEY 127.0.0.1:$GRPC_PORT list   # reflection
   grpc_health_probe -addr 127.0.0.1:$GRPC_PORT -tls -tls-ca-cert \$HV_TLS_CA \\
     -tls-client-cert \$HV_TLS_CERT -tls-client-key \$HV_TLS_KEY -service node/compute-1
-  curl -s http://127.0.0.1:$API_PORT/apis/hypervisor.cloud.sap/v1alpha1/hypervisors | jq '.items[].status.phase'
+  kubectl get hv -o json | jq '.items[].status.phase'
   curl -s http://127.0.0.1:$METRICS_PORT/metrics | grep ^hv_   # eviction counters, leader
   logs: $LOGS
 

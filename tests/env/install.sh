@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the test ground and the build need, idempotently: Debian
 # packages (the peers, and the C libraries the crates link), a pinned
-# Python venv for Keystone, Nova and Placement, and one for the Redfish BMC
-# emulator (sushy-tools). Safe to run again; does
+# Python venv for Keystone, Nova and Placement, one for the Redfish BMC
+# emulator (sushy-tools), one for Helm, and the Kubernetes control plane
+# built from pinned Go modules (tests/env/controlplane). Safe to run again; does
 # nothing when everything is there. Progress goes to stderr; the last line
 # on stdout is the venv's path (up.sh reads it).
 set -euo pipefail
@@ -28,9 +29,6 @@ missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-# kubectl for the drain test (`kubectl drain` against the API stand-in):
-# Debian's own when the machine has none.
-command -v kubectl >/dev/null || missing+=(kubernetes-client)
 if ((${#missing[@]})); then
   progress "installing ${#missing[@]} Debian package(s) and their dependencies: ${missing[*]}"
   SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO="sudo"
@@ -79,4 +77,7 @@ if [[ ! -x "$SUSHY_VENV/bin/sushy-emulator" || ! -f "$SUSHY_VENV/.complete" ]]; 
   "$SUSHY_VENV/bin/pip" install -q "$SUSHY_PIN"
   touch "$SUSHY_VENV/.complete"
 fi
+ensure_helm_venv
+# The Kubernetes control plane, from pinned Go modules (cached once built).
+bash "$(dirname "$0")/controlplane/build.sh" >/dev/null
 echo "$VENV"

@@ -9,6 +9,20 @@ LOGS="$HV_ENV_DIR/logs"
 # with Nova's pins).
 SUSHY_PIN="sushy-tools==2.2.0"
 SUSHY_VENV="${XDG_CACHE_HOME:-$HOME/.cache}/hv-test-env/sushy-venv-${SUSHY_PIN#*==}"
+# Real Helm (v4) as a library: installs the chart on the ground, and checks it
+# (make chart-check).
+HELM_PIN="helm-python-sdk==0.2.2"
+HELM_VENV="${XDG_CACHE_HOME:-$HOME/.cache}/hv-test-env/helm-venv-${HELM_PIN#*==}"
+
+# ensure_helm_venv: create $HELM_VENV once.
+ensure_helm_venv() {
+  [[ -x "$HELM_VENV/bin/python" && -f "$HELM_VENV/.complete" ]] && return 0
+  printf '[install] creating the venv for Helm (%s) in %s\n' "$HELM_PIN" "$HELM_VENV" >&2
+  rm -rf "$HELM_VENV"
+  python3 -m venv "$HELM_VENV"
+  "$HELM_VENV/bin/pip" install -q "$HELM_PIN"
+  touch "$HELM_VENV/.complete"
+}
 
 log() { printf '[test-env %5.1fs] %s\n' "$(elapsed)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }

@@ -30,7 +30,7 @@ mkdir -p "$HV_ENV_DIR" "$PIDS" "$LOGS"
 echo '{"version": 1}' | jq --arg dir "$HV_ENV_DIR" '.dir = $dir' > "$ENV_FILE.partial"
 put() { jq "$@" "$ENV_FILE.partial" > "$ENV_FILE.tmp" && mv "$ENV_FILE.tmp" "$ENV_FILE.partial"; }
 
-for peer in ${HV_PEERS:-libvirt ovsdb ceph keystone nova bmc}; do
+for peer in ${HV_PEERS:-libvirt ovsdb ceph keystone nova bmc kube chart}; do
   source "$(dirname "$0")/peers/$peer.sh"
   "start_$peer"
   log "$peer ready"

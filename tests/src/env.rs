@@ -30,9 +30,55 @@ pub struct TestEnv {
     pub keystone: Keystone,
     pub nova: Nova,
     pub bmc: Bmc,
+    pub kube: Kube,
     /// The preload that gives a process a fake host's own IP on loopback
     /// (tests/env/source_ip.c).
     pub source_ip_shim: PathBuf,
+}
+
+/// The Kubernetes control plane (tests/env/peers/kube.sh): etcd,
+/// kube-apiserver, kube-controller-manager and kwok, with the chart installed.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Kube {
+    /// `https://127.0.0.1:PORT`
+    pub url: String,
+    /// The CA of the API server's certificate.
+    pub ca_file: PathBuf,
+    /// The ground's administrator (system:masters), for the tests' own reads
+    /// and writes; never the coordinator's.
+    pub admin_kubeconfig: PathBuf,
+    /// The API server's audit log: every request of a ServiceAccount of the
+    /// chart's namespace, one JSON event a line.
+    pub audit_log: PathBuf,
+    /// kubectl and the control plane's other binaries.
+    pub bin_dir: PathBuf,
+    /// etcd's client URL (`http://127.0.0.1:PORT`).
+    pub etcd: String,
+    pub chart: Chart,
+}
+
+/// The chart's release on the ground.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Chart {
+    pub release: String,
+    pub namespace: String,
+    /// The values it was installed with (JSON).
+    pub values: PathBuf,
+    /// The Python of the venv with Helm (tests/env/chart.py runs in it).
+    pub helm_python: PathBuf,
+    /// The coordinator's ServiceAccount, in `namespace`.
+    pub coordinator_account: String,
+}
+
+impl Kube {
+    pub fn kubectl(&self) -> PathBuf {
+        self.bin_dir.join("kubectl")
+    }
+
+    /// host:port of the API server, for a fault proxy's upstream.
+    pub fn host_port(&self) -> String {
+        self.url.trim_start_matches("https://").to_string()
+    }
 }
 
 /// The Redfish BMC emulator: one system per fake compute host, powered on.

@@ -1,9 +1,11 @@
 //! A fault-injecting HTTP/1.1 proxy the end-to-end tests put between the
 //! coordinator and one of its peers (Nova, Placement, Keystone, the
-//! Kubernetes API stand-in).
+//! Kubernetes API server).
 //!
-//! It forwards each request on a connection of its own to the upstream and
-//! streams the response back (so Kubernetes watches pass through), and
+//! It forwards each request on a connection of its own to the upstream
+//! (over TLS for the API server: the client speaks plain HTTP to the proxy,
+//! with a bearer token) and streams the response back (so Kubernetes
+//! watches pass through), and
 //! records every request it saw with the time it arrived. Faults:
 //!
 //! - the whole proxy can **blackhole** (hold every request and every chunk of
@@ -22,7 +24,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -106,14 +108,60 @@ impl Drop for FaultProxy {
     }
 }
 
+/// Where the proxy forwards to: host:port, over TLS when it has a CA.
+#[derive(Clone)]
+struct Upstream {
+    addr: String,
+    tls: Option<tokio_rustls::TlsConnector>,
+}
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+impl Upstream {
+    async fn connect(&self) -> std::io::Result<Box<dyn Io>> {
+        let tcp = TcpStream::connect(&self.addr).await?;
+        let Some(tls) = &self.tls else { return Ok(Box::new(tcp)) };
+        let host = self.addr.rsplit_once(':').map_or(self.addr.as_str(), |(h, _)| h);
+        let name = rustls_pki_types::ServerName::try_from(host.to_string())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        Ok(Box::new(tls.connect(name, tcp).await?))
+    }
+}
+
 impl FaultProxy {
     /// Listens on a free loopback port and forwards to `upstream` (host:port).
     pub async fn start(upstream: &str) -> FaultProxy {
+        Self::listen(Upstream { addr: upstream.to_string(), tls: None }).await
+    }
+
+    /// The same, to an upstream that speaks TLS with a certificate of the CA
+    /// in `ca_pem` (the API server): plain HTTP in, TLS out.
+    pub async fn start_tls(upstream: &str, ca_pem: &std::path::Path) -> FaultProxy {
+        use rustls_pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        let certs = rustls_pki_types::CertificateDer::pem_file_iter(ca_pem)
+            .unwrap_or_else(|e| panic!("fault proxy: {}: {e}", ca_pem.display()));
+        for cert in certs {
+            let cert = cert.unwrap_or_else(|e| panic!("fault proxy: {}: {e}", ca_pem.display()));
+            roots.add(cert).unwrap_or_else(|e| panic!("fault proxy: {}: {e}", ca_pem.display()));
+        }
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap_or_else(|e| panic!("fault proxy: {e}"))
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let tls = Some(tokio_rustls::TlsConnector::from(Arc::new(config)));
+        Self::listen(Upstream { addr: upstream.to_string(), tls }).await
+    }
+
+    async fn listen(upstream: Upstream) -> FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("fault proxy: {e}"));
         let addr = listener.local_addr().unwrap_or_else(|e| panic!("fault proxy: {e}"));
         let state = Arc::new(Mutex::new(State::default()));
         let (blackhole, gate) = watch::channel(false);
-        let (st, up) = (state.clone(), upstream.to_string());
+        let (st, up) = (state.clone(), upstream);
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let (st, up, gate) = (st.clone(), up.clone(), gate.clone());
@@ -210,7 +258,7 @@ async fn wait_open(gate: &mut watch::Receiver<bool>) {
 /// connection (so a dropped response never desynchronises a pooled one).
 async fn serve(
     client: TcpStream,
-    upstream: &str,
+    upstream: &Upstream,
     state: Arc<Mutex<State>>,
     mut gate: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
@@ -256,10 +304,11 @@ async fn serve(
             Some(Fault::Delay(d)) => tokio::time::sleep(d).await,
             _ => {}
         }
-        let mut up = TcpStream::connect(upstream).await?;
+        let mut up = upstream.connect().await?;
         up.write_all(&req.raw).await?;
         up.write_all(&body).await?;
-        let (ur, _uw) = up.into_split();
+        up.flush().await?;
+        let (ur, _uw) = tokio::io::split(up);
         let mut ur = BufReader::new(ur);
         let Some(rsp) = read_head(&mut ur).await? else { return Ok(()) };
         seen.status = rsp.method.parse::<u16>().ok().or_else(|| rsp.path.parse().ok());

@@ -11,7 +11,7 @@ use hv_coordinator::api::Hypervisor;
 use hv_coordinator::api::hypervisor::FencingStatus;
 use hv_coordinator::k8s::fence::BMC_SECRET_LABEL;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 
@@ -93,12 +93,10 @@ pub fn fencing_coordinator(region: &Region, extra: &[&str]) -> Proc {
     region.coordinator(None, &args)
 }
 
-/// `host`'s kubelet stops posting: its Node's Ready turns Unknown.
+/// `host`'s kubelet stops posting: the Node lifecycle controller turns its
+/// Node's Ready Unknown.
 pub async fn kubelet_silent(region: &Region, host: &str) {
-    let nodes: Api<Node> = Api::all(region.kube.client.clone());
-    let not_ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
-        "reason": "NodeStatusUnknown", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
-    nodes.patch_status(host, &PatchParams::default(), &Patch::Merge(&not_ready)).await.unwrap();
+    region.kubelet_stops(host).await;
 }
 
 /// Waits until `host`'s fencing record is such that `done`; answers it.

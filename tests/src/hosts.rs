@@ -73,6 +73,7 @@ pub async fn claim(env: &TestEnv) -> Claim {
                 }
                 let retired = Some(d.join(format!("{host}.retired")));
                 let claim = Claim { host: host.clone(), _lock: lock, retired };
+                scrub_kube(env, &claim.host).await;
                 scrub(env, &claim.host).await;
                 return claim;
             }
@@ -144,6 +145,121 @@ async fn scrub(env: &TestEnv, host: &str) {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
+    }
+}
+
+/// What an earlier holder left of `host` on the ground's API server: its
+/// Node and Hypervisor, the Evictions aimed at it and the Migrations off it,
+/// and the pods bound to it. The coordinator that set their finalizers is
+/// gone: they are taken away, then each object is deleted and awaited (the
+/// host's next Node must be a new one).
+async fn scrub_kube(env: &TestEnv, host: &str) {
+    use hv_coordinator::api::{Eviction, Hypervisor, Migration};
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use kube::Api;
+    use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+    let client = match crate::kube_target::admin(env).await {
+        Ok(t) => t.client,
+        Err(e) => panic!("scrubbing {host}: {e}"),
+    };
+    let unfinalize = serde_json::json!({"metadata": {"finalizers": null}});
+    let now = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() };
+    let evs: Api<Eviction> = Api::all(client.clone());
+    let migs: Api<Migration> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::all(client.clone());
+    let evictions: Vec<String> = evs
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items.into_iter().filter(|e| e.spec.hypervisor == host).filter_map(|e| e.metadata.name).collect())
+        .unwrap_or_default();
+    let migrations: Vec<String> = migs
+        .list(&ListParams::default())
+        .await
+        .map(|l| {
+            let ours = |m: &Migration| m.spec.source_host == host || evictions.contains(&m.spec.eviction);
+            l.items.into_iter().filter(ours).filter_map(|m| m.metadata.name).collect()
+        })
+        .unwrap_or_default();
+    let on_host = ListParams::default().fields(&format!("spec.nodeName={host}"));
+    let bound: Vec<(String, String)> = pods
+        .list(&on_host)
+        .await
+        .map(|l| l.items.into_iter().filter_map(|p| Some((p.metadata.namespace?, p.metadata.name?))).collect())
+        .unwrap_or_default();
+    let mut waits = Vec::new();
+    for name in &evictions {
+        let _ = evs.patch(name, &PatchParams::default(), &Patch::Merge(&unfinalize)).await;
+        let _ = evs.delete(name, &now).await;
+        waits.push(Box::pin(gone(evs.clone(), name.clone())) as std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>);
+    }
+    for name in &migrations {
+        let _ = migs.patch(name, &PatchParams::default(), &Patch::Merge(&unfinalize)).await;
+        let _ = migs.delete(name, &now).await;
+    }
+    for (ns, name) in &bound {
+        let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let _ = api.patch(name, &PatchParams::default(), &Patch::Merge(&unfinalize)).await;
+        let _ = api.delete(name, &now).await;
+    }
+    // The host's Hypervisors: by its name, or mapped to it (a Node named
+    // `host.example.local`, or annotated with the Nova host); each with its Node.
+    let hvs: Api<Hypervisor> = Api::all(client.clone());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mapped = |h: &Hypervisor| {
+        let recorded = h.status.as_ref().and_then(|s| s.lifecycle.nova_host.as_deref());
+        h.spec.nova_host == host || recorded == Some(host)
+    };
+    let mut names: Vec<String> = hvs
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items.into_iter().filter(mapped).filter_map(|h| h.metadata.name).collect())
+        .unwrap_or_default();
+    // A Node named after the host with a domain, mapped or not.
+    let dotted = format!("{host}.");
+    let named = |n: &String| n == host || n.starts_with(&dotted);
+    names.extend(
+        nodes
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items.into_iter().filter_map(|n| n.metadata.name).filter(named).collect::<Vec<_>>())
+            .unwrap_or_default(),
+    );
+    names.push(host.to_string());
+    names.sort();
+    names.dedup();
+    for name in names {
+        let _ = hvs.patch(&name, &PatchParams::default(), &Patch::Merge(&unfinalize)).await;
+        let _ = hvs.delete(&name, &now).await;
+        let _ = nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&unfinalize)).await;
+        let _ = nodes.delete(&name, &now).await;
+        waits.push(Box::pin(gone(hvs.clone(), name.clone())));
+        waits.push(Box::pin(gone(nodes.clone(), name)));
+    }
+    for w in waits {
+        w.await;
+    }
+}
+
+/// Waits (up to 60 s) until `name` is gone; a finalizer set meanwhile (by
+/// a coordinator of the earlier holder's still stopping) is taken away.
+fn gone<K>(api: kube::Api<K>, name: String) -> impl std::future::Future<Output = ()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    async move {
+        let unfinalize = serde_json::json!({"metadata": {"finalizers": null}});
+        for _ in 0..300 {
+            match api.get_opt(&name).await {
+                Ok(None) => return,
+                Ok(Some(_)) => {
+                    let patch = kube::api::Patch::Merge(&unfinalize);
+                    let _ = api.patch(&name, &kube::api::PatchParams::default(), &patch).await;
+                }
+                Err(_) => {}
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!("{name} left by an earlier test is still there after 60 s");
     }
 }
 

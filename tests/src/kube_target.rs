@@ -1,73 +1,68 @@
-//! Which Kubernetes API the end-to-end tests talk to.
+//! The Kubernetes API the end-to-end tests talk to: the test ground's real
+//! control plane (tests/env/peers/kube.sh), with the chart installed.
 //!
-//! With `KUBECONFIG` set, a real cluster: it must answer, and the project's
-//! CRDs are applied to it. With `HV_REQUIRE_CLUSTER=1`, a cluster is
-//! mandatory: no answer is a failure, never a silent fallback. Otherwise a
-//! fresh in-process [`StandIn`] per test.
+//! The tests read and write as the ground's administrator; a coordinator
+//! runs as the chart's ServiceAccount, with a token the API server issues
+//! (TokenRequest), so the chart's RBAC is what it meets.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
-use crate::kube_standin::StandIn;
+use crate::env::TestEnv;
 
-/// A client, and the stand-in behind it when there is no real cluster.
+/// A client as the ground's administrator, and its kubeconfig.
 pub struct KubeTarget {
     pub client: kube::Client,
-    pub standin: Option<StandIn>,
+    pub kubeconfig: PathBuf,
 }
 
-impl KubeTarget {
-    pub fn is_real_cluster(&self) -> bool {
-        self.standin.is_none()
+/// The ground's API server, as its administrator; an error if it does not
+/// answer.
+pub async fn admin(env: &TestEnv) -> Result<KubeTarget, String> {
+    let kubeconfig = env.kube.admin_kubeconfig.clone();
+    let client = client_from(&kubeconfig).await?;
+    client
+        .apiserver_version()
+        .await
+        .map_err(|e| format!("the ground's API server ({}) does not answer: {e}", env.kube.url))?;
+    Ok(KubeTarget { client, kubeconfig })
+}
+
+/// A client from the kubeconfig at `path`.
+pub async fn client_from(path: &Path) -> Result<kube::Client, String> {
+    let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| format!("kubeconfig {}: {e}", path.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?;
+    kube::Client::try_from(config).map_err(|e| format!("building a client: {e}"))
+}
+
+/// A token of the chart's ServiceAccount `account` (in the chart's
+/// namespace), valid for a day, from the API server (`kubectl create token`).
+pub fn token(env: &TestEnv, account: &str) -> Result<String, String> {
+    let out = Command::new(env.kube.kubectl())
+        .arg("--kubeconfig")
+        .arg(&env.kube.admin_kubeconfig)
+        .args(["-n", &env.kube.chart.namespace, "create", "token", account, "--duration", "24h"])
+        .output()
+        .map_err(|e| format!("kubectl create token: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("kubectl create token {account}: {}", String::from_utf8_lossy(&out.stderr)));
     }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// From the environment (`KUBECONFIG`, `HV_REQUIRE_CLUSTER`).
-pub async fn from_env() -> Result<KubeTarget, String> {
-    let kubeconfig = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()).map(PathBuf::from);
-    let require = std::env::var("HV_REQUIRE_CLUSTER").is_ok_and(|v| v == "1");
-    connect(kubeconfig, require).await
-}
-
-pub async fn connect(kubeconfig: Option<PathBuf>, require_cluster: bool) -> Result<KubeTarget, String> {
-    match kubeconfig {
-        Some(path) => {
-            let opts = kube::config::KubeConfigOptions::default();
-            let kc = kube::config::Kubeconfig::read_from(&path)
-                .map_err(|e| format!("KUBECONFIG {}: {e}", path.display()))?;
-            let config = kube::Config::from_custom_kubeconfig(kc, &opts)
-                .await
-                .map_err(|e| format!("KUBECONFIG {}: {e}", path.display()))?;
-            let client = kube::Client::try_from(config).map_err(|e| format!("building a client: {e}"))?;
-            client
-                .apiserver_version()
-                .await
-                .map_err(|e| format!("the cluster in KUBECONFIG {} does not answer: {e}", path.display()))?;
-            install_crds(&client).await?;
-            Ok(KubeTarget { client, standin: None })
-        }
-        None if require_cluster => {
-            Err("HV_REQUIRE_CLUSTER=1 but KUBECONFIG is not set: no cluster to run against".to_string())
-        }
-        None => {
-            // Who asked for what, added to the ground's record (the chart's
-            // RBAC is checked against it after the suite).
-            let audit = crate::env::env_file().parent().map(|d| d.join(crate::rbac::AUDIT_FILE));
-            let crds = crate::repo_root().join("deploy/crds");
-            let s = StandIn::start_recording(&crds, ([127, 0, 0, 1], 0).into(), 10_000, audit).await?;
-            let client = s.client().map_err(|e| format!("client for the stand-in: {e}"))?;
-            Ok(KubeTarget { client, standin: Some(s) })
-        }
-    }
-}
-
-async fn install_crds(client: &kube::Client) -> Result<(), String> {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
-    for crd in hv_coordinator::api::crds() {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        api.patch(&name, &kube::api::PatchParams::apply("hv-tests").force(), &kube::api::Patch::Apply(&crd))
-            .await
-            .map_err(|e| format!("applying CRD {name}: {e}"))?;
-    }
-    Ok(())
+/// Writes a kubeconfig at `path` for the ServiceAccount `account` of the
+/// chart, reaching the API server at `server` (None: the ground's, over TLS;
+/// a fault proxy's `http://` URL otherwise).
+pub fn account_kubeconfig(env: &TestEnv, account: &str, server: Option<&str>, path: &Path) -> Result<(), String> {
+    let token = token(env, account)?;
+    let cluster = match server {
+        Some(url) => format!("    server: {url}\n"),
+        None => format!("    server: {}\n    certificate-authority: {}\n", env.kube.url, env.kube.ca_file.display()),
+    };
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: hv-ground\n  cluster:\n{cluster}users:\n- name: {account}\n  user:\n    token: {token}\ncontexts:\n- name: hv-ground\n  context:\n    cluster: hv-ground\n    user: {account}\ncurrent-context: hv-ground\n"
+    );
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }

@@ -6,13 +6,13 @@
 
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod bmc;
 pub mod env;
 pub mod fake_coordinator;
 pub mod fault_proxy;
 pub mod fencing;
 pub mod hosts;
-pub mod kube_standin;
 pub mod kube_target;
 pub mod libvirtd;
 pub mod manifests;

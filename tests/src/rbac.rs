@@ -1,18 +1,18 @@
-//! The chart's RBAC, derived from what the coordinator does: the stand-in
-//! records every (verb, API group, resource, subresource) each client asks
-//! for during the end-to-end tests (`kube_standin::audit`), and the
+//! The chart's RBAC, derived from what the coordinator does: the API
+//! server's audit log records every (verb, API group, resource, subresource)
+//! each of the chart's ServiceAccounts asks for during the end-to-end tests
+//! (`audit`), and the
 //! coordinator's rules in the chart (`deploy/helm/hv/files/coordinator-rules.yaml`)
 //! must grant each of them and nothing else. No wildcards.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use crate::kube_standin::audit::Access;
+use crate::audit::Access;
 
-/// The record the stand-ins of one ground add to, in its directory.
-pub const AUDIT_FILE: &str = "kube-audit.jsonl";
-/// The bearer token (the user) in the coordinator's kubeconfig in the tests.
-pub const COORDINATOR_USER: &str = "hv-coordinator";
+/// The coordinator's user: the chart's ServiceAccount, as the API server
+/// names it.
+pub const COORDINATOR_USER: &str = "system:serviceaccount:hv-system:hv-coordinator";
 /// The coordinator's own namespace in the tests (its Lease and its Pods),
 /// not `default`, where the Events of cluster-scoped objects go: so a rule
 /// in the wrong one of the chart's Role and ClusterRole fails the check.
@@ -34,7 +34,7 @@ pub struct Rule {
 /// In the rules file: the coordinator's own pods, by name.
 pub const COORDINATOR_PODS: &str = "COORDINATOR_PODS";
 /// What the names of the coordinator's pods start with, in the chart
-/// (`hv-coordinator-0`) and in the tests (`hv-coordinator-PORT-N`).
+/// and in the tests (`hv-coordinator-0` to `-63`).
 pub const COORDINATOR_POD_PREFIX: &str = "hv-coordinator-";
 
 /// The coordinator's rules: cluster-wide (its ClusterRole), and in its own

@@ -1,5 +1,5 @@
-//! A region for end-to-end tests: the test ground, a Kubernetes API (the
-//! stand-in, or the cluster in `KUBECONFIG`), and the real `hv-coordinator`
+//! A region for end-to-end tests: the test ground with its Kubernetes
+//! control plane, and the real `hv-coordinator`
 //! and `hv-agent` binaries as child processes, with helpers to create
 //! Nodes, wait for phases and break or mend a node's peers.
 //!
@@ -57,7 +57,7 @@ pub struct Proc {
     pub log: PathBuf,
     /// `http://host:port/metrics` of a coordinator.
     pub metrics: Option<String>,
-    /// The Pod a coordinator runs in (its identity), on the stand-in.
+    /// The Pod a coordinator runs in (its identity).
     pub pod: Option<String>,
     child: Option<Child>,
 }
@@ -155,9 +155,11 @@ pub struct AgentPeers {
 
 pub struct Region {
     pub env: TestEnv,
+    /// The ground's API server, as its administrator.
     pub kube: KubeTarget,
     /// Scratch directory of this test (logs, kubeconfig, clouds.yaml).
     pub dir: PathBuf,
+    /// The administrator's kubeconfig (for kubectl and hvctl).
     pub kubeconfig: PathBuf,
     /// Label value selecting this test's Nodes (`hv-e2e=<id>`).
     pub id: String,
@@ -170,28 +172,24 @@ pub struct Region {
     /// The coordinator's server certificate and the SRE's client one.
     pub server_tls: TlsFiles,
     pub sre_tls: TlsFiles,
+    /// When this region started (the API server outlives it).
+    pub started: jiff::Timestamp,
 }
 
 impl Region {
     pub async fn start(test: &str) -> Region {
         let env = crate::env::require();
-        let kube = crate::kube_target::from_env().await.unwrap_or_else(|e| panic!("Kubernetes API: {e}"));
+        let kube = crate::kube_target::admin(&env).await.unwrap_or_else(|e| panic!("Kubernetes API: {e}"));
         let id = format!("{test}-{}", std::process::id());
         let dir = std::env::temp_dir().join(format!("hv-e2e-{id}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        let kubeconfig = match &kube.standin {
-            Some(s) => {
-                let path = dir.join("kubeconfig");
-                std::fs::write(&path, kubeconfig_yaml(&s.url()))
-                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-                path
-            }
-            None => PathBuf::from(std::env::var_os("KUBECONFIG").unwrap_or_default()),
-        };
+        let kubeconfig = kube.kubeconfig.clone();
         let pki = Pki::new(&dir.join("pki"), "hv-test-ca");
         let (server_tls, sre_tls) = (pki.server(), pki.sre());
-        Region { env, kube, dir, kubeconfig, id, grpc_port: free_port(), pki, server_tls, sre_tls }
+        // Whole seconds: an Event's creation time is.
+        let started = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap_or_default();
+        Region { env, kube, dir, kubeconfig, id, grpc_port: free_port(), pki, server_tls, sre_tls, started }
     }
 
     pub fn grpc_url(&self) -> String {
@@ -227,21 +225,19 @@ impl Region {
     }
 
     /// A coordinator reaching Kubernetes, Keystone, Nova or Placement
-    /// through the fault proxies `via` names; on the stand-in, in a Pod of
-    /// its own (as a Deployment would start it).
+    /// through the fault proxies `via` names, in a Pod of its own: one of the
+    /// chart's StatefulSet's pod names (its Role names them), made as an
+    /// object only (no kubelet runs it).
     pub fn coordinator_via(&self, port: u16, password: Option<&str>, via: &Via, extra: &[&str]) -> Proc {
         static PODS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = PODS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let pod = format!("hv-coordinator-{port}-{n}");
-        if let Some(s) = &self.kube.standin {
-            create_pod(&s.url(), &pod);
-        }
+        let n = PODS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % COORDINATOR_PODS;
+        let pod = format!("{}{n}", crate::rbac::COORDINATOR_POD_PREFIX);
+        create_pod(&self.kubeconfig, &pod);
         self.coordinator_in(&pod, port, password, via, extra)
     }
 
     /// A coordinator in the Pod `pod` (a restarted container keeps its
-    /// Pod): on the stand-in it labels the Pod while it leads, as the
-    /// chart runs it.
+    /// Pod): it labels the Pod while it leads, as the chart runs it.
     pub fn coordinator_in(
         &self,
         pod: &str,
@@ -254,13 +250,12 @@ impl Region {
             .env
             .clouds_yaml_via(&self.dir, &format!("clouds-{port}.yaml"), password, via)
             .unwrap_or_else(|e| panic!("clouds.yaml: {e}"));
-        // The coordinator's own user (a token the stand-in records its
-        // requests under, for the chart's RBAC check).
-        let kubeconfig = match (&via.kube, &self.kube.standin) {
-            (Some(url), _) => self.coordinator_kubeconfig(port, url),
-            (None, Some(s)) => self.coordinator_kubeconfig(port, &s.url()),
-            (None, None) => self.kubeconfig.clone(),
-        };
+        // The chart's ServiceAccount: its RBAC is what the coordinator meets,
+        // and the API server's audit log records what it asked for.
+        let kubeconfig = self.dir.join(format!("kubeconfig-{port}"));
+        let account = &self.env.kube.chart.coordinator_account;
+        crate::kube_target::account_kubeconfig(&self.env, account, via.kube.as_deref(), &kubeconfig)
+            .unwrap_or_else(|e| panic!("the coordinator's kubeconfig: {e}"));
         let metrics = format!("127.0.0.1:{}", free_port());
         let mut cmd = Command::new(bin("hv-coordinator"));
         cmd.env("KUBECONFIG", &kubeconfig)
@@ -302,13 +297,11 @@ impl Region {
         cmd.arg("--tls-cert").arg(&self.server_tls.cert);
         cmd.arg("--tls-key").arg(&self.server_tls.key);
         cmd.arg("--client-ca").arg(&self.server_tls.ca);
-        if self.kube.standin.is_some() {
-            cmd.args(["--identity", pod, "--label-leader-pod"]);
-        }
+        cmd.args(["--identity", pod, "--label-leader-pod"]);
         let log = self.dir.join(format!("coordinator-{port}.log"));
         let mut p = Proc::spawn("hv-coordinator", &mut cmd, log).unwrap_or_else(|e| panic!("{e}"));
         p.metrics = Some(format!("http://{metrics}/metrics"));
-        p.pod = self.kube.standin.is_some().then(|| pod.to_string());
+        p.pod = Some(pod.to_string());
         p
     }
 
@@ -354,14 +347,6 @@ impl Region {
             .get(hv_coordinator::k8s::leader_pod::LABEL)
             .map(String::as_str)
             == Some("true")
-    }
-
-    fn coordinator_kubeconfig(&self, port: u16, url: &str) -> PathBuf {
-        let path = self.dir.join(format!("kubeconfig-{port}"));
-        let text = kubeconfig_yaml(url)
-            .replace("  user: {}\n", &format!("  user:\n    token: {}\n", crate::rbac::COORDINATOR_USER));
-        std::fs::write(&path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        path
     }
 
     /// Starts `hv-agent run` for `node` against the ground's libvirt (test
@@ -412,23 +397,94 @@ impl Region {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// Creates the Node `name` (Ready) with this test's label and `annotations`.
+    /// Creates the Node `name` with this test's label and `annotations`, as
+    /// a kubelet registers it, kept alive by kwok; answers once it is Ready.
     pub async fn create_node(&self, name: &str, annotations: &[(&str, &str)]) {
         let api: Api<Node> = Api::all(self.kube.client.clone());
-        let mut node = Node {
+        let labels = BTreeMap::from([
+            ("hv-e2e".to_string(), self.id.clone()),
+            (KWOK_MANAGED.0.to_string(), KWOK_MANAGED.1.to_string()),
+        ]);
+        let node = Node {
             metadata: ObjectMeta {
                 name: Some(name.to_string()),
-                labels: Some(BTreeMap::from([("hv-e2e".to_string(), self.id.clone())])),
+                labels: Some(labels),
                 annotations: Some(annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
                 ..Default::default()
             },
             ..Default::default()
         };
-        let ready = serde_json::json!({"conditions": [{"type": "Ready", "status": "True"}]});
-        node.status = serde_json::from_value(ready).ok();
         api.create(&PostParams::default(), &node)
             .await
             .unwrap_or_else(|e| panic!("creating Node {name}: {e}"));
+        self.wait_node_ready(name, true).await;
+    }
+
+    /// Waits (up to 60 s) until the Node's `Ready` condition is `True`
+    /// (`ready`) or not.
+    pub async fn wait_node_ready(&self, name: &str, ready: bool) {
+        let api: Api<Node> = Api::all(self.kube.client.clone());
+        until(
+            &format!("Node {name} Ready={ready}"),
+            Duration::from_secs(60),
+            String::new,
+            || async {
+                let node = api.get_opt(name).await.ok().flatten();
+                let status = node
+                    .and_then(|n| n.status)
+                    .and_then(|s| s.conditions)
+                    .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
+                    .map(|c| c.status);
+                if (status.as_deref() == Some("True")) == ready {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending(format!("Ready: {status:?}"))
+                }
+            },
+        )
+        .await;
+    }
+
+    /// Upgrades the ground's release of the chart with Helm: its install
+    /// values with `changes` merged in (JSON merge patch).
+    pub fn upgrade_chart(&self, changes: &serde_json::Value) {
+        let chart = &self.env.kube.chart;
+        let text = std::fs::read_to_string(&chart.values).unwrap_or_else(|e| panic!("{}: {e}", chart.values.display()));
+        let mut values: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("chart values: {e}"));
+        json_patch::merge(&mut values, changes);
+        let file = self.dir.join("chart-values.json");
+        std::fs::write(&file, values.to_string()).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let out = Command::new(&chart.helm_python)
+            .arg(crate::repo_root().join("tests/env/chart.py"))
+            .arg(&self.env.kube.admin_kubeconfig)
+            .args([&chart.namespace, &chart.release])
+            .arg(&file)
+            .output()
+            .unwrap_or_else(|e| panic!("helm: {e}"));
+        assert!(out.status.success(), "helm upgrade: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// The Node's kubelet stops: kwok no longer renews its Lease, and the
+    /// Node lifecycle controller turns it Unknown (12 s on the ground).
+    /// Answers once it is not Ready.
+    pub async fn kubelet_stops(&self, name: &str) {
+        self.kwok_manages(name, false).await;
+        self.wait_node_ready(name, false).await;
+    }
+
+    /// The Node's kubelet is back: kwok renews its Lease and sets it Ready.
+    pub async fn kubelet_returns(&self, name: &str) {
+        self.kwok_manages(name, true).await;
+        self.wait_node_ready(name, true).await;
+    }
+
+    async fn kwok_manages(&self, name: &str, on: bool) {
+        let api: Api<Node> = Api::all(self.kube.client.clone());
+        let value = on.then_some(KWOK_MANAGED.1);
+        let patch = serde_json::json!({"metadata": {"labels": {KWOK_MANAGED.0: value}}});
+        api.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+            .await
+            .unwrap_or_else(|e| panic!("Node {name}: {e}"));
     }
 
     /// The Hypervisor `name`, if it exists; a failed read fails the test.
@@ -581,13 +637,20 @@ impl Region {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// The Kubernetes Events about the object `name`, as (reason, note).
+    /// The Kubernetes Events about the object `name` since this region
+    /// started (an earlier test's on a host reused are not this one's), as
+    /// (reason, note).
     pub async fn events_for(&self, name: &str) -> Vec<(String, String)> {
         let api: Api<k8s_openapi::api::events::v1::Event> = Api::all(self.kube.client.clone());
         let list = api.list(&Default::default()).await.unwrap_or_else(|e| panic!("listing Events: {e}"));
+        let since = |e: &k8s_openapi::api::events::v1::Event| {
+            let at = e.series.as_ref().map(|s| s.last_observed_time.0).or(e.event_time.as_ref().map(|t| t.0));
+            at.or(e.metadata.creation_timestamp.as_ref().map(|t| t.0)).is_some_and(|t| t >= self.started)
+        };
         list.items
             .into_iter()
             .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .filter(since)
             .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
             .collect()
     }
@@ -597,13 +660,6 @@ impl Region {
         let c = hv.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == type_).cloned());
         c.map(|c| (c.status, c.reason, c.message)).unwrap_or_default()
     }
-}
-
-/// A kubeconfig for the API server at `url` (no credentials: the stand-in).
-fn kubeconfig_yaml(url: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: standin\n  cluster:\n    server: {url}\ncontexts:\n- name: standin\n  context:\n    cluster: standin\n    user: hv\ncurrent-context: standin\nusers:\n- name: hv\n  user: {{}}\n"
-    )
 }
 
 /// An ovsdb-server of one test's own (userspace, unix socket), for a node
@@ -814,25 +870,39 @@ pub async fn readyz(p: &Proc) -> Option<(u16, String)> {
 
 /// Creates the Pod `name` of a coordinator on the stand-in at `url`, from
 /// its own thread (callers may be inside a runtime that must not block).
-fn create_pod(url: &str, name: &str) {
+/// How many coordinator pods the ground's chart names (its `replicas`).
+pub const COORDINATOR_PODS: u32 = 64;
+
+/// The label kwok manages Nodes by (taken away, the Node's "kubelet" stops).
+pub const KWOK_MANAGED: (&str, &str) = ("kwok.x-k8s.io/node", "fake");
+
+/// The coordinator's Pod `name`, as an object: created, or, left by an
+/// earlier test, kept with its leader label taken away.
+fn create_pod(kubeconfig: &Path, name: &str) {
     use k8s_openapi::api::core::v1::Pod;
-    let (url, name) = (url.to_string(), name.to_string());
+    let (kubeconfig, name) = (kubeconfig.to_path_buf(), name.to_string());
     let made = std::thread::spawn(move || {
         let rt =
             tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
         rt.block_on(async {
-            let uri = url.parse::<http::Uri>().map_err(|e| e.to_string())?;
-            let client = kube::Client::try_from(kube::Config::new(uri)).map_err(|e| e.to_string())?;
+            let client = crate::kube_target::client_from(&kubeconfig).await?;
             let pod: Pod = serde_json::from_value(serde_json::json!({
                 "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "hv-coordinator"}},
                 "spec": {"containers": [{"name": "coordinator", "image": "hv-coordinator"}]},
             }))
             .map_err(|e| e.to_string())?;
-            Api::<Pod>::namespaced(client, crate::rbac::COORDINATOR_NAMESPACE)
-                .create(&PostParams::default(), &pod)
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
+            let api = Api::<Pod>::namespaced(client, crate::rbac::COORDINATOR_NAMESPACE);
+            match api.create(&PostParams::default(), &pod).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    let unlabel = serde_json::json!({"metadata": {"labels": {hv_coordinator::k8s::leader_pod::LABEL: null}}});
+                    api.patch(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&unlabel))
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                }
+                Err(e) => Err(e.to_string()),
+            }
         })
     })
     .join();

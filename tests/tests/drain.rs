@@ -172,15 +172,11 @@ async fn wait_locks(nodes: &Api<Node>, host: &str, evictable: bool) {
 
 /// A hypervisor's pods as a site runs them: nova-compute and a network
 /// agent per node (owned by a per-node StatefulSet, as Yaook does), our
-/// agent from a DaemonSet, and a workload pod of no concern to us.
+/// agent from a DaemonSet, and a workload pod of no concern to us. Their
+/// owners are real objects (the garbage collector deletes a pod whose owner
+/// is missing); no workload controller runs on the ground, so the owners make
+/// no pods of their own, and kwok runs the pods on the host's Node.
 async fn pods_of(region: &Region, host: &str) -> Vec<(String, String)> {
-    let client = region.kube.client.clone();
-    let owner = |kind: &str, name: &str| json!([{"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": format!("{name}-uid"), "controller": true}]);
-    let ds: Api<k8s_openapi::api::apps::v1::DaemonSet> = Api::namespaced(client.clone(), "hv-system");
-    let agent_ds = json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "hv-agent"},
-        "spec": {"selector": {"matchLabels": {"app": "hv-agent"}}, "template": {"metadata": {"labels": {"app": "hv-agent"}},
-        "spec": {"containers": [{"name": "agent", "image": "hv-agent"}]}}}});
-    let _ = ds.create(&PostParams::default(), &serde_json::from_value(agent_ds).unwrap()).await;
     let mut made = Vec::new();
     for (ns, app, kind, owner_name) in [
         ("openstack", "nova-compute", "StatefulSet", format!("nova-compute-{host}")),
@@ -189,57 +185,53 @@ async fn pods_of(region: &Region, host: &str) -> Vec<(String, String)> {
         ("default", "web", "ReplicaSet", "web-7d9f".to_string()),
     ] {
         let name = format!("{app}-{host}");
-        let pod = json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": ns, "labels": {"app": app}, "ownerReferences": owner(kind, &owner_name)},
-            "spec": {"nodeName": host, "containers": [{"name": app, "image": app}]},
-            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
-        let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-        api.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
+        pod_on(region, host, ns, &name, app, owner(region, ns, kind, &owner_name, app).await).await;
         made.push((ns.to_string(), name));
     }
     made
 }
 
-/// The chart's disruption budgets: the protected pods not labelled
-/// evictable may not go (fail closed: an unlabelled pod is held).
-async fn budgets(region: &Region) {
-    for app in ["nova-compute", "neutron-l2"] {
-        let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-            "metadata": {"name": format!("hv-protect-{app}"), "namespace": "openstack"},
-            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": app},
-                "matchExpressions": [{"key": POD_EVICTABLE, "operator": "NotIn", "values": ["true"]}]}}});
-        let api: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
-            Api::namespaced(region.kube.client.clone(), "openstack");
-        api.create(&PostParams::default(), &serde_json::from_value(pdb).unwrap()).await.unwrap();
-    }
+/// The pod `ns/name` labelled `app`, bound to `host`, owned by `owner`.
+async fn pod_on(region: &Region, host: &str, ns: &str, name: &str, app: &str, owner: serde_json::Value) {
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": app}, "ownerReferences": [owner]},
+        "spec": {"nodeName": host, "containers": [{"name": app, "image": app}]}});
+    let api: Api<Pod> = Api::namespaced(region.kube.client.clone(), ns);
+    api.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
 }
 
-/// The chart's ValidatingWebhookConfiguration, calling `url`.
-async fn register_webhook(region: &Region, url: &str) {
-    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration as Config;
-    let ca = std::fs::read(&region.pki.ca).unwrap();
-    let cfg: Config = serde_json::from_value(json!({"apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "hv-eviction"},
-        "webhooks": [{"name": "eviction.hypervisor.cloud.sap", "admissionReviewVersions": ["v1"],
-            "sideEffects": "NoneOnDryRun", "failurePolicy": "Ignore", "timeoutSeconds": 5,
-            "clientConfig": {"url": url, "caBundle": k8s_openapi::ByteString(ca)},
-            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/eviction"]}]}]}))
-    .unwrap();
-    let api: Api<Config> = Api::all(region.kube.client.clone());
-    match api.get_opt("hv-eviction").await.unwrap() {
-        Some(old) => {
-            let mut cfg = cfg;
-            cfg.metadata.resource_version = old.metadata.resource_version;
-            api.replace("hv-eviction", &PostParams::default(), &cfg).await.unwrap();
-        }
-        None => {
-            api.create(&PostParams::default(), &cfg).await.unwrap();
-        }
+/// The workload `kind` `ns/name` (made if missing), as a controller owner
+/// reference with its real uid.
+async fn owner(region: &Region, ns: &str, kind: &str, name: &str, app: &str) -> serde_json::Value {
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+    let gvk = GroupVersionKind::gvk("apps", "v1", kind);
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(region.kube.client.clone(), ns, &ApiResource::from_gvk(&gvk));
+    let spec = json!({"replicas": 1, "selector": {"matchLabels": {"app": app}},
+        "template": {"metadata": {"labels": {"app": app}}, "spec": {"containers": [{"name": app, "image": app}]}}});
+    let mut obj = json!({"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name}, "spec": spec});
+    if kind == "DaemonSet" {
+        obj["spec"].as_object_mut().unwrap().remove("replicas");
     }
+    let made = match api.create(&PostParams::default(), &serde_json::from_value(obj).unwrap()).await {
+        Ok(o) => o,
+        Err(kube::Error::Api(s)) if s.code == 409 => api.get(name).await.unwrap(),
+        Err(e) => panic!("{kind} {ns}/{name}: {e}"),
+    };
+    json!({"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": made.metadata.uid.unwrap(), "controller": true})
+}
+
+/// The chart's eviction webhook, calling `url` with the region's CA: the
+/// ground's release upgraded by Helm. The chart's disruption budgets stand
+/// behind it.
+fn chart_webhook(region: &Region, url: &str) {
+    // A ByteString is base64 in JSON, as the chart's caBundle wants it.
+    let ca = serde_json::to_value(k8s_openapi::ByteString(std::fs::read(&region.pki.ca).unwrap())).unwrap();
+    region.upgrade_chart(&json!({"coordinator": {"drainProtection": {"webhookUrl": url, "caBundle": ca}}}));
 }
 
 fn kubectl(region: &Region, args: &[&str]) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new("kubectl");
+    let mut cmd = tokio::process::Command::new(region.env.kube.kubectl());
     cmd.arg("--kubeconfig").arg(&region.kubeconfig).args(args);
     cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).kill_on_drop(true);
     cmd
@@ -277,7 +269,6 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
     let admin = Admin::login(&env).await.unwrap();
     let id = zone.boot(&admin, &format!("kdrain-{}", std::process::id()), &host, "1").await;
     let pods = pods_of(&region, &host).await;
-    budgets(&region).await;
     let nodes: Api<Node> = Api::all(region.kube.client.clone());
     let openstack: Api<Pod> = Api::namespaced(region.kube.client.clone(), "openstack");
     let nova_compute = format!("nova-compute-{host}");
@@ -298,7 +289,7 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
 
     // The webhook down (registered, not answering; failurePolicy Ignore):
     // the disruption budget refuses, and the drain times out.
-    register_webhook(&region, &format!("https://127.0.0.1:{}/", hv_tests::region::free_port())).await;
+    chart_webhook(&region, &format!("https://127.0.0.1:{}/", hv_tests::region::free_port()));
     let out =
         kubectl(&region, &["drain", &host, "--ignore-daemonsets", "--timeout=8s"]).output().await.unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -314,13 +305,8 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
     // down): the budget holds it too.
     coord.kill();
     let late = format!("nova-compute-{host}-late");
-    let pod = json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": late, "namespace": "openstack", "labels": {"app": "nova-compute"},
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": format!("nova-compute-{host}"),
-                "uid": format!("nova-compute-{host}-uid"), "controller": true}]},
-        "spec": {"nodeName": host, "containers": [{"name": "nova-compute", "image": "nova-compute"}]},
-        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
-    openstack.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
+    let sts = owner(&region, "openstack", "StatefulSet", &nova_compute, "nova-compute").await;
+    pod_on(&region, &host, "openstack", &late, "nova-compute", sts).await;
     // By kubectl, as a drain would: kube's own client would retry the 429.
     let body = region.dir.join("late-eviction.json");
     let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
@@ -383,7 +369,7 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
         "a dry run marks nothing"
     );
 
-    register_webhook(&region, &format!("https://127.0.0.1:{port}/validate-eviction")).await;
+    chart_webhook(&region, &format!("https://127.0.0.1:{port}/validate-eviction"));
     let mut drain =
         kubectl(&region, &["drain", &host, "--ignore-daemonsets", "--timeout=300s"]).spawn().unwrap();
     // Emptied by live migration meanwhile, and held: the budget's label on

@@ -157,10 +157,7 @@ impl Scene {
     async fn revive_host(&mut self) {
         hv_tests::bmc::power_on(&self.region.env, &self.dead).await.unwrap();
         fake_host(&self.region.env.nova, &self.dead, FakeHost::Start).await.unwrap();
-        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.region.kube.client.clone());
-        let ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True",
-            "reason": "KubeletReady", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
-        nodes.patch_status(&self.dead, &PatchParams::default(), &Patch::Merge(&ready)).await.unwrap();
+        self.region.kubelet_returns(&self.dead).await;
         let peers = AgentPeers {
             host_root: Some(self.roots[0].clone()),
             ..Scene::own_ip(&self.region.env, &self.ip)

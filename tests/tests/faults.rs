@@ -184,7 +184,7 @@ async fn a_live_migration_whose_answer_is_lost_is_found_and_tracked_to_the_end()
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leader_cut_off_from_kubernetes_stops_before_another_starts_and_calls_nova_no_more() {
     let region = Region::start("partition").await;
-    let kube = FaultProxy::start(&region.kube.standin.as_ref().unwrap().addr.to_string()).await;
+    let kube = FaultProxy::start_tls(&region.env.kube.host_port(), &region.env.kube.ca_file).await;
     let p = OpenStackProxies::start(&region).await;
     let via = Via { kube: Some(kube.url()), ..p.via() };
     let mut old = region.coordinator_via(region.grpc_port, None, &via, &[]);
@@ -342,7 +342,7 @@ async fn a_restart_mid_eviction_never_re_enables_the_host_while_the_eviction_run
     // Evictions (the list of each of the two controllers that watch them)
     // take 3 s to come back.
     coord.kill();
-    let kube = FaultProxy::start(&region.kube.standin.as_ref().unwrap().addr.to_string()).await;
+    let kube = FaultProxy::start_tls(&region.env.kube.host_port(), &region.env.kube.ca_file).await;
     let slow = Match::method_path("GET", "/apis/hypervisor.cloud.sap/v1alpha1/evictions");
     kube.rule(slow, Fault::Delay(Duration::from_secs(3)), Some(2));
     let via = Via { kube: Some(kube.url()), ..Via::default() };
@@ -424,7 +424,7 @@ async fn servers_that_land_on_the_host_during_its_eviction_are_moved_too() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_check_report_acknowledged_by_a_leader_that_died_before_recording_it_is_not_lost() {
     let region = Region::start("ackedlost").await;
-    let kube = FaultProxy::start(&region.kube.standin.as_ref().unwrap().addr.to_string()).await;
+    let kube = FaultProxy::start_tls(&region.env.kube.host_port(), &region.env.kube.ca_file).await;
     let via = Via { kube: Some(kube.url()), ..Via::default() };
     let mut first = region.coordinator_via(region.grpc_port, None, &via, &["--checks-timeout", "40s"]);
     let claim = hosts::claim(&region.env).await;

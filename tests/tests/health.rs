@@ -140,19 +140,16 @@ async fn a_host_is_judged_from_its_agent_its_node_and_nova_and_nothing_is_failed
     let mine = region.evictions_of(&host).await;
     assert!(mine.is_empty(), "an Eviction for an unseen host: {mine:?}");
     assert!(region.events_for(&host).await.iter().any(|(r, _)| r == "HostUnseenDisabled"));
-    // A second, independent source: the kubelet stops posting.
-    let not_ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
-        "reason": "NodeStatusUnknown", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
-    nodes.patch_status(&host, &PatchParams::default(), &Patch::Merge(&not_ready)).await.unwrap();
+    // A second, independent source: the kubelet stops posting, and the
+    // Node lifecycle controller turns the Node Unknown.
+    region.kubelet_stops(&host).await;
     let failed = wait_health(&region, &host, HealthState::Failed, &coord).await;
     assert!(failed.evidence.iter().any(|e| e.starts_with("Node: not Ready since")), "{failed:?}");
     let events = region.events_for(&host).await;
     assert!(events.iter().any(|(r, _)| r == "HealthFailed"), "{events:?}");
 
     // Both come back: Healthy.
-    let ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True",
-        "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
-    nodes.patch_status(&host, &PatchParams::default(), &Patch::Merge(&ready)).await.unwrap();
+    region.kubelet_returns(&host).await;
     let back = region.agent(&host, &peers);
     wait_health(&region, &host, HealthState::Healthy, &coord).await;
     // Seen again: its checks run, and only their pass enables it (Nova

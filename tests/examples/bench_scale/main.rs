@@ -3,7 +3,7 @@
 //! `HV_BENCH_SCALE=100,1000` for fewer). For each N: N hosts
 //! registered in the ground's Nova (compute service, hypervisor, host
 //! mapping and resource provider records, no nova-compute behind them), N
-//! Nodes and N Hypervisors in the API stand-in as a leader left them
+//! Nodes (kept alive by kwok) and N Hypervisors on the ground's API server as a leader left them
 //! settled, Active and Healthy (host 0 settled by a leader of its own, its
 //! status and marks given to the others with their names and ids), the release
 //! coordinator binary (`HV_BIN_DIR`), and N simulated agents (`sim`) with a
@@ -143,7 +143,6 @@ async fn create_host(region: &Region, admin: &Admin, ids: &Ids, i: usize, left: 
     admin.ensure_provider(&name, &hypervisor).await.unwrap();
     let mut node = serde_json::json!({
         "metadata": {"name": name, "labels": {"hv-e2e": region.id}},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
     });
     let mut hv = serde_json::to_value(Hypervisor::new(
         &name,
@@ -168,7 +167,12 @@ async fn create_host(region: &Region, admin: &Admin, ids: &Ids, i: usize, left: 
             "health": {"state": "Healthy"},
         }}),
     };
+    // A kubelet of kwok's keeps the Node alive.
+    let (kwok, fake) = hv_tests::region::KWOK_MANAGED;
+    node["metadata"]["labels"][kwok] = fake.into();
     nodes.create(&PostParams::default(), &serde_json::from_value(node).unwrap()).await.unwrap();
+    // This install's, as the coordinator labels what it makes.
+    hv["metadata"]["labels"][hv_coordinator::k8s::nodes::INSTANCE_LABEL] = region.lease().into();
     let hv: Hypervisor = serde_json::from_value(hv).unwrap();
     hvs.create(&PostParams::default(), &hv).await.unwrap();
     hvs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();

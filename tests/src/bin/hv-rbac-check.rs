@@ -1,19 +1,21 @@
 //! After the end-to-end tests: does the chart grant the coordinator exactly
-//! what it asked of the Kubernetes API during them? Reads the stand-ins'
-//! record in the ground's directory and the chart's rules; exits 1 naming
-//! each difference.
+//! what it asked of the Kubernetes API during them? Reads the ground's API
+//! server audit log and the chart's rules; exits 1 naming each difference.
 
 use std::process::ExitCode;
 
 use hv_tests::rbac;
 
 fn main() -> ExitCode {
-    let Some(dir) = hv_tests::env::env_file().parent().map(std::path::Path::to_path_buf) else {
-        eprintln!("hv-rbac-check: no test ground directory");
-        return ExitCode::from(2);
+    let env = match hv_tests::env::load() {
+        Ok(env) => env,
+        Err(e) => {
+            eprintln!("hv-rbac-check: {e}");
+            return ExitCode::from(2);
+        }
     };
-    let record = dir.join(rbac::AUDIT_FILE);
-    let used = hv_tests::kube_standin::audit::read(&record);
+    let record = &env.kube.audit_log;
+    let used = hv_tests::audit::read(record);
     if used.is_empty() {
         eprintln!("hv-rbac-check: nothing recorded in {} (did the end-to-end tests run?)", record.display());
         return ExitCode::from(2);

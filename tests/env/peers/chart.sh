@@ -1,0 +1,37 @@
+# The project's chart (deploy/helm/hv), installed by real Helm into hv-system
+# on the ground's API server, release `hv`: its ServiceAccounts, RBAC,
+# disruption budgets and eviction webhook are the ones the tests' coordinators
+# run under (each with a TokenRequest token of the chart's ServiceAccount).
+# Nothing of it runs in a pod: no kubelet runs here, and the controller manager
+# runs no workload controller; the coordinators and agents run as processes.
+#
+# Values for the ground (tests/env/chart.py installs, and a test upgrades):
+# 64 coordinator replicas, so that the Role names enough coordinator pods for
+# every coordinator the tests start at once; drain protection for nova-compute
+# and a network agent in `openstack`, its webhook called at a URL (a test that
+# drains upgrades the release with its own coordinator's).
+start_chart() {
+  local dir="$HV_ENV_DIR/kube" kubeconfig ca
+  kubeconfig=$(jq -r '.kube.admin_kubeconfig' "$ENV_FILE.partial")
+  ca=$(base64 -w0 < "$(jq -r '.kube.ca_file' "$ENV_FILE.partial")")
+  jq -n --arg ca "$ca" '{
+    openstack: {cloudsSecret: "hv-clouds", cloud: "hv"},
+    coordinator: {
+      replicas: 64,
+      drainProtection: {
+        enabled: true,
+        webhookUrl: "https://127.0.0.1:1/validate-eviction",
+        caBundle: $ca,
+        protectedPods: [{namespace: "openstack", matchLabels: {app: "nova-compute"}}],
+        dependentPods: [{component: "neutron-l2", namespace: "openstack", matchLabels: {app: "neutron-l2"}}]
+      }
+    }
+  }' > "$dir/chart-values.json"
+  "$(jq -r '.kube.bin_dir' "$ENV_FILE.partial")/kubectl" --kubeconfig "$kubeconfig" create namespace openstack >/dev/null
+  "$HELM_VENV/bin/python" "$(dirname "${BASH_SOURCE[0]}")/../chart.py" \
+    "$kubeconfig" hv-system hv "$dir/chart-values.json" >>"$LOGS/chart.log" 2>&1 \
+    || { tail -5 "$LOGS/chart.log" >&2; die "installing the chart failed (log: $LOGS/chart.log)"; }
+  put --arg values "$dir/chart-values.json" --arg python "$HELM_VENV/bin/python" \
+    '.kube.chart = { release: "hv", namespace: "hv-system", values: $values, helm_python: $python,
+      coordinator_account: "hv-coordinator" }'
+}
