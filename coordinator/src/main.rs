@@ -335,7 +335,9 @@ fn label_value(s: &str) -> Result<String, String> {
     if hv_coordinator::k8s::nodes::valid_label_value(s) {
         Ok(s.to_string())
     } else {
-        Err(format!("{s:?} cannot name an install: at most 63 letters, digits, -, _, .; alphanumeric at both ends"))
+        Err(format!(
+            "{s:?} cannot name an install: at most 63 letters, digits, -, _, .; alphanumeric at both ends"
+        ))
     }
 }
 

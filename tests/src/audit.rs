@@ -84,13 +84,20 @@ mod tests {
             .replace('\n', "");
         let a = access(&line).unwrap();
         assert_eq!(
-            (a.verb.as_str(), a.group.as_str(), a.resource.as_str(), a.subresource.as_str(), a.namespace.as_str()),
+            (
+                a.verb.as_str(),
+                a.group.as_str(),
+                a.resource.as_str(),
+                a.subresource.as_str(),
+                a.namespace.as_str()
+            ),
             ("patch", "hypervisor.cloud.sap", "hypervisors", "status", "")
         );
         assert_eq!(a.user, "system:serviceaccount:hv-system:hv-coordinator");
         let core = r#"{"stage":"ResponseStarted","verb":"watch","user":{"username":"u"},"objectRef":{"resource":"nodes","apiVersion":"v1"}}"#;
         assert_eq!(access(core).unwrap().group, "", "the core group is empty");
-        let discovery = r#"{"stage":"ResponseComplete","verb":"get","user":{"username":"u"},"requestURI":"/apis"}"#;
+        let discovery =
+            r#"{"stage":"ResponseComplete","verb":"get","user":{"username":"u"},"requestURI":"/apis"}"#;
         assert_eq!(access(discovery), None);
         assert_eq!(access(&line.replace("ResponseComplete", "Panic")), None);
     }

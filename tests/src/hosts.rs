@@ -170,7 +170,13 @@ async fn scrub_kube(env: &TestEnv, host: &str) {
     let evictions: Vec<String> = evs
         .list(&ListParams::default())
         .await
-        .map(|l| l.items.into_iter().filter(|e| e.spec.hypervisor == host).filter_map(|e| e.metadata.name).collect())
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter(|e| e.spec.hypervisor == host)
+                .filter_map(|e| e.metadata.name)
+                .collect()
+        })
         .unwrap_or_default();
     let migrations: Vec<String> = migs
         .list(&ListParams::default())
@@ -184,13 +190,16 @@ async fn scrub_kube(env: &TestEnv, host: &str) {
     let bound: Vec<(String, String)> = pods
         .list(&on_host)
         .await
-        .map(|l| l.items.into_iter().filter_map(|p| Some((p.metadata.namespace?, p.metadata.name?))).collect())
+        .map(|l| {
+            l.items.into_iter().filter_map(|p| Some((p.metadata.namespace?, p.metadata.name?))).collect()
+        })
         .unwrap_or_default();
     let mut waits = Vec::new();
     for name in &evictions {
         let _ = evs.patch(name, &PatchParams::default(), &Patch::Merge(&unfinalize)).await;
         let _ = evs.delete(name, &now).await;
-        waits.push(Box::pin(gone(evs.clone(), name.clone())) as std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>);
+        waits.push(Box::pin(gone(evs.clone(), name.clone()))
+            as std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>);
     }
     for name in &migrations {
         let _ = migs.patch(name, &PatchParams::default(), &Patch::Merge(&unfinalize)).await;

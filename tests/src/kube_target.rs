@@ -30,20 +30,21 @@ pub async fn admin(env: &TestEnv) -> Result<KubeTarget, String> {
 
 /// A client from the kubeconfig at `path`.
 pub async fn client_from(path: &Path) -> Result<kube::Client, String> {
-    let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| format!("kubeconfig {}: {e}", path.display()))?;
+    let kc = kube::config::Kubeconfig::read_from(path)
+        .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?;
     let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
         .await
         .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?;
     kube::Client::try_from(config).map_err(|e| format!("building a client: {e}"))
 }
 
-/// A token of the chart's ServiceAccount `account` (in the chart's
-/// namespace), valid for a day, from the API server (`kubectl create token`).
-pub fn token(env: &TestEnv, account: &str) -> Result<String, String> {
+/// A token of the ServiceAccount `namespace/account`, valid for a day, from
+/// the API server (`kubectl create token`).
+pub fn token(env: &TestEnv, namespace: &str, account: &str) -> Result<String, String> {
     let out = Command::new(env.kube.kubectl())
         .arg("--kubeconfig")
         .arg(&env.kube.admin_kubeconfig)
-        .args(["-n", &env.kube.chart.namespace, "create", "token", account, "--duration", "24h"])
+        .args(["-n", namespace, "create", "token", account, "--duration", "24h"])
         .output()
         .map_err(|e| format!("kubectl create token: {e}"))?;
     if !out.status.success() {
@@ -52,14 +53,24 @@ pub fn token(env: &TestEnv, account: &str) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// Writes a kubeconfig at `path` for the ServiceAccount `account` of the
-/// chart, reaching the API server at `server` (None: the ground's, over TLS;
-/// a fault proxy's `http://` URL otherwise).
-pub fn account_kubeconfig(env: &TestEnv, account: &str, server: Option<&str>, path: &Path) -> Result<(), String> {
-    let token = token(env, account)?;
+/// Writes a kubeconfig at `path` for the ServiceAccount
+/// `namespace/account`, reaching the API server at `server` (None: the
+/// ground's, over TLS; a fault proxy's `http://` URL otherwise).
+pub fn account_kubeconfig(
+    env: &TestEnv,
+    namespace: &str,
+    account: &str,
+    server: Option<&str>,
+    path: &Path,
+) -> Result<(), String> {
+    let token = token(env, namespace, account)?;
     let cluster = match server {
         Some(url) => format!("    server: {url}\n"),
-        None => format!("    server: {}\n    certificate-authority: {}\n", env.kube.url, env.kube.ca_file.display()),
+        None => format!(
+            "    server: {}\n    certificate-authority: {}\n",
+            env.kube.url,
+            env.kube.ca_file.display()
+        ),
     };
     let text = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: hv-ground\n  cluster:\n{cluster}users:\n- name: {account}\n  user:\n    token: {token}\ncontexts:\n- name: hv-ground\n  context:\n    cluster: hv-ground\n    user: {account}\ncurrent-context: hv-ground\n"

@@ -232,7 +232,7 @@ impl Region {
         static PODS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = PODS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % COORDINATOR_PODS;
         let pod = format!("{}{n}", crate::rbac::COORDINATOR_POD_PREFIX);
-        create_pod(&self.kubeconfig, &pod);
+        self.coordinator_pod(crate::rbac::COORDINATOR_NAMESPACE, &pod);
         self.coordinator_in(&pod, port, password, via, extra)
     }
 
@@ -246,6 +246,30 @@ impl Region {
         via: &Via,
         extra: &[&str],
     ) -> Proc {
+        let chart = &self.env.kube.chart;
+        let install =
+            Install { namespace: chart.namespace.clone(), account: chart.coordinator_account.clone() };
+        self.coordinator_of(&install, pod, port, password, via, extra)
+    }
+
+    /// The coordinator Pod `namespace/name`, as an object (no kubelet runs
+    /// it): created, or, left by an earlier test, kept with its leader label
+    /// taken away.
+    pub fn coordinator_pod(&self, namespace: &str, name: &str) {
+        create_pod(&self.kubeconfig, namespace, name);
+    }
+
+    /// A coordinator of the chart's release `install` (its namespace and
+    /// ServiceAccount), in the Pod `pod` there.
+    pub fn coordinator_of(
+        &self,
+        install: &Install,
+        pod: &str,
+        port: u16,
+        password: Option<&str>,
+        via: &Via,
+        extra: &[&str],
+    ) -> Proc {
         let clouds = self
             .env
             .clouds_yaml_via(&self.dir, &format!("clouds-{port}.yaml"), password, via)
@@ -253,8 +277,8 @@ impl Region {
         // The chart's ServiceAccount: its RBAC is what the coordinator meets,
         // and the API server's audit log records what it asked for.
         let kubeconfig = self.dir.join(format!("kubeconfig-{port}"));
-        let account = &self.env.kube.chart.coordinator_account;
-        crate::kube_target::account_kubeconfig(&self.env, account, via.kube.as_deref(), &kubeconfig)
+        let (ns, account) = (&install.namespace, &install.account);
+        crate::kube_target::account_kubeconfig(&self.env, ns, account, via.kube.as_deref(), &kubeconfig)
             .unwrap_or_else(|e| panic!("the coordinator's kubeconfig: {e}"));
         let metrics = format!("127.0.0.1:{}", free_port());
         let mut cmd = Command::new(bin("hv-coordinator"));
@@ -270,7 +294,7 @@ impl Region {
             .args(["--metrics-listen", &metrics])
             .args(["--os-cloud", "hv", "--clouds-yaml"])
             .arg(&clouds)
-            .args(["--namespace", crate::rbac::COORDINATOR_NAMESPACE, "--lease-name", &self.lease()])
+            .args(["--namespace", ns, "--lease-name", &self.lease()])
             .args(["--node-selector", &format!("hv-e2e={}", self.id)]);
         // Short intervals for tests, unless `extra` names its own.
         let defaults = [
@@ -424,24 +448,19 @@ impl Region {
     /// (`ready`) or not.
     pub async fn wait_node_ready(&self, name: &str, ready: bool) {
         let api: Api<Node> = Api::all(self.kube.client.clone());
-        until(
-            &format!("Node {name} Ready={ready}"),
-            Duration::from_secs(60),
-            String::new,
-            || async {
-                let node = api.get_opt(name).await.ok().flatten();
-                let status = node
-                    .and_then(|n| n.status)
-                    .and_then(|s| s.conditions)
-                    .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
-                    .map(|c| c.status);
-                if (status.as_deref() == Some("True")) == ready {
-                    Poll::Ready(())
-                } else {
-                    Poll::Pending(format!("Ready: {status:?}"))
-                }
-            },
-        )
+        until(&format!("Node {name} Ready={ready}"), Duration::from_secs(60), String::new, || async {
+            let node = api.get_opt(name).await.ok().flatten();
+            let status = node
+                .and_then(|n| n.status)
+                .and_then(|s| s.conditions)
+                .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
+                .map(|c| c.status);
+            if (status.as_deref() == Some("True")) == ready {
+                Poll::Ready(())
+            } else {
+                Poll::Pending(format!("Ready: {status:?}"))
+            }
+        })
         .await;
     }
 
@@ -449,8 +468,10 @@ impl Region {
     /// values with `changes` merged in (JSON merge patch).
     pub fn upgrade_chart(&self, changes: &serde_json::Value) {
         let chart = &self.env.kube.chart;
-        let text = std::fs::read_to_string(&chart.values).unwrap_or_else(|e| panic!("{}: {e}", chart.values.display()));
-        let mut values: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("chart values: {e}"));
+        let text = std::fs::read_to_string(&chart.values)
+            .unwrap_or_else(|e| panic!("{}: {e}", chart.values.display()));
+        let mut values: serde_json::Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("chart values: {e}"));
         json_patch::merge(&mut values, changes);
         let file = self.dir.join("chart-values.json");
         std::fs::write(&file, values.to_string()).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
@@ -870,17 +891,23 @@ pub async fn readyz(p: &Proc) -> Option<(u16, String)> {
 
 /// Creates the Pod `name` of a coordinator on the stand-in at `url`, from
 /// its own thread (callers may be inside a runtime that must not block).
+/// A release of the chart a coordinator runs under: its namespace and
+/// its ServiceAccount there.
+#[derive(Clone, Debug)]
+pub struct Install {
+    pub namespace: String,
+    pub account: String,
+}
+
 /// How many coordinator pods the ground's chart names (its `replicas`).
 pub const COORDINATOR_PODS: u32 = 64;
 
 /// The label kwok manages Nodes by (taken away, the Node's "kubelet" stops).
 pub const KWOK_MANAGED: (&str, &str) = ("kwok.x-k8s.io/node", "fake");
 
-/// The coordinator's Pod `name`, as an object: created, or, left by an
-/// earlier test, kept with its leader label taken away.
-fn create_pod(kubeconfig: &Path, name: &str) {
+fn create_pod(kubeconfig: &Path, namespace: &str, name: &str) {
     use k8s_openapi::api::core::v1::Pod;
-    let (kubeconfig, name) = (kubeconfig.to_path_buf(), name.to_string());
+    let (kubeconfig, namespace, name) = (kubeconfig.to_path_buf(), namespace.to_string(), name.to_string());
     let made = std::thread::spawn(move || {
         let rt =
             tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
@@ -891,7 +918,7 @@ fn create_pod(kubeconfig: &Path, name: &str) {
                 "spec": {"containers": [{"name": "coordinator", "image": "hv-coordinator"}]},
             }))
             .map_err(|e| e.to_string())?;
-            let api = Api::<Pod>::namespaced(client, crate::rbac::COORDINATOR_NAMESPACE);
+            let api = Api::<Pod>::namespaced(client, &namespace);
             match api.create(&PostParams::default(), &pod).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 409 => {

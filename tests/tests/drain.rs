@@ -302,11 +302,25 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
     assert!(openstack.get_opt(&nova_compute).await.unwrap().is_some(), "not evicted");
     assert_eq!(region.hypervisor(&host).await.unwrap().status.unwrap().phase, Some(Phase::Active));
     // A protected pod the coordinator never labelled (started while it is
-    // down): the budget holds it too.
+    // down, by a workload of its own), once it runs and the disruption
+    // controller counts it: the budget holds it too. (A pod not yet Running
+    // may be evicted whatever the budget says, as the eviction API has it.)
     coord.kill();
     let late = format!("nova-compute-{host}-late");
-    let sts = owner(&region, "openstack", "StatefulSet", &nova_compute, "nova-compute").await;
+    let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+        Api::namespaced(region.kube.client.clone(), "openstack");
+    let budget = "hv-coordinator-protect-protected-0";
+    let expected = |b: &k8s_openapi::api::policy::v1::PodDisruptionBudget| {
+        b.status.as_ref().map_or((0, 0), |s| (s.expected_pods, s.current_healthy))
+    };
+    let before = expected(&pdbs.get(budget).await.unwrap()).0;
+    let sts = owner(&region, "openstack", "StatefulSet", &late, "nova-compute").await;
     pod_on(&region, &host, "openstack", &late, "nova-compute", sts).await;
+    until("the late pod counted by its budget", SOON, String::new, || async {
+        let (pods, healthy) = expected(&pdbs.get(budget).await.unwrap());
+        hv_tests::wait::ready_when(pods == before + 1 && healthy == pods, (pods, healthy))
+    })
+    .await;
     // By kubectl, as a drain would: kube's own client would retry the 429.
     let body = region.dir.join("late-eviction.json");
     let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",

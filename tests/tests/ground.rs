@@ -124,7 +124,8 @@ async fn the_kubernetes_api_serves_a_hypervisor_a_watch_sees_change() {
     use hv_coordinator::api::{Hypervisor, HypervisorSpec};
     use kube::api::{Api, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 
-    let target = hv_tests::kube_target::admin(&hv_tests::env::require()).await.unwrap_or_else(|e| panic!("{e}"));
+    let target =
+        hv_tests::kube_target::admin(&hv_tests::env::require()).await.unwrap_or_else(|e| panic!("{e}"));
     let api: Api<Hypervisor> = Api::all(target.client.clone());
     let name = format!("smoke-{}", std::process::id());
     let created =
@@ -159,18 +160,23 @@ async fn the_control_plane_is_the_pinned_release_with_tls_and_rbac() {
     let env = hv_tests::env::require();
     let admin = hv_tests::kube_target::admin(&env).await.unwrap();
     // The release the wrapper module pins, as its binaries say.
-    let pinned = std::fs::read_to_string(hv_tests::repo_root().join("tests/env/controlplane/kubernetes/go.mod"))
-        .unwrap()
-        .lines()
-        .find_map(|l| {
-            let l = l.trim().trim_start_matches("require ");
-            l.strip_prefix("k8s.io/kubernetes ").and_then(|v| v.split_whitespace().next()).map(str::to_string)
-        })
-        .unwrap();
+    let pinned =
+        std::fs::read_to_string(hv_tests::repo_root().join("tests/env/controlplane/kubernetes/go.mod"))
+            .unwrap()
+            .lines()
+            .find_map(|l| {
+                let l = l.trim().trim_start_matches("require ");
+                l.strip_prefix("k8s.io/kubernetes ")
+                    .and_then(|v| v.split_whitespace().next())
+                    .map(str::to_string)
+            })
+            .unwrap();
     assert_eq!(admin.client.apiserver_version().await.unwrap().git_version, pinned);
     // No certificate, no token: anonymous, refused beyond discovery.
     let anonymous = reqwest::Client::builder()
-        .add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(&env.kube.ca_file).unwrap()).unwrap())
+        .add_root_certificate(
+            reqwest::Certificate::from_pem(&std::fs::read(&env.kube.ca_file).unwrap()).unwrap(),
+        )
         .build()
         .unwrap();
     let rsp = anonymous.get(format!("{}/api/v1/nodes", env.kube.url)).send().await.unwrap();
@@ -178,7 +184,15 @@ async fn the_control_plane_is_the_pinned_release_with_tls_and_rbac() {
     // The chart's ServiceAccount, with a TokenRequest token: what its RBAC
     // grants (Nodes), and nothing else (Secrets across the cluster).
     let path = std::env::temp_dir().join(format!("hv-ground-token-{}.kubeconfig", std::process::id()));
-    hv_tests::kube_target::account_kubeconfig(&env, &env.kube.chart.coordinator_account, None, &path).unwrap();
+    let chart = &env.kube.chart;
+    hv_tests::kube_target::account_kubeconfig(
+        &env,
+        &chart.namespace,
+        &chart.coordinator_account,
+        None,
+        &path,
+    )
+    .unwrap();
     let coordinator = hv_tests::kube_target::client_from(&path).await.unwrap();
     let _ = std::fs::remove_file(&path);
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(coordinator.clone());

@@ -122,7 +122,14 @@ async fn server_side_apply_merges_conditions_by_type() {
         o.as_object_mut().unwrap().extend(body.as_object().unwrap().clone());
         o
     };
-    let h = api.patch(&name, &apply("hv-coordinator"), &Patch::Apply(&obj(json!({"spec": {"aggregates": ["az-a"]}})))).await.unwrap();
+    let h = api
+        .patch(
+            &name,
+            &apply("hv-coordinator"),
+            &Patch::Apply(&obj(json!({"spec": {"aggregates": ["az-a"]}}))),
+        )
+        .await
+        .unwrap();
     assert_eq!(h.spec.aggregates, vec!["az-a"], "apply creates a missing object");
     let cond = |t: &str, s: &str| json!({"type": t, "status": s, "reason": "R", "message": "", "lastTransitionTime": "2026-11-22T00:00:00Z"});
     let a = obj(json!({"status": {"phase": "Active", "conditions": [cond("Tested", "True")]}}));
@@ -211,13 +218,15 @@ async fn strategic_merge_patches_on_nodes_merge_patches_on_ours() {
     }
     let both = types(nodes.get(&name).await.unwrap());
     assert_eq!(both, ["HvA", "HvB"], "merged by type, not replaced");
-    let directive = Patch::Strategic(json!({"status": {"conditions": [{"type": "HvA", "$patch": "delete"}]}}));
+    let directive =
+        Patch::Strategic(json!({"status": {"conditions": [{"type": "HvA", "$patch": "delete"}]}}));
     let left = types(nodes.patch_status(&name, &PatchParams::default(), &directive).await.unwrap());
     assert_eq!(left, ["HvB"], "the directive deleted one condition by its type");
     let hvs: Api<Hypervisor> = Api::all(c);
     let h = format!("{p}-hv");
     hvs.create(&PostParams::default(), &hv(&h)).await.unwrap();
-    let err = hvs.patch(&h, &PatchParams::default(), &Patch::Strategic(json!({"spec": {"skipTests": true}}))).await;
+    let err =
+        hvs.patch(&h, &PatchParams::default(), &Patch::Strategic(json!({"spec": {"skipTests": true}}))).await;
     assert_eq!(code(&err.unwrap_err()), 415);
     hvs.delete(&h, &DeleteParams::default()).await.unwrap();
     nodes.delete(&name, &DeleteParams::default()).await.unwrap();
@@ -229,12 +238,14 @@ async fn nodes_by_label_and_leases() {
     let nodes: Api<Node> = Api::all(c.clone());
     let role = |r: &str| format!("{p}-{r}");
     for (name, r) in [("hv-1", "hypervisor"), ("hv-2", "hypervisor"), ("ctl-1", "control")] {
-        let n: Node =
-            serde_json::from_value(json!({"metadata": {"name": format!("{p}-{name}"), "labels": {"role": role(r)}}}))
-                .unwrap();
+        let n: Node = serde_json::from_value(
+            json!({"metadata": {"name": format!("{p}-{name}"), "labels": {"role": role(r)}}}),
+        )
+        .unwrap();
         nodes.create(&PostParams::default(), &n).await.unwrap();
     }
-    let hvs = nodes.list(&ListParams::default().labels(&format!("role={}", role("hypervisor")))).await.unwrap();
+    let hvs =
+        nodes.list(&ListParams::default().labels(&format!("role={}", role("hypervisor")))).await.unwrap();
     let names: Vec<String> = hvs.items.iter().filter_map(|n| n.metadata.name.clone()).collect();
     assert_eq!(names, vec![format!("{p}-hv-1"), format!("{p}-hv-2")]);
     let leases: Api<Lease> = Api::namespaced(c, "hv-system");
@@ -279,7 +290,11 @@ async fn the_api_server_enforces_our_cel_rules() {
     use hv_coordinator::api::eviction::{Eviction, EvictionReason, EvictionSpec};
     let evs: Api<Eviction> = Api::all(c);
     let ev = format!("{p}-ev");
-    let spec = EvictionSpec { hypervisor: name.clone(), reason: EvictionReason::AdminRequest, options: Default::default() };
+    let spec = EvictionSpec {
+        hypervisor: name.clone(),
+        reason: EvictionReason::AdminRequest,
+        options: Default::default(),
+    };
     evs.create(&PostParams::default(), &Eviction::new(&ev, spec)).await.unwrap();
     let retarget = json!({"spec": {"hypervisor": format!("{p}-other")}});
     let err = evs.patch(&ev, &PatchParams::default(), &Patch::Merge(&retarget)).await.unwrap_err();
@@ -365,8 +380,11 @@ async fn a_kube_runtime_controller_runs_unchanged() {
     }
     until("the controller to reconcile all 3", Duration::from_secs(20), String::new, || async {
         let all = api.list(&ListParams::default().labels(&mine)).await.unwrap();
-        let done =
-            all.items.iter().filter(|h| h.status.as_ref().and_then(|s| s.phase) == Some(Phase::Onboarding)).count();
+        let done = all
+            .items
+            .iter()
+            .filter(|h| h.status.as_ref().and_then(|s| s.phase) == Some(Phase::Onboarding))
+            .count();
         hv_tests::wait::ready_when(done == 3, done)
     })
     .await;
@@ -423,10 +441,8 @@ async fn apply_removes_what_a_manager_stopped_applying_and_keeps_what_others_own
     // The same value is no conflict: shared ownership, kept while either applies it.
     let both = status(json!({"phase": "Maintenance"}));
     api.patch_status(&name, &apply("fleet", false), &Patch::Apply(&both)).await.unwrap();
-    let h = api
-        .patch_status(&name, &apply("lifecycle", false), &Patch::Apply(&status(json!({}))))
-        .await
-        .unwrap();
+    let h =
+        api.patch_status(&name, &apply("lifecycle", false), &Patch::Apply(&status(json!({})))).await.unwrap();
     assert_eq!(h.status.unwrap().phase, Some(Phase::Maintenance), "still owned by the fleet");
     api.delete(&name, &DeleteParams::default()).await.unwrap();
 }
@@ -447,7 +463,8 @@ async fn owners_going_take_their_dependents_or_orphan_them() {
     let n = |i: u8| format!("{p}-n{i}");
     // In the foreground only dependents that block their owner's deletion
     // hold it (n4's); the coordinator's own references block nothing.
-    let owner_ref = |o: &dyn Fn() -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+    let owner_ref = |o: &dyn Fn()
+        -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
                      block: bool| {
         let mut r = o().unwrap();
         r.block_owner_deletion = block.then_some(true);
@@ -458,7 +475,11 @@ async fn owners_going_take_their_dependents_or_orphan_them() {
         let mut h = hv(&n(i));
         h.metadata.owner_references = Some(owner_ref(&|| node.controller_owner_ref(&()), i == 4));
         let h = hvs.create(&PostParams::default(), &h).await.unwrap();
-        let spec = EvictionSpec { hypervisor: n(i), reason: EvictionReason::AdminRequest, options: Default::default() };
+        let spec = EvictionSpec {
+            hypervisor: n(i),
+            reason: EvictionReason::AdminRequest,
+            options: Default::default(),
+        };
         let mut e = Eviction::new(&format!("{}-ev", n(i)), spec);
         e.metadata.owner_references = Some(owner_ref(&|| h.controller_owner_ref(&()), i == 4));
         e.metadata.finalizers = Some(vec!["hypervisor.cloud.sap/eviction".into()]);
@@ -477,7 +498,8 @@ async fn owners_going_take_their_dependents_or_orphan_them() {
     evs.patch(&ev1, &PatchParams::default(), &Patch::Merge(&rm)).await.unwrap();
     gone(&evs, &ev1, "the Eviction deleted once its finalizer is removed").await;
     // Orphan: the Hypervisor stays, without the reference.
-    let orphan = DeleteParams { propagation_policy: Some(kube::api::PropagationPolicy::Orphan), ..Default::default() };
+    let orphan =
+        DeleteParams { propagation_policy: Some(kube::api::PropagationPolicy::Orphan), ..Default::default() };
     nodes.delete(&n(2), &orphan).await.unwrap();
     gone(&nodes, &n(2), "the Node deleted").await;
     let h = hvs.get(&n(2)).await.unwrap();
@@ -539,7 +561,8 @@ async fn a_dependent_with_two_owners_goes_only_with_the_last() {
     nodes.delete(&a, &DeleteParams::default()).await.unwrap();
     until("owner-a's reference removed", SOON, String::new, || async {
         let h = hvs.get_opt(&shared).await.unwrap().expect("kept while owner-b exists");
-        let left: Vec<_> = h.metadata.owner_references.unwrap_or_default().into_iter().map(|r| r.name).collect();
+        let left: Vec<_> =
+            h.metadata.owner_references.unwrap_or_default().into_iter().map(|r| r.name).collect();
         hv_tests::wait::ready_when(left == [b.clone()], left)
     })
     .await;
@@ -564,7 +587,10 @@ async fn evictions_check_the_pods_budget() {
     let env = hv_tests::env::require();
     let ns = p.clone();
     let namespaces: Api<Namespace> = Api::all(c.clone());
-    namespaces.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap()).await.unwrap();
+    namespaces
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+        .await
+        .unwrap();
     let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
     for (name, app, ready) in
         [("a-1", "a", true), ("a-2", "a", true), ("a-3", "a", false), ("free", "b", true)]
@@ -587,7 +613,10 @@ async fn evictions_check_the_pods_budget() {
                 let b = pdbs.get("a").await.unwrap();
                 let generation = b.metadata.generation;
                 let s = b.status.unwrap_or_default();
-                hv_tests::wait::ready_when(s.observed_generation == generation && s.current_healthy == healthy, s)
+                hv_tests::wait::ready_when(
+                    s.observed_generation == generation && s.current_healthy == healthy,
+                    s,
+                )
             })
             .await
         }
@@ -601,7 +630,9 @@ async fn evictions_check_the_pods_budget() {
     let mut identity = field("client-certificate:");
     identity.extend(field("client-key:"));
     let http = reqwest::Client::builder()
-        .add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(&env.kube.ca_file).unwrap()).unwrap())
+        .add_root_certificate(
+            reqwest::Certificate::from_pem(&std::fs::read(&env.kube.ca_file).unwrap()).unwrap(),
+        )
         .identity(reqwest::Identity::from_pem(&identity).unwrap())
         .build()
         .unwrap();

@@ -198,7 +198,8 @@ pub async fn ensure_hypervisor(client: &kube::Client, node: &Node, template: &Te
         }
         Some((Belongs::Nobodys, _)) => {
             let adopt = serde_json::json!({"metadata": {"labels": {INSTANCE_LABEL: template.instance}}});
-            let pp = kube::api::PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+            let pp =
+                kube::api::PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
             match api.patch(&name, &pp, &kube::api::Patch::Merge(&adopt)).await {
                 Ok(_) => tracing::info!(node = %name, "adopted a Hypervisor of no install"),
                 Err(e) => tracing::warn!(node = %name, error = %e, "could not adopt the Hypervisor"),

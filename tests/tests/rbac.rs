@@ -1,0 +1,93 @@
+//! The chart's RBAC meets the real authorizer: a release of the chart with
+//! one permission taken out of its coordinator's rules, a coordinator
+//! running as that release's ServiceAccount, and the API server's 403
+//! naming what is missing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use hv_tests::env::Via;
+use hv_tests::region::{Install, Region, free_port};
+use hv_tests::wait::{Poll, until};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use serde_json::json;
+
+/// Copies `from` into `to`, file by file.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_permission_missing_from_the_chart_is_the_real_authorizers_403() {
+    let region = Region::start("rbac-403").await;
+    let env = &region.env;
+    // The chart with `patch` on Nodes taken out of its coordinator's rules.
+    let chart = region.dir.join("chart");
+    copy_dir(&hv_tests::repo_root().join("deploy/helm/hv"), &chart);
+    let rules = chart.join("files/coordinator-rules.yaml");
+    let text = std::fs::read_to_string(&rules).unwrap();
+    let granted = "resources: [nodes]\n    verbs: [get, list, watch, patch]";
+    assert!(text.contains(granted), "the chart's Node rule moved: update this test");
+    std::fs::write(&rules, text.replace(granted, "resources: [nodes]\n    verbs: [get, list, watch]"))
+        .unwrap();
+    // Its own release, in a namespace of its own.
+    let ns = format!("hv-rbac-{}", std::process::id());
+    let release = format!("rbac{}", std::process::id());
+    let namespaces: Api<Namespace> = Api::all(region.kube.client.clone());
+    namespaces
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+        .await
+        .unwrap();
+    let values = region.dir.join("values.json");
+    let v =
+        json!({"openstack": {"cloudsSecret": "hv-clouds", "cloud": "hv"}, "coordinator": {"replicas": 1}});
+    std::fs::write(&values, v.to_string()).unwrap();
+    let out = std::process::Command::new(&env.kube.chart.helm_python)
+        .arg(hv_tests::repo_root().join("tests/env/chart.py"))
+        .arg(&env.kube.admin_kubeconfig)
+        .args([&ns, &release])
+        .arg(&values)
+        .arg(&chart)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "helm install: {}", String::from_utf8_lossy(&out.stderr));
+
+    let account = format!("{release}-coordinator");
+    let pod = format!("{account}-0");
+    region.coordinator_pod(&ns, &pod);
+    let install = Install { namespace: ns.clone(), account: account.clone() };
+    let coord = region.coordinator_of(&install, &pod, free_port(), None, &Via::default(), &["--skip-tests"]);
+    let node = format!("rbac-{}", std::process::id());
+    region.create_node(&node, &[]).await;
+    // Its finalizer on the Node is a patch the chart no longer grants.
+    let user = format!("system:serviceaccount:{ns}:{account}");
+    let denied = format!("User \"{user}\" cannot patch resource \"nodes\"");
+    until(
+        "the API server's 403 in the coordinator's log",
+        Duration::from_secs(60),
+        || coord.tail(20),
+        || async {
+            let log = std::fs::read_to_string(&coord.log).unwrap_or_default();
+            if log.contains(&denied) { Poll::Ready(()) } else { Poll::Pending("not yet".into()) }
+        },
+    )
+    .await;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(region.kube.client.clone());
+    let n = nodes.get(&node).await.unwrap();
+    assert!(n.metadata.finalizers.unwrap_or_default().is_empty(), "nothing was patched");
+    drop(coord);
+    nodes.delete(&node, &DeleteParams::default()).await.unwrap();
+    namespaces.delete(&ns, &DeleteParams::default()).await.unwrap();
+}
