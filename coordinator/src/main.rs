@@ -235,10 +235,10 @@ struct Args {
     /// Namespace of the leader-election Lease.
     #[arg(long, env = "POD_NAMESPACE", default_value = "hv-system")]
     namespace: String,
-    /// The leader-election Lease, and this install's name: every Hypervisor
-    /// it manages carries it in the label hypervisor.cloud.sap/instance (a
-    /// label value: at most 63 letters, digits, '-', '_' or '.').
-    #[arg(long, default_value = "hv-coordinator", value_parser = label_value)]
+    /// The leader-election Lease. With --namespace it names this install:
+    /// every Hypervisor it manages carries `NAMESPACE.LEASE` in the label
+    /// hypervisor.cloud.sap/instance (at most 63 characters in all).
+    #[arg(long, default_value = "hv-coordinator")]
     lease_name: String,
     /// This replica's identity in the Lease (default: POD_NAME, else host name and pid).
     #[arg(long, env = "POD_NAME")]
@@ -331,16 +331,6 @@ fn node_lock(s: &str) -> Result<String, String> {
     }
 }
 
-fn label_value(s: &str) -> Result<String, String> {
-    if hv_coordinator::k8s::nodes::valid_label_value(s) {
-        Ok(s.to_string())
-    } else {
-        Err(format!(
-            "{s:?} cannot name an install: at most 63 letters, digits, -, _, .; alphanumeric at both ends"
-        ))
-    }
-}
-
 fn selector(s: &str) -> Result<Selector, String> {
     s.parse()
 }
@@ -384,6 +374,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
             args.lease_duration
         );
     }
+    let instance = hv_coordinator::k8s::nodes::instance_name(&args.namespace, &args.lease_name)
+        .map_err(anyhow::Error::msg)?;
     // Two clients: requests get a read timeout (a hung call must not hang
     // a reconcile or a lease renewal); watches are long polls and get none.
     let mut config =
@@ -593,7 +585,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         evacuate_by_default: args.evacuate_by_default,
         evacuate_rebuild_from_image: args.evacuate_rebuild_from_image,
         progress_reads: Default::default(),
-        instance: args.lease_name.clone(),
+        instance: instance.clone(),
     });
     let intervals =
         Intervals { busy: args.busy_interval, drift: args.drift_interval, ..Intervals::default() };
@@ -657,7 +649,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         evictions_to_wake,
     });
     let template = Template {
-        instance: args.lease_name.clone(),
+        instance: instance.clone(),
         aggregates: args.aggregates.clone(),
         custom_traits: args.custom_traits.clone(),
         ceph_pools: args.ceph_pools.clone(),

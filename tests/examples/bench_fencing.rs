@@ -9,8 +9,8 @@
 //! when its BMC reports Off; then its agent and nova-compute stop, its Node
 //! stays Ready as Kubernetes would show it for its grace). Without one (its
 //! storage fenced only): its agent and nova-compute stop, and Nova's service
-//! group must see it down. Milestones are read every 100 ms from the API
-//! stand-in and Nova.
+//! group must see it down. Milestones are read every 100 ms from the
+//! ground's API server and Nova.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -234,7 +234,7 @@ async fn main() {
     }
 
     println!(
-        "fencing and evacuation: from a host's death to its servers running elsewhere (real coordinator, agents, Nova, Ceph, Redfish emulator; API stand-in)"
+        "fencing and evacuation: from a host's death to its servers running elsewhere (real coordinator, agents, Nova, Ceph, Redfish emulator; real API server)"
     );
     println!(
         "settings: agent heartbeat 1 s, --fence-fresh-heartbeat 3 s, --unreachable-grace 3 s, BMC read every 2 s while the stream is gone, \

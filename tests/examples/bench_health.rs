@@ -29,6 +29,9 @@ async fn wait(region: &Region, host: &str, want: HealthState) {
     }
 }
 
+/// The Node's Ready condition set by hand, so the cause has an exact time
+/// (kwok renews the Node's Lease, not this condition, and the Node lifecycle
+/// controller only ever turns a stale Node Unknown).
 async fn node_ready(nodes: &Api<Node>, host: &str, ready: bool) {
     let status = if ready { "True" } else { "Unknown" };
     let patch = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": status,
@@ -98,7 +101,9 @@ async fn main() {
     }
     rows.push(("root read-only -> Degraded", samples));
 
-    println!("node health: from the cause to the recorded verdict (real coordinator, agent, API stand-in)");
+    println!(
+        "node health: from the cause to the recorded verdict (real coordinator, agent, real API server)"
+    );
     println!("{:<32} {:>4} {:>10} {:>10} {:>10}", "cause -> verdict", "n", "p50", "p99", "max");
     for (what, mut s) in rows {
         s.sort();

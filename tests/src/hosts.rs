@@ -251,25 +251,23 @@ async fn scrub_kube(env: &TestEnv, host: &str) {
 
 /// Waits (up to 60 s) until `name` is gone; a finalizer set meanwhile (by
 /// a coordinator of the earlier holder's still stopping) is taken away.
-fn gone<K>(api: kube::Api<K>, name: String) -> impl std::future::Future<Output = ()>
+async fn gone<K>(api: kube::Api<K>, name: String)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    async move {
-        let unfinalize = serde_json::json!({"metadata": {"finalizers": null}});
-        for _ in 0..300 {
-            match api.get_opt(&name).await {
-                Ok(None) => return,
-                Ok(Some(_)) => {
-                    let patch = kube::api::Patch::Merge(&unfinalize);
-                    let _ = api.patch(&name, &kube::api::PatchParams::default(), &patch).await;
-                }
-                Err(_) => {}
+    let unfinalize = serde_json::json!({"metadata": {"finalizers": null}});
+    for _ in 0..300 {
+        match api.get_opt(&name).await {
+            Ok(None) => return,
+            Ok(Some(_)) => {
+                let patch = kube::api::Patch::Merge(&unfinalize);
+                let _ = api.patch(&name, &kube::api::PatchParams::default(), &patch).await;
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            Err(_) => {}
         }
-        panic!("{name} left by an earlier test is still there after 60 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    panic!("{name} left by an earlier test is still there after 60 s");
 }
 
 /// A source host and `targets`, claimed, in an availability zone of their

@@ -335,6 +335,12 @@ impl Region {
         format!("hv-e2e-{}", self.id)
     }
 
+    /// The name of this region's coordinator install (the label its
+    /// Hypervisors carry).
+    pub fn instance(&self) -> String {
+        format!("{}.{}", crate::rbac::COORDINATOR_NAMESPACE, self.lease())
+    }
+
     /// Waits (up to 30 s) until coordinator `p` holds the Lease.
     pub async fn wait_leading(&self, p: &Proc) {
         let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
@@ -889,8 +895,6 @@ pub async fn readyz(p: &Proc) -> Option<(u16, String)> {
     Some((code, rsp.text().await.ok()?.trim().to_string()))
 }
 
-/// Creates the Pod `name` of a coordinator on the stand-in at `url`, from
-/// its own thread (callers may be inside a runtime that must not block).
 /// A release of the chart a coordinator runs under: its namespace and
 /// its ServiceAccount there.
 #[derive(Clone, Debug)]
@@ -905,6 +909,9 @@ pub const COORDINATOR_PODS: u32 = 64;
 /// The label kwok manages Nodes by (taken away, the Node's "kubelet" stops).
 pub const KWOK_MANAGED: (&str, &str) = ("kwok.x-k8s.io/node", "fake");
 
+/// Creates the coordinator Pod `namespace/name` as the administrator of
+/// `kubeconfig`, from its own thread (callers may be inside a runtime that
+/// must not block).
 fn create_pod(kubeconfig: &Path, namespace: &str, name: &str) {
     use k8s_openapi::api::core::v1::Pod;
     let (kubeconfig, namespace, name) = (kubeconfig.to_path_buf(), namespace.to_string(), name.to_string());

@@ -1,7 +1,7 @@
 //! The promise under faults: no VM lost, none moved twice, no Nova call from
 //! a deposed leader, no host re-enabled while its eviction runs. A fault
 //! proxy (`hv_tests::fault_proxy`) sits between the real coordinator and
-//! Nova, Placement, Keystone or the Kubernetes API stand-in, and breaks what
+//! Nova, Placement, Keystone or the Kubernetes API server, and breaks what
 //! a real network and a real region break.
 //!
 //! Each test that moves servers does so within a zone of its own hosts

@@ -269,6 +269,7 @@ async fn nodes_by_label_and_leases() {
 /// The CRDs' CEL rules, enforced by the API server itself.
 #[tokio::test]
 async fn the_api_server_enforces_our_cel_rules() {
+    use hv_coordinator::api::eviction::{Eviction, EvictionReason, EvictionSpec};
     let (c, p) = api("cel").await;
     let name = format!("{p}-1");
     let api: Api<Hypervisor> = Api::all(c.clone());
@@ -286,8 +287,36 @@ async fn the_api_server_enforces_our_cel_rules() {
     let err = api.patch(&name, &PatchParams::default(), &Patch::Merge(&undo)).await.unwrap_err();
     assert_eq!(code(&err), 422, "{err}");
     api.delete(&name, &DeleteParams::default()).await.unwrap();
+    gone(&api, &name, "the Hypervisor deleted").await;
+    // customTraits must be CUSTOM_ ones, at most 64 of them.
+    let mut h = hv(&name);
+    h.spec.custom_traits = vec!["HW_CPU_X86_AVX2".into()];
+    let err = api.create(&PostParams::default(), &h).await.unwrap_err();
+    assert_eq!(code(&err), 422, "{err}");
+    h.spec.custom_traits = (0..65).map(|i| format!("CUSTOM_T{i}")).collect();
+    let err = api.create(&PostParams::default(), &h).await.unwrap_err();
+    assert_eq!(code(&err), 422, "{err}");
+    h.spec.custom_traits = (0..64).map(|i| format!("CUSTOM_T{i}")).collect();
+    api.create(&PostParams::default(), &h).await.unwrap();
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
+    gone(&api, &name, "the Hypervisor deleted").await;
+    // An Eviction may force known preflight checks only.
+    let forced = |force: &[&str]| {
+        let mut spec = EvictionSpec {
+            hypervisor: name.clone(),
+            reason: EvictionReason::AdminRequest,
+            options: Default::default(),
+        };
+        spec.options.force = force.iter().map(|s| s.to_string()).collect();
+        Eviction::new(&format!("{p}-forced"), spec)
+    };
+    let evs_forced: Api<Eviction> = Api::all(api.clone().into_client());
+    let err =
+        evs_forced.create(&PostParams::default(), &forced(&["capacity", "everything"])).await.unwrap_err();
+    assert_eq!(code(&err), 422, "{err}");
+    evs_forced.create(&PostParams::default(), &forced(&["capacity", "constraints"])).await.unwrap();
+    evs_forced.delete(&format!("{p}-forced"), &DeleteParams::default()).await.unwrap();
     // An Eviction's target is immutable.
-    use hv_coordinator::api::eviction::{Eviction, EvictionReason, EvictionSpec};
     let evs: Api<Eviction> = Api::all(c);
     let ev = format!("{p}-ev");
     let spec = EvictionSpec {
@@ -302,10 +331,12 @@ async fn the_api_server_enforces_our_cel_rules() {
     evs.delete(&ev, &DeleteParams::default()).await.unwrap();
 }
 
-/// A watch from a resource version etcd has compacted away is answered
-/// 410 Gone (the API server's "Efficient detection of changes"): a watcher
-/// that was away must list again. The ground's etcd is compacted up to now
-/// through its own API first.
+/// A watch from a resource version that etcd has compacted away and the
+/// API server's watch cache no longer holds is answered 410 Gone (the API
+/// server's "Efficient detection of changes"): a watcher that was away that
+/// long must list again. The ground's etcd is compacted up to now through
+/// its own API first. (That kube-runtime's watchers list again on a 410 is
+/// kube-rs' own behaviour; no test here brings one to it.)
 #[tokio::test]
 async fn a_watch_from_a_compacted_version_is_gone() {
     let (c, p) = api("gone").await;

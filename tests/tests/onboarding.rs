@@ -3,8 +3,8 @@
 //! Aborted with a cause an SRE can act on (docs/lifecycle.md).
 //!
 //! Real `hv-coordinator`, `hv-agent` and `hvctl` binaries; the ground's real
-//! Keystone, Nova, Placement, libvirtd, OVSDB and Ceph; the Kubernetes API
-//! stand-in (or `KUBECONFIG`). Each test claims a Nova host of its own
+//! Keystone, Nova, Placement, libvirtd, OVSDB and Ceph; the ground's
+//! Kubernetes control plane. Each test claims a Nova host of its own
 //! (`hv_tests::hosts`), so the tests run in parallel.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

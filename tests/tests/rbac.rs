@@ -43,13 +43,14 @@ async fn a_permission_missing_from_the_chart_is_the_real_authorizers_403() {
     std::fs::write(&rules, text.replace(granted, "resources: [nodes]\n    verbs: [get, list, watch]"))
         .unwrap();
     // Its own release, in a namespace of its own.
-    let ns = format!("hv-rbac-{}", std::process::id());
+    // (The ground's audit log records this namespace's accounts.)
+    let ns = "hv-rbac".to_string();
     let release = format!("rbac{}", std::process::id());
     let namespaces: Api<Namespace> = Api::all(region.kube.client.clone());
-    namespaces
+    let made = namespaces
         .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
-        .await
-        .unwrap();
+        .await;
+    assert!(made.is_ok() || matches!(&made, Err(kube::Error::Api(s)) if s.code == 409), "{made:?}");
     let values = region.dir.join("values.json");
     let v =
         json!({"openstack": {"cloudsSecret": "hv-clouds", "cloud": "hv"}, "coordinator": {"replicas": 1}});
@@ -88,6 +89,27 @@ async fn a_permission_missing_from_the_chart_is_the_real_authorizers_403() {
     let n = nodes.get(&node).await.unwrap();
     assert!(n.metadata.finalizers.unwrap_or_default().is_empty(), "nothing was patched");
     drop(coord);
+    // The suite's check, on the audit log, against the rules this release
+    // was installed with: the denied request is a use the rules do not grant.
+    let used = hv_tests::audit::read(&env.kube.audit_log);
+    let theirs: Vec<_> = used.iter().filter(|a| a.user == user).cloned().collect();
+    assert!(
+        theirs.iter().any(|a| a.verb == "patch" && a.resource == "nodes" && a.name == node),
+        "the audit log records the refused patch: {theirs:?}"
+    );
+    let rules = hv_tests::rbac::read_rules(&rules).unwrap();
+    let problems = hv_tests::rbac::check(&rules, &theirs, &user, &ns).unwrap_err();
+    assert!(
+        problems.iter().any(|p| p.starts_with("used but not granted: patch nodes ")),
+        "the RBAC check names the missing permission: {problems:?}"
+    );
     nodes.delete(&node, &DeleteParams::default()).await.unwrap();
+    // The release's cluster-wide objects, and its namespace.
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let _ = Api::<ClusterRoleBinding>::all(region.kube.client.clone())
+        .delete(&account, &DeleteParams::default())
+        .await;
+    let _ =
+        Api::<ClusterRole>::all(region.kube.client.clone()).delete(&account, &DeleteParams::default()).await;
     namespaces.delete(&ns, &DeleteParams::default()).await.unwrap();
 }

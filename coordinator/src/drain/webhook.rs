@@ -295,8 +295,8 @@ mod tests {
     use super::*;
 
     /// An eviction's review as a Kubernetes 1.33 API server sends it, written
-    /// out by hand (the stand-in builds its own from kube's types, so this
-    /// is what keeps those types honest against the wire format).
+    /// out by hand (the end-to-end drain test has the ground's API server
+    /// send its own; this one pins the wire format in a unit test).
     #[test]
     fn the_api_servers_review_of_an_eviction_is_read() {
         let body = br#"{

@@ -121,7 +121,9 @@ pub async fn run(
     let (ev_tx, ev_rx) = mpsc::unbounded_channel::<String>();
     let wc = &watch_client;
     let to_ref = |n: String| ObjectRef::<Hypervisor>::new(&n);
-    // This install's Hypervisors only (nodes::INSTANCE_LABEL).
+    // This install's Hypervisors only (nodes::INSTANCE_LABEL), those it
+    // managed before installs were named adopted first.
+    adopt(&ctx.client, &node_selector, &template.instance).await;
     let ours = watcher::Config::default().labels(&nodes::instance_selector(&template.instance));
     let hypervisors = watcher(Api::<Hypervisor>::all(wc.clone()), ours)
         .default_backoff()
@@ -197,6 +199,21 @@ pub async fn run(
         // Never ends unless the caches cannot sync: a branch that ended
         // would drop the controllers, and the coordinator exits.
         _ = async { if sync(&ctx, &ev_ctx).await { std::future::pending::<()>().await } } => {}
+    }
+}
+
+/// `nodes::adopt_unlabelled`, again every 2 s until it succeeds: the
+/// caches, and so the gate, wait for it.
+async fn adopt(client: &kube::Client, selector: &str, instance: &str) {
+    loop {
+        match nodes::adopt_unlabelled(client, selector, instance).await {
+            Ok(0) => return,
+            Ok(n) => return tracing::info!(adopted = n, instance, "adopted the Hypervisors of no install"),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not adopt the Hypervisors of no install; trying again")
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     }
 }
 

@@ -9,7 +9,7 @@
 //! Hypervisor is then orphaned and stays as the record.
 //!
 //! Each Hypervisor carries the label [`INSTANCE_LABEL`] naming the
-//! coordinator install that manages it (its Lease's name): two installs that
+//! coordinator install that manages it (its Lease's namespace and name): two installs that
 //! share a cluster (two regions, a canary) each act only on their own, and a
 //! Node that both select stays with the first (docs/lifecycle.md,
 //! "One install, its own hosts"). A Hypervisor without the label (made
@@ -51,6 +51,62 @@ pub fn valid_label_value(v: &str) -> bool {
         && alnum(v.chars().last())
 }
 
+/// An install's name: its Lease's namespace and name (`hv-system.hv-coordinator`),
+/// unique in the cluster as the Lease is; an error when it cannot be a label value.
+pub fn instance_name(namespace: &str, lease: &str) -> Result<String, String> {
+    let name = format!("{namespace}.{lease}");
+    if valid_label_value(&name) {
+        Ok(name)
+    } else {
+        Err(format!(
+            "the install's name {name:?} (--namespace.--lease-name) is no label value: at most 63 letters, digits, -, _, .; alphanumeric at both ends"
+        ))
+    }
+}
+
+/// Before this install watches its Hypervisors: every Hypervisor of no
+/// install (made before installs were named) is labelled ours when we
+/// select its Node or its Node is gone (a decommissioned record); one whose
+/// Node exists and another selector takes is left. Each label is written
+/// over the version read: of two installs adopting at once, one wins.
+/// Done before the caches fill, so no host we managed before an upgrade is
+/// ever unseen (its pods freed, its drain let through). Answers how many
+/// were adopted.
+pub async fn adopt_unlabelled(
+    client: &kube::Client,
+    selector: &str,
+    instance: &str,
+) -> Result<usize, kube::Error> {
+    use kube::api::ListParams;
+    let hvs: Api<Hypervisor> = Api::all(client.clone());
+    let unlabelled = hvs.list(&ListParams::default().labels(&format!("!{INSTANCE_LABEL}"))).await?;
+    if unlabelled.items.is_empty() {
+        return Ok(0);
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    let names = |l: kube::core::ObjectList<kube::core::PartialObjectMeta<Node>>| {
+        l.items.into_iter().filter_map(|n| n.metadata.name).collect::<std::collections::HashSet<_>>()
+    };
+    let all = names(nodes.list_metadata(&ListParams::default()).await?);
+    let selected = names(nodes.list_metadata(&ListParams::default().labels(selector)).await?);
+    let pp = kube::api::PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    let mut adopted = 0;
+    for hv in unlabelled.items {
+        let name = hv.name_any();
+        if all.contains(&name) && !selected.contains(&name) {
+            continue;
+        }
+        let label = serde_json::json!({"metadata": {
+            "resourceVersion": hv.metadata.resource_version, "labels": {INSTANCE_LABEL: instance}}});
+        match hvs.patch(&name, &pp, &kube::api::Patch::Merge(&label)).await {
+            Ok(_) => adopted += 1,
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(adopted)
+}
+
 /// Whether `hv` is this install's (`instance`), and whether it is another's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Belongs {
@@ -71,7 +127,7 @@ pub fn belongs(hv: &Hypervisor, instance: &str) -> Belongs {
 /// Defaults for new Hypervisors (coordinator flags).
 #[derive(Clone, Debug, Default)]
 pub struct Template {
-    /// This install's name (its Lease's): the value of [`INSTANCE_LABEL`].
+    /// This install's name ([`instance_name`]): the value of [`INSTANCE_LABEL`].
     pub instance: String,
     pub aggregates: Vec<String>,
     pub custom_traits: Vec<String>,
@@ -196,8 +252,9 @@ pub async fn ensure_hypervisor(client: &kube::Client, node: &Node, template: &Te
             tracing::warn!(node = %name, instance = %theirs, "the Node's Hypervisor belongs to another coordinator install; holding back");
             return;
         }
-        Some((Belongs::Nobodys, _)) => {
-            let adopt = serde_json::json!({"metadata": {"labels": {INSTANCE_LABEL: template.instance}}});
+        Some((Belongs::Nobodys, hv)) => {
+            let adopt = serde_json::json!({"metadata": {
+                "resourceVersion": hv.metadata.resource_version, "labels": {INSTANCE_LABEL: template.instance}}});
             let pp =
                 kube::api::PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
             match api.patch(&name, &pp, &kube::api::Patch::Merge(&adopt)).await {
@@ -250,6 +307,8 @@ mod tests {
         assert_eq!(belongs(&hv, "hv-coordinator"), Belongs::Ours);
         assert_eq!(belongs(&hv, "hv-canary"), Belongs::Theirs);
         assert_eq!(instance_selector("hv-coordinator"), "hypervisor.cloud.sap/instance=hv-coordinator");
+        assert_eq!(instance_name("hv-system", "hv-coordinator").as_deref(), Ok("hv-system.hv-coordinator"));
+        assert!(instance_name("hv-system", &"x".repeat(60)).is_err());
     }
 
     #[test]

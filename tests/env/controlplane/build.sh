@@ -28,7 +28,20 @@ if complete; then
   echo "$OUT/bin"
   exit 0
 fi
-command -v go >/dev/null || { progress "Go is needed to build the control plane (go is not on PATH)"; exit 1; }
+command -v go >/dev/null || { progress "Go 1.25 or newer is needed to build the control plane: go is not on PATH"; exit 1; }
+have=$(go env GOVERSION | sed 's/^go//')
+if [[ "$(printf '%s\n1.25\n' "${have%%[-+ ]*}" | sort -V | head -1)" != "1.25" ]]; then
+  progress "Go 1.25 or newer is needed to build the control plane (k8s.io/kubernetes $K8S_VERSION); this is go$have"
+  exit 1
+fi
+# One build at a time into the cache (two test runs starting together).
+mkdir -p "$(dirname "$OUT")"
+exec 9>"$OUT.lock"
+flock 9
+if complete; then
+  echo "$OUT/bin"
+  exit 0
+fi
 mkdir -p "$OUT/bin"
 # The versions are the pins: go.sum must already hold every module.
 export GOFLAGS=-mod=readonly

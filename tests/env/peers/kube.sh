@@ -7,7 +7,7 @@
 #   admission chain (webhooks included, ServiceAccount admission off: no pod
 #   here ever runs, and it would race the namespace's default account), and
 #   an audit log of every request made by a ServiceAccount of hv-system (the
-#   chart's identities), read by the RBAC check.
+#   chart's identities) or hv-rbac (the RBAC test's), read by the RBAC check.
 # - The controller manager: the garbage collector, the disruption controller
 #   (PodDisruptionBudget status), the Node lifecycle controller (a Node whose
 #   lease stops being renewed turns Unknown after 12 s), the token and
@@ -39,9 +39,10 @@ apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
-# The chart's identities: what they ask for is what the chart must grant.
+# The chart's identities (and the RBAC test's release of it, in hv-rbac):
+# what they ask for is what the chart must grant.
 - level: Metadata
-  userGroups: ["system:serviceaccounts:hv-system"]
+  userGroups: ["system:serviceaccounts:hv-system", "system:serviceaccounts:hv-rbac"]
 - level: None
 YAML
   "$bin/kube-apiserver" \

@@ -8,7 +8,7 @@
 //! status and marks given to the others with their names and ids), the release
 //! coordinator binary (`HV_BIN_DIR`), and N simulated agents (`sim`) with a
 //! 10 s heartbeat, run in this process (they share the two cores with the
-//! coordinator, the stand-in and Nova). It prints:
+//! coordinator, the API server and Nova). It prints:
 //!
 //! - coordinator RSS before any session (the caches and a read of the
 //!   fleet) and with N, and the difference per session;
@@ -172,7 +172,7 @@ async fn create_host(region: &Region, admin: &Admin, ids: &Ids, i: usize, left: 
     node["metadata"]["labels"][kwok] = fake.into();
     nodes.create(&PostParams::default(), &serde_json::from_value(node).unwrap()).await.unwrap();
     // This install's, as the coordinator labels what it makes.
-    hv["metadata"]["labels"][hv_coordinator::k8s::nodes::INSTANCE_LABEL] = region.lease().into();
+    hv["metadata"]["labels"][hv_coordinator::k8s::nodes::INSTANCE_LABEL] = region.instance().into();
     let hv: Hypervisor = serde_json::from_value(hv).unwrap();
     hvs.create(&PostParams::default(), &hv).await.unwrap();
     hvs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
