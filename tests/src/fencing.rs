@@ -13,7 +13,7 @@ use hv_coordinator::k8s::fence::BMC_SECRET_LABEL;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 
 use crate::env::TestEnv;
 use crate::hosts;
@@ -58,7 +58,9 @@ pub async fn give_fencing_means(region: &Region, host: &str, ceph: Option<&str>)
         data: Some(data),
         ..Default::default()
     };
-    secrets.create(&PostParams::default(), &secret).await.unwrap();
+    // Applied: an earlier test's Secret for this host (the API server
+    // outlives tests) is taken over with the same credentials.
+    secrets.patch(&name, &PatchParams::apply("hv-tests").force(), &Patch::Apply(&secret)).await.unwrap();
     let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
     let patch = serde_json::json!({"spec": {"fencing": {
         "bmc": {"address": env.bmc.address(host), "credentialsSecret": name},

@@ -181,8 +181,10 @@ async fn the_control_plane_is_the_pinned_release_with_tls_and_rbac() {
         .unwrap();
     let rsp = anonymous.get(format!("{}/api/v1/nodes", env.kube.url)).send().await.unwrap();
     assert_eq!(rsp.status(), 403, "anonymous may not list Nodes");
-    // The chart's ServiceAccount, with a TokenRequest token: what its RBAC
-    // grants (Nodes), and nothing else (Secrets across the cluster).
+    // The chart's coordinator account, with a TokenRequest token: what its
+    // RBAC grants (Nodes). Its agent account, which the chart grants
+    // nothing: refused. (A refused request of the coordinator's would count
+    // in the RBAC check of the suite as one it needs.)
     let path = std::env::temp_dir().join(format!("hv-ground-token-{}.kubeconfig", std::process::id()));
     let chart = &env.kube.chart;
     hv_tests::kube_target::account_kubeconfig(
@@ -194,12 +196,14 @@ async fn the_control_plane_is_the_pinned_release_with_tls_and_rbac() {
     )
     .unwrap();
     let coordinator = hv_tests::kube_target::client_from(&path).await.unwrap();
-    let _ = std::fs::remove_file(&path);
-    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(coordinator.clone());
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(coordinator);
     nodes.list(&Default::default()).await.unwrap();
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::all(coordinator);
-    match secrets.list(&Default::default()).await {
+    hv_tests::kube_target::account_kubeconfig(&env, &chart.namespace, "hv-agent", None, &path).unwrap();
+    let agent = hv_tests::kube_target::client_from(&path).await.unwrap();
+    let _ = std::fs::remove_file(&path);
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(agent);
+    match nodes.list(&Default::default()).await {
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 403, "{s:?}"),
-        other => panic!("the coordinator listed every Secret: {other:?}"),
+        other => panic!("the agent's account listed Nodes: {other:?}"),
     }
 }
