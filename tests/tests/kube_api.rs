@@ -3,7 +3,8 @@
 //! clients and a real `kube::runtime::Controller`: watches, the status
 //! subresource and generations, server-side apply's field ownership,
 //! optimistic locking, finalizers, strategic merge patches, Leases, the CEL
-//! rules of our CRDs, 410 Gone after etcd's compaction, garbage collection
+//! rules of our CRDs, 410 Gone after etcd's compaction and a watcher listing
+//! again on it, garbage collection
 //! (background, foreground, orphans, two owners) and the eviction API with
 //! its disruption budgets.
 //!
@@ -20,9 +21,10 @@ use hv_coordinator::api::hypervisor::HypervisorStatus;
 use hv_coordinator::api::{Hypervisor, HypervisorSpec, MaintenanceMode, Phase};
 use hv_tests::wait::{Poll, until};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use serde_json::json;
 
 const SOON: Duration = Duration::from_secs(60);
@@ -331,21 +333,9 @@ async fn the_api_server_enforces_our_cel_rules() {
     evs.delete(&ev, &DeleteParams::default()).await.unwrap();
 }
 
-/// A watch from a resource version that etcd has compacted away and the
-/// API server's watch cache no longer holds is answered 410 Gone (the API
-/// server's "Efficient detection of changes"): a watcher that was away that
-/// long must list again. The ground's etcd is compacted up to now through
-/// its own API first. (That kube-runtime's watchers list again on a 410 is
-/// kube-rs' own behaviour; no test here brings one to it.)
-#[tokio::test]
-async fn a_watch_from_a_compacted_version_is_gone() {
-    let (c, p) = api("gone").await;
-    let env = hv_tests::env::require();
-    let api: Api<Hypervisor> = Api::all(c);
-    for i in 0..4 {
-        api.create(&PostParams::default(), &hv(&format!("{p}-{i}"))).await.unwrap();
-    }
-    // etcd's JSON gateway: its current revision, then a compaction to it.
+/// Compacts the ground's etcd up to its current revision, through etcd's
+/// own JSON gateway: every version before now is gone.
+async fn compact_etcd(env: &hv_tests::env::TestEnv) {
     let http = reqwest::Client::new();
     let range: serde_json::Value = http
         .post(format!("{}/v3/kv/range", env.kube.etcd))
@@ -364,6 +354,21 @@ async fn a_watch_from_a_compacted_version_is_gone() {
         .await
         .unwrap();
     assert!(compacted.status().is_success(), "{:?}", compacted.text().await);
+}
+
+/// A watch from a resource version that etcd has compacted away and the
+/// API server's watch cache no longer holds is answered 410 Gone (the API
+/// server's "Efficient detection of changes"): a watcher that was away that
+/// long must list again.
+#[tokio::test]
+async fn a_watch_from_a_compacted_version_is_gone() {
+    let (c, p) = api("gone").await;
+    let env = hv_tests::env::require();
+    let api: Api<Hypervisor> = Api::all(c);
+    for i in 0..4 {
+        api.create(&PostParams::default(), &hv(&format!("{p}-{i}"))).await.unwrap();
+    }
+    compact_etcd(&env).await;
     // The API server's watch cache keeps a window of its own; version 1,
     // from before it started, is older than both.
     let gone = match api.watch(&WatchParams::default().timeout(5), "1").await {
@@ -374,6 +379,65 @@ async fn a_watch_from_a_compacted_version_is_gone() {
     for i in 0..4 {
         api.delete(&format!("{p}-{i}"), &DeleteParams::default()).await.unwrap();
     }
+}
+
+/// A kube-runtime watcher composed as the coordinator composes its own
+/// (backoff, a reflector's store) resumes its watch after being away, is
+/// answered 410 Gone by the API server, lists again, and its store then
+/// holds what changed while it was away: nothing missed, nothing stale.
+/// ConfigMaps, because the ground's API server keeps no watch cache for
+/// them (tests/env/peers/kube.sh): the resumed watch reaches etcd, which
+/// has compacted the version it resumes from.
+#[tokio::test]
+async fn a_watcher_lists_again_after_410_gone() {
+    let (c, p) = api("relist").await;
+    let env = hv_tests::env::require();
+    let cms: Api<ConfigMap> = Api::namespaced(c, "default");
+    let cm = |n: &str| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": format!("{p}-{n}"), "labels": {"test": p}}}))
+            .unwrap()
+    };
+    cms.create(&PostParams::default(), &cm("before")).await.unwrap();
+    let (store, writer) = reflector::store();
+    let mine = format!("test={p}");
+    // Each watch ends after 1 s on the server's side; the watcher resumes it.
+    let config = watcher::Config::default().labels(&mine).timeout(1);
+    let mut events = watcher(cms.clone(), config).default_backoff().reflect(writer).boxed();
+    let names = || {
+        let mut n: Vec<String> = store.state().iter().filter_map(|c| c.metadata.name.clone()).collect();
+        n.sort();
+        n
+    };
+    let within = Duration::from_secs(20);
+    loop {
+        match tokio::time::timeout(within, events.next()).await.expect("an event within 20 s") {
+            Some(Ok(watcher::Event::InitDone)) => break,
+            Some(Ok(_)) => {}
+            other => panic!("listing: {other:?}"),
+        }
+    }
+    assert_eq!(names(), [format!("{p}-before")]);
+    // Watching for 2 s: its watches open and end, nothing changes.
+    let quiet = tokio::time::timeout(Duration::from_secs(2), events.next()).await;
+    assert!(quiet.is_err(), "nothing changed, yet: {quiet:?}");
+    // Away: nobody polls, so no watch is open (the last ended after 1 s);
+    // two changes, then etcd compacts them and the version it left off at.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cms.delete(&format!("{p}-before"), &DeleteParams::default()).await.unwrap();
+    cms.create(&PostParams::default(), &cm("after")).await.unwrap();
+    compact_etcd(&env).await;
+    // Back: the resumed watch is 410 Gone, the watcher lists again.
+    let mut gone = false;
+    loop {
+        match tokio::time::timeout(within, events.next()).await.expect("an event within 20 s") {
+            Some(Err(watcher::Error::WatchError(e))) if e.code == 410 => gone = true,
+            Some(Ok(watcher::Event::InitDone)) if gone => break,
+            Some(Ok(watcher::Event::Init | watcher::Event::InitApply(_))) if gone => {}
+            other => panic!("after a compaction, before a 410 and a new list: {other:?}"),
+        }
+    }
+    assert_eq!(names(), [format!("{p}-after")], "the store as the API server has it");
+    cms.delete(&format!("{p}-after"), &DeleteParams::default()).await.unwrap();
 }
 
 #[tokio::test]
