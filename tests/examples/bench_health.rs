@@ -30,10 +30,11 @@ async fn wait(region: &Region, host: &str, want: HealthState) {
 }
 
 /// The Node's Ready condition set by hand, so the cause has an exact time
-/// (kwok renews the Node's Lease, not this condition, and the Node lifecycle
-/// controller only ever turns a stale Node Unknown).
-async fn node_ready(nodes: &Api<Node>, host: &str, ready: bool) {
-    let status = if ready { "True" } else { "Unknown" };
+/// (the Node lifecycle controller's own change is stamped to the second).
+/// kwok must not manage the Node meanwhile: it sets any Node it manages
+/// that is not Ready back to Ready at once.
+async fn node_not_ready(nodes: &Api<Node>, host: &str) {
+    let status = "Unknown";
     let patch = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": status,
         "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
     nodes.patch_status(host, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
@@ -77,11 +78,12 @@ async fn main() {
     for _ in 0..10 {
         agent.kill();
         wait(&region, &host, HealthState::Unreachable).await;
+        region.kwok_manages(&host, false).await;
         let t = Instant::now();
-        node_ready(&nodes, &host, false).await;
+        node_not_ready(&nodes, &host).await;
         wait(&region, &host, HealthState::Failed).await;
         samples.push(t.elapsed());
-        node_ready(&nodes, &host, true).await;
+        region.kubelet_returns(&host).await;
         agent = region.agent(&host, &peers);
         wait(&region, &host, HealthState::Healthy).await;
     }

@@ -505,7 +505,10 @@ impl Region {
         self.wait_node_ready(name, true).await;
     }
 
-    async fn kwok_manages(&self, name: &str, on: bool) {
+    /// Whether kwok keeps the Node `name` alive (renews its Lease, sets it
+    /// Ready). Off, nothing changes at once: the Node lifecycle controller
+    /// turns it Unknown after its grace, or a test sets its condition.
+    pub async fn kwok_manages(&self, name: &str, on: bool) {
         let api: Api<Node> = Api::all(self.kube.client.clone());
         let value = on.then_some(KWOK_MANAGED.1);
         let patch = serde_json::json!({"metadata": {"labels": {KWOK_MANAGED.0: value}}});
