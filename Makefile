@@ -69,7 +69,7 @@ demo-down:
 bench:
 	$(CARGO) run -q --release -p hv-coordinator --example bench_decide
 	@echo
-	HV_NODE_LEASE_SECONDS=40 bash tests/env/up.sh
+	HV_NODE_LEASE_SECONDS=600 bash tests/env/up.sh
 	$(CARGO) build -q --release -p hv-ceph-probe
 	$(CARGO) build -q --workspace --bins
 	$(CARGO) build -q --release -p hv-coordinator --bin hv-coordinator

@@ -273,6 +273,12 @@ struct Args {
     /// of reconciles (docs/nova.md).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     openstack_max_in_flight: u32,
+    /// Longest wait for the answer to one request to Nova, Placement or
+    /// Keystone. A read of the whole fleet asks for a thousand hypervisors
+    /// with their servers in one page; a Nova that takes longer for it
+    /// needs more (docs/nova.md).
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    openstack_timeout: Duration,
     /// Hypervisor reconciles run at once (and as many Eviction reconciles);
     /// the rest wait their turn in the queue, first come first served.
     /// Unbounded, a failover or the first start built every host's
@@ -389,6 +395,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let http = HttpPolicy {
         connect_timeout: args.connect_timeout,
         max_in_flight: args.openstack_max_in_flight as usize,
+        timeout: args.openstack_timeout,
         ..HttpPolicy::default()
     };
     let connect = args.connect_timeout.min(args.kube_timeout);
