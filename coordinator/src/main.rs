@@ -277,7 +277,7 @@ struct Args {
     /// Keystone. A read of the whole fleet asks for a thousand hypervisors
     /// with their servers in one page; a Nova that takes longer for it
     /// needs more (docs/nova.md).
-    #[arg(long, default_value = "30s", value_parser = duration)]
+    #[arg(long, default_value = "30s", value_parser = positive_duration)]
     openstack_timeout: Duration,
     /// Hypervisor reconciles run at once (and as many Eviction reconciles);
     /// the rest wait their turn in the queue, first come first served.
@@ -327,6 +327,13 @@ fn duration(s: &str) -> Result<Duration, String> {
     let d: jiff::SignedDuration =
         s.parse().map_err(|e| format!("{s:?} is not a duration like 10s, 5m, 500ms: {e}"))?;
     Duration::try_from(d).map_err(|e| format!("{s:?}: {e}"))
+}
+
+fn positive_duration(s: &str) -> Result<Duration, String> {
+    match duration(s)? {
+        Duration::ZERO => Err(format!("{s:?}: must be longer than nothing")),
+        d => Ok(d),
+    }
 }
 
 fn node_lock(s: &str) -> Result<String, String> {

@@ -1,6 +1,6 @@
 //! One HTTP/1 accept loop for the project's small HTTP endpoints (the
-//! agent's `/healthz` and `/metrics`, the coordinator's, the Kubernetes API
-//! stand-in), so each of them gets the same care:
+//! agent's `/healthz` and `/metrics`, the coordinator's, the eviction
+//! webhook), so each of them gets the same care:
 //!
 //! - an accept error (out of file descriptors, say) is logged and followed
 //!   by a pause that doubles up to a second, instead of a loop that spins a

@@ -13,6 +13,13 @@ if [[ -f "$ENV_FILE" ]]; then
     kill -0 "$(cat "$p")" 2>/dev/null || { all=0; log "$(basename "$p") is not running"; }
   done
   if (( all )); then
+    # Asked for another Node Lease than the running ground's: say so,
+    # rather than run a benchmark on settings it did not ask for.
+    running=$(jq -r '.kube.node_lease_seconds // 8' "$ENV_FILE")
+    if [[ "${HV_NODE_LEASE_SECONDS:-8}" != "$running" ]]; then
+      log "already up with $running s Node Leases, not the ${HV_NODE_LEASE_SECONDS:-8} s asked for: make test-env-down first"
+      exit 1
+    fi
     log "already up ($ENV_FILE)"
     exit 0
   fi

@@ -78,6 +78,7 @@ YAML
   # load, which on the ground's two cores would starve Nova and the
   # coordinator the scale benchmark measures.
   local lease="${HV_NODE_LEASE_SECONDS:-8}"
+  [[ "$lease" =~ ^[1-9][0-9]*$ ]] || { log "HV_NODE_LEASE_SECONDS must be a whole number of seconds, not '$lease'"; return 1; }
   "$bin/kube-controller-manager" --kubeconfig "$dir/kcm.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$kcm_port" --leader-elect=false \
     --controllers garbage-collector-controller,disruption-controller,node-lifecycle-controller,serviceaccount-token-controller,serviceaccount-controller,namespace-controller \
@@ -101,7 +102,8 @@ YAML
 
   put --arg url "https://127.0.0.1:$api" --arg ca "$pki/ca.pem" --arg kc "$dir/admin.kubeconfig" \
       --arg audit "$LOGS/kube-audit.jsonl" --arg bin "$bin" --arg etcd "http://127.0.0.1:$etcd_client" \
-      '.kube = { url: $url, ca_file: $ca, admin_kubeconfig: $kc, audit_log: $audit, bin_dir: $bin, etcd: $etcd }'
+      --argjson lease "$lease" \
+      '.kube = { url: $url, ca_file: $ca, admin_kubeconfig: $kc, audit_log: $audit, bin_dir: $bin, etcd: $etcd, node_lease_seconds: $lease }'
 }
 
 # The control plane's certificates: a CA, the API server's serving
