@@ -34,8 +34,7 @@ async fn wait(region: &Region, host: &str, want: HealthState) {
 /// kwok must not manage the Node meanwhile: it sets any Node it manages
 /// that is not Ready back to Ready at once.
 async fn node_not_ready(nodes: &Api<Node>, host: &str) {
-    let status = "Unknown";
-    let patch = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": status,
+    let patch = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
         "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
     nodes.patch_status(host, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
 }

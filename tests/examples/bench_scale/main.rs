@@ -199,8 +199,9 @@ async fn warm_up(region: &Region, admin: &Admin, ids: &Ids, flags: &[&str]) -> L
         domains: 20,
     };
     let agent = tokio::spawn(sim::run(agent, stats, stop_rx));
-    // Its first look waits for a read of the whole fleet (82 s at 5,000
-    // hosts on the ground's Nova), and a read may take three tries.
+    // Its first look waits for a read of the whole fleet, which on the
+    // ground's one-process Nova takes minutes at 5,000 hosts and may take
+    // three tries (docs/benchmarks.md).
     settled(region, 1, &coord, from, Duration::from_secs(420)).await;
     // Its last writes, the Node's marks, follow the status that settled it.
     let nodes = Api::<Node>::all(region.kube.client.clone());
@@ -312,15 +313,15 @@ async fn sessions_at(coord: &Proc, n: usize, limit: Duration) -> Duration {
 
 /// The fleet view's bound for `n` hosts: the default (half the drift
 /// interval) below 1,000; from there, longer, as docs/nova.md asks once a
-/// read of the fleet takes more than half the bound. The ground's
-/// one-process Nova takes about 10 s for a page of 1,000 hypervisors with
-/// their servers when it has a core to itself, and 36 to 48 s while a
-/// failover's reconnections and status writes share the two cores with it.
+/// read of the fleet takes more than half the bound: the ground's
+/// one-process Nova shares two cores with the control plane, the
+/// simulated agents and the coordinator (docs/benchmarks.md).
 fn view_bound(n: usize) -> &'static str {
     if n < 1000 { "30s" } else { "120s" }
 }
 
-/// Longest wait for one OpenStack answer: that page, on those cores.
+/// Longest wait for one OpenStack answer: the fleet's first page of a
+/// thousand hypervisors, on those cores, while a failover shares them.
 const OPENSTACK_TIMEOUT: &str = "120s";
 
 struct Row {
