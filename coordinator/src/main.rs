@@ -268,6 +268,12 @@ struct Args {
     /// left before --lease-renew-deadline, so it is sent before another replica can lead.
     #[arg(long, default_value = "3s", value_parser = duration)]
     connect_timeout: Duration,
+    /// Writes to the Kubernetes API in flight at once; more wait their turn.
+    /// A burst of reconciles (every Hypervisor after a failover) does not
+    /// time out the API server's handlers or queue the Lease renewal behind
+    /// it (docs/coordinator.md).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    kube_max_in_flight_writes: u32,
     /// Requests to Nova, Placement and Keystone in flight at once; more wait
     /// their turn. A struggling Nova is not sent a retry storm by thousands
     /// of reconciles (docs/nova.md).
@@ -427,8 +433,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // The election renews its Lease with `client`; the controllers write
     // with `acting`, which sends nothing that changes state without the lease.
     let client = kube::Client::try_from(request_config.clone()).context("Kubernetes client")?;
-    let acting =
-        hv_coordinator::k8s::acting::client(request_config, guard.clone()).context("Kubernetes client")?;
+    let acting = hv_coordinator::k8s::acting::client(
+        request_config,
+        guard.clone(),
+        args.kube_max_in_flight_writes as usize,
+    )
+    .context("Kubernetes client")?;
     let source = match &args.os_cloud {
         Some(cloud) => CloudSource::CloudsYaml { cloud: cloud.clone(), file: args.clouds_yaml.clone() },
         None => CloudSource::Env,

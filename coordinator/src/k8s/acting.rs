@@ -15,6 +15,7 @@ use http::{Method, Request};
 use tower::{BoxError, Layer, Service};
 
 use super::leader::LeaseGuard;
+use super::write_slots::WriteSlotsLayer;
 
 /// The request was not sent: this replica cannot show it leads.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +42,11 @@ pub struct LeaderOnly<S> {
 
 type Answer<R> = Pin<Box<dyn Future<Output = Result<R, BoxError>> + Send>>;
 
+/// Anything but GET, HEAD and OPTIONS.
+pub(super) fn changes_state(method: &Method) -> bool {
+    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
 impl<S, B> Service<Request<B>> for LeaderOnly<S>
 where
     S: Service<Request<B>>,
@@ -57,8 +63,9 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let reads = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-        if !reads && let Err(why) = self.guard.ensure() {
+        if changes_state(req.method())
+            && let Err(why) = self.guard.ensure()
+        {
             let refused = NotLeader(format!("{} {}: {why}", req.method(), req.uri().path()));
             return Box::pin(std::future::ready(Err(refused.into())));
         }
@@ -74,9 +81,19 @@ where
 /// again later, perhaps by a replica that no longer leads, and a POST
 /// answered 504 may have been done. A reconcile that fails is looked at
 /// again by its controller, which reads first.
-pub fn client(mut config: kube::Config, guard: Arc<LeaseGuard>) -> Result<kube::Client, kube::Error> {
+///
+/// At most `max_writes` writes are in flight at once ([`WriteSlotsLayer`]);
+/// a write that waited for its turn meets the lease check when it leaves.
+pub fn client(
+    mut config: kube::Config,
+    guard: Arc<LeaseGuard>,
+    max_writes: usize,
+) -> Result<kube::Client, kube::Error> {
     config.default_retry = false;
-    Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&LeaderOnlyLayer(guard)).build())
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&LeaderOnlyLayer(guard))
+        .with_layer(&WriteSlotsLayer::new(max_writes))
+        .build())
 }
 
 #[cfg(test)]
@@ -156,7 +173,8 @@ mod tests {
         let guard = Arc::new(LeaseGuard::new(Duration::from_secs(1)));
         guard.renewed(tokio::time::Instant::now(), Duration::from_secs(60));
         let config = kube::Config::new(url.parse().unwrap());
-        let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client(config, guard).unwrap());
+        let api: kube::Api<k8s_openapi::api::core::v1::Node> =
+            kube::Api::all(client(config, guard, 4).unwrap());
         let patch = serde_json::json!({"metadata": {"labels": {"a": "b"}}});
         let (params, merge) = (kube::api::PatchParams::default(), kube::api::Patch::Merge(&patch));
         let sent = api.patch("n", &params, &merge);

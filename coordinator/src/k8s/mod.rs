@@ -1,7 +1,8 @@
 //! The Kubernetes side: the Node watcher that creates a Hypervisor for each
 //! selected Node ([`nodes`]), the Hypervisor controller ([`hypervisor`]), the
 //! Eviction controller ([`eviction`]), what wakes them ([`triggers`]), the one
-//! way status and finalizers are written ([`write`]), the status the
+//! way status and finalizers are written ([`write`]), how many writes leave
+//! at once ([`write_slots`]), the status the
 //! lifecycle composes ([`status`]), leader election ([`leader`]) and the
 //! leader's pod label ([`leader_pod`]); each reconcile in its span and
 //! counted ([`measured`]), taking turns ([`turns`]); what the caches drop
@@ -22,6 +23,7 @@ pub mod trim;
 pub mod turns;
 pub mod updates;
 pub mod write;
+pub mod write_slots;
 pub mod written;
 
 #[cfg(test)]
