@@ -72,6 +72,9 @@ pub fn check(v: &Value) -> Result<String, String> {
         ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration") => {
             typed::<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration>(v)
         }
+        ("flowcontrol.apiserver.k8s.io/v1", "FlowSchema") => {
+            typed::<k8s_openapi::api::flowcontrol::v1::FlowSchema>(v)
+        }
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => typed::<ClusterRole>(v),
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => typed::<ClusterRoleBinding>(v),
         ("rbac.authorization.k8s.io/v1", "Role") => typed::<Role>(v),

@@ -4,9 +4,9 @@
 //! subresource and generations, server-side apply's field ownership,
 //! optimistic locking, finalizers, strategic merge patches, Leases, the CEL
 //! rules of our CRDs, 410 Gone after etcd's compaction and a watcher listing
-//! again on it, garbage collection
-//! (background, foreground, orphans, two owners) and the eviction API with
-//! its disruption budgets.
+//! again on it, the chart's FlowSchema for the coordinator's Lease, garbage
+//! collection (background, foreground, orphans, two owners) and the eviction
+//! API with its disruption budgets.
 //!
 //! Tests run at once on one API server: every object's name carries the
 //! test's own prefix.
@@ -785,4 +785,62 @@ async fn evictions_check_the_pods_budget() {
     );
     assert_eq!(evict("gone", eviction("gone")).await.unwrap().status().as_u16(), 404);
     namespaces.delete(&ns, &DeleteParams::default()).await.unwrap();
+}
+
+/// The flow schema and priority level the API server put a request of
+/// `client` in (its priority and fairness answer headers), and its status.
+async fn classified(client: &kube::Client, path: &str) -> (String, String, u16) {
+    let req = http::Request::get(path).body(kube::client::Body::empty()).unwrap();
+    let res = client.send(req).await.unwrap();
+    let header = |h: &str| {
+        res.headers()
+            .get(h)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_else(|| panic!("{path}: no {h}"))
+            .to_string()
+    };
+    (
+        header("X-Kubernetes-PF-FlowSchema-UID"),
+        header("X-Kubernetes-PF-PriorityLevel-UID"),
+        res.status().as_u16(),
+    )
+}
+
+/// The chart's FlowSchema: the coordinator's Lease requests are in the
+/// leader-election priority level, so a burst of its own writes does not
+/// hold up a renewal; its other requests stay where they were.
+#[tokio::test]
+async fn the_coordinators_lease_requests_ride_the_leader_election_level() {
+    use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
+    let env = hv_tests::env::require();
+    let (admin, p) = api("flow").await;
+    let chart = &env.kube.chart;
+    let schema = Api::<FlowSchema>::all(admin.clone())
+        .get(&format!("{}-coordinator-lease", chart.release))
+        .await
+        .expect("the chart installs its FlowSchema");
+    let level = Api::<PriorityLevelConfiguration>::all(admin).get("leader-election").await.unwrap();
+    let (schema_uid, level_uid) = (schema.metadata.uid.unwrap(), level.metadata.uid.unwrap());
+
+    let kubeconfig = std::env::temp_dir().join(format!("{p}-coordinator.kubeconfig"));
+    hv_tests::kube_target::account_kubeconfig(
+        &env,
+        &chart.namespace,
+        &chart.coordinator_account,
+        None,
+        &kubeconfig,
+    )
+    .unwrap();
+    let coordinator = hv_tests::kube_target::client_from(&kubeconfig).await.unwrap();
+    let _ = std::fs::remove_file(&kubeconfig);
+    // The API server classifies a request before it is authorized or
+    // answered: a Lease that does not exist is classified as one that does.
+    let lease = format!("/apis/coordination.k8s.io/v1/namespaces/{}/leases/{p}", chart.namespace);
+    let (s, l, status) = classified(&coordinator, &lease).await;
+    assert_eq!(status, 404, "the coordinator may read Leases in its namespace");
+    assert_eq!((s, l), (schema_uid.clone(), level_uid.clone()), "a Lease read in the chart's FlowSchema");
+
+    let (s, l, status) = classified(&coordinator, "/api/v1/nodes?limit=1").await;
+    assert_eq!(status, 200);
+    assert!(s != schema_uid && l != level_uid, "the coordinator's other requests keep their level");
 }
