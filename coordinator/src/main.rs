@@ -14,10 +14,12 @@ use hv_coordinator::api::eviction::MigrationPolicy;
 use hv_coordinator::drain::admission::{Protected, Selector};
 use hv_coordinator::eviction::limit::ClusterLimit;
 use hv_coordinator::fleet::{self, AgentEndpoint, FleetEndpoint, Registry};
+use hv_coordinator::k8s::acting;
 use hv_coordinator::k8s::eviction::EvictionContext;
 use hv_coordinator::k8s::leader::{Election, LeaseGuard};
 use hv_coordinator::k8s::leader_pod::LeaderPod;
 use hv_coordinator::k8s::updates::UpdateLimit;
+use hv_coordinator::k8s::write_slots::WriteSlotsLayer;
 use hv_coordinator::k8s::{self, Context, Gate, Intervals, Template, Writers};
 use hv_coordinator::lifecycle::Policy;
 use hv_coordinator::metrics::Metrics;
@@ -359,6 +361,10 @@ fn dependent_pods(s: &str) -> Result<(String, Selector), String> {
     Ok((node_lock(component)?, sel.parse()?))
 }
 
+/// Writes of the eviction webhook (Node marks) in flight at once: a turn of
+/// their own, apart from the controllers'.
+const WEBHOOK_WRITES: usize = 4;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
@@ -433,12 +439,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // The election renews its Lease with `client`; the controllers write
     // with `acting`, which sends nothing that changes state without the lease.
     let client = kube::Client::try_from(request_config.clone()).context("Kubernetes client")?;
-    let acting = hv_coordinator::k8s::acting::client(
-        request_config,
-        guard.clone(),
-        args.kube_max_in_flight_writes as usize,
-    )
-    .context("Kubernetes client")?;
+    let metrics = Arc::new(Metrics::default());
+    let turns = |max: usize| WriteSlotsLayer::new(max, args.kube_timeout, metrics.kube_writes.clone());
+    let acting =
+        acting::client(request_config.clone(), guard.clone(), turns(args.kube_max_in_flight_writes as usize))
+            .context("Kubernetes client")?;
+    // The webhook's Node marks take turns of their own: the API server
+    // waits for its answer only seconds, not behind the reconciles' burst.
+    let marking =
+        acting::client(request_config, guard.clone(), turns(WEBHOOK_WRITES)).context("Kubernetes client")?;
     let source = match &args.os_cloud {
         Some(cloud) => CloudSource::CloudsYaml { cloud: cloud.clone(), file: args.clouds_yaml.clone() },
         None => CloudSource::Env,
@@ -449,7 +458,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
         format!("{host}-{}", std::process::id())
     });
-    let metrics = Arc::new(Metrics::default());
     let cloud = Cloud::new(source, http)
         .with_lease_guard(guard.clone())
         .with_identity(&identity)
@@ -560,7 +568,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     {
         let config = hv_tls::server::config_without_client_auth(cert, key).context("webhook TLS")?;
         let hook = Arc::new(hv_coordinator::drain::webhook::Webhook {
-            client: acting.clone(),
+            client: marking,
             hypervisors: hv_reader.clone(),
             nodes: node_reader.clone(),
             evictions: ev_reader.clone(),

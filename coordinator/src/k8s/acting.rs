@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Method, Request};
+use tower::layer::util::Stack;
 use tower::{BoxError, Layer, Service};
 
 use super::leader::LeaseGuard;
@@ -82,18 +83,20 @@ where
 /// answered 504 may have been done. A reconcile that fails is looked at
 /// again by its controller, which reads first.
 ///
-/// At most `max_writes` writes are in flight at once ([`WriteSlotsLayer`]);
-/// a write that waited for its turn meets the lease check when it leaves.
+/// Writes take their turn in `slots` ([`WriteSlotsLayer`]) before the
+/// lease check, so one that waited meets the check when it leaves.
 pub fn client(
     mut config: kube::Config,
     guard: Arc<LeaseGuard>,
-    max_writes: usize,
+    slots: WriteSlotsLayer,
 ) -> Result<kube::Client, kube::Error> {
     config.default_retry = false;
-    Ok(kube::client::ClientBuilder::try_from(config)?
-        .with_layer(&LeaderOnlyLayer(guard))
-        .with_layer(&WriteSlotsLayer::new(max_writes))
-        .build())
+    Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&layers(guard, slots)).build())
+}
+
+/// The lease check, inside the writes' turns.
+fn layers(guard: Arc<LeaseGuard>, slots: WriteSlotsLayer) -> Stack<LeaderOnlyLayer, WriteSlotsLayer> {
+    Stack::new(LeaderOnlyLayer(guard), slots)
 }
 
 #[cfg(test)]
@@ -104,6 +107,38 @@ mod tests {
     use tower::ServiceExt;
 
     use super::*;
+
+    fn slots(max: usize) -> WriteSlotsLayer {
+        WriteSlotsLayer::new(max, Duration::from_secs(30), crate::metrics::KubeWrites::default())
+    }
+
+    /// A write that waited for its turn while the lease lapsed is refused
+    /// when its turn comes: the check is made as it leaves.
+    #[tokio::test]
+    async fn a_write_that_waited_meets_the_lease_check_when_it_leaves() {
+        use kube::client::Body;
+        let guard = Arc::new(LeaseGuard::new(Duration::from_secs(1)));
+        guard.renewed(tokio::time::Instant::now(), Duration::from_secs(60));
+        let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<()>>();
+        let mut svc = layers(guard.clone(), slots(1)).layer(mock);
+        let req =
+            |m: Method| Request::builder().method(m).uri("/api/v1/nodes/a").body(Body::empty()).unwrap();
+        let first = tokio::spawn(svc.call(req(Method::PATCH)));
+        let second = tokio::spawn(svc.call(req(Method::PATCH)));
+        let next = tokio::time::timeout(Duration::from_secs(5), handle.next_request()).await;
+        let (_, answer) = next.expect("the first write leaves").expect("a request");
+        let early = tokio::time::timeout(Duration::from_millis(200), handle.next_request()).await;
+        assert!(early.is_err(), "the second write left without a turn");
+
+        guard.revoke();
+        answer.send_response(Response::new(()));
+        assert!(first.await.expect("joined").is_ok());
+        let second = tokio::time::timeout(Duration::from_secs(5), second).await.expect("the second write ended");
+        let refused = second.expect("joined").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(refused.contains("not the leader"), "{refused}");
+        let late = tokio::time::timeout(Duration::from_millis(200), handle.next_request()).await;
+        assert!(late.is_err(), "a write left after the lease lapsed");
+    }
 
     #[tokio::test]
     async fn writes_leave_only_while_the_lease_is_held_reads_always() {
@@ -174,7 +209,7 @@ mod tests {
         guard.renewed(tokio::time::Instant::now(), Duration::from_secs(60));
         let config = kube::Config::new(url.parse().unwrap());
         let api: kube::Api<k8s_openapi::api::core::v1::Node> =
-            kube::Api::all(client(config, guard, 4).unwrap());
+            kube::Api::all(client(config, guard, slots(4)).unwrap());
         let patch = serde_json::json!({"metadata": {"labels": {"a": "b"}}});
         let (params, merge) = (kube::api::PatchParams::default(), kube::api::Patch::Merge(&patch));
         let sent = api.patch("n", &params, &merge);

@@ -2,12 +2,13 @@
 //! `/readyz` of the coordinator.
 //!
 //! Each concern owns its families (evictions, reconciles, OpenStack
-//! requests, agent sessions, the fleet) and hands a narrow handle to the
+//! requests, Kubernetes writes, agent sessions, the fleet) and hands a narrow handle to the
 //! code it measures. Counters start at zero in every process (Prometheus'
 //! `rate()` copes); the durable record is the custom resources' status.
 
 mod eviction;
 mod fleet;
+mod kube_writes;
 mod openstack;
 mod reconciles;
 mod sessions;
@@ -28,6 +29,7 @@ use prometheus_client::registry::Registry;
 
 pub use eviction::{DURATION_BUCKETS, Evictions, Tally, tally};
 pub use fleet::{AGENT_EXPECTED, Fleet, fleet};
+pub use kube_writes::KubeWrites;
 pub use openstack::{OpenStackCalls, operation};
 pub use reconciles::Reconciles;
 pub use sessions::AgentSessions;
@@ -59,6 +61,7 @@ pub struct Metrics {
     evictions: Evictions,
     pub reconciles: Reconciles,
     pub openstack: OpenStackCalls,
+    pub kube_writes: KubeWrites,
     pub sessions: AgentSessions,
     fleet_gauges: fleet::FleetGauges,
     tls: OnceLock<Tls>,
@@ -91,6 +94,7 @@ impl Default for Metrics {
             evictions: Evictions::register(&mut registry),
             reconciles: Reconciles::register(&mut registry),
             openstack: OpenStackCalls::register(&mut registry),
+            kube_writes: KubeWrites::register(&mut registry),
             sessions: AgentSessions::register_into(&mut registry),
             fleet_gauges: fleet::FleetGauges::register(&mut registry),
             registry,
