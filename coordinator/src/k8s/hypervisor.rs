@@ -45,6 +45,10 @@ pub const FIELD_MANAGER: &str = "hv-coordinator";
 /// ([`lifecycle::deletion`]).
 pub const FINALIZER: &str = "hypervisor.cloud.sap/in-service";
 
+/// Longest a reconcile waits in its turn for the caches to be whole before
+/// it is asked again.
+const GATE_WAIT: Duration = Duration::from_secs(5);
+
 /// How often a node is looked at again without a trigger.
 #[derive(Clone, Debug)]
 pub struct Intervals {
@@ -154,6 +158,7 @@ struct Seen {
 pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let hv = ctx.written.freshest(hv);
     if !ctx.gate.open() {
+        ctx.gate.until_synced(GATE_WAIT).await;
         return Ok(Requeue::requeue(Duration::from_millis(500)));
     }
     let name = hv.metadata.name.clone().ok_or(Error::Unnamed)?;

@@ -77,16 +77,37 @@ pub fn check_config(spec: &HypervisorSpec) -> CheckConfig {
 #[derive(Debug)]
 pub struct Gate {
     synced: AtomicBool,
+    filled: tokio::sync::Notify,
     lease: Arc<leader::LeaseGuard>,
 }
 
 impl Gate {
     pub fn new(lease: Arc<leader::LeaseGuard>) -> Gate {
-        Gate { synced: AtomicBool::new(false), lease }
+        Gate { synced: AtomicBool::new(false), filled: tokio::sync::Notify::new(), lease }
     }
 
     pub fn open(&self) -> bool {
         self.synced.load(Ordering::Acquire) && self.lease.holds()
+    }
+
+    /// The caches are whole: the controllers may decide once the lease holds.
+    fn mark_synced(&self) {
+        self.synced.store(true, Ordering::Release);
+        self.filled.notify_waiters();
+    }
+
+    /// Returns once the caches are whole, or after `at_most`. A reconcile
+    /// waits here rather than asking again every half second: while a new
+    /// leader of thousands of hosts lists its caches for minutes, thousands
+    /// of reconciles a second would take the cores the lists need.
+    pub async fn until_synced(&self, at_most: std::time::Duration) {
+        let filled = self.filled.notified();
+        let mut filled = std::pin::pin!(filled);
+        filled.as_mut().enable();
+        if self.synced.load(Ordering::Acquire) {
+            return;
+        }
+        let _ = tokio::time::timeout(at_most, filled).await;
     }
 }
 
@@ -335,7 +356,7 @@ async fn sync(ctx: &Context, ev_ctx: &eviction::EvictionContext) -> bool {
         (kube::ResourceExt::name_any(e.as_ref()), u32::try_from(moving).unwrap_or(u32::MAX))
     });
     ev_ctx.limit.seed(in_flight);
-    ctx.gate.synced.store(true, Ordering::Release);
+    ctx.gate.mark_synced();
     tracing::info!("caches synced; deciding");
     true
 }

@@ -1644,3 +1644,30 @@ async fn an_evicted_hosts_steps_confirm_on_its_own_read_of_seconds_ago() {
         assert_eq!(scheduling.map(|c| c["reason"].clone()), Some(json!("Disabled")), "{w}");
     }
 }
+
+/// A reconcile before the caches are whole waits for them instead of
+/// asking again at once: it returns as soon as they are whole, and not
+/// before its bound otherwise.
+#[tokio::test]
+async fn a_reconcile_waits_for_the_caches_instead_of_spinning() {
+    let g = gate(false);
+    let start = tokio::time::Instant::now();
+    g.until_synced(Duration::from_millis(300)).await;
+    assert!(start.elapsed() >= Duration::from_millis(300), "returned before the caches were whole");
+
+    let waiting = tokio::spawn({
+        let g = g.clone();
+        async move {
+            let start = tokio::time::Instant::now();
+            g.until_synced(Duration::from_secs(30)).await;
+            start.elapsed()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    g.mark_synced();
+    let waited = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("woken").expect("joined");
+    assert!(waited < Duration::from_secs(5), "woken when the caches were whole: {waited:?}");
+    let again = tokio::time::Instant::now();
+    g.until_synced(Duration::from_secs(30)).await;
+    assert!(again.elapsed() < Duration::from_secs(1), "whole caches: no wait");
+}
