@@ -788,16 +788,27 @@ async fn evictions_check_the_pods_budget() {
 }
 
 /// The flow schema and priority level the API server put a request of
-/// `client` in (its priority and fairness answer headers), and its status.
-async fn classified(client: &kube::Client, path: &str) -> (String, String, u16) {
-    let req = http::Request::get(path).body(kube::client::Body::empty()).unwrap();
+/// `client` in (its priority and fairness answer headers), and its status;
+/// `body` sent as JSON unless null.
+async fn classified(
+    client: &kube::Client,
+    method: http::Method,
+    path: &str,
+    body: &serde_json::Value,
+) -> (String, String, u16) {
+    let req = http::Request::builder()
+        .method(method.clone())
+        .uri(path)
+        .header("content-type", "application/json")
+        .body(match body {
+            serde_json::Value::Null => kube::client::Body::empty(),
+            body => kube::client::Body::from(serde_json::to_vec(body).unwrap()),
+        })
+        .unwrap();
     let res = client.send(req).await.unwrap();
     let header = |h: &str| {
-        res.headers()
-            .get(h)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_else(|| panic!("{path}: no {h}"))
-            .to_string()
+        let value = res.headers().get(h).and_then(|v| v.to_str().ok());
+        value.unwrap_or_else(|| panic!("{method} {path}: no {h}")).to_string()
     };
     (
         header("X-Kubernetes-PF-FlowSchema-UID"),
@@ -806,11 +817,13 @@ async fn classified(client: &kube::Client, path: &str) -> (String, String, u16) 
     )
 }
 
-/// The chart's FlowSchema: the coordinator's Lease requests are in the
+/// The chart's FlowSchema: the coordinator's Lease requests (the election
+/// reads, renews with a PUT and takes with a POST) are in the
 /// leader-election priority level, so a burst of its own writes does not
 /// hold up a renewal; its other requests stay where they were.
 #[tokio::test]
 async fn the_coordinators_lease_requests_ride_the_leader_election_level() {
+    use http::Method;
     use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
     let env = hv_tests::env::require();
     let (admin, p) = api("flow").await;
@@ -820,7 +833,7 @@ async fn the_coordinators_lease_requests_ride_the_leader_election_level() {
         .await
         .expect("the chart installs its FlowSchema");
     let level = Api::<PriorityLevelConfiguration>::all(admin).get("leader-election").await.unwrap();
-    let (schema_uid, level_uid) = (schema.metadata.uid.unwrap(), level.metadata.uid.unwrap());
+    let ours = (schema.metadata.uid.unwrap(), level.metadata.uid.unwrap());
 
     let kubeconfig = std::env::temp_dir().join(format!("{p}-coordinator.kubeconfig"));
     hv_tests::kube_target::account_kubeconfig(
@@ -833,14 +846,23 @@ async fn the_coordinators_lease_requests_ride_the_leader_election_level() {
     .unwrap();
     let coordinator = hv_tests::kube_target::client_from(&kubeconfig).await.unwrap();
     let _ = std::fs::remove_file(&kubeconfig);
-    // The API server classifies a request before it is authorized or
-    // answered: a Lease that does not exist is classified as one that does.
-    let lease = format!("/apis/coordination.k8s.io/v1/namespaces/{}/leases/{p}", chart.namespace);
-    let (s, l, status) = classified(&coordinator, &lease).await;
-    assert_eq!(status, 404, "the coordinator may read Leases in its namespace");
-    assert_eq!((s, l), (schema_uid.clone(), level_uid.clone()), "a Lease read in the chart's FlowSchema");
+    // Dry runs: the API server classifies a request before it is
+    // authorized, admitted or answered, and a dry run changes nothing.
+    let leases = format!("/apis/coordination.k8s.io/v1/namespaces/{}/leases", chart.namespace);
+    let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": p},
+        "spec": {"holderIdentity": "flow-test", "leaseDurationSeconds": 15}});
+    for (method, path, body, answer) in [
+        (Method::GET, format!("{leases}/{p}"), json!(null), 404),
+        (Method::POST, format!("{leases}?dryRun=All"), lease.clone(), 201),
+        (Method::PUT, format!("{leases}/{p}?dryRun=All"), lease.clone(), 404),
+    ] {
+        let (schema, level, status) = classified(&coordinator, method.clone(), &path, &body).await;
+        assert_eq!(status, answer, "{method} {path}: the coordinator may do this to Leases in its namespace");
+        assert_eq!((schema, level), ours, "{method} {path}: in the chart's FlowSchema and leader-election");
+    }
 
-    let (s, l, status) = classified(&coordinator, "/api/v1/nodes?limit=1").await;
+    let (schema, level, status) =
+        classified(&coordinator, Method::GET, "/api/v1/nodes?limit=1", &json!(null)).await;
     assert_eq!(status, 200);
-    assert!(s != schema_uid && l != level_uid, "the coordinator's other requests keep their level");
+    assert!(schema != ours.0 && level != ours.1, "the coordinator's other requests keep their level");
 }

@@ -105,7 +105,11 @@ async fn a_permission_missing_from_the_chart_is_the_real_authorizers_403() {
     );
     nodes.delete(&node, &DeleteParams::default()).await.unwrap();
     // The release's cluster-wide objects, and its namespace.
+    use k8s_openapi::api::flowcontrol::v1::FlowSchema;
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let _ = Api::<FlowSchema>::all(region.kube.client.clone())
+        .delete(&format!("{account}-lease"), &DeleteParams::default())
+        .await;
     let _ = Api::<ClusterRoleBinding>::all(region.kube.client.clone())
         .delete(&account, &DeleteParams::default())
         .await;
