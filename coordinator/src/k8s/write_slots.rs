@@ -69,8 +69,9 @@ impl Slots {
         drop(waiting);
         match permit {
             Ok(permit) => {
+                let permit = permit?;
                 self.counts.in_flight.inc();
-                Ok(Turn { _permit: permit?, counts: self.counts.clone() })
+                Ok(Turn { _permit: permit, counts: self.counts.clone() })
             }
             Err(_) => {
                 self.counts.without_slot.inc();
