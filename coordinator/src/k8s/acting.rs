@@ -133,7 +133,8 @@ mod tests {
         guard.revoke();
         answer.send_response(Response::new(()));
         assert!(first.await.expect("joined").is_ok());
-        let second = tokio::time::timeout(Duration::from_secs(5), second).await.expect("the second write ended");
+        let second =
+            tokio::time::timeout(Duration::from_secs(5), second).await.expect("the second write ended");
         let refused = second.expect("joined").err().map(|e| e.to_string()).unwrap_or_default();
         assert!(refused.contains("not the leader"), "{refused}");
         let late = tokio::time::timeout(Duration::from_millis(200), handle.next_request()).await;
