@@ -1645,29 +1645,29 @@ async fn an_evicted_hosts_steps_confirm_on_its_own_read_of_seconds_ago() {
     }
 }
 
-/// A reconcile before the caches are whole waits for them instead of
-/// asking again at once: it returns as soon as they are whole, and not
-/// before its bound otherwise.
+/// A reconcile before the caches are whole waits in its turn for them
+/// instead of asking again at once, sends nothing meanwhile, and returns
+/// as soon as they are whole.
 #[tokio::test]
 async fn a_reconcile_waits_for_the_caches_instead_of_spinning() {
-    let g = gate(false);
-    let start = tokio::time::Instant::now();
-    g.until_synced(Duration::from_millis(300)).await;
-    assert!(start.elapsed() >= Duration::from_millis(300), "returned before the caches were whole");
-
-    let waiting = tokio::spawn({
-        let g = g.clone();
-        async move {
-            let start = tokio::time::Instant::now();
-            g.until_synced(Duration::from_secs(30)).await;
-            start.elapsed()
-        }
+    let t = hypervisor_ctx(|_, _| (201, json!({})), NovaObs::NotRegistered, false, vec![]);
+    let gate = t.ctx.gate.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        gate.mark_synced();
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    g.mark_synced();
-    let waited = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("woken").expect("joined");
-    assert!(waited < Duration::from_secs(5), "woken when the caches were whole: {waited:?}");
-    let again = tokio::time::Instant::now();
-    g.until_synced(Duration::from_secs(30)).await;
-    assert!(again.elapsed() < Duration::from_secs(1), "whole caches: no wait");
+    let start = tokio::time::Instant::now();
+    let next = hypervisor::reconcile(hypervisor(None, None), t.ctx.clone()).await.map_err(|e| e.to_string());
+    let waited = start.elapsed();
+    assert_eq!(
+        next,
+        Ok(Requeue::requeue(Duration::from_millis(500))),
+        "asked again once the caches are whole"
+    );
+    assert!(waited >= Duration::from_millis(300), "returned before the caches were whole: {waited:?}");
+    assert!(waited < Duration::from_secs(4), "not woken when the caches were whole: {waited:?}");
+    assert!(
+        t.bodies.lock().map(|b| b.is_empty()).unwrap_or(false),
+        "nothing sent before the caches are whole"
+    );
 }
