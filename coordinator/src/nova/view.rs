@@ -116,6 +116,15 @@ const STALE_FACTOR: u32 = 10;
 /// reconcile (all their turns) for as long.
 const AHEAD: u32 = 2;
 
+/// A read slower than the bound still stands for the bound divided by
+/// this after it ends. Without it, only the reconciles that waited for such
+/// a read could take it: every reconcile after them found it too old and
+/// waited for the next, so a fleet whose read outlasts the bound was
+/// reconciled one batch of turns per read. The snapshot only ever
+/// confirms, so its being older than the bound delays a repair, never
+/// makes one.
+const SLOW_READ_STANDS: u32 = 2;
+
 /// The shared view (see the module doc).
 pub struct FleetView {
     /// Zero: the view is off, every reconcile reads its own host.
@@ -348,8 +357,8 @@ impl FleetView {
                 if took.saturating_mul(2) >= self.max_age {
                     tracing::warn!(?took, bound = ?self.max_age,
                         "reading the fleet takes half the view's bound or more: it is read again \
-                         as soon as a read ends, and reconciles wait when one is slower; a longer \
-                         --nova-view-max-age spares Nova");
+                         as soon as a read ends, and a read longer than the bound stands for half \
+                         the bound after it ends; a longer --nova-view-max-age spares Nova");
                 }
                 let s = Arc::new(s);
                 let mut state = self.lock();
@@ -373,11 +382,13 @@ impl FleetView {
         }
     }
 
-    /// The snapshot if it is within the bound, or (`waited_since`) if its
-    /// read finished after the caller began to wait for one.
+    /// The snapshot if it is within the bound, or ended within half the
+    /// bound ([`SLOW_READ_STANDS`]), or (`waited_since`) if its read
+    /// finished after the caller began to wait for one.
     fn current(&self, waited_since: Option<Instant>) -> Option<Arc<FleetSnapshot>> {
         let state = self.lock();
-        let young = state.snapshot.as_ref().is_some_and(|s| s.started.elapsed() < self.max_age);
+        let young = state.snapshot.as_ref().is_some_and(|s| s.started.elapsed() < self.max_age)
+            || state.done.is_some_and(|d| d.elapsed() < self.max_age / SLOW_READ_STANDS);
         let waited = waited_since.is_some_and(|w| state.done.is_some_and(|d| d >= w));
         state.snapshot.clone().filter(|_| young || waited)
     }
