@@ -255,10 +255,10 @@ async fn log_result<T, E: std::fmt::Display>(what: &'static str, res: Result<T, 
 /// the Node changes (`triggers::node`), not on every kubelet write.
 ///
 /// A Node the Hypervisor cache vouches for (`nodes::settled`) costs no
-/// request: a new leader reads 5,000 Nodes on without a GET each, which one
-/// after another outlived etcd's compaction window. So the Nodes are read
-/// once that cache holds its first list; it is swapped in whole, and an
-/// empty one vouches for nothing.
+/// request, so a new leader's Node list is not held up by a GET per Node
+/// (held long enough, it outlives etcd's compaction and starts over). The
+/// Nodes are read once that cache holds its first list: it is swapped in
+/// whole, and an empty one vouches for nothing.
 async fn watch_nodes(
     watch_client: &kube::Client,
     ctx: &Context,

@@ -228,8 +228,8 @@ async fn set_finalizer(api: &Api<Node>, node: &Node, present: bool) -> Result<()
 /// Whether a Node needs nothing of [`ensure_hypervisor`]: it is not being
 /// deleted, carries our finalizer, and the Hypervisor cache holds one of
 /// ours for it. A new leader's Node watcher then reads on without a
-/// request per Node: one after another, those took minutes at 5,000 hosts.
-/// A Node the cache does not vouch for is looked up in the API.
+/// request per Node; a Node the cache does not vouch for is looked up in
+/// the API.
 pub fn settled(node: &Node, cached: Option<&Hypervisor>, instance: &str) -> bool {
     node.metadata.deletion_timestamp.is_none()
         && node.finalizers().iter().any(|f| f == NODE_FINALIZER)

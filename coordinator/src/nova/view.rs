@@ -120,9 +120,9 @@ const AHEAD: u32 = 2;
 /// this after it ends. Without it, only the reconciles that waited for such
 /// a read could take it: every reconcile after them found it too old and
 /// waited for the next, so a fleet whose read outlasts the bound was
-/// reconciled one batch of turns per read. The snapshot only ever
-/// confirms, so its being older than the bound delays a repair, never
-/// makes one.
+/// reconciled one batch of turns per read. Nothing is changed in Nova on
+/// the snapshot alone, so its age delays noticing a change (a repair, or a
+/// VM forced onto a held host: docs/status.md), it never causes a write.
 const SLOW_READ_STANDS: u32 = 2;
 
 /// The shared view (see the module doc).
