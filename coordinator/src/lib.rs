@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod config;
 pub mod drain;
 pub mod eviction;
 pub mod fence;

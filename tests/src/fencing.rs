@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hv_coordinator::api::Hypervisor;
 use hv_coordinator::api::hypervisor::FencingStatus;
-use hv_coordinator::k8s::fence::BMC_SECRET_LABEL;
+use hv_coordinator::api::keys::BMC_SECRET_LABEL;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;

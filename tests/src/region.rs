@@ -374,7 +374,7 @@ impl Region {
         got.metadata
             .labels
             .unwrap_or_default()
-            .get(hv_coordinator::k8s::leader_pod::LABEL)
+            .get(hv_coordinator::api::keys::LEADER_LABEL)
             .map(String::as_str)
             == Some("true")
     }
@@ -932,7 +932,7 @@ fn create_pod(kubeconfig: &Path, namespace: &str, name: &str) {
             match api.create(&PostParams::default(), &pod).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 409 => {
-                    let unlabel = serde_json::json!({"metadata": {"labels": {hv_coordinator::k8s::leader_pod::LABEL: null}}});
+                    let unlabel = serde_json::json!({"metadata": {"labels": {hv_coordinator::api::keys::LEADER_LABEL: null}}});
                     api.patch(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&unlabel))
                         .await
                         .map(|_| ())

@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use hv_coordinator::api::Phase;
 use hv_coordinator::api::eviction::EvictionReason;
-use hv_coordinator::drain::locks::{EVICTABLE, LOCK_PREFIX};
-use hv_coordinator::drain::{DRAIN_REFUSED, POD_EVICTABLE};
-use hv_coordinator::k8s::hypervisor::MAINTENANCE_REQUIRED_ANNOTATION;
+use hv_coordinator::api::keys::MAINTENANCE_REQUIRED_ANNOTATION;
+use hv_coordinator::api::keys::{DRAIN_REFUSED_ANNOTATION, POD_EVICTABLE_LABEL};
+use hv_coordinator::api::keys::{EVICTABLE_LABEL, LOCK_ANNOTATION_PREFIX};
 use hv_tests::openstack::Admin;
 use hv_tests::region::Region;
 use hv_tests::wait::{Poll, until};
@@ -159,8 +159,8 @@ async fn wait_locks(nodes: &Api<Node>, host: &str, evictable: bool) {
     let what = format!("{host} evictable={evictable}");
     until(&what, Duration::from_secs(60), String::new, || async {
         let node = nodes.get(host).await.unwrap();
-        let label = node.labels().get(EVICTABLE).cloned();
-        let locked = node.annotations().contains_key(&format!("{LOCK_PREFIX}neutron-l2"));
+        let label = node.labels().get(EVICTABLE_LABEL).cloned();
+        let locked = node.annotations().contains_key(&format!("{LOCK_ANNOTATION_PREFIX}neutron-l2"));
         if label.as_deref() == Some(&evictable.to_string()) && locked != evictable {
             Poll::Ready(())
         } else {
@@ -276,7 +276,7 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
 
     // The coordinator labels the protected pods for the budgets: false, VMs live here.
     until("protected pods labelled", SOON, String::new, || async {
-        let label = |p: Option<Pod>| p.and_then(|p| p.labels().get(POD_EVICTABLE).cloned());
+        let label = |p: Option<Pod>| p.and_then(|p| p.labels().get(POD_EVICTABLE_LABEL).cloned());
         let nc = label(openstack.get_opt(&nova_compute).await.unwrap());
         let l2 = label(openstack.get_opt(&format!("neutron-l2-{host}")).await.unwrap());
         if nc.as_deref() == Some("false") && l2.as_deref() == Some("false") {
@@ -340,7 +340,7 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
     let coord = region.coordinator(None, &flags);
     let labelled = |name: String| {
         let api = openstack.clone();
-        async move { api.get_opt(&name).await.unwrap().and_then(|p| p.labels().get(POD_EVICTABLE).cloned()) }
+        async move { api.get_opt(&name).await.unwrap().and_then(|p| p.labels().get(POD_EVICTABLE_LABEL).cloned()) }
     };
     until(
         "the late pod labelled by the new leader",
@@ -356,7 +356,7 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
     .await;
 
     // Another operator's lock on the Node: a dependent waits for every lock.
-    let other_lock = format!("{LOCK_PREFIX}other-operator");
+    let other_lock = format!("{LOCK_ANNOTATION_PREFIX}other-operator");
     let lock = |v: serde_json::Value| json!({"metadata": {"annotations": {other_lock.as_str(): v}}});
     nodes.patch(&host, &PatchParams::default(), &Patch::Merge(&lock(json!("")))).await.unwrap();
 
@@ -379,7 +379,7 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
     assert_eq!(answer["response"]["allowed"], false, "{answer}");
     assert_eq!(answer["response"]["status"]["code"], 429, "{answer}");
     assert!(
-        !nodes.get(&host).await.unwrap().annotations().contains_key(DRAIN_REFUSED),
+        !nodes.get(&host).await.unwrap().annotations().contains_key(DRAIN_REFUSED_ANNOTATION),
         "a dry run marks nothing"
     );
 
@@ -448,7 +448,7 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
     assert_eq!(admin.service(&host).await.unwrap().unwrap()["status"], "enabled");
     until("the drain's mark removed", Duration::from_secs(30), String::new, || async {
         let node = nodes.get(&host).await.unwrap();
-        if node.annotations().contains_key(DRAIN_REFUSED) {
+        if node.annotations().contains_key(DRAIN_REFUSED_ANNOTATION) {
             Poll::Pending("still there".into())
         } else {
             Poll::Ready(())

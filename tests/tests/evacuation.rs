@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use hv_coordinator::api::eviction::VmState;
 use hv_coordinator::api::hypervisor::{FenceStep, HealthState};
+use hv_coordinator::api::keys::EVACUATE_METADATA;
 use hv_coordinator::api::{
     Eviction, EvictionPhase, EvictionReason, Hypervisor, MaintenanceMode, Migration, MigrationKind, Phase,
 };
-use hv_coordinator::eviction::plan::EVACUATE_METADATA;
 use hv_tests::fencing::{
     address, fencing_coordinator, give_fencing_means, kubelet_silent, wait_fencing, wait_power,
 };

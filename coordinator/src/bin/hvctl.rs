@@ -7,8 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use hv_coordinator::api::Hypervisor;
-use hv_coordinator::k8s::RETRY_ANNOTATION;
-use hv_coordinator::k8s::fence::{CLEAR_ANNOTATION, CONFIRM_ANNOTATION};
+use hv_coordinator::api::keys::{CLEAR_FENCED_ANNOTATION, CONFIRM_FENCED_ANNOTATION, RETRY_ANNOTATION};
 use hv_proto::v1::fleet_service_client::FleetServiceClient;
 use hv_proto::v1::{GetHypervisorRequest, Hypervisor as PbHypervisor, ListHypervisorsRequest, WatchRequest};
 use kube::Api;
@@ -112,118 +111,132 @@ fn client_tls(
     Ok(Some(hv_tls::client::config(&files)?))
 }
 
+/// The coordinator's channel; only the commands that ask it need its
+/// certificates.
+async fn channel(args: &Args) -> anyhow::Result<tonic::transport::Channel> {
+    let mut endpoint = tonic::transport::Endpoint::from_shared(args.coordinator.clone())?;
+    if let Some(tls) =
+        client_tls(&args.coordinator, args.insecure, (&args.tls_cert, &args.tls_key, &args.tls_ca))?
+    {
+        endpoint = endpoint.tls_config(tls)?;
+    }
+    endpoint
+        .connect()
+        .await
+        .map_err(|e| anyhow::anyhow!("coordinator {}: {}", args.coordinator, hv_tls::explain(&e)))
+}
+
 async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    // Only the commands that ask the coordinator need its certificates.
-    let channel = || async {
-        let mut endpoint = tonic::transport::Endpoint::from_shared(args.coordinator.clone())?;
-        if let Some(tls) =
-            client_tls(&args.coordinator, args.insecure, (&args.tls_cert, &args.tls_key, &args.tls_ca))?
-        {
-            endpoint = endpoint.tls_config(tls)?;
-        }
-        endpoint
-            .connect()
-            .await
-            .map_err(|e| anyhow::anyhow!("coordinator {}: {}", args.coordinator, hv_tls::explain(&e)))
-    };
-    match args.command {
-        Cmd::List { phases } => {
-            let mut c = FleetServiceClient::new(channel().await?);
-            let list = c.list_hypervisors(ListHypervisorsRequest { phases }).await?.into_inner();
-            println!(
-                "{:<24} {:<15} {:<12} {:<12} {:>9} {:<6} LIBVIRT",
-                "NAME", "PHASE", "HEALTH", "MAINTENANCE", "INSTANCES", "AGENT"
-            );
-            for h in list.hypervisors {
-                println!(
-                    "{:<24} {:<15} {:<12} {:<12} {:>9} {:<6} {}",
-                    h.name,
-                    h.phase,
-                    dash(&h.health),
-                    dash(&h.maintenance),
-                    h.instances,
-                    if h.agent_connected { "yes" } else { "no" },
-                    dash(&h.libvirt_version)
-                );
-            }
-        }
+    match &args.command {
+        Cmd::List { phases } => list(FleetServiceClient::new(channel(&args).await?), phases.clone()).await?,
         Cmd::Get { node } => {
-            let mut c = FleetServiceClient::new(channel().await?);
-            let h = c.get_hypervisor(GetHypervisorRequest { name: node }).await?.into_inner();
-            print_one(&h);
+            let mut c = FleetServiceClient::new(channel(&args).await?);
+            print_one(&c.get_hypervisor(GetHypervisorRequest { name: node.clone() }).await?.into_inner());
         }
-        Cmd::Watch { nodes } => {
-            let mut c = FleetServiceClient::new(channel().await?);
-            let mut stream = c.watch(WatchRequest { names: nodes }).await?.into_inner();
-            while let Some(ev) = stream.message().await? {
-                let Some(h) = ev.hypervisor else { continue };
-                let at = jiff::Timestamp::now().strftime("%H:%M:%S");
-                if ev.initial {
-                    println!("{at} {:<20} {}", h.name, h.phase);
-                } else {
-                    println!(
-                        "{at} {:<20} {:<11} -> {:<11} {}",
-                        h.name, ev.previous_phase, h.phase, ev.reason
-                    );
-                }
-            }
-        }
-        Cmd::Health { node } => {
-            let mut c = HealthClient::new(channel().await?);
-            let service = format!("node/{node}");
-            let status =
-                c.check(HealthCheckRequest { service: service.clone() }).await?.into_inner().status();
-            println!("{service}: {}", status.as_str_name());
-            if status != tonic_health::pb::health_check_response::ServingStatus::Serving {
-                return Ok(ExitCode::from(2));
-            }
-        }
+        Cmd::Watch { nodes } => watch(FleetServiceClient::new(channel(&args).await?), nodes.clone()).await?,
+        Cmd::Health { node } => return health(HealthClient::new(channel(&args).await?), node).await,
         Cmd::Retry { node } => {
-            let client = kube::Client::try_default().await?;
-            let api: Api<Hypervisor> = Api::all(client);
             let token = jiff::Timestamp::now().to_string();
-            let patch = serde_json::json!({"metadata": {"annotations": {RETRY_ANNOTATION: token}}});
-            api.patch(&node, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            annotate(node, RETRY_ANNOTATION, &token).await?;
             println!("retry requested for {node} ({RETRY_ANNOTATION}={token})");
         }
-        Cmd::ConfirmFenced { node } => {
-            let client = kube::Client::try_default().await?;
-            let api: Api<Hypervisor> = Api::all(client);
-            let hv = api.get(&node).await?;
-            let fencing = hv.status.as_ref().and_then(|s| s.fencing.as_ref());
-            let Some(fencing) = fencing else {
-                anyhow::bail!(
-                    "{node}: no fencing under way, nothing to confirm (only a Failed host is fenced)"
-                );
-            };
-            if fencing.fenced.is_some() {
-                println!("{node} is fenced already");
-                return Ok(ExitCode::SUCCESS);
-            }
-            let who = std::env::var("USER").unwrap_or_else(|_| "an SRE".into());
-            let value = format!("{} by {who}", jiff::Timestamp::now());
-            let patch = serde_json::json!({"metadata": {"annotations": {CONFIRM_ANNOTATION: value}}});
-            api.patch(&node, &PatchParams::default(), &Patch::Merge(&patch)).await?;
-            println!("{node} confirmed fenced by hand ({CONFIRM_ANNOTATION}={value})");
-        }
-        Cmd::ClearFenced { node } => {
-            let client = kube::Client::try_default().await?;
-            let api: Api<Hypervisor> = Api::all(client);
-            let hv = api.get(&node).await?;
-            if hv.status.as_ref().and_then(|s| s.fencing.as_ref()).is_none() {
-                anyhow::bail!("{node}: not fenced, nothing to clear");
-            }
-            let who = std::env::var("USER").unwrap_or_else(|_| "an SRE".into());
-            let value = format!("{} by {who}", jiff::Timestamp::now());
-            let patch = serde_json::json!({"metadata": {"annotations": {CLEAR_ANNOTATION: value}}});
-            api.patch(&node, &PatchParams::default(), &Patch::Merge(&patch)).await?;
-            println!(
-                "clearing of {node}'s fence asked ({CLEAR_ANNOTATION}={value}); its Fenced condition says \
-                 how it goes"
-            );
-        }
+        Cmd::ConfirmFenced { node } => confirm_fenced(node).await?,
+        Cmd::ClearFenced { node } => clear_fenced(node).await?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+type Fleet = FleetServiceClient<tonic::transport::Channel>;
+
+async fn list(mut c: Fleet, phases: Vec<String>) -> anyhow::Result<()> {
+    let list = c.list_hypervisors(ListHypervisorsRequest { phases }).await?.into_inner();
+    println!(
+        "{:<24} {:<15} {:<12} {:<12} {:>9} {:<6} LIBVIRT",
+        "NAME", "PHASE", "HEALTH", "MAINTENANCE", "INSTANCES", "AGENT"
+    );
+    for h in list.hypervisors {
+        println!(
+            "{:<24} {:<15} {:<12} {:<12} {:>9} {:<6} {}",
+            h.name,
+            h.phase,
+            dash(&h.health),
+            dash(&h.maintenance),
+            h.instances,
+            if h.agent_connected { "yes" } else { "no" },
+            dash(&h.libvirt_version)
+        );
+    }
+    Ok(())
+}
+
+async fn watch(mut c: Fleet, nodes: Vec<String>) -> anyhow::Result<()> {
+    let mut stream = c.watch(WatchRequest { names: nodes }).await?.into_inner();
+    while let Some(ev) = stream.message().await? {
+        let Some(h) = ev.hypervisor else { continue };
+        let at = jiff::Timestamp::now().strftime("%H:%M:%S");
+        if ev.initial {
+            println!("{at} {:<20} {}", h.name, h.phase);
+        } else {
+            println!("{at} {:<20} {:<11} -> {:<11} {}", h.name, ev.previous_phase, h.phase, ev.reason);
+        }
+    }
+    Ok(())
+}
+
+/// Exit 2 unless SERVING.
+async fn health(mut c: HealthClient<tonic::transport::Channel>, node: &str) -> anyhow::Result<ExitCode> {
+    let service = format!("node/{node}");
+    let status = c.check(HealthCheckRequest { service: service.clone() }).await?.into_inner().status();
+    println!("{service}: {}", status.as_str_name());
+    if status != tonic_health::pb::health_check_response::ServingStatus::Serving {
+        return Ok(ExitCode::from(2));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The Hypervisor `node`, through KUBECONFIG.
+async fn hypervisors() -> anyhow::Result<Api<Hypervisor>> {
+    Ok(Api::all(kube::Client::try_default().await?))
+}
+
+async fn annotate(node: &str, key: &str, value: &str) -> anyhow::Result<()> {
+    let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
+    hypervisors().await?.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+/// Who asked, and when: the value of an SRE's annotation.
+fn signed_now() -> String {
+    let who = std::env::var("USER").unwrap_or_else(|_| "an SRE".into());
+    format!("{} by {who}", jiff::Timestamp::now())
+}
+
+async fn confirm_fenced(node: &str) -> anyhow::Result<()> {
+    let hv = hypervisors().await?.get(node).await?;
+    let Some(fencing) = hv.status.as_ref().and_then(|s| s.fencing.as_ref()) else {
+        anyhow::bail!("{node}: no fencing under way, nothing to confirm (only a Failed host is fenced)");
+    };
+    if fencing.fenced.is_some() {
+        println!("{node} is fenced already");
+        return Ok(());
+    }
+    let value = signed_now();
+    annotate(node, CONFIRM_FENCED_ANNOTATION, &value).await?;
+    println!("{node} confirmed fenced by hand ({CONFIRM_FENCED_ANNOTATION}={value})");
+    Ok(())
+}
+
+async fn clear_fenced(node: &str) -> anyhow::Result<()> {
+    let hv = hypervisors().await?.get(node).await?;
+    if hv.status.as_ref().and_then(|s| s.fencing.as_ref()).is_none() {
+        anyhow::bail!("{node}: not fenced, nothing to clear");
+    }
+    let value = signed_now();
+    annotate(node, CLEAR_FENCED_ANNOTATION, &value).await?;
+    println!(
+        "clearing of {node}'s fence asked ({CLEAR_FENCED_ANNOTATION}={value}); its Fenced condition says how it goes"
+    );
+    Ok(())
 }
 
 fn dash(s: &str) -> &str {

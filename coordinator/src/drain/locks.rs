@@ -1,6 +1,6 @@
-//! The node lock protocol (docs/drain.md): the label [`EVICTABLE`] says
+//! The node lock protocol (docs/drain.md): the label [`EVICTABLE_LABEL`] says
 //! whether the host may lose the pods its VMs need, and one annotation
-//! [`LOCK_PREFIX`]`<component>` per dependent the site names stands while it
+//! [`LOCK_ANNOTATION_PREFIX`]`<component>` per dependent the site names stands while it
 //! may not. A dependent's operator removes its pods only once its lock is
 //! gone. Pure: the shell reads the Node and writes the patch.
 
@@ -10,9 +10,7 @@ use k8s_openapi::api::core::v1::Node;
 use serde_json::{Map, Value, json};
 
 use crate::api::Phase;
-
-pub const EVICTABLE: &str = "hypervisor.cloud.sap/evictable";
-pub const LOCK_PREFIX: &str = "hypervisor.cloud.sap/lock.";
+use crate::api::keys::{EVICTABLE_LABEL, LOCK_ANNOTATION_PREFIX};
 
 /// The protocol's marks as the Node carries them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -21,7 +19,7 @@ pub struct Locks {
     pub evictable: Option<bool>,
     /// The components whose lock annotation stands.
     pub held: BTreeSet<String>,
-    /// The webhook's mark of a refused drain ([`super::DRAIN_REFUSED`]).
+    /// The webhook's mark of a refused drain ([`crate::api::keys::DRAIN_REFUSED_ANNOTATION`]).
     pub drain_refused: bool,
     pub cordoned: bool,
 }
@@ -30,13 +28,16 @@ pub fn of(node: &Node) -> Locks {
     let labels = node.metadata.labels.as_ref();
     let annotations = node.metadata.annotations.iter().flatten();
     Locks {
-        evictable: labels.and_then(|l| l.get(EVICTABLE)).and_then(|v| v.parse().ok()),
-        held: annotations.filter_map(|(k, _)| k.strip_prefix(LOCK_PREFIX)).map(str::to_string).collect(),
+        evictable: labels.and_then(|l| l.get(EVICTABLE_LABEL)).and_then(|v| v.parse().ok()),
+        held: annotations
+            .filter_map(|(k, _)| k.strip_prefix(LOCK_ANNOTATION_PREFIX))
+            .map(str::to_string)
+            .collect(),
         drain_refused: node
             .metadata
             .annotations
             .as_ref()
-            .is_some_and(|a| a.contains_key(super::DRAIN_REFUSED)),
+            .is_some_and(|a| a.contains_key(crate::api::keys::DRAIN_REFUSED_ANNOTATION)),
         cordoned: node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
     }
 }
@@ -76,7 +77,7 @@ pub fn vm_count(nova: &crate::lifecycle::NovaObs, never_registered_or_deleted: b
 pub fn valid_component(c: &str) -> bool {
     let alnum = |ch: Option<char>| ch.is_some_and(|ch| ch.is_ascii_alphanumeric());
     !c.is_empty()
-        && c.len() + LOCK_PREFIX.len() - "hypervisor.cloud.sap/".len() <= 63
+        && c.len() + LOCK_ANNOTATION_PREFIX.len() - "hypervisor.cloud.sap/".len() <= 63
         && c.chars().all(|ch| ch.is_ascii_alphanumeric() || "-_.".contains(ch))
         && alnum(c.chars().next())
         && alnum(c.chars().last())
@@ -91,21 +92,21 @@ pub fn patch(now: &Locks, evictable: Option<bool>, components: &[String]) -> Opt
     let mut labels = Map::new();
     let mut annotations = Map::new();
     if now.drain_refused && !now.cordoned {
-        annotations.insert(super::DRAIN_REFUSED.into(), Value::Null);
+        annotations.insert(crate::api::keys::DRAIN_REFUSED_ANNOTATION.into(), Value::Null);
     }
     let Some(evictable) = evictable else {
         return crate::health::marks::metadata_patch(labels, annotations);
     };
     if now.evictable != Some(evictable) {
-        labels.insert(EVICTABLE.into(), json!(evictable.to_string()));
+        labels.insert(EVICTABLE_LABEL.into(), json!(evictable.to_string()));
     }
     for c in components {
         match (evictable, now.held.contains(c)) {
             (false, false) => {
-                annotations.insert(format!("{LOCK_PREFIX}{c}"), json!(""));
+                annotations.insert(format!("{LOCK_ANNOTATION_PREFIX}{c}"), json!(""));
             }
             (true, true) => {
-                annotations.insert(format!("{LOCK_PREFIX}{c}"), Value::Null);
+                annotations.insert(format!("{LOCK_ANNOTATION_PREFIX}{c}"), Value::Null);
             }
             _ => {}
         }
@@ -137,7 +138,7 @@ mod tests {
         let held = patch(&bare, Some(false), &comps).unwrap();
         assert_eq!(
             held,
-            json!({"metadata": {"labels": {EVICTABLE: "false"},
+            json!({"metadata": {"labels": {EVICTABLE_LABEL: "false"},
                 "annotations": {"hypervisor.cloud.sap/lock.neutron-l2": "", "hypervisor.cloud.sap/lock.ovn": ""}}})
         );
         let now =
@@ -146,7 +147,7 @@ mod tests {
         let freed = patch(&now, Some(true), &comps).unwrap();
         assert_eq!(
             freed,
-            json!({"metadata": {"labels": {EVICTABLE: "true"},
+            json!({"metadata": {"labels": {EVICTABLE_LABEL: "true"},
                 "annotations": {"hypervisor.cloud.sap/lock.neutron-l2": null, "hypervisor.cloud.sap/lock.ovn": null}}})
         );
         assert_eq!(patch(&now, None, &comps), None, "unknown: left as it is");
@@ -155,7 +156,10 @@ mod tests {
         let p = patch(&others, Some(true), &comps).unwrap();
         assert!(p["metadata"]["annotations"].get("hypervisor.cloud.sap/lock.bgp").is_none(), "{p}");
         // Without components, only the label.
-        assert_eq!(patch(&bare, Some(true), &[]), Some(json!({"metadata": {"labels": {EVICTABLE: "true"}}})));
+        assert_eq!(
+            patch(&bare, Some(true), &[]),
+            Some(json!({"metadata": {"labels": {EVICTABLE_LABEL: "true"}}}))
+        );
     }
 
     #[test]
@@ -182,7 +186,7 @@ mod tests {
     #[test]
     fn the_marks_are_read_from_the_node_as_written() {
         let node: Node = serde_json::from_value(json!({"metadata": {"name": "n",
-            "labels": {EVICTABLE: "false"},
+            "labels": {EVICTABLE_LABEL: "false"},
             "annotations": {"hypervisor.cloud.sap/lock.ovn": "", "other": "x"}}}))
         .unwrap();
         assert_eq!(

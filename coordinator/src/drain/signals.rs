@@ -5,12 +5,12 @@
 //! annotation, a label, or a cordon that comes with an annotation saying
 //! why (so that an SRE's own cordon empties nothing). A plain cordon is
 //! `--cordon-starts-maintenance`, and the eviction webhook's refused drain
-//! a third way (`super::DRAIN_REFUSED`); both are the lifecycle's rule.
+//! a third way (`crate::api::keys::DRAIN_REFUSED_ANNOTATION`); both are the lifecycle's rule.
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
-use crate::k8s::hypervisor::MAINTENANCE_REQUIRED_ANNOTATION;
+use crate::api::keys::MAINTENANCE_REQUIRED_ANNOTATION;
 
 /// One sign an update tool leaves on a Node.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,10 +2,14 @@
 //! whether every VM of the host could be placed elsewhere, [`plan::step`]
 //! decides, for one Eviction, which VM moves next, which migration is stuck
 //! and what every VM's record says, and [`checks`] refuses an Eviction that
-//! cannot run. [`limit::ClusterLimit`] is the cluster-wide migration limit.
+//! cannot run. [`NovaState`] is what Nova says of a migration.
+//! [`limit::ClusterLimit`] is the cluster-wide migration limit.
 //! The shell that runs them against Nova is `k8s::eviction`.
 
 pub mod checks;
 pub mod limit;
+mod nova_state;
 pub mod plan;
 pub mod preflight;
+
+pub use nova_state::NovaState;

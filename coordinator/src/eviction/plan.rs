@@ -42,14 +42,8 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::eviction::{EvictionOptions, EvictionPhase, MigrationPolicy, VmState, VmStatus};
-use crate::nova::servers::NovaState;
-
-/// Server metadata key with a VM's own policy (`live`, `cold`, `skip`).
-/// (Nova metadata keys allow no `/`: `^[a-zA-Z0-9-_:. ]{1,255}$`.)
-pub const POLICY_METADATA: &str = "hypervisor.cloud.sap:eviction";
-/// Server metadata key opting a VM in (`true`) or out (`false`) of
-/// evacuation when its host is fenced.
-pub const EVACUATE_METADATA: &str = "hypervisor.cloud.sap:evacuate";
+use crate::api::keys::EVACUATE_METADATA;
+use crate::eviction::NovaState;
 
 /// How the servers of a fenced host are evacuated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

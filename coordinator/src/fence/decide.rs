@@ -92,7 +92,7 @@ pub struct Situation<'a> {
 
 /// A reason not to fence now; each is a condition reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Gate {
+pub enum FenceHold {
     FreshHeartbeat,
     OwnViewPartial,
     NoAgentQuorum,
@@ -100,14 +100,14 @@ pub enum Gate {
     TooManyFencings,
 }
 
-impl Gate {
+impl FenceHold {
     pub fn reason(self) -> &'static str {
         match self {
-            Gate::FreshHeartbeat => "AgentHeartbeatFresh",
-            Gate::OwnViewPartial => "CoordinatorBlind",
-            Gate::NoAgentQuorum => "NoAgentQuorum",
-            Gate::FailureDomainLost => "FailureDomainLost",
-            Gate::TooManyFencings => "FencingRateLimited",
+            FenceHold::FreshHeartbeat => "AgentHeartbeatFresh",
+            FenceHold::OwnViewPartial => "CoordinatorBlind",
+            FenceHold::NoAgentQuorum => "NoAgentQuorum",
+            FenceHold::FailureDomainLost => "FailureDomainLost",
+            FenceHold::TooManyFencings => "FencingRateLimited",
         }
     }
 }
@@ -117,7 +117,7 @@ pub enum Decision {
     /// Not a host to fence, and no fencing under way.
     Nothing,
     /// It would be fenced (or fenced further), but this holds it back.
-    HeldBack { gate: Gate, message: String },
+    HeldBack { gate: FenceHold, message: String },
     /// Take this step (start the fencing first when none is under way).
     Take(FenceStep),
     /// A step failed to be confirmed: nothing more until an SRE retries it
@@ -129,7 +129,7 @@ pub enum Decision {
 }
 
 pub fn decide(s: &Situation<'_>, policy: &FencePolicy) -> Decision {
-    let held = |gate: Gate, message: String| Decision::HeldBack { gate, message };
+    let held = |gate: FenceHold, message: String| Decision::HeldBack { gate, message };
     let wanted = s.under_way || s.health == HealthState::Failed;
     if !wanted {
         return Decision::Nothing;
@@ -147,7 +147,7 @@ pub fn decide(s: &Situation<'_>, policy: &FencePolicy) -> Decision {
             age.as_secs(),
             policy.fresh_heartbeat.as_secs()
         );
-        return held(Gate::FreshHeartbeat, message);
+        return held(FenceHold::FreshHeartbeat, message);
     }
     // Confirmed steps are those of a fencing under way.
     let confirmed: &[FenceStep] = if s.under_way { s.confirmed } else { &[] };
@@ -156,7 +156,7 @@ pub fn decide(s: &Situation<'_>, policy: &FencePolicy) -> Decision {
         return Decision::Fenced { by_hand: false };
     }
     if let Some(why) = s.blind {
-        return held(Gate::OwnViewPartial, format!("the coordinator's own view is partial: {why}"));
+        return held(FenceHold::OwnViewPartial, format!("the coordinator's own view is partial: {why}"));
     }
     // An SRE's word, past a step that cannot be confirmed, once we see
     // enough to know the host is not talking to us.
@@ -169,7 +169,7 @@ pub fn decide(s: &Situation<'_>, policy: &FencePolicy) -> Decision {
             "{connected} of the {others} other hosts' agents are connected (more than half are needed): \
              the coordinator may be the one cut off"
         );
-        return held(Gate::NoAgentQuorum, message);
+        return held(FenceHold::NoAgentQuorum, message);
     }
     let (domain, lost, hosts) = s.domain;
     if lost >= 2 && lost * 100 > hosts * usize::from(policy.max_domain_share) {
@@ -178,7 +178,7 @@ pub fn decide(s: &Situation<'_>, policy: &FencePolicy) -> Decision {
              control-plane fault is likelier than as many dead hosts",
             policy.max_domain_share
         );
-        return held(Gate::FailureDomainLost, message);
+        return held(FenceHold::FailureDomainLost, message);
     }
     if !s.under_way && s.started_lately >= policy.max_started {
         let message = format!(
@@ -187,7 +187,7 @@ pub fn decide(s: &Situation<'_>, policy: &FencePolicy) -> Decision {
             policy.interval.as_mins(),
             policy.max_started
         );
-        return held(Gate::TooManyFencings, message);
+        return held(FenceHold::TooManyFencings, message);
     }
     if let Some((step, why)) = s.failed {
         let message = format!(
@@ -235,7 +235,7 @@ mod tests {
         }
     }
 
-    fn gate(d: &Decision) -> Option<Gate> {
+    fn gate(d: &Decision) -> Option<FenceHold> {
         match d {
             Decision::HeldBack { gate, .. } => Some(*gate),
             _ => None,
@@ -290,7 +290,7 @@ mod tests {
         // Under way, but the coordinator has just taken over: held until it sees.
         let s =
             Situation { under_way: true, confirmed_by_hand: true, blind: Some("took over"), ..failed_host() };
-        assert_eq!(gate(&decide(&s, &p)), Some(Gate::OwnViewPartial));
+        assert_eq!(gate(&decide(&s, &p)), Some(FenceHold::OwnViewPartial));
         // Recorded fenced: it stands, even when the agent talks again or
         // the confirmation is taken away.
         let s = Situation {
@@ -318,26 +318,34 @@ mod tests {
     #[test]
     fn each_gate_holds_a_fencing_back_and_says_why() {
         let p = FencePolicy::default();
-        let cases: [(Situation<'static>, Gate, &str); 7] = [
+        let cases: [(Situation<'static>, FenceHold, &str); 7] = [
             (
                 Situation { heartbeat_age: Some(SignedDuration::from_secs(3)), ..failed_host() },
-                Gate::FreshHeartbeat,
+                FenceHold::FreshHeartbeat,
                 "3 s old",
             ),
             (
                 Situation { blind: Some("Nova: connection refused"), ..failed_host() },
-                Gate::OwnViewPartial,
+                FenceHold::OwnViewPartial,
                 "Nova",
             ),
-            (Situation { other_agents: (5, 10), ..failed_host() }, Gate::NoAgentQuorum, "5 of the 10"),
-            (Situation { other_agents: (0, 0), ..failed_host() }, Gate::NoAgentQuorum, "0 of the 0"),
+            (Situation { other_agents: (5, 10), ..failed_host() }, FenceHold::NoAgentQuorum, "5 of the 10"),
+            (Situation { other_agents: (0, 0), ..failed_host() }, FenceHold::NoAgentQuorum, "0 of the 0"),
             (
                 Situation { domain: ("az-2", 6, 10), ..failed_host() },
-                Gate::FailureDomainLost,
+                FenceHold::FailureDomainLost,
                 "6 of the 10 hosts of az-2",
             ),
-            (Situation { domain: ("az-2", 2, 3), ..failed_host() }, Gate::FailureDomainLost, "2 of the 3"),
-            (Situation { started_lately: 2, ..failed_host() }, Gate::TooManyFencings, "2 fencings started"),
+            (
+                Situation { domain: ("az-2", 2, 3), ..failed_host() },
+                FenceHold::FailureDomainLost,
+                "2 of the 3",
+            ),
+            (
+                Situation { started_lately: 2, ..failed_host() },
+                FenceHold::TooManyFencings,
+                "2 fencings started",
+            ),
         ];
         for (s, want, says) in cases {
             let d = decide(&s, &p);
@@ -377,7 +385,7 @@ mod tests {
         assert_eq!(decide(&by_hand, &p), Decision::Fenced { by_hand: true });
         // An SRE's word does not outweigh a host that talks to us.
         let alive = Situation { heartbeat_age: Some(SignedDuration::from_secs(1)), ..by_hand };
-        assert_eq!(gate(&decide(&alive, &p)), Some(Gate::FreshHeartbeat));
+        assert_eq!(gate(&decide(&alive, &p)), Some(FenceHold::FreshHeartbeat));
     }
 
     /// Every combination of the inputs that matter: a step is taken only in
@@ -486,7 +494,7 @@ mod tests {
             }
             Decision::HeldBack { gate, .. } => {
                 assert!(s.fenced.is_none(), "{s:?}");
-                assert!(*gate != Gate::FreshHeartbeat || live, "{s:?}")
+                assert!(*gate != FenceHold::FreshHeartbeat || live, "{s:?}")
             }
             Decision::Nothing => assert!(!s.under_way && s.health != HealthState::Failed, "{s:?}"),
         }

@@ -64,58 +64,13 @@ impl AgentService for AgentEndpoint {
         &self,
         request: Request<Streaming<AgentMessage>>,
     ) -> Result<Response<Self::ConnectStream>, Status> {
-        if !*self.leader.borrow() {
-            return Err(Status::unavailable("this coordinator replica is not the leader; retry"));
-        }
+        self.leading()?;
         let certs = request.peer_certs();
         let mut inbound = request.into_inner();
-        let first = tokio::time::timeout(Duration::from_secs(10), inbound.message())
-            .await
-            .map_err(|_| Status::deadline_exceeded("no Hello within 10s"))??;
-        let hello = match first.and_then(|m| m.payload) {
-            Some(Payload::Hello(h)) => h,
-            _ => return Err(Status::invalid_argument("the first message must be Hello")),
-        };
-        if !valid_node_name(&hello.node) {
-            let shown = super::registry::bounded(&hello.node, 64);
-            return Err(Status::invalid_argument(format!("Hello names an invalid node {shown:?}")));
-        }
-        if let Some(td) = &self.trust_domain
-            && let Err(shown) = certificate_speaks_for(certs.as_deref().map(Vec::as_slice), td, &hello.node)
-        {
-            self.sessions.refused();
-            tracing::warn!(node = %hello.node, presented = %shown, "refused an agent session: its certificate does not name the node");
-            return Err(Status::permission_denied(format!(
-                "Hello names node {} but the client showed {shown}",
-                hello.node
-            )));
-        }
-        // A certificate is checked at the handshake, and a connection may
-        // outlive it: each session is checked again, and ends when it does.
-        let leaf = certs.as_deref().and_then(|c| c.first());
-        let expires = match (&self.trust_domain, leaf) {
-            (Some(_), Some(leaf)) => {
-                match session_end(hv_tls::not_after(leaf), std::time::SystemTime::now(), &hello.node) {
-                    Ok(end) => Some(until_instant(end)),
-                    Err(why) => {
-                        self.sessions.refused();
-                        tracing::warn!(node = %hello.node, reason = %why, "refused an agent session: its certificate is no longer valid");
-                        return Err(Status::permission_denied(format!("the client showed {why}")));
-                    }
-                }
-            }
-            _ => None,
-        };
-        if self.hypervisors.get(&ObjectRef::new(&hello.node)).is_none() {
-            return Err(Status::failed_precondition(format!(
-                "no Hypervisor named {} (yet): the coordinator takes sessions only for managed nodes; retry",
-                hello.node
-            )));
-        }
+        let hello = first_hello(&mut inbound).await?;
+        let expires = self.admit(&hello, certs.as_deref().map(Vec::as_slice))?;
         // Leadership may have ended while we waited for the Hello.
-        if !*self.leader.borrow() {
-            return Err(Status::unavailable("this coordinator replica is not the leader; retry"));
-        }
+        self.leading()?;
         let (tx, rx) = mpsc::channel(64);
         let opened = self.registry.open(&hello, tx.clone());
         tracing::info!(
@@ -128,44 +83,140 @@ impl AgentService for AgentEndpoint {
             heartbeat_interval: prost_types::Duration::try_from(self.heartbeat).ok(),
         };
         let _ = tx.send(Box::new(CoordinatorMessage { payload: Some(Down::Welcome(welcome)) })).await;
-        let registry = self.registry.clone();
-        let silence = self.heartbeat * 3;
-        let node = hello.node;
-        tokio::spawn(async move {
-            let mut closed = opened.closed;
-            let expiry = async move {
-                match expires {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::pin!(expiry);
-            let why = loop {
-                tokio::select! {
-                    // An expired certificate wins over a message ready at the same time.
-                    biased;
-                    _ = &mut closed => break "replaced by a newer session".to_string(),
-                    () = &mut expiry => break "its client certificate expired".to_string(),
-                    msg = tokio::time::timeout(silence, inbound.message()) => match msg {
-                        Err(_) => break format!("silent for {}s", silence.as_secs()),
-                        Ok(Ok(None)) => break "closed by the agent".to_string(),
-                        Ok(Err(status)) => break format!("broken: {}", status.message()),
-                        Ok(Ok(Some(m))) => {
-                            let Some(seq) = registry.receive(&node, opened.id, m) else {
-                                break "replaced by a newer session".to_string();
-                            };
-                            let ack = CoordinatorMessage { payload: Some(Down::Ack(Ack { seq })) };
-                            if tx.send(Box::new(ack)).await.is_err() {
-                                break "the agent stopped reading".to_string();
-                            }
-                        }
-                    },
-                }
-            };
-            registry.close(&node, opened.id);
-            tracing::info!(node = %node, session = opened.id, reason = %why, "agent session ended");
-        });
+        let session = Session {
+            registry: self.registry.clone(),
+            node: hello.node,
+            id: opened.id,
+            silence: self.heartbeat * 3,
+            expires,
+            tx,
+        };
+        tokio::spawn(session.pump(inbound, opened.closed));
         Ok(Response::new(futures_util::StreamExt::map(ReceiverStream::new(rx), unbox as Unbox)))
+    }
+}
+
+impl AgentEndpoint {
+    fn leading(&self) -> Result<(), Status> {
+        if *self.leader.borrow() {
+            Ok(())
+        } else {
+            Err(Status::unavailable("this coordinator replica is not the leader; retry"))
+        }
+    }
+
+    /// A session for `hello` is taken only for a managed node its
+    /// certificate names, while the certificate is valid; it ends when the
+    /// certificate does (the returned instant; None without mutual TLS).
+    fn admit(
+        &self,
+        hello: &hv_proto::v1::Hello,
+        certs: Option<&[CertificateDer<'static>]>,
+    ) -> Result<Option<tokio::time::Instant>, Status> {
+        if !valid_node_name(&hello.node) {
+            let shown = crate::api::bounded(&hello.node, 64);
+            return Err(Status::invalid_argument(format!("Hello names an invalid node {shown:?}")));
+        }
+        let expires = match &self.trust_domain {
+            Some(td) => Some(self.certificate_admits(certs, td, &hello.node)?),
+            None => None,
+        };
+        if self.hypervisors.get(&ObjectRef::new(&hello.node)).is_none() {
+            return Err(Status::failed_precondition(format!(
+                "no Hypervisor named {} (yet): the coordinator takes sessions only for managed nodes; retry",
+                hello.node
+            )));
+        }
+        Ok(expires)
+    }
+
+    /// The certificate names `node` and is still valid: when the session
+    /// must end. A certificate is checked at the handshake, and a
+    /// connection may outlive it: each session is checked again.
+    fn certificate_admits(
+        &self,
+        certs: Option<&[CertificateDer<'static>]>,
+        trust_domain: &str,
+        node: &str,
+    ) -> Result<tokio::time::Instant, Status> {
+        if let Err(shown) = certificate_speaks_for(certs, trust_domain, node) {
+            self.sessions.refused();
+            tracing::warn!(node = %node, presented = %shown, "refused an agent session: its certificate does not name the node");
+            return Err(Status::permission_denied(format!(
+                "Hello names node {node} but the client showed {shown}"
+            )));
+        }
+        let leaf = certs.and_then(|c| c.first());
+        match session_end(leaf.and_then(hv_tls::not_after), std::time::SystemTime::now(), node) {
+            Ok(end) => Ok(until_instant(end)),
+            Err(why) => {
+                self.sessions.refused();
+                tracing::warn!(node = %node, reason = %why, "refused an agent session: its certificate is no longer valid");
+                Err(Status::permission_denied(format!("the client showed {why}")))
+            }
+        }
+    }
+}
+
+/// The agent's first message, which must be its Hello, within 10 s.
+async fn first_hello(inbound: &mut Streaming<AgentMessage>) -> Result<hv_proto::v1::Hello, Status> {
+    let first = tokio::time::timeout(Duration::from_secs(10), inbound.message())
+        .await
+        .map_err(|_| Status::deadline_exceeded("no Hello within 10s"))??;
+    match first.and_then(|m| m.payload) {
+        Some(Payload::Hello(h)) => Ok(h),
+        _ => Err(Status::invalid_argument("the first message must be Hello")),
+    }
+}
+
+/// One open session: the agent's messages into the registry, each acked.
+struct Session {
+    registry: Arc<Registry>,
+    node: String,
+    id: u64,
+    silence: Duration,
+    expires: Option<tokio::time::Instant>,
+    tx: mpsc::Sender<Box<CoordinatorMessage>>,
+}
+
+impl Session {
+    async fn pump(
+        self,
+        mut inbound: Streaming<AgentMessage>,
+        mut closed: tokio::sync::oneshot::Receiver<()>,
+    ) {
+        let expires = self.expires;
+        let expiry = async move {
+            match expires {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(expiry);
+        let why = loop {
+            tokio::select! {
+                // An expired certificate wins over a message ready at the same time.
+                biased;
+                _ = &mut closed => break "replaced by a newer session".to_string(),
+                () = &mut expiry => break "its client certificate expired".to_string(),
+                msg = tokio::time::timeout(self.silence, inbound.message()) => match msg {
+                    Err(_) => break format!("silent for {}s", self.silence.as_secs()),
+                    Ok(Ok(None)) => break "closed by the agent".to_string(),
+                    Ok(Err(status)) => break format!("broken: {}", status.message()),
+                    Ok(Ok(Some(m))) => {
+                        let Some(seq) = self.registry.receive(&self.node, self.id, m) else {
+                            break "replaced by a newer session".to_string();
+                        };
+                        let ack = CoordinatorMessage { payload: Some(Down::Ack(Ack { seq })) };
+                        if self.tx.send(Box::new(ack)).await.is_err() {
+                            break "the agent stopped reading".to_string();
+                        }
+                    }
+                },
+            }
+        };
+        self.registry.close(&self.node, self.id);
+        tracing::info!(node = %self.node, session = self.id, reason = %why, "agent session ended");
     }
 }
 

@@ -27,7 +27,7 @@ use tonic_health::server::HealthReporter;
 
 pub use agent_service::AgentEndpoint;
 pub use fleet_service::FleetEndpoint;
-pub use registry::{AgentView, Registry};
+pub use registry::Registry;
 
 /// Per-node health in `grpc.health.v1`, under `node/<name>`.
 #[derive(Clone)]

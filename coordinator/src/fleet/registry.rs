@@ -26,8 +26,9 @@ use hv_proto::v1::{
 use jiff::Timestamp;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::api::bounded;
 use crate::api::hypervisor::{CheckResultStatus, MachineStatus};
-use crate::health::{self, Signal};
+use crate::health::{self, AgentView, Signal};
 use crate::lifecycle;
 
 /// The messages waiting for one agent's stream. Boxed: the channel keeps
@@ -41,18 +42,6 @@ pub const MAX_CHECKS: usize = 64;
 pub const MAX_MESSAGE: usize = 1024;
 /// Longest short string kept (names, versions, host names).
 pub const MAX_SHORT: usize = 253;
-
-/// `s` cut to at most `max` bytes, at a character boundary.
-pub fn bounded(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
-}
 
 /// Most Ceph client IPs kept of one report.
 pub const MAX_CEPH_IPS: usize = 8;
@@ -79,31 +68,6 @@ pub fn machine(f: &HostFacts) -> MachineStatus {
     ips.dedup();
     ips.truncate(MAX_CEPH_IPS);
     MachineStatus { system_uuid: is_uuid.then_some(uuid), ceph_addresses: ips }
-}
-
-/// The agent's side of a node, as the lifecycle and the SRE surface see it.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct AgentView {
-    pub connected: bool,
-    pub agent_version: String,
-    pub last_seen: Option<Timestamp>,
-    /// Since when the current session, or the disconnection, lasts.
-    pub since: Option<Timestamp>,
-    pub libvirt_version: Option<String>,
-    pub hypervisor_version: Option<String>,
-    /// The host name the agent reports (libvirt's, else the kernel's).
-    pub hostname: Option<String>,
-    pub checks: Option<lifecycle::CheckReport>,
-    /// metadata.uid of the Hypervisor whose run `checks` answers: a report
-    /// for a Hypervisor since deleted and created anew is not this one's.
-    pub checks_hypervisor: String,
-    /// Messages the agent had to drop from its outbox (from heartbeats).
-    pub dropped: u64,
-    pub domains: Option<u32>,
-    /// The agent's health signals that hold.
-    pub signals: Vec<Signal>,
-    /// What its last facts say of the machine (None: no facts yet).
-    pub machine: Option<MachineStatus>,
 }
 
 struct Live {

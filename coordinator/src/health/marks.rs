@@ -1,16 +1,15 @@
 //! The marks the coordinator keeps on a hypervisor's Node, so that
 //! Kubernetes-side tooling can select healthy hypervisors without asking
-//! the coordinator: the label [`SCHEDULABLE`] while the host is judged
-//! Healthy, and the annotation [`HEARTBEAT`] with the time the agent was
+//! the coordinator: the label [`SCHEDULABLE_LABEL`] while the host is judged
+//! Healthy, and the annotation [`HEARTBEAT_ANNOTATION`] with the time the agent was
 //! last heard from, written at most every [`HEARTBEAT_EVERY`] (a Node write
 //! per agent heartbeat would load the API server for nothing).
 
+use crate::api::keys::{HEARTBEAT_ANNOTATION, SCHEDULABLE_LABEL};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
 use serde_json::{Map, Value, json};
 
-pub const SCHEDULABLE: &str = "hypervisor.cloud.sap/schedulable";
-pub const HEARTBEAT: &str = "hypervisor.cloud.sap/heartbeat";
 pub const HEARTBEAT_EVERY: SignedDuration = SignedDuration::from_secs(60);
 
 /// The marks as the Node carries them.
@@ -24,8 +23,8 @@ pub fn of(node: &Node) -> Marks {
     let labels = node.metadata.labels.as_ref();
     let annotations = node.metadata.annotations.as_ref();
     Marks {
-        schedulable: labels.and_then(|l| l.get(SCHEDULABLE)).is_some_and(|v| v == "true"),
-        heartbeat: annotations.and_then(|a| a.get(HEARTBEAT)).and_then(|v| v.parse().ok()),
+        schedulable: labels.and_then(|l| l.get(SCHEDULABLE_LABEL)).is_some_and(|v| v == "true"),
+        heartbeat: annotations.and_then(|a| a.get(HEARTBEAT_ANNOTATION)).and_then(|v| v.parse().ok()),
     }
 }
 
@@ -34,14 +33,14 @@ pub fn of(node: &Node) -> Marks {
 pub fn patch(now: &Marks, healthy: bool, last_heard: Option<Timestamp>) -> Option<Value> {
     let mut labels = Map::new();
     if now.schedulable != healthy {
-        labels.insert(SCHEDULABLE.into(), if healthy { json!("true") } else { Value::Null });
+        labels.insert(SCHEDULABLE_LABEL.into(), if healthy { json!("true") } else { Value::Null });
     }
     let mut annotations = Map::new();
     if let Some(heard) = last_heard {
         let stale = now.heartbeat.is_none_or(|t| heard.duration_since(t) >= HEARTBEAT_EVERY);
         if stale {
             let at = heard.round(jiff::Unit::Second).unwrap_or(heard);
-            annotations.insert(HEARTBEAT.into(), json!(at.to_string()));
+            annotations.insert(HEARTBEAT_ANNOTATION.into(), json!(at.to_string()));
         }
     }
     metadata_patch(labels, annotations)
@@ -76,15 +75,15 @@ mod tests {
     fn the_label_follows_health_and_the_heartbeat_is_written_once_a_minute() {
         let none = Marks::default();
         let p = patch(&none, true, Some(at(0))).unwrap_or_default();
-        assert_eq!(p["metadata"]["labels"][SCHEDULABLE], "true");
-        assert_eq!(p["metadata"]["annotations"][HEARTBEAT], at(0).to_string());
+        assert_eq!(p["metadata"]["labels"][SCHEDULABLE_LABEL], "true");
+        assert_eq!(p["metadata"]["annotations"][HEARTBEAT_ANNOTATION], at(0).to_string());
         let marked = Marks { schedulable: true, heartbeat: Some(at(0)) };
         assert_eq!(patch(&marked, true, Some(at(59))), None, "within the minute: nothing to write");
         let p = patch(&marked, true, Some(at(60))).unwrap_or_default();
         assert!(p["metadata"].get("labels").is_none());
-        assert_eq!(p["metadata"]["annotations"][HEARTBEAT], at(60).to_string());
+        assert_eq!(p["metadata"]["annotations"][HEARTBEAT_ANNOTATION], at(60).to_string());
         let p = patch(&marked, false, None).unwrap_or_default();
-        assert_eq!(p["metadata"]["labels"][SCHEDULABLE], Value::Null, "not Healthy: the label goes");
+        assert_eq!(p["metadata"]["labels"][SCHEDULABLE_LABEL], Value::Null, "not Healthy: the label goes");
         assert!(p["metadata"].get("annotations").is_none(), "no agent heard: the last time stays");
         assert_eq!(patch(&Marks::default(), false, None), None);
     }
@@ -92,11 +91,11 @@ mod tests {
     #[test]
     fn marks_are_read_back_from_the_node() {
         let node: Node = serde_json::from_value(json!({"metadata": {"name": "n",
-            "labels": {SCHEDULABLE: "true"}, "annotations": {HEARTBEAT: at(5).to_string()}}}))
+            "labels": {SCHEDULABLE_LABEL: "true"}, "annotations": {HEARTBEAT_ANNOTATION: at(5).to_string()}}}))
         .unwrap_or_default();
         assert_eq!(of(&node), Marks { schedulable: true, heartbeat: Some(at(5)) });
         let garbage: Node = serde_json::from_value(json!({"metadata": {"name": "n",
-            "labels": {SCHEDULABLE: "yes"}, "annotations": {HEARTBEAT: "yesterday"}}}))
+            "labels": {SCHEDULABLE_LABEL: "yes"}, "annotations": {HEARTBEAT_ANNOTATION: "yesterday"}}}))
         .unwrap_or_default();
         assert_eq!(of(&garbage), Marks::default(), "only our own values count");
     }

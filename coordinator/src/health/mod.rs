@@ -14,4 +14,5 @@ pub use model::{
     AgentSource, Assessment, HealthPolicy, NodeSource, NovaSource, OwnView, PowerSource, Sources, assess,
     next_status,
 };
+pub use observe::AgentView;
 pub use signal::{Severity, Signal};

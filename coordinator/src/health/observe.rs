@@ -1,15 +1,41 @@
 //! The health model's inputs from what a reconcile observed: the agent's
 //! session, the Node, Nova's view. Pure.
 
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 
 use super::model::{AgentSource, NodeSource, NovaSource, OwnView};
-use crate::api::hypervisor::{HealthState, HealthStatus};
+use crate::api::hypervisor::{HealthState, HealthStatus, MachineStatus};
 use crate::api::{ConditionStatus, ConditionType};
-use crate::fleet::AgentView;
 use crate::lifecycle::{DesiredCondition, NovaObs, ServiceState};
 
+use super::Signal;
 use super::model::Assessment;
+
+/// The agent's side of a node, as the lifecycle and the SRE surface see it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AgentView {
+    pub connected: bool,
+    pub agent_version: String,
+    pub last_seen: Option<Timestamp>,
+    /// Since when the current session, or the disconnection, lasts.
+    pub since: Option<Timestamp>,
+    pub libvirt_version: Option<String>,
+    pub hypervisor_version: Option<String>,
+    /// The host name the agent reports (libvirt's, else the kernel's).
+    pub hostname: Option<String>,
+    pub checks: Option<crate::lifecycle::CheckReport>,
+    /// metadata.uid of the Hypervisor whose run `checks` answers: a report
+    /// for a Hypervisor since deleted and created anew is not this one's.
+    pub checks_hypervisor: String,
+    /// Messages the agent had to drop from its outbox (from heartbeats).
+    pub dropped: u64,
+    pub domains: Option<u32>,
+    /// The agent's health signals that hold.
+    pub signals: Vec<Signal>,
+    /// What its last facts say of the machine (None: no facts yet).
+    pub machine: Option<MachineStatus>,
+}
 
 pub fn agent_source(a: &AgentView) -> AgentSource {
     if a.connected { AgentSource::Connected } else { AgentSource::Gone { since: a.since } }

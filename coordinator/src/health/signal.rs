@@ -46,7 +46,7 @@ pub fn kind_name(kind: i32) -> String {
 /// know is a warning: nothing is done on what is not understood. Subject and evidence
 /// are cut to bounds (an agent is authenticated, not trusted to be small).
 pub fn apply(s: &HealthSignal, now: Timestamp) -> (Key, Option<Signal>) {
-    let subject = crate::fleet::registry::bounded(&s.subject, 128);
+    let subject = crate::api::bounded(&s.subject, 128);
     let key = (s.kind, subject.clone());
     if !s.active {
         return (key, None);
@@ -64,7 +64,7 @@ pub fn apply(s: &HealthSignal, now: Timestamp) -> (Key, Option<Signal>) {
         kind: kind_name(s.kind),
         subject,
         severity,
-        evidence: crate::fleet::registry::bounded(&s.evidence, 512),
+        evidence: crate::api::bounded(&s.evidence, 512),
         since: now,
         refreshed: now,
     };

@@ -30,20 +30,20 @@ use super::{FIELD_MANAGER, Gate, write};
 use crate::api::condition::{DesiredCondition, merge};
 use crate::api::eviction::{EvictionPhase, EvictionStatus, MigrationPolicy, VmState, VmStatus};
 use crate::api::hypervisor::FenceStep;
+use crate::api::keys::EVICTION_FINALIZER;
 use crate::api::{
     ConditionStatus, ConditionType, Eviction, Hypervisor, Migration, MigrationKind, MigrationPhase,
     MigrationSpec, MigrationStatus,
 };
+use crate::eviction::NovaState;
 use crate::eviction::checks::{self, Refusal, Target};
 use crate::eviction::limit::ClusterLimit;
 use crate::eviction::plan::{self, Action, AttemptObs, Evacuation, Input, Server};
 use crate::eviction::preflight::{named_traits, preflight, with_traits};
 use crate::metrics::{Metrics, tally};
-use crate::nova::servers::{NovaMigration, NovaState};
+use crate::nova::servers::NovaMigration;
 use crate::nova::{Nova, NovaError};
 
-/// Keeps a deleted Eviction until its in-flight migrations are aborted.
-pub const FINALIZER: &str = "hypervisor.cloud.sap/eviction";
 /// Before the caches are synced nothing is decided: missing is not absent.
 const CACHE_WAIT: Duration = Duration::from_millis(500);
 /// Look at a moving eviction this often, counted from one look's start to
@@ -97,7 +97,7 @@ pub struct EvictionContext {
     /// When each attempt in flight last had its progress read, by
     /// Migration name.
     pub progress_reads: Paced,
-    /// This install's name (`nodes::INSTANCE_LABEL`): an Eviction of
+    /// This install's name (`crate::api::keys::INSTANCE_LABEL`): an Eviction of
     /// another install's Hypervisor is left to it.
     pub instance: String,
 }
@@ -142,7 +142,7 @@ impl Paced {
 
 /// What the host's fencing means for an eviction.
 #[derive(Clone, Debug, PartialEq)]
-enum Fence {
+enum FenceState {
     /// Not fenced: VMs are migrated.
     None,
     /// Being fenced: nothing new starts. A live migration off a dying host
@@ -225,7 +225,7 @@ async fn ours(ctx: &EvictionContext, ev: &Eviction) -> Result<bool, Error> {
 /// server (a lagging cache would start a live migration off a host just
 /// fenced) until the eviction has seen it fenced; from then on it evacuates
 /// whatever becomes of the record.
-async fn fence(ctx: &EvictionContext, ev: &Eviction) -> Result<Fence, Error> {
+async fn fence(ctx: &EvictionContext, ev: &Eviction) -> Result<FenceState, Error> {
     let status = status_of(ev);
     let name = &ev.spec.hypervisor;
     let hv = if status.evacuating {
@@ -242,27 +242,27 @@ async fn fence(ctx: &EvictionContext, ev: &Eviction) -> Result<Fence, Error> {
         powered_off: fencing.is_some_and(|f| f.by_hand || f.confirmed.contains(&FenceStep::PoweredOff)),
     };
     Ok(match fencing {
-        _ if status.evacuating => Fence::Fenced(evacuation(hv.as_ref())),
-        Some(f) if f.fenced.is_some() => Fence::Fenced(evacuation(hv.as_ref())),
-        Some(_) => Fence::Pending(format!(
+        _ if status.evacuating => FenceState::Fenced(evacuation(hv.as_ref())),
+        Some(f) if f.fenced.is_some() => FenceState::Fenced(evacuation(hv.as_ref())),
+        Some(_) => FenceState::Pending(format!(
             "{name} is being fenced: nothing new starts until it is (its servers are then evacuated)"
         )),
-        None => Fence::None,
+        None => FenceState::None,
     })
 }
 
 /// The `HostFenced` condition that says what the fencing does to this
 /// eviction; None when the host is not fenced.
-fn fence_condition(fence: &Fence) -> Option<DesiredCondition> {
+fn fence_condition(fence: &FenceState) -> Option<DesiredCondition> {
     match fence {
-        Fence::None => None,
-        Fence::Pending(why) => Some(DesiredCondition::new(
+        FenceState::None => None,
+        FenceState::Pending(why) => Some(DesiredCondition::new(
             ConditionType::HostFenced,
             ConditionStatus::False,
             "FencingUnderWay",
             why.clone(),
         )),
-        Fence::Fenced(_) => Some(DesiredCondition::new(
+        FenceState::Fenced(_) => Some(DesiredCondition::new(
             ConditionType::HostFenced,
             ConditionStatus::True,
             "Evacuating",
@@ -299,13 +299,15 @@ async fn hold_or_release(
     let phase = status.phase.unwrap_or_default();
     let deleting = ev.metadata.deletion_timestamp.is_some();
     if !phase.is_final() {
-        if !deleting && let Some(held) = write::finalizer(&api(ctx), ev.as_ref(), FINALIZER, true).await? {
+        if !deleting
+            && let Some(held) = write::finalizer(&api(ctx), ev.as_ref(), EVICTION_FINALIZER, true).await?
+        {
             return Ok(Ok(Arc::new(held)));
         }
         return Ok(Ok(ev));
     }
     ctx.limit.release(&ev.name_any());
-    write::finalizer(&api(ctx), ev.as_ref(), FINALIZER, false).await?;
+    write::finalizer(&api(ctx), ev.as_ref(), EVICTION_FINALIZER, false).await?;
     let rerun = !deleting
         && phase == EvictionPhase::Failed
         && preflight_failed(&status)
@@ -406,12 +408,12 @@ async fn run_preflight(
     ctx: &EvictionContext,
     ev: &Eviction,
     source: &str,
-    fence: &Fence,
+    fence: &FenceState,
     now: Timestamp,
 ) -> Result<Requeue, Error> {
     // Judged once the host's fate is known: a fenced host's findings do
     // not stop its eviction, a live one's do.
-    if let Some(c) = fence_condition(fence).filter(|_| matches!(fence, Fence::Pending(_))) {
+    if let Some(c) = fence_condition(fence).filter(|_| matches!(fence, FenceState::Pending(_))) {
         let mut s = status_of(ev);
         s.conditions = merge(&s.conditions, &[c], now, ev.metadata.generation);
         record(ctx, ev, s).await?;
@@ -435,7 +437,7 @@ async fn run_preflight(
     // A fenced host's servers cannot stay where they are: what the
     // preflight finds is said, and each evacuation Nova cannot place fails
     // and is recorded.
-    let evacuating = matches!(fence, Fence::Fenced(_));
+    let evacuating = matches!(fence, FenceState::Fenced(_));
     let passed = report.findings.is_empty() || evacuating;
     let (status, reason, message) = if report.findings.is_empty() {
         tracing::info!(node = %source, summary = %report.summary, "preflight passed");
@@ -497,7 +499,7 @@ async fn wait_disabled(
     ctx: &EvictionContext,
     ev: &Eviction,
     source: &str,
-    fence: &Fence,
+    fence: &FenceState,
     now: Timestamp,
 ) -> Result<Requeue, Error> {
     let since = status_of(ev).started_at.map_or(now, |t| t.0);
@@ -547,7 +549,7 @@ async fn migrate(
     ctx: &EvictionContext,
     ev: &Eviction,
     source: &str,
-    fence: &Fence,
+    fence: &FenceState,
     now: Timestamp,
     disabled: Option<DesiredCondition>,
 ) -> Result<Requeue, Error> {
@@ -560,9 +562,9 @@ async fn migrate(
     // followed (with defaults for the bad fields), nothing new starts.
     let (mut options, invalid) = checks::sanitized(&ev.spec.options);
     options.default_policy.get_or_insert(ctx.default_policy);
-    let held = deleting || invalid.is_some() || matches!(fence, Fence::Pending(_));
+    let held = deleting || invalid.is_some() || matches!(fence, FenceState::Pending(_));
     let evacuation = match fence {
-        Fence::Fenced(e) => Some(*e),
+        FenceState::Fenced(e) => Some(*e),
         _ => None,
     };
     let input = Input {
@@ -604,7 +606,7 @@ async fn migrate(
         ctx.progress_reads.forget_eviction(&name);
     }
     if deleting && step.phase == EvictionPhase::Cancelled {
-        write::finalizer(&api(ctx), ev, FINALIZER, false).await?;
+        write::finalizer(&api(ctx), ev, EVICTION_FINALIZER, false).await?;
         return Ok(Requeue::await_change());
     }
     let next = if step.phase.is_final() {

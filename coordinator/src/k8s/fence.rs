@@ -15,10 +15,13 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::events::EventType;
 
-use super::hypervisor::{Context, Error, RETRY_ANNOTATION};
+use super::hypervisor::{Context, Error};
 use crate::api::condition::{ConditionStatus, ConditionType, DesiredCondition};
 use crate::api::hypervisor::{FailedFenceStep, FenceStep, FencingStatus, HealthState};
+use crate::api::keys::RETRY_ANNOTATION;
+use crate::api::keys::{BMC_SECRET_LABEL, CLEAR_FENCED_ANNOTATION, CONFIRM_FENCED_ANNOTATION, ZONE_LABEL};
 use crate::api::{Hypervisor, MaintenanceMode};
+use crate::eviction::NovaState;
 use crate::fence::ceph::CephFence;
 use crate::fence::decide::{self, Decision, FencePolicy, Situation};
 use crate::fence::redfish::{Bmc, Redfish};
@@ -26,19 +29,7 @@ use crate::fence::{PowerState, PoweredOff, power_off_confirmed, read_again_if_of
 use crate::fence::{clear, targets};
 use crate::health::PowerSource;
 use crate::lifecycle::ServiceState;
-use crate::nova::servers::NovaState;
 
-/// Annotation an SRE (or `hvctl confirm-fenced`) sets once they made sure
-/// the host is off and cut from its storage, past a step that cannot be
-/// confirmed.
-pub const CONFIRM_ANNOTATION: &str = "hypervisor.cloud.sap/confirm-fenced";
-/// Annotation an SRE (or `hvctl clear-fenced`) sets once the host is
-/// repaired and back: the fence comes off (docs/fencing.md, Recovery).
-pub const CLEAR_ANNOTATION: &str = "hypervisor.cloud.sap/clear-fenced";
-/// Label a Secret needs for its credentials to be sent to a BMC.
-pub const BMC_SECRET_LABEL: &str = "hypervisor.cloud.sap/bmc-credentials";
-/// Node label naming the host's failure domain (its availability zone).
-pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 /// Tries of a step before it stands failed for an SRE.
 pub const ATTEMPTS: u32 = 3;
 /// Prefix of the maintenance reason of a host put into `ha` for being
@@ -49,7 +40,7 @@ pub const EVACUATE_REASON_PREFIX: &str = "hv-fence: ";
 const CLAIM_TTL: Duration = Duration::from_secs(30);
 
 /// What fencing may use, and the fencings this process started moments ago.
-pub struct Fencing {
+pub struct FenceContext {
     pub policy: FencePolicy,
     /// The storage step's means; None: a host that uses Ceph cannot be
     /// fenced past Nova.
@@ -58,7 +49,7 @@ pub struct Fencing {
     pub power_within: Duration,
     /// Where the BMC credentials' Secrets are (the coordinator's namespace).
     pub namespace: String,
-    recent: Mutex<Vec<(String, Instant)>>,
+    claims: super::claims::Claims,
     /// When each host's BMC last confirmed its power off (two reads).
     off: Mutex<BTreeMap<String, Instant>>,
     /// Where the hosts' Ceph clients are: an agent's report outside these
@@ -66,19 +57,19 @@ pub struct Fencing {
     pub ceph_networks: Vec<ipnet::IpNet>,
 }
 
-impl Fencing {
+impl FenceContext {
     pub fn new(
         policy: FencePolicy,
         ceph: Option<CephFence>,
         power_within: Duration,
         namespace: String,
     ) -> Self {
-        Fencing {
+        FenceContext {
             policy,
             ceph,
             power_within,
             namespace,
-            recent: Mutex::new(Vec::new()),
+            claims: super::claims::Claims::new(CLAIM_TTL),
             off: Mutex::new(BTreeMap::new()),
             ceph_networks: Vec::new(),
         }
@@ -86,12 +77,12 @@ impl Fencing {
 
     /// The same, an agent's Ceph addresses taken only within `networks`.
     pub fn with_ceph_networks(self, networks: Vec<ipnet::IpNet>) -> Self {
-        Fencing { ceph_networks: networks, ..self }
+        FenceContext { ceph_networks: networks, ..self }
     }
 }
 
 /// What one reconcile's fencing comes to.
-pub struct Fenced {
+pub struct FenceOutcome {
     pub record: Option<FencingStatus>,
     /// The `Fenced` condition to set; None with no record: none at all.
     pub condition: Option<DesiredCondition>,
@@ -157,13 +148,13 @@ pub async fn run(
     blind: Option<String>,
     evicting: Option<&str>,
     now: Timestamp,
-) -> Fenced {
+) -> FenceOutcome {
     let name = hv.name_any();
     let status = hv.status.clone().unwrap_or_default();
     let mut record = status.fencing.clone();
     let retry = hv.annotations().get(RETRY_ANNOTATION).cloned();
-    let confirm = hv.annotations().get(CONFIRM_ANNOTATION).cloned();
-    let clear = hv.annotations().get(CLEAR_ANNOTATION).cloned();
+    let confirm = hv.annotations().get(CONFIRM_FENCED_ANNOTATION).cloned();
+    let clear = hv.annotations().get(CLEAR_FENCED_ANNOTATION).cloned();
     if let Some(r) = record.as_ref().filter(|r| clear.is_some() && r.handled_clear != clear) {
         return clearing(ctx, hv, host, r, evicting, &status.conditions).await;
     }
@@ -178,7 +169,7 @@ pub async fn run(
     // Neither under way nor Failed: nothing to fence (decide's first rule),
     // and no fleet scan on every reconcile of every healthy host.
     if record.is_none() && health != Some(HealthState::Failed) {
-        return Fenced { record: None, condition: None, again: None, event: None };
+        return FenceOutcome { record: None, condition: None, again: None, event: None };
     }
     let steps = steps_of(hv);
     let serving = in_service(ctx);
@@ -200,7 +191,7 @@ pub async fn run(
     };
     let heartbeat_fresh = situation.heartbeat_age.is_some_and(|a| a < ctx.fencing.policy.fresh_heartbeat);
     let decision = decide::decide(&situation, &ctx.fencing.policy);
-    let mut out = Fenced { record: record.clone(), condition: None, again: None, event: None };
+    let mut out = FenceOutcome { record: record.clone(), condition: None, again: None, event: None };
     match decision {
         Decision::Nothing => {}
         Decision::HeldBack { gate, message } => {
@@ -324,14 +315,14 @@ async fn clearing(
     r: &FencingStatus,
     evicting: Option<&str>,
     conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
-) -> Fenced {
+) -> FenceOutcome {
     let name = hv.name_any();
-    let mut out = Fenced { record: Some(r.clone()), condition: None, again: None, event: None };
+    let mut out = FenceOutcome { record: Some(r.clone()), condition: None, again: None, event: None };
     if !ctx.gate.open() {
         out.again = Some(Duration::from_millis(500));
         return out;
     }
-    let wait = |why: String, out: &mut Fenced| {
+    let wait = |why: String, out: &mut FenceOutcome| {
         let news = !held_already(conditions, "ClearWaiting");
         out.condition = Some(cond(ConditionStatus::True, "ClearWaiting", &format!("clearing asked: {why}")));
         out.event = news.then(|| ("FencingClearWaiting".to_string(), why));
@@ -598,7 +589,7 @@ fn in_service(ctx: &Context) -> Vec<String> {
         .filter(|h| managed.contains(&h.name_any()))
         .filter(|h| {
             let phase = h.status.as_ref().and_then(|s| s.phase).unwrap_or_default();
-            crate::metrics::AGENT_EXPECTED.contains(&phase)
+            crate::lifecycle::expects_agent(phase)
         })
         .map(|h| h.name_any())
         .collect()
@@ -640,8 +631,8 @@ fn domain_of(
 /// Fencings of other hosts started within the policy's interval: recorded
 /// in their status, or started by this process moments ago.
 fn started_lately(ctx: &Context, name: &str, now: Timestamp) -> usize {
-    let Ok(recent) = ctx.fencing.recent.lock() else { return usize::MAX };
-    lately(recorded_lately(ctx, name, now), &recent, name)
+    let recorded = recorded_lately(ctx, name, now);
+    ctx.fencing.claims.with(|claimed| lately(recorded, claimed, name))
 }
 
 fn recorded_lately(ctx: &Context, name: &str, now: Timestamp) -> Vec<String> {
@@ -661,10 +652,8 @@ fn recorded_lately(ctx: &Context, name: &str, now: Timestamp) -> Vec<String> {
         .collect()
 }
 
-fn lately(mut hosts: Vec<String>, recent: &[(String, Instant)], name: &str) -> usize {
-    hosts.extend(
-        recent.iter().filter(|(n, at)| n != name && at.elapsed() < CLAIM_TTL).map(|(n, _)| n.clone()),
-    );
+fn lately(mut hosts: Vec<String>, claimed: &super::claims::Live<'_>, name: &str) -> usize {
+    hosts.extend(claimed.names().filter(|n| *n != name).map(str::to_string));
     hosts.sort();
     hosts.dedup();
     hosts.len()
@@ -675,17 +664,17 @@ fn lately(mut hosts: Vec<String>, recent: &[(String, Instant)], name: &str) -> u
 /// the last place.
 fn claim(ctx: &Context, name: &str) -> bool {
     let recorded = recorded_lately(ctx, name, Timestamp::now());
-    let Ok(mut recent) = ctx.fencing.recent.lock() else { return false };
-    recent.retain(|(_, at)| at.elapsed() < CLAIM_TTL);
-    if lately(recorded, &recent, name) >= ctx.fencing.policy.max_started {
-        return false;
-    }
-    recent.push((name.to_string(), Instant::now()));
-    true
+    ctx.fencing.claims.with(|claimed| {
+        if lately(recorded, claimed, name) >= ctx.fencing.policy.max_started {
+            return false;
+        }
+        claimed.claim(name);
+        true
+    })
 }
 
 /// Publishes a fencing Event on the Hypervisor.
-pub async fn tell(ctx: &Context, hv: &Hypervisor, fenced: &Fenced) {
+pub async fn tell(ctx: &Context, hv: &Hypervisor, fenced: &FenceOutcome) {
     if let Some((reason, note)) = &fenced.event {
         tracing::warn!(node = %hv.name_any(), reason = %reason, "{note}");
         let reference = kube::Resource::object_ref(hv, &());
@@ -698,7 +687,7 @@ pub async fn tell(ctx: &Context, hv: &Hypervisor, fenced: &Fenced) {
 /// fence and nothing recorded: no gate holds anything back).
 pub fn record(
     status: &mut crate::api::HypervisorStatus,
-    fenced: &Fenced,
+    fenced: &FenceOutcome,
     now: Timestamp,
     generation: Option<i64>,
 ) {

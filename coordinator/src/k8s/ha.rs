@@ -2,8 +2,7 @@
 //! put into `ha` maintenance under its limit (counted, and the spec
 //! written), and the gate on disabling hosts for being unseen.
 
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube::api::Api;
 use kube::runtime::events::EventType;
@@ -23,18 +22,12 @@ const CLAIM_TTL: Duration = Duration::from_secs(30);
 pub struct HaClaims {
     limit: usize,
     unseen_max_share: u8,
-    recent: Mutex<Vec<(String, Instant)>>,
+    claims: super::claims::Claims,
 }
 
 impl HaClaims {
     pub fn new(limit: usize, unseen_max_share: u8) -> Self {
-        HaClaims { limit, unseen_max_share, recent: Mutex::new(Vec::new()) }
-    }
-
-    fn forget(&self, name: &str) {
-        if let Ok(mut recent) = self.recent.lock() {
-            recent.retain(|(n, _)| n != name);
-        }
+        HaClaims { limit, unseen_max_share, claims: super::claims::Claims::new(CLAIM_TTL) }
     }
 }
 
@@ -47,7 +40,7 @@ fn managed(ctx: &Context) -> Vec<std::sync::Arc<Hypervisor>> {
 
 /// Hosts other than `name` in `ha` maintenance set for health, until an
 /// SRE clears it (a host waiting in Maintenance for its repair counts).
-fn in_flight(ctx: &Context, name: &str, recent: &[(String, Instant)]) -> usize {
+fn in_flight(ctx: &Context, name: &str, claimed: &super::claims::Live<'_>) -> usize {
     let mut hosts: Vec<String> = managed(ctx)
         .iter()
         .filter(|h| h.spec.maintenance == MaintenanceMode::Ha)
@@ -55,7 +48,7 @@ fn in_flight(ctx: &Context, name: &str, recent: &[(String, Instant)]) -> usize {
         .filter(|h| h.status.as_ref().and_then(|s| s.phase) != Some(Phase::Decommissioned))
         .map(|h| h.name_any())
         .collect();
-    hosts.extend(recent.iter().map(|(n, _)| n.clone()));
+    hosts.extend(claimed.names().map(str::to_string));
     hosts.sort();
     hosts.dedup();
     hosts.iter().filter(|h| *h != name).count()
@@ -75,15 +68,13 @@ pub async fn respond(
     let host = respond::Host { name, phase, maintenance: hv.spec.maintenance, terminating, health };
     // Counted and claimed under one lock, so two reconciles cannot both
     // take the last place.
-    let response = {
-        let Ok(mut recent) = ctx.ha.recent.lock() else { return Ok(hv) };
-        recent.retain(|(_, at)| at.elapsed() < CLAIM_TTL);
-        let r = respond::respond(&host, || in_flight(ctx, name, &recent), ctx.ha.limit);
+    let response = ctx.ha.claims.with(|claimed| {
+        let r = respond::respond(&host, || in_flight(ctx, name, claimed), ctx.ha.limit);
         if matches!(r, Response::Maintain { .. }) {
-            recent.push((name.to_string(), Instant::now()));
+            claimed.claim(name);
         }
         r
-    };
+    });
     let reference = hv.object_ref(&());
     match response {
         Response::Nothing => Ok(hv),
@@ -99,13 +90,13 @@ pub async fn respond(
             {
                 // The object changed since it was read: decide again on fresh data.
                 Err(kube::Error::Api(e)) if e.code == 409 || e.code == 422 => {
-                    ctx.ha.forget(name);
+                    ctx.ha.claims.forget(name);
                     Err(kube::Error::Api(e).into())
                 }
                 // Anything else must not stop the host's lifecycle: told, and
                 // tried again at the next reconcile.
                 Err(e) => {
-                    ctx.ha.forget(name);
+                    ctx.ha.claims.forget(name);
                     let note = format!("could not set spec.maintenance to ha ({reason}): {e}");
                     tracing::warn!(node = %name, error = %e, "could not set ha maintenance");
                     super::hypervisor::publish(

@@ -22,10 +22,12 @@ use super::{Gate, write};
 use crate::api::condition::merge;
 use crate::api::eviction::EvictionOptions;
 use crate::api::hypervisor::{HealthState, HealthStatus};
+use crate::api::keys::{HYPERVISOR_FINALIZER, RETRY_ANNOTATION};
 use crate::api::{Eviction, EvictionSpec, Hypervisor, HypervisorStatus, Phase};
-use crate::fence::decide::Gate as FenceGate;
+use crate::fence::decide::FenceHold;
 use crate::fleet::fleet_service::to_proto;
-use crate::fleet::{AgentView, Health, Registry};
+use crate::fleet::{Health, Registry};
+use crate::health::AgentView;
 use crate::health::{self, HealthPolicy, NodeSource};
 use crate::lifecycle::{
     self, Action, AgentObs, Decision, EvictionObs, Input, NodeObs, NovaObs, Observations, Policy,
@@ -33,17 +35,8 @@ use crate::lifecycle::{
 use crate::nova::Nova;
 use crate::nova::view::{FleetView, may_reuse_own, may_share};
 
-/// Annotation an SRE (or `hvctl retry`) sets to a new value to retry an
-/// Aborted node.
-pub const RETRY_ANNOTATION: &str = "hypervisor.cloud.sap/retry";
-/// Node annotation by which an update tool asks for the host to be emptied
-/// (`auto` maintenance); removed once the update is done (docs/drain.md).
-pub const MAINTENANCE_REQUIRED_ANNOTATION: &str = "hypervisor.cloud.sap/maintenance-required";
 /// Field manager of every write this controller makes.
 pub const FIELD_MANAGER: &str = "hv-coordinator";
-/// Holds a Hypervisor's deletion while VMs may depend on its host
-/// ([`lifecycle::deletion`]).
-pub const FINALIZER: &str = "hypervisor.cloud.sap/in-service";
 
 /// Longest a reconcile waits in its turn for the caches to be whole before
 /// it is asked again.
@@ -88,7 +81,7 @@ pub struct Context {
     /// Hosts put into `ha` maintenance for health, and how many may be.
     pub ha: super::ha::HaClaims,
     /// What fencing a Failed host may use, and its limits.
-    pub fencing: super::fence::Fencing,
+    pub fencing: super::fence::FenceContext,
     /// Hosts are judged from this time on: a new leader starts with no
     /// session and no signal, and the agents need a moment to come back.
     pub judging_from: Timestamp,
@@ -101,9 +94,9 @@ pub struct Context {
     /// them (docs/drain.md).
     pub node_locks: Vec<String>,
     /// The pods a drain must not take while the host needs them, cached:
-    /// they carry `drain::POD_EVICTABLE` as their host's marks say
+    /// they carry `crate::api::keys::POD_EVICTABLE_LABEL` as their host's marks say
     /// (docs/drain.md).
-    pub pods: crate::drain::pods::ProtectedPods,
+    pub pods: crate::k8s::protected_pods::ProtectedPods,
     /// How many hosts updates may hold at once (docs/drain.md).
     pub updates: Arc<super::updates::UpdateLimit>,
     /// Evictions to reconcile now: one waiting for its host to stop taking
@@ -175,7 +168,7 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     });
     if let Some(Ok(())) = deletion {
         tracing::info!("Hypervisor deleted; nothing in Nova depends on its host");
-        write::finalizer(&api(&ctx), hv.as_ref(), FINALIZER, false).await?;
+        write::finalizer(&api(&ctx), hv.as_ref(), HYPERVISOR_FINALIZER, false).await?;
         return Ok(Requeue::await_change());
     }
     let now = Timestamp::now();
@@ -226,7 +219,7 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     let starts = status.fencing.is_none() && fenced.record.is_some();
     let ripens = status.fencing.is_none()
         && health_now == Some(HealthState::Failed)
-        && fenced.condition.as_ref().is_some_and(|c| c.reason == FenceGate::FreshHeartbeat.reason());
+        && fenced.condition.as_ref().is_some_and(|c| c.reason == FenceHold::FreshHeartbeat.reason());
     if starts || ripens {
         // The verdict goes with it (a Failed host says so at once).
         let mut early = status.clone();
@@ -413,7 +406,11 @@ fn frees(
     // Without a Node there is nothing to mark (`mark_locks`).
     ctx.nodes.get(&ObjectRef::new(name)).is_some_and(|node| {
         crate::drain::locks::of(&node).evictable != Some(true)
-            || ctx.pods.on_node(name).iter().any(|p| crate::drain::pods::relabel(p, Some(true)).is_some())
+            || ctx
+                .pods
+                .on_node(name)
+                .iter()
+                .any(|p| crate::k8s::protected_pods::relabel(p, Some(true)).is_some())
     })
 }
 
@@ -438,7 +435,7 @@ async fn tell_health(
 /// Our finalizer on the Hypervisor, so that its deletion waits for its host
 /// ([`lifecycle::deletion`]); answers the object as it now is.
 async fn hold(ctx: &Context, hv: Arc<Hypervisor>) -> Result<Arc<Hypervisor>, Error> {
-    Ok(match write::finalizer(&api(ctx), hv.as_ref(), FINALIZER, true).await? {
+    Ok(match write::finalizer(&api(ctx), hv.as_ref(), HYPERVISOR_FINALIZER, true).await? {
         Some(updated) => Arc::new(updated),
         None => hv,
     })
@@ -515,7 +512,7 @@ async fn observe(
         health: None,
         update_wait: ctx.updates.wait(name, phase, &hv.spec, node, true),
     };
-    let judged = crate::metrics::AGENT_EXPECTED.contains(&phase);
+    let judged = crate::lifecycle::expects_agent(phase);
     // Not while a new leader settles: no agent is connected yet, and no
     // host is judged then anyway.
     let power = if judged && !agent.connected && !settling {
@@ -561,7 +558,7 @@ fn judge_health(
     phase: Phase,
     now: Timestamp,
 ) -> Verdict {
-    if !crate::metrics::AGENT_EXPECTED.contains(&phase) {
+    if !crate::lifecycle::expects_agent(phase) {
         let why = format!("judged in Testing, Ready, Active and Evicting; the host is {}", phase.as_str());
         return Verdict {
             status: None,
@@ -818,18 +815,19 @@ async fn mark_locks(ctx: &Context, name: &str, want: Option<bool>) {
     }
 }
 
-/// Sets `drain::POD_EVICTABLE` on the Node's protected pods as `evictable`
+/// Sets `crate::api::keys::POD_EVICTABLE_LABEL` on the Node's protected pods as `evictable`
 /// says, where it differs; false when a write failed.
 async fn label_protected_pods(ctx: &Context, node: &str, evictable: Option<bool>) -> bool {
     let mut all = true;
     use k8s_openapi::api::core::v1::Pod;
     for pod in ctx.pods.on_node(node) {
-        let Some(value) = crate::drain::pods::relabel(&pod, evictable) else { continue };
+        let Some(value) = crate::k8s::protected_pods::relabel(&pod, evictable) else { continue };
         let (Some(ns), Some(pod_name)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref())
         else {
             continue;
         };
-        let patch = serde_json::json!({"metadata": {"labels": {crate::drain::POD_EVICTABLE: value}}});
+        let patch =
+            serde_json::json!({"metadata": {"labels": {crate::api::keys::POD_EVICTABLE_LABEL: value}}});
         let api = Api::<Pod>::namespaced(ctx.client.clone(), ns);
         match api.patch(pod_name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await
         {
@@ -856,7 +854,7 @@ pub fn node_obs(n: &Node, signals: &crate::drain::signals::UpdateSignals) -> Nod
         ready: conditions.into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True"),
         cordoned: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
         maintenance_required: signals.ask(n),
-        drain_refused: n.annotations().contains_key(crate::drain::DRAIN_REFUSED),
+        drain_refused: n.annotations().contains_key(crate::api::keys::DRAIN_REFUSED_ANNOTATION),
     }
 }
 

@@ -20,13 +20,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
+use crate::api::keys::LEADER_LABEL;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use tokio::sync::watch;
-
-/// The label the chart's Service selects.
-pub const LABEL: &str = "hypervisor.cloud.sap/leader";
 
 /// This replica's pod label as it last wrote it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,7 +94,7 @@ impl LeaderPod {
     /// Writes the label for `leading` (a merge patch: other labels stay).
     pub async fn write(&self, leading: bool) -> Result<(), kube::Error> {
         let value = if leading { serde_json::json!("true") } else { serde_json::Value::Null };
-        let patch = serde_json::json!({"metadata": {"labels": {LABEL: value}}});
+        let patch = serde_json::json!({"metadata": {"labels": {LEADER_LABEL: value}}});
         self.api.patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
         self.state.set(Label::for_role(leading));
         tracing::info!(pod = %self.name, leading, "pod label written");

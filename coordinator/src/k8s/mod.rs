@@ -9,6 +9,7 @@
 //! ([`trim`]).
 
 pub mod acting;
+pub mod claims;
 pub mod eviction;
 pub mod fence;
 pub mod ha;
@@ -17,11 +18,13 @@ pub mod leader;
 pub mod leader_pod;
 pub mod measured;
 pub mod nodes;
+pub mod protected_pods;
 pub mod status;
 pub mod triggers;
 pub mod trim;
 pub mod turns;
 pub mod updates;
+pub mod webhook;
 pub mod write;
 pub mod write_slots;
 pub mod written;
@@ -45,7 +48,7 @@ use crate::api::eviction::VmState;
 use crate::api::hypervisor::HypervisorSpec;
 use crate::api::{Eviction, Hypervisor, Migration};
 
-pub use hypervisor::{Context, FIELD_MANAGER, Intervals, RETRY_ANNOTATION};
+pub use hypervisor::{Context, FIELD_MANAGER, Intervals};
 pub use nodes::Template;
 
 /// What the agent must check for this node, from its spec (docs/checks.md).
@@ -144,7 +147,7 @@ pub async fn run(
     let (ev_tx, ev_rx) = mpsc::unbounded_channel::<String>();
     let wc = &watch_client;
     let to_ref = |n: String| ObjectRef::<Hypervisor>::new(&n);
-    // This install's Hypervisors only (nodes::INSTANCE_LABEL), those it
+    // This install's Hypervisors only (crate::api::keys::INSTANCE_LABEL), those it
     // managed before installs were named adopted first.
     adopt(&ctx.client, &node_selector, &template.instance).await;
     let ours = watcher::Config::default().labels(&nodes::instance_selector(&template.instance));
@@ -216,7 +219,7 @@ pub async fn run(
         _ = watch_nodes(wc, &ctx, &node_selector, &template, writers.nodes, node_tx) => {}
         _ = watch_evictions(wc, writers.evictions, ev_tx) => {}
         _ = cache_migrations(wc, writers.migrations) => {}
-        _ = crate::drain::pods::free_elsewhere(
+        _ = crate::k8s::protected_pods::free_elsewhere(
             ctx.client.clone(), ctx.pods.clone(), ctx.hypervisors.clone(), ctx.nodes.clone(), ctx.gate.clone(),
         ) => {}
         // Never ends unless the caches cannot sync: a branch that ended

@@ -21,19 +21,12 @@ use kube::{Resource, ResourceExt};
 
 use super::FIELD_MANAGER;
 use crate::api::hypervisor::HypervisorSpec;
+use crate::api::keys::{
+    AGGREGATES_ANNOTATION, INSTANCE_LABEL, NODE_FINALIZER, NOVA_HOST_ANNOTATION, POOLS_ANNOTATION,
+    SKIP_TESTS_ANNOTATION, TRAITS_ANNOTATION,
+};
 use crate::api::{Hypervisor, Phase};
 use crate::lifecycle::{NodeObs, NovaObs};
-
-/// Node annotations read at creation (comma-separated lists).
-pub const AGGREGATES_ANNOTATION: &str = "hypervisor.cloud.sap/aggregates";
-pub const TRAITS_ANNOTATION: &str = "hypervisor.cloud.sap/custom-traits";
-pub const POOLS_ANNOTATION: &str = "hypervisor.cloud.sap/ceph-pools";
-pub const SKIP_TESTS_ANNOTATION: &str = "hypervisor.cloud.sap/skip-tests";
-/// The host name nova-compute registered under, when not the Node name.
-pub const NOVA_HOST_ANNOTATION: &str = "hypervisor.cloud.sap/nova-host";
-
-/// The label naming the coordinator install a Hypervisor belongs to.
-pub const INSTANCE_LABEL: &str = "hypervisor.cloud.sap/instance";
 
 /// The label selector of this install's Hypervisors.
 pub fn instance_selector(instance: &str) -> String {
@@ -173,11 +166,6 @@ pub fn spec_for(node: &Node, template: &Template) -> HypervisorSpec {
     spec.ceph.pools = list(POOLS_ANNOTATION, &template.ceph_pools);
     spec
 }
-
-/// Holds a selected Node's deletion until its host is out of Nova. Without
-/// it the Node would vanish at once, and with it (through the owner
-/// reference) the Hypervisor, before a single VM was moved.
-pub const NODE_FINALIZER: &str = "hypervisor.cloud.sap/decommission";
 
 /// Whether the Hypervisor controller may let a deleted Node go, and if so
 /// whether the Hypervisor must stay as the record (it is orphaned first,

@@ -287,7 +287,7 @@ fn hypervisor_ctx_on(
         policy: Policy::default(),
         health_policy: Default::default(),
         ha: crate::k8s::ha::HaClaims::new(3, 50),
-        fencing: crate::k8s::fence::Fencing::new(
+        fencing: crate::k8s::fence::FenceContext::new(
             Default::default(),
             None,
             Duration::from_secs(60),
@@ -316,7 +316,7 @@ fn hypervisor(phase: Option<Phase>, record: Option<EvictionRef>) -> Arc<Hypervis
     let mut h = Hypervisor::new("node-1", HypervisorSpec::default());
     h.metadata.resource_version = Some("7".into());
     h.metadata.uid = Some("hv-uid".into());
-    h.metadata.finalizers = Some(vec![hypervisor::FINALIZER.into()]);
+    h.metadata.finalizers = Some(vec![crate::api::keys::HYPERVISOR_FINALIZER.into()]);
     let mut st = HypervisorStatus { phase, ..Default::default() };
     st.service_id = Some("svc-1".into());
     st.lifecycle.eviction = record;
@@ -633,7 +633,7 @@ fn an_eviction(status: Option<EvictionStatus>) -> Arc<Eviction> {
     let mut e = Eviction::new("ev", spec);
     e.metadata.resource_version = Some("5".into());
     e.metadata.uid = Some("ev-uid".into());
-    e.metadata.finalizers = Some(vec![eviction::FINALIZER.into()]);
+    e.metadata.finalizers = Some(vec![crate::api::keys::EVICTION_FINALIZER.into()]);
     e.status = status;
     Arc::new(e)
 }
@@ -732,7 +732,7 @@ async fn the_slot_an_attempt_seen_done_frees_is_taken_in_the_same_step() {
     // the server on another host. This very reconcile starts vm-b, not
     // the next one a poll later.
     let asked = Timestamp::now() - jiff::SignedDuration::from_secs(30);
-    let done = nova_migration(41, "vm-a", crate::nova::servers::NovaState::Completed, asked);
+    let done = nova_migration(41, "vm-a", crate::eviction::NovaState::Completed, asked);
     let moved = Server { host: Some("node-2".into()), ..server("vm-a") };
     let t = eviction_ctx_seeing(ev_or_migration, vec![moved, server("vm-b")], vec![done], Ok(()), true, 5);
     let vms = vec![
@@ -758,7 +758,7 @@ async fn the_slot_an_attempt_seen_done_frees_is_taken_in_the_same_step() {
 fn nova_migration(
     id: i64,
     server: &str,
-    status: crate::nova::servers::NovaState,
+    status: crate::eviction::NovaState,
     asked: Timestamp,
 ) -> NovaMigration {
     NovaMigration {
@@ -787,7 +787,7 @@ fn in_flight(id: &str, asked: Timestamp) -> VmStatus {
 
 /// vm-a's attempt in flight, asked 30 s ago, as Nova shows it (`status`),
 /// with the eviction's context.
-fn one_attempt_in_flight(status: crate::nova::servers::NovaState) -> (Ev, Arc<Eviction>) {
+fn one_attempt_in_flight(status: crate::eviction::NovaState) -> (Ev, Arc<Eviction>) {
     let asked = Timestamp::now() - jiff::SignedDuration::from_secs(30);
     let nova = nova_migration(41, "vm-a", status, asked);
     let t = eviction_ctx_seeing(ev_or_migration, vec![server("vm-a")], vec![nova], Ok(()), true, 5);
@@ -800,8 +800,8 @@ async fn a_look_comes_soon_after_an_end_beside_a_running_attempt() {
     // completed and vm-b's still running.
     let asked = Timestamp::now() - jiff::SignedDuration::from_secs(30);
     let seen = vec![
-        nova_migration(41, "vm-a", crate::nova::servers::NovaState::Completed, asked),
-        nova_migration(42, "vm-b", crate::nova::servers::NovaState::Running { live_running: true }, asked),
+        nova_migration(41, "vm-a", crate::eviction::NovaState::Completed, asked),
+        nova_migration(42, "vm-b", crate::eviction::NovaState::Running { live_running: true }, asked),
     ];
     let moved = Server { host: Some("node-2".into()), ..server("vm-a") };
     let t = eviction_ctx_seeing(ev_or_migration, vec![moved, server("vm-b")], seen, Ok(()), true, 5);
@@ -813,7 +813,7 @@ async fn a_look_comes_soon_after_an_end_beside_a_running_attempt() {
 
 #[tokio::test]
 async fn a_running_attempts_progress_is_not_read_again_at_the_next_look() {
-    let (t, ev) = one_attempt_in_flight(crate::nova::servers::NovaState::Running { live_running: true });
+    let (t, ev) = one_attempt_in_flight(crate::eviction::NovaState::Running { live_running: true });
     eviction::reconcile(ev.clone(), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
     eviction::reconcile(ev, t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
     let log = entries(&t.log);
@@ -982,7 +982,7 @@ async fn a_preflight_run_again_after_a_spec_change_waits_for_the_host_from_its_o
 async fn a_migrating_step_says_it_applied_the_spec_it_read() {
     // The spec edited mid-eviction (generation 3, status at 2): the step
     // applies the spec it read, and says so.
-    let (t, ev) = one_attempt_in_flight(crate::nova::servers::NovaState::Running { live_running: true });
+    let (t, ev) = one_attempt_in_flight(crate::eviction::NovaState::Running { live_running: true });
     let mut ev = (*ev).clone();
     ev.metadata.generation = Some(3);
     if let Some(s) = ev.status.as_mut() {
@@ -1104,7 +1104,7 @@ async fn our_finalizer_is_added_and_the_status_written_over_the_version_it_left(
         |m, p| match (m.as_str(), p) {
             ("PATCH", "/apis/hypervisor.cloud.sap/v1alpha1/hypervisors/node-1") => {
                 let mut v = hv_json("node-1", "9");
-                v["metadata"]["finalizers"] = json!([hypervisor::FINALIZER]);
+                v["metadata"]["finalizers"] = json!([crate::api::keys::HYPERVISOR_FINALIZER]);
                 (200, v)
             }
             ("PATCH", _) => (200, hv_json("node-1", "10")),
@@ -1123,7 +1123,7 @@ async fn our_finalizer_is_added_and_the_status_written_over_the_version_it_left(
         .find(|(w, _)| w == "PATCH /apis/hypervisor.cloud.sap/v1alpha1/hypervisors/node-1")
         .cloned()
         .unwrap_or_else(|| panic!("no finalizer patch: {:?}", entries(&t.log)));
-    assert_eq!(patch[1]["value"], json!([hypervisor::FINALIZER]), "{patch}");
+    assert_eq!(patch[1]["value"], json!([crate::api::keys::HYPERVISOR_FINALIZER]), "{patch}");
     let writes = status_writes(&t.bodies);
     assert!(writes.iter().all(|w| w["metadata"]["resourceVersion"] == "9"), "{writes:?}");
 }
@@ -1336,7 +1336,7 @@ async fn the_fleet_view_confirms_a_settled_host_and_leaves_any_change_to_its_own
     let mut emptied = held();
     emptied.status = Some(serde_json::from_value(written["status"].clone()).unwrap());
     let emptied = Arc::new(emptied);
-    let evictable = [(crate::drain::locks::EVICTABLE, "true")];
+    let evictable = [(crate::api::keys::EVICTABLE_LABEL, "true")];
     for (labels, fresh) in [(&[][..], true), (&evictable[..], false)] {
         let t = hypervisor_ctx_on(answer, NovaObs::Registered(empty.clone()), true, vec![], Ok(()), labels);
         *t.fleet.lock().unwrap() = Some(empty.clone());

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::api::condition::merge;
 use crate::api::hypervisor::{AgentStatus, InstancesStatus, MachineStatus};
 use crate::api::{ConditionStatus, ConditionType, HypervisorStatus};
-use crate::fleet::AgentView;
+use crate::health::AgentView;
 use crate::lifecycle::{Decision, DesiredCondition, NovaObs};
 
 pub fn compose(

@@ -6,8 +6,7 @@
 //! a host already held keeps its place.
 
 use std::collections::BTreeSet;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
@@ -32,7 +31,7 @@ pub struct UpdateLimit {
     pub signals: crate::drain::signals::UpdateSignals,
     hypervisors: Store<Hypervisor>,
     nodes: Store<Node>,
-    recent: Mutex<Vec<(String, Instant)>>,
+    claims: super::claims::Claims,
 }
 
 impl UpdateLimit {
@@ -49,7 +48,7 @@ impl UpdateLimit {
             signals,
             hypervisors,
             nodes,
-            recent: Mutex::new(Vec::new()),
+            claims: super::claims::Claims::new(CLAIM_TTL),
         }
     }
 
@@ -75,32 +74,35 @@ impl UpdateLimit {
         node: NodeObs,
         claim: bool,
     ) -> Option<String> {
-        let Ok(mut recent) = self.recent.lock() else { return None };
-        // A claim goes with its ask.
-        recent.retain(|(n, at)| (n != name || self.asks(node)) && at.elapsed() < CLAIM_TTL);
-        let in_service = matches!(phase, Phase::Active | Phase::Ready);
-        if self.max_held == 0 || spec.maintenance != MaintenanceMode::None || !self.asks(node) || !in_service
-        {
-            return None;
-        }
-        let mut held = self.held();
-        held.extend(recent.iter().map(|(n, _)| n.clone()));
-        held.remove(name);
-        if held.len() >= self.max_held {
-            let some: Vec<&str> = held.iter().take(5).map(String::as_str).collect();
-            return Some(format!(
-                "{} hosts are held for updates (--update-max-held {}): {}{}",
-                held.len(),
-                self.max_held,
-                some.join(", "),
-                if held.len() > some.len() { ", ..." } else { "" }
-            ));
-        }
-        if claim {
-            recent.retain(|(n, _)| n != name);
-            recent.push((name.to_string(), Instant::now()));
-        }
-        None
+        self.claims.with(|claimed| {
+            // A claim goes with its ask.
+            claimed.drop_where(|n| n == name && !self.asks(node));
+            let in_service = matches!(phase, Phase::Active | Phase::Ready);
+            if self.max_held == 0
+                || spec.maintenance != MaintenanceMode::None
+                || !self.asks(node)
+                || !in_service
+            {
+                return None;
+            }
+            let mut held = self.held();
+            held.extend(claimed.names().map(str::to_string));
+            held.remove(name);
+            if held.len() >= self.max_held {
+                let some: Vec<&str> = held.iter().take(5).map(String::as_str).collect();
+                return Some(format!(
+                    "{} hosts are held for updates (--update-max-held {}): {}{}",
+                    held.len(),
+                    self.max_held,
+                    some.join(", "),
+                    if held.len() > some.len() { ", ..." } else { "" }
+                ));
+            }
+            if claim {
+                claimed.claim(name);
+            }
+            None
+        })
     }
 
     /// The hosts held for an update now: their Node asks, the SRE's spec
@@ -137,8 +139,7 @@ mod tests {
         n.metadata.name = Some(name.into());
         if required {
             n.metadata.annotations = Some(
-                [(super::super::hypervisor::MAINTENANCE_REQUIRED_ANNOTATION.to_string(), "os".to_string())]
-                    .into(),
+                [(crate::api::keys::MAINTENANCE_REQUIRED_ANNOTATION.to_string(), "os".to_string())].into(),
             );
         }
         n

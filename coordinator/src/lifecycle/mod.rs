@@ -37,3 +37,12 @@ mod fixtures;
 mod props;
 #[cfg(test)]
 mod table;
+
+/// Whether a host in `phase` must have its agent connected: one in
+/// Maintenance may be down for its work, one in Onboarding has none yet,
+/// and a Decommissioned or Aborted one is not in service. Health is judged,
+/// and an agent counted missing, only in these phases.
+pub fn expects_agent(phase: crate::api::Phase) -> bool {
+    use crate::api::Phase;
+    matches!(phase, Phase::Testing | Phase::Ready | Phase::Active | Phase::Evicting)
+}

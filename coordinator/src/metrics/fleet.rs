@@ -12,10 +12,6 @@ use prometheus_client::registry::Registry;
 use crate::api::Phase;
 use crate::api::hypervisor::HealthState;
 
-/// Phases in which a host's agent must be connected: a host in Maintenance
-/// may be down for its work, one in Onboarding has none yet.
-pub const AGENT_EXPECTED: [Phase; 4] = [Phase::Testing, Phase::Ready, Phase::Active, Phase::Evicting];
-
 /// Every health state, in the order the metrics show them.
 const HEALTH_STATES: [HealthState; 4] =
     [HealthState::Healthy, HealthState::Degraded, HealthState::Unreachable, HealthState::Failed];
@@ -34,7 +30,7 @@ pub fn fleet(hypervisors: impl IntoIterator<Item = (Phase, bool, Option<HealthSt
     let mut f = Fleet::default();
     for (phase, connected, health) in hypervisors {
         *f.phases.entry(phase).or_default() += 1;
-        f.without_agent += u64::from(!connected && AGENT_EXPECTED.contains(&phase));
+        f.without_agent += u64::from(!connected && crate::lifecycle::expects_agent(phase));
         if let Some(h) = health {
             *f.health.entry(h).or_default() += 1;
         }

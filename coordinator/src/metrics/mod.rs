@@ -28,7 +28,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 pub use eviction::{DURATION_BUCKETS, Evictions, Tally, tally};
-pub use fleet::{AGENT_EXPECTED, Fleet, fleet};
+pub use fleet::{Fleet, fleet};
 pub use kube_writes::KubeWrites;
 pub use openstack::{OpenStackCalls, operation};
 pub use reconciles::Reconciles;

@@ -1,6 +1,7 @@
 //! Servers and their live migrations, as the eviction needs them (compute
 //! 2.96): what is on a host, moving one, watching the move, aborting it.
 
+use crate::eviction::NovaState;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -8,7 +9,8 @@ use super::error::NovaError;
 use super::host::NovaClient;
 use super::http::{Call, Service, field};
 use crate::api::eviction::MigrationPolicy;
-use crate::eviction::plan::{EVACUATE_METADATA, OptIn, POLICY_METADATA, Server};
+use crate::api::keys::{EVACUATE_METADATA, POLICY_METADATA};
+use crate::eviction::plan::{OptIn, Server};
 use crate::eviction::preflight::{Needs, flavor_resources};
 
 #[derive(Debug, Deserialize)]
@@ -102,92 +104,6 @@ fn needs(f: &Flavor, volume_backed: bool, pinned_az: Option<String>, project_id:
         }
     }
     needs
-}
-
-/// A migration's `status` as Nova reports it, typed once, here.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NovaState {
-    /// Accepted, not moving yet (queued, accepted, preparing, pre-migrating).
-    Queued,
-    /// Under way (running, migrating, post-migrating, confirming, reverting).
-    /// Only a live migration's `running` has progress counters.
-    Running { live_running: bool },
-    /// A cold migration done and waiting for its confirmation (VERIFY_RESIZE).
-    Finished,
-    /// A live migration done, or an evacuation whose old host cleaned up.
-    Completed,
-    /// An evacuation done (`done`): the server rebuilt elsewhere, its old
-    /// host not yet cleaned up (Nova makes it `completed` once the host's
-    /// nova-compute starts and destroys what was left there).
-    Rebuilt,
-    /// A cold migration confirmed.
-    Confirmed,
-    /// failed, error
-    Failed,
-    /// cancelled, aborted
-    Cancelled,
-    /// A cold migration reverted.
-    Reverted,
-    /// Something this client does not know; treated as under way.
-    Other(String),
-}
-
-impl NovaState {
-    /// Nothing more happens after these. A cold migration's `Finished` is
-    /// not one: it still waits for its confirmation.
-    pub fn is_final(&self) -> bool {
-        matches!(
-            self,
-            NovaState::Completed
-                | NovaState::Rebuilt
-                | NovaState::Confirmed
-                | NovaState::Failed
-                | NovaState::Cancelled
-                | NovaState::Reverted
-        )
-    }
-
-    pub fn as_str(&self) -> &str {
-        match self {
-            NovaState::Queued => "queued",
-            NovaState::Running { live_running: true } => "running",
-            NovaState::Running { live_running: false } => "migrating",
-            NovaState::Finished => "finished",
-            NovaState::Completed => "completed",
-            NovaState::Rebuilt => "done",
-            NovaState::Confirmed => "confirmed",
-            NovaState::Failed => "failed",
-            NovaState::Cancelled => "cancelled",
-            NovaState::Reverted => "reverted",
-            NovaState::Other(s) => s,
-        }
-    }
-}
-
-impl From<&str> for NovaState {
-    fn from(s: &str) -> Self {
-        match s {
-            "queued" | "accepted" | "preparing" | "pre-migrating" => NovaState::Queued,
-            "running" => NovaState::Running { live_running: true },
-            "migrating" | "post-migrating" | "confirming" | "reverting" => {
-                NovaState::Running { live_running: false }
-            }
-            "finished" => NovaState::Finished,
-            "completed" => NovaState::Completed,
-            "done" => NovaState::Rebuilt,
-            "confirmed" => NovaState::Confirmed,
-            "failed" | "error" => NovaState::Failed,
-            "cancelled" | "aborted" => NovaState::Cancelled,
-            "reverted" => NovaState::Reverted,
-            other => NovaState::Other(other.to_string()),
-        }
-    }
-}
-
-impl std::fmt::Display for NovaState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 fn nova_state<'de, D: serde::Deserializer<'de>>(d: D) -> Result<NovaState, D::Error> {

@@ -84,7 +84,7 @@ fn steady(
     health: Option<HealthState>,
     agent_connected: bool,
 ) -> bool {
-    let judged = crate::metrics::AGENT_EXPECTED.contains(&phase);
+    let judged = crate::lifecycle::expects_agent(phase);
     let well = match health {
         None => !judged,
         Some(h) => h == HealthState::Healthy && (agent_connected || !judged),

@@ -172,7 +172,7 @@ async fn create_host(region: &Region, admin: &Admin, ids: &Ids, i: usize, left: 
     node["metadata"]["labels"][kwok] = fake.into();
     nodes.create(&PostParams::default(), &serde_json::from_value(node).unwrap()).await.unwrap();
     // This install's, as the coordinator labels what it makes.
-    hv["metadata"]["labels"][hv_coordinator::k8s::nodes::INSTANCE_LABEL] = region.instance().into();
+    hv["metadata"]["labels"][hv_coordinator::api::keys::INSTANCE_LABEL] = region.instance().into();
     let hv: Hypervisor = serde_json::from_value(hv).unwrap();
     hvs.create(&PostParams::default(), &hv).await.unwrap();
     hvs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
@@ -210,9 +210,9 @@ async fn warm_up(region: &Region, admin: &Admin, ids: &Ids, flags: &[&str]) -> L
             m.as_ref().is_some_and(|m| m.contains_key(k))
         };
         let (labels, notes) = (&n.metadata.labels, &n.metadata.annotations);
-        has(labels, hv_coordinator::health::marks::SCHEDULABLE)
-            && (has(labels, hv_coordinator::drain::locks::EVICTABLE)
-                || has(notes, hv_coordinator::drain::locks::EVICTABLE))
+        has(labels, hv_coordinator::api::keys::SCHEDULABLE_LABEL)
+            && (has(labels, hv_coordinator::api::keys::EVICTABLE_LABEL)
+                || has(notes, hv_coordinator::api::keys::EVICTABLE_LABEL))
     };
     let started = Instant::now();
     while !marked(&nodes.get(&host(0)).await.unwrap()) {

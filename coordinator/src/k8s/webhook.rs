@@ -2,13 +2,13 @@
 //! own, called by the Kubernetes API server for every `pods/eviction`
 //! (the chart's ValidatingWebhookConfiguration). It reads the pod, and
 //! what the caches hold of its Node, Hypervisor and Eviction, asks
-//! [`admission::decide`](super::admission::decide), and for a refused
-//! drain of a cordoned host marks the Node ([`super::DRAIN_REFUSED`]) so
+//! [`admission::decide`](crate::drain::admission::decide), and for a refused
+//! drain of a cordoned host marks the Node ([`crate::api::keys::DRAIN_REFUSED_ANNOTATION`]) so
 //! the lifecycle starts `auto` maintenance.
 //!
 //! The API server calls it with `failurePolicy: Ignore`, so a webhook that
 //! does not answer lets evictions through; the PodDisruptionBudgets on the
-//! protected pods (`POD_EVICTABLE`) hold them then. A replica that does
+//! protected pods (`POD_EVICTABLE_LABEL`) hold them then. A replica that does
 //! not lead, or whose caches are not whole, refuses protected pods with a
 //! 429 (the drain tries again) rather than guess.
 
@@ -28,8 +28,8 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tracing::Instrument;
 
-use super::admission::{self, EvictionView, Host, PodKind, Protected, Verdict};
 use crate::api::{Eviction, Hypervisor, MaintenanceMode};
+use crate::drain::admission::{self, EvictionView, Host, PodKind, Protected, Verdict};
 use crate::k8s::Gate;
 
 /// An AdmissionReview is a few kilobytes; anything past this is not one.
@@ -196,7 +196,7 @@ impl Webhook {
     fn host(&self, node_name: &str) -> Host {
         let hv = self.hypervisors.get(&ObjectRef::new(node_name));
         let node = self.nodes.get(&ObjectRef::new(node_name));
-        let marks = node.as_deref().map(super::locks::of).unwrap_or_default();
+        let marks = node.as_deref().map(crate::drain::locks::of).unwrap_or_default();
         let status = hv.as_ref().and_then(|h| h.status.clone()).unwrap_or_default();
         let spec_asks = hv.as_ref().is_some_and(|h| h.spec.maintenance != MaintenanceMode::None);
         // The lifecycle's own rule of an update's ask.
@@ -259,7 +259,7 @@ impl Webhook {
     /// there); the whole map only for a Node that has none (a 422).
     async fn ask(&self, node: &str) -> Result<(), kube::Error> {
         let now = jiff::Timestamp::now().to_string();
-        let key = super::DRAIN_REFUSED.replace('~', "~0").replace('/', "~1");
+        let key = crate::api::keys::DRAIN_REFUSED_ANNOTATION.replace('~', "~0").replace('/', "~1");
         let cordoned = serde_json::json!({"op": "test", "path": "/spec/unschedulable", "value": true});
         let one =
             serde_json::json!({"op": "add", "path": format!("/metadata/annotations/{key}"), "value": now});
@@ -276,7 +276,7 @@ impl Webhook {
         match send(serde_json::json!([cordoned, one])).await {
             Err(kube::Error::Api(e)) if e.code == 422 && self.unannotated(node) => {
                 let all = serde_json::json!({"op": "add", "path": "/metadata/annotations",
-                    "value": {super::DRAIN_REFUSED: now}});
+                    "value": {crate::api::keys::DRAIN_REFUSED_ANNOTATION: now}});
                 send(serde_json::json!([cordoned, {"op": "test", "path": "/metadata/annotations", "value": null}, all]))
                     .await
                     .map(|_| ())

@@ -1,5 +1,5 @@
 //! The protected pods of each hypervisor Node, cached, and the label the
-//! chart's disruption budgets read on them ([`POD_EVICTABLE`]): `"false"`
+//! chart's disruption budgets read on them ([`POD_EVICTABLE_LABEL`]): `"false"`
 //! while their host is not evictable, `"true"` once it is. A budget holds
 //! every protected pod not labelled `"true"`, so it fails closed: a pod
 //! started while the coordinator is down, or before its host's reconcile,
@@ -23,8 +23,8 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::mpsc;
 
-use super::POD_EVICTABLE;
-use super::admission::Protected;
+use crate::api::keys::POD_EVICTABLE_LABEL;
+use crate::drain::admission::Protected;
 
 /// The caches, one per selector.
 #[derive(Clone, Default)]
@@ -102,7 +102,7 @@ pub async fn free_elsewhere(
                 && hypervisors.get(&reflector::ObjectRef::new(n)).is_some()
         };
         for (ns, name) in elsewhere(&pods.all(), is_hypervisor) {
-            let patch = serde_json::json!({"metadata": {"labels": {POD_EVICTABLE: "true"}}});
+            let patch = serde_json::json!({"metadata": {"labels": {POD_EVICTABLE_LABEL: "true"}}});
             let api = Api::<Pod>::namespaced(client.clone(), &ns);
             match api.patch(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await
             {
@@ -121,7 +121,7 @@ pub async fn free_elsewhere(
 /// `evictable` as the host's marks say (None: unknown, left as it is).
 pub fn relabel(pod: &Pod, evictable: Option<bool>) -> Option<String> {
     let want = evictable?.to_string();
-    let have = pod.metadata.labels.as_ref().and_then(|l| l.get(POD_EVICTABLE));
+    let have = pod.metadata.labels.as_ref().and_then(|l| l.get(POD_EVICTABLE_LABEL));
     (have != Some(&want)).then_some(want)
 }
 
@@ -183,7 +183,7 @@ mod tests {
         };
         p.metadata.namespace = Some(ns.into());
         p.metadata.name = Some(name.into());
-        p.metadata.labels = label.map(|v| [(POD_EVICTABLE.to_string(), v.to_string())].into());
+        p.metadata.labels = label.map(|v| [(POD_EVICTABLE_LABEL.to_string(), v.to_string())].into());
         Arc::new(p)
     }
 
@@ -206,7 +206,7 @@ mod tests {
         let mut pod = Pod::default();
         assert_eq!(relabel(&pod, Some(false)).as_deref(), Some("false"), "unlabelled: labelled");
         assert_eq!(relabel(&pod, None), None, "unknown: left");
-        pod.metadata.labels = Some([(POD_EVICTABLE.to_string(), "false".to_string())].into());
+        pod.metadata.labels = Some([(POD_EVICTABLE_LABEL.to_string(), "false".to_string())].into());
         assert_eq!(relabel(&pod, Some(false)), None);
         assert_eq!(relabel(&pod, Some(true)).as_deref(), Some("true"));
         let mut big = Pod {

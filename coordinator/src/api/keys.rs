@@ -1,0 +1,78 @@
+//! The well-known keys: every label, annotation, finalizer and Nova
+//! metadata key the coordinator reads or writes, in one place, so that a
+//! key is spelled once and an SRE finds them all (docs/crd.md lists them).
+
+// On Nodes, set by people or tools, read when the Node is selected.
+
+/// Nova aggregates the host joins (comma-separated).
+pub const AGGREGATES_ANNOTATION: &str = "hypervisor.cloud.sap/aggregates";
+/// Custom traits the host's resource provider gets (comma-separated).
+pub const TRAITS_ANNOTATION: &str = "hypervisor.cloud.sap/custom-traits";
+/// Ceph pools the host's checks read (comma-separated).
+pub const POOLS_ANNOTATION: &str = "hypervisor.cloud.sap/ceph-pools";
+/// Onboarding without the validation tests.
+pub const SKIP_TESTS_ANNOTATION: &str = "hypervisor.cloud.sap/skip-tests";
+/// The host name nova-compute registered under, when not the Node name.
+pub const NOVA_HOST_ANNOTATION: &str = "hypervisor.cloud.sap/nova-host";
+/// An update tool asks for the host to be emptied (`auto` maintenance);
+/// removed once the update is done (docs/drain.md).
+pub const MAINTENANCE_REQUIRED_ANNOTATION: &str = "hypervisor.cloud.sap/maintenance-required";
+/// The host's failure domain (its availability zone).
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+// On Nodes, written by the coordinator.
+
+/// Holds a selected Node's deletion until its host is out of Nova. Without
+/// it the Node would vanish at once, and with it (through the owner
+/// reference) the Hypervisor, before a single VM was moved.
+pub const NODE_FINALIZER: &str = "hypervisor.cloud.sap/decommission";
+/// Set while the host is judged Healthy, for Kubernetes-side tooling.
+pub const SCHEDULABLE_LABEL: &str = "hypervisor.cloud.sap/schedulable";
+/// When the host's agent was last heard from.
+pub const HEARTBEAT_ANNOTATION: &str = "hypervisor.cloud.sap/heartbeat";
+/// Whether the host may lose the pods its VMs need (the node lock protocol).
+pub const EVICTABLE_LABEL: &str = "hypervisor.cloud.sap/evictable";
+/// One per dependent that may not take its pods away yet:
+/// `LOCK_ANNOTATION_PREFIX<component>`.
+pub const LOCK_ANNOTATION_PREFIX: &str = "hypervisor.cloud.sap/lock.";
+/// The webhook refused a drain of a host not yet evictable: with the Node
+/// cordoned, it asks for `auto` maintenance; removed once uncordoned.
+pub const DRAIN_REFUSED_ANNOTATION: &str = "hypervisor.cloud.sap/drain-refused";
+
+// On pods.
+
+/// On a hypervisor Node's protected pods: `"false"` while the host is not
+/// evictable, `"true"` once it is. The chart's PodDisruptionBudgets select
+/// the pods not labelled `"true"`, so they hold while the webhook is down.
+pub const POD_EVICTABLE_LABEL: &str = "hypervisor.cloud.sap/evictable";
+/// On the coordinator's own pod while it leads: the chart's Service selects it.
+pub const LEADER_LABEL: &str = "hypervisor.cloud.sap/leader";
+
+// On Hypervisors.
+
+/// The coordinator install a Hypervisor belongs to.
+pub const INSTANCE_LABEL: &str = "hypervisor.cloud.sap/instance";
+/// Set by an SRE (or `hvctl retry`) to a new value to retry an Aborted host.
+pub const RETRY_ANNOTATION: &str = "hypervisor.cloud.sap/retry";
+/// Set by an SRE (or `hvctl confirm-fenced`) once they made sure the host
+/// is off and cut from its storage, past a step that cannot be confirmed.
+pub const CONFIRM_FENCED_ANNOTATION: &str = "hypervisor.cloud.sap/confirm-fenced";
+/// Set by an SRE (or `hvctl clear-fenced`) once the host is repaired and
+/// back: the fence comes off (docs/fencing.md, Recovery).
+pub const CLEAR_FENCED_ANNOTATION: &str = "hypervisor.cloud.sap/clear-fenced";
+/// Holds a Hypervisor's deletion while VMs may depend on its host.
+pub const HYPERVISOR_FINALIZER: &str = "hypervisor.cloud.sap/in-service";
+
+// On Evictions and Secrets.
+
+/// Keeps a deleted Eviction until its in-flight migrations are aborted.
+pub const EVICTION_FINALIZER: &str = "hypervisor.cloud.sap/eviction";
+/// A Secret needs it for its credentials to be sent to a BMC.
+pub const BMC_SECRET_LABEL: &str = "hypervisor.cloud.sap/bmc-credentials";
+
+// On Nova servers (metadata).
+
+/// A server's own eviction policy.
+pub const POLICY_METADATA: &str = "hypervisor.cloud.sap:eviction";
+/// Whether a server is evacuated when its host is fenced.
+pub const EVACUATE_METADATA: &str = "hypervisor.cloud.sap:evacuate";

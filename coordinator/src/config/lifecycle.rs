@@ -1,0 +1,38 @@
+//! How long the lifecycle waits on a host, and how often it looks again.
+
+use std::time::Duration;
+
+use super::duration;
+use crate::k8s::Intervals;
+
+#[derive(clap::Args, Debug)]
+pub struct LifecycleFlags {
+    /// How long Onboarding waits for nova-compute to register.
+    #[arg(long, default_value = "15m", value_parser = duration)]
+    pub registration_timeout: Duration,
+    /// How long Testing waits for the agent's check report.
+    #[arg(long, default_value = "10m", value_parser = duration)]
+    pub checks_timeout: Duration,
+    /// How often an Active or Maintenance node is compared with Nova (drift check).
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    pub drift_interval: Duration,
+    /// Oldest fleet view of Nova and Placement a settled host's drift check
+    /// may rest on (one set of lists for the whole fleet, read again ahead
+    /// of that age; docs/nova.md). Default: half the drift interval.
+    #[arg(long, value_parser = duration)]
+    pub nova_view_max_age: Option<Duration>,
+    /// How often a node in a busy phase is looked at again.
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub busy_interval: Duration,
+}
+
+impl LifecycleFlags {
+    pub fn intervals(&self) -> Intervals {
+        Intervals { busy: self.busy_interval, drift: self.drift_interval, ..Intervals::default() }
+    }
+
+    /// The oldest fleet view a drift check may rest on.
+    pub fn view_max_age(&self) -> Duration {
+        self.nova_view_max_age.unwrap_or(self.drift_interval / 2)
+    }
+}
