@@ -33,7 +33,7 @@ use crate::lifecycle::{
     self, Action, AgentObs, Decision, EvictionObs, Input, NodeObs, NovaObs, Observations, Policy,
 };
 use crate::nova::Nova;
-use crate::nova::view::{FleetView, may_reuse_own, may_share};
+use crate::nova::view::{FleetView, may_share};
 
 /// Field manager of every write this controller makes.
 pub const FIELD_MANAGER: &str = "hv-coordinator";
@@ -136,13 +136,9 @@ struct Seen {
     power: health::PowerSource,
     /// The host has a BMC (`spec.fencing.bmc`).
     bmc: bool,
-    /// Nova's view of the host was read before this reconcile (the shared
-    /// fleet view, or the host's own read kept while it is evicted), not
-    /// now: it only confirms.
+    /// Nova's view of the host is the shared fleet view, read before this
+    /// reconcile, not now: it only confirms.
     shared: bool,
-    /// The host's own reads are kept for the next reconciles
-    /// ([`may_reuse_own`]).
-    keeps: bool,
     /// A new leader settles: no host is judged (sampled once per reconcile,
     /// so that sharing the view and the verdict agree on it).
     settling: bool,
@@ -178,8 +174,7 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     // The fleet view only confirms: what it would change is decided on the
     // host's own reads.
     if seen.shared && !view_confirms(&ctx, &hv, &name, &status, &seen, &verdict, now) {
-        seen.obs.nova =
-            ctx.nova_view.fresh(ctx.nova.as_ref(), &seen.host, &hv.spec.aggregates, seen.keeps).await;
+        seen.obs.nova = ctx.nova_view.fresh(ctx.nova.as_ref(), &seen.host, &hv.spec.aggregates).await;
         seen.shared = false;
         verdict = judge_health(&ctx, &seen, status.health.as_ref(), phase, now);
         seen.obs.health = health_obs(&ctx, &name, &verdict);
@@ -349,13 +344,11 @@ fn view_confirms(
 /// `AgentConnected` condition, the machine and versions it reports), the
 /// wording of an unchanged health verdict (`NodeHealthy` with the same
 /// status and reason: "not judged while the agents reconnect" after a
-/// failover), the counts of a running Eviction (`Evicted` still
-/// `EvictionRunning`: they come from the Eviction), and our own change of
-/// the service's status done (`SchedulingEnabled` from `Disabling` to
-/// `Disabled`, or `Enabling` to `Enabled`, same message: Nova accepted
-/// the change, [`FleetView::acted`]). So agents reconnecting
-/// (thousands at once after a failover) and the steps of an eviction cost
-/// Nova nothing. A changed verdict, or an eviction's end, is none of these:
+/// failover), and our own change of the service's status done
+/// (`SchedulingEnabled` from `Disabling` to `Disabled`, or `Enabling` to
+/// `Enabled`, same message: the snapshot read after Nova accepted it). So
+/// agents reconnecting (thousands at once after a failover) cost Nova
+/// nothing. A changed verdict, or an eviction's end, is none of these:
 /// it is decided on the host's own fresh reads.
 fn same_but_words_not_from_nova(mut next: HypervisorStatus, status: &HypervisorStatus) -> bool {
     use crate::api::condition::ConditionType;
@@ -368,7 +361,6 @@ fn same_but_words_not_from_nova(mut next: HypervisorStatus, status: &HypervisorS
         let agents = c.type_ == ConditionType::AgentConnected.as_str();
         let same = c.status == old.status && c.reason == old.reason;
         let worded = same && c.type_ == ConditionType::NodeHealthy.as_str();
-        let counted = same && c.type_ == ConditionType::Evicted.as_str() && c.reason == "EvictionRunning";
         let answered = c.type_ == ConditionType::SchedulingEnabled.as_str()
             && c.status == old.status
             && c.message == old.message
@@ -376,7 +368,7 @@ fn same_but_words_not_from_nova(mut next: HypervisorStatus, status: &HypervisorS
                 (old.reason.as_str(), c.reason.as_str()),
                 ("Disabling", "Disabled") | ("Enabling", "Enabled")
             );
-        if agents || worded || counted || answered {
+        if agents || worded || answered {
             c.clone_from(old);
         }
     }
@@ -474,20 +466,17 @@ async fn observe(
     let fenced = status.fencing.is_some();
     let connected = agent.connected || settling;
     let shareable = may_share(phase, leaving, fenced, health, connected, evicting);
-    let keeps = may_reuse_own(phase, leaving, fenced, health, connected, evicting);
     let from_view = if shareable {
         let traits = host_traits(hv);
         let fleet = || fleet_traits(&ctx.hypervisors);
         ctx.nova_view.host(ctx.nova.as_ref(), &host, &hv.spec.aggregates, &traits, fleet).await
-    } else if keeps {
-        ctx.nova_view.recent(&host)
     } else {
         None
     };
     let shared = from_view.is_some();
     let nova = match from_view {
         Some(nova) => nova,
-        None => ctx.nova_view.fresh(ctx.nova.as_ref(), &host, &hv.spec.aggregates, keeps).await,
+        None => ctx.nova_view.fresh(ctx.nova.as_ref(), &host, &hv.spec.aggregates).await,
     };
     let close_hosts = match &nova {
         NovaObs::NotRegistered if phase == Phase::Onboarding => {
@@ -521,7 +510,7 @@ async fn observe(
         health::PowerSource::Unknown
     };
     let bmc = hv.spec.fencing.bmc.is_some();
-    Ok(Seen { obs, agent, host, node_ready, marks, power, bmc, shared, keeps, settling })
+    Ok(Seen { obs, agent, host, node_ready, marks, power, bmc, shared, settling })
 }
 
 /// The custom traits of a Hypervisor the lifecycle looks at: its spec's and
@@ -617,7 +606,6 @@ async fn act(ctx: &Context, hv: &Hypervisor, name: &str, host: &str, decision: &
     let service_id = decision.service_id.as_deref();
     for action in &decision.actions {
         let result = execute(ctx, hv, name, host, service_id, action).await;
-        ctx.nova_view.acted(host, action, result.is_ok());
         match result {
             Ok(()) => {
                 tracing::info!(action = %action, "done");
@@ -971,22 +959,21 @@ mod tests {
     }
 
     #[test]
-    fn a_running_evictions_counts_pass_as_unchanged_not_its_end() {
+    fn an_evictions_end_is_a_change() {
         let evicted = |status: &str, reason: &str, message: &str| {
             let mut s = status_of_host(1);
             s.conditions.push(condition("Evicted", status, reason, message));
             s
         };
-        let was = evicted("False", "EvictionRunning", "3/12 VM(s) moved");
-        let moved = evicted("False", "EvictionRunning", "4/12 VM(s) moved");
-        assert!(same_but_words_not_from_nova(moved, &was), "a step of the eviction");
+        let was =
+            evicted("False", "EvictionRunning", "Eviction e Migrating (its status counts the VMs moved)");
         let remain = evicted("False", "InstancesRemain", "12/12 VM(s) moved; 1 instance(s) remain");
         assert!(!same_but_words_not_from_nova(remain, &was), "Nova's count at the end");
         let done = evicted("True", "Evicted", "12/12 VM(s) moved");
         assert!(!same_but_words_not_from_nova(done, &was), "the end");
         let failed = evicted("False", "EvictionFailed", "3/12 VM(s) moved");
         assert!(!same_but_words_not_from_nova(failed, &was), "another reason");
-        let mut fewer = evicted("False", "EvictionRunning", "4/12 VM(s) moved");
+        let mut fewer = was.clone();
         fewer.instances = status_of_host(0).instances;
         assert!(!same_but_words_not_from_nova(fewer, &was), "Nova's count of the host's VMs");
     }

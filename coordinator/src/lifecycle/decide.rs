@@ -1391,8 +1391,15 @@ fn disable_reason(mode: MaintenanceMode, reason: &str) -> String {
     }
 }
 
+/// The Eviction in a condition's message. Its counts only once it is over:
+/// a running one's counts change with every VM moved, and its host is not
+/// reconciled for each (the Eviction's own status has them).
 fn eviction_summary(e: &EvictionObs) -> String {
-    format!("Eviction {} {:?}: {}/{} migrated", e.name, e.phase, e.migrated, e.total)
+    if e.phase.is_final() {
+        format!("Eviction {} {:?}: {}/{} migrated", e.name, e.phase, e.migrated, e.total)
+    } else {
+        format!("Eviction {} {:?} (its status counts the VMs moved)", e.name, e.phase)
+    }
 }
 
 /// `CUSTOM_` followed by upper-case letters, digits and underscores

@@ -12,13 +12,9 @@
 //! snapshot that began before that read, so the view never takes back what
 //! a fresher read saw.
 //!
-//! A host whose Eviction runs is not settled, and every step of that
-//! eviction (each VM moved) wakes its reconcile. There the host's own read
-//! of a few seconds ago ([`OWN_READ_STANDS`]) confirms in the same way
-//! ([`may_reuse_own`]): read again at every wake, it was six of the
-//! eviction's sixteen Nova calls per VM moved, queued beside the
-//! migrations' own. Our actions on the host update or end it
-//! ([`FleetView::acted`]).
+//! A host whose Eviction runs is not settled: it reads its own host at
+//! each reconcile, and an Eviction wakes it only when its phase changes
+//! (`k8s::triggers`), not at each VM moved.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -28,7 +24,7 @@ use super::Nova;
 use super::fleet::FleetSnapshot;
 use crate::api::Phase;
 use crate::api::hypervisor::HealthState;
-use crate::lifecycle::{Action, NovaObs};
+use crate::lifecycle::NovaObs;
 
 /// Whether the fleet view may stand for a host in this reconcile: only in
 /// the settled phases, where a reconcile is a drift check (not while an
@@ -51,30 +47,6 @@ pub fn may_share(
     settled && !evicting && steady(phase, deleting, fenced, health, agent_connected)
 }
 
-/// How long a host's own read may confirm it while its Eviction runs
-/// ([`may_reuse_own`]): longer than the time between two VMs moved on a
-/// busy eviction (about two seconds on the ground), so that most steps
-/// cost the host's reconcile no read, and short beside the drift interval
-/// (60 s), which is how soon a hand's change of the host is repaired
-/// anyway.
-pub const OWN_READ_STANDS: Duration = Duration::from_secs(5);
-
-/// Whether the host's own read of up to [`OWN_READ_STANDS`] ago may stand
-/// for a new one in this reconcile: while an Eviction of the host runs
-/// (its steps wake the reconcile, and what they change comes from the
-/// Eviction, not from Nova), with the same care as [`may_share`] for a
-/// host on its way out, fenced, or not Healthy. Pure.
-pub fn may_reuse_own(
-    phase: Phase,
-    deleting: bool,
-    fenced: bool,
-    health: Option<HealthState>,
-    agent_connected: bool,
-    evicting: bool,
-) -> bool {
-    evicting && steady(phase, deleting, fenced, health, agent_connected)
-}
-
 /// Neither on its way out nor fenced, and Healthy with its agent connected
 /// where its health is judged.
 fn steady(
@@ -92,18 +64,13 @@ fn steady(
     !deleting && !fenced && well
 }
 
-/// Kept reads ([`FleetView::fresh`]) before those too old to stand are
-/// dropped: a few evictions run at once, not hundreds.
-const KEPT_BEFORE_PRUNING: usize = 64;
-
 /// Longest pause between reads of the fleet while they keep failing.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// While reads of the fleet fail, the last snapshot still confirms hosts
 /// up to this many times the bound after its read began (5 min at the
-/// default 30 s). Falling back at once to every host's own reads turned a
+/// default 30 s). Falling back at once to every host's own reads would turn a
 /// Nova too slow for the fleet's lists into one drowned by thousands of
-/// small reads (at 5,000 hosts on the ground, each then waited 74 s in
-/// Nova's queue). The snapshot only ever confirms: anything it would change
+/// small reads. The snapshot only ever confirms: anything it would change
 /// is still read on the host's own. Past this age hosts read their own, and
 /// a Nova that answers nothing shows in their conditions.
 const STALE_FACTOR: u32 = 10;
@@ -111,9 +78,9 @@ const STALE_FACTOR: u32 = 10;
 /// A new read of the fleet begins once the snapshot's age plus this many
 /// times the last read's duration reaches the bound, so that it ends before
 /// the bound even if it takes twice as long as the last; and not before
-/// half the bound, so at most two reads begin per bound. At 5,000 hosts a
-/// read took 21 to 37 s on the ground: begun at the bound, it held every
-/// reconcile (all their turns) for as long.
+/// half the bound, so at most two reads begin per bound. A read begun only
+/// at the bound would hold every reconcile (all their turns) for as long
+/// as it takes.
 const AHEAD: u32 = 2;
 
 /// A read slower than the bound still stands for the bound divided by
@@ -158,9 +125,6 @@ struct State {
     failed: Option<Instant>,
     /// When each host's own reads last began.
     fresh: HashMap<String, Instant>,
-    /// The last own read of the hosts that may reuse it
-    /// ([`may_reuse_own`]), with when it began.
-    kept: HashMap<String, (Instant, NovaObs)>,
     /// When a reconcile last asked for the view.
     asked: Option<Instant>,
 }
@@ -217,72 +181,11 @@ impl FleetView {
         })
     }
 
-    /// The host's own fresh reads, remembered so that no older snapshot
-    /// answers for it afterwards; with `keep`, an answer Nova gave is kept
-    /// for [`FleetView::recent`].
-    pub async fn fresh(
-        &self,
-        nova: &dyn Nova,
-        host: &str,
-        wanted_aggregates: &[String],
-        keep: bool,
-    ) -> NovaObs {
-        let began = Instant::now();
-        self.lock().fresh.insert(host.to_string(), began);
-        let obs = nova.observe(host, wanted_aggregates).await;
-        let mut state = self.lock();
-        let answered = matches!(obs, NovaObs::Registered(_) | NovaObs::NotRegistered);
-        if keep && answered {
-            // Hosts that stopped evicting leave their last read behind:
-            // dropped once they are too old to stand, before the map grows.
-            if state.kept.len() >= KEPT_BEFORE_PRUNING {
-                state.kept.retain(|_, (at, _)| at.elapsed() < OWN_READ_STANDS);
-            }
-            state.kept.insert(host.to_string(), (began, obs.clone()));
-        } else {
-            state.kept.remove(host);
-        }
-        obs
-    }
-
-    /// The host's own read kept by [`FleetView::fresh`], if it began within
-    /// [`OWN_READ_STANDS`] and nothing of ours changed the host since; never
-    /// while the view is off.
-    pub fn recent(&self, host: &str) -> Option<NovaObs> {
-        if self.max_age.is_zero() {
-            return None;
-        }
-        let state = self.lock();
-        let (at, obs) = state.kept.get(host)?;
-        (at.elapsed() < OWN_READ_STANDS).then(|| obs.clone())
-    }
-
-    /// Our action on the host, `done` when Nova accepted it (2xx). Nova
-    /// accepting a change of the service's status (a PUT of the status and
-    /// reason, which it applies before it answers) is taken as its word on
-    /// that status: the kept read takes what was asked, and the steps that
-    /// follow need not read the host again to see it.
-    /// After any other action of Nova's or Placement's, or one that failed
-    /// (an answer lost may hide one that took), the kept read no longer
-    /// stands. Asking the agent or the Kubernetes API changes nothing there.
-    pub fn acted(&self, host: &str, action: &Action, done: bool) {
-        let mut state = self.lock();
-        let kept = state.kept.get_mut(host).map(|(_, obs)| obs);
-        match (action, kept) {
-            (Action::RunChecks { .. } | Action::CreateEviction { .. } | Action::CancelEviction { .. }, _) => {
-            }
-            (Action::DisableService { reason }, Some(NovaObs::Registered(h))) if done => {
-                h.enabled = false;
-                h.disabled_reason = Some(reason.clone());
-            }
-            (Action::EnableService, Some(NovaObs::Registered(h))) if done => {
-                h.enabled = true;
-                h.disabled_reason = None;
-            }
-            _ => {
-                state.kept.remove(host);
-            }
-        }
+    /// The host's own fresh read, remembered (when it began) so that no
+    /// older snapshot answers for it afterwards.
+    pub async fn fresh(&self, nova: &dyn Nova, host: &str, wanted_aggregates: &[String]) -> NovaObs {
+        self.lock().fresh.insert(host.to_string(), Instant::now());
+        nova.observe(host, wanted_aggregates).await
     }
 
     /// The current snapshot (one reconcile reading the next ahead of the
@@ -422,75 +325,6 @@ mod tests {
         let pauses: Vec<u64> = (1..=7).map(|f| backoff(r, f).as_secs()).collect();
         assert_eq!(pauses, [10, 20, 40, 80, 160, 300, 300]);
         assert_eq!(backoff(r, 1000), MAX_BACKOFF);
-    }
-
-    #[test]
-    fn a_kept_read_stands_for_seconds_until_an_action_and_never_with_the_view_off() {
-        let host = NovaObs::NotRegistered;
-        let keep = |view: &FleetView, age: Duration| {
-            let at = Instant::now().checked_sub(age).expect("a monotonic clock past its start");
-            view.lock().kept.insert("node-1".into(), (at, host.clone()));
-        };
-        let view = FleetView::new(Duration::from_secs(30), Duration::from_secs(10));
-        assert_eq!(view.recent("node-1"), None, "nothing kept");
-        keep(&view, Duration::from_secs(1));
-        assert_eq!(view.recent("node-1"), Some(host.clone()));
-        assert_eq!(view.recent("node-2"), None, "another host");
-        view.acted("node-1", &Action::RunChecks { run: 2 }, true);
-        assert_eq!(view.recent("node-1"), Some(host.clone()), "nothing asked of Nova");
-        view.acted("node-1", &Action::AddAggregate { name: "a".into() }, true);
-        assert_eq!(view.recent("node-1"), None, "after an action of ours in Nova");
-        keep(&view, OWN_READ_STANDS + Duration::from_millis(1));
-        assert_eq!(view.recent("node-1"), None, "too old");
-        let off = FleetView::new(Duration::ZERO, Duration::from_secs(10));
-        keep(&off, Duration::from_secs(1));
-        assert_eq!(off.recent("node-1"), None, "the view off");
-    }
-
-    #[test]
-    fn a_change_of_the_service_status_nova_accepted_is_kept_a_failed_one_is_not() {
-        use crate::lifecycle::NovaHost;
-        let enabled = NovaObs::Registered(NovaHost { enabled: true, ..Default::default() });
-        let view = FleetView::new(Duration::from_secs(30), Duration::from_secs(10));
-        view.lock().kept.insert("node-1".into(), (Instant::now(), enabled));
-        let disable = Action::DisableService { reason: "hv-lifecycle: eviction e".into() };
-        view.acted("node-1", &disable, true);
-        let Some(NovaObs::Registered(h)) = view.recent("node-1") else { panic!("kept") };
-        assert!(!h.enabled);
-        assert_eq!(h.disabled_reason.as_deref(), Some("hv-lifecycle: eviction e"));
-        view.acted("node-1", &Action::EnableService, true);
-        let Some(NovaObs::Registered(h)) = view.recent("node-1") else { panic!("kept") };
-        assert!(h.enabled && h.disabled_reason.is_none());
-        view.acted("node-1", &disable, false);
-        assert_eq!(view.recent("node-1"), None, "a failed disable may or may not have taken");
-        view.acted("node-1", &disable, true);
-        assert_eq!(view.recent("node-1"), None, "nothing kept: nothing made up");
-    }
-
-    #[test]
-    fn a_kept_read_stands_only_while_a_steady_host_is_evicted() {
-        use HealthState::*;
-        use Phase::*;
-        // (phase, deleting, fenced, health, agent, evicting) -> may reuse
-        let rows = [
-            ((Evicting, false, false, Some(Healthy), true, true), true),
-            ((Evicting, false, false, Some(Healthy), true, false), false),
-            ((Evicting, false, false, Some(Healthy), false, true), false),
-            ((Evicting, false, false, None, true, true), false),
-            ((Evicting, false, false, Some(Degraded), true, true), false),
-            ((Evicting, false, false, Some(Failed), true, true), false),
-            ((Evicting, true, false, Some(Healthy), true, true), false),
-            ((Evicting, false, true, Some(Healthy), true, true), false),
-            ((Maintenance, false, false, None, false, true), true),
-            ((Ready, false, false, Some(Healthy), true, true), true),
-        ];
-        for ((phase, deleting, fenced, health, agent, evicting), expect) in rows {
-            assert_eq!(
-                may_reuse_own(phase, deleting, fenced, health, agent, evicting),
-                expect,
-                "{phase:?} deleting={deleting} fenced={fenced} {health:?} agent={agent} evicting={evicting}"
-            );
-        }
     }
 
     #[test]
