@@ -8,6 +8,7 @@
 //! - [`drain`]: the node lock protocol for drains and rolling updates (pure).
 //! - [`fence`]: the actuators that fence a dead host (power through its BMC).
 //! - [`metrics`]: `/metrics` and the eviction counters.
+//! - [`locked`]: the one way a lock is taken, failing closed when poisoned.
 
 #![forbid(unsafe_code)]
 
@@ -20,5 +21,6 @@ pub mod fleet;
 pub mod health;
 pub mod k8s;
 pub mod lifecycle;
+pub mod locked;
 pub mod metrics;
 pub mod nova;

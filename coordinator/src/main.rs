@@ -301,7 +301,7 @@ impl Serving {
 fn count_fleet(metrics: &Metrics, hypervisors: &Store<Hypervisor>, registry: &Arc<Registry>) {
     let (hvs, registry) = (hypervisors.clone(), registry.clone());
     metrics.set_fleet(move || {
-        hv_coordinator::metrics::fleet(hvs.state().iter().map(|h| {
+        hv_coordinator::metrics::hosts(hvs.state().iter().map(|h| {
             let phase = h.status.as_ref().and_then(|s| s.phase).unwrap_or_default();
             let health = h.status.as_ref().and_then(|s| s.health.as_ref()).map(|x| x.state);
             (phase, registry.connected(&h.name_any()), health)

@@ -92,18 +92,18 @@ async fn a_host_forced_down_is_read_back_as_such_until_it_is_lifted() {
     let nova = client(&env, &dir, None);
     let claim = hv_tests::hosts::claim(&env).await;
     let host = claim.host.clone();
-    assert_eq!(nova.service_state(&host).await.unwrap(), Some(ServiceState::Up));
+    assert_eq!(nova.compute_service(&host).await.unwrap().map(|s| s.state), Some(ServiceState::Up));
     nova.set_forced_down(&host, true).await.unwrap();
     nova.set_forced_down(&host, true).await.unwrap(); // idempotent
-    assert_eq!(nova.service_state(&host).await.unwrap(), Some(ServiceState::ForcedDown));
+    assert_eq!(nova.compute_service(&host).await.unwrap().map(|s| s.state), Some(ServiceState::ForcedDown));
     let NovaObs::Registered(h) = nova.observe(&host, &[]).await else { panic!("{host} is registered") };
     assert_eq!(h.service_state, ServiceState::ForcedDown, "the lifecycle's view agrees");
     nova.set_forced_down(&host, false).await.unwrap();
-    assert_eq!(nova.service_state(&host).await.unwrap(), Some(ServiceState::Up));
+    assert_eq!(nova.compute_service(&host).await.unwrap().map(|s| s.state), Some(ServiceState::Up));
 
     let err = nova.set_forced_down("no-such-host", true).await.unwrap_err();
     assert!(matches!(err, NovaError::NotFound(_)), "{err}");
-    assert_eq!(nova.service_state("no-such-host").await.unwrap(), None);
+    assert_eq!(nova.compute_service("no-such-host").await.unwrap().map(|s| s.state), None);
 }
 
 #[tokio::test]

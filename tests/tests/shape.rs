@@ -3,6 +3,8 @@
 //! workspace's non-test code is over 100. Test code (`#[cfg(test)]` modules, `#[test]` functions,
 //! files of tests) is not held to it: a table of cases is long by nature.
 
+#![allow(clippy::expect_used, clippy::panic)]
+
 use std::path::{Path, PathBuf};
 
 use syn::visit::Visit;

@@ -198,10 +198,10 @@ pub struct Limits {
     /// so clients that never finish a handshake cannot pile up.
     pub max_pending: usize,
     /// How long a connection waits for a handshake place before it is
-    /// closed. Closing at once sent agents reconnecting together after a
-    /// failover back to their backoff: at 5,000 agents on the ground the
-    /// last one was back 44.9 s after the election (7.7 s waiting). A flood
-    /// of silent clients now costs an agent this wait before it is closed.
+    /// closed. Closing at once sends agents reconnecting together after a
+    /// failover back to their backoff, which delays the last of them far
+    /// more than this wait. A flood of silent clients costs an agent this
+    /// wait before it is closed.
     pub handshake_wait: Duration,
     /// A client that has not finished its handshake by then is dropped.
     pub handshake_timeout: Duration,

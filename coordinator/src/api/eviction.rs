@@ -172,6 +172,13 @@ impl EvictionPhase {
     }
 }
 
+impl Eviction {
+    /// Not in a final phase (one not yet begun runs).
+    pub fn is_running(&self) -> bool {
+        !self.status.as_ref().and_then(|s| s.phase).unwrap_or_default().is_final()
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EvictionStatus {

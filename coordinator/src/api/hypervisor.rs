@@ -411,6 +411,12 @@ pub struct HypervisorStatus {
     /// gone: fencing needs it then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine: Option<MachineStatus>,
+    /// Whether the host may lose the pods its VMs need, as the Node's drain
+    /// marks should say (docs/drain.md): true only with no VM on it, by the
+    /// reconcile's own read of Nova, and held out of service. Absent: not
+    /// known; the marks stay as they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evictable: Option<bool>,
     /// The lifecycle core's own bookkeeping, so a restarted coordinator
     /// resumes where it stopped. Not meant to be edited.
     #[serde(default)]

@@ -42,6 +42,13 @@ pub struct EvictionView {
     pub message: String,
 }
 
+impl EvictionView {
+    /// Not in a final phase.
+    pub fn is_running(&self) -> bool {
+        !self.phase.is_final()
+    }
+}
+
 /// The pod's host as the webhook sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Host {
@@ -83,7 +90,7 @@ pub fn decide(pod: &PodKind, host: &Host) -> Verdict {
     // The Node's label, written from Nova's count, and the Hypervisor's
     // own view must agree: a label left behind never frees a busy host.
     let held = held(phase);
-    let running = host.eviction.as_ref().is_some_and(|e| !e.phase.is_final());
+    let running = host.eviction.as_ref().is_some_and(|e| e.is_running());
     let emptied = host.evictable == Some(true) && held && host.vms.unwrap_or(0) == 0 && !running;
     let blocked_by = match pod {
         PodKind::Unprotected => return Verdict::Allow,
@@ -125,10 +132,10 @@ fn held(phase: Phase) -> bool {
 fn state(phase: Phase, host: &Host) -> String {
     let vms = |n: u32| if n == 1 { "1 VM".to_string() } else { format!("{n} VMs") };
     match (&host.eviction, host.vms) {
-        (Some(e), _) if !e.phase.is_final() && e.total > 0 => {
+        (Some(e), _) if e.is_running() && e.total > 0 => {
             format!("evacuating, {} of {} moved", e.migrated, vms(e.total))
         }
-        (Some(e), _) if !e.phase.is_final() => format!("eviction {} {:?}", e.name, e.phase),
+        (Some(e), _) if e.is_running() => format!("eviction {} {:?}", e.name, e.phase),
         (Some(e), Some(n)) if e.phase == EvictionPhase::Failed && n > 0 => {
             format!("eviction {} failed ({}); {} remain, an SRE must act", e.name, e.message, vms(n))
         }
@@ -555,7 +562,7 @@ mod tests {
                                             | Phase::Decommissioned
                                     )
                                 );
-                                let running = ev.as_ref().is_some_and(|e| !e.phase.is_final());
+                                let running = ev.as_ref().is_some_and(|e| e.is_running());
                                 let busy = matches!(vms, Some(n) if n > 0) || running || !held;
                                 // Safe: no protected pod of a hypervisor leaves
                                 // while anything says it still needs it.

@@ -30,12 +30,7 @@ impl ClusterLimit {
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut HashMap<String, u32>) -> R) -> R {
-        match self.held.lock() {
-            Ok(mut g) => f(&mut g),
-            // A panic under the lock cannot leave a count that matters more
-            // than losing the limit altogether.
-            Err(p) => f(&mut p.into_inner()),
-        }
+        f(&mut crate::locked::lock(&self.held))
     }
 
     /// What the previous leader left in flight, per Eviction.

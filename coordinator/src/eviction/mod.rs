@@ -1,14 +1,16 @@
 //! Eviction, pure (docs/eviction.md): [`preflight::preflight`] decides
 //! whether every VM of the host could be placed elsewhere, [`plan::step`]
 //! decides, for one Eviction, which VM moves next, which migration is stuck
-//! and what every VM's record says, and [`checks`] refuses an Eviction that
-//! cannot run. [`NovaState`] is what Nova says of a migration.
+//! and what every VM's record says, [`checks`] refuses an Eviction that
+//! cannot run, and [`phases`] says what the phases before Migrating come
+//! to. [`NovaState`] is what Nova says of a migration.
 //! [`limit::ClusterLimit`] is the cluster-wide migration limit.
 //! The shell that runs them against Nova is `k8s::eviction`.
 
 pub mod checks;
 pub mod limit;
 mod nova_state;
+pub mod phases;
 pub mod plan;
 pub mod preflight;
 

@@ -9,6 +9,7 @@
 pub mod ceph;
 pub mod clear;
 pub mod decide;
+pub mod record;
 pub mod redfish;
 pub mod targets;
 

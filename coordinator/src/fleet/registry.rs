@@ -188,13 +188,7 @@ impl Registry {
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut HashMap<String, Node>) -> R) -> R {
-        let mut guard = match self.nodes.lock() {
-            Ok(g) => g,
-            // A panic while holding the lock cannot leave a node half-written
-            // in a way that matters more than losing the coordinator.
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        f(&mut guard)
+        f(&mut crate::locked::lock(&self.nodes))
     }
 
     /// Registers a session for `node`, replacing (and thereby closing) any

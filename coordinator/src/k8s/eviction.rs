@@ -12,7 +12,7 @@
 //!   object per attempt, and only then ask Nova.
 //!
 //! A host being fenced starts nothing new; once it is fenced its servers
-//! are evacuated instead of migrated ([`Fence`], docs/fencing.md), and a
+//! are evacuated instead of migrated ([`FenceState`], docs/fencing.md), and a
 //! preflight's findings no longer stop the eviction: what Nova cannot
 //! place fails and is recorded, the rest comes back.
 
@@ -38,6 +38,7 @@ use crate::api::{
 use crate::eviction::NovaState;
 use crate::eviction::checks::{self, Refusal, Target};
 use crate::eviction::limit::ClusterLimit;
+use crate::eviction::phases::{self, Disabling, FenceState, ServiceSeen};
 use crate::eviction::plan::{self, Action, AttemptObs, Evacuation, Input, Server};
 use crate::eviction::preflight::{named_traits, preflight, with_traits};
 use crate::metrics::{Metrics, tally};
@@ -47,20 +48,20 @@ use crate::nova::{Nova, NovaError};
 /// Before the caches are synced nothing is decided: missing is not absent.
 const CACHE_WAIT: Duration = Duration::from_millis(500);
 /// Look at a moving eviction this often, counted from one look's start to
-/// the next: counted from its end (a look takes a few tenths of a second),
-/// an attempt was seen ended 0.7 s after Nova ended it on average, not 0.5.
+/// the next: counted from its end, the time a look takes would add to how
+/// late an attempt's end is seen (decision record 0018).
 const POLL: Duration = Duration::from_secs(1);
 /// The shortest pause between two looks, however long one took: a slow
 /// Nova is not asked faster.
 const POLL_PAUSE: Duration = Duration::from_millis(500);
 /// Look again this soon after a step saw an attempt end while others run:
 /// attempts asked together of like VMs end together, and a look that
-/// falls between their ends left the later ones' slots idle a whole poll
-/// (1.4 s each on the ground, and the slots drifted apart from then on).
+/// falls between their ends would leave the later ones' slots idle a whole
+/// poll, and the slots drift apart from then on.
 const AFTER_AN_END: Duration = Duration::from_millis(300);
 /// An attempt's progress counters are read from Nova at most this often:
 /// they feed only the stall clock, judged over minutes, and read at every
-/// look they were a quarter of the eviction's Nova calls.
+/// look they would be a large share of the eviction's Nova calls.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// Look again this soon after writing an end (Succeeded, Failed): that look
 /// releases the finalizer. The controller does not wake on its own status
@@ -110,22 +111,18 @@ pub struct Paced(std::sync::Mutex<std::collections::HashMap<String, std::time::I
 impl Paced {
     /// Whether `key` was not done within `every`.
     pub(crate) fn due(&self, key: &str, every: Duration) -> bool {
-        let Ok(last) = self.0.lock() else { return true };
+        let last = crate::locked::lock(&self.0);
         last.get(key).is_none_or(|at| at.elapsed() >= every)
     }
 
     /// Records `key` done now.
     pub(crate) fn done(&self, key: &str) {
-        if let Ok(mut last) = self.0.lock() {
-            last.insert(key.to_string(), std::time::Instant::now());
-        }
+        crate::locked::lock(&self.0).insert(key.to_string(), std::time::Instant::now());
     }
 
     /// Forgets `key`: its attempt or eviction ended.
     pub(crate) fn forget(&self, key: &str) {
-        if let Ok(mut last) = self.0.lock() {
-            last.remove(key);
-        }
+        crate::locked::lock(&self.0).remove(key);
     }
 
     /// Forgets every attempt of an eviction that ended, those this
@@ -134,22 +131,8 @@ impl Paced {
     /// loses its entries too, and only reads its counters once more.
     pub(crate) fn forget_eviction(&self, eviction: &str) {
         let prefix = format!("{eviction}-");
-        if let Ok(mut last) = self.0.lock() {
-            last.retain(|k, _| !k.starts_with(&prefix));
-        }
+        crate::locked::lock(&self.0).retain(|k, _| !k.starts_with(&prefix));
     }
-}
-
-/// What the host's fencing means for an eviction.
-#[derive(Clone, Debug, PartialEq)]
-enum FenceState {
-    /// Not fenced: VMs are migrated.
-    None,
-    /// Being fenced: nothing new starts. A live migration off a dying host
-    /// fails, and an evacuation before the fence could run a VM twice.
-    Pending(String),
-    /// Fenced (now, or earlier in this eviction): VMs are evacuated.
-    Fenced(Evacuation),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -251,26 +234,6 @@ async fn fence(ctx: &EvictionContext, ev: &Eviction) -> Result<FenceState, Error
     })
 }
 
-/// The `HostFenced` condition that says what the fencing does to this
-/// eviction; None when the host is not fenced.
-fn fence_condition(fence: &FenceState) -> Option<DesiredCondition> {
-    match fence {
-        FenceState::None => None,
-        FenceState::Pending(why) => Some(DesiredCondition::new(
-            ConditionType::HostFenced,
-            ConditionStatus::False,
-            "FencingUnderWay",
-            why.clone(),
-        )),
-        FenceState::Fenced(_) => Some(DesiredCondition::new(
-            ConditionType::HostFenced,
-            ConditionStatus::True,
-            "Evacuating",
-            "the host is fenced: its servers are rebuilt elsewhere (evacuated), not migrated".to_string(),
-        )),
-    }
-}
-
 pub fn error_policy(ev: Arc<Eviction>, error: &Error, _ctx: Arc<EvictionContext>) -> Requeue {
     tracing::warn!(eviction = %ev.name_any(), error = %error, "eviction reconcile failed");
     match error {
@@ -308,25 +271,11 @@ async fn hold_or_release(
     }
     ctx.limit.release(&ev.name_any());
     write::finalizer(&api(ctx), ev.as_ref(), EVICTION_FINALIZER, false).await?;
-    let rerun = !deleting
-        && phase == EvictionPhase::Failed
-        && preflight_failed(&status)
-        && ev.metadata.generation != status.observed_generation;
-    if !rerun {
+    let Some(again) = phases::run_again(&status, ev.metadata.generation, deleting) else {
         return Ok(Err(Requeue::await_change()));
-    }
-    let mut s = status;
-    s.phase = Some(EvictionPhase::Pending);
-    s.completed_at = None;
-    // A run of its own: the wait for the host to be disabled counts from
-    // its start, not from the first run's.
-    s.started_at = None;
-    record(ctx, &ev, s).await?;
+    };
+    record(ctx, &ev, again).await?;
     Ok(Err(Requeue::requeue(Duration::from_millis(100))))
-}
-
-fn preflight_failed(s: &EvictionStatus) -> bool {
-    s.conditions.iter().any(|c| c.type_ == ConditionType::Preflight.as_str() && c.status == "False")
 }
 
 /// The Nova host to empty: the one recorded once the eviction started (VMs
@@ -377,14 +326,7 @@ async fn target(ctx: &EvictionContext, ev: &Eviction) -> Result<Result<String, R
 /// Ends the Eviction Failed with the refusal in its `Target` condition.
 async fn refuse(ctx: &EvictionContext, ev: &Eviction, r: Refusal, now: Timestamp) -> Result<Requeue, Error> {
     tracing::warn!(reason = r.reason, message = %r.message, "eviction refused");
-    let mut s = status_of(ev);
-    let c = DesiredCondition::new(ConditionType::Target, ConditionStatus::False, r.reason, r.message);
-    s.conditions = merge(&s.conditions, &[c], now, ev.metadata.generation);
-    s.observed_generation = ev.metadata.generation;
-    s.phase = Some(EvictionPhase::Failed);
-    s.progress = Some(format!("refused: {}", r.reason));
-    s.completed_at.get_or_insert(Time(now));
-    record(ctx, ev, s).await?;
+    record(ctx, ev, phases::refused(status_of(ev), &r, ev.metadata.generation, now)).await?;
     Ok(Requeue::requeue(ENDED))
 }
 
@@ -403,7 +345,8 @@ async fn record(ctx: &EvictionContext, ev: &Eviction, s: EvictionStatus) -> Resu
 }
 
 /// Could every VM be placed elsewhere? Failing stops the eviction before
-/// anything moves, with a condition naming each VM and why.
+/// anything moves, with a condition naming each VM and why
+/// ([`phases::judged`]).
 async fn run_preflight(
     ctx: &EvictionContext,
     ev: &Eviction,
@@ -413,7 +356,7 @@ async fn run_preflight(
 ) -> Result<Requeue, Error> {
     // Judged once the host's fate is known: a fenced host's findings do
     // not stop its eviction, a live one's do.
-    if let Some(c) = fence_condition(fence).filter(|_| matches!(fence, FenceState::Pending(_))) {
+    if let Some(c) = fence.condition().filter(|_| matches!(fence, FenceState::Pending(_))) {
         let mut s = status_of(ev);
         s.conditions = merge(&s.conditions, &[c], now, ev.metadata.generation);
         record(ctx, ev, s).await?;
@@ -431,36 +374,8 @@ async fn run_preflight(
     with_traits(&mut candidates, &carried);
     let o = &ev.spec.options;
     let report = preflight(&servers, o.default_policy.unwrap_or(ctx.default_policy), &candidates, &o.force);
-    let mut s = status_of(ev);
-    s.observed_generation = ev.metadata.generation;
-    s.started_at.get_or_insert(Time(now));
-    // A fenced host's servers cannot stay where they are: what the
-    // preflight finds is said, and each evacuation Nova cannot place fails
-    // and is recorded.
-    let evacuating = matches!(fence, FenceState::Fenced(_));
-    let passed = report.findings.is_empty() || evacuating;
-    let (status, reason, message) = if report.findings.is_empty() {
-        tracing::info!(node = %source, summary = %report.summary, "preflight passed");
-        s.phase = Some(EvictionPhase::Disabling);
-        s.host = Some(source.to_string());
-        (ConditionStatus::True, "Passed", report.summary)
-    } else if evacuating {
-        let msg = findings_message(&report.findings, false);
-        tracing::warn!(node = %source, message = %msg, "preflight findings; evacuating all the same");
-        s.phase = Some(EvictionPhase::Disabling);
-        s.host = Some(source.to_string());
-        (ConditionStatus::False, "FoundButEvacuating", msg)
-    } else {
-        let msg = findings_message(&report.findings, true);
-        tracing::warn!(node = %source, message = %msg, "preflight failed");
-        s.phase = Some(EvictionPhase::Failed);
-        s.progress = Some("preflight failed".into());
-        s.completed_at = Some(Time(now));
-        (ConditionStatus::False, "Failed", msg)
-    };
-    let c = DesiredCondition::new(ConditionType::Preflight, status, reason, message);
-    let said: Vec<DesiredCondition> = std::iter::once(c).chain(fence_condition(fence)).collect();
-    s.conditions = merge(&s.conditions, &said, now, ev.metadata.generation);
+    tracing::info!(node = %source, findings = report.findings.len(), summary = %report.summary, "preflight");
+    let (s, passed) = phases::judged(status_of(ev), report, fence, source, ev.metadata.generation, now);
     match record(ctx, ev, s).await? {
         // The lifecycle disables the host when it sees the Eviction, most
         // often before the preflight is done: straight on, on the Eviction
@@ -476,25 +391,8 @@ async fn run_preflight(
     }
 }
 
-fn findings_message(findings: &[crate::eviction::preflight::Finding], stops: bool) -> String {
-    const SHOWN: usize = 20;
-    let lines: Vec<String> = findings.iter().take(SHOWN).map(ToString::to_string).collect();
-    let mut msg = format!("{} VM(s) cannot be moved: {}", findings.len(), lines.join("; "));
-    if findings.len() > SHOWN {
-        msg.push_str(&format!("; and {} more", findings.len() - SHOWN));
-    }
-    msg.push_str(if stops {
-        ". Fix it and delete this Eviction (maintenance makes a new one), \
-         or list the checks to skip in spec.options.force"
-    } else {
-        ". The host is fenced: every server is evacuated all the same, and one Nova cannot place \
-         is recorded after its attempts"
-    });
-    msg
-}
-
-/// Nothing moves before the host stops taking new VMs (the lifecycle
-/// disables it when it sees this Eviction); not for ever, though.
+/// Nothing moves before the host stops taking new VMs
+/// ([`phases::disabling`]).
 async fn wait_disabled(
     ctx: &EvictionContext,
     ev: &Eviction,
@@ -502,35 +400,27 @@ async fn wait_disabled(
     fence: &FenceState,
     now: Timestamp,
 ) -> Result<Requeue, Error> {
-    let since = status_of(ev).started_at.map_or(now, |t| t.0);
-    let waited = now.duration_since(since);
-    let (reason, message) = match ctx.nova.service_enabled(source).await {
-        Ok(Some(false)) => {
-            // Straight on to the first migrations, which record the host
-            // disabled with their step: one write, and the lifecycle woken
-            // by it reads its host beside the requests, not before them.
-            let c = DesiredCondition::new(ConditionType::HostDisabled, ConditionStatus::True, "Disabled", "");
-            return migrate(ctx, ev, source, fence, now, Some(c)).await;
-        }
-        Ok(None) => ("NoComputeService", format!("Nova shows no compute service for host {source}")),
-        Ok(Some(true)) if waited.as_secs() >= ctx.disable_timeout.as_secs() as i64 => (
-            "NotDisabled",
-            format!("the compute service of {source} was still enabled after {}s", waited.as_secs()),
-        ),
-        Ok(Some(true)) => return Ok(Requeue::requeue(POLL)),
+    let seen = match ctx.nova.compute_service(source).await {
+        Ok(Some(s)) if s.enabled => ServiceSeen::Enabled,
+        Ok(Some(_)) => ServiceSeen::Disabled,
+        Ok(None) => ServiceSeen::Missing,
         Err(e) => {
             tracing::warn!(error = %e, "Nova not usable; retrying");
-            return Ok(Requeue::requeue(Duration::from_secs(5)));
+            ServiceSeen::Unreadable
         }
     };
-    let mut s = status_of(ev);
-    let c = DesiredCondition::new(ConditionType::HostDisabled, ConditionStatus::False, reason, message);
-    s.conditions = merge(&s.conditions, &[c], now, ev.metadata.generation);
-    s.phase = Some(EvictionPhase::Failed);
-    s.progress = Some(reason.to_string());
-    s.completed_at = Some(Time(now));
-    record(ctx, ev, s).await?;
-    Ok(Requeue::requeue(ENDED))
+    let generation = ev.metadata.generation;
+    match phases::disabling(&status_of(ev), seen, source, ctx.disable_timeout, generation, now) {
+        // Straight on to the first migrations, which record the host
+        // disabled with their step: one write, and the lifecycle woken by
+        // it reads its host beside the requests, not before them.
+        Disabling::Proceed(c) => migrate(ctx, ev, source, fence, now, Some(c)).await,
+        Disabling::Wait(again) => Ok(Requeue::requeue(again)),
+        Disabling::Failed(s) => {
+            record(ctx, ev, s).await?;
+            Ok(Requeue::requeue(ENDED))
+        }
+    }
 }
 
 /// What Nova shows of the servers and their current attempts, and the
@@ -563,10 +453,6 @@ async fn migrate(
     let (mut options, invalid) = checks::sanitized(&ev.spec.options);
     options.default_policy.get_or_insert(ctx.default_policy);
     let held = deleting || invalid.is_some() || matches!(fence, FenceState::Pending(_));
-    let evacuation = match fence {
-        FenceState::Fenced(e) => Some(*e),
-        _ => None,
-    };
     let input = Input {
         source,
         options: &options,
@@ -575,27 +461,14 @@ async fn migrate(
         attempts: &seen.attempts,
         slots: 0,
         cancelled: deleting,
-        evacuation,
+        evacuation: fence.evacuation(),
         now,
     };
-    // The attempts Nova shows ended free their slots for this very step,
-    // not the next one a second later: counted after what was seen.
-    let in_flight = count(&plan::step(&input).vms, VmState::Migrating);
-    let want = if held { 0 } else { options.max_parallel.saturating_sub(in_flight) };
-    let slots = ctx.limit.grant(&name, in_flight, want);
-    let step = plan::step(&Input { slots, ..input });
+    let step = with_slots(ctx, &name, input, held);
     // Record each new attempt before asking Nova, so a crash in between
     // can never lead to a second request for the same attempt.
-    let mut s = before.clone();
-    s.observed_generation = ev.metadata.generation;
-    s.vms = step.vms.clone();
-    s.phase = Some(step.phase);
-    s.evacuating |= evacuation.is_some();
-    fill_counts(&mut s, now);
-    let said = [options_condition(&before, invalid), fence_condition(fence), disabled];
-    let said: Vec<DesiredCondition> = said.into_iter().flatten().collect();
-    s.conditions = merge(&s.conditions, &said, now, ev.metadata.generation);
-    record(ctx, ev, s).await?;
+    let said = [options_condition(&before, invalid), fence.condition(), disabled];
+    record(ctx, ev, stepped(&before, &step, fence, &said, ev.metadata.generation, now)).await?;
     ctx.metrics.add(&tally(&before.vms, &step, now));
     for (mname, read, st) in &seen.records {
         write_migration(ctx, mname, read.as_deref(), st).await;
@@ -617,6 +490,36 @@ async fn migrate(
         pause_after(began.elapsed())
     };
     Ok(Requeue::requeue(next))
+}
+
+/// The step with the slots the cluster-wide limit grants (none while
+/// `held`). The attempts Nova shows ended free their slots for this very
+/// step, not the next one a second later: counted after what was seen.
+fn with_slots(ctx: &EvictionContext, name: &str, input: Input<'_>, held: bool) -> plan::Step {
+    let in_flight = count(&plan::step(&input).vms, VmState::Migrating);
+    let want = if held { 0 } else { input.options.max_parallel.saturating_sub(in_flight) };
+    let slots = ctx.limit.grant(name, in_flight, want);
+    plan::step(&Input { slots, ..input })
+}
+
+/// The status that records `step`, with what this look says. Pure.
+fn stepped(
+    before: &EvictionStatus,
+    step: &plan::Step,
+    fence: &FenceState,
+    said: &[Option<DesiredCondition>],
+    generation: Option<i64>,
+    now: Timestamp,
+) -> EvictionStatus {
+    let mut s = before.clone();
+    s.observed_generation = generation;
+    s.vms = step.vms.clone();
+    s.phase = Some(step.phase);
+    s.evacuating |= fence.evacuation().is_some();
+    fill_counts(&mut s, now);
+    let said: Vec<DesiredCondition> = said.iter().flatten().cloned().collect();
+    s.conditions = merge(&s.conditions, &said, now, generation);
+    s
 }
 
 /// The pause after a look that took `took`: looks [`POLL`] apart from start
@@ -756,17 +659,7 @@ async fn observe_attempt(
     let Some(m) = find_attempt(vm, &st, from_host, asked - slack, claimed) else {
         return Ok((None, st));
     };
-    st.nova_migration_id = Some(m.id);
-    st.nova_status = Some(m.status.to_string());
-    st.target_host = m.dest_compute.clone().or(st.target_host);
-    if !abort_requested {
-        st.phase = Some(match &m.status {
-            NovaState::Completed | NovaState::Rebuilt | NovaState::Confirmed => MigrationPhase::Completed,
-            NovaState::Failed | NovaState::Reverted => MigrationPhase::Failed,
-            NovaState::Cancelled => MigrationPhase::Cancelled,
-            _ => MigrationPhase::Running,
-        });
-    }
+    record_nova(&mut st, m, abort_requested);
     let mut progress_reported = counters_judged(&m.status, &st);
     if m.status.is_final() {
         st.finished_at.get_or_insert(MicroTime(now));
@@ -791,6 +684,22 @@ async fn observe_attempt(
 /// counters: only while its live migration runs, and only if Nova reported
 /// counters before (the record keeps them after `running` ends, when no
 /// counter moves any more and an abort would be refused). Pure.
+/// What Nova shows of the attempt, in its Migration's status (its phase
+/// stays Aborted once an abort was asked). Pure.
+fn record_nova(st: &mut MigrationStatus, m: &NovaMigration, abort_requested: bool) {
+    st.nova_migration_id = Some(m.id);
+    st.nova_status = Some(m.status.to_string());
+    st.target_host = m.dest_compute.clone().or(st.target_host.take());
+    if !abort_requested {
+        st.phase = Some(match &m.status {
+            NovaState::Completed | NovaState::Rebuilt | NovaState::Confirmed => MigrationPhase::Completed,
+            NovaState::Failed | NovaState::Reverted => MigrationPhase::Failed,
+            NovaState::Cancelled => MigrationPhase::Cancelled,
+            _ => MigrationPhase::Running,
+        });
+    }
+}
+
 fn counters_judged(nova: &NovaState, recorded: &MigrationStatus) -> bool {
     *nova == (NovaState::Running { live_running: true })
         && (recorded.memory_processed_bytes.is_some() || recorded.disk_processed_bytes.is_some())

@@ -10,28 +10,26 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::events::EventType;
 
 use super::hypervisor::{Context, Error};
-use crate::api::condition::{ConditionStatus, ConditionType, DesiredCondition};
-use crate::api::hypervisor::{FailedFenceStep, FenceStep, FencingStatus, HealthState};
+use crate::api::hypervisor::{FenceStep, FencingStatus, HealthState};
 use crate::api::keys::RETRY_ANNOTATION;
 use crate::api::keys::{BMC_SECRET_LABEL, CLEAR_FENCED_ANNOTATION, CONFIRM_FENCED_ANNOTATION, ZONE_LABEL};
 use crate::api::{Hypervisor, MaintenanceMode};
 use crate::eviction::NovaState;
 use crate::fence::ceph::CephFence;
 use crate::fence::decide::{self, Decision, FencePolicy, Situation};
+pub use crate::fence::record::FenceOutcome;
+use crate::fence::record::{self, Asked, Cleared, Facts, Taken};
 use crate::fence::redfish::{Bmc, Redfish};
 use crate::fence::{PowerState, PoweredOff, power_off_confirmed, read_again_if_off, same_machine};
 use crate::fence::{clear, targets};
 use crate::health::PowerSource;
 use crate::lifecycle::ServiceState;
 
-/// Tries of a step before it stands failed for an SRE.
-pub const ATTEMPTS: u32 = 3;
 /// Prefix of the maintenance reason of a host put into `ha` for being
 /// fenced.
 pub const EVACUATE_REASON_PREFIX: &str = "hv-fence: ";
@@ -81,17 +79,6 @@ impl FenceContext {
     }
 }
 
-/// What one reconcile's fencing comes to.
-pub struct FenceOutcome {
-    pub record: Option<FencingStatus>,
-    /// The `Fenced` condition to set; None with no record: none at all.
-    pub condition: Option<DesiredCondition>,
-    /// Look again this soon (the next step).
-    pub again: Option<Duration>,
-    /// A Warning Event: reason and note.
-    pub event: Option<(String, String)>,
-}
-
 /// The host's steps: Nova; its storage when it uses Ceph (pools, disks on
 /// RBD, or addresses given or reported: with none known, the step then
 /// fails and says so, never left out); its power when it has a BMC.
@@ -139,7 +126,9 @@ fn ceph_targets(ctx: &Context, hv: &Hypervisor) -> Result<Vec<String>, String> {
 
 /// `health`: this reconcile's verdict (None: not judged); `blind`: why
 /// the coordinator's own view cannot be trusted now; `evicting`: the
-/// host's running Eviction, if any.
+/// host's running Eviction, if any. Observe, decide
+/// ([`decide::decide`]), take the step, and [`record::record`] what it
+/// came to.
 pub async fn run(
     ctx: &Context,
     hv: &Hypervisor,
@@ -149,162 +138,107 @@ pub async fn run(
     evicting: Option<&str>,
     now: Timestamp,
 ) -> FenceOutcome {
-    let name = hv.name_any();
     let status = hv.status.clone().unwrap_or_default();
-    let mut record = status.fencing.clone();
-    let retry = hv.annotations().get(RETRY_ANNOTATION).cloned();
-    let confirm = hv.annotations().get(CONFIRM_FENCED_ANNOTATION).cloned();
-    let clear = hv.annotations().get(CLEAR_FENCED_ANNOTATION).cloned();
-    if let Some(r) = record.as_ref().filter(|r| clear.is_some() && r.handled_clear != clear) {
+    let asked = asked(hv);
+    if let Some(r) = status.fencing.as_ref().filter(|r| asked.clears(r)) {
         return clearing(ctx, hv, host, r, evicting, &status.conditions).await;
     }
-    // An SRE's retry clears a failed step (a retry given before the
-    // fencing started is not one, nor is the annotation's removal).
-    if let Some(r) =
-        record.as_mut().filter(|r| r.failed.is_some() && retry.is_some() && r.handled_retry != retry)
-    {
-        r.failed = None;
-        r.handled_retry = retry.clone();
-    }
+    let record = record::retried(status.fencing.clone(), &asked);
     // Neither under way nor Failed: nothing to fence (decide's first rule),
     // and no fleet scan on every reconcile of every healthy host.
     if record.is_none() && health != Some(HealthState::Failed) {
-        return FenceOutcome { record: None, condition: None, again: None, event: None };
+        return FenceOutcome::default();
     }
-    let steps = steps_of(hv);
-    let serving = in_service(ctx);
-    let (lost, hosts, domain) = domain_of(ctx, &serving, &name, health);
-    let failed = record.as_ref().and_then(|r| r.failed.as_ref()).filter(|f| f.attempts >= ATTEMPTS);
+    let name = hv.name_any();
+    let seen = observe(ctx, hv, &name, health, now);
+    let failed = record.as_ref().and_then(|r| r.failed.as_ref()).filter(|f| f.attempts >= record::ATTEMPTS);
     let situation = Situation {
         health: health.unwrap_or(HealthState::Healthy),
-        heartbeat_age: ctx.registry.view(&name).last_seen.map(|t| now.duration_since(t)),
+        heartbeat_age: seen.heartbeat_age,
         blind: blind.as_deref(),
-        other_agents: other_agents(ctx, &serving, &name),
-        domain: (&domain, lost, hosts),
-        started_lately: started_lately(ctx, &name, now),
-        steps: &steps,
+        other_agents: seen.other_agents,
+        domain: (&seen.domain, seen.lost, seen.hosts),
+        started_lately: seen.started_lately,
+        steps: &seen.steps,
         under_way: record.is_some(),
         confirmed: record.as_ref().map_or(&[][..], |r| &r.confirmed[..]),
         failed: failed.map(|f| (f.step, f.message.as_str())),
         fenced: record.as_ref().and_then(|r| r.fenced.as_ref().map(|_| r.by_hand)),
-        confirmed_by_hand: record.as_ref().is_some_and(|r| confirm.is_some() && r.handled_confirm != confirm),
+        confirmed_by_hand: record.as_ref().is_some_and(|r| asked.confirms(r)),
     };
-    let heartbeat_fresh = situation.heartbeat_age.is_some_and(|a| a < ctx.fencing.policy.fresh_heartbeat);
     let decision = decide::decide(&situation, &ctx.fencing.policy);
-    let mut out = FenceOutcome { record: record.clone(), condition: None, again: None, event: None };
-    match decision {
-        Decision::Nothing => {}
-        Decision::HeldBack { gate, message } => {
-            let news = !held_already(&status.conditions, gate.reason());
-            out.condition = Some(cond(ConditionStatus::False, gate.reason(), &message));
-            out.event = news.then(|| (gate.reason().to_string(), message));
-        }
-        Decision::Stuck { message, .. } => {
-            out.condition = Some(cond(ConditionStatus::False, "StepNotConfirmed", &message));
-        }
-        Decision::Fenced { by_hand } => {
-            // decide fences only a fencing under way: the record is there.
-            let Some(r) = out.record.as_mut() else { return out };
-            if r.fenced.is_none() {
-                r.fenced = Some(Time(now));
-                r.by_hand = by_hand;
-                let how = if by_hand { "confirmed by hand" } else { "every step confirmed" };
-                out.event = Some((
-                    "Fenced".to_string(),
-                    format!("{name} is fenced ({how}): its VMs may be rebuilt elsewhere"),
-                ));
-            }
-            let how = if r.by_hand { "an SRE confirmed it" } else { "every step confirmed" };
-            let message = format!("fenced ({how}: {}); stays so until an SRE clears it", list(&r.confirmed));
-            // Fenced, and yet its agent talks: the fencing stands, and says so.
-            let (reason, message) = if heartbeat_fresh {
-                ("FencedAgentTalking", format!("{message}. Its agent talks to us again: look at the host"))
-            } else {
-                ("Fenced", message)
-            };
-            out.condition = Some(cond(ConditionStatus::True, reason, &message));
-        }
-        Decision::Take(step) if record.is_none() => {
-            // Recorded before any step: a fencing started is never lost to
-            // a fail-over or a failed write, and counts against the limit.
-            if !claim(ctx, &name) {
-                out.again = Some(Duration::from_secs(1));
-                return out;
-            }
-            out.record = Some(FencingStatus {
-                started: Some(Time(now)),
-                handled_retry: retry.clone(),
-                handled_confirm: confirm.clone(),
-                handled_clear: clear.clone(),
-                ..Default::default()
-            });
-            let message = format!("fencing started ({}): {step} next", health.unwrap_or_default());
-            out.condition = Some(cond(ConditionStatus::False, "InProgress", &message));
-            out.event = Some(("FencingStarted".to_string(), message));
-            out.again = Some(Duration::from_millis(200));
-        }
-        Decision::Take(step) => {
-            // Only the leader acts: a step a deposed leader is about to take
-            // waits for the next reconcile, under the lease.
-            if !ctx.gate.open() {
-                out.again = Some(Duration::from_millis(500));
-                return out;
-            }
-            let Some(r) = out.record.as_mut() else { return out };
-            // The storage step's addresses are written to the record before
-            // they are added: a clearing lifts whatever may have been,
-            // whatever a fail-over or a lost write.
-            let ceph = (step == FenceStep::CephBlocklisted).then(|| {
-                ceph_targets(ctx, hv)
-                    .and_then(|a| targets::to_record(&r.ceph_addresses, &a).map(|new| (a, new)))
-            });
-            if let Some(Ok((addresses, new))) = &ceph
-                && !new.is_empty()
-            {
-                r.ceph_addresses.extend(new.iter().cloned());
-                let message = format!("{step} next: {} recorded first", addresses.join(", "));
-                out.condition = Some(cond(ConditionStatus::False, "InProgress", &message));
-                out.again = Some(Duration::from_millis(200));
-                return out;
-            }
-            tracing::warn!(node = %name, step = %step, "fencing: taking a step");
-            match take(ctx, hv, host, step, ceph.map(|c| c.map(|(addresses, _)| addresses))).await {
-                Ok(how) => {
-                    r.failed = None;
-                    r.confirmed.push(step);
-                    let message = format!("{step} confirmed ({how})");
-                    out.condition = Some(cond(ConditionStatus::False, "InProgress", &message));
-                    out.event = Some((format!("{step}Confirmed"), message));
-                    out.again = Some(Duration::from_millis(200));
-                    return out;
-                }
-                Err(why) => {
-                    let attempts = r.failed.as_ref().filter(|f| f.step == step).map_or(0, |f| f.attempts) + 1;
-                    r.failed = Some(FailedFenceStep { step, message: why.clone(), attempts });
-                    let (reason, message) = if attempts >= ATTEMPTS {
-                        let message = format!(
-                            "{step} not confirmed after {ATTEMPTS} tries: {why}. Retry it (hvctl retry {name}), or \
-                             make sure the host is fenced and say so (hvctl confirm-fenced {name})"
-                        );
-                        ("StepNotConfirmed", message)
-                    } else {
-                        (
-                            "StepRetrying",
-                            format!("{step} not confirmed (try {attempts} of {ATTEMPTS}): {why}"),
-                        )
-                    };
-                    out.condition = Some(cond(ConditionStatus::False, reason, &message));
-                    out.event = Some((format!("{step}NotConfirmed"), message));
-                }
-            }
-            out.again = Some(Duration::from_secs(1));
-        }
-    }
-    out
+    let taken = match decision {
+        Decision::Take(step) => Some(take_or_claim(ctx, hv, host, record.as_ref(), step).await),
+        _ => None,
+    };
+    let heartbeat_fresh = seen.heartbeat_age.is_some_and(|a| a < ctx.fencing.policy.fresh_heartbeat);
+    let facts =
+        Facts { name: &name, now, health, heartbeat_fresh, conditions: &status.conditions, asked: &asked };
+    record::record(record.as_ref(), &decision, taken, &facts)
 }
 
-fn cond(status: ConditionStatus, reason: &str, message: &str) -> DesiredCondition {
-    DesiredCondition::new(ConditionType::Fenced, status, reason, message)
+/// What an SRE asked on the Hypervisor's annotations.
+fn asked(hv: &Hypervisor) -> Asked {
+    let get = |key: &str| hv.annotations().get(key).cloned();
+    Asked {
+        retry: get(RETRY_ANNOTATION),
+        confirm: get(CONFIRM_FENCED_ANNOTATION),
+        clear: get(CLEAR_FENCED_ANNOTATION),
+    }
+}
+
+/// What the fencing's decision reads of the fleet and the host, from the
+/// caches.
+struct Seen {
+    steps: Vec<FenceStep>,
+    heartbeat_age: Option<jiff::SignedDuration>,
+    other_agents: (usize, usize),
+    domain: String,
+    lost: usize,
+    hosts: usize,
+    started_lately: usize,
+}
+
+fn observe(ctx: &Context, hv: &Hypervisor, name: &str, health: Option<HealthState>, now: Timestamp) -> Seen {
+    let serving = in_service(ctx);
+    let (lost, hosts, domain) = domain_of(ctx, &serving, name, health);
+    Seen {
+        steps: steps_of(hv),
+        heartbeat_age: ctx.registry.view(name).last_seen.map(|t| now.duration_since(t)),
+        other_agents: other_agents(ctx, &serving, name),
+        domain,
+        lost,
+        hosts,
+        started_lately: started_lately(ctx, name, now),
+    }
+}
+
+/// The step the decision names: a new fencing's place under the rate
+/// limit claimed, or (only by the leader) the step taken, the storage
+/// step's new addresses first recorded.
+async fn take_or_claim(
+    ctx: &Context,
+    hv: &Hypervisor,
+    host: &str,
+    record: Option<&FencingStatus>,
+    step: FenceStep,
+) -> Taken {
+    let Some(r) = record else {
+        return if claim(ctx, &hv.name_any()) { Taken::Claimed } else { Taken::NotClaimed };
+    };
+    if !ctx.gate.open() {
+        return Taken::NotLeader;
+    }
+    let ceph = (step == FenceStep::CephBlocklisted).then(|| {
+        ceph_targets(ctx, hv).and_then(|a| targets::to_record(&r.ceph_addresses, &a).map(|new| (a, new)))
+    });
+    if let Some(Ok((addresses, new))) = &ceph
+        && !new.is_empty()
+    {
+        return Taken::AddressesFirst { addresses: addresses.clone(), new: new.clone() };
+    }
+    tracing::warn!(node = %hv.name_any(), step = %step, "fencing: taking a step");
+    Taken::Step(take(ctx, hv, host, step, ceph.map(|c| c.map(|(addresses, _)| addresses))).await)
 }
 
 /// One step of taking a fence off, asked by an SRE ([`clear::next`]).
@@ -316,67 +250,67 @@ async fn clearing(
     evicting: Option<&str>,
     conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
 ) -> FenceOutcome {
-    let name = hv.name_any();
-    let mut out = FenceOutcome { record: Some(r.clone()), condition: None, again: None, event: None };
     if !ctx.gate.open() {
-        out.again = Some(Duration::from_millis(500));
-        return out;
+        let again = Some(Duration::from_millis(500));
+        return FenceOutcome { record: Some(r.clone()), again, ..FenceOutcome::default() };
     }
-    let wait = |why: String, out: &mut FenceOutcome| {
-        let news = !held_already(conditions, "ClearWaiting");
-        out.condition = Some(cond(ConditionStatus::True, "ClearWaiting", &format!("clearing asked: {why}")));
-        out.event = news.then(|| ("FencingClearWaiting".to_string(), why));
-        out.again = Some(Duration::from_secs(5));
+    let step = match clear_situation(ctx, hv, host, r, evicting).await {
+        Ok(situation) => undo(ctx, hv, host, r, &situation).await,
+        Err(why) => Cleared::Waiting(why),
     };
-    let forced_down = match ctx.nova.service_state(host).await {
-        Ok(state) => state == Some(ServiceState::ForcedDown),
-        Err(e) => {
-            wait(format!("Nova cannot be read: {e}"), &mut out);
-            return out;
-        }
-    };
-    // Every evacuation since the fencing started (with the slack Nova's clock may need).
+    record::cleared(r, &hv.name_any(), step, conditions)
+}
+
+/// What the clearing reads of Nova: whether the host is forced down, and
+/// its evacuations not settled since the fencing started (with the slack
+/// Nova's clock may need); why not, when Nova cannot be read.
+async fn clear_situation<'a>(
+    ctx: &Context,
+    hv: &Hypervisor,
+    host: &str,
+    r: &FencingStatus,
+    evicting: Option<&'a str>,
+) -> Result<clear::Situation<'a>, String> {
+    let service = ctx.nova.compute_service(host).await.map_err(|e| format!("Nova cannot be read: {e}"))?;
     let since =
         r.started.as_ref().map_or(Timestamp::UNIX_EPOCH, |t| t.0) - jiff::SignedDuration::from_mins(10);
-    let evacuations_unsettled = match ctx.nova.migrations_from(host, since).await {
-        Ok(list) => list
-            .iter()
-            .filter(|m| m.migration_type.as_deref() == Some("evacuation"))
-            .filter(|m| !matches!(m.status, NovaState::Completed | NovaState::Failed | NovaState::Cancelled))
-            .count(),
-        Err(e) => {
-            wait(format!("Nova's migrations cannot be read: {e}"), &mut out);
-            return out;
-        }
-    };
-    let situation = clear::Situation {
+    let list = ctx.nova.migrations_from(host, since).await;
+    let list = list.map_err(|e| format!("Nova's migrations cannot be read: {e}"))?;
+    let evacuations_unsettled = list
+        .iter()
+        .filter(|m| m.migration_type.as_deref() == Some("evacuation"))
+        .filter(|m| !matches!(m.status, NovaState::Completed | NovaState::Failed | NovaState::Cancelled))
+        .count();
+    Ok(clear::Situation {
         eviction_running: evicting,
-        agent_back: ctx.registry.view(&name).connected,
+        agent_back: ctx.registry.view(&hv.name_any()).connected,
         evacuations_unsettled,
-        forced_down,
+        forced_down: service.is_some_and(|s| s.state == ServiceState::ForcedDown),
         // Lifted whatever the step came to (tried, confirmed by hand): a
         // lift of an entry not there is a no-op.
         blocklisted: !lifted_by_clearing(ctx, hv, r).is_empty() && !r.blocklist_lifted,
-    };
-    match clear::next(&situation) {
-        clear::Next::Wait(why) => wait(why, &mut out),
+    })
+}
+
+/// Undoes what [`clear::next`] names.
+async fn undo(
+    ctx: &Context,
+    hv: &Hypervisor,
+    host: &str,
+    r: &FencingStatus,
+    situation: &clear::Situation<'_>,
+) -> Cleared {
+    match clear::next(situation) {
+        clear::Next::Wait(why) => Cleared::Waiting(why),
         clear::Next::LiftForcedDown => match ctx.nova.set_forced_down(host, false).await {
-            Ok(()) => {
-                let msg = format!("Nova's forced_down lifted from {host}'s compute service");
-                out.condition = Some(cond(ConditionStatus::True, "Clearing", &msg));
-                out.event = Some(("ForcedDownLifted".to_string(), msg));
-                out.again = Some(Duration::from_millis(200));
-            }
+            Ok(()) => Cleared::ForcedDownLifted { host: host.to_string() },
             // Nova's own rule: not before the host's nova-compute has
             // started and destroyed what was left of its evacuated servers.
-            Err(e @ crate::nova::NovaError::Invalid(_)) => wait(
-                format!(
-                    "Nova refused to lift {host}'s forced_down ({e}); it does so until the host's \
-                     nova-compute has started again and cleaned up after the evacuation"
-                ),
-                &mut out,
-            ),
-            Err(e) => wait(format!("Nova: {e}"), &mut out),
+            Err(e @ crate::nova::NovaError::Invalid(_)) => Cleared::Waiting(format!(
+                "Nova refused to lift {host}'s forced_down ({e}); it does so until the host's \
+                 nova-compute has started again and cleaned up after the evacuation"
+            )),
+            Err(e) => Cleared::Waiting(format!("Nova: {e}")),
         },
         clear::Next::LiftBlocklist => {
             let addresses = lifted_by_clearing(ctx, hv, r);
@@ -385,27 +319,12 @@ async fn clearing(
                 None => Err("this coordinator has no Ceph fencing identity (--ceph-fence-id)".into()),
             };
             match lifted {
-                Ok(()) => {
-                    if let Some(r) = out.record.as_mut() {
-                        r.blocklist_lifted = true;
-                    }
-                    let msg = format!("{} lifted from the OSD blocklist", addresses.join(", "));
-                    out.condition = Some(cond(ConditionStatus::True, "Clearing", &msg));
-                    out.event = Some(("BlocklistLifted".to_string(), msg));
-                    out.again = Some(Duration::from_millis(200));
-                }
-                Err(why) => wait(format!("the blocklist entries could not be lifted: {why}"), &mut out),
+                Ok(()) => Cleared::BlocklistLifted { addresses },
+                Err(why) => Cleared::Waiting(format!("the blocklist entries could not be lifted: {why}")),
             }
         }
-        clear::Next::Done => {
-            out.record = None;
-            out.event = Some((
-                "FencingCleared".to_string(),
-                format!("{name}'s fence is off: it comes back through its checks before it takes VMs again"),
-            ));
-        }
+        clear::Next::Done => Cleared::Done,
     }
-    out
 }
 
 /// The addresses a clearing lifts ([`targets::to_lift`]): never one
@@ -418,20 +337,6 @@ fn lifted_by_clearing(ctx: &Context, hv: &Hypervisor, r: &FencingStatus) -> Vec<
     let old = r.confirmed.contains(&FenceStep::CephBlocklisted)
         || r.failed.as_ref().is_some_and(|f| f.step == FenceStep::CephBlocklisted);
     targets::to_lift(&r.ceph_addresses, &hv.spec.fencing.ceph_addresses, old, &others_held)
-}
-
-fn list(steps: &[FenceStep]) -> String {
-    if steps.is_empty() {
-        return "no step".into();
-    }
-    steps.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")
-}
-
-fn held_already(
-    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
-    reason: &str,
-) -> bool {
-    conditions.iter().any(|c| c.type_ == ConditionType::Fenced.as_str() && c.reason == reason)
 }
 
 /// Takes one step and confirms it by reading the state back; answers how
@@ -448,7 +353,9 @@ async fn take(
     match step {
         FenceStep::NovaForcedDown => {
             ctx.nova.set_forced_down(host, true).await.map_err(|e| format!("Nova: {e}"))?;
-            match ctx.nova.service_state(host).await.map_err(|e| format!("Nova, reading back: {e}"))? {
+            let read =
+                ctx.nova.compute_service(host).await.map_err(|e| format!("Nova, reading back: {e}"))?;
+            match read.map(|s| s.state) {
                 Some(ServiceState::ForcedDown) => {
                     Ok(format!("Nova shows {host}'s compute service forced down"))
                 }
@@ -511,7 +418,7 @@ pub async fn power_source(ctx: &Context, hv: &Hypervisor) -> PowerSource {
     };
     let read = read.await;
     {
-        let mut off = ctx.fencing.off.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut off = crate::locked::lock(&ctx.fencing.off);
         match &read {
             Ok(PowerState::Off) => off.insert(name.clone(), Instant::now()),
             _ => off.remove(&name),
@@ -533,7 +440,7 @@ pub async fn power_source(ctx: &Context, hv: &Hypervisor) -> PowerSource {
 
 /// The host's BMC confirmed its power off within the last 10 s.
 fn confirmed_off_lately(ctx: &Context, name: &str) -> bool {
-    let off = ctx.fencing.off.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let off = crate::locked::lock(&ctx.fencing.off);
     off.get(name).is_some_and(|t| t.elapsed() < Duration::from_secs(10))
 }
 
@@ -679,28 +586,6 @@ pub async fn tell(ctx: &Context, hv: &Hypervisor, fenced: &FenceOutcome) {
         tracing::warn!(node = %hv.name_any(), reason = %reason, "{note}");
         let reference = kube::Resource::object_ref(hv, &());
         super::hypervisor::publish(ctx, &reference, EventType::Warning, reason, note).await;
-    }
-}
-
-/// Writes a reconcile's fencing into the status to be written: the
-/// record, and the `Fenced` condition (gone when there is nothing to
-/// fence and nothing recorded: no gate holds anything back).
-pub fn record(
-    status: &mut crate::api::HypervisorStatus,
-    fenced: &FenceOutcome,
-    now: Timestamp,
-    generation: Option<i64>,
-) {
-    status.fencing = fenced.record.clone();
-    match &fenced.condition {
-        Some(c) => {
-            status.conditions =
-                crate::api::condition::merge(&status.conditions, std::slice::from_ref(c), now, generation)
-        }
-        None if fenced.record.is_none() => {
-            status.conditions.retain(|c| c.type_ != ConditionType::Fenced.as_str())
-        }
-        None => {}
     }
 }
 

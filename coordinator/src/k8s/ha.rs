@@ -75,53 +75,55 @@ pub async fn respond(
         }
         r
     });
-    let reference = hv.object_ref(&());
     match response {
         Response::Nothing => Ok(hv),
         Response::Capped { message } => {
             tracing::warn!(node = %name, "{message}");
+            let reference = hv.object_ref(&());
             super::hypervisor::publish(ctx, &reference, EventType::Warning, "HaMaintenanceCapped", &message)
                 .await;
             Ok(hv)
         }
-        Response::Maintain { reason } => {
-            match super::write::maintenance(&Api::all(ctx.client.clone()), &hv, MaintenanceMode::Ha, &reason)
-                .await
-            {
-                // The object changed since it was read: decide again on fresh data.
-                Err(kube::Error::Api(e)) if e.code == 409 || e.code == 422 => {
-                    ctx.ha.claims.forget(name);
-                    Err(kube::Error::Api(e).into())
-                }
-                // Anything else must not stop the host's lifecycle: told, and
-                // tried again at the next reconcile.
-                Err(e) => {
-                    ctx.ha.claims.forget(name);
-                    let note = format!("could not set spec.maintenance to ha ({reason}): {e}");
-                    tracing::warn!(node = %name, error = %e, "could not set ha maintenance");
-                    super::hypervisor::publish(
-                        ctx,
-                        &reference,
-                        EventType::Warning,
-                        "HaMaintenanceFailed",
-                        &note,
-                    )
-                    .await;
-                    Ok(hv)
-                }
-                Ok(written) => {
-                    let note = format!(
-                        "spec.maintenance set to ha ({reason}): the host is disabled and emptied, \
-                     and stays in Maintenance until an SRE clears it"
-                    );
-                    tracing::warn!(node = %name, reason = %reason, "Degraded: ha maintenance set");
-                    super::hypervisor::publish(ctx, &reference, EventType::Warning, "HaMaintenance", &note)
-                        .await;
-                    Ok(std::sync::Arc::new(written))
-                }
-            }
-        }
+        Response::Maintain { reason } => maintain(ctx, hv, name, &reason).await,
     }
+}
+
+/// Sets `spec.maintenance: ha` for `reason`; the claim goes when the
+/// write does not happen.
+async fn maintain(
+    ctx: &Context,
+    hv: std::sync::Arc<Hypervisor>,
+    name: &str,
+    reason: &str,
+) -> Result<std::sync::Arc<Hypervisor>, Error> {
+    let reference = hv.object_ref(&());
+    let written =
+        super::write::maintenance(&Api::all(ctx.client.clone()), &hv, MaintenanceMode::Ha, reason).await;
+    let (event, note) = match written {
+        // The object changed since it was read: decide again on fresh data.
+        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 422 => {
+            ctx.ha.claims.forget(name);
+            return Err(kube::Error::Api(e).into());
+        }
+        Ok(written) => {
+            let note = format!(
+                "spec.maintenance set to ha ({reason}): the host is disabled and emptied, \
+                 and stays in Maintenance until an SRE clears it"
+            );
+            tracing::warn!(node = %name, reason = %reason, "Degraded: ha maintenance set");
+            super::hypervisor::publish(ctx, &reference, EventType::Warning, "HaMaintenance", &note).await;
+            return Ok(std::sync::Arc::new(written));
+        }
+        // Anything else must not stop the host's lifecycle: told, and
+        // tried again at the next reconcile.
+        Err(e) => {
+            ctx.ha.claims.forget(name);
+            tracing::warn!(node = %name, error = %e, "could not set ha maintenance");
+            ("HaMaintenanceFailed", format!("could not set spec.maintenance to ha ({reason}): {e}"))
+        }
+    };
+    super::hypervisor::publish(ctx, &reference, EventType::Warning, event, &note).await;
+    Ok(hv)
 }
 
 /// Why new unseen holds are held back now, if they are: this host's

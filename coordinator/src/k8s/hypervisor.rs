@@ -24,7 +24,7 @@ use crate::api::eviction::EvictionOptions;
 use crate::api::hypervisor::{HealthState, HealthStatus};
 use crate::api::keys::{HYPERVISOR_FINALIZER, RETRY_ANNOTATION};
 use crate::api::{Eviction, EvictionSpec, Hypervisor, HypervisorStatus, Phase};
-use crate::fence::decide::FenceHold;
+use crate::fence::record::{self, FenceOutcome};
 use crate::fleet::fleet_service::to_proto;
 use crate::fleet::{Health, Registry};
 use crate::health::AgentView;
@@ -154,30 +154,16 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     let deleting = hv.metadata.deletion_timestamp.is_some();
     let hv = if deleting { hv } else { hold(&ctx, hv).await? };
     let status = hv.status.clone().unwrap_or_default();
-    let mut seen = observe(&ctx, &hv, &name, &status).await?;
-    let deletion = deleting.then(|| {
-        lifecycle::deletion::may_go(
-            status.phase.unwrap_or_default(),
-            status.service_id.as_deref(),
-            &seen.obs.nova,
-        )
-    });
+    let phase = status.phase.unwrap_or_default();
+    let now = Timestamp::now();
+    // Observe, and judge the host's health.
+    let (seen, verdict) = look(&ctx, &hv, &name, &status, now).await?;
+    let deletion =
+        deleting.then(|| lifecycle::deletion::may_go(phase, status.service_id.as_deref(), &seen.obs.nova));
     if let Some(Ok(())) = deletion {
         tracing::info!("Hypervisor deleted; nothing in Nova depends on its host");
         write::finalizer(&api(&ctx), hv.as_ref(), HYPERVISOR_FINALIZER, false).await?;
         return Ok(Requeue::await_change());
-    }
-    let now = Timestamp::now();
-    let phase = status.phase.unwrap_or_default();
-    let mut verdict = judge_health(&ctx, &seen, status.health.as_ref(), phase, now);
-    seen.obs.health = health_obs(&ctx, &name, &verdict);
-    // The fleet view only confirms: what it would change is decided on the
-    // host's own reads.
-    if seen.shared && !view_confirms(&ctx, &hv, &name, &status, &seen, &verdict, now) {
-        seen.obs.nova = ctx.nova_view.fresh(ctx.nova.as_ref(), &seen.host, &hv.spec.aggregates).await;
-        seen.shared = false;
-        verdict = judge_health(&ctx, &seen, status.health.as_ref(), phase, now);
-        seen.obs.health = health_obs(&ctx, &name, &verdict);
     }
     let hv = if deleting {
         hv
@@ -185,96 +171,119 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
         let terminating = seen.obs.node == NodeObs::Deleting;
         super::ha::respond(&ctx, hv, &name, phase, terminating, seen.obs.health.as_ref()).await?
     };
-    let policy = &ctx.policy;
-    let decision = lifecycle::decide(&Input {
-        name: &name,
-        spec: &hv.spec,
-        status: &status,
-        obs: &seen.obs,
-        policy,
-        now,
-    });
-    if let Some(why) = &seen.obs.update_wait {
-        tracing::info!(%why, "an update asks for the host; it waits for a place");
-        let note = format!("an update asks for the host; it stays in service until a place frees: {why}");
-        publish(&ctx, &hv.object_ref(&()), EventType::Normal, "UpdateWaits", &note).await;
-    }
-    // Fencing before the lifecycle's actions: once Nova holds a dead host
-    // forced down it no longer waits on the host's nova-compute to answer a
-    // change of its enabled status (up to its RPC timeout, a minute).
-    let blind = (!verdict.judged).then(|| verdict.condition.message.clone());
-    let health_now = verdict.status.as_ref().map(|h| h.state);
-    let evicting = seen.obs.eviction.as_ref().filter(|e| !e.phase.is_final()).map(|e| e.name.clone());
-    let fenced = super::fence::run(&ctx, &hv, &seen.host, health_now, blind, evicting.as_deref(), now).await;
-    // A fencing that starts, or that only waits for the dead host's last
-    // heartbeat to age (seconds): its record or gate is written on its own,
-    // and the lifecycle does not act yet. Its disable of a host Nova still
-    // counts up would wait on the dead host's nova-compute (a minute), and
-    // once the Nova step has forced the host down it no longer does.
-    let starts = status.fencing.is_none() && fenced.record.is_some();
-    let ripens = status.fencing.is_none()
-        && health_now == Some(HealthState::Failed)
-        && fenced.condition.as_ref().is_some_and(|c| c.reason == FenceHold::FreshHeartbeat.reason());
-    if starts || ripens {
-        // The verdict goes with it (a Failed host says so at once).
-        let mut early = status.clone();
-        if verdict.status.is_some() {
-            early.health = verdict.status.clone();
-            early.conditions = merge(
-                &early.conditions,
-                std::slice::from_ref(&verdict.condition),
-                now,
-                hv.metadata.generation,
-            );
-        }
-        super::fence::record(&mut early, &fenced, now, hv.metadata.generation);
-        if early != status {
-            let written =
-                write::status(&api(&ctx), &name, hv.metadata.resource_version.as_deref(), &early).await?;
-            ctx.written.remember(hv.metadata.resource_version.clone(), written);
-        }
-        tell_health(&ctx, &hv, status.health.as_ref(), &early, verdict.judged).await;
-        super::fence::tell(&ctx, &hv, &fenced).await;
-        let again = if starts {
-            Duration::from_millis(100)
-        } else {
-            fenced.again.unwrap_or(Duration::from_millis(500))
-        };
+    // Fencing, its own step before the lifecycle's.
+    let fenced = fence(&ctx, &hv, &seen, &verdict, now).await;
+    if let Some(again) = record::goes_first(status.fencing.as_ref(), verdict.state(), &fenced) {
+        fencing_first(&ctx, &hv, &name, &status, &verdict, &fenced, now).await?;
         return Ok(Requeue::requeue(again));
     }
+    // Decide, act, write.
+    let input =
+        Input { name: &name, spec: &hv.spec, status: &status, obs: &seen.obs, policy: &ctx.policy, now };
+    let decision = lifecycle::decide(&input);
     let outcome = act(&ctx, &hv, &name, &seen.host, &decision).await;
-    let mut new_status = composed(&status, &decision, &seen, &verdict, hv.metadata.generation, now);
-    // The record says "deleted" only once Nova answered the delete.
-    new_status.lifecycle.service_deleted |= outcome.service_deleted;
+    let mut new_status =
+        composed(&status, &decision, &seen, &verdict, outcome.service_deleted, hv.metadata.generation, now);
     if let Some(verdict) = &deletion {
         let held = [lifecycle::deletion::condition(verdict)];
         new_status.conditions = merge(&new_status.conditions, &held, now, hv.metadata.generation);
     }
-    super::fence::record(&mut new_status, &fenced, now, hv.metadata.generation);
-    let hv = if new_status != status {
-        let written =
-            write::status(&api(&ctx), &name, hv.metadata.resource_version.as_deref(), &new_status).await?;
-        ctx.written.remember(hv.metadata.resource_version.clone(), written.clone());
-        Arc::new(written)
-    } else {
-        hv
-    };
-    tell(&ctx, &hv, &name, &decision, &new_status, &outcome.failures, &seen.agent).await;
+    record::apply(&mut new_status, &fenced, now, hv.metadata.generation);
+    let hv = write_status(&ctx, hv, &name, &status, &new_status).await?;
+    // Tell, and what follows from what was written.
+    tell(&ctx, &hv, &name, &decision, &new_status, &outcome.failures, &seen).await;
     super::fence::tell(&ctx, &hv, &fenced).await;
-    mark_node(&ctx, &name, &seen, new_status.health.as_ref()).await;
-    mark_locks(&ctx, &name, evictable(decision.phase, &new_status, &seen.obs.nova)).await;
     tell_health(&ctx, &hv, status.health.as_ref(), &new_status, verdict.judged).await;
-    if let Some(keep) =
-        super::nodes::release(seen.obs.node, decision.phase, new_status.service_id.as_deref(), &seen.obs.nova)
-    {
+    mark_node(&ctx, &name, &seen, new_status.health.as_ref()).await;
+    let service_id = new_status.service_id.as_deref();
+    if let Some(keep) = super::nodes::release(seen.obs.node, decision.phase, service_id, &seen.obs.nova) {
         super::nodes::let_go(&ctx.client, &name, keep).await?;
     }
-    super::fence::evacuate(&ctx, &hv, evicting.as_deref()).await?;
-    let look = next_look(&ctx.intervals, &decision, &seen.obs.nova, !outcome.failures.is_empty());
-    // A Node's grace running out changes the verdict with no other news.
-    let look = verdict.recheck.map_or(look, |r| look.min(r));
-    let look = fenced.again.map_or(look, |a| look.min(a));
-    Ok(Requeue::requeue(look))
+    super::fence::evacuate(&ctx, &hv, seen.evicting()).await?;
+    let failed = !outcome.failures.is_empty();
+    Ok(Requeue::requeue(next_look(&ctx.intervals, &decision, &seen.obs.nova, failed, &verdict, &fenced)))
+}
+
+/// What the reconcile sees of the host, and its health verdict. The fleet
+/// view only confirms: what it would change is decided on the host's own
+/// reads, read now.
+async fn look(
+    ctx: &Context,
+    hv: &Hypervisor,
+    name: &str,
+    status: &HypervisorStatus,
+    now: Timestamp,
+) -> Result<(Seen, Verdict), Error> {
+    let phase = status.phase.unwrap_or_default();
+    let mut seen = observe(ctx, hv, name, status).await?;
+    let mut verdict = judge_health(ctx, &seen, status.health.as_ref(), phase, now);
+    seen.obs.health = health_obs(ctx, name, &verdict);
+    if seen.shared && !view_confirms(ctx, hv, name, status, &seen, &verdict, now) {
+        seen.obs.nova = ctx.nova_view.fresh(ctx.nova.as_ref(), &seen.host, &hv.spec.aggregates).await;
+        seen.shared = false;
+        verdict = judge_health(ctx, &seen, status.health.as_ref(), phase, now);
+        seen.obs.health = health_obs(ctx, name, &verdict);
+    }
+    Ok((seen, verdict))
+}
+
+/// The fencing's step (docs/fencing.md), taken before the lifecycle acts:
+/// once Nova holds a dead host forced down it no longer waits on the
+/// host's nova-compute to answer a change of its enabled status (up to its
+/// RPC timeout, a minute).
+async fn fence(
+    ctx: &Context,
+    hv: &Hypervisor,
+    seen: &Seen,
+    verdict: &Verdict,
+    now: Timestamp,
+) -> FenceOutcome {
+    let blind = (!verdict.judged).then(|| verdict.condition.message.clone());
+    super::fence::run(ctx, hv, &seen.host, verdict.state(), blind, seen.evicting(), now).await
+}
+
+/// A fencing that starts, or that only waits for the dead host's last
+/// heartbeat to age ([`record::goes_first`]): its record is written on its
+/// own, the verdict with it (a Failed host says so at once), and the
+/// lifecycle does not act yet.
+async fn fencing_first(
+    ctx: &Context,
+    hv: &Arc<Hypervisor>,
+    name: &str,
+    status: &HypervisorStatus,
+    verdict: &Verdict,
+    fenced: &FenceOutcome,
+    now: Timestamp,
+) -> Result<(), Error> {
+    let mut early = status.clone();
+    if verdict.status.is_some() {
+        early.health = verdict.status.clone();
+        let judged = std::slice::from_ref(&verdict.condition);
+        early.conditions = merge(&early.conditions, judged, now, hv.metadata.generation);
+    }
+    record::apply(&mut early, fenced, now, hv.metadata.generation);
+    write_status(ctx, hv.clone(), name, status, &early).await?;
+    tell_health(ctx, hv, status.health.as_ref(), &early, verdict.judged).await;
+    super::fence::tell(ctx, hv, fenced).await;
+    Ok(())
+}
+
+/// The status written over the version read, when it changed (every write
+/// wakes the drain marks, and costs the API server); answers the
+/// Hypervisor as it now is.
+async fn write_status(
+    ctx: &Context,
+    hv: Arc<Hypervisor>,
+    name: &str,
+    before: &HypervisorStatus,
+    after: &HypervisorStatus,
+) -> Result<Arc<Hypervisor>, Error> {
+    if after == before {
+        return Ok(hv);
+    }
+    let written = write::status(&api(ctx), name, hv.metadata.resource_version.as_deref(), after).await?;
+    ctx.written.remember(hv.metadata.resource_version.clone(), written.clone());
+    Ok(Arc::new(written))
 }
 
 /// The verdict as the lifecycle acts on it (None when not judged now).
@@ -287,25 +296,36 @@ fn health_obs(ctx: &Context, name: &str, verdict: &Verdict) -> Option<lifecycle:
 }
 
 /// The status the lifecycle's decision and the health verdict make of the
-/// stored one. Pure.
+/// stored one, with whether the host may lose its dependents
+/// ([`drain::locks::evictable`](crate::drain::locks::evictable)), from the
+/// same reads. `service_deleted`: Nova answered our delete of the service.
+/// Pure.
 fn composed(
     status: &HypervisorStatus,
     decision: &Decision,
     seen: &Seen,
     verdict: &Verdict,
+    service_deleted: bool,
     generation: Option<i64>,
     now: Timestamp,
 ) -> HypervisorStatus {
     let mut new_status = compose(status, decision, &seen.agent, &seen.obs.nova, generation, now);
+    // The record says "deleted" only once Nova answered the delete.
+    new_status.lifecycle.service_deleted |= service_deleted;
     new_status.health = verdict.status.clone();
     let healthy = [verdict.condition.clone()];
     new_status.conditions = merge(&new_status.conditions, &healthy, now, generation);
+    let service_gone = new_status.service_id.is_none() || new_status.lifecycle.service_deleted;
+    let vms = crate::drain::locks::vm_count(&seen.obs.nova, service_gone);
+    new_status.evictable = crate::drain::locks::evictable(decision.phase, vms);
     new_status
 }
 
 /// Whether the fleet view leaves the host as it stands: the lifecycle
 /// decides no action, no transition and no warning on it, and the status
-/// stays the same (docs/nova.md, "The fleet view"). Pure over what was seen.
+/// stays the same (docs/nova.md, "The fleet view"); a host freed for
+/// drains (`status.evictable` turning true) is a change of its status, so
+/// it rests on the host's own reads. Pure over what was seen.
 fn view_confirms(
     ctx: &Context,
     hv: &Hypervisor,
@@ -324,12 +344,10 @@ fn view_confirms(
     } else if !decision.warnings.is_empty() {
         Some("a warning")
     } else if !same_but_words_not_from_nova(
-        composed(status, &decision, seen, verdict, hv.metadata.generation, now),
+        composed(status, &decision, seen, verdict, false, hv.metadata.generation, now),
         status,
     ) {
         Some("a status change")
-    } else if frees(ctx, name, decision.phase, status, &seen.obs.nova) {
-        Some("freeing the host for drains")
     } else {
         None
     };
@@ -373,37 +391,6 @@ fn same_but_words_not_from_nova(mut next: HypervisorStatus, status: &HypervisorS
         }
     }
     next == *status
-}
-
-/// Whether the host may be drained, as the Node's marks should say
-/// (`drain::locks`), from its phase, its status and Nova's count of VMs.
-fn evictable(phase: crate::api::Phase, status: &HypervisorStatus, nova: &NovaObs) -> Option<bool> {
-    let service_gone = status.service_id.is_none() || status.lifecycle.service_deleted;
-    crate::drain::locks::evictable(phase, crate::drain::locks::vm_count(nova, service_gone))
-}
-
-/// Whether this reconcile would free the host for drains: its Node's or a
-/// protected pod's evictable mark turned true (`mark_locks`). That rests on
-/// the host's own reads, never on the fleet view.
-fn frees(
-    ctx: &Context,
-    name: &str,
-    phase: crate::api::Phase,
-    status: &HypervisorStatus,
-    nova: &NovaObs,
-) -> bool {
-    if evictable(phase, status, nova) != Some(true) {
-        return false;
-    }
-    // Without a Node there is nothing to mark (`mark_locks`).
-    ctx.nodes.get(&ObjectRef::new(name)).is_some_and(|node| {
-        crate::drain::locks::of(&node).evictable != Some(true)
-            || ctx
-                .pods
-                .on_node(name)
-                .iter()
-                .any(|p| crate::k8s::protected_pods::relabel(p, Some(true)).is_some())
-    })
 }
 
 /// A change of a judged verdict: logged, counted and an Event.
@@ -458,26 +445,13 @@ async fn observe(
     let agent = ctx.registry.view(name);
     let host = lifecycle::nova_host(name, &hv.spec, status).to_string();
     let leaving = hv.metadata.deletion_timestamp.is_some() || node == NodeObs::Deleting;
-    let health = status.health.as_ref().map(|h| h.state);
     let eviction = observe_eviction(ctx, name, status).await?;
-    let evicting = eviction.as_ref().is_some_and(|e| !e.phase.is_final() && !e.deleting);
+    let evicting = eviction.as_ref().is_some_and(|e| e.is_running() && !e.deleting);
     // While a new leader settles no host is judged: what Nova says of a
     // host whose agent has not reconnected yet weighs on no verdict.
-    let fenced = status.fencing.is_some();
     let connected = agent.connected || settling;
-    let shareable = may_share(phase, leaving, fenced, health, connected, evicting);
-    let from_view = if shareable {
-        let traits = host_traits(hv);
-        let fleet = || fleet_traits(&ctx.hypervisors);
-        ctx.nova_view.host(ctx.nova.as_ref(), &host, &hv.spec.aggregates, &traits, fleet).await
-    } else {
-        None
-    };
-    let shared = from_view.is_some();
-    let nova = match from_view {
-        Some(nova) => nova,
-        None => ctx.nova_view.fresh(ctx.nova.as_ref(), &host, &hv.spec.aggregates).await,
-    };
+    let steady = may_share(phase, leaving, status.fencing.is_some(), health_of(status), connected, evicting);
+    let (nova, shared) = observe_nova(ctx, hv, &host, steady).await;
     let close_hosts = match &nova {
         NovaObs::NotRegistered if phase == Phase::Onboarding => {
             observe_close_hosts(ctx, &host, agent.hostname.as_deref()).await
@@ -513,6 +487,32 @@ async fn observe(
     Ok(Seen { obs, agent, host, node_ready, marks, power, bmc, shared, settling })
 }
 
+impl Seen {
+    /// The host's running Eviction, by name.
+    fn evicting(&self) -> Option<&str> {
+        self.obs.eviction.as_ref().filter(|e| e.is_running()).map(|e| e.name.as_str())
+    }
+}
+
+/// Nova's view of the host: the fleet view's when it may stand for the
+/// host (`shareable`, [`may_share`]) and has it, else the host's own read;
+/// with whether it is the fleet view's.
+async fn observe_nova(ctx: &Context, hv: &Hypervisor, host: &str, shareable: bool) -> (NovaObs, bool) {
+    if shareable {
+        let traits = host_traits(hv);
+        let fleet = || fleet_traits(&ctx.hypervisors);
+        let view = ctx.nova_view.host(ctx.nova.as_ref(), host, &hv.spec.aggregates, &traits, fleet).await;
+        if let Some(nova) = view {
+            return (nova, true);
+        }
+    }
+    (ctx.nova_view.fresh(ctx.nova.as_ref(), host, &hv.spec.aggregates).await, false)
+}
+
+fn health_of(status: &HypervisorStatus) -> Option<HealthState> {
+    status.health.as_ref().map(|h| h.state)
+}
+
 /// The custom traits of a Hypervisor the lifecycle looks at: its spec's and
 /// those recorded as applied.
 fn host_traits(hv: &Hypervisor) -> BTreeSet<String> {
@@ -533,6 +533,13 @@ struct Verdict {
     judged: bool,
     /// When to look again though nothing changes.
     recheck: Option<Duration>,
+}
+
+impl Verdict {
+    /// The host's health as judged now (None: not judged).
+    fn state(&self) -> Option<HealthState> {
+        self.status.as_ref().map(|h| h.state)
+    }
 }
 
 /// Judged only where an agent belongs (a host in Onboarding, Maintenance or
@@ -628,8 +635,7 @@ async fn act(ctx: &Context, hv: &Hypervisor, name: &str, host: &str, decision: &
 /// about a second sooner.
 fn wake_evictions_of(ctx: &Context, name: &str) {
     for ev in ctx.evictions.state() {
-        let running = ev.status.as_ref().and_then(|s| s.phase).is_none_or(|p| !p.is_final());
-        if ev.spec.hypervisor == name && running {
+        if ev.spec.hypervisor == name && ev.is_running() {
             let _ = ctx.evictions_to_wake.send(ev.name_any());
         }
     }
@@ -643,9 +649,14 @@ async fn tell(
     decision: &Decision,
     new_status: &HypervisorStatus,
     failures: &[String],
-    agent: &AgentView,
+    seen: &Seen,
 ) {
     let reference = hv.object_ref(&());
+    if let Some(why) = &seen.obs.update_wait {
+        tracing::info!(%why, "an update asks for the host; it waits for a place");
+        let note = format!("an update asks for the host; it stays in service until a place frees: {why}");
+        publish(ctx, &reference, EventType::Normal, "UpdateWaits", &note).await;
+    }
     if let Some(t) = &decision.transition {
         tracing::info!(from = t.from.as_str(), to = t.to.as_str(), reason = %t.reason, "phase changed");
         let note = format!("{} -> {}: {}", t.from.as_str(), t.to.as_str(), t.reason);
@@ -667,10 +678,25 @@ async fn tell(
     for failure in failures {
         publish(ctx, &reference, EventType::Warning, "ActionFailed", failure).await;
     }
-    ctx.health.set_node(name, decision.phase == Phase::Active && agent.connected).await;
+    ctx.health.set_node(name, decision.phase == Phase::Active && seen.agent.connected).await;
 }
 
-fn next_look(i: &Intervals, d: &Decision, nova: &NovaObs, failed: bool) -> Duration {
+/// When to look again: soon after a change, later while only drift
+/// matters; sooner when the health verdict would change with no other
+/// news (a Node's grace running out) or the fencing's next step is due.
+fn next_look(
+    i: &Intervals,
+    d: &Decision,
+    nova: &NovaObs,
+    failed: bool,
+    v: &Verdict,
+    f: &FenceOutcome,
+) -> Duration {
+    let look = lifecycle_look(i, d, nova, failed);
+    [Some(look), v.recheck, f.again].into_iter().flatten().min().unwrap_or(look)
+}
+
+fn lifecycle_look(i: &Intervals, d: &Decision, nova: &NovaObs, failed: bool) -> Duration {
     if d.transition.is_some() {
         Duration::from_millis(200)
     } else if failed || matches!(nova, NovaObs::Unreachable(_)) {
@@ -680,8 +706,8 @@ fn next_look(i: &Intervals, d: &Decision, nova: &NovaObs, failed: bool) -> Durat
         Duration::from_secs(1)
     } else {
         match d.phase {
-            // Evicting moves when its Eviction does, and that change triggers
-            // a reconcile; between them only drift matters. Decommissioned:
+            // Evicting moves when its Eviction's phase does, and that change
+            // triggers a reconcile; between them only drift matters. Decommissioned:
             // a host that registers again is disabled within one interval.
             Phase::Active | Phase::Maintenance | Phase::Evicting | Phase::Decommissioned => i.drift,
             Phase::Aborted => i.drift * 5,
@@ -779,58 +805,6 @@ async fn mark_node(ctx: &Context, name: &str, seen: &Seen, health: Option<&Healt
     }
 }
 
-/// The node lock protocol's marks (`drain::locks`) as the phase and Nova's
-/// count of VMs say, and the same on the Node's protected pods
-/// (`drain::pods`). A failed write is logged and tried again at the next
-/// reconcile: each mark is compared with what is wanted every time.
-async fn mark_locks(ctx: &Context, name: &str, want: Option<bool>) {
-    let Some(node) = ctx.nodes.get(&ObjectRef::new(name)) else { return };
-    let now = crate::drain::locks::of(&node);
-    // Freed: the pods before the Node, so the budgets let go as soon as the
-    // webhook does. Locked: the Node first, the webhook refusing at once.
-    if want == Some(true) && !label_protected_pods(ctx, name, want).await {
-        return; // the Node waits for its pods: tried again next reconcile
-    }
-    if let Some(patch) = crate::drain::locks::patch(&now, want, &ctx.node_locks) {
-        let api: Api<Node> = Api::all(ctx.client.clone());
-        match api.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await {
-            Ok(_) => tracing::info!(evictable = ?want, "node locks written"),
-            Err(e) => tracing::warn!(error = %e, "could not write the node locks"),
-        }
-    }
-    if want != Some(true) {
-        label_protected_pods(ctx, name, want.or(now.evictable)).await;
-    }
-}
-
-/// Sets `crate::api::keys::POD_EVICTABLE_LABEL` on the Node's protected pods as `evictable`
-/// says, where it differs; false when a write failed.
-async fn label_protected_pods(ctx: &Context, node: &str, evictable: Option<bool>) -> bool {
-    let mut all = true;
-    use k8s_openapi::api::core::v1::Pod;
-    for pod in ctx.pods.on_node(node) {
-        let Some(value) = crate::k8s::protected_pods::relabel(&pod, evictable) else { continue };
-        let (Some(ns), Some(pod_name)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref())
-        else {
-            continue;
-        };
-        let patch =
-            serde_json::json!({"metadata": {"labels": {crate::api::keys::POD_EVICTABLE_LABEL: value}}});
-        let api = Api::<Pod>::namespaced(ctx.client.clone(), ns);
-        match api.patch(pod_name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await
-        {
-            Ok(_) => {
-                tracing::info!(node, pod = %format!("{ns}/{pod_name}"), %value, "protected pod labelled")
-            }
-            Err(e) => {
-                all = false;
-                tracing::warn!(node, pod = %format!("{ns}/{pod_name}"), error = %e, "could not label a protected pod")
-            }
-        }
-    }
-    all
-}
-
 /// What the lifecycle reads of a Node (and what wakes it: `triggers`);
 /// `signals`: how the site's update tools ask for a host.
 pub fn node_obs(n: &Node, signals: &crate::drain::signals::UpdateSignals) -> NodeObs {
@@ -863,9 +837,7 @@ async fn observe_eviction(
             }
         });
     }
-    let running = ctx.evictions.state().into_iter().find(|e| {
-        e.spec.hypervisor == node && !e.status.as_ref().and_then(|s| s.phase).unwrap_or_default().is_final()
-    });
+    let running = ctx.evictions.state().into_iter().find(|e| e.spec.hypervisor == node && e.is_running());
     Ok(running.map(|e| eviction_obs(&e)))
 }
 

@@ -106,21 +106,20 @@ impl LeaseGuard {
 
     /// A renewal that started at `started` succeeded.
     pub fn renewed(&self, started: Instant, renew_deadline: Duration) {
-        if let Ok(mut v) = self.valid_until.lock() {
-            *v = Some(started + renew_deadline);
-        }
+        *crate::locked::lock(&self.valid_until) = Some(started + renew_deadline);
     }
 
     /// Leadership is over (lost, released, or never had).
     pub fn revoke(&self) {
-        if let Ok(mut v) = self.valid_until.lock() {
-            *v = None;
-        }
+        *crate::locked::lock(&self.valid_until) = None;
     }
 
     /// Ok while this replica leads with the margin to spare.
     pub fn ensure(&self) -> Result<(), String> {
-        let until = self.valid_until.lock().map(|v| *v).unwrap_or(None);
+        if crate::locked::poisoned() {
+            return Err("a lock of this process was poisoned by a panic: it decides nothing more".into());
+        }
+        let until = *crate::locked::lock(&self.valid_until);
         match until {
             Some(t) if Instant::now() + self.margin < t => Ok(()),
             Some(_) => Err("the leader lease is about to lapse unrenewed".into()),

@@ -10,6 +10,7 @@
 
 pub mod acting;
 pub mod claims;
+pub mod drain_marks;
 pub mod eviction;
 pub mod fence;
 pub mod ha;
@@ -122,10 +123,10 @@ pub struct Writers {
     pub migrations: reflector::store::Writer<Migration>,
 }
 
-/// Runs the Node watcher and the Hypervisor and Eviction controllers until
-/// `stop` turns true. `watch_client` serves the watches (no read timeout);
-/// the contexts' clients serve requests. `changed` carries node names the
-/// agent sessions want reconciled.
+/// Runs the Node watcher and the Hypervisor, Eviction and drain marks
+/// controllers until `stop` turns true. `watch_client` serves the watches
+/// (no read timeout); the contexts' clients serve requests. `changed`
+/// carries node names the agent sessions want reconciled.
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
     watch_client: kube::Client,
@@ -139,14 +140,10 @@ pub async fn run(
     concurrency: u16,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let hypervisor_turns = Arc::new(tokio::sync::Semaphore::new(usize::from(concurrency)));
-    let eviction_turns = Arc::new(tokio::sync::Semaphore::new(usize::from(concurrency)));
-    let hypervisors_waiting = ctx.metrics.reconciles.waiting("hypervisor");
-    let evictions_waiting = ctx.metrics.reconciles.waiting("eviction");
     let (node_tx, node_rx) = mpsc::unbounded_channel::<String>();
     let (ev_tx, ev_rx) = mpsc::unbounded_channel::<String>();
+    let (marks_tx, marks_rx) = mpsc::unbounded_channel::<Hypervisor>();
     let wc = &watch_client;
-    let to_ref = |n: String| ObjectRef::<Hypervisor>::new(&n);
     // This install's Hypervisors only (crate::api::keys::INSTANCE_LABEL), those it
     // managed before installs were named adopted first.
     adopt(&ctx.client, &node_selector, &template.instance).await;
@@ -156,18 +153,55 @@ pub async fn run(
         .modify(trim::unmanaged)
         .reflect(writers.hypervisors)
         .applied_objects()
+        // Every change, for the drain marks' own trigger.
+        .inspect(move |hv| {
+            if let Ok(hv) = hv {
+                let _ = marks_tx.send(hv.clone());
+            }
+        })
         .predicate_filter(triggers::hypervisor, Default::default());
-    let hypervisor_controller = Controller::for_stream(hypervisors, ctx.hypervisors.clone())
-        .reconcile_on(UnboundedReceiverStream::new(changed).map(to_ref))
-        .reconcile_on(UnboundedReceiverStream::new(node_rx).map(to_ref))
-        .reconcile_on(UnboundedReceiverStream::new(ev_rx).map(to_ref))
-        .graceful_shutdown_on(stopped(stop.clone()))
+    let wakes = [changed, node_rx, ev_rx];
+    let hypervisor_controller = hypervisors_controlled(hypervisors, wakes, &ctx, concurrency, stop.clone());
+    let eviction_controller = evictions_controlled(wc, evictions_to_wake, &ev_ctx, concurrency, stop.clone());
+    let marks_controller = marks_controlled(marks_rx, &ctx, stop);
+    tokio::select! {
+        _ = hypervisor_controller => {}
+        _ = eviction_controller => {}
+        _ = marks_controller => {}
+        _ = watch_nodes(wc, &ctx, &node_selector, &template, writers.nodes, node_tx) => {}
+        _ = watch_evictions(wc, writers.evictions, ev_tx) => {}
+        _ = cache_migrations(wc, writers.migrations) => {}
+        _ = crate::k8s::protected_pods::free_elsewhere(
+            ctx.client.clone(), ctx.pods.clone(), ctx.hypervisors.clone(), ctx.nodes.clone(), ctx.gate.clone(),
+        ) => {}
+        // Never ends unless the caches cannot sync: a branch that ended
+        // would drop the controllers, and the coordinator exits.
+        _ = async { if sync(&ctx, &ev_ctx).await { std::future::pending::<()>().await } } => {}
+    }
+}
+
+/// The Hypervisor controller over `hypervisors` (its watch, filtered by
+/// `triggers::hypervisor`), woken also by node names from `wakes`; each
+/// reconcile in its turn, measured.
+fn hypervisors_controlled(
+    hypervisors: impl futures_util::Stream<Item = Result<Hypervisor, watcher::Error>> + Send + 'static,
+    wakes: [mpsc::UnboundedReceiver<String>; 3],
+    ctx: &Arc<Context>,
+    concurrency: u16,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> + Send {
+    let turns = Arc::new(tokio::sync::Semaphore::new(usize::from(concurrency)));
+    let waiting = ctx.metrics.reconciles.waiting("hypervisor");
+    let to_ref = |n: String| ObjectRef::<Hypervisor>::new(&n);
+    let woken = futures_util::stream::select_all(wakes.map(UnboundedReceiverStream::new)).map(to_ref);
+    Controller::for_stream(hypervisors, ctx.hypervisors.clone())
+        .reconcile_on(woken)
+        .graceful_shutdown_on(stopped(stop))
         .run(
-            |hv, ctx| {
+            move |hv, ctx| {
                 let span = tracing::info_span!("reconcile", controller = "hypervisor", node = %hv.name_any());
                 let metrics = ctx.metrics.reconciles.clone();
-                let queue = hypervisor_turns.clone();
-                let waiting = hypervisors_waiting.clone();
+                let (queue, waiting) = (turns.clone(), waiting.clone());
                 async move {
                     turns::in_turn(&queue, &waiting, || {
                         // As the cache holds it now, not as it was when the
@@ -181,26 +215,37 @@ pub async fn run(
             hypervisor::error_policy,
             ctx.clone(),
         )
-        .for_each(|res| log_result("hypervisor controller", res));
+        .for_each(|res| log_result("hypervisor controller", res))
+}
+
+/// The Eviction controller, over a watch and cache of its own (woken by
+/// `triggers::eviction_own`), and by names from `wake`.
+fn evictions_controlled(
+    watch_client: &kube::Client,
+    wake: mpsc::UnboundedReceiver<String>,
+    ev_ctx: &Arc<eviction::EvictionContext>,
+    concurrency: u16,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> + Send {
+    let turns = Arc::new(tokio::sync::Semaphore::new(usize::from(concurrency)));
+    let waiting = ev_ctx.metrics.reconciles.waiting("eviction");
     let (own_evictions, own_writer) = reflector::store::<Eviction>();
-    let eviction_cache = own_evictions.clone();
-    let evictions = watcher(Api::<Eviction>::all(wc.clone()), watcher::Config::default())
+    let cached = own_evictions.clone();
+    let evictions = watcher(Api::<Eviction>::all(watch_client.clone()), watcher::Config::default())
         .default_backoff()
         .modify(trim::unmanaged)
         .reflect(own_writer)
         .applied_objects()
         .predicate_filter(triggers::eviction_own, Default::default());
-    let eviction_controller = Controller::for_stream(evictions, own_evictions)
-        .reconcile_on(UnboundedReceiverStream::new(evictions_to_wake).map(|n| ObjectRef::<Eviction>::new(&n)))
-        .graceful_shutdown_on(stopped(stop.clone()))
+    Controller::for_stream(evictions, own_evictions)
+        .reconcile_on(UnboundedReceiverStream::new(wake).map(|n| ObjectRef::<Eviction>::new(&n)))
+        .graceful_shutdown_on(stopped(stop))
         .run(
-            |ev, ctx| {
+            move |ev, ctx| {
                 let span =
                     tracing::info_span!("reconcile", controller = "eviction", eviction = %ev.name_any());
                 let metrics = ctx.metrics.reconciles.clone();
-                let queue = eviction_turns.clone();
-                let waiting = evictions_waiting.clone();
-                let cached = eviction_cache.clone();
+                let (queue, waiting, cached) = (turns.clone(), waiting.clone(), cached.clone());
                 async move {
                     turns::in_turn(&queue, &waiting, || {
                         let ev = turns::latest(&cached, ev);
@@ -212,20 +257,42 @@ pub async fn run(
             eviction::error_policy,
             ev_ctx.clone(),
         )
-        .for_each(|res| log_result("eviction controller", res));
-    tokio::select! {
-        _ = hypervisor_controller => {}
-        _ = eviction_controller => {}
-        _ = watch_nodes(wc, &ctx, &node_selector, &template, writers.nodes, node_tx) => {}
-        _ = watch_evictions(wc, writers.evictions, ev_tx) => {}
-        _ = cache_migrations(wc, writers.migrations) => {}
-        _ = crate::k8s::protected_pods::free_elsewhere(
-            ctx.client.clone(), ctx.pods.clone(), ctx.hypervisors.clone(), ctx.nodes.clone(), ctx.gate.clone(),
-        ) => {}
-        // Never ends unless the caches cannot sync: a branch that ended
-        // would drop the controllers, and the coordinator exits.
-        _ = async { if sync(&ctx, &ev_ctx).await { std::future::pending::<()>().await } } => {}
-    }
+        .for_each(|res| log_result("eviction controller", res))
+}
+
+/// The drain marks' controller ([`drain_marks`]), over every change of a
+/// Hypervisor seen by the Hypervisor watch, filtered by `triggers::marks`.
+fn marks_controlled(
+    changes: mpsc::UnboundedReceiver<Hypervisor>,
+    ctx: &Arc<Context>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> + Send {
+    let marks = Arc::new(drain_marks::MarksContext {
+        client: ctx.client.clone(),
+        nodes: ctx.nodes.clone(),
+        pods: ctx.pods.clone(),
+        node_locks: ctx.node_locks.clone(),
+        gate: ctx.gate.clone(),
+    });
+    let metrics = ctx.metrics.reconciles.clone();
+    let changes = UnboundedReceiverStream::new(changes)
+        .map(Ok::<_, watcher::Error>)
+        .predicate_filter(triggers::marks, Default::default());
+    Controller::for_stream(changes, ctx.hypervisors.clone())
+        .graceful_shutdown_on(stopped(stop))
+        .run(
+            move |hv, marks| {
+                let span =
+                    tracing::info_span!("reconcile", controller = "drain-marks", node = %hv.name_any());
+                let metrics = metrics.clone();
+                async move {
+                    measured::measured("drain-marks", &metrics, span, drain_marks::reconcile(hv, marks)).await
+                }
+            },
+            drain_marks::error_policy,
+            marks,
+        )
+        .for_each(|res| log_result("drain marks controller", res))
 }
 
 /// `nodes::adopt_unlabelled`, again every 2 s until it succeeds: the

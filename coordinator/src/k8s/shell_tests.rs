@@ -154,9 +154,6 @@ impl Nova for FakeNova {
     ) -> Result<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>, NovaError> {
         Ok(traits.iter().map(|t| (t.clone(), Default::default())).collect())
     }
-    async fn service_enabled(&self, _: &str) -> Result<Option<bool>, NovaError> {
-        Ok(self.service_enabled.lock().map(|e| *e).unwrap_or_default())
-    }
     async fn migrations_from(&self, _: &str, _: Timestamp) -> Result<Vec<NovaMigration>, NovaError> {
         Ok(self.migrations.clone())
     }
@@ -190,8 +187,13 @@ impl Nova for FakeNova {
         push(&self.log, format!("nova forced_down {host} {down}"));
         Ok(())
     }
-    async fn service_state(&self, _: &str) -> Result<Option<ServiceState>, NovaError> {
-        Ok(None)
+    async fn compute_service(&self, _: &str) -> Result<Option<crate::nova::ServiceView>, NovaError> {
+        let enabled = self.service_enabled.lock().map(|e| *e).unwrap_or_default();
+        Ok(enabled.map(|enabled| crate::nova::ServiceView {
+            enabled,
+            disabled_reason: None,
+            state: ServiceState::Up,
+        }))
     }
 }
 
@@ -1326,27 +1328,29 @@ async fn the_fleet_view_confirms_a_settled_host_and_leaves_any_change_to_its_own
     );
 
     // Emptied and held (its status from its own read of the empty host):
-    // with its Node not yet marked evictable, freeing it for drains rests
-    // on its own reads, whatever the view shows; with the Node marked
-    // already, the view confirms.
+    // freeing it for drains (`status.evictable` turning true, which the
+    // drain marks follow) rests on its own reads, whatever the view shows;
+    // once its status says so, the view confirms.
     let NovaObs::Registered(empty) = registered(false, &[]) else { unreachable!() };
     let t = hypervisor_ctx(answer, NovaObs::Registered(empty.clone()), true, vec![]);
     hypervisor::reconcile(settled.clone(), t.ctx.clone()).await.unwrap();
     let written = status_writes(&t.bodies).pop().expect("the emptied status");
+    assert_eq!(written["status"]["evictable"], json!(true), "{written}");
     let mut emptied = held();
     emptied.status = Some(serde_json::from_value(written["status"].clone()).unwrap());
     let emptied = Arc::new(emptied);
-    let evictable = [(crate::api::keys::EVICTABLE_LABEL, "true")];
-    for (labels, fresh) in [(&[][..], true), (&evictable[..], false)] {
-        let t = hypervisor_ctx_on(answer, NovaObs::Registered(empty.clone()), true, vec![], Ok(()), labels);
+    assert_eq!(settled.status.as_ref().and_then(|s| s.evictable), Some(false), "a VM on it");
+    for (before, fresh) in [(&settled, true), (&emptied, false)] {
+        let t = hypervisor_ctx(answer, NovaObs::Registered(empty.clone()), true, vec![]);
         *t.fleet.lock().unwrap() = Some(empty.clone());
-        hypervisor::reconcile(emptied.clone(), t.ctx.clone()).await.unwrap();
+        hypervisor::reconcile(before.clone(), t.ctx.clone()).await.unwrap();
         let log = entries(&t.log);
         assert!(log.contains(&"nova fleet".to_string()), "{log:?}");
+        let evictable = before.status.as_ref().and_then(|s| s.evictable);
         assert_eq!(
             log.contains(&"nova observe node-1".to_string()),
             fresh,
-            "Node labels {labels:?}: {log:?}"
+            "evictable {evictable:?}: {log:?}"
         );
     }
 

@@ -37,12 +37,17 @@ pub fn eviction(e: &Eviction) -> Option<u64> {
 
 /// What the Eviction controller reads of its own object: the spec (its
 /// generation), deletion, the finalizers. Not its own status writes: while
-/// it runs it looks again every second anyway, and each write woke it for
-/// a second round of Nova reads that found nothing new (a tenth more Nova
-/// calls per migrated VM).
+/// it runs it looks again every second anyway, and each write would wake
+/// it for a second round of Nova reads that finds nothing new.
 pub fn eviction_own(e: &Eviction) -> Option<u64> {
     let deleting = e.metadata.deletion_timestamp.is_some();
     Some(digest(&(e.metadata.generation, deleting, e.finalizers())))
+}
+
+/// What the drain marks read of a Hypervisor: whether the host may lose
+/// its dependents (`status.evictable`).
+pub fn marks(h: &Hypervisor) -> Option<u64> {
+    Some(digest(&h.status.as_ref().and_then(|s| s.evictable)))
 }
 
 /// What the lifecycle reads of its own object: the spec (its generation),
@@ -80,6 +85,24 @@ mod tests {
         labelled.metadata.labels = Some([("os-update".to_string(), "pending".to_string())].into());
         assert_ne!(super::node(&ready("True", "1"), &site), super::node(&labelled, &site));
         assert_eq!(node(&ready("True", "1")), node(&labelled));
+    }
+
+    #[test]
+    fn the_drain_marks_wake_on_evictable_only() {
+        let mut h = Hypervisor::new("n", Default::default());
+        let none = marks(&h);
+        h.status = Some(crate::api::HypervisorStatus { evictable: Some(false), ..Default::default() });
+        let locked = marks(&h);
+        assert_ne!(none, locked);
+        if let Some(s) = h.status.as_mut() {
+            s.instances = Some(crate::api::hypervisor::InstancesStatus { count: 3, ids: vec![] });
+            s.phase = Some(crate::api::Phase::Maintenance);
+        }
+        assert_eq!(locked, marks(&h), "the rest of the status");
+        if let Some(s) = h.status.as_mut() {
+            s.evictable = Some(true);
+        }
+        assert_ne!(locked, marks(&h), "freed");
     }
 
     fn an_eviction() -> Eviction {

@@ -3,8 +3,8 @@
 //!
 //! Not kube-runtime's own bound (`Config::concurrency`): it keeps the
 //! waiting requests in a hash set and takes the first it can in the set's
-//! order, and at 5,000 hosts on the ground the same 256 hosts were
-//! reconciled again and again while the other 4,744 never were.
+//! order, so under load the same hosts are reconciled again and again
+//! while others never are (decision record 0018).
 
 use std::future::Future;
 use std::sync::Arc;

@@ -231,10 +231,7 @@ impl Webhook {
     /// The host's running Eviction, else the one its lifecycle names.
     fn eviction(&self, node: &str, named: Option<&str>) -> Option<EvictionView> {
         let all = self.evictions.state();
-        let running = all.iter().find(|e| {
-            e.spec.hypervisor == node
-                && !e.status.as_ref().and_then(|s| s.phase).unwrap_or_default().is_final()
-        });
+        let running = all.iter().find(|e| e.spec.hypervisor == node && e.is_running());
         let ev = running
             .or_else(|| all.iter().find(|e| Some(e.metadata.name.as_deref().unwrap_or("")) == named))?;
         let st = ev.status.clone().unwrap_or_default();

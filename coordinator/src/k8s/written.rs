@@ -31,7 +31,7 @@ impl<K: Resource> Written<K> {
     /// `obj` from the cache, or our newer write of it.
     pub fn freshest(&self, obj: Arc<K>) -> Arc<K> {
         let Some(name) = obj.meta().name.clone() else { return obj };
-        let Ok(mut map) = self.map.lock() else { return obj };
+        let mut map = crate::locked::lock(&self.map);
         match map.get(&name) {
             Some((bases, ours))
                 if obj.meta().resource_version.as_ref().is_some_and(|v| bases.contains(v)) =>
@@ -52,7 +52,8 @@ impl<K: Resource> Written<K> {
     /// `ours`: a cache two writes behind is as stale as one.
     pub fn remember(&self, base: Option<String>, ours: K) {
         let (Some(base), Some(name)) = (base, ours.meta().name.clone()) else { return };
-        if let Ok(mut map) = self.map.lock() {
+        {
+            let mut map = crate::locked::lock(&self.map);
             let mut bases = match map.remove(&name) {
                 Some((earlier, last)) if last.meta().resource_version.as_ref() == Some(&base) => earlier,
                 _ => Vec::new(),

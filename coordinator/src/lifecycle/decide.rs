@@ -319,7 +319,7 @@ fn ready(d: &mut Draft<'_>) {
     if d.hold_requested() {
         return hold(d);
     }
-    if let Some(ev) = d.obs().eviction.as_ref().filter(|e| !e.phase.is_final() && !e.deleting) {
+    if let Some(ev) = d.obs().eviction.as_ref().filter(|e| e.is_running() && !e.deleting) {
         // A hand-made Eviction of a host not yet in service: it stays
         // disabled until the eviction is over.
         let msg = format!("Eviction {} runs; the host is enabled once it is over", ev.name);
@@ -360,7 +360,7 @@ fn active(d: &mut Draft<'_>) {
     if d.hold_requested() {
         return hold(d);
     }
-    if let Some(ev) = d.obs().eviction.clone().filter(|e| !e.phase.is_final() && !e.deleting) {
+    if let Some(ev) = d.obs().eviction.clone().filter(|e| e.is_running() && !e.deleting) {
         // Disabled with the transition, as a maintenance does when it
         // creates its Eviction: its preflight runs meanwhile, and nothing
         // moves before Nova shows the host disabled.
@@ -585,8 +585,7 @@ fn evicting(d: &mut Draft<'_>) {
     let observed = current.as_ref().and_then(|r| d.observed_eviction(&r.name)).cloned();
     // A fenced host's running Eviction evacuates (docs/fencing.md): it
     // counts as this fencing's evacuation.
-    if let Some(started) = d.fenced_since().filter(|_| observed.as_ref().is_some_and(|e| !e.phase.is_final()))
-    {
+    if let Some(started) = d.fenced_since().filter(|_| observed.as_ref().is_some_and(|e| e.is_running())) {
         d.record.evacuated_for = Some(started);
     }
     if mode.is_requested() {
@@ -635,17 +634,17 @@ fn evicting(d: &mut Draft<'_>) {
         return d.go(Phase::Onboarding, "no eviction to wait for; re-validating".into());
     };
     if r.for_maintenance {
-        if observed.as_ref().is_some_and(|e| !e.phase.is_final() && !e.deleting) {
+        if observed.as_ref().is_some_and(|e| e.is_running() && !e.deleting) {
             d.actions.push(Action::CancelEviction { name: r.name.clone() });
         }
         d.record.eviction = None;
         return d.go(Phase::Onboarding, "maintenance cleared; re-validating before re-enabling".into());
     }
-    if observed.as_ref().is_none_or(|e| e.phase.is_final()) && follow_another(d) {
+    if observed.as_ref().is_none_or(|e| !e.is_running()) && follow_another(d) {
         return;
     }
     match observed {
-        Some(e) if !e.phase.is_final() => {
+        Some(e) if e.is_running() => {
             if let NovaObs::Registered(host) = &d.obs().nova {
                 d.guard_disabled(host, &format!("hv-lifecycle: eviction {} ({})", r.name, r.reason.as_str()));
             }
@@ -688,7 +687,7 @@ fn follow_another(d: &mut Draft<'_>) -> bool {
         .obs()
         .eviction
         .as_ref()
-        .filter(|e| !e.phase.is_final() && !e.deleting && Some(&e.name) != recorded.as_ref())
+        .filter(|e| e.is_running() && !e.deleting && Some(&e.name) != recorded.as_ref())
     else {
         return false;
     };
@@ -1395,7 +1394,7 @@ fn disable_reason(mode: MaintenanceMode, reason: &str) -> String {
 /// a running one's counts change with every VM moved, and its host is not
 /// reconciled for each (the Eviction's own status has them).
 fn eviction_summary(e: &EvictionObs) -> String {
-    if e.phase.is_final() {
+    if !e.is_running() {
         format!("Eviction {} {:?}: {}/{} migrated", e.name, e.phase, e.migrated, e.total)
     } else {
         format!("Eviction {} {:?} (its status counts the VMs moved)", e.name, e.phase)

@@ -148,6 +148,13 @@ pub struct EvictionObs {
     pub deleting: bool,
 }
 
+impl EvictionObs {
+    /// Not in a final phase (a running one being cancelled still runs).
+    pub fn is_running(&self) -> bool {
+        !self.phase.is_final()
+    }
+}
+
 /// Compute services that look like `host` when Nova has none by that name:
 /// the same short name (the first DNS label, case aside), or the host name
 /// the node's agent reports (or its short name). Each with why, for the

@@ -7,7 +7,7 @@
 //! `rate()` copes); the durable record is the custom resources' status.
 
 mod eviction;
-mod fleet;
+mod hosts;
 mod kube_writes;
 mod openstack;
 mod reconciles;
@@ -28,7 +28,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 pub use eviction::{DURATION_BUCKETS, Evictions, Tally, tally};
-pub use fleet::{Fleet, fleet};
+pub use hosts::{Hosts, hosts};
 pub use kube_writes::KubeWrites;
 pub use openstack::{OpenStackCalls, operation};
 pub use reconciles::Reconciles;
@@ -36,7 +36,7 @@ pub use sessions::AgentSessions;
 
 use crate::api::hypervisor::HealthState;
 
-type FleetSource = Box<dyn Fn() -> Fleet + Send + Sync>;
+type FleetSource = Box<dyn Fn() -> Hosts + Send + Sync>;
 type ViewSource = Box<dyn Fn() -> Option<crate::nova::view::ViewFigures> + Send + Sync>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -63,7 +63,7 @@ pub struct Metrics {
     pub openstack: OpenStackCalls,
     pub kube_writes: KubeWrites,
     pub sessions: AgentSessions,
-    fleet_gauges: fleet::FleetGauges,
+    fleet_gauges: hosts::FleetGauges,
     tls: OnceLock<Tls>,
     /// The fleet view of Nova in numbers, shown while this replica leads.
     nova_view: OnceLock<ViewSource>,
@@ -96,7 +96,7 @@ impl Default for Metrics {
             openstack: OpenStackCalls::register(&mut registry),
             kube_writes: KubeWrites::register(&mut registry),
             sessions: AgentSessions::register_into(&mut registry),
-            fleet_gauges: fleet::FleetGauges::register(&mut registry),
+            fleet_gauges: hosts::FleetGauges::register(&mut registry),
             registry,
             leader: AtomicBool::new(false),
             leader_gauge,
@@ -130,7 +130,7 @@ impl Metrics {
         let _ = self.nova_view.set(Box::new(source));
     }
 
-    pub fn set_fleet(&self, source: impl Fn() -> Fleet + Send + Sync + 'static) {
+    pub fn set_fleet(&self, source: impl Fn() -> Hosts + Send + Sync + 'static) {
         let _ = self.fleet.set(Box::new(source));
     }
 
@@ -165,7 +165,7 @@ impl Metrics {
     /// The exposition: the values read at scrape time (the fleet, the TLS
     /// counters) first, then every family.
     pub fn render(&self) -> String {
-        let _one = self.scraping.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _one = crate::locked::lock(&self.scraping);
         let fleet = self.fleet.get().filter(|_| self.is_leader()).map(|source| source());
         self.fleet_gauges.show(fleet);
         let mut s = String::new();
@@ -201,13 +201,18 @@ impl Metrics {
         }
     }
 
-    /// `/healthz` is liveness: the process answers, whatever its peers do.
+    /// `/healthz` is liveness: the process answers, whatever its peers do,
+    /// and no lock of it was poisoned (`crate::locked`).
     /// `/readyz` is readiness (`k8s::leader_pod::readiness`): a replica whose
     /// pod label agrees with its role, or without pod labels only the
     /// leader (the kubelet's probes speak no TLS, so they cannot use the
     /// gRPC health service).
     fn answer(&self, path: &str) -> (StatusCode, String) {
         match path {
+            "/healthz" if crate::locked::poisoned() => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "a lock was poisoned by a panic: restart the process\n".into(),
+            ),
             "/healthz" => (StatusCode::OK, "ok\n".into()),
             "/readyz" => {
                 let label = self.pod_label.get().map(|s| s.get());
@@ -243,7 +248,7 @@ mod tests {
 
     #[test]
     fn the_fleet_is_counted_by_phase_and_missing_agents_only_where_one_belongs() {
-        let f = fleet([
+        let f = hosts([
             (Phase::Active, true, Some(HealthState::Healthy)),
             (Phase::Active, false, Some(HealthState::Unreachable)),
             (Phase::Maintenance, false, Some(HealthState::Failed)),
@@ -315,7 +320,7 @@ mod tests {
     fn every_metric_the_chart_queries_is_exposed() {
         let m = Metrics::default();
         m.set_tls(Arc::new(hv_tls::server::Stats::default()));
-        m.set_fleet(|| fleet([(Phase::Active, true, Some(HealthState::Healthy))]));
+        m.set_fleet(|| hosts([(Phase::Active, true, Some(HealthState::Healthy))]));
         m.set_nova_view(|| {
             Some(crate::nova::view::ViewFigures {
                 bound: Duration::from_secs(30),

@@ -14,20 +14,10 @@ use super::error::NovaError;
 use super::host::NovaClient;
 use super::http::{Call, Service};
 use crate::eviction::preflight::{Candidate, Room, room};
+use crate::lifecycle::ServiceState;
 
 /// Placement requests in flight at once while reading the candidates.
 const CONCURRENCY: usize = 8;
-
-#[derive(Debug, Deserialize)]
-pub(super) struct ServiceRow {
-    host: String,
-    #[serde(default)]
-    zone: String,
-    status: String,
-    state: String,
-    #[serde(default)]
-    forced_down: bool,
-}
 
 #[derive(Debug, Deserialize)]
 pub(super) struct AggregateRow {
@@ -75,7 +65,7 @@ impl NovaClient {
         let aggregates = Call::get(Service::Compute, "os-aggregates");
         let providers = Call::get(Service::Placement, "resource_providers");
         let (services, aggregates, providers, provider_of): (
-            Vec<ServiceRow>,
+            Vec<super::host::ComputeService>,
             Vec<AggregateRow>,
             Vec<ProviderRow>,
             _,
@@ -90,7 +80,7 @@ impl NovaClient {
 
         let usable = services
             .into_iter()
-            .filter(|s| s.host != source && s.status == "enabled" && s.state == "up" && !s.forced_down);
+            .filter(|s| s.host != source && s.is_enabled() && s.service_state() == ServiceState::Up);
         let mut wanted = Vec::new();
         for s in usable {
             let name = provider_of.get(&s.host).unwrap_or(&s.host);

@@ -8,7 +8,7 @@
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use super::capacity::{AggregateRow, Inventory, ProviderRow, ServiceRow};
+use super::capacity::{AggregateRow, Inventory, ProviderRow};
 use super::error::NovaError;
 use super::host::{Aggregate, ComputeService, HypervisorRef, Provider, ProviderTraits, ServerRef};
 use super::http::field;
@@ -40,7 +40,6 @@ fn json() -> impl Strategy<Value = Value> {
 /// Every answer type, from `v` under `key`.
 fn parse_all(v: &Value) {
     let _ = field::<Vec<ComputeService>>(v.clone(), "services", "x");
-    let _ = field::<Vec<ServiceRow>>(v.clone(), "services", "x");
     let _ = field::<Vec<HypervisorRef>>(v.clone(), "hypervisors", "x");
     let _ = field::<Vec<Aggregate>>(v.clone(), "aggregates", "x");
     let _ = field::<Vec<AggregateRow>>(v.clone(), "aggregates", "x");

@@ -17,11 +17,16 @@ use crate::lifecycle::{Action, NovaHost, NovaObs, ServiceState};
 /// How often a generation conflict on the provider's traits is retried.
 const TRAIT_ATTEMPTS: u32 = 5;
 
+/// A row of `os-services` (nova-compute): the one way the compute service
+/// is read.
 #[derive(Clone, Debug, Deserialize)]
 pub(super) struct ComputeService {
     id: String,
     pub(super) host: String,
-    status: String,
+    /// Its availability zone.
+    #[serde(default)]
+    pub(super) zone: String,
+    pub(super) status: String,
     #[serde(default)]
     disabled_reason: Option<String>,
     /// "up" or "down": Nova's service group (the last report's age).
@@ -31,8 +36,21 @@ pub(super) struct ComputeService {
     forced_down: bool,
 }
 
+/// The host's compute service as Nova holds it ([`NovaClient::compute_service`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceView {
+    /// It takes new VMs.
+    pub enabled: bool,
+    pub disabled_reason: Option<String>,
+    pub state: ServiceState,
+}
+
 impl ComputeService {
-    fn service_state(&self) -> ServiceState {
+    pub(super) fn is_enabled(&self) -> bool {
+        self.status == "enabled"
+    }
+
+    pub(super) fn service_state(&self) -> ServiceState {
         match (self.forced_down, self.state.as_str()) {
             (true, _) => ServiceState::ForcedDown,
             (false, "up") => ServiceState::Up,
@@ -119,8 +137,8 @@ pub(super) fn nova_host_from(
 pub struct NovaClient {
     cloud: Cloud,
     /// Each compute service's hypervisor hostname, as last listed
-    /// (`fleet::ProviderNames`).
-    pub(super) provider_names: super::fleet::ProviderNames,
+    /// (`snapshot::ProviderNames`).
+    pub(super) provider_names: super::snapshot::ProviderNames,
 }
 
 impl NovaClient {
@@ -246,10 +264,15 @@ impl NovaClient {
         self.cloud.call(call).await.map(|_| ())
     }
 
-    /// The state of the host's compute service as Nova holds it (forced
-    /// down, or its service group's up or down); None without a service.
-    pub async fn service_state(&self, host: &str) -> Result<Option<ServiceState>, NovaError> {
-        Ok(self.service(host).await?.map(|s| s.service_state()))
+    /// The host's compute service as Nova holds it: enabled or not (with
+    /// why), forced down or its service group's up or down; None without a
+    /// service. One call.
+    pub async fn compute_service(&self, host: &str) -> Result<Option<ServiceView>, NovaError> {
+        Ok(self.service(host).await?.map(|s| ServiceView {
+            enabled: s.is_enabled(),
+            state: s.service_state(),
+            disabled_reason: s.disabled_reason,
+        }))
     }
 
     /// The host names of every nova-compute service in the region.
@@ -257,12 +280,6 @@ impl NovaClient {
         let call = Call::get(Service::Compute, "os-services").param("binary", "nova-compute");
         let services: Vec<ComputeService> = self.cloud.fetch(call, "services").await?;
         Ok(services.into_iter().map(|s| s.host).collect())
-    }
-
-    /// Whether the host's compute service takes new VMs; None without one.
-    /// One call, for waiters that need nothing else of the host.
-    pub async fn service_enabled(&self, host: &str) -> Result<Option<bool>, NovaError> {
-        Ok(self.service(host).await?.map(|s| s.status == "enabled"))
     }
 
     async fn hypervisor(&self, host: &str) -> Result<Option<HypervisorRef>, NovaError> {

@@ -5,26 +5,26 @@
 
 pub mod capacity;
 pub mod error;
-pub mod fleet;
 pub mod host;
 pub mod http;
 pub mod servers;
+pub mod snapshot;
 pub mod view;
 
 #[cfg(test)]
 mod fuzz;
 
 pub use error::NovaError;
-pub use fleet::FleetSnapshot;
-pub use host::NovaClient;
+pub use host::{NovaClient, ServiceView};
 pub use http::{Cloud, CloudSource, HttpPolicy};
+pub use snapshot::FleetSnapshot;
 pub use view::FleetView;
 
 use jiff::Timestamp;
 
 use crate::eviction::plan::Server;
 use crate::eviction::preflight::Candidate;
-use crate::lifecycle::{Action, NovaObs, ServiceState};
+use crate::lifecycle::{Action, NovaObs};
 use servers::{NovaMigration, Progress};
 
 /// What the controllers ask of Nova and Placement: the narrow face of
@@ -52,7 +52,6 @@ pub trait Nova: Send + Sync {
         &self,
         traits: &std::collections::BTreeSet<String>,
     ) -> Result<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>, NovaError>;
-    async fn service_enabled(&self, host: &str) -> Result<Option<bool>, NovaError>;
     async fn migrations_from(&self, host: &str, since: Timestamp) -> Result<Vec<NovaMigration>, NovaError>;
     async fn progress_of(&self, id: &str) -> Result<Vec<Progress>, NovaError>;
     /// Not idempotent: never retried on an unknown outcome.
@@ -66,9 +65,9 @@ pub trait Nova: Send + Sync {
     async fn abort_migration(&self, id: &str, migration: i64) -> Result<(), NovaError>;
     /// Holds the host's compute service forced down (fencing; idempotent).
     async fn set_forced_down(&self, host: &str, down: bool) -> Result<(), NovaError>;
-    /// The host's compute service as Nova's service group shows it; None:
-    /// no such service.
-    async fn service_state(&self, host: &str) -> Result<Option<ServiceState>, NovaError>;
+    /// The host's compute service (enabled, its state); None: no such
+    /// service.
+    async fn compute_service(&self, host: &str) -> Result<Option<ServiceView>, NovaError>;
 }
 
 #[tonic::async_trait]
@@ -100,9 +99,6 @@ impl Nova for NovaClient {
     ) -> Result<std::collections::BTreeMap<String, std::collections::BTreeSet<String>>, NovaError> {
         NovaClient::carriers(self, traits).await
     }
-    async fn service_enabled(&self, host: &str) -> Result<Option<bool>, NovaError> {
-        NovaClient::service_enabled(self, host).await
-    }
     async fn migrations_from(&self, host: &str, since: Timestamp) -> Result<Vec<NovaMigration>, NovaError> {
         NovaClient::migrations_from(self, host, since).await
     }
@@ -127,7 +123,7 @@ impl Nova for NovaClient {
     async fn set_forced_down(&self, host: &str, down: bool) -> Result<(), NovaError> {
         NovaClient::set_forced_down(self, host, down).await
     }
-    async fn service_state(&self, host: &str) -> Result<Option<ServiceState>, NovaError> {
-        NovaClient::service_state(self, host).await
+    async fn compute_service(&self, host: &str) -> Result<Option<ServiceView>, NovaError> {
+        NovaClient::compute_service(self, host).await
     }
 }

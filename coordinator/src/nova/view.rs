@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::Nova;
-use super::fleet::FleetSnapshot;
+use super::snapshot::FleetSnapshot;
 use crate::api::Phase;
 use crate::api::hypervisor::HealthState;
 use crate::lifecycle::NovaObs;
@@ -304,7 +304,7 @@ impl FleetView {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::locked::lock(&self.state)
     }
 }
 

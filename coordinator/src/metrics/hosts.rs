@@ -18,7 +18,7 @@ const HEALTH_STATES: [HealthState; 4] =
 
 /// Hypervisors per phase, those without the agent they need, and per health.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Fleet {
+pub struct Hosts {
     pub phases: std::collections::BTreeMap<Phase, u64>,
     pub without_agent: u64,
     /// Hypervisors per health state (those judged at least once).
@@ -26,8 +26,8 @@ pub struct Fleet {
 }
 
 /// Counts `hypervisors` (phase, agent connected, health).
-pub fn fleet(hypervisors: impl IntoIterator<Item = (Phase, bool, Option<HealthState>)>) -> Fleet {
-    let mut f = Fleet::default();
+pub fn hosts(hypervisors: impl IntoIterator<Item = (Phase, bool, Option<HealthState>)>) -> Hosts {
+    let mut f = Hosts::default();
     for (phase, connected, health) in hypervisors {
         *f.phases.entry(phase).or_default() += 1;
         f.without_agent += u64::from(!connected && crate::lifecycle::expects_agent(phase));
@@ -106,7 +106,7 @@ impl FleetGauges {
 
     /// Shows `fleet`, every phase and state with zeros too; `None` (a
     /// follower) shows no sample.
-    pub(super) fn show(&self, fleet: Option<Fleet>) {
+    pub(super) fn show(&self, fleet: Option<Hosts>) {
         self.phases.clear();
         self.health.clear();
         let Some(f) = fleet else {

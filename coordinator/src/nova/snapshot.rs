@@ -226,14 +226,14 @@ pub struct ProviderNames(Mutex<Option<(Instant, Names)>>);
 impl ProviderNames {
     /// The names listed within [`NAMES_STAND`].
     fn recent(&self) -> Option<Arc<HashMap<String, String>>> {
-        let last = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let last = crate::locked::lock(&self.0);
         last.as_ref().filter(|(at, _)| at.elapsed() < NAMES_STAND).map(|(_, names)| names.clone())
     }
 
     /// Keeps a new listing (service host, hypervisor hostname); answers it.
     fn listed(&self, names: impl Iterator<Item = (String, String)>) -> Arc<HashMap<String, String>> {
         let names = Arc::new(names.collect::<HashMap<_, _>>());
-        let mut last = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut last = crate::locked::lock(&self.0);
         *last = Some((Instant::now(), names.clone()));
         names
     }

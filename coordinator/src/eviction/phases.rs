@@ -1,0 +1,208 @@
+//! An Eviction's phases before Migrating, pure (docs/eviction.md): the
+//! refusal of one that cannot run, what its end leaves (a failed preflight
+//! runs again after a spec change), the preflight's verdict, and the wait
+//! for the host to stop taking VMs. The shell (`k8s::eviction`) reads
+//! Nova and writes what these answer.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::checks::Refusal;
+use super::plan::Evacuation;
+use super::preflight::{Finding, Report};
+use crate::api::condition::{ConditionStatus, ConditionType, DesiredCondition, merge};
+use crate::api::eviction::{EvictionPhase, EvictionStatus};
+
+/// What the host's fencing means for an eviction.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FenceState {
+    /// Not fenced: VMs are migrated.
+    None,
+    /// Being fenced: nothing new starts. A live migration off a dying host
+    /// fails, and an evacuation before the fence could run a VM twice.
+    Pending(String),
+    /// Fenced (now, or earlier in this eviction): VMs are evacuated.
+    Fenced(Evacuation),
+}
+
+impl FenceState {
+    /// How the host's servers are evacuated, once it is fenced.
+    pub fn evacuation(&self) -> Option<Evacuation> {
+        match self {
+            FenceState::Fenced(e) => Some(*e),
+            _ => None,
+        }
+    }
+
+    /// The `HostFenced` condition that says what the fencing does to the
+    /// eviction; None when the host is not fenced.
+    pub fn condition(&self) -> Option<DesiredCondition> {
+        let (status, reason, message) = match self {
+            FenceState::None => return None,
+            FenceState::Pending(why) => (ConditionStatus::False, "FencingUnderWay", why.clone()),
+            FenceState::Fenced(_) => (
+                ConditionStatus::True,
+                "Evacuating",
+                "the host is fenced: its servers are rebuilt elsewhere (evacuated), not migrated".to_string(),
+            ),
+        };
+        Some(DesiredCondition::new(ConditionType::HostFenced, status, reason, message))
+    }
+}
+
+/// The status of an Eviction that cannot run: Failed, with the refusal in
+/// its `Target` condition.
+pub fn refused(
+    mut s: EvictionStatus,
+    r: &Refusal,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> EvictionStatus {
+    let c = DesiredCondition::new(ConditionType::Target, ConditionStatus::False, r.reason, r.message.clone());
+    s.conditions = merge(&s.conditions, &[c], now, generation);
+    s.observed_generation = generation;
+    s.phase = Some(EvictionPhase::Failed);
+    s.progress = Some(format!("refused: {}", r.reason));
+    s.completed_at.get_or_insert(Time(now));
+    s
+}
+
+/// A finished Eviction stays final, unless its preflight failed and its
+/// spec changed since (normally `force`): then the status that runs it
+/// again, as a run of its own (the wait for the host to be disabled counts
+/// from its start, not from the first run's).
+pub fn run_again(s: &EvictionStatus, generation: Option<i64>, deleting: bool) -> Option<EvictionStatus> {
+    let failed_preflight =
+        s.conditions.iter().any(|c| c.type_ == ConditionType::Preflight.as_str() && c.status == "False");
+    let rerun = !deleting
+        && s.phase == Some(EvictionPhase::Failed)
+        && failed_preflight
+        && generation != s.observed_generation;
+    rerun.then(|| EvictionStatus {
+        phase: Some(EvictionPhase::Pending),
+        completed_at: None,
+        started_at: None,
+        ..s.clone()
+    })
+}
+
+/// The preflight's verdict on the status: passed (or found, but the host
+/// is fenced: its servers cannot stay) moves on to Disabling with the host
+/// recorded; found on a live host fails the eviction, naming each VM.
+/// Answers the status and whether it moves on.
+pub fn judged(
+    mut s: EvictionStatus,
+    report: Report,
+    fence: &FenceState,
+    source: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> (EvictionStatus, bool) {
+    s.observed_generation = generation;
+    s.started_at.get_or_insert(Time(now));
+    let evacuating = matches!(fence, FenceState::Fenced(_));
+    let (status, reason, message, passed) = if report.findings.is_empty() {
+        (ConditionStatus::True, "Passed", report.summary, true)
+    } else if evacuating {
+        (ConditionStatus::False, "FoundButEvacuating", findings_message(&report.findings, false), true)
+    } else {
+        (ConditionStatus::False, "Failed", findings_message(&report.findings, true), false)
+    };
+    if passed {
+        s.phase = Some(EvictionPhase::Disabling);
+        s.host = Some(source.to_string());
+    } else {
+        s.phase = Some(EvictionPhase::Failed);
+        s.progress = Some("preflight failed".into());
+        s.completed_at = Some(Time(now));
+    }
+    let c = DesiredCondition::new(ConditionType::Preflight, status, reason, message);
+    let said: Vec<DesiredCondition> = std::iter::once(c).chain(fence.condition()).collect();
+    s.conditions = merge(&s.conditions, &said, now, generation);
+    (s, passed)
+}
+
+/// What Nova says of the host's compute service while the eviction waits
+/// for it to be disabled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServiceSeen {
+    Enabled,
+    Disabled,
+    /// Nova shows no compute service for the host.
+    Missing,
+    /// Nova could not be read.
+    Unreadable,
+}
+
+/// What the wait for the disable comes to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Disabling {
+    /// The host takes no new VMs: on to the migrations, with this condition.
+    Proceed(DesiredCondition),
+    /// Not yet: look again after this long.
+    Wait(Duration),
+    /// The eviction fails: its status.
+    Failed(EvictionStatus),
+}
+
+/// Nothing moves before the host stops taking new VMs (the lifecycle
+/// disables it when it sees the Eviction); not for ever, though: past
+/// `timeout` from the eviction's start it fails.
+pub fn disabling(
+    s: &EvictionStatus,
+    seen: ServiceSeen,
+    source: &str,
+    timeout: Duration,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Disabling {
+    const POLL: Duration = Duration::from_secs(1);
+    const NOVA_RETRY: Duration = Duration::from_secs(5);
+    let waited = now.duration_since(s.started_at.as_ref().map_or(now, |t| t.0));
+    let (reason, message) = match seen {
+        ServiceSeen::Disabled => {
+            let c = DesiredCondition::new(ConditionType::HostDisabled, ConditionStatus::True, "Disabled", "");
+            return Disabling::Proceed(c);
+        }
+        ServiceSeen::Unreadable => return Disabling::Wait(NOVA_RETRY),
+        ServiceSeen::Missing => {
+            ("NoComputeService", format!("Nova shows no compute service for host {source}"))
+        }
+        ServiceSeen::Enabled if waited.as_secs() >= i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX) => (
+            "NotDisabled",
+            format!("the compute service of {source} was still enabled after {}s", waited.as_secs()),
+        ),
+        ServiceSeen::Enabled => return Disabling::Wait(POLL),
+    };
+    let mut s = s.clone();
+    let c = DesiredCondition::new(ConditionType::HostDisabled, ConditionStatus::False, reason, message);
+    s.conditions = merge(&s.conditions, &[c], now, generation);
+    s.phase = Some(EvictionPhase::Failed);
+    s.progress = Some(reason.to_string());
+    s.completed_at = Some(Time(now));
+    Disabling::Failed(s)
+}
+
+/// The preflight's findings in a condition's message: at most 20 named,
+/// and what to do.
+fn findings_message(findings: &[Finding], stops: bool) -> String {
+    const SHOWN: usize = 20;
+    let lines: Vec<String> = findings.iter().take(SHOWN).map(ToString::to_string).collect();
+    let mut msg = format!("{} VM(s) cannot be moved: {}", findings.len(), lines.join("; "));
+    if findings.len() > SHOWN {
+        msg.push_str(&format!("; and {} more", findings.len() - SHOWN));
+    }
+    msg.push_str(if stops {
+        ". Fix it and delete this Eviction (maintenance makes a new one), \
+         or list the checks to skip in spec.options.force"
+    } else {
+        ". The host is fenced: every server is evacuated all the same, and one Nova cannot place \
+         is recorded after its attempts"
+    });
+    msg
+}
+
+#[cfg(test)]
+mod tests;

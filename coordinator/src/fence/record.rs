@@ -1,0 +1,323 @@
+//! What one reconcile's fencing comes to, as the lifecycle core answers a
+//! decision: the host's new fencing record, its `Fenced` condition, a
+//! Warning Event and when to look again. Pure: the shell observes,
+//! [`decide`](super::decide::decide) names the step, the shell takes it (or
+//! cannot), and [`record`] says what that came to; [`cleared`] does the same
+//! for a step of taking the fence off ([`clear`](super::clear)).
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use super::decide::Decision;
+use crate::api::HypervisorStatus;
+use crate::api::condition::{ConditionStatus, ConditionType, DesiredCondition, merge};
+use crate::api::hypervisor::{FailedFenceStep, FenceStep, FencingStatus, HealthState};
+
+/// Tries of a step before it stands failed for an SRE.
+pub const ATTEMPTS: u32 = 3;
+
+/// What one reconcile's fencing comes to.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FenceOutcome {
+    pub record: Option<FencingStatus>,
+    /// The `Fenced` condition to set; None with no record: none at all.
+    pub condition: Option<DesiredCondition>,
+    /// Look again this soon (the next step).
+    pub again: Option<Duration>,
+    /// A Warning Event: reason and note.
+    pub event: Option<(String, String)>,
+}
+
+/// What an SRE asked on the Hypervisor (its annotations' values): retry a
+/// failed step, confirm the host fenced by hand, clear the fencing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Asked {
+    pub retry: Option<String>,
+    pub confirm: Option<String>,
+    pub clear: Option<String>,
+}
+
+impl Asked {
+    /// A clearing asked since the record last handled one.
+    pub fn clears(&self, r: &FencingStatus) -> bool {
+        self.clear.is_some() && r.handled_clear != self.clear
+    }
+
+    /// A confirmation by hand asked since the record last handled one.
+    pub fn confirms(&self, r: &FencingStatus) -> bool {
+        self.confirm.is_some() && r.handled_confirm != self.confirm
+    }
+}
+
+/// The record as an SRE's retry leaves it: a failed step cleared (a retry
+/// given before the fencing started is not one, nor is the annotation's
+/// removal).
+pub fn retried(record: Option<FencingStatus>, asked: &Asked) -> Option<FencingStatus> {
+    record.map(|mut r| {
+        if r.failed.is_some() && asked.retry.is_some() && r.handled_retry != asked.retry {
+            r.failed = None;
+            r.handled_retry.clone_from(&asked.retry);
+        }
+        r
+    })
+}
+
+/// The step a fencing records before a step it takes is tried, when
+/// [`decide`](super::decide::decide) names one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Taken {
+    /// A new fencing's place under the rate limit was taken: it starts.
+    Claimed,
+    /// Another reconcile took the last place meanwhile.
+    NotClaimed,
+    /// This replica does not hold the lease: the step waits for the next
+    /// reconcile, under the lease.
+    NotLeader,
+    /// The storage step's addresses, with those the record does not hold
+    /// yet: recorded before they are added, so a clearing lifts whatever
+    /// may have been, whatever a fail-over or a lost write.
+    AddressesFirst { addresses: Vec<String>, new: Vec<String> },
+    /// The step was taken: how it was confirmed, or why not.
+    Step(Result<String, String>),
+}
+
+/// What the record and the verdict say beside the decision.
+pub struct Facts<'a> {
+    pub name: &'a str,
+    pub now: Timestamp,
+    /// This reconcile's verdict (None: not judged).
+    pub health: Option<HealthState>,
+    /// The host's agent talked to us lately.
+    pub heartbeat_fresh: bool,
+    /// The Hypervisor's conditions as stored (news or not).
+    pub conditions: &'a [Condition],
+    pub asked: &'a Asked,
+}
+
+/// The fencing's outcome: `before` is the record (after [`retried`]),
+/// `taken` what came of the step a `Take` decision names.
+pub fn record(
+    before: Option<&FencingStatus>,
+    decision: &Decision,
+    taken: Option<Taken>,
+    f: &Facts<'_>,
+) -> FenceOutcome {
+    let mut out = FenceOutcome { record: before.cloned(), ..FenceOutcome::default() };
+    match (decision, taken) {
+        (Decision::Nothing, _) => {}
+        (Decision::HeldBack { gate, message }, _) => {
+            let news = !held_already(f.conditions, gate.reason());
+            out.condition = Some(cond(ConditionStatus::False, gate.reason(), message));
+            out.event = news.then(|| (gate.reason().to_string(), message.clone()));
+        }
+        (Decision::Stuck { message, .. }, _) => {
+            out.condition = Some(cond(ConditionStatus::False, "StepNotConfirmed", message));
+        }
+        // decide fences only a fencing under way: the record is there.
+        (Decision::Fenced { by_hand }, _) => {
+            if let Some(r) = out.record.as_mut() {
+                let (condition, event) = fenced(r, *by_hand, f);
+                out.condition = Some(condition);
+                out.event = event;
+            }
+        }
+        (Decision::Take(step), Some(taken)) => took(&mut out, *step, taken, f),
+        (Decision::Take(_), None) => {}
+    }
+    out
+}
+
+/// The record counted fenced (once), and its condition: it stands until an
+/// SRE clears it, and says so when the host's agent talks again.
+fn fenced(
+    r: &mut FencingStatus,
+    by_hand: bool,
+    f: &Facts<'_>,
+) -> (DesiredCondition, Option<(String, String)>) {
+    let mut event = None;
+    if r.fenced.is_none() {
+        r.fenced = Some(Time(f.now));
+        r.by_hand = by_hand;
+        let how = if by_hand { "confirmed by hand" } else { "every step confirmed" };
+        let note = format!("{} is fenced ({how}): its VMs may be rebuilt elsewhere", f.name);
+        event = Some(("Fenced".to_string(), note));
+    }
+    let how = if r.by_hand { "an SRE confirmed it" } else { "every step confirmed" };
+    let message = format!("fenced ({how}: {}); stays so until an SRE clears it", list(&r.confirmed));
+    let (reason, message) = if f.heartbeat_fresh {
+        ("FencedAgentTalking", format!("{message}. Its agent talks to us again: look at the host"))
+    } else {
+        ("Fenced", message)
+    };
+    (cond(ConditionStatus::True, reason, &message), event)
+}
+
+/// What a step named by the decision came to.
+fn took(out: &mut FenceOutcome, step: FenceStep, taken: Taken, f: &Facts<'_>) {
+    let in_progress = |message: &str| Some(cond(ConditionStatus::False, "InProgress", message));
+    match taken {
+        Taken::NotClaimed => out.again = Some(Duration::from_secs(1)),
+        Taken::NotLeader => out.again = Some(Duration::from_millis(500)),
+        // Recorded before any step: a fencing started is never lost to a
+        // fail-over or a failed write, and counts against the limit.
+        Taken::Claimed => {
+            out.record = Some(FencingStatus {
+                started: Some(Time(f.now)),
+                handled_retry: f.asked.retry.clone(),
+                handled_confirm: f.asked.confirm.clone(),
+                handled_clear: f.asked.clear.clone(),
+                ..Default::default()
+            });
+            let message = format!("fencing started ({}): {step} next", f.health.unwrap_or_default());
+            out.condition = in_progress(&message);
+            out.event = Some(("FencingStarted".to_string(), message));
+            out.again = Some(Duration::from_millis(200));
+        }
+        Taken::AddressesFirst { addresses, new } => {
+            let Some(r) = out.record.as_mut() else { return };
+            r.ceph_addresses.extend(new);
+            out.condition = in_progress(&format!("{step} next: {} recorded first", addresses.join(", ")));
+            out.again = Some(Duration::from_millis(200));
+        }
+        Taken::Step(Ok(how)) => {
+            let Some(r) = out.record.as_mut() else { return };
+            r.failed = None;
+            r.confirmed.push(step);
+            let message = format!("{step} confirmed ({how})");
+            out.condition = in_progress(&message);
+            out.event = Some((format!("{step}Confirmed"), message));
+            out.again = Some(Duration::from_millis(200));
+        }
+        Taken::Step(Err(why)) => {
+            let Some(r) = out.record.as_mut() else { return };
+            let attempts = r.failed.as_ref().filter(|f| f.step == step).map_or(0, |f| f.attempts) + 1;
+            r.failed = Some(FailedFenceStep { step, message: why.clone(), attempts });
+            let name = f.name;
+            let (reason, message) = if attempts >= ATTEMPTS {
+                let message = format!(
+                    "{step} not confirmed after {ATTEMPTS} tries: {why}. Retry it (hvctl retry {name}), or \
+                     make sure the host is fenced and say so (hvctl confirm-fenced {name})"
+                );
+                ("StepNotConfirmed", message)
+            } else {
+                ("StepRetrying", format!("{step} not confirmed (try {attempts} of {ATTEMPTS}): {why}"))
+            };
+            out.condition = Some(cond(ConditionStatus::False, reason, &message));
+            out.event = Some((format!("{step}NotConfirmed"), message));
+            out.again = Some(Duration::from_secs(1));
+        }
+    }
+}
+
+/// What a step of taking the fence off came to ([`clear::next`](super::clear::next)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cleared {
+    /// Nothing could be undone; why.
+    Waiting(String),
+    /// Nova's `forced_down` lifted from the host's compute service.
+    ForcedDownLifted { host: String },
+    /// These blocklist entries lifted.
+    BlocklistLifted { addresses: Vec<String> },
+    /// Nothing of the fence is left.
+    Done,
+}
+
+/// The outcome of a clearing's step on the record `r`.
+pub fn cleared(r: &FencingStatus, name: &str, step: Cleared, conditions: &[Condition]) -> FenceOutcome {
+    let mut out = FenceOutcome { record: Some(r.clone()), ..FenceOutcome::default() };
+    let clearing = |msg: &str| Some(cond(ConditionStatus::True, "Clearing", msg));
+    match step {
+        Cleared::Waiting(why) => {
+            let news = !held_already(conditions, "ClearWaiting");
+            out.condition =
+                Some(cond(ConditionStatus::True, "ClearWaiting", &format!("clearing asked: {why}")));
+            out.event = news.then(|| ("FencingClearWaiting".to_string(), why));
+            out.again = Some(Duration::from_secs(5));
+        }
+        Cleared::ForcedDownLifted { host } => {
+            let msg = format!("Nova's forced_down lifted from {host}'s compute service");
+            out.condition = clearing(&msg);
+            out.event = Some(("ForcedDownLifted".to_string(), msg));
+            out.again = Some(Duration::from_millis(200));
+        }
+        Cleared::BlocklistLifted { addresses } => {
+            if let Some(r) = out.record.as_mut() {
+                r.blocklist_lifted = true;
+            }
+            let msg = format!("{} lifted from the OSD blocklist", addresses.join(", "));
+            out.condition = clearing(&msg);
+            out.event = Some(("BlocklistLifted".to_string(), msg));
+            out.again = Some(Duration::from_millis(200));
+        }
+        Cleared::Done => {
+            out.record = None;
+            let note =
+                format!("{name}'s fence is off: it comes back through its checks before it takes VMs again");
+            out.event = Some(("FencingCleared".to_string(), note));
+        }
+    }
+    out
+}
+
+/// When the fencing's record is written on its own, before the lifecycle
+/// acts, and how soon the host is looked at again: a fencing that starts,
+/// or a Failed host's that only waits for its last heartbeat to age
+/// (seconds). The lifecycle's disable of a host Nova still counts up would
+/// wait on the dead host's nova-compute (up to its RPC timeout, a minute);
+/// once the Nova step has forced the host down it no longer does.
+pub fn goes_first(
+    stored: Option<&FencingStatus>,
+    health: Option<HealthState>,
+    out: &FenceOutcome,
+) -> Option<Duration> {
+    if stored.is_some() {
+        return None;
+    }
+    let starts = out.record.is_some();
+    let ripens = health == Some(HealthState::Failed)
+        && out
+            .condition
+            .as_ref()
+            .is_some_and(|c| c.reason == super::decide::FenceHold::FreshHeartbeat.reason());
+    if starts {
+        Some(Duration::from_millis(100))
+    } else if ripens {
+        Some(out.again.unwrap_or(Duration::from_millis(500)))
+    } else {
+        None
+    }
+}
+
+/// Writes a reconcile's fencing into the status to be written: the
+/// record, and the `Fenced` condition (gone when there is nothing to fence
+/// and nothing recorded: no gate holds anything back).
+pub fn apply(status: &mut HypervisorStatus, out: &FenceOutcome, now: Timestamp, generation: Option<i64>) {
+    status.fencing.clone_from(&out.record);
+    match &out.condition {
+        Some(c) => status.conditions = merge(&status.conditions, std::slice::from_ref(c), now, generation),
+        None if out.record.is_none() => {
+            status.conditions.retain(|c| c.type_ != ConditionType::Fenced.as_str())
+        }
+        None => {}
+    }
+}
+
+fn cond(status: ConditionStatus, reason: &str, message: &str) -> DesiredCondition {
+    DesiredCondition::new(ConditionType::Fenced, status, reason, message)
+}
+
+fn list(steps: &[FenceStep]) -> String {
+    if steps.is_empty() {
+        return "no step".into();
+    }
+    steps.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+fn held_already(conditions: &[Condition], reason: &str) -> bool {
+    conditions.iter().any(|c| c.type_ == ConditionType::Fenced.as_str() && c.reason == reason)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,191 @@
+use super::*;
+use crate::fence::decide::FenceHold;
+
+fn facts<'a>(conditions: &'a [Condition], asked: &'a Asked) -> Facts<'a> {
+    Facts {
+        name: "node-1",
+        now: Timestamp::UNIX_EPOCH,
+        health: Some(HealthState::Failed),
+        heartbeat_fresh: false,
+        conditions,
+        asked,
+    }
+}
+
+fn under_way() -> FencingStatus {
+    FencingStatus { started: Some(Time(Timestamp::UNIX_EPOCH)), ..Default::default() }
+}
+
+fn reason(out: &FenceOutcome) -> Option<&str> {
+    out.condition.as_ref().map(|c| c.reason.as_str())
+}
+
+#[test]
+fn a_new_fencing_is_recorded_before_any_step_with_what_was_asked_so_far() {
+    let asked = Asked { retry: Some("r1".into()), confirm: None, clear: Some("c1".into()) };
+    let f = facts(&[], &asked);
+    let take = Decision::Take(FenceStep::NovaForcedDown);
+    let out = record(None, &take, Some(Taken::Claimed), &f);
+    let r = out.record.clone().expect("recorded");
+    assert_eq!(r.started, Some(Time(Timestamp::UNIX_EPOCH)));
+    assert!(r.confirmed.is_empty(), "no step yet");
+    // What was asked before the fencing started is not asked of it.
+    assert_eq!((r.handled_retry.as_deref(), r.handled_clear.as_deref()), (Some("r1"), Some("c1")));
+    assert_eq!(reason(&out), Some("InProgress"));
+    assert_eq!(out.event.as_ref().map(|e| e.0.as_str()), Some("FencingStarted"));
+    // The last place taken by another reconcile meanwhile: nothing recorded.
+    let out = record(None, &take, Some(Taken::NotClaimed), &f);
+    assert_eq!((out.record, out.condition, out.again), (None, None, Some(Duration::from_secs(1))));
+}
+
+#[test]
+fn a_step_confirmed_is_recorded_and_a_failed_one_counted_to_the_sres_turn() {
+    let asked = Asked::default();
+    let f = facts(&[], &asked);
+    let take = Decision::Take(FenceStep::PoweredOff);
+    let mut r = under_way();
+    r.confirmed.push(FenceStep::NovaForcedDown);
+    let mut before = Some(r);
+    for attempt in 1..=ATTEMPTS {
+        let out = record(before.as_ref(), &take, Some(Taken::Step(Err("BMC timed out".into()))), &f);
+        let failed = out.record.as_ref().and_then(|r| r.failed.clone()).expect("recorded failed");
+        assert_eq!((failed.step, failed.attempts), (FenceStep::PoweredOff, attempt));
+        let want = if attempt < ATTEMPTS { "StepRetrying" } else { "StepNotConfirmed" };
+        assert_eq!(reason(&out), Some(want), "try {attempt}");
+        before = out.record;
+    }
+    // A failure of another step counts from one again.
+    let other = Decision::Take(FenceStep::CephBlocklisted);
+    let out = record(before.as_ref(), &other, Some(Taken::Step(Err("no monitor".into()))), &f);
+    assert_eq!(out.record.and_then(|r| r.failed).map(|f| f.attempts), Some(1));
+    // Confirmed: the failure goes, the step is recorded.
+    let out = record(before.as_ref(), &take, Some(Taken::Step(Ok("read Off".into()))), &f);
+    let r = out.record.expect("kept");
+    assert_eq!(r.failed, None);
+    assert_eq!(r.confirmed, [FenceStep::NovaForcedDown, FenceStep::PoweredOff]);
+    assert_eq!(out.event.map(|e| e.0), Some("PoweredOffConfirmed".to_string()));
+}
+
+#[test]
+fn the_storage_steps_addresses_are_recorded_before_they_are_blocklisted() {
+    let asked = Asked::default();
+    let f = facts(&[], &asked);
+    let take = Decision::Take(FenceStep::CephBlocklisted);
+    let mut r = under_way();
+    r.ceph_addresses.push("10.0.0.1".into());
+    let taken = Taken::AddressesFirst {
+        addresses: vec!["10.0.0.1".into(), "10.0.0.2".into()],
+        new: vec!["10.0.0.2".into()],
+    };
+    let out = record(Some(&r), &take, Some(taken), &f);
+    assert_eq!(reason(&out), Some("InProgress"));
+    let written = out.record.expect("kept");
+    assert_eq!(written.ceph_addresses, ["10.0.0.1", "10.0.0.2"]);
+    assert!(written.confirmed.is_empty(), "recorded, not yet taken");
+}
+
+#[test]
+fn fenced_is_dated_and_told_once_and_says_when_the_agent_talks_again() {
+    let asked = Asked::default();
+    let f = facts(&[], &asked);
+    let mut r = under_way();
+    r.confirmed.push(FenceStep::NovaForcedDown);
+    let out = record(Some(&r), &Decision::Fenced { by_hand: false }, None, &f);
+    let fenced = out.record.clone().expect("kept");
+    assert_eq!(fenced.fenced, Some(Time(Timestamp::UNIX_EPOCH)));
+    assert_eq!(out.event.as_ref().map(|e| e.0.as_str()), Some("Fenced"));
+    assert_eq!(reason(&out), Some("Fenced"));
+    let talking = Facts { heartbeat_fresh: true, ..facts(&[], &asked) };
+    let again = record(Some(&fenced), &Decision::Fenced { by_hand: false }, None, &talking);
+    assert_eq!(again.event, None, "told once");
+    assert_eq!(again.record, Some(fenced), "dated once");
+    assert_eq!(reason(&again), Some("FencedAgentTalking"));
+}
+
+#[test]
+fn a_hold_is_told_once_and_a_deposed_leader_takes_no_step() {
+    let asked = Asked::default();
+    let held =
+        Decision::HeldBack { gate: FenceHold::NoAgentQuorum, message: "half the agents are gone".into() };
+    let out = record(None, &held, None, &facts(&[], &asked));
+    assert_eq!(reason(&out), Some("NoAgentQuorum"));
+    assert!(out.event.is_some(), "news");
+    let shown = [Condition {
+        type_: "Fenced".into(),
+        status: "False".into(),
+        reason: "NoAgentQuorum".into(),
+        message: String::new(),
+        last_transition_time: Time(Timestamp::UNIX_EPOCH),
+        observed_generation: None,
+    }];
+    assert_eq!(record(None, &held, None, &facts(&shown, &asked)).event, None, "already shown");
+    let r = under_way();
+    let out = record(
+        Some(&r),
+        &Decision::Take(FenceStep::NovaForcedDown),
+        Some(Taken::NotLeader),
+        &facts(&[], &asked),
+    );
+    assert_eq!((out.record, out.condition, out.again), (Some(r), None, Some(Duration::from_millis(500))));
+}
+
+#[test]
+fn a_retry_clears_a_failed_step_once_and_only_for_a_fencing_under_way() {
+    let mut r = under_way();
+    r.failed = Some(FailedFenceStep { step: FenceStep::PoweredOff, message: "x".into(), attempts: 3 });
+    let asked = Asked { retry: Some("1".into()), ..Asked::default() };
+    let cleared = retried(Some(r.clone()), &asked).expect("kept");
+    assert_eq!((cleared.failed.clone(), cleared.handled_retry.as_deref()), (None, Some("1")));
+    // The same retry again, on a step that failed since: not a new ask.
+    let mut failed_again = cleared.clone();
+    failed_again.failed = r.failed.clone();
+    assert_eq!(retried(Some(failed_again.clone()), &asked), Some(failed_again));
+    assert_eq!(retried(None, &asked), None, "nothing under way");
+    assert_eq!(retried(Some(r.clone()), &Asked::default()), Some(r), "no retry asked");
+}
+
+#[test]
+fn a_fencing_that_starts_or_only_waits_for_the_heartbeat_goes_first() {
+    let starts = FenceOutcome { record: Some(under_way()), ..Default::default() };
+    assert_eq!(goes_first(None, Some(HealthState::Failed), &starts), Some(Duration::from_millis(100)));
+    assert_eq!(goes_first(Some(&under_way()), Some(HealthState::Failed), &starts), None, "already recorded");
+    let ripens = FenceOutcome {
+        condition: Some(cond(ConditionStatus::False, FenceHold::FreshHeartbeat.reason(), "")),
+        again: Some(Duration::from_secs(3)),
+        ..Default::default()
+    };
+    assert_eq!(goes_first(None, Some(HealthState::Failed), &ripens), Some(Duration::from_secs(3)));
+    assert_eq!(goes_first(None, Some(HealthState::Unreachable), &ripens), None, "not Failed");
+    let held = FenceOutcome {
+        condition: Some(cond(ConditionStatus::False, FenceHold::NoAgentQuorum.reason(), "")),
+        ..Default::default()
+    };
+    assert_eq!(goes_first(None, Some(HealthState::Failed), &held), None, "held for longer");
+}
+
+#[test]
+fn a_clearing_lifts_in_steps_and_drops_the_record_at_the_end() {
+    let mut r = under_way();
+    r.fenced = Some(Time(Timestamp::UNIX_EPOCH));
+    let out = cleared(&r, "node-1", Cleared::Waiting("Nova refused".into()), &[]);
+    assert_eq!((reason(&out), out.record.as_ref()), (Some("ClearWaiting"), Some(&r)));
+    assert_eq!(out.event.map(|e| e.0), Some("FencingClearWaiting".to_string()));
+    let out = cleared(&r, "node-1", Cleared::BlocklistLifted { addresses: vec!["10.0.0.1".into()] }, &[]);
+    assert!(out.record.is_some_and(|r| r.blocklist_lifted));
+    let out = cleared(&r, "node-1", Cleared::ForcedDownLifted { host: "node-1".into() }, &[]);
+    assert_eq!(reason(&out), Some("Clearing"));
+    let out = cleared(&r, "node-1", Cleared::Done, &[]);
+    assert_eq!((out.record, out.condition), (None, None));
+    let mut status = HypervisorStatus::default();
+    status.conditions.push(Condition {
+        type_: "Fenced".into(),
+        status: "True".into(),
+        reason: "Fenced".into(),
+        message: String::new(),
+        last_transition_time: Time(Timestamp::UNIX_EPOCH),
+        observed_generation: None,
+    });
+    status.fencing = Some(r);
+    apply(&mut status, &FenceOutcome::default(), Timestamp::UNIX_EPOCH, None);
+    assert_eq!((status.fencing, status.conditions.len()), (None, 0), "the record and its condition go");
+}
