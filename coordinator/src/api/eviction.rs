@@ -177,6 +177,13 @@ impl Eviction {
     pub fn is_running(&self) -> bool {
         !self.status.as_ref().and_then(|s| s.phase).unwrap_or_default().is_final()
     }
+
+    /// The message of its first condition that is not True: why it waits
+    /// or stopped (empty when none).
+    pub fn unmet_message(&self) -> String {
+        let conditions = self.status.iter().flat_map(|s| s.conditions.iter());
+        conditions.filter(|c| c.status != "True").map(|c| c.message.clone()).next().unwrap_or_default()
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]

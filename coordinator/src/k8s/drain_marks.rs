@@ -4,8 +4,8 @@
 //! protected pods, as its Hypervisor's `status.evictable` says. The
 //! Hypervisor reconcile decides that value from its own read of Nova; this
 //! one only writes the marks. It looks again when the value changes
-//! ([`super::triggers::marks`]), and every [`DRIFT`] to repair a hand's
-//! change of a mark or label a protected pod that came since.
+//! ([`super::triggers::marks`]), and every drift interval to repair a
+//! hand's change of a mark or label a protected pod that came since.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,10 +22,6 @@ use crate::api::Hypervisor;
 use crate::api::keys::POD_EVICTABLE_LABEL;
 use crate::drain::locks;
 
-/// How often the marks are compared with what is wanted though nothing
-/// changed.
-pub const DRIFT: Duration = Duration::from_secs(60);
-
 /// Longest a reconcile waits for the caches to be whole before it is
 /// asked again.
 const GATE_WAIT: Duration = Duration::from_secs(5);
@@ -38,6 +34,9 @@ pub struct MarksContext {
     /// The dependents whose lock the Node carries while its VMs need them.
     pub node_locks: Vec<String>,
     pub gate: Arc<Gate>,
+    /// How often the marks are compared with what is wanted though nothing
+    /// changed (`--drift-interval`).
+    pub drift: Duration,
 }
 
 /// Writes the marks the Hypervisor's status asks for. A failed write is
@@ -53,7 +52,7 @@ pub async fn reconcile(
     }
     let want = hv.status.as_ref().and_then(|s| s.evictable);
     mark(&ctx, &hv.name_any(), want).await;
-    Ok(Requeue::requeue(DRIFT))
+    Ok(Requeue::requeue(ctx.drift))
 }
 
 pub fn error_policy(

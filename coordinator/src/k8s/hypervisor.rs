@@ -849,12 +849,7 @@ pub fn eviction_obs(ev: &Eviction) -> EvictionObs {
         reason: ev.spec.reason,
         re_enable: ev.spec.reason.re_enables(ev.spec.options.re_enable),
         phase: st.phase.unwrap_or_default(),
-        message: st
-            .conditions
-            .iter()
-            .find(|c| c.status != "True")
-            .map(|c| c.message.clone())
-            .unwrap_or_default(),
+        message: ev.unmet_message(),
         migrated: st.migrated,
         total: st.total,
         deleting: ev.metadata.deletion_timestamp.is_some(),

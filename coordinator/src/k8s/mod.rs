@@ -273,6 +273,7 @@ fn marks_controlled(
         pods: ctx.pods.clone(),
         node_locks: ctx.node_locks.clone(),
         gate: ctx.gate.clone(),
+        drift: ctx.intervals.drift,
     });
     let metrics = ctx.metrics.reconciles.clone();
     let changes = UnboundedReceiverStream::new(changes)

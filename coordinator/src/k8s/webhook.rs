@@ -240,12 +240,7 @@ impl Webhook {
             phase: st.phase.unwrap_or_default(),
             migrated: st.migrated,
             total: st.total,
-            message: st
-                .conditions
-                .iter()
-                .find(|c| c.status != "True")
-                .map(|c| c.message.clone())
-                .unwrap_or_default(),
+            message: ev.unmet_message(),
         })
     }
 
