@@ -244,7 +244,7 @@ impl Serving {
         let (changed_tx, changed_rx) = mpsc::unbounded_channel();
         let registry = Arc::new(Registry::new(changed_tx.clone()).with_metrics(metrics.sessions.clone()));
         // The protected pods' cache (for the disruption budgets' label), warm
-        // before this replica leads; a change wakes its Node's reconcile.
+        // before this replica leads; a change wakes its Node's Hypervisor reconcile.
         let pods = hv_coordinator::k8s::protected_pods::watch(
             &clients.watch,
             &args.drain.protected(),

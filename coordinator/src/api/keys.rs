@@ -1,6 +1,6 @@
 //! The well-known keys: every label, annotation, finalizer and Nova
 //! metadata key the coordinator reads or writes, in one place, so that a
-//! key is spelled once and an SRE finds them all (docs/crd.md lists them).
+//! key is spelled once and an SRE finds them all here.
 
 // On Nodes, set by people or tools, read when the Node is selected.
 

@@ -680,10 +680,6 @@ async fn observe_attempt(
     Ok((Some(obs), st))
 }
 
-/// Whether the stall clock judges the attempt between two reads of its
-/// counters: only while its live migration runs, and only if Nova reported
-/// counters before (the record keeps them after `running` ends, when no
-/// counter moves any more and an abort would be refused). Pure.
 /// What Nova shows of the attempt, in its Migration's status (its phase
 /// stays Aborted once an abort was asked). Pure.
 fn record_nova(st: &mut MigrationStatus, m: &NovaMigration, abort_requested: bool) {
@@ -700,6 +696,10 @@ fn record_nova(st: &mut MigrationStatus, m: &NovaMigration, abort_requested: boo
     }
 }
 
+/// Whether the stall clock judges the attempt between two reads of its
+/// counters: only while its live migration runs, and only if Nova reported
+/// counters before (the record keeps them after `running` ends, when no
+/// counter moves any more and an abort would be refused). Pure.
 fn counters_judged(nova: &NovaState, recorded: &MigrationStatus) -> bool {
     *nova == (NovaState::Running { live_running: true })
         && (recorded.memory_processed_bytes.is_some() || recorded.disk_processed_bytes.is_some())

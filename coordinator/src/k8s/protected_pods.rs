@@ -10,8 +10,9 @@
 //! One watch per selector the site names, each object cut to what is used
 //! (name, namespace, labels, node): a region's protected pods are a few
 //! per host, and the cache is what keeps the marks from costing a list per
-//! reconcile. A new protected pod wakes its Node's reconcile, so its label
-//! follows within a reconcile.
+//! reconcile. A new protected pod is labelled at its Node's next look by
+//! the drain marks (`k8s::drain_marks`, every drift interval); meanwhile
+//! its budget holds it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

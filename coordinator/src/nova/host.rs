@@ -248,7 +248,7 @@ impl NovaClient {
     /// Marks the host's compute service forced down (or lifts it): Nova
     /// then treats it as down whatever its service group says, accepts
     /// `evacuate` of its servers and schedules nothing there. Idempotent;
-    /// [`Self::service_state`] reads it back. The first fencing step, and the
+    /// [`Self::compute_service`] reads it back. The first fencing step, and the
     /// last thing lifted when an SRE brings a fenced host back.
     pub async fn set_forced_down(&self, host: &str, down: bool) -> Result<(), NovaError> {
         let service = self
