@@ -199,7 +199,10 @@ struct Serving {
 /// channels that wake their reconciles.
 struct ForControllers {
     writers: Writers,
+    /// Nodes whose agent session changed: their Hypervisor's reconcile.
     changed: mpsc::UnboundedReceiver<String>,
+    /// Nodes whose protected pods changed: their drain marks.
+    pods_changed: mpsc::UnboundedReceiver<String>,
 }
 
 #[derive(Clone)]
@@ -244,11 +247,12 @@ impl Serving {
         let (changed_tx, changed_rx) = mpsc::unbounded_channel();
         let registry = Arc::new(Registry::new(changed_tx.clone()).with_metrics(metrics.sessions.clone()));
         // The protected pods' cache (for the disruption budgets' label), warm
-        // before this replica leads; a change wakes its Node's Hypervisor reconcile.
+        // before this replica leads; a change wakes its Node's drain marks.
+        let (pods_tx, pods_changed) = mpsc::unbounded_channel();
         let pods = hv_coordinator::k8s::protected_pods::watch(
             &clients.watch,
             &args.drain.protected(),
-            changed_tx,
+            pods_tx,
             leader_rx.clone(),
         );
         let (stores, writers) = stores();
@@ -267,7 +271,7 @@ impl Serving {
             events: events.clone(),
             leader: leader_rx,
         };
-        count_fleet(metrics, &stores.hypervisors, &registry);
+        count_hosts(metrics, &stores.hypervisors, &registry);
         let grpc = tokio::spawn(server.serve(agents, fleet_api, tls, stopped(stop_rx.clone())));
         // The gate opens once this replica leads with whole caches; until then
         // the webhook refuses protected pods (a drain tries again).
@@ -293,14 +297,14 @@ impl Serving {
             pods,
             events,
         };
-        Ok((serving, ForControllers { writers, changed: changed_rx }))
+        Ok((serving, ForControllers { writers, changed: changed_rx, pods_changed }))
     }
 }
 
 /// The fleet's phases and health for /metrics, read from the cache.
-fn count_fleet(metrics: &Metrics, hypervisors: &Store<Hypervisor>, registry: &Arc<Registry>) {
+fn count_hosts(metrics: &Metrics, hypervisors: &Store<Hypervisor>, registry: &Arc<Registry>) {
     let (hvs, registry) = (hypervisors.clone(), registry.clone());
-    metrics.set_fleet(move || {
+    metrics.set_hosts(move || {
         hv_coordinator::metrics::hosts(hvs.state().iter().map(|h| {
             let phase = h.status.as_ref().and_then(|s| s.phase).unwrap_or_default();
             let health = h.status.as_ref().and_then(|s| s.health.as_ref()).map(|x| x.state);
@@ -369,8 +373,7 @@ impl Leading<'_> {
             args.new_nodes.node_selector.clone(),
             args.new_nodes.template(&args.leadership.instance()?),
             taken.writers,
-            taken.changed,
-            wake_rx,
+            k8s::Wakes { sessions: taken.changed, protected_pods: taken.pods_changed, evictions: wake_rx },
             args.leadership.reconcile_concurrency,
             serving.stop_rx.clone(),
         ));

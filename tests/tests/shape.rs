@@ -1,6 +1,8 @@
 //! The code's shape, as the style guide sets it: a reconcile reads in one screen. No function in
 //! the coordinator's Kubernetes shell (`coordinator/src/k8s/`) is over 60 lines, and none in the
-//! workspace's non-test code is over 100. Test code (`#[cfg(test)]` modules, `#[test]` functions,
+//! workspace's non-test code is over 100. Dependencies point down: the decisions (`lifecycle`,
+//! `eviction`, `fence`, `health`, `drain`) name nothing of the shell (`k8s`, `nova`, `fleet`,
+//! `metrics`). Test code (`#[cfg(test)]` modules, `#[test]` functions,
 //! files of tests) is not held to it: a table of cases is long by nature.
 
 #![allow(clippy::expect_used, clippy::panic)]
@@ -101,8 +103,96 @@ fn is_test_file(path: &Path) -> bool {
     name == "tests.rs" || name.ends_with("_tests.rs") || path.components().any(|c| c.as_os_str() == "tests")
 }
 
+/// Where a decision module names the shell: `crate::<shell>` paths.
+struct ShellPaths<'a> {
+    file: &'a Path,
+    found: Vec<String>,
+}
+
+const SHELL: [&str; 4] = ["k8s", "nova", "fleet", "metrics"];
+const DECISIONS: [&str; 5] = ["lifecycle", "eviction", "fence", "health", "drain"];
+
+impl<'ast> Visit<'ast> for ShellPaths<'_> {
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        if !is_test(&m.attrs) {
+            syn::visit::visit_item_mod(self, m);
+        }
+    }
+    fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+        if !is_test(&f.attrs) {
+            syn::visit::visit_item_fn(self, f);
+        }
+    }
+    fn visit_path(&mut self, p: &'ast syn::Path) {
+        let names: Vec<String> = p.segments.iter().take(2).map(|s| s.ident.to_string()).collect();
+        if let [root, module] = &names[..]
+            && root == "crate"
+            && SHELL.contains(&module.as_str())
+        {
+            let line = p.segments.first().map_or(0, |s| s.ident.span().start().line);
+            self.found.push(format!("{}:{line} crate::{module}", self.file.display()));
+        }
+        syn::visit::visit_path(self, p);
+    }
+    fn visit_use_tree(&mut self, t: &'ast syn::UseTree) {
+        if let syn::UseTree::Path(p) = t
+            && p.ident == "crate"
+        {
+            let mut names = Vec::new();
+            named(&p.tree, &mut names);
+            for module in names.iter().filter(|n| SHELL.contains(&n.as_str())) {
+                let line = p.ident.span().start().line;
+                self.found.push(format!("{}:{line} use crate::{module}", self.file.display()));
+            }
+        }
+        syn::visit::visit_use_tree(self, t);
+    }
+}
+
+/// The first names a use tree below `crate::` brings in.
+fn named(t: &syn::UseTree, out: &mut Vec<String>) {
+    match t {
+        syn::UseTree::Path(p) => out.push(p.ident.to_string()),
+        syn::UseTree::Name(n) => out.push(n.ident.to_string()),
+        syn::UseTree::Rename(r) => out.push(r.ident.to_string()),
+        syn::UseTree::Group(g) => g.items.iter().for_each(|i| named(i, out)),
+        syn::UseTree::Glob(_) => {}
+    }
+}
+
+#[test]
+fn the_decisions_name_nothing_of_the_shell() {
+    let root = workspace_root();
+    let mut files = Vec::new();
+    for module in DECISIONS {
+        let dir = root.join("coordinator/src").join(module);
+        sources(&dir, &mut files);
+        files.push(dir.with_extension("rs"));
+    }
+    let mut found = Vec::new();
+    let mut read = 0;
+    for file in files.iter().filter(|f| f.exists()) {
+        let relative = file.strip_prefix(&root).unwrap_or(file);
+        if is_test_file(relative) || relative.components().any(|c| c.as_os_str() == "tests") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).expect("read a source file");
+        let ast = syn::parse_file(&text).unwrap_or_else(|e| panic!("{} does not parse: {e}", file.display()));
+        let mut paths = ShellPaths { file: relative, found: Vec::new() };
+        paths.visit_file(&ast);
+        found.extend(paths.found);
+        read += 1;
+    }
+    assert!(read > 20, "read only {read} decision files: the walk measures nothing");
+    assert!(found.is_empty(), "decision modules naming the shell:\n{}", found.join("\n"));
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize().expect("the workspace root")
+}
+
 fn every_function() -> Vec<Long> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize().expect("the workspace root");
+    let root = workspace_root();
     let mut files = Vec::new();
     for krate in CRATES {
         sources(&root.join(krate).join("src"), &mut files);

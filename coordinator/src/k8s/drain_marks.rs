@@ -26,6 +26,9 @@ use crate::drain::locks;
 /// asked again.
 const GATE_WAIT: Duration = Duration::from_secs(5);
 
+/// How soon marks not written are tried again.
+const RETRY: Duration = Duration::from_secs(5);
+
 pub struct MarksContext {
     pub client: kube::Client,
     pub nodes: Store<Node>,
@@ -39,9 +42,9 @@ pub struct MarksContext {
     pub drift: Duration,
 }
 
-/// Writes the marks the Hypervisor's status asks for. A failed write is
-/// logged and tried again at the next look: each mark is compared with
-/// what is wanted every time.
+/// Writes the marks the Hypervisor's status asks for. A failed write is an
+/// error (counted, and the marks looked at again soon): each mark is
+/// compared with what is wanted every time.
 pub async fn reconcile(
     hv: Arc<Hypervisor>,
     ctx: Arc<MarksContext>,
@@ -51,45 +54,48 @@ pub async fn reconcile(
         return Ok(Requeue::requeue(Duration::from_millis(500)));
     }
     let want = hv.status.as_ref().and_then(|s| s.evictable);
-    mark(&ctx, &hv.name_any(), want).await;
+    mark(&ctx, &hv.name_any(), want).await?;
     Ok(Requeue::requeue(ctx.drift))
 }
 
+/// A mark not written is tried again soon, not a drift interval later.
 pub fn error_policy(
-    _hv: Arc<Hypervisor>,
-    _error: &super::hypervisor::Error,
-    _ctx: Arc<MarksContext>,
+    hv: Arc<Hypervisor>,
+    error: &super::hypervisor::Error,
+    ctx: Arc<MarksContext>,
 ) -> Requeue {
-    Requeue::requeue(Duration::from_secs(10))
+    tracing::warn!(node = %hv.name_any(), error = %error, "drain marks not written");
+    Requeue::requeue(RETRY.min(ctx.drift))
 }
 
 /// The Node's marks and its protected pods' labels as `want` says (None:
 /// not known; the Node's marks stay, and its pods follow the Node).
-async fn mark(ctx: &MarksContext, name: &str, want: Option<bool>) {
+async fn mark(ctx: &MarksContext, name: &str, want: Option<bool>) -> Result<(), kube::Error> {
     // Without a Node there is nothing to mark.
-    let Some(node) = ctx.nodes.get(&ObjectRef::new(name)) else { return };
+    let Some(node) = ctx.nodes.get(&ObjectRef::new(name)) else { return Ok(()) };
     let now = locks::of(&node);
     // Freed: the pods before the Node, so the budgets let go as soon as the
     // webhook does. Locked: the Node first, the webhook refusing at once.
-    if want == Some(true) && !label_pods(ctx, name, want).await {
-        return; // the Node waits for its pods: tried again at the next look
+    // The Node waits for its pods: a pod not labelled leaves it locked.
+    if want == Some(true) {
+        label_pods(ctx, name, want).await?;
     }
     if let Some(patch) = locks::patch(&now, want, &ctx.node_locks) {
         let api: Api<Node> = Api::all(ctx.client.clone());
-        match api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-            Ok(_) => tracing::info!(node = name, evictable = ?want, "node locks written"),
-            Err(e) => tracing::warn!(node = name, error = %e, "could not write the node locks"),
-        }
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        tracing::info!(node = name, evictable = ?want, "node locks written");
     }
     if want != Some(true) {
-        label_pods(ctx, name, want.or(now.evictable)).await;
+        label_pods(ctx, name, want.or(now.evictable)).await?;
     }
+    Ok(())
 }
 
 /// Sets [`POD_EVICTABLE_LABEL`] on the Node's protected pods as
-/// `evictable` says, where it differs; false when a write failed.
-async fn label_pods(ctx: &MarksContext, node: &str, evictable: Option<bool>) -> bool {
-    let mut all = true;
+/// `evictable` says, where it differs; every pod is tried, and the last
+/// write that failed is the error.
+async fn label_pods(ctx: &MarksContext, node: &str, evictable: Option<bool>) -> Result<(), kube::Error> {
+    let mut failed = Ok(());
     for pod in ctx.pods.on_node(node) {
         let Some(value) = relabel(&pod, evictable) else { continue };
         let (Some(ns), Some(pod_name)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref())
@@ -102,10 +108,124 @@ async fn label_pods(ctx: &MarksContext, node: &str, evictable: Option<bool>) -> 
         match api.patch(pod_name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(_) => tracing::info!(node, %pod, %value, "protected pod labelled"),
             Err(e) => {
-                all = false;
                 tracing::warn!(node, %pod, error = %e, "could not label a protected pod");
+                failed = Err(e);
             }
         }
     }
-    all
+    failed
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use http::{Method, Request, Response};
+    use k8s_openapi::api::core::v1::PodSpec;
+    use kube::client::Body;
+    use kube::runtime::{reflector, watcher};
+
+    use super::*;
+    use crate::api::keys::EVICTABLE_LABEL;
+    use crate::k8s::leader::LeaseGuard;
+
+    /// A mock API server: logs "METHOD path" and answers `fail` paths 500.
+    fn client(log: Arc<Mutex<Vec<String>>>, fail: &'static str) -> kube::Client {
+        let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        tokio::spawn(async move {
+            while let Some((req, send)) = handle.next_request().await {
+                let (method, path) = (req.method().clone(), req.uri().path().to_string());
+                if let Ok(mut l) = log.lock() {
+                    l.push(format!("{method} {path}"));
+                }
+                let code = if !fail.is_empty() && path.contains(fail) && method == Method::PATCH {
+                    500
+                } else {
+                    200
+                };
+                let body = if code == 500 {
+                    serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500, "message": "boom"})
+                } else {
+                    let kind = if path.contains("/pods/") { "Pod" } else { "Node" };
+                    serde_json::json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": "x"}})
+                };
+                if let Ok(rsp) = Response::builder()
+                    .status(code)
+                    .body(Body::from(serde_json::to_vec(&body).unwrap_or_default()))
+                {
+                    send.send_response(rsp);
+                }
+            }
+        });
+        kube::Client::new(svc, "default")
+    }
+
+    fn marks(
+        log: Arc<Mutex<Vec<String>>>,
+        fail: &'static str,
+        node_labels: &[(&str, &str)],
+    ) -> Arc<MarksContext> {
+        let (nodes, mut nw) = reflector::store::<Node>();
+        let mut node = Node::default();
+        node.metadata.name = Some("node-1".into());
+        node.metadata.labels =
+            Some(node_labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        nw.apply_watcher_event(&watcher::Event::Apply(node));
+        let (pods, mut pw) = reflector::store::<Pod>();
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("nova-compute-1".into());
+        pod.metadata.namespace = Some("openstack".into());
+        pod.spec = Some(PodSpec { node_name: Some("node-1".into()), ..Default::default() });
+        pw.apply_watcher_event(&watcher::Event::Apply(pod));
+        let lease = Arc::new(LeaseGuard::new(Duration::ZERO));
+        lease.renewed(tokio::time::Instant::now(), Duration::from_secs(3600));
+        let gate = Gate::new(lease);
+        gate.mark_synced();
+        Arc::new(MarksContext {
+            client: client(log, fail),
+            nodes,
+            pods: ProtectedPods::over(vec![pods]),
+            node_locks: vec!["ovn".into()],
+            gate: Arc::new(gate),
+            drift: Duration::from_secs(60),
+        })
+    }
+
+    fn with_evictable(evictable: Option<bool>) -> Arc<Hypervisor> {
+        let mut h = Hypervisor::new("node-1", Default::default());
+        h.status = Some(crate::api::HypervisorStatus { evictable, ..Default::default() });
+        Arc::new(h)
+    }
+
+    fn sent(log: &Arc<Mutex<Vec<String>>>) -> Vec<String> {
+        log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    const POD: &str = "PATCH /api/v1/namespaces/openstack/pods/nova-compute-1";
+    const NODE: &str = "PATCH /api/v1/nodes/node-1";
+
+    #[tokio::test]
+    async fn freeing_labels_the_pods_before_the_node_and_a_pod_not_labelled_keeps_the_node_locked() {
+        let log = Arc::default();
+        let locked = [(EVICTABLE_LABEL, "false")];
+        let next = reconcile(with_evictable(Some(true)), marks(Arc::clone(&log), "", &locked)).await;
+        assert_eq!(next.ok(), Some(Requeue::requeue(Duration::from_secs(60))));
+        assert_eq!(sent(&log), [POD, NODE], "the pods first");
+        let log = Arc::default();
+        let next = reconcile(with_evictable(Some(true)), marks(Arc::clone(&log), "/pods/", &locked)).await;
+        assert!(next.is_err(), "a mark not written is an error, looked at again soon");
+        assert_eq!(sent(&log), [POD], "the Node stays locked");
+    }
+
+    #[tokio::test]
+    async fn locking_marks_the_node_before_the_pods_and_unknown_leaves_the_node_as_it_is() {
+        let log = Arc::default();
+        let free = [(EVICTABLE_LABEL, "true")];
+        reconcile(with_evictable(Some(false)), marks(Arc::clone(&log), "", &free)).await.ok();
+        assert_eq!(sent(&log), [NODE, POD], "the Node first");
+        // Not known: the Node's marks stay; its pods follow the Node.
+        let log = Arc::default();
+        reconcile(with_evictable(None), marks(Arc::clone(&log), "", &free)).await.ok();
+        assert_eq!(sent(&log), [POD]);
+    }
 }

@@ -374,8 +374,13 @@ async fn run_preflight(
     with_traits(&mut candidates, &carried);
     let o = &ev.spec.options;
     let report = preflight(&servers, o.default_policy.unwrap_or(ctx.default_policy), &candidates, &o.force);
-    tracing::info!(node = %source, findings = report.findings.len(), summary = %report.summary, "preflight");
     let (s, passed) = phases::judged(status_of(ev), report, fence, source, ev.metadata.generation, now);
+    let said = s.conditions.iter().find(|c| c.type_ == ConditionType::Preflight.as_str());
+    let (reason, message) = said.map_or(("", ""), |c| (c.reason.as_str(), c.message.as_str()));
+    match reason {
+        "Passed" => tracing::info!(node = %source, summary = %message, "preflight passed"),
+        _ => tracing::warn!(node = %source, reason, message = %message, "preflight findings"),
+    }
     match record(ctx, ev, s).await? {
         // The lifecycle disables the host when it sees the Eviction, most
         // often before the preflight is done: straight on, on the Eviction

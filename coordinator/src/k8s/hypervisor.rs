@@ -155,9 +155,8 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     let hv = if deleting { hv } else { hold(&ctx, hv).await? };
     let status = hv.status.clone().unwrap_or_default();
     let phase = status.phase.unwrap_or_default();
-    let now = Timestamp::now();
-    // Observe, and judge the host's health.
-    let (seen, verdict) = look(&ctx, &hv, &name, &status, now).await?;
+    // Observe, and judge the host's health (`now`: once it is observed).
+    let (seen, verdict, now) = look(&ctx, &hv, &name, &status).await?;
     let deletion =
         deleting.then(|| lifecycle::deletion::may_go(phase, status.service_id.as_deref(), &seen.obs.nova));
     if let Some(Ok(())) = deletion {
@@ -204,7 +203,8 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     Ok(Requeue::requeue(next_look(&ctx.intervals, &decision, &seen.obs.nova, failed, &verdict, &fenced)))
 }
 
-/// What the reconcile sees of the host, and its health verdict. The fleet
+/// What the reconcile sees of the host, its health verdict, and the time
+/// it was judged at (after the reads, which may take seconds). The fleet
 /// view only confirms: what it would change is decided on the host's own
 /// reads, read now.
 async fn look(
@@ -212,10 +212,10 @@ async fn look(
     hv: &Hypervisor,
     name: &str,
     status: &HypervisorStatus,
-    now: Timestamp,
-) -> Result<(Seen, Verdict), Error> {
+) -> Result<(Seen, Verdict, Timestamp), Error> {
     let phase = status.phase.unwrap_or_default();
     let mut seen = observe(ctx, hv, name, status).await?;
+    let now = Timestamp::now();
     let mut verdict = judge_health(ctx, &seen, status.health.as_ref(), phase, now);
     seen.obs.health = health_obs(ctx, name, &verdict);
     if seen.shared && !view_confirms(ctx, hv, name, status, &seen, &verdict, now) {
@@ -224,7 +224,7 @@ async fn look(
         verdict = judge_health(ctx, &seen, status.health.as_ref(), phase, now);
         seen.obs.health = health_obs(ctx, name, &verdict);
     }
-    Ok((seen, verdict))
+    Ok((seen, verdict, now))
 }
 
 /// The fencing's step (docs/fencing.md), taken before the lifecycle acts:
@@ -364,9 +364,10 @@ fn view_confirms(
 /// status and reason: "not judged while the agents reconnect" after a
 /// failover), and our own change of the service's status done
 /// (`SchedulingEnabled` from `Disabling` to `Disabled`, or `Enabling` to
-/// `Enabled`, same message: the snapshot read after Nova accepted it). So
-/// agents reconnecting (thousands at once after a failover) cost Nova
-/// nothing. A changed verdict, or an eviction's end, is none of these:
+/// `Enabled`, same message: the snapshot read after Nova accepted it), and
+/// `status.evictable` unless it turns true (locking the host for drains
+/// may rest on the view; freeing it may not). So agents reconnecting
+/// (thousands at once after a failover) cost Nova nothing. A changed verdict, or an eviction's end, is none of these:
 /// it is decided on the host's own fresh reads.
 fn same_but_words_not_from_nova(mut next: HypervisorStatus, status: &HypervisorStatus) -> bool {
     use crate::api::condition::ConditionType;
@@ -374,6 +375,11 @@ fn same_but_words_not_from_nova(mut next: HypervisorStatus, status: &HypervisorS
     next.machine.clone_from(&status.machine);
     next.libvirt_version.clone_from(&status.libvirt_version);
     next.hypervisor_version.clone_from(&status.hypervisor_version);
+    // Only freeing the host for drains rests on its own read; locking it
+    // (or a value not recorded yet, as after an upgrade) may rest on the view.
+    if next.evictable != Some(true) || status.evictable == Some(true) {
+        next.evictable = status.evictable;
+    }
     for c in &mut next.conditions {
         let Some(old) = status.conditions.iter().find(|o| o.type_ == c.type_) else { continue };
         let agents = c.type_ == ConditionType::AgentConnected.as_str();
@@ -446,7 +452,7 @@ async fn observe(
     let host = lifecycle::nova_host(name, &hv.spec, status).to_string();
     let leaving = hv.metadata.deletion_timestamp.is_some() || node == NodeObs::Deleting;
     let eviction = observe_eviction(ctx, name, status).await?;
-    let evicting = eviction.as_ref().is_some_and(|e| e.is_running() && !e.deleting);
+    let evicting = eviction.as_ref().is_some_and(|e| e.is_active());
     // While a new leader settles no host is judged: what Nova says of a
     // host whose agent has not reconnected yet weighs on no verdict.
     let connected = agent.connected || settling;
@@ -964,6 +970,18 @@ mod tests {
         let was = scheduling("False", "Disabled", "hv-lifecycle: eviction e (AdminRequest)");
         let back = scheduling("False", "Disabling", "hv-lifecycle: eviction e (AdminRequest)");
         assert!(!same_but_words_not_from_nova(back, &was), "not the other way");
+    }
+
+    #[test]
+    fn only_freeing_the_host_for_drains_needs_its_own_read() {
+        let with = |evictable: Option<bool>| HypervisorStatus { evictable, ..status_of_host(0) };
+        // Recorded for the first time (after an upgrade), or locked: the view may say so.
+        assert!(same_but_words_not_from_nova(with(Some(false)), &with(None)));
+        assert!(same_but_words_not_from_nova(with(Some(false)), &with(Some(true))));
+        assert!(same_but_words_not_from_nova(with(Some(true)), &with(Some(true))));
+        // Freed: only on the host's own read.
+        assert!(!same_but_words_not_from_nova(with(Some(true)), &with(Some(false))));
+        assert!(!same_but_words_not_from_nova(with(Some(true)), &with(None)));
     }
 
     fn status_of_host(instances: u32) -> HypervisorStatus {

@@ -208,6 +208,11 @@ impl Election {
         let mut said = false;
         let mut last = None;
         loop {
+            // A process with a poisoned lock never leads (`crate::locked`).
+            if crate::locked::poisoned() {
+                tokio::time::sleep(self.retry).await;
+                continue;
+            }
             let started = Instant::now();
             match self.round(&api, &mut last, self.renew_deadline).await {
                 Ok(true) => {
@@ -246,6 +251,14 @@ impl Election {
                     return;
                 }
                 Err(e) => tracing::warn!(lease = %self.lease, error = %e, "lease renewal failed"),
+            }
+            if crate::locked::poisoned() {
+                // Handed over at once: another replica need not wait for
+                // the lease to lapse.
+                guard.revoke();
+                tracing::error!(lease = %self.lease, "a lock was poisoned: giving the lease up");
+                self.release(client, namespace).await;
+                return;
             }
             if !guard.holds() {
                 guard.revoke();

@@ -123,10 +123,19 @@ pub struct Writers {
     pub migrations: reflector::store::Writer<Migration>,
 }
 
+/// What wakes the controllers beside their own watches, by name.
+pub struct Wakes {
+    /// Nodes whose agent session changed: their Hypervisor's reconcile.
+    pub sessions: mpsc::UnboundedReceiver<String>,
+    /// Nodes whose protected pods changed: their drain marks.
+    pub protected_pods: mpsc::UnboundedReceiver<String>,
+    /// Evictions to reconcile now.
+    pub evictions: mpsc::UnboundedReceiver<String>,
+}
+
 /// Runs the Node watcher and the Hypervisor, Eviction and drain marks
 /// controllers until `stop` turns true. `watch_client` serves the watches
-/// (no read timeout); the contexts' clients serve requests. `changed`
-/// carries node names the agent sessions want reconciled.
+/// (no read timeout); the contexts' clients serve requests.
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
     watch_client: kube::Client,
@@ -135,14 +144,14 @@ pub async fn run(
     node_selector: String,
     template: Template,
     writers: Writers,
-    changed: mpsc::UnboundedReceiver<String>,
-    evictions_to_wake: mpsc::UnboundedReceiver<String>,
+    wakes: Wakes,
     concurrency: u16,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let (node_tx, node_rx) = mpsc::unbounded_channel::<String>();
     let (ev_tx, ev_rx) = mpsc::unbounded_channel::<String>();
     let (marks_tx, marks_rx) = mpsc::unbounded_channel::<Hypervisor>();
+    let (node_marks_tx, node_marks_rx) = mpsc::unbounded_channel::<Node>();
     let wc = &watch_client;
     // This install's Hypervisors only (crate::api::keys::INSTANCE_LABEL), those it
     // managed before installs were named adopted first.
@@ -160,15 +169,16 @@ pub async fn run(
             }
         })
         .predicate_filter(triggers::hypervisor, Default::default());
-    let wakes = [changed, node_rx, ev_rx];
-    let hypervisor_controller = hypervisors_controlled(hypervisors, wakes, &ctx, concurrency, stop.clone());
-    let eviction_controller = evictions_controlled(wc, evictions_to_wake, &ev_ctx, concurrency, stop.clone());
-    let marks_controller = marks_controlled(marks_rx, &ctx, stop);
+    let woken = [wakes.sessions, node_rx, ev_rx];
+    let hypervisor_controller = hypervisors_controlled(hypervisors, woken, &ctx, concurrency, stop.clone());
+    let eviction_controller = evictions_controlled(wc, wakes.evictions, &ev_ctx, concurrency, stop.clone());
+    let marks_controller =
+        marks_controlled(marks_rx, node_marks_rx, wakes.protected_pods, &ctx, concurrency, stop);
     tokio::select! {
         _ = hypervisor_controller => {}
         _ = eviction_controller => {}
         _ = marks_controller => {}
-        _ = watch_nodes(wc, &ctx, &node_selector, &template, writers.nodes, node_tx) => {}
+        _ = watch_nodes(wc, &ctx, &node_selector, &template, writers.nodes, node_tx, node_marks_tx) => {}
         _ = watch_evictions(wc, writers.evictions, ev_tx) => {}
         _ = cache_migrations(wc, writers.migrations) => {}
         _ = crate::k8s::protected_pods::free_elsewhere(
@@ -260,11 +270,15 @@ fn evictions_controlled(
         .for_each(|res| log_result("eviction controller", res))
 }
 
-/// The drain marks' controller ([`drain_marks`]), over every change of a
-/// Hypervisor seen by the Hypervisor watch, filtered by `triggers::marks`.
+/// The drain marks' controller ([`drain_marks`]): woken by a change of a
+/// Hypervisor's `status.evictable` (`triggers::marks`), of a Node's marks
+/// (`triggers::node_marks`), and of a Node's protected pods.
 fn marks_controlled(
-    changes: mpsc::UnboundedReceiver<Hypervisor>,
+    hypervisors: mpsc::UnboundedReceiver<Hypervisor>,
+    nodes: mpsc::UnboundedReceiver<Node>,
+    pods: mpsc::UnboundedReceiver<String>,
     ctx: &Arc<Context>,
+    concurrency: u16,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> impl std::future::Future<Output = ()> + Send {
     let marks = Arc::new(drain_marks::MarksContext {
@@ -276,10 +290,19 @@ fn marks_controlled(
         drift: ctx.intervals.drift,
     });
     let metrics = ctx.metrics.reconciles.clone();
-    let changes = UnboundedReceiverStream::new(changes)
+    let changes = UnboundedReceiverStream::new(hypervisors)
         .map(Ok::<_, watcher::Error>)
         .predicate_filter(triggers::marks, Default::default());
+    let to_ref = |n: String| ObjectRef::<Hypervisor>::new(&n);
+    let nodes = UnboundedReceiverStream::new(nodes)
+        .map(Ok::<_, watcher::Error>)
+        .predicate_filter(triggers::node_marks, Default::default())
+        .filter_map(|n| std::future::ready(n.ok().map(|n| n.name_any())));
+    let pods = UnboundedReceiverStream::new(pods);
+    let config = kube::runtime::controller::Config::default().concurrency(concurrency);
     Controller::for_stream(changes, ctx.hypervisors.clone())
+        .with_config(config)
+        .reconcile_on(futures_util::stream::select(nodes, pods).map(to_ref))
         .graceful_shutdown_on(stopped(stop))
         .run(
             move |hv, marks| {
@@ -337,6 +360,7 @@ async fn watch_nodes(
     template: &Template,
     writer: reflector::store::Writer<Node>,
     wake: mpsc::UnboundedSender<String>,
+    marks: mpsc::UnboundedSender<Node>,
 ) {
     if ctx.hypervisors.wait_until_ready().await.is_err() {
         return tracing::error!("the Hypervisor cache can never fill; Nodes are not watched");
@@ -347,6 +371,12 @@ async fn watch_nodes(
         .modify(trim::node)
         .reflect(writer)
         .applied_objects()
+        // Every change, for the drain marks' own trigger.
+        .inspect(move |n| {
+            if let Ok(n) = n {
+                let _ = marks.send(n.clone());
+            }
+        })
         .predicate_filter(move |n: &Node| triggers::node(n, &signals), Default::default());
     let mut nodes = std::pin::pin!(nodes);
     while let Some(item) = nodes.next().await {

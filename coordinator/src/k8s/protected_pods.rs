@@ -10,9 +10,8 @@
 //! One watch per selector the site names, each object cut to what is used
 //! (name, namespace, labels, node): a region's protected pods are a few
 //! per host, and the cache is what keeps the marks from costing a list per
-//! reconcile. A new protected pod is labelled at its Node's next look by
-//! the drain marks (`k8s::drain_marks`, every drift interval); meanwhile
-//! its budget holds it.
+//! reconcile. A new protected pod wakes its Node's drain marks
+//! (`k8s::drain_marks`), so its label follows at once.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,6 +33,12 @@ pub struct ProtectedPods {
 }
 
 impl ProtectedPods {
+    /// Over caches filled elsewhere (tests).
+    #[cfg(test)]
+    pub(crate) fn over(stores: Vec<Store<Pod>>) -> ProtectedPods {
+        ProtectedPods { stores }
+    }
+
     /// Waits for every watch's first list; false when one can never come.
     pub async fn wait_until_ready(&self) -> bool {
         for store in &self.stores {

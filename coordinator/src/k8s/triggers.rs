@@ -50,6 +50,14 @@ pub fn marks(h: &Hypervisor) -> Option<u64> {
     Some(digest(&h.status.as_ref().and_then(|s| s.evictable)))
 }
 
+/// What the drain marks read of a Node: its marks, its locks, the
+/// webhook's mark of a refused drain and its cordon
+/// (`drain::locks::of`).
+pub fn node_marks(n: &Node) -> Option<u64> {
+    let l = crate::drain::locks::of(n);
+    Some(digest(&(l.evictable, l.held, l.drain_refused, l.cordoned)))
+}
+
 /// What the lifecycle reads of its own object: the spec (its generation),
 /// the annotations (the retry token), deletion. Not its own status writes.
 pub fn hypervisor(h: &Hypervisor) -> Option<u64> {
@@ -85,6 +93,22 @@ mod tests {
         labelled.metadata.labels = Some([("os-update".to_string(), "pending".to_string())].into());
         assert_ne!(super::node(&ready("True", "1"), &site), super::node(&labelled, &site));
         assert_eq!(node(&ready("True", "1")), node(&labelled));
+    }
+
+    #[test]
+    fn a_nodes_marks_wake_the_drain_marks_not_its_heartbeats() {
+        let node = |labels: serde_json::Value, beat: &str| -> Node {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n", "labels": labels},
+                "status": {"conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": beat}]}
+            }))
+            .unwrap()
+        };
+        let free = serde_json::json!({crate::api::keys::EVICTABLE_LABEL: "true"});
+        let was = node_marks(&node(free.clone(), "2026-11-23T11:00:01Z"));
+        assert_eq!(was, node_marks(&node(free, "2026-11-23T11:00:02Z")), "a heartbeat");
+        let relabelled = serde_json::json!({crate::api::keys::EVICTABLE_LABEL: "false"});
+        assert_ne!(was, node_marks(&node(relabelled, "2026-11-23T11:00:01Z")), "a hand's relabel");
     }
 
     #[test]

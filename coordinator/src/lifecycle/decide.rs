@@ -319,7 +319,7 @@ fn ready(d: &mut Draft<'_>) {
     if d.hold_requested() {
         return hold(d);
     }
-    if let Some(ev) = d.obs().eviction.as_ref().filter(|e| e.is_running() && !e.deleting) {
+    if let Some(ev) = d.obs().eviction.as_ref().filter(|e| e.is_active()) {
         // A hand-made Eviction of a host not yet in service: it stays
         // disabled until the eviction is over.
         let msg = format!("Eviction {} runs; the host is enabled once it is over", ev.name);
@@ -360,7 +360,7 @@ fn active(d: &mut Draft<'_>) {
     if d.hold_requested() {
         return hold(d);
     }
-    if let Some(ev) = d.obs().eviction.clone().filter(|e| e.is_running() && !e.deleting) {
+    if let Some(ev) = d.obs().eviction.clone().filter(|e| e.is_active()) {
         // Disabled with the transition, as a maintenance does when it
         // creates its Eviction: its preflight runs meanwhile, and nothing
         // moves before Nova shows the host disabled.
@@ -634,7 +634,7 @@ fn evicting(d: &mut Draft<'_>) {
         return d.go(Phase::Onboarding, "no eviction to wait for; re-validating".into());
     };
     if r.for_maintenance {
-        if observed.as_ref().is_some_and(|e| e.is_running() && !e.deleting) {
+        if observed.as_ref().is_some_and(|e| e.is_active()) {
             d.actions.push(Action::CancelEviction { name: r.name.clone() });
         }
         d.record.eviction = None;
@@ -683,11 +683,8 @@ fn evicting(d: &mut Draft<'_>) {
 /// so the host is never re-enabled while VMs are still being moved off.
 fn follow_another(d: &mut Draft<'_>) -> bool {
     let recorded = d.record.eviction.as_ref().map(|r| r.name.clone());
-    let Some(other) = d
-        .obs()
-        .eviction
-        .as_ref()
-        .filter(|e| e.is_running() && !e.deleting && Some(&e.name) != recorded.as_ref())
+    let Some(other) =
+        d.obs().eviction.as_ref().filter(|e| e.is_active() && Some(&e.name) != recorded.as_ref())
     else {
         return false;
     };

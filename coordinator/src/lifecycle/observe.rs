@@ -153,6 +153,11 @@ impl EvictionObs {
     pub fn is_running(&self) -> bool {
         !self.phase.is_final()
     }
+
+    /// Running and not being cancelled.
+    pub fn is_active(&self) -> bool {
+        self.is_running() && !self.deleting
+    }
 }
 
 /// Compute services that look like `host` when Nova has none by that name:

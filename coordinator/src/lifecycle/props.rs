@@ -44,7 +44,7 @@ fn check_one_step(
     if enables && !matches!(from, Phase::Ready | Phase::Active | Phase::Evicting) {
         return Err(format!("EnableService in {from}"));
     }
-    let eviction_runs = o.eviction.as_ref().is_some_and(|e| !e.phase.is_final() && !e.deleting);
+    let eviction_runs = o.eviction.as_ref().is_some_and(|e| e.is_active());
     if enables && eviction_runs {
         return Err(format!("EnableService in {from} while an Eviction runs"));
     }

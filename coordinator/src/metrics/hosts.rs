@@ -63,16 +63,16 @@ fn state_name(s: HealthState) -> &'static str {
 }
 
 /// The fleet's families.
-pub struct FleetGauges {
+pub struct HostGauges {
     phases: Family<PhaseLabel, Gauge>,
     without_agent: Gauge,
     health: Family<StateLabel, Gauge>,
     transitions: Family<ToLabel, Counter>,
 }
 
-impl FleetGauges {
-    pub(super) fn register(registry: &mut Registry) -> FleetGauges {
-        let g = FleetGauges {
+impl HostGauges {
+    pub(super) fn register(registry: &mut Registry) -> HostGauges {
+        let g = HostGauges {
             phases: Family::default(),
             without_agent: Gauge::default(),
             health: Family::default(),

@@ -36,7 +36,7 @@ pub use sessions::AgentSessions;
 
 use crate::api::hypervisor::HealthState;
 
-type FleetSource = Box<dyn Fn() -> Hosts + Send + Sync>;
+type HostsSource = Box<dyn Fn() -> Hosts + Send + Sync>;
 type ViewSource = Box<dyn Fn() -> Option<crate::nova::view::ViewFigures> + Send + Sync>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -63,13 +63,13 @@ pub struct Metrics {
     pub openstack: OpenStackCalls,
     pub kube_writes: KubeWrites,
     pub sessions: AgentSessions,
-    fleet_gauges: hosts::FleetGauges,
+    host_gauges: hosts::HostGauges,
     tls: OnceLock<Tls>,
     /// The fleet view of Nova in numbers, shown while this replica leads.
     nova_view: OnceLock<ViewSource>,
     /// The fleet as this replica sees it (the Hypervisor cache and the
     /// agent sessions), shown only while it leads.
-    fleet: OnceLock<FleetSource>,
+    hosts: OnceLock<HostsSource>,
     /// This replica's pod label, when it labels its pod (`k8s::leader_pod`).
     pod_label: OnceLock<Arc<crate::k8s::leader_pod::LabelState>>,
     /// One scrape at a time: the fleet's gauges are refilled for each.
@@ -96,14 +96,14 @@ impl Default for Metrics {
             openstack: OpenStackCalls::register(&mut registry),
             kube_writes: KubeWrites::register(&mut registry),
             sessions: AgentSessions::register_into(&mut registry),
-            fleet_gauges: hosts::FleetGauges::register(&mut registry),
+            host_gauges: hosts::HostGauges::register(&mut registry),
             registry,
             leader: AtomicBool::new(false),
             leader_gauge,
             leader_transitions,
             tls: OnceLock::new(),
             nova_view: OnceLock::new(),
-            fleet: OnceLock::new(),
+            hosts: OnceLock::new(),
             pod_label: OnceLock::new(),
             scraping: std::sync::Mutex::new(()),
         }
@@ -130,8 +130,8 @@ impl Metrics {
         let _ = self.nova_view.set(Box::new(source));
     }
 
-    pub fn set_fleet(&self, source: impl Fn() -> Hosts + Send + Sync + 'static) {
-        let _ = self.fleet.set(Box::new(source));
+    pub fn set_hosts(&self, source: impl Fn() -> Hosts + Send + Sync + 'static) {
+        let _ = self.hosts.set(Box::new(source));
     }
 
     /// This replica leads (or no longer does) from now on.
@@ -154,7 +154,7 @@ impl Metrics {
 
     /// A host's health changed to `to`.
     pub fn health_changed(&self, to: HealthState) {
-        self.fleet_gauges.health_changed(to);
+        self.host_gauges.health_changed(to);
     }
 
     /// Readiness follows this replica's pod label from now on.
@@ -166,8 +166,8 @@ impl Metrics {
     /// counters) first, then every family.
     pub fn render(&self) -> String {
         let _one = crate::locked::lock(&self.scraping);
-        let fleet = self.fleet.get().filter(|_| self.is_leader()).map(|source| source());
-        self.fleet_gauges.show(fleet);
+        let hosts = self.hosts.get().filter(|_| self.is_leader()).map(|source| source());
+        self.host_gauges.show(hosts);
         let mut s = String::new();
         let mut encode = || -> Result<(), std::fmt::Error> {
             prometheus_client::encoding::text::encode_registry(&mut s, &self.registry)?;
@@ -265,7 +265,7 @@ mod tests {
         );
         let m = Metrics::default();
         let snapshot = f.clone();
-        m.set_fleet(move || snapshot.clone());
+        m.set_hosts(move || snapshot.clone());
         assert!(!m.render().contains("hv_hypervisors{"), "a follower does not speak for the fleet");
         m.set_leader(true);
         let text = m.render();
@@ -320,7 +320,7 @@ mod tests {
     fn every_metric_the_chart_queries_is_exposed() {
         let m = Metrics::default();
         m.set_tls(Arc::new(hv_tls::server::Stats::default()));
-        m.set_fleet(|| hosts([(Phase::Active, true, Some(HealthState::Healthy))]));
+        m.set_hosts(|| hosts([(Phase::Active, true, Some(HealthState::Healthy))]));
         m.set_nova_view(|| {
             Some(crate::nova::view::ViewFigures {
                 bound: Duration::from_secs(30),

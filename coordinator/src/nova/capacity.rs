@@ -61,7 +61,6 @@ impl NovaClient {
     pub async fn candidates(&self, source: &str) -> Result<Vec<Candidate>, NovaError> {
         // The four lists go out together: an eviction's first migration
         // waits on them.
-        let services = Call::get(Service::Compute, "os-services").param("binary", "nova-compute");
         let aggregates = Call::get(Service::Compute, "os-aggregates");
         let providers = Call::get(Service::Placement, "resource_providers");
         let (services, aggregates, providers, provider_of): (
@@ -70,7 +69,7 @@ impl NovaClient {
             Vec<ProviderRow>,
             _,
         ) = tokio::try_join!(
-            self.cloud().fetch(services, "services"),
+            self.compute_services(None),
             self.cloud().fetch(aggregates, "aggregates"),
             self.cloud().fetch(providers, "resource_providers"),
             // A host's provider is named after its hypervisor, not its service.

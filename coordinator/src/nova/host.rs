@@ -238,11 +238,22 @@ impl NovaClient {
         Ok(())
     }
 
+    /// The nova-compute services, of `host` only or of the whole region:
+    /// the one read of `os-services`.
+    pub(super) async fn compute_services(
+        &self,
+        host: Option<&str>,
+    ) -> Result<Vec<ComputeService>, NovaError> {
+        let call = Call::get(Service::Compute, "os-services").param("binary", "nova-compute");
+        let call = match host {
+            Some(host) => call.param("host", host),
+            None => call,
+        };
+        self.cloud.fetch(call, "services").await
+    }
+
     async fn service(&self, host: &str) -> Result<Option<ComputeService>, NovaError> {
-        let call =
-            Call::get(Service::Compute, "os-services").param("binary", "nova-compute").param("host", host);
-        let services: Vec<ComputeService> = self.cloud.fetch(call, "services").await?;
-        Ok(services.into_iter().find(|s| s.host == host))
+        Ok(self.compute_services(Some(host)).await?.into_iter().find(|s| s.host == host))
     }
 
     /// Marks the host's compute service forced down (or lifts it): Nova
@@ -277,9 +288,7 @@ impl NovaClient {
 
     /// The host names of every nova-compute service in the region.
     pub async fn compute_hosts(&self) -> Result<Vec<String>, NovaError> {
-        let call = Call::get(Service::Compute, "os-services").param("binary", "nova-compute");
-        let services: Vec<ComputeService> = self.cloud.fetch(call, "services").await?;
-        Ok(services.into_iter().map(|s| s.host).collect())
+        Ok(self.compute_services(None).await?.into_iter().map(|s| s.host).collect())
     }
 
     async fn hypervisor(&self, host: &str) -> Result<Option<HypervisorRef>, NovaError> {

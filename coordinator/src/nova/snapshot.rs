@@ -178,8 +178,7 @@ impl NovaClient {
     ) -> Result<FleetSnapshot, NovaError> {
         let started = Instant::now();
         let mut requests = 0;
-        let call = Call::get(Service::Compute, "os-services").param("binary", "nova-compute");
-        let services: Vec<ComputeService> = self.cloud().fetch(call, "services").await?;
+        let services: Vec<ComputeService> = self.compute_services(None).await?;
         requests += 1;
         let call = Call::get(Service::Compute, "os-aggregates");
         let aggregates: Vec<Aggregate> = self.cloud().fetch(call, "aggregates").await?;
