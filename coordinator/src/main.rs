@@ -96,15 +96,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let leading = Leading { args: &args, clients: &clients, serving: &serving, metrics: &metrics };
     let (lost, controllers) =
         leading.lead(nova, &identity, &election, pod.as_deref(), for_controllers, &mut stop).await?;
-    hand_over(&args, &clients, serving, &metrics, &election, controllers, lost.is_none()).await;
+    let release = lost.is_none_or(Ended::releases);
+    hand_over(&args, &clients, serving, &metrics, &election, controllers, release).await;
     if let Some(follow) = follow {
         follow.abort();
     }
     if let Some(pod) = &pod {
         clear_label(pod).await;
     }
-    if let Some(why) = lost {
-        anyhow::bail!("{why} ({}); exiting to restart as a follower", args.leadership.lease_name);
+    if let Some(ended) = lost {
+        anyhow::bail!("{} ({}); exiting to restart as a follower", ended.why(), args.leadership.lease_name);
     }
     tracing::info!("stopped");
     Ok(())
@@ -193,6 +194,32 @@ struct Serving {
     updates: Arc<UpdateLimit>,
     pods: hv_coordinator::k8s::protected_pods::ProtectedPods,
     events: broadcast::Sender<hv_proto::v1::HypervisorEvent>,
+}
+
+/// Why a leadership ended before it was asked to stop.
+#[derive(Clone, Copy, Debug)]
+enum Ended {
+    Held(hv_coordinator::k8s::leader::Held),
+    ControllersStopped,
+    Unlabelled,
+}
+
+impl Ended {
+    fn why(self) -> &'static str {
+        use hv_coordinator::k8s::leader::Held;
+        match self {
+            Ended::Held(Held::Lost) => "lost the leader lease",
+            Ended::Held(Held::Poisoned) => "a lock was poisoned by a panic",
+            Ended::ControllersStopped => "the controllers stopped (a cache could not sync)",
+            Ended::Unlabelled => "could not label its pod as the leader's",
+        }
+    }
+
+    /// Whether the lease is given up once the controllers stopped: it is
+    /// still ours only when a poisoned lock ended the leadership.
+    fn releases(self) -> bool {
+        matches!(self, Ended::Held(hv_coordinator::k8s::leader::Held::Poisoned))
+    }
 }
 
 /// What only the leader's controllers take: the caches' writers and the
@@ -359,7 +386,7 @@ impl Leading<'_> {
         pod: Option<&LeaderPod>,
         taken: ForControllers,
         stop: &mut Stop,
-    ) -> anyhow::Result<(Option<&'static str>, JoinHandle<()>)> {
+    ) -> anyhow::Result<(Option<Ended>, JoinHandle<()>)> {
         let (args, serving) = (self.args, self.serving);
         let _ = serving.leader_tx.send(true);
         serving.health.set_self(true).await;
@@ -387,9 +414,11 @@ impl Leading<'_> {
         };
         let lost = tokio::select! {
             _ = stop.wait() => None,
-            _ = election.hold(&self.clients.plain, &args.leadership.namespace, &self.clients.guard) => Some("lost the leader lease"),
-            _ = &mut controllers => Some("the controllers stopped (a cache could not sync)"),
-            _ = unlabelled => Some("could not label its pod as the leader's"),
+            held = election.hold(&self.clients.plain, &args.leadership.namespace, &self.clients.guard) => {
+                Some(Ended::Held(held))
+            }
+            _ = &mut controllers => Some(Ended::ControllersStopped),
+            _ = unlabelled => Some(Ended::Unlabelled),
         };
         Ok((lost, controllers))
     }

@@ -80,15 +80,19 @@ async fn mark(ctx: &MarksContext, name: &str, want: Option<bool>) -> Result<(), 
     if want == Some(true) {
         label_pods(ctx, name, want).await?;
     }
+    let mut node_written = Ok(());
     if let Some(patch) = locks::patch(&now, want, &ctx.node_locks) {
         let api: Api<Node> = Api::all(ctx.client.clone());
-        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
-        tracing::info!(node = name, evictable = ?want, "node locks written");
+        node_written = api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.map(|_| ());
+        if node_written.is_ok() {
+            tracing::info!(node = name, evictable = ?want, "node locks written");
+        }
     }
+    // Locked: the pods are labelled whatever became of the Node's write.
     if want != Some(true) {
         label_pods(ctx, name, want.or(now.evictable)).await?;
     }
-    Ok(())
+    node_written
 }
 
 /// Sets [`POD_EVICTABLE_LABEL`] on the Node's protected pods as
@@ -223,6 +227,11 @@ mod tests {
         let free = [(EVICTABLE_LABEL, "true")];
         reconcile(with_evictable(Some(false)), marks(Arc::clone(&log), "", &free)).await.ok();
         assert_eq!(sent(&log), [NODE, POD], "the Node first");
+        // The Node's write failing still locks the pods.
+        let log = Arc::default();
+        let next = reconcile(with_evictable(Some(false)), marks(Arc::clone(&log), "/nodes/", &free)).await;
+        assert!(next.is_err(), "the Node not written is an error");
+        assert_eq!(sent(&log), [NODE, POD], "the pods locked all the same");
         // Not known: the Node's marks stay; its pods follow the Node.
         let log = Arc::default();
         reconcile(with_evictable(None), marks(Arc::clone(&log), "", &free)).await.ok();

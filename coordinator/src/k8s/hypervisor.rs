@@ -215,12 +215,13 @@ async fn look(
 ) -> Result<(Seen, Verdict, Timestamp), Error> {
     let phase = status.phase.unwrap_or_default();
     let mut seen = observe(ctx, hv, name, status).await?;
-    let now = Timestamp::now();
+    let mut now = Timestamp::now();
     let mut verdict = judge_health(ctx, &seen, status.health.as_ref(), phase, now);
     seen.obs.health = health_obs(ctx, name, &verdict);
     if seen.shared && !view_confirms(ctx, hv, name, status, &seen, &verdict, now) {
         seen.obs.nova = ctx.nova_view.fresh(ctx.nova.as_ref(), &seen.host, &hv.spec.aggregates).await;
         seen.shared = false;
+        now = Timestamp::now();
         verdict = judge_health(ctx, &seen, status.health.as_ref(), phase, now);
         seen.obs.health = health_obs(ctx, name, &verdict);
     }
@@ -367,8 +368,9 @@ fn view_confirms(
 /// `Enabled`, same message: the snapshot read after Nova accepted it), and
 /// `status.evictable` unless it turns true (locking the host for drains
 /// may rest on the view; freeing it may not). So agents reconnecting
-/// (thousands at once after a failover) cost Nova nothing. A changed verdict, or an eviction's end, is none of these:
-/// it is decided on the host's own fresh reads.
+/// (thousands at once after a failover) cost Nova nothing. A changed
+/// verdict, or an eviction's end, is none of these: it is decided on the
+/// host's own fresh reads.
 fn same_but_words_not_from_nova(mut next: HypervisorStatus, status: &HypervisorStatus) -> bool {
     use crate::api::condition::ConditionType;
     next.agent.clone_from(&status.agent);

@@ -99,6 +99,16 @@ pub struct LeaseGuard {
     margin: Duration,
 }
 
+/// Why a leadership held by [`Election::hold`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Held {
+    /// Another replica holds the lease, or it lapsed unrenewed.
+    Lost,
+    /// A lock of this process was poisoned (`crate::locked`): it still
+    /// holds the lease, and gives it up once its controllers stopped.
+    Poisoned,
+}
+
 impl LeaseGuard {
     pub fn new(margin: Duration) -> LeaseGuard {
         LeaseGuard { valid_until: Mutex::new(None), margin }
@@ -232,13 +242,19 @@ impl Election {
     }
 
     /// Renews every `retry` until the guard lapses (no renewal within the
-    /// renew deadline) or someone else holds the lease; then revokes the
-    /// guard and returns.
-    pub async fn hold(&self, client: &kube::Client, namespace: &str, guard: &LeaseGuard) {
+    /// renew deadline), someone else holds the lease, or a lock of this
+    /// process is poisoned; then revokes the guard and says which. The
+    /// lease is not given up here: the caller stops its controllers first.
+    pub async fn hold(&self, client: &kube::Client, namespace: &str, guard: &LeaseGuard) -> Held {
         let api = Self::api(client, namespace);
         let mut last = None;
         loop {
             tokio::time::sleep(self.retry).await;
+            if crate::locked::poisoned() {
+                guard.revoke();
+                tracing::error!(lease = %self.lease, "a lock was poisoned: this replica stops leading");
+                return Held::Poisoned;
+            }
             let started = Instant::now();
             // Never wait for an answer past the point where it could no
             // longer extend the lease.
@@ -248,27 +264,20 @@ impl Election {
                 Ok(false) => {
                     guard.revoke();
                     tracing::error!(lease = %self.lease, "another replica holds the lease");
-                    return;
+                    return Held::Lost;
                 }
                 Err(e) => tracing::warn!(lease = %self.lease, error = %e, "lease renewal failed"),
             }
-            if crate::locked::poisoned() {
-                // Handed over at once: another replica need not wait for
-                // the lease to lapse.
-                guard.revoke();
-                tracing::error!(lease = %self.lease, "a lock was poisoned: giving the lease up");
-                self.release(client, namespace).await;
-                return;
-            }
-            if !guard.holds() {
+            if !guard.holds() && !crate::locked::poisoned() {
                 guard.revoke();
                 tracing::error!(lease = %self.lease, deadline = ?self.renew_deadline, "could not renew the lease in time");
-                return;
+                return Held::Lost;
             }
         }
     }
 
-    /// Gives the lease up so a follower takes over at once.
+    /// Gives the lease up so a follower takes over at once (only once this
+    /// replica's controllers have stopped).
     pub async fn release(&self, client: &kube::Client, namespace: &str) {
         let api = Self::api(client, namespace);
         let Ok(Some(mut lease)) = api.get_opt(&self.lease).await else {
