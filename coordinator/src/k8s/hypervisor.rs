@@ -155,8 +155,9 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     let hv = if deleting { hv } else { hold(&ctx, hv).await? };
     let status = hv.status.clone().unwrap_or_default();
     let phase = status.phase.unwrap_or_default();
-    // Observe, and judge the host's health (`now`: once it is observed).
-    let (seen, verdict, now) = look(&ctx, &hv, &name, &status).await?;
+    let now = Timestamp::now();
+    // Observe, and judge the host's health.
+    let (seen, verdict) = look(&ctx, &hv, &name, &status, now).await?;
     let deletion =
         deleting.then(|| lifecycle::deletion::may_go(phase, status.service_id.as_deref(), &seen.obs.nova));
     if let Some(Ok(())) = deletion {
@@ -203,8 +204,9 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     Ok(Requeue::requeue(next_look(&ctx.intervals, &decision, &seen.obs.nova, failed, &verdict, &fenced)))
 }
 
-/// What the reconcile sees of the host, its health verdict, and the time
-/// it was judged at (after the reads, which may take seconds). The fleet
+/// What the reconcile sees of the host, and its health verdict as of
+/// `now`, taken before the reads: the agent's session is sampled then too,
+/// so a slow read (the whole fleet's) does not age its heartbeat. The fleet
 /// view only confirms: what it would change is decided on the host's own
 /// reads, read now.
 async fn look(
@@ -212,20 +214,19 @@ async fn look(
     hv: &Hypervisor,
     name: &str,
     status: &HypervisorStatus,
-) -> Result<(Seen, Verdict, Timestamp), Error> {
+    now: Timestamp,
+) -> Result<(Seen, Verdict), Error> {
     let phase = status.phase.unwrap_or_default();
     let mut seen = observe(ctx, hv, name, status).await?;
-    let mut now = Timestamp::now();
     let mut verdict = judge_health(ctx, &seen, status.health.as_ref(), phase, now);
     seen.obs.health = health_obs(ctx, name, &verdict);
     if seen.shared && !view_confirms(ctx, hv, name, status, &seen, &verdict, now) {
         seen.obs.nova = ctx.nova_view.fresh(ctx.nova.as_ref(), &seen.host, &hv.spec.aggregates).await;
         seen.shared = false;
-        now = Timestamp::now();
         verdict = judge_health(ctx, &seen, status.health.as_ref(), phase, now);
         seen.obs.health = health_obs(ctx, name, &verdict);
     }
-    Ok((seen, verdict, now))
+    Ok((seen, verdict))
 }
 
 /// The fencing's step (docs/fencing.md), taken before the lifecycle acts:
