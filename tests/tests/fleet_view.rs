@@ -19,7 +19,7 @@ const WINDOW: Duration = Duration::from_secs(20);
 /// hosts' drift checks already come often enough to read the fleet as
 /// often as the bound lets (with a bound under the interval, fewer hosts
 /// would read it less often than more).
-const MAX_AGE: &str = "4s";
+const MAX_AGE: Duration = Duration::from_secs(4);
 /// Nova requests in one read of the fleet: services, aggregates, one page
 /// of hypervisors and the empty one that ends the list (Placement's aside).
 const PER_READ: usize = 4;
@@ -47,6 +47,13 @@ async fn active(region: &Region, hosts: &[String], coord: &Proc) -> Vec<Proc> {
     agents
 }
 
+/// Reads of the whole fleet among `requests`: one list of the services
+/// each, less those of the hosts read on their own (one `servers` each).
+fn fleet_reads(requests: &[NovaRequest]) -> usize {
+    let count = |path: &str| requests.iter().filter(|r| r.method == "GET" && r.path == path).count();
+    count("/os-services").saturating_sub(count("/servers"))
+}
+
 fn summary(requests: &[NovaRequest]) -> String {
     let mut by: std::collections::BTreeMap<String, usize> = Default::default();
     for r in requests {
@@ -64,28 +71,37 @@ async fn nova_requests_for_drift_checks_do_not_grow_with_the_active_hosts() {
         claims.push(hv_tests::hosts::claim(&env).await);
     }
     let hosts: Vec<String> = claims.iter().map(|c| c.host.clone()).collect();
-    let coord = region.coordinator(None, &["--nova-view-max-age", MAX_AGE]);
+    let max_age = format!("{}s", MAX_AGE.as_secs());
+    let coord = region.coordinator(None, &["--nova-view-max-age", &max_age]);
     let mut agents = active(&region, &hosts[..2], &coord).await;
     let two = counted(&region, &coord).await;
     agents.extend(active(&region, &hosts[2..], &coord).await);
     let eight = counted(&region, &coord).await;
 
-    // Per host, as every drift check read before: its service, its
-    // hypervisor, the aggregates and its servers (Placement's two reads
-    // aside), ten intervals in the window.
-    let per_host_reads = 4 * 8 * 10;
-    // At most one read of the fleet per bound, and one more at the edges.
-    let bound = (WINDOW.as_secs() as usize / 4 + 1) * PER_READ;
-    let (n2, n8) = (two.len(), eight.len());
-    println!("Nova requests in {WINDOW:?}: 2 hosts {n2} {}, 8 hosts {n8} {}", summary(&two), summary(&eight));
-    assert!(n2 > 0, "the drift checks read Nova");
-    assert!(n2 <= bound && n8 <= bound, "at most one fleet read per bound: {n2}, {n8} > {bound}");
-    assert!(n8 <= n2 + 2 * PER_READ, "4 times the hosts, the same reads: 2 hosts {n2}, 8 hosts {n8}");
-    assert!(n8 * 10 < per_host_reads, "{n8} requests for 8 hosts: well under one per host per interval");
+    // A read of the fleet begins at most twice per bound, whatever the
+    // hosts: the next is read ahead of the bound once the last is half the
+    // bound old, when reads are slow (docs/nova.md, "The fleet view"); one
+    // more at the window's edges.
+    let most = (WINDOW.as_secs() * 2 / MAX_AGE.as_secs() + 1) as usize;
+    let (r2, r8) = (fleet_reads(&two), fleet_reads(&eight));
+    println!(
+        "Nova requests in {WINDOW:?}: 2 hosts {} {}, 8 hosts {} {}",
+        two.len(),
+        summary(&two),
+        eight.len(),
+        summary(&eight)
+    );
+    assert!(!two.is_empty(), "the drift checks read Nova");
     // No host was read on its own (`servers?host=`) nor changed.
     let per_host: Vec<&NovaRequest> =
         eight.iter().filter(|r| r.path.ends_with("/servers") || r.method != "GET").collect();
-    assert!(per_host.is_empty(), "{per_host:?}");
+    assert!(per_host.is_empty(), "{per_host:?}\n{}", coord.tail(40));
+    assert!(r2 <= most && r8 <= most, "at most two fleet reads per bound: {r2}, {r8} > {most}");
+    assert!(
+        eight.len() <= most * PER_READ,
+        "4 times the hosts, no more than the fleet reads: {}",
+        eight.len()
+    );
 
     // A change behind the coordinator's back shows through the view, and is
     // repaired from the host's own reads: one Event says so.

@@ -514,6 +514,9 @@ async fn observe_nova(ctx: &Context, hv: &Hypervisor, host: &str, shareable: boo
         if let Some(nova) = view {
             return (nova, true);
         }
+        tracing::debug!("the fleet view cannot stand for the host (read on its own since); reading it");
+    } else {
+        tracing::debug!("the host is not steady; reading it on its own");
     }
     (ctx.nova_view.fresh(ctx.nova.as_ref(), host, &hv.spec.aggregates).await, false)
 }
