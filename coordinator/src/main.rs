@@ -435,8 +435,6 @@ impl Leading<'_> {
             written: Default::default(),
             metrics: self.metrics.clone(),
             default_policy: args.evictions.default_migration_policy,
-            disable_timeout: args.evictions.eviction_disable_timeout,
-            nova_clock_skew: args.evictions.nova_clock_skew,
             evacuate_by_default: args.fencing.evacuate_by_default,
             evacuate_rebuild_from_image: args.fencing.evacuate_rebuild_from_image,
             progress_reads: Default::default(),
@@ -460,6 +458,8 @@ impl Leading<'_> {
             client: acting.clone(),
             nova,
             nova_view,
+            // Per leadership: a new leader frees no host before it reads it.
+            own_reads: Default::default(),
             registry: serving.registry.clone(),
             health: serving.health.clone(),
             recorder: Recorder::new(

@@ -92,77 +92,11 @@ async fn evict(at_once: u32) {
             coord.log.display()
         );
     }
-    let migrations = region.migrations_of(&name).await;
-    // (asked, seen finished, server, Nova's migration id) of every attempt.
-    let spans: Vec<(jiff::Timestamp, jiff::Timestamp, String, Option<i64>)> = migrations
-        .iter()
-        .filter_map(|m| {
-            let s = m.status.as_ref()?;
-            Some((
-                s.started_at.as_ref()?.0,
-                s.finished_at.as_ref()?.0,
-                m.spec.server_id.clone(),
-                s.nova_migration_id,
-            ))
-        })
-        .collect();
-    let durations: Vec<f64> = spans.iter().map(|(a, f, ..)| f.duration_since(*a).as_secs_f64()).collect();
+    let spans = spans(&region, &name).await;
     let (start, end) = (created, done);
-    let makespan = end.duration_since(start).as_secs_f64();
-    let longest = durations.iter().cloned().fold(0.0, f64::max);
-    let total: f64 = durations.iter().sum();
-    let bound = longest.max(total / f64::from(PARALLEL));
-    println!(
-        "eviction of {SERVERS} servers (three sizes), maxParallel {PARALLEL}, real Nova running {} at once, fake live-migration driver",
-        if at_once == 1 {
-            "one live migration (its default)".to_string()
-        } else {
-            format!("up to {at_once}")
-        }
-    );
-    println!("  migrated:                  {}/{}", st.migrated, st.total);
-    println!("  makespan:                  {makespan:.1} s (Eviction created to seen Succeeded)");
-    println!(
-        "  lower bound:               {bound:.1} s (longest {longest:.1} s, total {total:.1} s / {PARALLEL})"
-    );
-    if at_once >= PARALLEL {
-        println!("  makespan / lower bound:    {:.3}", makespan / bound);
-    } else {
-        println!(
-            "  makespan / lower bound:    {:.2} (a bound only if Nova ran {PARALLEL} at once)",
-            makespan / bound
-        );
-    }
-    println!(
-        "  Nova API calls:            {calls} ({:.1} per migrated VM, from Nova's access log)",
-        calls as f64 / f64::from(st.migrated.max(1))
-    );
+    figures(at_once, (st.migrated, st.total), end.duration_since(start).as_secs_f64(), &spans, calls);
     breakdown(&admin, start, end, &spans, at_once).await;
-    // Which calls: method and path, ids replaced, counted.
-    let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
-    for line in &new {
-        let request = line.split('"').nth(1).unwrap_or_default();
-        let mut parts = request.split(' ');
-        let method = parts.next().unwrap_or_default();
-        let path = parts.next().unwrap_or_default().split('?').next().unwrap_or_default();
-        let shape: Vec<&str> = path
-            .split('/')
-            .map(|seg| {
-                if seg.len() >= 32 || seg.chars().all(|c| c.is_ascii_digit()) && !seg.is_empty() {
-                    "{id}"
-                } else {
-                    seg
-                }
-            })
-            .collect();
-        *kinds.entry(format!("{method} {}", shape.join("/"))).or_default() += 1;
-    }
-    let mut kinds: Vec<(String, usize)> = kinds.into_iter().collect();
-    kinds.sort_by_key(|k| std::cmp::Reverse(k.1));
-    println!("  by kind (per migrated VM):");
-    for (kind, n) in kinds {
-        println!("    {:>5.1}  {kind}", n as f64 / f64::from(st.migrated.max(1)));
-    }
+    by_kind(&new, st.migrated);
     for id in &ids {
         if let Err(e) = admin.delete_server(id).await {
             eprintln!("could not delete {id}: {e}");
@@ -251,4 +185,87 @@ async fn breakdown(
     );
     println!("    idle between migrations:   {:.1} s", makespan - busy - before - after);
     println!("    idle after the last:       {after:.1} s (Nova's last end to seen Succeeded)");
+}
+
+/// (asked, seen finished, server, Nova's migration id) of every attempt of
+/// the Eviction `name`.
+async fn spans(region: &Region, name: &str) -> Vec<Span> {
+    let migrations = region.migrations_of(name).await;
+    migrations
+        .iter()
+        .filter_map(|m| {
+            let s = m.status.as_ref()?;
+            Some((
+                s.started_at.as_ref()?.0,
+                s.finished_at.as_ref()?.0,
+                m.spec.server_id.clone(),
+                s.nova_migration_id,
+            ))
+        })
+        .collect()
+}
+
+/// One attempt: asked, seen finished, its server, Nova's migration id.
+type Span = (jiff::Timestamp, jiff::Timestamp, String, Option<i64>);
+
+/// The eviction's figures: what moved, its makespan against its bound, and
+/// Nova's calls per migrated VM.
+fn figures(at_once: u32, (migrated, total_vms): (u32, u32), makespan: f64, spans: &[Span], calls: usize) {
+    let durations: Vec<f64> = spans.iter().map(|(a, f, ..)| f.duration_since(*a).as_secs_f64()).collect();
+    let longest = durations.iter().cloned().fold(0.0, f64::max);
+    let total: f64 = durations.iter().sum();
+    let bound = longest.max(total / f64::from(PARALLEL));
+    println!(
+        "eviction of {SERVERS} servers (three sizes), maxParallel {PARALLEL}, real Nova running {} at once, fake live-migration driver",
+        if at_once == 1 {
+            "one live migration (its default)".to_string()
+        } else {
+            format!("up to {at_once}")
+        }
+    );
+    println!("  migrated:                  {}/{}", migrated, total_vms);
+    println!("  makespan:                  {makespan:.1} s (Eviction created to seen Succeeded)");
+    println!(
+        "  lower bound:               {bound:.1} s (longest {longest:.1} s, total {total:.1} s / {PARALLEL})"
+    );
+    if at_once >= PARALLEL {
+        println!("  makespan / lower bound:    {:.3}", makespan / bound);
+    } else {
+        println!(
+            "  makespan / lower bound:    {:.2} (a bound only if Nova ran {PARALLEL} at once)",
+            makespan / bound
+        );
+    }
+    println!(
+        "  Nova API calls:            {calls} ({:.1} per migrated VM, from Nova's access log)",
+        calls as f64 / f64::from(migrated.max(1))
+    );
+}
+
+/// Which Nova calls, by method and path with ids replaced, per migrated VM.
+fn by_kind(requests: &[String], migrated: u32) {
+    let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
+    for line in requests {
+        let request = line.split('"').nth(1).unwrap_or_default();
+        let mut parts = request.split(' ');
+        let method = parts.next().unwrap_or_default();
+        let path = parts.next().unwrap_or_default().split('?').next().unwrap_or_default();
+        let shape: Vec<&str> = path
+            .split('/')
+            .map(|seg| {
+                if seg.len() >= 32 || seg.chars().all(|c| c.is_ascii_digit()) && !seg.is_empty() {
+                    "{id}"
+                } else {
+                    seg
+                }
+            })
+            .collect();
+        *kinds.entry(format!("{method} {}", shape.join("/"))).or_default() += 1;
+    }
+    let mut kinds: Vec<(String, usize)> = kinds.into_iter().collect();
+    kinds.sort_by_key(|k| std::cmp::Reverse(k.1));
+    println!("  by kind (per migrated VM):");
+    for (kind, n) in kinds {
+        println!("    {:>5.1}  {kind}", n as f64 / f64::from(migrated.max(1)));
+    }
 }

@@ -62,6 +62,7 @@ async fn kill(region: &Region, host: &mut Host) -> Instant {
     } else {
         Instant::now()
     };
+    region.kwok_manages(&host.name, false).await;
     host.agent.kill();
     fake_host(&env.nova, &host.name, FakeHost::Stop).await.unwrap();
     t0
@@ -126,6 +127,7 @@ async fn revive(region: &Region, coord: &Proc, host: &mut Host) {
         wait_power(&region.env, &host.name, "On").await;
     }
     fake_host(&region.env.nova, &host.name, FakeHost::Start).await.unwrap();
+    region.kubelet_returns(&host.name).await;
     let peers = AgentPeers { host_root: Some(host.root.clone()), ..Default::default() };
     host.agent = region.agent(&host.name, &peers);
     let deadline = Instant::now() + Duration::from_secs(180);
@@ -187,9 +189,10 @@ async fn main() {
     let evs: Api<Eviction> = Api::all(region.kube.client.clone());
 
     let mut rows: Vec<(&str, Vec<Timeline>)> = Vec::new();
-    for (label, index, rounds) in
-        [("power lost, BMC reports Off", 0usize, 10usize), ("no BMC: agent and nova-compute stop", 3, 3)]
-    {
+    for (label, index, rounds) in [
+        ("power lost, BMC reports Off", 0usize, 10usize),
+        ("no BMC: agent, kubelet, nova-compute stop", 3, 3),
+    ] {
         let mut timelines = Vec::new();
         for round in 0..rounds {
             let host = &mut hosts[index];
@@ -233,6 +236,12 @@ async fn main() {
         rows.push((label, timelines));
     }
 
+    report(rows);
+    drop(coord);
+}
+
+/// The table: per kind of death, p50 and max of each moment.
+fn report(rows: Vec<(&str, Vec<Timeline>)>) {
     println!(
         "fencing and evacuation: from a host's death to its servers running elsewhere (real coordinator, agents, Nova, Ceph, Redfish emulator; real API server)"
     );
@@ -263,7 +272,6 @@ async fn main() {
         );
     }
     println!(
-        "(each cell: p50 / max, from the death: the BMC reporting Off, or the agent and nova-compute stopped)"
+        "(each cell: p50 / max, from the death: the BMC reporting Off, or the agent, kubelet and nova-compute stopped)"
     );
-    drop(coord);
 }

@@ -65,6 +65,9 @@ impl<T> Reloading<T> {
     /// The value for the files as they are now.
     pub(crate) fn get(&self) -> Arc<T> {
         let now = stamps(&self.paths);
+        // The pair is only ever replaced whole, so a panic elsewhere under
+        // the lock leaves it consistent: the last good value still serves,
+        // and a handshake does not fail for a panic that is not its own.
         let mut state = match self.state.lock() {
             Ok(s) => s,
             Err(poisoned) => poisoned.into_inner(),

@@ -4,6 +4,9 @@
 
 // On Nodes, set by people or tools, read when the Node is selected.
 
+/// The Nodes the coordinator selects unless `--node-selector` says
+/// otherwise: those labelled `hypervisor.cloud.sap/managed=true`.
+pub const DEFAULT_NODE_SELECTOR: &str = "hypervisor.cloud.sap/managed=true";
 /// Nova aggregates the host joins (comma-separated).
 pub const AGGREGATES_ANNOTATION: &str = "hypervisor.cloud.sap/aggregates";
 /// Custom traits the host's resource provider gets (comma-separated).

@@ -42,9 +42,6 @@ pub struct FencingFlags {
     /// its word. None: any.
     #[arg(long, value_delimiter = ',')]
     pub ceph_client_networks: Vec<ipnet::IpNet>,
-    /// The hv-ceph-fence helper (default: next to this binary).
-    #[arg(long)]
-    pub ceph_fence_helper: Option<PathBuf>,
     /// A fenced host's server without the hypervisor.cloud.sap:evacuate
     /// metadata key is evacuated (true), or left (false: opt-in only).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -69,7 +66,7 @@ impl FencingFlags {
     /// The Ceph identity that blocklists, when one is given.
     pub fn ceph(&self) -> Option<CephFence> {
         self.ceph_fence_id.clone().map(|id| CephFence {
-            helper: self.ceph_fence_helper.clone().unwrap_or_else(crate::fence::ceph::default_helper),
+            helper: crate::fence::ceph::default_helper(),
             conf: self.ceph_fence_conf.clone(),
             id,
             keyring: self.ceph_fence_keyring.clone(),

@@ -6,7 +6,7 @@ use crate::k8s::Template;
 #[derive(clap::Args, Debug)]
 pub struct NewNodeFlags {
     /// Label selector of the Nodes that are hypervisors.
-    #[arg(long, env = "HV_NODE_SELECTOR", default_value = "hypervisor.cloud.sap/managed=true")]
+    #[arg(long, env = "HV_NODE_SELECTOR", default_value = crate::api::keys::DEFAULT_NODE_SELECTOR)]
     pub node_selector: String,
     /// Aggregate every new Hypervisor joins (repeatable; a Node annotation
     /// hypervisor.cloud.sap/aggregates=a,b overrides it).

@@ -1,6 +1,6 @@
 //! The eviction webhook's decision (docs/drain.md): may this pod be evicted
 //! from its Node now, and should its host's maintenance start? Pure: the
-//! shell (`drain::webhook`) reads the pod, the Node, the Hypervisor and its
+//! shell (`k8s::webhook`) reads the pod, the Node, the Hypervisor and its
 //! Eviction, and writes the ask.
 //!
 //! A drain takes every pod off a Node, and a container does not wait for a

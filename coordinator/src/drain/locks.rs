@@ -77,7 +77,7 @@ pub fn vm_count(nova: &crate::lifecycle::NovaObs, never_registered_or_deleted: b
 pub fn valid_component(c: &str) -> bool {
     let alnum = |ch: Option<char>| ch.is_some_and(|ch| ch.is_ascii_alphanumeric());
     !c.is_empty()
-        && c.len() + LOCK_ANNOTATION_PREFIX.len() - "hypervisor.cloud.sap/".len() <= 63
+        && c.len() + LOCK_ANNOTATION_PREFIX.rsplit('/').next().map_or(0, str::len) <= 63
         && c.chars().all(|ch| ch.is_ascii_alphanumeric() || "-_.".contains(ch))
         && alnum(c.chars().next())
         && alnum(c.chars().last())
@@ -200,5 +200,7 @@ mod tests {
                 && !valid_component("a/b")
                 && !valid_component("x-")
         );
+        // The name after the domain is `lock.` and the component: 63 at most.
+        assert!(valid_component(&"a".repeat(58)) && !valid_component(&"a".repeat(59)));
     }
 }

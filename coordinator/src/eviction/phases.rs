@@ -15,6 +15,11 @@ use super::preflight::{Finding, Report};
 use crate::api::condition::{ConditionStatus, ConditionType, DesiredCondition, merge};
 use crate::api::eviction::{EvictionPhase, EvictionStatus};
 
+/// Look at a moving eviction this often, counted from one look's start to
+/// the next: counted from its end, the time a look takes would add to how
+/// late an attempt's end is seen (decision record 0018).
+pub const POLL: Duration = Duration::from_secs(1);
+
 /// What the host's fencing means for an eviction.
 #[derive(Clone, Debug, PartialEq)]
 pub enum FenceState {
@@ -158,7 +163,6 @@ pub fn disabling(
     generation: Option<i64>,
     now: Timestamp,
 ) -> Disabling {
-    const POLL: Duration = Duration::from_secs(1);
     const NOVA_RETRY: Duration = Duration::from_secs(5);
     let waited = now.duration_since(s.started_at.as_ref().map_or(now, |t| t.0));
     let (reason, message) = match seen {

@@ -7,9 +7,9 @@
 //! comes back through its checks like any host leaving maintenance. Its
 //! power is the SRE's: they brought the host back.
 
-/// What the shell saw.
+/// What the shell saw of a fencing being cleared.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Situation<'a> {
+pub struct Clearing<'a> {
     /// A running Eviction of the host (its evacuation), by name.
     pub eviction_running: Option<&'a str>,
     /// The host's agent is connected again.
@@ -35,7 +35,7 @@ pub enum Next {
     Done,
 }
 
-pub fn next(s: &Situation<'_>) -> Next {
+pub fn next(s: &Clearing<'_>) -> Next {
     if let Some(ev) = s.eviction_running {
         return Next::Wait(format!(
             "Eviction {ev} still evacuates the host's servers: the fence stays until it is over"
@@ -75,7 +75,7 @@ mod tests {
                 for agent_back in [false, true] {
                     for forced_down in [false, true] {
                         for blocklisted in [false, true] {
-                            let s = Situation {
+                            let s = Clearing {
                                 eviction_running,
                                 agent_back,
                                 evacuations_unsettled,
@@ -101,7 +101,7 @@ mod tests {
                 }
             }
         }
-        let waiting = next(&Situation {
+        let waiting = next(&Clearing {
             eviction_running: Some("node-ha-1"),
             agent_back: true,
             evacuations_unsettled: 0,

@@ -2,12 +2,15 @@
 //! lock protocol's label and lock annotations on a hypervisor's Node
 //! ([`drain::locks`](crate::drain::locks)), and the evictable label on its
 //! protected pods, as its Hypervisor's `status.evictable` says. The
-//! Hypervisor reconcile decides that value from its own read of Nova; this
-//! one only writes the marks. It looks again when the value changes
+//! Hypervisor reconcile decides that value; this one only writes the
+//! marks, and frees a host only once this leader found it free on its own
+//! read of Nova ([`OwnReads`]): not on the fleet view's word, nor on a
+//! status a former leader wrote. It looks again when the value changes
 //! ([`super::triggers::marks`]), and every drift interval to repair a
 //! hand's change of a mark or label a protected pod that came since.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -29,6 +32,30 @@ const GATE_WAIT: Duration = Duration::from_secs(5);
 /// How soon marks not written are tried again.
 const RETRY: Duration = Duration::from_secs(5);
 
+/// The hosts this leader found free for drains on its own read of Nova,
+/// recorded by the Hypervisor reconcile before it writes
+/// `status.evictable`; one set per leadership, so a new leader frees
+/// nothing before it has read the host itself.
+#[derive(Default)]
+pub struct OwnReads(Mutex<HashSet<String>>);
+
+impl OwnReads {
+    /// What the host's own read says of it (`evictable` as decided from it).
+    pub fn record(&self, host: &str, evictable: Option<bool>) {
+        let mut free = crate::locked::lock(&self.0);
+        if evictable == Some(true) {
+            free.insert(host.to_string());
+        } else {
+            free.remove(host);
+        }
+    }
+
+    /// Whether this leader's own read found the host free.
+    pub fn free(&self, host: &str) -> bool {
+        crate::locked::lock(&self.0).contains(host)
+    }
+}
+
 pub struct MarksContext {
     pub client: kube::Client,
     pub nodes: Store<Node>,
@@ -40,6 +67,8 @@ pub struct MarksContext {
     /// How often the marks are compared with what is wanted though nothing
     /// changed (`--drift-interval`).
     pub drift: Duration,
+    /// The hosts this leader may free.
+    pub own_reads: Arc<OwnReads>,
 }
 
 /// Writes the marks the Hypervisor's status asks for. A failed write is an
@@ -53,8 +82,11 @@ pub async fn reconcile(
         ctx.gate.until_synced(GATE_WAIT).await;
         return Ok(Requeue::requeue(Duration::from_millis(500)));
     }
-    let want = hv.status.as_ref().and_then(|s| s.evictable);
-    mark(&ctx, &hv.name_any(), want).await?;
+    let name = hv.name_any();
+    // Free in status but not on this leader's own read: not known yet (the
+    // Hypervisor reconcile reads the host before it confirms).
+    let want = hv.status.as_ref().and_then(|s| s.evictable).filter(|&e| !e || ctx.own_reads.free(&name));
+    mark(&ctx, &name, want).await?;
     Ok(Requeue::requeue(ctx.drift))
 }
 
@@ -122,7 +154,6 @@ async fn label_pods(ctx: &MarksContext, node: &str, evictable: Option<bool>) -> 
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
 
     use http::{Method, Request, Response};
     use k8s_openapi::api::core::v1::PodSpec;
@@ -164,10 +195,23 @@ mod tests {
         kube::Client::new(svc, "default")
     }
 
+    /// The marks' context over a mock API server, `node-1` found free on
+    /// this leader's own read.
     fn marks(
         log: Arc<Mutex<Vec<String>>>,
         fail: &'static str,
         node_labels: &[(&str, &str)],
+    ) -> Arc<MarksContext> {
+        let own_reads = OwnReads::default();
+        own_reads.record("node-1", Some(true));
+        marks_with(log, fail, node_labels, own_reads)
+    }
+
+    fn marks_with(
+        log: Arc<Mutex<Vec<String>>>,
+        fail: &'static str,
+        node_labels: &[(&str, &str)],
+        own_reads: OwnReads,
     ) -> Arc<MarksContext> {
         let (nodes, mut nw) = reflector::store::<Node>();
         let mut node = Node::default();
@@ -192,6 +236,7 @@ mod tests {
             node_locks: vec!["ovn".into()],
             gate: Arc::new(gate),
             drift: Duration::from_secs(60),
+            own_reads: Arc::new(own_reads),
         })
     }
 
@@ -219,6 +264,23 @@ mod tests {
         let next = reconcile(with_evictable(Some(true)), marks(Arc::clone(&log), "/pods/", &locked)).await;
         assert!(next.is_err(), "a mark not written is an error, looked at again soon");
         assert_eq!(sent(&log), [POD], "the Node stays locked");
+    }
+
+    #[tokio::test]
+    async fn a_host_free_in_status_is_freed_only_once_this_leaders_own_read_found_it_free() {
+        let locked = [(EVICTABLE_LABEL, "false")];
+        // A former leader's status, or the fleet view's word: not freed.
+        let log = Arc::default();
+        let unread = marks_with(Arc::clone(&log), "", &locked, OwnReads::default());
+        reconcile(with_evictable(Some(true)), unread.clone()).await.ok();
+        assert_eq!(sent(&log), [POD], "the Node stays locked (its pods follow it)");
+        // Its own read found it free: freed.
+        unread.own_reads.record("node-1", Some(true));
+        reconcile(with_evictable(Some(true)), unread.clone()).await.ok();
+        assert_eq!(sent(&log), [POD, POD, NODE], "freed: the pods, then the Node");
+        // Then found busy again: forgotten.
+        unread.own_reads.record("node-1", Some(false));
+        assert!(!unread.own_reads.free("node-1"));
     }
 
     #[tokio::test]

@@ -38,7 +38,7 @@ use crate::api::{
 use crate::eviction::NovaState;
 use crate::eviction::checks::{self, Refusal, Target};
 use crate::eviction::limit::ClusterLimit;
-use crate::eviction::phases::{self, Disabling, FenceState, ServiceSeen};
+use crate::eviction::phases::{self, Disabling, FenceState, POLL, ServiceSeen};
 use crate::eviction::plan::{self, Action, AttemptObs, Evacuation, Input, Server};
 use crate::eviction::preflight::{named_traits, preflight, with_traits};
 use crate::metrics::{Metrics, tally};
@@ -47,10 +47,16 @@ use crate::nova::{Nova, NovaError};
 
 /// Before the caches are synced nothing is decided: missing is not absent.
 const CACHE_WAIT: Duration = Duration::from_millis(500);
-/// Look at a moving eviction this often, counted from one look's start to
-/// the next: counted from its end, the time a look takes would add to how
-/// late an attempt's end is seen (decision record 0018).
-const POLL: Duration = Duration::from_secs(1);
+/// How long Disabling waits for the host's compute service to be disabled
+/// before the Eviction fails (nothing moves before that): Nova answers a
+/// disable within nova-compute's RPC timeout (a minute), so ten leave room
+/// for its retries and a slow cell without keeping an SRE waiting an hour.
+const DISABLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// How far Nova's clock may be behind ours: a migration Nova created up to
+/// this long before we asked can still be the one we asked for. Clocks kept
+/// by NTP differ by far less; an earlier attempt's migration is never
+/// matched whatever the window (its id is recorded).
+const NOVA_CLOCK_SKEW: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
 /// The shortest pause between two looks, however long one took: a slow
 /// Nova is not asked faster.
 const POLL_PAUSE: Duration = Duration::from_millis(500);
@@ -84,11 +90,6 @@ pub struct EvictionContext {
     pub metrics: Arc<Metrics>,
     /// Policy of VMs whose server and Eviction name none.
     pub default_policy: MigrationPolicy,
-    /// How long Disabling waits for the host's compute service to be disabled.
-    pub disable_timeout: Duration,
-    /// How far Nova's clock may be behind ours: a migration Nova created up
-    /// to this long before we asked can still be the one we asked for.
-    pub nova_clock_skew: Duration,
     /// A fenced host's server without the evacuate metadata key is
     /// evacuated (`--evacuate-default`).
     pub evacuate_by_default: bool,
@@ -415,7 +416,7 @@ async fn wait_disabled(
         }
     };
     let generation = ev.metadata.generation;
-    match phases::disabling(&status_of(ev), seen, source, ctx.disable_timeout, generation, now) {
+    match phases::disabling(&status_of(ev), seen, source, DISABLE_TIMEOUT, generation, now) {
         // Straight on to the first migrations, which record the host
         // disabled with their step: one write, and the lifecycle woken by
         // it reads its host beside the requests, not before them.
@@ -660,8 +661,7 @@ async fn observe_attempt(
         // Nova refused the request outright.
         return Ok((Some(base(None, Some(NovaState::Failed), false)), st));
     }
-    let slack = jiff::SignedDuration::try_from(ctx.nova_clock_skew).unwrap_or(jiff::SignedDuration::ZERO);
-    let Some(m) = find_attempt(vm, &st, from_host, asked - slack, claimed) else {
+    let Some(m) = find_attempt(vm, &st, from_host, asked - NOVA_CLOCK_SKEW, claimed) else {
         return Ok((None, st));
     };
     record_nova(&mut st, m, abort_requested);

@@ -270,7 +270,7 @@ async fn clear_situation<'a>(
     host: &str,
     r: &FencingStatus,
     evicting: Option<&'a str>,
-) -> Result<clear::Situation<'a>, String> {
+) -> Result<clear::Clearing<'a>, String> {
     let service = ctx.nova.compute_service(host).await.map_err(|e| format!("Nova cannot be read: {e}"))?;
     let since =
         r.started.as_ref().map_or(Timestamp::UNIX_EPOCH, |t| t.0) - jiff::SignedDuration::from_mins(10);
@@ -281,7 +281,7 @@ async fn clear_situation<'a>(
         .filter(|m| m.migration_type.as_deref() == Some("evacuation"))
         .filter(|m| !matches!(m.status, NovaState::Completed | NovaState::Failed | NovaState::Cancelled))
         .count();
-    Ok(clear::Situation {
+    Ok(clear::Clearing {
         eviction_running: evicting,
         agent_back: ctx.registry.view(&hv.name_any()).connected,
         evacuations_unsettled,
@@ -298,7 +298,7 @@ async fn undo(
     hv: &Hypervisor,
     host: &str,
     r: &FencingStatus,
-    situation: &clear::Situation<'_>,
+    situation: &clear::Clearing<'_>,
 ) -> Cleared {
     match clear::next(situation) {
         clear::Next::Wait(why) => Cleared::Waiting(why),

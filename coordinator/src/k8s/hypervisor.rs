@@ -66,6 +66,9 @@ impl Default for Intervals {
 pub struct Context {
     pub client: kube::Client,
     pub nova: Arc<dyn Nova>,
+    /// The hosts this leader found free for drains on their own read: the
+    /// drain marks free only those.
+    pub own_reads: Arc<super::drain_marks::OwnReads>,
     /// Nova's view of the whole fleet, shared by every reconcile of a
     /// settled host (docs/nova.md, "The fleet view").
     pub nova_view: Arc<FleetView>,
@@ -189,7 +192,7 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
         new_status.conditions = merge(&new_status.conditions, &held, now, hv.metadata.generation);
     }
     record::apply(&mut new_status, &fenced, now, hv.metadata.generation);
-    let hv = write_status(&ctx, hv, &name, &status, &new_status).await?;
+    let hv = write_judged(&ctx, hv, &name, &status, &new_status, seen.shared).await?;
     // Tell, and what follows from what was written.
     tell(&ctx, &hv, &name, &decision, &new_status, &outcome.failures, &seen).await;
     super::fence::tell(&ctx, &hv, &fenced).await;
@@ -270,6 +273,25 @@ async fn fencing_first(
     Ok(())
 }
 
+/// The status the reconcile judged, written ([`write_status`]) once what
+/// the host's own read (not `shared`, the fleet view's) says of freeing it
+/// for drains is noted for the drain marks
+/// ([`OwnReads`](super::drain_marks::OwnReads)); locking it may rest on
+/// the view.
+async fn write_judged(
+    ctx: &Context,
+    hv: Arc<Hypervisor>,
+    name: &str,
+    before: &HypervisorStatus,
+    after: &HypervisorStatus,
+    shared: bool,
+) -> Result<Arc<Hypervisor>, Error> {
+    if !shared || after.evictable != Some(true) {
+        ctx.own_reads.record(name, after.evictable);
+    }
+    write_status(ctx, hv, name, before, after).await
+}
+
 /// The status written over the version read, when it changed (every write
 /// wakes the drain marks, and costs the API server); answers the
 /// Hypervisor as it now is.
@@ -339,17 +361,17 @@ fn view_confirms(
 ) -> bool {
     let input = Input { name, spec: &hv.spec, status, obs: &seen.obs, policy: &ctx.policy, now };
     let decision = lifecycle::decide(&input);
+    let next = composed(status, &decision, seen, verdict, false, hv.metadata.generation, now);
     let unconfirmed = if !decision.actions.is_empty() {
         Some("an action")
     } else if decision.transition.is_some() {
         Some("a transition")
     } else if !decision.warnings.is_empty() {
         Some("a warning")
-    } else if !same_but_words_not_from_nova(
-        composed(status, &decision, seen, verdict, false, hv.metadata.generation, now),
-        status,
-    ) {
+    } else if !same_but_words_not_from_nova(next.clone(), status) {
         Some("a status change")
+    } else if next.evictable == Some(true) && !ctx.own_reads.free(name) {
+        Some("its freeing for drains, not yet read by this leader")
     } else {
         None
     };

@@ -288,6 +288,7 @@ fn marks_controlled(
         node_locks: ctx.node_locks.clone(),
         gate: ctx.gate.clone(),
         drift: ctx.intervals.drift,
+        own_reads: ctx.own_reads.clone(),
     });
     let metrics = ctx.metrics.reconciles.clone();
     let changes = UnboundedReceiverStream::new(hypervisors)

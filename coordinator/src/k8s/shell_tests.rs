@@ -267,6 +267,7 @@ fn hypervisor_ctx_on(
     let ctx = Context {
         client: client.clone(),
         nova_view: Arc::new(crate::nova::FleetView::new(Duration::from_secs(30), Duration::from_secs(10))),
+        own_reads: Default::default(),
         nova: Arc::new(FakeNova {
             log: log.clone(),
             obs: nova,
@@ -616,8 +617,6 @@ fn eviction_ctx_seeing(
         written: Written::default(),
         metrics: Arc::new(Metrics::default()),
         default_policy: Default::default(),
-        disable_timeout: Duration::from_secs(600),
-        nova_clock_skew: Duration::from_secs(60),
         evacuate_by_default: true,
         evacuate_rebuild_from_image: false,
         progress_reads: Default::default(),
@@ -1340,19 +1339,25 @@ async fn the_fleet_view_confirms_a_settled_host_and_leaves_any_change_to_its_own
     emptied.status = Some(serde_json::from_value(written["status"].clone()).unwrap());
     let emptied = Arc::new(emptied);
     assert_eq!(settled.status.as_ref().and_then(|s| s.evictable), Some(false), "a VM on it");
-    for (before, fresh) in [(&settled, true), (&emptied, false)] {
+    // A leader that has not read the freed host itself (a new one, after a
+    // failover) reads it before it counts it free; once it has, the view
+    // confirms it.
+    for before in [&settled, &emptied] {
         let t = hypervisor_ctx(answer, NovaObs::Registered(empty.clone()), true, vec![]);
         *t.fleet.lock().unwrap() = Some(empty.clone());
         hypervisor::reconcile(before.clone(), t.ctx.clone()).await.unwrap();
         let log = entries(&t.log);
-        assert!(log.contains(&"nova fleet".to_string()), "{log:?}");
         let evictable = before.status.as_ref().and_then(|s| s.evictable);
-        assert_eq!(
-            log.contains(&"nova observe node-1".to_string()),
-            fresh,
-            "evictable {evictable:?}: {log:?}"
-        );
+        assert!(log.contains(&"nova fleet".to_string()), "{log:?}");
+        assert!(log.contains(&"nova observe node-1".to_string()), "evictable {evictable:?}: {log:?}");
+        assert!(t.ctx.own_reads.free("node-1"), "evictable {evictable:?}: found free on its own read");
     }
+    let t = hypervisor_ctx(answer, NovaObs::Registered(empty.clone()), true, vec![]);
+    *t.fleet.lock().unwrap() = Some(empty.clone());
+    t.ctx.own_reads.record("node-1", Some(true));
+    hypervisor::reconcile(emptied.clone(), t.ctx.clone()).await.unwrap();
+    let log = entries(&t.log);
+    assert!(!log.contains(&"nova observe node-1".to_string()), "the view confirms: {log:?}");
 
     // A busy phase, or an Active host whose agent is away, never rests on
     // the view.
@@ -1465,8 +1470,10 @@ async fn the_fleet_is_read_once_for_all_and_never_older_than_a_hosts_own_read() 
     assert_eq!(ask(view.clone()).await, None, "read on its own after the snapshot began");
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert_eq!(figures(&view).age, None, "nobody asked within the bound: no age to alert on");
+    assert_eq!(view.hosts_read_on_their_own(), 1);
     assert!(ask(view.clone()).await.is_some(), "a newer snapshot answers again");
     assert_eq!(reads(&t), 2);
+    assert_eq!(view.hosts_read_on_their_own(), 0, "a read older than the snapshot is forgotten");
 
     // A read slower than the bound: those who waited take it.
     *t.fleet_delay.lock().unwrap() = Duration::from_millis(300);

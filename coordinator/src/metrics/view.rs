@@ -1,7 +1,8 @@
-//! The fleet view of Nova in numbers (docs/nova.md, "The fleet view"): at
-//! 5,000 hosts a read of the fleet takes tens of seconds, and a view older
-//! than its bound sends every settled host back to its own reads. Read from
-//! the view at each scrape, by the leader only (a follower reads nothing).
+//! The fleet view of Nova in numbers (docs/nova.md, "The fleet view"): a
+//! read of a large fleet is slow, and a view older than its bound sends
+//! every settled host back to its own reads, so an SRE watches its age and
+//! read time. Read from the view at each scrape, by the leader only (a
+//! follower reads nothing).
 
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;

@@ -181,6 +181,12 @@ impl FleetView {
         })
     }
 
+    /// How many hosts' own reads are remembered (the shell's tests).
+    #[cfg(test)]
+    pub fn hosts_read_on_their_own(&self) -> usize {
+        self.lock().fresh.len()
+    }
+
     /// The host's own fresh read, remembered (when it began) so that no
     /// older snapshot answers for it afterwards.
     pub async fn fresh(&self, nova: &dyn Nova, host: &str, wanted_aggregates: &[String]) -> NovaObs {
@@ -267,6 +273,10 @@ impl FleetView {
                 let mut state = self.lock();
                 (state.snapshot, state.done, state.took) = (Some(s.clone()), Some(Instant::now()), took);
                 (state.failures, state.failed) = (0, None);
+                // A host's own read older than this snapshot no longer keeps
+                // the view from it, and a deleted host's is never asked again.
+                let started = s.started;
+                state.fresh.retain(|_, f| *f >= started);
                 Some(s)
             }
             Err(e) => {

@@ -341,13 +341,13 @@ struct Row {
     storm_nova: usize,
 }
 
-async fn measure(admin: &Admin, n: usize) -> Row {
-    let region = Region::start(&format!("scale{n}")).await;
+/// The coordinator's flags for `n` hosts: production's lease and timeouts
+/// (the tests' are short), the view's bound for that size.
+fn coordinator_flags(n: usize) -> Vec<String> {
     let beat = format!("{}s", HEARTBEAT.as_secs());
-    let view = view_bound(n);
-    let flags = [
+    [
         "--nova-view-max-age",
-        view,
+        view_bound(n),
         "--openstack-timeout",
         OPENSTACK_TIMEOUT,
         "--skip-tests",
@@ -360,7 +360,6 @@ async fn measure(admin: &Admin, n: usize) -> Row {
         // The default: the agents are back before any host is judged.
         "--health-settle",
         "90s",
-        // Production's lease and timeouts (the tests' are short).
         "--lease-duration",
         "15s",
         "--lease-renew-deadline",
@@ -371,36 +370,50 @@ async fn measure(admin: &Admin, n: usize) -> Row {
         "15s",
         "--connect-timeout",
         "3s",
-    ];
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// Waits until `coord` leads (within `limit`).
+async fn leading(coord: &Proc, limit: Duration) {
+    let start = Instant::now();
+    while metric(coord, "hv_coordinator_leader ").await != 1.0 {
+        assert!(start.elapsed() < limit, "{}", coord.tail(30));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn measure(admin: &Admin, n: usize) -> Row {
+    let region = Region::start(&format!("scale{n}")).await;
+    let flags = coordinator_flags(n);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     seed(&region, admin, n, &flags[..]).await;
     let mut coord = region.coordinator(None, &flags);
     let pid = coord.pid().unwrap();
     let limit = Duration::from_secs(300 + n as u64 / 4);
     // The leader with its caches (every host judged without its agent, then
     // left alone: --unreachable-grace is an hour on the ground).
-    let start = Instant::now();
-    while metric(&coord, "hv_coordinator_leader ").await != 1.0 {
-        assert!(start.elapsed() < limit, "{}", coord.tail(30));
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    leading(&coord, limit).await;
     tokio::time::sleep(Duration::from_secs(15)).await;
     let rss_idle = rss_kib(pid);
 
     let agents_from = jiff::Timestamp::now();
     let stats = Arc::new(sim::Stats::default());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let mut agents = Vec::new();
-    for i in 0..n {
-        let node = host(i);
-        let agent = sim::Agent {
-            tls: region.pki.node(&node),
-            node,
-            url: region.grpc_url(),
-            heartbeat: HEARTBEAT,
-            domains: 20,
-        };
-        agents.push(tokio::spawn(sim::run(agent, stats.clone(), stop_rx.clone())));
-    }
+    let agents: Vec<_> = (0..n)
+        .map(|i| {
+            let node = host(i);
+            let agent = sim::Agent {
+                tls: region.pki.node(&node),
+                node,
+                url: region.grpc_url(),
+                heartbeat: HEARTBEAT,
+                domains: 20,
+            };
+            tokio::spawn(sim::run(agent, stats.clone(), stop_rx.clone()))
+        })
+        .collect();
     let connected = sessions_at(&coord, n, limit).await;
     settled(&region, n, &coord, agents_from, limit).await;
     // A drift interval for the first reads to pass, then the steady window.
@@ -425,11 +438,7 @@ async fn measure(admin: &Admin, n: usize) -> Row {
     let failed0 = stats.failed_attempts.load(Ordering::Relaxed);
     let storm_from = jiff::Timestamp::now();
     let mut next = region.coordinator(None, &flags);
-    let start = Instant::now();
-    while metric(&next, "hv_coordinator_leader ").await != 1.0 {
-        assert!(start.elapsed() < limit, "{}", next.tail(30));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    leading(&next, limit).await;
     let elected = Instant::now();
     let storm = sessions_at(&next, n, limit).await;
     let storm_failed = stats.failed_attempts.load(Ordering::Relaxed) - failed0;
