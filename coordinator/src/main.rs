@@ -297,6 +297,8 @@ impl Serving {
             registry: registry.clone(),
             events: events.clone(),
             leader: leader_rx,
+            trust_domain: tls.is_some().then(|| args.grpc.trust_domain.clone()),
+            watches: Default::default(),
         };
         count_hosts(metrics, &stores.hypervisors, &registry);
         let grpc = tokio::spawn(server.serve(agents, fleet_api, tls, stopped(stop_rx.clone())));

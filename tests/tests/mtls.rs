@@ -5,7 +5,8 @@
 //! end and one from another CA are refused at the handshake; certificates
 //! and the client CA rotated on disk are used without a restart; an agent's
 //! session ends when its certificate does, and it comes back with the one
-//! renewed on disk.
+//! renewed on disk. A node's certificate reads its own Hypervisor and
+//! health only.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -14,7 +15,8 @@ use std::time::Duration;
 use hv_coordinator::api::Phase;
 use hv_proto::v1::agent_message::Payload;
 use hv_proto::v1::agent_service_client::AgentServiceClient;
-use hv_proto::v1::{AgentMessage, Hello};
+use hv_proto::v1::fleet_service_client::FleetServiceClient;
+use hv_proto::v1::{AgentMessage, GetHypervisorRequest, Hello, ListHypervisorsRequest};
 use hv_tests::hosts;
 use hv_tests::pki::{Pki, Usage};
 use hv_tests::region::{AgentPeers, Proc, Region, connect, metric};
@@ -119,6 +121,40 @@ async fn a_certificate_for_one_node_cannot_speak_for_another_and_the_real_sessio
     // The node's own certificate is let through (the agent's, issued again).
     let own = region.pki.node(&host);
     assert_eq!(hello_as(&region, &own, &host).await, Ok(tonic::Code::Ok));
+
+    // Who may read what: a node's certificate reads its own Hypervisor and
+    // health only; an SRE's reads all.
+    let url = region.grpc_url();
+    let listed = |tls: TlsFiles| {
+        let url = url.clone();
+        async move {
+            let channel = connect(&url, &tls).await.unwrap();
+            let rsp =
+                FleetServiceClient::new(channel).list_hypervisors(ListHypervisorsRequest::default()).await;
+            rsp.map(|r| r.into_inner().hypervisors.into_iter().map(|h| h.name).collect::<Vec<_>>())
+                .map_err(|s| s.code())
+        }
+    };
+    assert_eq!(listed(own.clone()).await, Ok(vec![host.clone()]));
+    assert_eq!(listed(forged.clone()).await, Ok(vec![]), "another node's Hypervisor is not listed");
+    assert!(listed(region.sre_tls.clone()).await.unwrap().contains(&host));
+    let get = FleetServiceClient::new(connect(&url, &forged).await.unwrap())
+        .get_hypervisor(GetHypervisorRequest { name: host.clone() })
+        .await;
+    assert_eq!(get.map(|_| ()).map_err(|s| s.code()), Err(tonic::Code::PermissionDenied));
+    let service = format!("node/{host}");
+    let health = |tls: TlsFiles, service: String| {
+        let url = url.clone();
+        async move {
+            let channel = connect(&url, &tls).await.unwrap();
+            let rsp = HealthClient::new(channel).check(HealthCheckRequest { service }).await;
+            rsp.map(|_| ()).map_err(|s| s.code())
+        }
+    };
+    assert_eq!(health(forged.clone(), service.clone()).await, Err(tonic::Code::PermissionDenied));
+    assert_eq!(health(own.clone(), service.clone()).await, Ok(()));
+    assert_eq!(health(forged, String::new()).await, Ok(()), "the coordinator's own health is anyone's");
+    assert_eq!(health(region.sre_tls.clone(), service).await, Ok(()));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -24,12 +24,27 @@ pub fn uris_of(cert: &CertificateDer<'_>) -> Vec<String> {
 
 /// The node `cert` speaks for in `trust_domain`, if exactly one.
 pub fn node_of(cert: &CertificateDer<'_>, trust_domain: &str) -> Option<String> {
-    let prefix = format!("spiffe://{trust_domain}/node/");
-    let mut nodes = uris_of(cert).into_iter().filter_map(|u| u.strip_prefix(&prefix).map(str::to_string));
-    let node = nodes.next().filter(|n| !n.is_empty() && !n.contains('/'))?;
-    match nodes.next() {
+    one_of(cert, trust_domain, "node")
+}
+
+/// The SRE `cert` speaks for in `trust_domain`
+/// (`spiffe://<trust-domain>/sre/<name>`), if exactly one and no node: an
+/// SRE reads the whole fleet, a node only itself.
+pub fn sre_of(cert: &CertificateDer<'_>, trust_domain: &str) -> Option<String> {
+    match node_of(cert, trust_domain) {
         Some(_) => None,
-        None => Some(node),
+        None => one_of(cert, trust_domain, "sre"),
+    }
+}
+
+/// The one name under `spiffe://<trust_domain>/<kind>/` that `cert` carries.
+fn one_of(cert: &CertificateDer<'_>, trust_domain: &str, kind: &str) -> Option<String> {
+    let prefix = format!("spiffe://{trust_domain}/{kind}/");
+    let mut names = uris_of(cert).into_iter().filter_map(|u| u.strip_prefix(&prefix).map(str::to_string));
+    let name = names.next().filter(|n| !n.is_empty() && !n.contains('/'))?;
+    match names.next() {
+        Some(_) => None,
+        None => Some(name),
     }
 }
 
@@ -56,6 +71,22 @@ mod tests {
 
     fn uri(s: &str) -> SanType {
         SanType::URI(s.try_into().unwrap())
+    }
+
+    #[test]
+    fn an_sre_is_one_sre_uri_of_the_trust_domain_and_no_node() {
+        let td = "hypervisor.cloud.sap";
+        let sre = cert_with(vec![uri("spiffe://hypervisor.cloud.sap/sre/alice")]);
+        assert_eq!(sre_of(&sre, td).as_deref(), Some("alice"));
+        let elsewhere = cert_with(vec![uri("spiffe://elsewhere.example/sre/alice")]);
+        assert_eq!(sre_of(&elsewhere, td), None);
+        let node = cert_with(vec![uri("spiffe://hypervisor.cloud.sap/node/compute-1")]);
+        assert_eq!(sre_of(&node, td), None);
+        let both = cert_with(vec![
+            uri("spiffe://hypervisor.cloud.sap/node/compute-1"),
+            uri("spiffe://hypervisor.cloud.sap/sre/alice"),
+        ]);
+        assert_eq!(sre_of(&both, td), None, "a node's certificate is a node's, whatever else it says");
     }
 
     #[test]

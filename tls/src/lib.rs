@@ -17,7 +17,7 @@ pub mod server;
 
 use std::path::{Path, PathBuf};
 
-pub use identity::{node_of, node_uri, not_after};
+pub use identity::{node_of, node_uri, not_after, sre_of};
 
 /// The three files of one side: its certificate chain, its key, and the CA
 /// that signs the other side's certificates.

@@ -62,6 +62,9 @@ pub enum PowerError {
     Garbled { url: String, message: String },
     #[error("the BMC still reports power {last} {waited_s} s after power off was asked")]
     NotConfirmed { last: PowerState, waited_s: u64 },
+    /// Not asked: this replica did not hold the leader lease at that moment.
+    #[error("power off not asked: {0}")]
+    NotLeader(String),
 }
 
 /// The first three fields of a UUID byte-swapped: how SMBIOS before 2.6
@@ -123,6 +126,26 @@ pub trait PowerActuator: Send + Sync {
     /// Asks for an immediate power off (not a graceful shutdown: a host we
     /// fence is one we no longer trust to shut down).
     fn force_off(&self) -> impl Future<Output = Result<(), PowerError>> + Send;
+}
+
+/// An actuator that asks for nothing unless `may_act` says so at that
+/// moment (the shell: the leader lease held): a power step that began
+/// under the lease does not power a host off after the lease lapsed in
+/// its reads. Reading is always let through.
+pub struct Guarded<'a, A, F> {
+    pub inner: &'a A,
+    pub may_act: F,
+}
+
+impl<A: PowerActuator, F: Fn() -> Result<(), String> + Send + Sync> PowerActuator for Guarded<'_, A, F> {
+    fn power_state(&self) -> impl Future<Output = Result<PowerState, PowerError>> + Send {
+        self.inner.power_state()
+    }
+
+    async fn force_off(&self) -> Result<(), PowerError> {
+        (self.may_act)().map_err(PowerError::NotLeader)?;
+        self.inner.force_off().await
+    }
 }
 
 /// `first`, a state just read, and when it is Off the state read again
@@ -271,6 +294,22 @@ mod tests {
         let err =
             power_off_confirmed(&unknown, Duration::from_secs(3), Duration::from_secs(1)).await.unwrap_err();
         assert!(err.to_string().contains("unknown (null)"), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_is_powered_off_once_the_lease_lapsed_mid_step() {
+        use PowerState::*;
+        let bmc = Scripted::new(&[On]);
+        let lapsed = Guarded { inner: &bmc, may_act: || Err("the leader lease lapsed".to_string()) };
+        let err =
+            power_off_confirmed(&lapsed, Duration::from_secs(30), Duration::from_secs(1)).await.unwrap_err();
+        assert!(matches!(err, PowerError::NotLeader(_)), "{err}");
+        assert_eq!(bmc.offs(), 0, "not asked");
+        // Held: asked, as without the guard.
+        let bmc = Scripted::new(&[On, Off]);
+        let held = Guarded { inner: &bmc, may_act: || Ok(()) };
+        power_off_confirmed(&held, Duration::from_secs(30), Duration::from_secs(1)).await.unwrap();
+        assert_eq!(bmc.offs(), 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -7,7 +7,8 @@
 //! `/readyz` on the metrics port instead, which is also OK on a follower
 //! whose pod carries no leader label: `k8s::leader_pod`);
 //! `node/<name>` is SERVING only while that node is Active with a live
-//! agent (set by the controller).
+//! agent (set by the controller). A node's certificate asks about its own
+//! node and the coordinator only ([`ScopedHealth`]).
 
 pub mod agent_service;
 pub mod fleet_service;
@@ -22,7 +23,10 @@ use std::time::Duration;
 use hv_proto::v1::agent_service_server::AgentServiceServer;
 use hv_proto::v1::fleet_service_server::FleetServiceServer;
 use tokio::net::TcpListener;
+use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
+use tonic_health::pb::health_server::{Health as HealthApi, HealthServer};
+use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 use tonic_health::server::HealthReporter;
 
 pub use agent_service::AgentEndpoint;
@@ -73,7 +77,7 @@ pub struct Server {
     listener: TcpListener,
     pub addr: SocketAddr,
     pub health: Health,
-    health_service: tonic_health::pb::health_server::HealthServer<tonic_health::server::HealthService>,
+    health_service: tonic_health::server::HealthService,
 }
 
 impl Server {
@@ -81,9 +85,7 @@ impl Server {
         let listener = TcpListener::bind(addr).await.map_err(|e| ServeError::Bind(addr, e))?;
         let addr = listener.local_addr().map_err(|e| ServeError::Bind(addr, e))?;
         let reporter = HealthReporter::new();
-        let health_service = tonic_health::pb::health_server::HealthServer::new(
-            tonic_health::server::HealthService::from_health_reporter(reporter.clone()),
-        );
+        let health_service = tonic_health::server::HealthService::from_health_reporter(reporter.clone());
         let health = Health { reporter };
         health.set_self(false).await;
         Ok(Server { listener, addr, health, health_service })
@@ -109,7 +111,10 @@ impl Server {
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))
             // An agent holds one stream; an SRE's watch one more.
             .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
-            .add_service(self.health_service)
+            .add_service(HealthServer::new(ScopedHealth {
+                inner: self.health_service,
+                trust_domain: fleet.trust_domain.clone(),
+            }))
             .add_service(reflection)
             .add_service(AgentServiceServer::new(agents).max_decoding_message_size(MAX_MESSAGE_BYTES))
             .add_service(FleetServiceServer::new(fleet).max_decoding_message_size(MAX_MESSAGE_BYTES));
@@ -127,6 +132,56 @@ impl Server {
     }
 }
 
+/// The health service as its caller may see it: an SRE's certificate asks
+/// about any service, a node's about its own node (`node/<name>`) and the
+/// coordinator (`""`) only, any other certificate nothing.
+pub struct ScopedHealth {
+    inner: tonic_health::server::HealthService,
+    trust_domain: Option<String>,
+}
+
+impl ScopedHealth {
+    fn allowed(&self, request: &Request<HealthCheckRequest>) -> Result<(), Status> {
+        let certs = request.peer_certs();
+        let reader =
+            fleet_service::reader_of(certs.as_deref().map(Vec::as_slice), self.trust_domain.as_deref())?;
+        health_scope(&reader, &request.get_ref().service)
+    }
+}
+
+/// Whether `reader` may ask about the health service `service`.
+fn health_scope(reader: &fleet_service::Reader, service: &str) -> Result<(), Status> {
+    match reader {
+        fleet_service::Reader::Node(node) if !service.is_empty() && service != Health::service_name(node) => {
+            Err(Status::permission_denied(format!(
+                "node/{node} asks about its own health only, not {service}"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+#[tonic::async_trait]
+impl HealthApi for ScopedHealth {
+    async fn check(
+        &self,
+        request: Request<HealthCheckRequest>,
+    ) -> Result<Response<HealthCheckResponse>, Status> {
+        self.allowed(&request)?;
+        self.inner.check(request).await
+    }
+
+    type WatchStream = tonic_health::server::WatchStream;
+
+    async fn watch(
+        &self,
+        request: Request<HealthCheckRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        self.allowed(&request)?;
+        self.inner.watch(request).await
+    }
+}
+
 /// The largest message taken from a client: an agent's inventory of a few
 /// hundred domains is far below it.
 pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
@@ -139,4 +194,20 @@ pub struct Tls {
     pub config: std::sync::Arc<hv_tls::server::ServerConfig>,
     pub limits: hv_tls::server::Limits,
     pub stats: std::sync::Arc<hv_tls::server::Stats>,
+}
+
+#[cfg(test)]
+mod scope_tests {
+    use super::fleet_service::Reader;
+    use super::*;
+
+    #[test]
+    fn a_node_asks_about_its_own_health_and_the_coordinators_only() {
+        let node = Reader::Node("node-a".into());
+        assert!(health_scope(&node, "").is_ok());
+        assert!(health_scope(&node, "node/node-a").is_ok());
+        let other = health_scope(&node, "node/node-b").unwrap_err();
+        assert_eq!(other.code(), tonic::Code::PermissionDenied, "{other}");
+        assert!(health_scope(&Reader::Sre("alice".into()), "node/node-b").is_ok());
+    }
 }

@@ -25,7 +25,7 @@ use crate::fence::decide::{self, Decision, FencePolicy, Situation};
 pub use crate::fence::record::FenceOutcome;
 use crate::fence::record::{self, Asked, Cleared, Facts, Taken};
 use crate::fence::redfish::{Bmc, Redfish};
-use crate::fence::{PowerState, PoweredOff, power_off_confirmed, read_again_if_off, same_machine};
+use crate::fence::{Guarded, PowerState, PoweredOff, power_off_confirmed, read_again_if_off, same_machine};
 use crate::fence::{clear, targets};
 use crate::health::PowerSource;
 use crate::lifecycle::ServiceState;
@@ -369,6 +369,8 @@ async fn take(
             let Some(ceph) = &ctx.fencing.ceph else {
                 return Err("this coordinator has no Ceph fencing identity (--ceph-fence-id)".into());
             };
+            // Sent only while the lease holds at this very moment.
+            ctx.gate.lease().ensure()?;
             let entries = ceph.blocklist(&addresses).await.map_err(|e| e.to_string())?;
             Ok(format!("the OSD map's blocklist holds {}", entries.join(", ")))
         }
@@ -382,7 +384,8 @@ async fn take(
             let (_, uuid) = redfish.read().await.map_err(|e| e.to_string())?;
             same_machine(system_uuid(hv), uuid.as_deref())?;
             let every = Duration::from_secs(1);
-            match power_off_confirmed(&redfish, ctx.fencing.power_within, every).await {
+            let guarded = Guarded { inner: &redfish, may_act: || ctx.gate.lease().ensure() };
+            match power_off_confirmed(&guarded, ctx.fencing.power_within, every).await {
                 Ok(PoweredOff::AlreadyOff) => Ok("the BMC reported power off; nothing was asked".into()),
                 Ok(PoweredOff::TurnedOff { after }) => {
                     Ok(format!("the BMC reported power off {:.1} s after it was asked", after.as_secs_f64()))

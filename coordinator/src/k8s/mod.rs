@@ -94,6 +94,12 @@ impl Gate {
         self.synced.load(Ordering::Acquire) && self.lease.holds()
     }
 
+    /// The lease this gate holds on, for a call outside the Kubernetes API
+    /// (a BMC's, Ceph's) checked at the moment it is sent.
+    pub fn lease(&self) -> &leader::LeaseGuard {
+        &self.lease
+    }
+
     /// The caches are whole: the controllers may decide once the lease holds.
     fn mark_synced(&self) {
         self.synced.store(true, Ordering::Release);
