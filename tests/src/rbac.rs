@@ -37,12 +37,18 @@ pub const COORDINATOR_PODS: &str = "COORDINATOR_PODS";
 /// and in the tests (`hv-coordinator-0` to `-63`).
 pub const COORDINATOR_POD_PREFIX: &str = "hv-coordinator-";
 
-/// The coordinator's rules: cluster-wide (its ClusterRole), and in its own
-/// namespace (its Role: the leader-election Lease).
+/// Where the kubelets' Leases live: the coordinator's Role there reads them.
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// The coordinator's rules: cluster-wide (its ClusterRole), in its own
+/// namespace (its Role: the leader-election Lease), and in
+/// [`NODE_LEASE_NAMESPACE`] (its Role there).
 #[derive(Clone, Debug, serde::Deserialize)]
 pub struct Rules {
     pub cluster: Vec<Rule>,
     pub namespace: Vec<Rule>,
+    #[serde(default, rename = "nodeLeases")]
+    pub node_leases: Vec<Rule>,
     /// Cluster rules the chart adds with the eviction webhook
     /// (`coordinator.drainProtection`); the tests run it, so they count.
     #[serde(default, rename = "drainProtection")]
@@ -50,7 +56,8 @@ pub struct Rules {
 }
 
 /// A permission: where (`cluster` for the ClusterRole, `namespace` for the
-/// Role in the coordinator's own namespace), verb, group, and resource or
+/// Role in the coordinator's own namespace, `node-leases` for its Role in
+/// [`NODE_LEASE_NAMESPACE`]), verb, group, and resource or
 /// resource/subresource.
 pub type Permission = (&'static str, String, String, String);
 
@@ -63,15 +70,22 @@ fn permission(a: &Access, own_namespace: &str) -> Permission {
     } else {
         format!("{}/{}", a.resource, a.subresource)
     };
-    let scope = if a.namespace == own_namespace { "namespace" } else { "cluster" };
+    let scope = if a.namespace == own_namespace {
+        "namespace"
+    } else if a.namespace == NODE_LEASE_NAMESPACE {
+        "node-leases"
+    } else {
+        "cluster"
+    };
     (scope, a.verb.clone(), a.group.clone(), resource)
 }
 
 /// Every permission `rules` grant; a wildcard is an error.
 pub fn granted(rules: &Rules) -> Result<BTreeSet<Permission>, String> {
     let mut out = BTreeSet::new();
-    let scoped =
-        rules.cluster.iter().map(|r| ("cluster", r)).chain(rules.namespace.iter().map(|r| ("namespace", r)));
+    let scoped = (rules.cluster.iter().map(|r| ("cluster", r)))
+        .chain(rules.namespace.iter().map(|r| ("namespace", r)))
+        .chain(rules.node_leases.iter().map(|r| ("node-leases", r)));
     for (scope, r) in scoped {
         for field in r.api_groups.iter().chain(&r.resources).chain(&r.verbs).chain(&r.resource_names) {
             if field.contains('*') {
@@ -94,11 +108,13 @@ fn by_name_only(rules: &Rules) -> BTreeSet<Permission> {
     let restricted = Rules {
         cluster: rules.cluster.iter().filter(|r| !r.resource_names.is_empty()).cloned().collect(),
         namespace: rules.namespace.iter().filter(|r| !r.resource_names.is_empty()).cloned().collect(),
+        node_leases: rules.node_leases.iter().filter(|r| !r.resource_names.is_empty()).cloned().collect(),
         drain_protection: Vec::new(),
     };
     let open = Rules {
         cluster: rules.cluster.iter().filter(|r| r.resource_names.is_empty()).cloned().collect(),
         namespace: rules.namespace.iter().filter(|r| r.resource_names.is_empty()).cloned().collect(),
+        node_leases: rules.node_leases.iter().filter(|r| r.resource_names.is_empty()).cloned().collect(),
         drain_protection: Vec::new(),
     };
     let (restricted, open) = (granted(&restricted).unwrap_or_default(), granted(&open).unwrap_or_default());
@@ -111,7 +127,7 @@ fn by_name_only(rules: &Rules) -> BTreeSet<Permission> {
 pub fn check(rules: &Rules, used: &[Access], user: &str, own_namespace: &str) -> Result<usize, Vec<String>> {
     let granted = granted(rules).map_err(|e| vec![e])?;
     let mut problems = Vec::new();
-    for r in rules.cluster.iter().chain(&rules.namespace) {
+    for r in rules.cluster.iter().chain(&rules.namespace).chain(&rules.node_leases) {
         if r.resource_names.iter().any(|n| n != COORDINATOR_PODS) {
             problems.push(format!("resourceNames other than {COORDINATOR_PODS} in {r:?}"));
         }
@@ -130,12 +146,12 @@ pub fn check(rules: &Rules, used: &[Access], user: &str, own_namespace: &str) ->
         }
     }
     let used: BTreeSet<Permission> = mine.iter().map(|a| permission(a, own_namespace)).collect();
-    // A ClusterRole grants in the coordinator's namespace too; a cluster
-    // rule counts as used only by what is asked outside it.
+    // A ClusterRole grants in every namespace too; a cluster rule counts as
+    // used only by what is asked outside the namespaces with a Role.
     let in_cluster = |p: &Permission| granted.contains(&("cluster", p.1.clone(), p.2.clone(), p.3.clone()));
     problems.extend(
         used.difference(&granted)
-            .filter(|p| !(p.0 == "namespace" && in_cluster(p)))
+            .filter(|p| !(p.0 != "cluster" && in_cluster(p)))
             .map(|(s, v, g, r)| format!("used but not granted: {v} {r} (group {g:?}, {s} rules)")),
     );
     problems.extend(
@@ -173,7 +189,12 @@ mod tests {
                     Some((r, s)) => (r.to_string(), s.to_string()),
                     None => (res, String::new()),
                 };
-                let namespace = if scope == "namespace" { COORDINATOR_NAMESPACE } else { "" }.to_string();
+                let namespace = match scope {
+                    "namespace" => COORDINATOR_NAMESPACE,
+                    "node-leases" => NODE_LEASE_NAMESPACE,
+                    _ => "",
+                }
+                .to_string();
                 let name = format!("{COORDINATOR_POD_PREFIX}0");
                 Access { user: COORDINATOR_USER.into(), verb, group, resource, subresource, namespace, name }
             })
@@ -258,6 +279,20 @@ mod tests {
         extra.cluster[0].verbs.push("deletecollection".into());
         let problems = check(&extra, &used, COORDINATOR_USER, COORDINATOR_NAMESPACE).unwrap_err();
         assert!(problems.iter().all(|p| p.starts_with("granted but never used")), "{problems:?}");
+
+        // The kubelets' Leases are read in their namespace only: the same
+        // rule in the ClusterRole would grant every Lease of the cluster.
+        let mut leases = full.clone();
+        let rule = leases.node_leases.remove(0);
+        leases.cluster.push(rule);
+        let problems = check(&leases, &full_used, COORDINATOR_USER, COORDINATOR_NAMESPACE).unwrap_err();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.starts_with("granted but never used: get leases") && p.contains("cluster")),
+            "{problems:?}"
+        );
+        assert!(full_used.iter().any(|a| a.namespace == NODE_LEASE_NAMESPACE && a.resource == "leases"));
 
         // A namespaced rule moved to the other scope: the ClusterRole
         // grants what nobody used outside the coordinator's namespace.

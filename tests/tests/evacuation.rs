@@ -142,12 +142,14 @@ impl Scene {
     }
 
     /// The host loses its power: its BMC reports it off (waited for: the
-    /// emulator lands it up to 11 s later), and with it go its agent and
-    /// nova-compute. Its kubelet's silence would take Kubernetes' grace to
-    /// show; the Node stays Ready, as it would that long.
+    /// emulator lands it up to 11 s later), and with it go its agent, its
+    /// kubelet and nova-compute. The kubelet's silence would take
+    /// Kubernetes' grace to show on the Node, which stays Ready that long;
+    /// its Lease stops being renewed at once.
     async fn lose_power(&mut self) {
         hv_tests::bmc::power_off(&self.region.env, &self.dead).await.unwrap();
         wait_power(&self.region.env, &self.dead, "Off").await;
+        self.region.kwok_manages(&self.dead, false).await;
         self.agents[0].kill();
         fake_host(&self.region.env.nova, &self.dead, FakeHost::Stop).await.unwrap();
     }
@@ -364,7 +366,8 @@ async fn a_coordinator_killed_at_ten_moments_of_an_evacuation_of_eight_servers_e
     let ids = scene.boot(&names.iter().map(String::as_str).collect::<Vec<_>>()).await;
     scene.lose_power().await;
     let dead = scene.dead.clone();
-    // Failed on the BMC's word and the lost stream, the Node still Ready.
+    // Failed on the BMC's word and the lost stream, the Node still Ready
+    // but its kubelet's Lease no longer renewed.
     let failed = wait_health(&scene.region, &dead, HealthState::Failed, &scene.coord).await;
     assert!(failed.evidence.iter().any(|e| e == "BMC: power off"), "{:?}", failed.evidence);
     wait_fencing(&scene.region, &dead, "the host fenced", |f| f.fenced.is_some(), &scene.coord).await;

@@ -5,7 +5,8 @@
 //! host on the real region (forced down, evacuate, the old host's cleanup).
 //! Each power or Nova test works on hosts it has claimed. Last, the
 //! fencing controller: the real coordinator fences a Failed host through
-//! all three, and leaves alone a host only its stream to us is cut from.
+//! all three, and leaves alone a host whose kubelet is alive, whatever else
+//! of it is lost.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -24,7 +25,7 @@ use hv_tests::fencing::{
     address, claim_hosts, fencing_coordinator, give_fencing_means, kubelet_silent, wait_fencing, wait_power,
 };
 use hv_tests::openstack::{Admin, FakeHost, fake_host};
-use hv_tests::region::{AgentPeers, Blocklisted, Region, healthy_active, wait_health};
+use hv_tests::region::{AgentPeers, Blocklisted, Region, healthy_active, wait_evidence, wait_health};
 use hv_tests::wait::{Poll, until};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -330,11 +331,16 @@ async fn a_failed_host_is_fenced_step_by_step_each_confirmed_and_a_host_cut_from
     assert!(events.iter().any(|(r, _)| r == "Fenced"), "{events:?}");
     assert!(events.iter().any(|(r, _)| r == "FencingStarted"), "{events:?}");
 
-    // Only the stream to another host is cut: its Node stays Ready and Nova
-    // sees its nova-compute up. Unreachable, past the heartbeat's freshness,
-    // and nothing is done to it.
+    // Another host's agent and nova-compute stop (a bad rollout of its
+    // OpenStack pods), its kubelet alive: its Node stays Ready, its Lease
+    // renewed. Unreachable, past the heartbeat's freshness, never Failed,
+    // and nothing is done to it, though it has a BMC and Ceph to fence by.
     agents[1].kill();
     wait_health(&region, &cut, HealthState::Unreachable, &coord).await;
+    fake_host(&env.nova, &cut, FakeHost::Stop).await.unwrap();
+    let vetoed = wait_evidence(&region, &cut, "kubelet: alive, its Lease renewed at ", &coord).await;
+    assert!(vetoed.evidence.iter().any(|e| e == "Nova: nova-compute down"), "{vetoed:?}");
+    assert_eq!(vetoed.state, HealthState::Unreachable, "{vetoed:?}");
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let status = region.hypervisor(&cut).await.and_then(|h| h.status).unwrap();
@@ -346,7 +352,12 @@ async fn a_failed_host_is_fenced_step_by_step_each_confirmed_and_a_host_cut_from
     let svc = admin.service(&cut).await.unwrap().unwrap();
     assert_eq!(svc["forced_down"], false, "{svc}");
     assert_eq!(hv_tests::bmc::power_state(&env, &cut).await.unwrap(), "On");
+    let listed = hv_tests::region::blocklist(&env).unwrap();
+    assert!(!listed.contains_key(&format!("{}:0/0", address::CONTROLLER_CUT)), "{listed:?}");
+    let events = region.events_for(&cut).await;
+    assert!(!events.iter().any(|(r, _)| r == "HealthFailed" || r == "FencingStarted"), "{events:?}");
     drop(coord);
+    fake_host(&env.nova, &cut, FakeHost::Start).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -106,7 +106,7 @@ async fn a_permission_missing_from_the_chart_is_the_real_authorizers_403() {
     nodes.delete(&node, &DeleteParams::default()).await.unwrap();
     // The release's cluster-wide objects, and its namespace.
     use k8s_openapi::api::flowcontrol::v1::FlowSchema;
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
     let _ = Api::<FlowSchema>::all(region.kube.client.clone())
         .delete(&format!("{account}-lease"), &DeleteParams::default())
         .await;
@@ -115,5 +115,13 @@ async fn a_permission_missing_from_the_chart_is_the_real_authorizers_403() {
         .await;
     let _ =
         Api::<ClusterRole>::all(region.kube.client.clone()).delete(&account, &DeleteParams::default()).await;
+    // Its Role in kube-node-lease, which the namespace does not take along.
+    let lease_ns = hv_tests::rbac::NODE_LEASE_NAMESPACE;
+    let _ = Api::<RoleBinding>::namespaced(region.kube.client.clone(), lease_ns)
+        .delete(&account, &DeleteParams::default())
+        .await;
+    let _ = Api::<Role>::namespaced(region.kube.client.clone(), lease_ns)
+        .delete(&account, &DeleteParams::default())
+        .await;
     namespaces.delete(&ns, &DeleteParams::default()).await.unwrap();
 }

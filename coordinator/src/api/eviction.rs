@@ -226,8 +226,9 @@ pub struct EvictionStatus {
     /// Whether the node was re-enabled at the end.
     #[serde(default)]
     pub re_enabled: bool,
-    /// The host was fenced: its VMs are evacuated, not migrated, from then
-    /// on (docs/fencing.md). Set once, never unset.
+    /// The host's fencing record said fenced at the last look: its VMs are
+    /// evacuated, not migrated (docs/fencing.md). Never without a live
+    /// fencing record: unset once the record is gone.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub evacuating: bool,
 }

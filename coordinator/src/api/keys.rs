@@ -79,3 +79,8 @@ pub const BMC_SECRET_LABEL: &str = "hypervisor.cloud.sap/bmc-credentials";
 pub const POLICY_METADATA: &str = "hypervisor.cloud.sap:eviction";
 /// Whether a server is evacuated when its host is fenced.
 pub const EVACUATE_METADATA: &str = "hypervisor.cloud.sap:evacuate";
+
+// Kubernetes' own.
+
+/// Where the kubelets' Leases live, one per Node, named after it.
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";

@@ -28,7 +28,7 @@ pub enum FenceState {
     /// Being fenced: nothing new starts. A live migration off a dying host
     /// fails, and an evacuation before the fence could run a VM twice.
     Pending(String),
-    /// Fenced (now, or earlier in this eviction): VMs are evacuated.
+    /// Fenced, by the record read at this look: VMs are evacuated.
     Fenced(Evacuation),
 }
 

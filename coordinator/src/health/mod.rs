@@ -11,8 +11,8 @@ pub mod respond;
 pub mod signal;
 
 pub use model::{
-    AgentSource, Assessment, HealthPolicy, NodeSource, NovaSource, OwnView, PowerSource, Sources, assess,
-    next_status,
+    AgentSource, Assessment, HealthPolicy, Heartbeat, NodeSource, NovaSource, OwnView, PowerSource, Sources,
+    assess, next_status,
 };
 pub use observe::AgentView;
 pub use signal::{Severity, Signal};

@@ -3,14 +3,18 @@
 //! Failed, with the evidence.
 //!
 //! The sources are independent channels to the host: the agent's stream
-//! (our gRPC), the kubelet (the Node's `Ready` condition, through the
-//! Kubernetes API) and nova-compute (its service state, through Nova's
-//! service group), and the host's BMC where it has one (read only while
-//! the agent's stream is gone). A lost channel says "we cannot see it",
-//! not "it is dead"; only two lost channels, one of them the agent's
-//! stream, say Failed. A BMC reporting power off is a lost channel of its
-//! own: with the stream gone, a host whose BMC says off is Failed at once,
-//! without waiting for the kubelet's or Nova's grace. The agent's own signals say how sick a host it can still see is.
+//! (our gRPC), the kubelet (the Node's `Ready` condition and the kubelet's
+//! Lease, through the Kubernetes API) and nova-compute (its service state,
+//! through Nova's service group), and the host's BMC where it has one (read
+//! only while the agent's stream is gone). A lost channel says "we cannot
+//! see it", not "it is dead". A kubelet that is alive (its Lease renewed
+//! lately, or the Node Ready where the Lease is not read) is a veto: such a
+//! host is never Failed, whatever else is lost, because software that dies
+//! on a live host is not a dead host. Failed needs the agent's stream lost
+//! and the kubelet not alive, and then the kubelet's channel lost too, or
+//! the BMC reading power off (twice, by the shell) without waiting for the
+//! kubelet's grace. The agent's own signals say how sick a host it can
+//! still see is.
 
 use jiff::{SignedDuration, Timestamp};
 
@@ -58,10 +62,21 @@ pub enum PowerSource {
     Unknown,
 }
 
+/// The kubelet's Lease (`kube-node-lease/<node>`): when it was last
+/// renewed, and for how long a renewal holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heartbeat {
+    pub renewed: Timestamp,
+    pub duration: SignedDuration,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sources<'a> {
     pub agent: AgentSource,
     pub node: NodeSource,
+    /// The kubelet's Lease, when read (it is read while the agent's stream
+    /// is gone): None, the Node's `Ready` condition speaks for the kubelet.
+    pub lease: Option<Heartbeat>,
     pub nova: NovaSource,
     pub power: PowerSource,
     /// The agent's active signals (held from before when it is gone).
@@ -101,50 +116,106 @@ pub struct Assessment {
     pub held: Option<String>,
 }
 
-/// The channels that are lost, each with its evidence.
-fn lost(s: &Sources<'_>, policy: &HealthPolicy, now: Timestamp) -> (bool, Vec<String>) {
-    let mut out = Vec::new();
-    // A time, not an age: the evidence (and the status) stays the same
-    // from one reconcile to the next.
-    let ago =
-        |t: Option<Timestamp>| t.map(|t| format!(" since {}", t.round(jiff::Unit::Second).unwrap_or(t)));
-    let agent_gone = matches!(s.agent, AgentSource::Gone { .. });
-    if let AgentSource::Gone { since } = s.agent {
-        out.push(format!("agent: no session{}", ago(since).unwrap_or_default()));
-    }
-    match s.node {
+/// The kubelet, as its Node and its Lease say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Kubelet {
+    /// Its Lease renewed within half its duration (it renews every quarter,
+    /// so at most one renewal missed), or, its Lease not read, its Node
+    /// Ready: it runs, and so does the host.
+    Alive,
+    /// Neither alive nor lost yet: not Ready for less than the grace, a
+    /// Lease aging, or no Node.
+    Quiet,
+    /// Its channel lost, with the evidence.
+    Lost(String),
+}
+
+/// A time, not an age: the evidence (and the status) stays the same from
+/// one reconcile to the next.
+fn ago(t: Option<Timestamp>) -> String {
+    t.map(|t| format!(" since {}", second(t))).unwrap_or_default()
+}
+
+fn kubelet(s: &Sources<'_>, policy: &HealthPolicy, now: Timestamp) -> Kubelet {
+    let fresh = s.lease.is_some_and(|h| now.duration_since(h.renewed) < h.duration / 2);
+    let stale = s.lease.filter(|h| now.duration_since(h.renewed) >= h.duration.max(policy.node_grace));
+    match (s.node, s.lease) {
+        _ if fresh => Kubelet::Alive,
+        (NodeSource::Ready, None) => Kubelet::Alive,
+        (NodeSource::NotReady { since }, _)
+            if since.is_none_or(|t| now.duration_since(t) >= policy.node_grace) =>
+        {
+            Kubelet::Lost(format!("Node: not Ready{}", ago(since)))
+        }
+        (NodeSource::Ready | NodeSource::NotReady { .. }, _) => match stale {
+            Some(h) => Kubelet::Lost(format!("kubelet: Lease not renewed{}", ago(Some(h.renewed)))),
+            None => Kubelet::Quiet,
+        },
         // A deleted Node is the lifecycle's news (termination), and it takes
         // the agent's pod with it: counting it would make one act Failed.
-        NodeSource::Ready | NodeSource::Absent => {}
-        NodeSource::NotReady { since } => {
-            let long = since.is_none_or(|t| now.duration_since(t) >= policy.node_grace);
-            if long {
-                out.push(format!("Node: not Ready{}", ago(since).unwrap_or_default()));
-            }
-        }
+        (NodeSource::Absent, _) => Kubelet::Quiet,
+    }
+}
+
+/// The channels that are lost, each with its evidence, and whether the
+/// host may be Failed: its agent's stream gone, its kubelet not alive, and
+/// the kubelet's channel or the host's power lost.
+fn lost(s: &Sources<'_>, policy: &HealthPolicy, now: Timestamp) -> (bool, Vec<String>) {
+    let mut out = Vec::new();
+    let agent_gone = matches!(s.agent, AgentSource::Gone { .. });
+    if let AgentSource::Gone { since } = s.agent {
+        out.push(format!("agent: no session{}", ago(since)));
+    }
+    let kubelet = kubelet(s, policy, now);
+    if let Kubelet::Lost(why) = &kubelet {
+        out.push(why.clone());
     }
     // `forced_down` is someone's assertion (an operator's, a fencing's), not
     // an observation of the host: it is shown, never counted.
     if s.nova == NovaSource::Down {
         out.push("Nova: nova-compute down".into());
     }
-    if s.power == PowerSource::Off && agent_gone {
+    let power_off = s.power == PowerSource::Off && agent_gone;
+    if power_off {
         out.push("BMC: power off".into());
     }
-    (agent_gone, out)
+    let dead = agent_gone && (matches!(kubelet, Kubelet::Lost(_)) || power_off && kubelet != Kubelet::Alive);
+    if agent_gone && kubelet == Kubelet::Alive && (s.nova == NovaSource::Down || power_off) {
+        out.push(match s.lease {
+            Some(h) => format!(
+                "kubelet: alive, its Lease renewed at {} (never Failed while it is)",
+                second(h.renewed)
+            ),
+            None => "kubelet: alive, its Node Ready (never Failed while it is)".into(),
+        });
+    }
+    (dead, out)
+}
+
+fn second(t: Timestamp) -> Timestamp {
+    t.round(jiff::Unit::Second).unwrap_or(t)
 }
 
 /// Evidence lines kept at most; the rest are counted in one more line.
 pub const MAX_EVIDENCE: usize = 10;
 
-/// When the verdict may change with no news: the Node's grace running out.
+/// When the verdict may change with no news: the Node's grace running out,
+/// or the kubelet's Lease ceasing to be fresh or turning stale.
 pub fn recheck_in(s: &Sources<'_>, policy: &HealthPolicy, now: Timestamp) -> Option<SignedDuration> {
-    match s.node {
+    let node = match s.node {
         NodeSource::NotReady { since: Some(t) } if now.duration_since(t) < policy.node_grace => {
             Some(policy.node_grace - now.duration_since(t))
         }
         _ => None,
-    }
+    };
+    let lease = s.lease.and_then(|h| {
+        let age = now.duration_since(h.renewed);
+        [h.duration / 2, h.duration.max(policy.node_grace)]
+            .into_iter()
+            .map(|at| at - age)
+            .find(|d| d.is_positive())
+    });
+    node.into_iter().chain(lease).min()
 }
 
 /// Pure: the health of a host from its sources. `previous` is what status
@@ -163,10 +234,11 @@ pub fn assess(
             held: Some(format!("not judged: the coordinator {why}")),
         };
     }
-    let (agent_gone, mut evidence) = lost(s, policy, now);
+    let agent_gone = matches!(s.agent, AgentSource::Gone { .. });
+    let (dead, mut evidence) = lost(s, policy, now);
     let mut critical: Vec<&Signal> = s.signals.iter().filter(|g| g.severity == Severity::Critical).collect();
     critical.sort_by(|a, b| (&a.kind, &a.subject).cmp(&(&b.kind, &b.subject)));
-    let state = if agent_gone && evidence.len() >= 2 {
+    let state = if dead {
         HealthState::Failed
     } else if !evidence.is_empty() {
         HealthState::Unreachable
@@ -239,7 +311,7 @@ mod tests {
     }
 
     fn judge(agent: AgentSource, node: NodeSource, nova: NovaSource, signals: &[Signal]) -> Assessment {
-        let s = Sources { agent, node, nova, power: PowerSource::Unknown, signals };
+        let s = Sources { agent, node, lease: None, nova, power: PowerSource::Unknown, signals };
         assess(&s, &OwnView::Clear, None, &HealthPolicy::default(), at(600))
     }
 
@@ -272,7 +344,10 @@ mod tests {
             (GONE, NOT_READY_NOW, NovaSource::Up, &[], Unreachable),
             (GONE, NOT_READY_LONG, NovaSource::Up, &[], Failed),
             (GONE, NodeSource::Absent, NovaSource::Up, &[], Unreachable),
-            (GONE, NodeSource::Ready, NovaSource::Down, &[], Failed),
+            // The kubelet alive (its Node Ready): never Failed.
+            (GONE, NodeSource::Ready, NovaSource::Down, &[], Unreachable),
+            (GONE, NOT_READY_NOW, NovaSource::Down, &[], Unreachable),
+            (GONE, NodeSource::Absent, NovaSource::Down, &[], Unreachable),
             (GONE, NodeSource::Ready, NovaSource::ForcedDown, &[], Unreachable),
             (GONE, NodeSource::Absent, NovaSource::ForcedDown, &[], Unreachable),
             (GONE, NOT_READY_LONG, NovaSource::Down, &warn, Failed),
@@ -288,8 +363,18 @@ mod tests {
 
     #[test]
     fn a_bmc_reporting_power_off_fails_a_host_whose_stream_is_gone_at_once_and_only_such_a_host() {
+        // The Node still Ready by its condition, its Lease aging: the
+        // kubelet is not known alive, and the BMC's word needs no grace.
+        let aging = Some(Heartbeat { renewed: at(570), duration: SignedDuration::from_secs(40) });
         let judge = |agent, power| {
-            let s = Sources { agent, node: NodeSource::Ready, nova: NovaSource::Up, power, signals: &[] };
+            let s = Sources {
+                agent,
+                node: NodeSource::Ready,
+                lease: aging,
+                nova: NovaSource::Up,
+                power,
+                signals: &[],
+            };
             assess(&s, &OwnView::Clear, None, &HealthPolicy::default(), at(600))
         };
         let off = judge(GONE, PowerSource::Off);
@@ -301,6 +386,56 @@ mod tests {
         let talking = judge(AgentSource::Connected, PowerSource::Off);
         assert_eq!(talking.state, HealthState::Healthy);
         assert!(talking.evidence.iter().any(|e| e.contains("this host's?")), "{:?}", talking.evidence);
+    }
+
+    #[test]
+    fn a_live_kubelet_vetoes_failed_and_says_so() {
+        let policy = HealthPolicy::default();
+        let lease =
+            |renewed| Some(Heartbeat { renewed: at(renewed), duration: SignedDuration::from_secs(40) });
+        let judge = |node, lease, power| {
+            let s = Sources { agent: GONE, node, lease, nova: NovaSource::Down, power, signals: &[] };
+            assess(&s, &OwnView::Clear, None, &policy, at(600))
+        };
+        // Renewed 10 s ago (within half its 40 s): alive, whatever the BMC and Nova say.
+        for node in [NodeSource::Ready, NOT_READY_LONG, NodeSource::Absent] {
+            for power in [PowerSource::Off, PowerSource::Unknown] {
+                let a = judge(node, lease(590), power);
+                assert_eq!(a.state, HealthState::Unreachable, "{node:?} {power:?}: {:?}", a.evidence);
+            }
+        }
+        let vetoed = judge(NodeSource::Ready, lease(590), PowerSource::Off);
+        let said = "kubelet: alive, its Lease renewed at 2027-01-15T08:09:50Z (never Failed while it is)";
+        assert!(vetoed.evidence.iter().any(|e| e == said), "{:?}", vetoed.evidence);
+        // The Node Ready by its condition, its Lease not read: alive too.
+        let ready = judge(NodeSource::Ready, None, PowerSource::Off);
+        assert_eq!(ready.state, HealthState::Unreachable);
+        assert!(
+            ready.evidence.iter().any(|e| e == "kubelet: alive, its Node Ready (never Failed while it is)")
+        );
+        // Aging (renewed 30 s ago): not alive; with Nova down but power
+        // unknown, not lost yet either.
+        assert_eq!(
+            judge(NodeSource::Ready, lease(570), PowerSource::Unknown).state,
+            HealthState::Unreachable
+        );
+        // Not renewed for the grace (60 s) though the Node still says Ready
+        // (the Node lifecycle controller not running): the kubelet's channel is lost.
+        let stale = judge(NodeSource::Ready, lease(530), PowerSource::Unknown);
+        assert_eq!(stale.state, HealthState::Failed);
+        assert!(stale.evidence.iter().any(|e| e == "kubelet: Lease not renewed since 2027-01-15T08:08:50Z"));
+        // When to look again: as the Lease stops being fresh, then turns stale.
+        let s = |renewed| Sources {
+            agent: GONE,
+            node: NodeSource::Ready,
+            lease: lease(renewed),
+            nova: NovaSource::Up,
+            power: PowerSource::Unknown,
+            signals: &[],
+        };
+        assert_eq!(recheck_in(&s(590), &policy, at(600)), Some(SignedDuration::from_secs(10)));
+        assert_eq!(recheck_in(&s(570), &policy, at(600)), Some(SignedDuration::from_secs(30)));
+        assert_eq!(recheck_in(&s(530), &policy, at(600)), None);
     }
 
     #[test]
@@ -329,6 +464,7 @@ mod tests {
         let s = |node| Sources {
             agent: AgentSource::Connected,
             node,
+            lease: None,
             nova: NovaSource::Up,
             power: PowerSource::Unknown,
             signals: &[],
@@ -344,6 +480,7 @@ mod tests {
         let s = Sources {
             agent: GONE,
             node: NodeSource::Absent,
+            lease: None,
             nova: NovaSource::Down,
             power: PowerSource::Unknown,
             signals: &[],
@@ -398,65 +535,73 @@ mod tests {
         ]
     }
 
-    /// Over every combination of the sources: Failed needs the agent's
-    /// stream lost and at least one other channel lost; a single lost
+    /// The kubelet's Lease as a reconcile may find it at `at(600)`: not
+    /// read, renewed 10 s ago (fresh), 30 s ago (aging) and 90 s ago (stale
+    /// past the 60 s grace), each holding 40 s.
+    fn all_leases() -> Vec<Option<Heartbeat>> {
+        let held =
+            |ago: i64| Some(Heartbeat { renewed: at(600 - ago), duration: SignedDuration::from_secs(40) });
+        vec![None, held(10), held(30), held(90)]
+    }
+
+    /// Over every combination of the sources: a live kubelet (its Lease
+    /// fresh, or its Node Ready where the Lease is not read) is never
+    /// Failed; Failed is exactly the agent's stream lost, the kubelet not
+    /// alive, and its channel or the host's power lost; a single lost
     /// channel, or any number of signals, never makes Failed; signals
     /// alone never make Unreachable; a blind coordinator changes nothing.
     #[test]
-    fn no_single_source_ever_makes_failed() {
+    fn no_single_source_and_no_live_host_ever_makes_failed() {
         let policy = HealthPolicy::default();
         let mut seen = std::collections::BTreeSet::new();
         for agent in all_agents() {
             for node in all_nodes() {
-                for nova in all_novas() {
-                    for power in [PowerSource::On, PowerSource::Off, PowerSource::Unknown] {
-                        for signals in all_signals() {
-                            let s = Sources { agent, node, nova, power, signals: &signals };
-                            let a = assess(&s, &OwnView::Clear, None, &policy, at(600));
-                            let agent_lost = agent != AgentSource::Connected;
-                            let node_lost = matches!(node, NodeSource::NotReady { since } if since != NOT_READY_NOW_SINCE);
-                            let nova_lost = nova == NovaSource::Down;
-                            // The BMC's word counts only for a host whose stream is gone.
-                            let power_lost = power == PowerSource::Off && agent_lost;
-                            let lost =
-                                [agent_lost, node_lost, nova_lost, power_lost].iter().filter(|l| **l).count();
-                            let why = format!("{agent:?} {node:?} {nova:?} {power:?} {signals:?}: {a:?}");
-                            if a.state == HealthState::Failed {
-                                assert!(agent_lost && lost >= 2, "{why}");
+                for lease in all_leases() {
+                    for nova in all_novas() {
+                        for power in [PowerSource::On, PowerSource::Off, PowerSource::Unknown] {
+                            for signals in all_signals() {
+                                let s = Sources { agent, node, lease, nova, power, signals: &signals };
+                                seen.insert(one_combination(&s, &policy));
                             }
-                            if lost <= 1 {
-                                assert_ne!(a.state, HealthState::Failed, "{why}");
-                            }
-                            if lost == 0 {
-                                assert!(
-                                    matches!(a.state, HealthState::Healthy | HealthState::Degraded),
-                                    "{why}"
-                                );
-                            }
-                            if lost >= 1 {
-                                assert!(
-                                    matches!(a.state, HealthState::Unreachable | HealthState::Failed),
-                                    "{why}"
-                                );
-                            }
-                            for previous in [HealthState::Healthy, HealthState::Failed] {
-                                let p =
-                                    HealthStatus { state: previous, since: None, evidence: vec!["x".into()] };
-                                let blind =
-                                    assess(&s, &OwnView::Blind("cannot".into()), Some(&p), &policy, at(600));
-                                assert_eq!(
-                                    (blind.state, blind.evidence),
-                                    (previous, vec!["x".to_string()]),
-                                    "{why}"
-                                );
-                            }
-                            seen.insert(a.state);
                         }
                     }
                 }
             }
         }
         assert_eq!(seen.len(), 4, "every state is reached: {seen:?}");
+    }
+
+    /// The checks of [`no_single_source_and_no_live_host_ever_makes_failed`]
+    /// on one combination; answers the state.
+    fn one_combination(s: &Sources<'_>, policy: &HealthPolicy) -> HealthState {
+        let a = assess(s, &OwnView::Clear, None, policy, at(600));
+        let agent_lost = s.agent != AgentSource::Connected;
+        let fresh = s.lease.is_some_and(|h| h.renewed == at(590));
+        let stale = s.lease.is_some_and(|h| h.renewed == at(510));
+        let alive = fresh || (s.lease.is_none() && s.node == NodeSource::Ready);
+        let not_ready_long = matches!(s.node, NodeSource::NotReady { since } if since != NOT_READY_NOW_SINCE);
+        let kubelet_lost = !alive && (not_ready_long || (stale && s.node != NodeSource::Absent));
+        let nova_lost = s.nova == NovaSource::Down;
+        // The BMC's word counts only for a host whose stream is gone.
+        let power_lost = s.power == PowerSource::Off && agent_lost;
+        let lost = [agent_lost, kubelet_lost, nova_lost, power_lost].iter().filter(|l| **l).count();
+        let why = format!("{s:?}: {a:?}");
+        let failed = agent_lost && !alive && (kubelet_lost || power_lost);
+        assert_eq!(a.state == HealthState::Failed, failed, "{why}");
+        if alive || lost <= 1 {
+            assert_ne!(a.state, HealthState::Failed, "{why}");
+        }
+        if lost == 0 {
+            assert!(matches!(a.state, HealthState::Healthy | HealthState::Degraded), "{why}");
+        } else {
+            assert!(matches!(a.state, HealthState::Unreachable | HealthState::Failed), "{why}");
+        }
+        for previous in [HealthState::Healthy, HealthState::Failed] {
+            let p = HealthStatus { state: previous, since: None, evidence: vec!["x".into()] };
+            let blind = assess(s, &OwnView::Blind("cannot".into()), Some(&p), policy, at(600));
+            assert_eq!((blind.state, blind.evidence), (previous, vec!["x".to_string()]), "{why}");
+        }
+        a.state
     }
 
     const NOT_READY_NOW_SINCE: Option<Timestamp> = Some(Timestamp::constant(T0 + 590, 0));

@@ -206,17 +206,12 @@ async fn ours(ctx: &EvictionContext, ev: &Eviction) -> Result<bool, Error> {
 }
 
 /// The host's fencing as the Hypervisor records it, read from the API
-/// server (a lagging cache would start a live migration off a host just
-/// fenced) until the eviction has seen it fenced; from then on it evacuates
-/// whatever becomes of the record.
+/// server at every look (a lagging cache would start a live migration off
+/// a host just fenced, or an evacuation off one whose fence was just
+/// lifted): it evacuates only while the record says fenced.
 async fn fence(ctx: &EvictionContext, ev: &Eviction) -> Result<FenceState, Error> {
-    let status = status_of(ev);
     let name = &ev.spec.hypervisor;
-    let hv = if status.evacuating {
-        ctx.hypervisors.get(&ObjectRef::new(name)).map(|h| (*h).clone())
-    } else {
-        Api::<Hypervisor>::all(ctx.client.clone()).get_opt(name).await?
-    };
+    let hv = Api::<Hypervisor>::all(ctx.client.clone()).get_opt(name).await?;
     let fencing = hv.as_ref().and_then(|h| h.status.as_ref()).and_then(|s| s.fencing.as_ref());
     let evacuation = |hv: Option<&Hypervisor>| Evacuation {
         by_default: ctx.evacuate_by_default,
@@ -226,7 +221,6 @@ async fn fence(ctx: &EvictionContext, ev: &Eviction) -> Result<FenceState, Error
         powered_off: fencing.is_some_and(|f| f.by_hand || f.confirmed.contains(&FenceStep::PoweredOff)),
     };
     Ok(match fencing {
-        _ if status.evacuating => FenceState::Fenced(evacuation(hv.as_ref())),
         Some(f) if f.fenced.is_some() => FenceState::Fenced(evacuation(hv.as_ref())),
         Some(_) => FenceState::Pending(format!(
             "{name} is being fenced: nothing new starts until it is (its servers are then evacuated)"
@@ -521,7 +515,12 @@ fn stepped(
     s.observed_generation = generation;
     s.vms = step.vms.clone();
     s.phase = Some(step.phase);
-    s.evacuating |= fence.evacuation().is_some();
+    // Only with a live record: fenced, or being fenced again (as it was).
+    s.evacuating = match fence {
+        FenceState::Fenced(_) => true,
+        FenceState::Pending(_) => before.evacuating,
+        FenceState::None => false,
+    };
     fill_counts(&mut s, now);
     let said: Vec<DesiredCondition> = said.iter().flatten().cloned().collect();
     s.conditions = merge(&s.conditions, &said, now, generation);
@@ -988,6 +987,27 @@ mod tests {
         // Once recorded, only the recorded one.
         let recorded = MigrationStatus { nova_migration_id: Some(6), ..Default::default() };
         assert_eq!(find_attempt(&vm, &recorded, &both, asked - skew, &[]).map(|m| m.id), Some(6));
+    }
+
+    #[test]
+    fn evacuating_holds_only_while_the_record_says_fenced() {
+        let now = Timestamp::from_second(1_800_000_000).unwrap_or(Timestamp::UNIX_EPOCH);
+        let step = plan::Step { phase: EvictionPhase::Migrating, vms: Vec::new(), actions: Vec::new() };
+        let evacuation = Evacuation {
+            by_default: true,
+            rebuild_from_image: false,
+            instance_disks_on_rbd: true,
+            powered_off: true,
+        };
+        let fenced =
+            stepped(&EvictionStatus::default(), &step, &FenceState::Fenced(evacuation), &[], None, now);
+        assert!(fenced.evacuating);
+        // The record gone (the fence lifted): no longer evacuating.
+        assert!(!stepped(&fenced, &step, &FenceState::None, &[], None, now).evacuating);
+        // Being fenced again: the record lives, what was said stands.
+        let pending = FenceState::Pending("being fenced".into());
+        assert!(stepped(&fenced, &step, &pending, &[], None, now).evacuating);
+        assert!(!stepped(&EvictionStatus::default(), &step, &pending, &[], None, now).evacuating);
     }
 
     fn vm(id: &str, state: VmState) -> VmStatus {

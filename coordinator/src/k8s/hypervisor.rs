@@ -132,6 +132,9 @@ struct Seen {
     host: String,
     /// The Node's `Ready` condition, for the health model.
     node_ready: NodeSource,
+    /// The kubelet's Lease (read only while the agent's stream is gone and
+    /// the host is judged).
+    lease: Option<health::Heartbeat>,
     /// The marks on the Node (None: no Node).
     marks: Option<health::marks::Marks>,
     /// The host's power as its BMC reports it (read only while the agent's
@@ -509,13 +512,11 @@ async fn observe(
     let judged = crate::lifecycle::expects_agent(phase);
     // Not while a new leader settles: no agent is connected yet, and no
     // host is judged then anyway.
-    let power = if judged && !agent.connected && !settling {
-        super::fence::power_source(ctx, hv).await
-    } else {
-        health::PowerSource::Unknown
-    };
+    let lost = judged && !agent.connected && !settling;
+    let power = if lost { super::fence::power_source(ctx, hv).await } else { health::PowerSource::Unknown };
+    let lease = if lost { super::kubelet::heartbeat(&ctx.client, name).await } else { None };
     let bmc = hv.spec.fencing.bmc.is_some();
-    Ok(Seen { obs, agent, host, node_ready, marks, power, bmc, shared, settling })
+    Ok(Seen { obs, agent, host, node_ready, lease, marks, power, bmc, shared, settling })
 }
 
 impl Seen {
@@ -606,6 +607,7 @@ fn judge_health(
     let sources = health::Sources {
         agent: health::observe::agent_source(&seen.agent),
         node: seen.node_ready,
+        lease: seen.lease,
         nova,
         power: seen.power,
         signals: &seen.agent.signals,

@@ -15,6 +15,7 @@ pub mod eviction;
 pub mod fence;
 pub mod ha;
 pub mod hypervisor;
+pub mod kubelet;
 pub mod leader;
 pub mod leader_pod;
 pub mod measured;
