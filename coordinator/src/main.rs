@@ -13,6 +13,7 @@ use hv_coordinator::api::{Eviction, Hypervisor, Migration};
 use hv_coordinator::config::Args;
 use hv_coordinator::eviction::limit::ClusterLimit;
 use hv_coordinator::fleet::{self, AgentEndpoint, FleetEndpoint, Health, Registry};
+use hv_coordinator::k8s::drain_marks::OwnReads;
 use hv_coordinator::k8s::eviction::EvictionContext;
 use hv_coordinator::k8s::leader::{Election, LeaseGuard};
 use hv_coordinator::k8s::leader_pod::LeaderPod;
@@ -193,6 +194,8 @@ struct Serving {
     gate: Arc<Gate>,
     updates: Arc<UpdateLimit>,
     pods: hv_coordinator::k8s::protected_pods::ProtectedPods,
+    /// Wakes a Node's drain marks (a host found free on this leader's own read).
+    marks_wake: mpsc::UnboundedSender<String>,
     events: broadcast::Sender<hv_proto::v1::HypervisorEvent>,
 }
 
@@ -276,6 +279,7 @@ impl Serving {
         // The protected pods' cache (for the disruption budgets' label), warm
         // before this replica leads; a change wakes its Node's drain marks.
         let (pods_tx, pods_changed) = mpsc::unbounded_channel();
+        let marks_wake = pods_tx.clone();
         let pods = hv_coordinator::k8s::protected_pods::watch(
             &clients.watch,
             &args.drain.protected(),
@@ -324,6 +328,7 @@ impl Serving {
             gate,
             updates,
             pods,
+            marks_wake,
             events,
         };
         Ok((serving, ForControllers { writers, changed: changed_rx, pods_changed }))
@@ -461,7 +466,8 @@ impl Leading<'_> {
             nova,
             nova_view,
             // Per leadership: a new leader frees no host before it reads it.
-            own_reads: Default::default(),
+            own_reads: Arc::new(OwnReads::waking(serving.marks_wake.clone())),
+            renewals: Default::default(),
             registry: serving.registry.clone(),
             health: serving.health.clone(),
             recorder: Recorder::new(

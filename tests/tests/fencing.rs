@@ -25,7 +25,7 @@ use hv_tests::fencing::{
     address, claim_hosts, fencing_coordinator, give_fencing_means, kubelet_silent, wait_fencing, wait_power,
 };
 use hv_tests::openstack::{Admin, FakeHost, fake_host};
-use hv_tests::region::{AgentPeers, Blocklisted, Region, healthy_active, wait_evidence, wait_health};
+use hv_tests::region::{AgentPeers, Blocklisted, Region, healthy_active, wait_health};
 use hv_tests::wait::{Poll, until};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -338,7 +338,24 @@ async fn a_failed_host_is_fenced_step_by_step_each_confirmed_and_a_host_cut_from
     agents[1].kill();
     wait_health(&region, &cut, HealthState::Unreachable, &coord).await;
     fake_host(&env.nova, &cut, FakeHost::Stop).await.unwrap();
-    let vetoed = wait_evidence(&region, &cut, "kubelet: alive, its Lease renewed at ", &coord).await;
+    // Nova sees nova-compute down after its service_down_time (60 s).
+    let vetoed = until(
+        "Nova's word and the veto",
+        Duration::from_secs(150),
+        || coord.tail(30),
+        || async {
+            let health = region.hypervisor(&cut).await.and_then(|h| h.status).and_then(|s| s.health);
+            match health {
+                Some(h)
+                    if h.evidence.iter().any(|e| e.starts_with("kubelet: alive, its Lease renewed at ")) =>
+                {
+                    Poll::Ready(h)
+                }
+                other => Poll::Pending(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
     assert!(vetoed.evidence.iter().any(|e| e == "Nova: nova-compute down"), "{vetoed:?}");
     assert_eq!(vetoed.state, HealthState::Unreachable, "{vetoed:?}");
     for _ in 0..8 {

@@ -31,9 +31,10 @@ pub fn node_of(cert: &CertificateDer<'_>, trust_domain: &str) -> Option<String> 
 /// (`spiffe://<trust-domain>/sre/<name>`), if exactly one and no node: an
 /// SRE reads the whole fleet, a node only itself.
 pub fn sre_of(cert: &CertificateDer<'_>, trust_domain: &str) -> Option<String> {
-    match node_of(cert, trust_domain) {
-        Some(_) => None,
-        None => one_of(cert, trust_domain, "sre"),
+    let node = format!("spiffe://{trust_domain}/node/");
+    match uris_of(cert).iter().any(|u| u.starts_with(&node)) {
+        true => None,
+        false => one_of(cert, trust_domain, "sre"),
     }
 }
 
@@ -87,6 +88,12 @@ mod tests {
             uri("spiffe://hypervisor.cloud.sap/sre/alice"),
         ]);
         assert_eq!(sre_of(&both, td), None, "a node's certificate is a node's, whatever else it says");
+        let two_nodes = cert_with(vec![
+            uri("spiffe://hypervisor.cloud.sap/node/a"),
+            uri("spiffe://hypervisor.cloud.sap/node/b"),
+            uri("spiffe://hypervisor.cloud.sap/sre/alice"),
+        ]);
+        assert_eq!(sre_of(&two_nodes, td), None, "any node URI: no SRE");
     }
 
     #[test]

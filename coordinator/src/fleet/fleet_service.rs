@@ -261,7 +261,13 @@ async fn pump(
         }
     }
     loop {
-        match rx.recv().await {
+        // A client gone ends the watch at once, not at the next event (a
+        // quiet host's may be days away): its slot is let go.
+        let next = tokio::select! {
+            next = rx.recv() => next,
+            () = tx.closed() => return,
+        };
+        match next {
             Ok(ev) => {
                 let name = ev.hypervisor.as_ref().map(|h| h.name.clone()).unwrap_or_default();
                 if wanted(&name) && send(ev).await.is_err() {
@@ -271,7 +277,7 @@ async fn pump(
             }
             Err(broadcast::error::RecvError::Lagged(n)) => {
                 let msg = format!("watcher fell {n} events behind; watch again");
-                let _ = tx.try_send(Err(Status::data_loss(msg)));
+                let _ = tx.send_timeout(Err(Status::data_loss(msg)), slow).await;
                 return;
             }
             Err(broadcast::error::RecvError::Closed) => return,
@@ -343,5 +349,15 @@ mod tests {
         assert!(pump.is_finished(), "dropped after {SLOW_READER:?} without a read");
         assert!(out.recv().await.is_some(), "what was sent before stays readable");
         assert!(out.recv().await.is_none(), "then the watch ends");
+    }
+
+    #[tokio::test]
+    async fn a_watch_whose_client_went_ends_at_once() {
+        let (_events, rx) = broadcast::channel::<pb::HypervisorEvent>(16);
+        let (tx, out) = tokio::sync::mpsc::channel(4);
+        let pump = tokio::spawn(pump(Vec::new(), rx, tx, |_: &str| true, SLOW_READER));
+        drop(out);
+        let ended = tokio::time::timeout(Duration::from_secs(5), pump).await;
+        assert!(ended.is_ok(), "no event came, and the watch ended all the same");
     }
 }

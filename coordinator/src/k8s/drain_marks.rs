@@ -37,22 +37,38 @@ const RETRY: Duration = Duration::from_secs(5);
 /// `status.evictable`; one set per leadership, so a new leader frees
 /// nothing before it has read the host itself.
 #[derive(Default)]
-pub struct OwnReads(Mutex<HashSet<String>>);
+pub struct OwnReads {
+    free: Mutex<HashSet<String>>,
+    /// Wakes a host's drain marks when its own read finds it free: its
+    /// status may already say so (a former leader wrote it), and then no
+    /// change of status would.
+    wake: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+}
 
 impl OwnReads {
+    pub fn waking(wake: tokio::sync::mpsc::UnboundedSender<String>) -> OwnReads {
+        OwnReads { free: Mutex::default(), wake: Some(wake) }
+    }
+
     /// What the host's own read says of it (`evictable` as decided from it).
     pub fn record(&self, host: &str, evictable: Option<bool>) {
-        let mut free = crate::locked::lock(&self.0);
-        if evictable == Some(true) {
-            free.insert(host.to_string());
-        } else {
-            free.remove(host);
+        let newly = {
+            let mut free = crate::locked::lock(&self.free);
+            if evictable == Some(true) {
+                free.insert(host.to_string())
+            } else {
+                free.remove(host);
+                false
+            }
+        };
+        if let Some(wake) = self.wake.as_ref().filter(|_| newly) {
+            let _ = wake.send(host.to_string());
         }
     }
 
     /// Whether this leader's own read found the host free.
     pub fn free(&self, host: &str) -> bool {
-        crate::locked::lock(&self.0).contains(host)
+        crate::locked::lock(&self.free).contains(host)
     }
 }
 
@@ -281,6 +297,17 @@ mod tests {
         // Then found busy again: forgotten.
         unread.own_reads.record("node-1", Some(false));
         assert!(!unread.own_reads.free("node-1"));
+    }
+
+    #[test]
+    fn a_host_newly_found_free_wakes_its_marks_once() {
+        let (tx, mut woken) = tokio::sync::mpsc::unbounded_channel();
+        let own = OwnReads::waking(tx);
+        own.record("node-1", Some(true));
+        own.record("node-1", Some(true));
+        own.record("node-1", Some(false));
+        assert_eq!(woken.try_recv().ok().as_deref(), Some("node-1"));
+        assert!(woken.try_recv().is_err(), "once: found free again wakes nothing, nor locking");
     }
 
     #[tokio::test]

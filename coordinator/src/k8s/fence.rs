@@ -238,7 +238,13 @@ async fn take_or_claim(
         return Taken::AddressesFirst { addresses: addresses.clone(), new: new.clone() };
     }
     tracing::warn!(node = %hv.name_any(), step = %step, "fencing: taking a step");
-    Taken::Step(take(ctx, hv, host, step, ceph.map(|c| c.map(|(addresses, _)| addresses))).await)
+    let taken = take(ctx, hv, host, step, ceph.map(|c| c.map(|(addresses, _)| addresses))).await;
+    // A step that failed once the lease no longer held (refused at the
+    // moment of its call, or cut short) is no attempt of this leader's.
+    if taken.is_err() && !ctx.gate.open() {
+        return Taken::NotLeader;
+    }
+    Taken::Step(taken)
 }
 
 /// One step of taking a fence off, asked by an SRE ([`clear::next`]).
@@ -315,7 +321,11 @@ async fn undo(
         clear::Next::LiftBlocklist => {
             let addresses = lifted_by_clearing(ctx, hv, r);
             let lifted = match &ctx.fencing.ceph {
-                Some(ceph) => ceph.lift(&addresses).await.map_err(|e| e.to_string()),
+                // Sent only while the lease holds at this very moment.
+                Some(ceph) => match ctx.gate.lease().ensure() {
+                    Ok(()) => ceph.lift(&addresses).await.map_err(|e| e.to_string()),
+                    Err(why) => Err(why),
+                },
                 None => Err("this coordinator has no Ceph fencing identity (--ceph-fence-id)".into()),
             };
             match lifted {

@@ -69,6 +69,8 @@ pub struct Context {
     /// The hosts this leader found free for drains on their own read: the
     /// drain marks free only those.
     pub own_reads: Arc<super::drain_marks::OwnReads>,
+    /// When this leader saw each kubelet's Lease renewed.
+    pub renewals: super::kubelet::Renewals,
     /// Nova's view of the whole fleet, shared by every reconcile of a
     /// settled host (docs/nova.md, "The fleet view").
     pub nova_view: Arc<FleetView>,
@@ -514,7 +516,7 @@ async fn observe(
     // host is judged then anyway.
     let lost = judged && !agent.connected && !settling;
     let power = if lost { super::fence::power_source(ctx, hv).await } else { health::PowerSource::Unknown };
-    let lease = if lost { super::kubelet::heartbeat(&ctx.client, name).await } else { None };
+    let lease = if lost { ctx.renewals.heartbeat(&ctx.client, name, Timestamp::now()).await } else { None };
     let bmc = hv.spec.fencing.bmc.is_some();
     Ok(Seen { obs, agent, host, node_ready, lease, marks, power, bmc, shared, settling })
 }

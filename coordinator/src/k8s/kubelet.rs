@@ -4,8 +4,15 @@
 //! fleet of hosts whose agents talk costs nothing; a Lease that cannot be
 //! read leaves the Node's `Ready` condition to speak for the kubelet, which
 //! keeps the veto.
+//!
+//! A renewal counts from when this leader saw it, by its own clock, as the
+//! Node lifecycle controller does: a kubelet whose clock runs ahead (a
+//! renewal "in the future") or behind moves no verdict.
 
-use jiff::SignedDuration;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 
@@ -14,28 +21,59 @@ use crate::health::Heartbeat;
 
 /// A Lease's duration when it names none: the kubelet's default.
 const DEFAULT_DURATION: SignedDuration = SignedDuration::from_secs(40);
+/// The longest a Lease's duration counts for: a Lease written to hold an
+/// hour would otherwise keep a dead host alive for half of it.
+const MAX_DURATION: SignedDuration = SignedDuration::from_secs(60);
 
-/// The kubelet's last renewal of the Node `name`'s Lease (None: no Lease, or
-/// not readable; the failure is logged).
-pub async fn heartbeat(client: &kube::Client, name: &str) -> Option<Heartbeat> {
-    let api: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
-    match api.get_opt(name).await {
-        Ok(lease) => lease.as_ref().and_then(of),
-        Err(e) => {
-            tracing::warn!(error = %e, "could not read the kubelet's Lease; the Node's Ready condition stands for it");
-            None
-        }
+/// Per node, the renewal time last read and when this leader first saw it
+/// (one set per leadership).
+#[derive(Default)]
+pub struct Renewals(Mutex<HashMap<String, (Timestamp, Timestamp)>>);
+
+impl Renewals {
+    /// The kubelet's last renewal of the Node `name`'s Lease, as seen by
+    /// this leader at `now` (None: no Lease, or not readable; the failure
+    /// is logged).
+    pub async fn heartbeat(&self, client: &kube::Client, name: &str, now: Timestamp) -> Option<Heartbeat> {
+        let api: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
+        let written = match api.get_opt(name).await {
+            Ok(lease) => of(lease.as_ref()?)?,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the kubelet's Lease; the Node's Ready condition stands for it");
+                return None;
+            }
+        };
+        let mut seen = crate::locked::lock(&self.0);
+        let at = seen_at(seen.get(name).copied(), written, now);
+        seen.insert(name.to_string(), (written.renewed, at));
+        Some(Heartbeat { renewed: at, duration: written.duration })
     }
 }
 
-/// The heartbeat a Lease records (None before its first renewal).
+/// When a renewal written at `written.renewed` counts as made, by this
+/// leader's clock: a renewal unchanged since the last read counts from
+/// when it was first seen; a changed one from `now` (it came since); the
+/// first one seen from its own time, but never ahead of `now` nor further
+/// back than one duration, so a first read alone never finds the kubelet's
+/// channel lost (that takes a second look, a grace later).
+pub fn seen_at(last: Option<(Timestamp, Timestamp)>, written: Heartbeat, now: Timestamp) -> Timestamp {
+    match last {
+        Some((renewed, at)) if renewed == written.renewed => at,
+        Some(_) => now,
+        None => written.renewed.min(now).max(now - written.duration),
+    }
+}
+
+/// The heartbeat a Lease records (None before its first renewal), its
+/// duration at most [`MAX_DURATION`].
 pub fn of(lease: &Lease) -> Option<Heartbeat> {
     let spec = lease.spec.as_ref()?;
     let renewed = spec.renew_time.as_ref()?.0;
     let duration = spec
         .lease_duration_seconds
         .filter(|s| *s > 0)
-        .map_or(DEFAULT_DURATION, |s| SignedDuration::from_secs(i64::from(s)));
+        .map_or(DEFAULT_DURATION, |s| SignedDuration::from_secs(i64::from(s)))
+        .min(MAX_DURATION);
     Some(Heartbeat { renewed, duration })
 }
 
@@ -63,5 +101,26 @@ mod tests {
         assert_eq!(of(&lease(Some(1_800_000_000), Some(0))).map(|h| h.duration), Some(DEFAULT_DURATION));
         assert_eq!(of(&lease(None, Some(40))), None, "never renewed: no heartbeat");
         assert_eq!(of(&Lease::default()), None);
+        let hour = of(&lease(Some(1_800_000_000), Some(3600))).map(|h| h.duration);
+        assert_eq!(hour, Some(MAX_DURATION), "a Lease of an hour counts for a minute");
+    }
+
+    #[test]
+    fn a_renewal_counts_from_when_this_leader_saw_it_by_its_own_clock() {
+        let t = |s: i64| jiff::Timestamp::from_second(1_800_000_000 + s).unwrap_or_default();
+        let beat = |renewed| Heartbeat { renewed, duration: SignedDuration::from_secs(40) };
+        let now = t(100);
+        // First seen: its own time, if behind ours by less than a duration.
+        assert_eq!(seen_at(None, beat(t(90)), now), t(90));
+        // Ahead of our clock (the kubelet's runs fast): now, not the future.
+        assert_eq!(seen_at(None, beat(t(3700)), now), now);
+        // Far behind (the kubelet's clock runs slow, or it is long dead):
+        // one duration back at most, so not lost on a first read.
+        assert_eq!(seen_at(None, beat(t(-500)), now), t(60));
+        // Unchanged since the last read: from when it was first seen, so a
+        // dead kubelet's renewal ages by our clock whatever it says.
+        assert_eq!(seen_at(Some((t(3700), t(100))), beat(t(3700)), t(200)), t(100));
+        // Changed since: renewed meanwhile, now.
+        assert_eq!(seen_at(Some((t(-500), t(60))), beat(t(-490)), t(110)), t(110));
     }
 }

@@ -268,6 +268,7 @@ fn hypervisor_ctx_on(
         client: client.clone(),
         nova_view: Arc::new(crate::nova::FleetView::new(Duration::from_secs(30), Duration::from_secs(10))),
         own_reads: Default::default(),
+        renewals: Default::default(),
         nova: Arc::new(FakeNova {
             log: log.clone(),
             obs: nova,
