@@ -144,7 +144,12 @@ async fn a_host_is_judged_from_its_agent_its_node_and_nova_and_nothing_is_failed
     // Node lifecycle controller turns the Node Unknown.
     region.kubelet_stops(&host).await;
     let failed = wait_health(&region, &host, HealthState::Failed, &coord).await;
-    assert!(failed.evidence.iter().any(|e| e.starts_with("Node: not Ready since")), "{failed:?}");
+    // Its channel lost by its Node's word or by its Lease's age, whichever
+    // shows first.
+    let lost = |e: &String| {
+        e.starts_with("Node: not Ready since") || e.starts_with("kubelet: Lease not renewed since")
+    };
+    assert!(failed.evidence.iter().any(lost), "{failed:?}");
     let events = region.events_for(&host).await;
     assert!(events.iter().any(|(r, _)| r == "HealthFailed"), "{events:?}");
 

@@ -54,13 +54,13 @@ impl Renewals {
 /// leader's clock: a renewal unchanged since the last read counts from
 /// when it was first seen; a changed one from `now` (it came since); the
 /// first one seen from its own time, but never ahead of `now` nor further
-/// back than one duration, so a first read alone never finds the kubelet's
-/// channel lost (that takes a second look, a grace later).
+/// back than half a duration: a first read alone finds the kubelet neither
+/// alive nor its channel lost (that takes later looks, a grace on).
 pub fn seen_at(last: Option<(Timestamp, Timestamp)>, written: Heartbeat, now: Timestamp) -> Timestamp {
     match last {
         Some((renewed, at)) if renewed == written.renewed => at,
         Some(_) => now,
-        None => written.renewed.min(now).max(now - written.duration),
+        None => written.renewed.min(now).max(now - written.duration / 2),
     }
 }
 
@@ -115,12 +115,12 @@ mod tests {
         // Ahead of our clock (the kubelet's runs fast): now, not the future.
         assert_eq!(seen_at(None, beat(t(3700)), now), now);
         // Far behind (the kubelet's clock runs slow, or it is long dead):
-        // one duration back at most, so not lost on a first read.
-        assert_eq!(seen_at(None, beat(t(-500)), now), t(60));
+        // half a duration back at most, so not lost on a first read.
+        assert_eq!(seen_at(None, beat(t(-500)), now), t(80));
         // Unchanged since the last read: from when it was first seen, so a
         // dead kubelet's renewal ages by our clock whatever it says.
         assert_eq!(seen_at(Some((t(3700), t(100))), beat(t(3700)), t(200)), t(100));
         // Changed since: renewed meanwhile, now.
-        assert_eq!(seen_at(Some((t(-500), t(60))), beat(t(-490)), t(110)), t(110));
+        assert_eq!(seen_at(Some((t(-500), t(80))), beat(t(-490)), t(110)), t(110));
     }
 }
