@@ -347,7 +347,9 @@ async fn a_failed_host_is_fenced_step_by_step_each_confirmed_and_a_host_cut_from
             let health = region.hypervisor(&cut).await.and_then(|h| h.status).and_then(|s| s.health);
             match health {
                 Some(h)
-                    if h.evidence.iter().any(|e| e.starts_with("kubelet: alive, its Lease renewed at ")) =>
+                    if h.evidence
+                        .iter()
+                        .any(|e| e.starts_with("kubelet: alive, its Lease renewed lately")) =>
                 {
                     Poll::Ready(h)
                 }

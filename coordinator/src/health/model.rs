@@ -181,11 +181,10 @@ fn lost(s: &Sources<'_>, policy: &HealthPolicy, now: Timestamp) -> (bool, Vec<St
     }
     let dead = agent_gone && (matches!(kubelet, Kubelet::Lost(_)) || power_off && kubelet != Kubelet::Alive);
     if agent_gone && kubelet == Kubelet::Alive && (s.nova == NovaSource::Down || power_off) {
+        // No time: a live kubelet's renewal moves at every look, and the
+        // evidence of a steady verdict must not rewrite the status.
         out.push(match s.lease {
-            Some(h) => format!(
-                "kubelet: alive, its Lease renewed at {} (never Failed while it is)",
-                second(h.renewed)
-            ),
+            Some(_) => "kubelet: alive, its Lease renewed lately (never Failed while it is)".into(),
             None => "kubelet: alive, its Node Ready (never Failed while it is)".into(),
         });
     }
@@ -405,8 +404,10 @@ mod tests {
             }
         }
         let vetoed = judge(NodeSource::Ready, lease(590), PowerSource::Off);
-        let said = "kubelet: alive, its Lease renewed at 2027-01-15T08:09:50Z (never Failed while it is)";
+        let said = "kubelet: alive, its Lease renewed lately (never Failed while it is)";
         assert!(vetoed.evidence.iter().any(|e| e == said), "{:?}", vetoed.evidence);
+        // A renewal later, the same words: a steady verdict's status is not rewritten.
+        assert_eq!(judge(NodeSource::Ready, lease(595), PowerSource::Off).evidence, vetoed.evidence);
         // The Node Ready by its condition, its Lease not read: alive too.
         let ready = judge(NodeSource::Ready, None, PowerSource::Off);
         assert_eq!(ready.state, HealthState::Unreachable);
