@@ -174,6 +174,9 @@ pub struct Region {
     pub sre_tls: TlsFiles,
     /// When this region started (the API server outlives it).
     pub started: jiff::Timestamp,
+    /// Modules whose debug events the coordinators started after
+    /// [`Region::debug_coordinators`] log, unless `HV_COORDINATOR_LOG` says.
+    debug: std::sync::Mutex<Vec<String>>,
 }
 
 impl Region {
@@ -189,7 +192,20 @@ impl Region {
         let (server_tls, sre_tls) = (pki.server(), pki.sre());
         // Whole seconds: an Event's creation time is.
         let started = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap_or_default();
-        Region { env, kube, dir, kubeconfig, id, grpc_port: free_port(), pki, server_tls, sre_tls, started }
+        let debug = Default::default();
+        Region {
+            env,
+            kube,
+            dir,
+            kubeconfig,
+            id,
+            grpc_port: free_port(),
+            pki,
+            server_tls,
+            sre_tls,
+            started,
+            debug,
+        }
     }
 
     pub fn grpc_url(&self) -> String {
@@ -211,6 +227,14 @@ impl Region {
             .env("HV_TLS_KEY", &self.sre_tls.key)
             .env("HV_TLS_CA", &self.sre_tls.ca);
         cmd
+    }
+
+    /// Coordinators started from now on log the debug events of `modules`
+    /// (a test that counts what they do prints why, should it fail).
+    pub fn debug_coordinators(&self, modules: &[&str]) {
+        if let Ok(mut d) = self.debug.lock() {
+            d.extend(modules.iter().map(|m| m.to_string()));
+        }
     }
 
     /// Starts `hv-coordinator` with short intervals, logging in with
@@ -286,8 +310,9 @@ impl Region {
             .env(
                 "RUST_LOG",
                 std::env::var("HV_COORDINATOR_LOG").unwrap_or_else(|_| {
-                    "info,kube_runtime=warn,kube_client=warn,openstack_sdk=warn,openstack_sdk_core=warn"
-                        .into()
+                    let debug = self.debug.lock().map(|d| d.clone()).unwrap_or_default();
+                    let debug: String = debug.iter().map(|m| format!(",{m}=debug")).collect();
+                    format!("info,kube_runtime=warn,kube_client=warn,openstack_sdk=warn,openstack_sdk_core=warn{debug}")
                 }),
             )
             .args(["--listen", &format!("127.0.0.1:{port}")])

@@ -54,6 +54,15 @@ fn fleet_reads(requests: &[NovaRequest]) -> usize {
     count("/os-services").saturating_sub(count("/servers"))
 }
 
+/// The coordinator's debug events on why it read a host on its own, and
+/// its reads of the fleet, with their spans (the last 60).
+fn why_read(coord: &Proc) -> String {
+    let log = coord.tail(usize::MAX);
+    let lines: Vec<&str> =
+        log.lines().filter(|l| l.contains("reading it") || l.contains("fleet read")).collect();
+    lines[lines.len().saturating_sub(60)..].join("\n")
+}
+
 fn summary(requests: &[NovaRequest]) -> String {
     let mut by: std::collections::BTreeMap<String, usize> = Default::default();
     for r in requests {
@@ -72,6 +81,7 @@ async fn nova_requests_for_drift_checks_do_not_grow_with_the_active_hosts() {
     }
     let hosts: Vec<String> = claims.iter().map(|c| c.host.clone()).collect();
     let max_age = format!("{}s", MAX_AGE.as_secs());
+    region.debug_coordinators(&["hv_coordinator::k8s::hypervisor", "hv_coordinator::nova::view"]);
     let coord = region.coordinator(None, &["--nova-view-max-age", &max_age]);
     let mut agents = active(&region, &hosts[..2], &coord).await;
     let two = counted(&region, &coord).await;
@@ -95,7 +105,7 @@ async fn nova_requests_for_drift_checks_do_not_grow_with_the_active_hosts() {
     // No host was read on its own (`servers?host=`) nor changed.
     let per_host: Vec<&NovaRequest> =
         eight.iter().filter(|r| r.path.ends_with("/servers") || r.method != "GET").collect();
-    assert!(per_host.is_empty(), "{per_host:?}\n{}", coord.tail(40));
+    assert!(per_host.is_empty(), "{per_host:?}\n{}", why_read(&coord));
     assert!(r2 <= most && r8 <= most, "at most two fleet reads per bound: {r2}, {r8} > {most}");
     assert!(
         eight.len() <= most * PER_READ,

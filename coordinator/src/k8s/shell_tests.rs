@@ -1557,6 +1557,50 @@ async fn the_fleet_is_read_again_ahead_of_the_bound_while_the_others_take_the_cu
     assert_eq!(reads(&t), 2, "not read again before half the bound");
 }
 
+/// A host read on its own is not read on its own again at each look while
+/// reads of the fleet run back to back: it waits for the read under way if
+/// that began after its own read, else for the next; with no read under
+/// way and a snapshot older than its own read, it reads its own.
+#[tokio::test]
+async fn a_host_read_on_its_own_waits_for_a_read_of_the_fleet_begun_after() {
+    use crate::nova::FleetView;
+    let answer = |_: &Method, _: &str| (201, json!({}));
+    let NovaObs::Registered(host) = registered(true, &["vm-1"]) else { unreachable!() };
+    let t = hypervisor_ctx(answer, NovaObs::Registered(host.clone()), true, vec![]);
+    *t.fleet.lock().unwrap() = Some(host.clone());
+    let nova = t.ctx.nova.clone();
+    let reads = |t: &Hv| entries(&t.log).iter().filter(|l| *l == "nova fleet").count();
+    let ask = |view: Arc<FleetView>, name: &'static str| {
+        let nova = nova.clone();
+        async move { view.host(nova.as_ref(), name, &[], &Default::default(), Default::default).await }
+    };
+    // Reads of 1 s within a 6 s bound: the next is due at 4 s of age.
+    *t.fleet_delay.lock().unwrap() = Duration::from_secs(1);
+    let view = Arc::new(FleetView::new(Duration::from_secs(6), Duration::from_secs(60)));
+    assert!(ask(view.clone(), "node-1").await.is_some());
+    view.fresh(nova.as_ref(), "node-1", &[]).await;
+    assert_eq!(ask(view.clone(), "node-1").await, None, "no read under way: its own read");
+
+    // A read begun after its own read: the host waits for it.
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+    let reader = tokio::spawn(ask(view.clone(), "node-2"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(ask(view.clone(), "node-1").await, Some(NovaObs::Registered(host.clone())), "waited");
+    assert_eq!(reader.await.unwrap(), Some(NovaObs::NotRegistered), "not in the fleet");
+    assert_eq!(reads(&t), 2, "no read for the waiting host");
+
+    // A read under way that began before its own read: it waits for that
+    // one and the next, due at once after a read of half the bound.
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+    *t.fleet_delay.lock().unwrap() = Duration::from_secs(3);
+    let reader = tokio::spawn(ask(view.clone(), "node-2"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    view.fresh(nova.as_ref(), "node-1", &[]).await;
+    assert_eq!(ask(view.clone(), "node-1").await, Some(NovaObs::Registered(host.clone())), "waited two");
+    reader.await.unwrap();
+    assert_eq!(reads(&t), 4, "the one under way and the next");
+}
+
 /// While its Eviction runs, a host reads its own host at each reconcile
 /// (nothing kept between them), and its status names the running Eviction
 /// without counts, which change with every VM moved and do not wake the

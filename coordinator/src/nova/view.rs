@@ -10,7 +10,8 @@
 //! status that would change, a host the lists cannot tell) is decided on
 //! the host's own fresh reads. A host read fresh is not answered from a
 //! snapshot that began before that read, so the view never takes back what
-//! a fresher read saw.
+//! a fresher read saw; while a read of the fleet is under way, such a host
+//! waits for one begun after its own read rather than reading it again.
 //!
 //! A host whose Eviction runs is not settled: it reads its own host at
 //! each reconcile, and an Eviction wakes it only when its phase changes
@@ -150,14 +151,41 @@ impl FleetView {
         host: &str,
         wanted_aggregates: &[String],
         traits: &BTreeSet<String>,
-        fleet_traits: impl FnOnce() -> BTreeSet<String>,
+        fleet_traits: impl Fn() -> BTreeSet<String>,
     ) -> Option<NovaObs> {
-        let snapshot = self.snapshot(nova, fleet_traits).await?;
-        let fresh = self.lock().fresh.get(host).copied();
-        if fresh.is_some_and(|f| f >= snapshot.started) {
+        let snapshot = self.snapshot(nova, &fleet_traits).await?;
+        let own = self.lock().fresh.get(host).copied();
+        let snapshot = match own {
+            Some(own) if own >= snapshot.started => self.begun_after(own, nova, &fleet_traits).await?,
+            _ => snapshot,
+        };
+        snapshot.host(host, wanted_aggregates, traits)
+    }
+
+    /// A snapshot whose read began after `own` (when the host's own read
+    /// began), while a read of the fleet is under way: that read once it
+    /// ends if it began after, else the next, read now if due as any
+    /// reconcile does; None when no read is under way or none begun after
+    /// answers. Without the wait, a host read on its own (its first
+    /// moments, a change) was read on its own again at each look for as
+    /// long as reads of the fleet run back to back, as they do when one
+    /// takes half the bound or more: each began before the host's last own
+    /// read. A host waits here for at most two reads of the fleet.
+    async fn begun_after(
+        &self,
+        own: Instant,
+        nova: &dyn Nova,
+        fleet_traits: impl Fn() -> BTreeSet<String>,
+    ) -> Option<Arc<FleetSnapshot>> {
+        let after = |s: Arc<FleetSnapshot>| Some(s).filter(|s| s.started > own);
+        if self.reading.try_lock().is_ok() {
             return None;
         }
-        snapshot.host(host, wanted_aggregates, traits)
+        drop(self.reading.lock().await);
+        if let Some(s) = self.current(None).and_then(after) {
+            return Some(s);
+        }
+        self.snapshot(nova, fleet_traits).await.and_then(after)
     }
 
     /// What an SRE watches of the view (`/metrics`): its bound, its
