@@ -168,12 +168,13 @@ pub async fn read_again_if_off<A: PowerActuator>(
 pub enum PoweredOff {
     /// It was off when asked: nothing was sent.
     AlreadyOff,
-    /// Power off was asked once and the BMC reported Off after this long.
+    /// Power off was asked once and the BMC reported Off (twice) after this
+    /// long.
     TurnedOff { after: Duration },
 }
 
 /// Powers the machine off and reads its state every `every` until the BMC
-/// says Off, for at most `within`. The power off is asked once: asking
+/// says Off twice in a row, for at most `within`. The power off is asked once: asking
 /// again restarts the wait on some BMCs, and a machine whose BMC never says
 /// Off is not fenced, whatever was asked. A BMC busy with the change may
 /// not answer a read for a while, and a power off whose answer was lost may
@@ -197,7 +198,13 @@ pub async fn power_off_confirmed<A: PowerActuator>(
     };
     let (mut last_state, mut last_error) = (None, None);
     loop {
-        match actuator.power_state().await {
+        // Off read twice, a read apart, as when it was off already: a
+        // power-restore policy or a BMC mid-reset must not pass for off.
+        let read = match actuator.power_state().await {
+            Ok(PowerState::Off) => read_again_if_off(actuator, PowerState::Off, every).await,
+            other => other,
+        };
+        match read {
             Ok(PowerState::Off) => return Ok(PoweredOff::TurnedOff { after: start.elapsed() }),
             Ok(state) => last_state = Some(state),
             Err(e) => last_error = Some(e),
@@ -349,6 +356,18 @@ mod tests {
             }
             Ok(())
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_read_of_off_between_two_of_on_is_no_power_off() {
+        let (within, every) = (Duration::from_secs(10), Duration::from_secs(1));
+        let restored = Scripted::new(&[PowerState::On, PowerState::Off, PowerState::On]);
+        let err = power_off_confirmed(&restored, within, every).await.unwrap_err();
+        assert!(matches!(err, PowerError::NotConfirmed { last: PowerState::On, .. }), "{err:?}");
+        assert_eq!(restored.offs(), 1, "asked once");
+        let settles = Scripted::new(&[PowerState::On, PowerState::Off, PowerState::On, PowerState::Off]);
+        let done = power_off_confirmed(&settles, within, every).await.unwrap();
+        assert!(matches!(done, PoweredOff::TurnedOff { .. }), "{done:?}");
     }
 
     #[tokio::test(start_paused = true)]
