@@ -340,9 +340,14 @@ fn count_hosts(metrics: &Metrics, hypervisors: &Store<Hypervisor>, registry: &Ar
     let (hvs, registry) = (hypervisors.clone(), registry.clone());
     metrics.set_hosts(move || {
         hv_coordinator::metrics::hosts(hvs.state().iter().map(|h| {
-            let phase = h.status.as_ref().and_then(|s| s.phase).unwrap_or_default();
-            let health = h.status.as_ref().and_then(|s| s.health.as_ref()).map(|x| x.state);
-            (phase, registry.connected(&h.name_any()), health)
+            let status = h.status.as_ref();
+            let fencing = status.and_then(|s| s.fencing.as_ref());
+            hv_coordinator::metrics::Host {
+                phase: status.and_then(|s| s.phase).unwrap_or_default(),
+                agent_connected: registry.connected(&h.name_any()),
+                health: status.and_then(|s| s.health.as_ref()).map(|x| x.state),
+                fenced_showing_life: fencing.is_some_and(|f| f.fenced.is_some() && f.revival.is_some()),
+            }
         }))
     });
 }

@@ -491,6 +491,29 @@ pub struct FencingStatus {
     /// The clearing lifted the host's blocklist entries.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub blocklist_lifted: bool,
+    /// The fenced host showed life again while its servers were being
+    /// evacuated: no evacuation starts until it is fenced again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revival: Option<FenceRevival>,
+    /// When it was last fenced again after showing life (its power off
+    /// read twice, or an SRE's confirmation): life is looked for since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refenced: Option<Time>,
+}
+
+/// A fenced host that showed life again (docs/fencing.md, "A fenced host
+/// that shows life").
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FenceRevival {
+    /// When the sign was first seen.
+    pub seen: Option<Time>,
+    /// What showed it: its agent talking, its BMC reading power on.
+    pub sign: String,
+    /// The confirm-fenced annotation's value then: an SRE's confirmation
+    /// that the host is off again counts only if given since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled_confirm: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]

@@ -30,6 +30,9 @@ pub enum FenceState {
     Pending(String),
     /// Fenced, by the record read at this look: VMs are evacuated.
     Fenced(Evacuation),
+    /// Fenced, but it showed life again and is not fenced again yet:
+    /// nothing new starts (its servers not moved yet may restart there).
+    ShowsLife(String),
 }
 
 impl FenceState {
@@ -41,12 +44,18 @@ impl FenceState {
         }
     }
 
+    /// Nothing new starts: the host is being fenced, or was and shows life.
+    pub fn holds(&self) -> bool {
+        matches!(self, FenceState::Pending(_) | FenceState::ShowsLife(_))
+    }
+
     /// The `HostFenced` condition that says what the fencing does to the
     /// eviction; None when the host is not fenced.
     pub fn condition(&self) -> Option<DesiredCondition> {
         let (status, reason, message) = match self {
             FenceState::None => return None,
             FenceState::Pending(why) => (ConditionStatus::False, "FencingUnderWay", why.clone()),
+            FenceState::ShowsLife(why) => (ConditionStatus::False, "FencedHostShowsLife", why.clone()),
             FenceState::Fenced(_) => (
                 ConditionStatus::True,
                 "Evacuating",

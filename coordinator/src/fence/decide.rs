@@ -62,6 +62,9 @@ pub struct Situation<'a> {
     pub health: HealthState,
     /// Age of the agent's last heartbeat this process saw; None: none seen.
     pub heartbeat_age: Option<SignedDuration>,
+    /// The host's kubelet is alive (its Lease renewed lately, or its Node
+    /// Ready): the host runs, whatever else is lost.
+    pub kubelet_alive: bool,
     /// Why the coordinator cannot trust its own view (Nova unreachable or
     /// refusing us, the first moments of a leadership, the host not
     /// judged); None when it can.
@@ -88,12 +91,22 @@ pub struct Situation<'a> {
     /// An SRE confirmed the host fenced (`hvctl confirm-fenced`) since this
     /// fencing started; it counts only for a fencing under way.
     pub confirmed_by_hand: bool,
+    /// From status: the fenced host showed life again and is not fenced
+    /// again yet.
+    pub revived: bool,
+    /// A sign of life the fenced host shows now (its agent talking, its BMC
+    /// reading power on) since it counted fenced or was last fenced again,
+    /// while its servers are being evacuated; None: none.
+    pub life: Option<&'a str>,
+    /// An SRE confirmed it off again since it showed life.
+    pub refenced_by_hand: bool,
 }
 
 /// A reason not to fence now; each is a condition reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FenceHold {
     FreshHeartbeat,
+    KubeletAlive,
     OwnViewPartial,
     NoAgentQuorum,
     FailureDomainLost,
@@ -104,6 +117,7 @@ impl FenceHold {
     pub fn reason(self) -> &'static str {
         match self {
             FenceHold::FreshHeartbeat => "AgentHeartbeatFresh",
+            FenceHold::KubeletAlive => "KubeletAlive",
             FenceHold::OwnViewPartial => "CoordinatorBlind",
             FenceHold::NoAgentQuorum => "NoAgentQuorum",
             FenceHold::FailureDomainLost => "FailureDomainLost",
@@ -126,6 +140,11 @@ pub enum Decision {
     /// Every step confirmed, or an SRE confirmed it: the host's VMs may be
     /// rebuilt elsewhere.
     Fenced { by_hand: bool },
+    /// The fenced host shows life while its servers are evacuated: recorded
+    /// first (no evacuation starts from then), then it is fenced again.
+    ShowsLife { sign: String },
+    /// An SRE confirmed the host that showed life off again.
+    FencedAgain,
 }
 
 pub fn decide(s: &Situation<'_>, policy: &FencePolicy) -> Decision {
@@ -135,9 +154,15 @@ pub fn decide(s: &Situation<'_>, policy: &FencePolicy) -> Decision {
         return Decision::Nothing;
     }
     // Fenced stays fenced, whatever is seen since (the shell says so when
-    // its agent talks again): only an SRE clears it.
+    // its agent talks again): only an SRE clears it. One that shows life
+    // while its servers are evacuated is fenced again before they go on:
+    // its servers not moved yet may restart there.
     if let Some(by_hand) = s.fenced.filter(|_| s.under_way) {
-        return Decision::Fenced { by_hand };
+        return match (s.revived, s.life) {
+            (false, None) => Decision::Fenced { by_hand },
+            (false, Some(sign)) => Decision::ShowsLife { sign: sign.to_string() },
+            (true, _) => fence_again(s),
+        };
     }
     // A host that talks to us is alive: whatever was done stands (an SRE
     // looks), nothing more is, not even on a confirmation by hand.
@@ -148,6 +173,13 @@ pub fn decide(s: &Situation<'_>, policy: &FencePolicy) -> Decision {
             policy.fresh_heartbeat.as_secs()
         );
         return held(FenceHold::FreshHeartbeat, message);
+    }
+    // Nor is a host whose kubelet lives: a fencing under way when it comes
+    // back (or begun on a verdict its Lease now belies) stops there.
+    if s.kubelet_alive {
+        let message = "its kubelet is alive (its Lease renewed lately, or its Node Ready): a live host is \
+                       never fenced; what was done stands (an SRE looks)";
+        return held(FenceHold::KubeletAlive, message.into());
     }
     // Confirmed steps are those of a fencing under way.
     let confirmed: &[FenceStep] = if s.under_way { s.confirmed } else { &[] };
@@ -202,6 +234,30 @@ pub fn decide(s: &Situation<'_>, policy: &FencePolicy) -> Decision {
     }
 }
 
+/// A fenced host that showed life, fenced again: its power off (read
+/// twice) where it has a BMC, whatever it shows meanwhile (it was fenced:
+/// its servers may already run elsewhere); else an SRE's word once it no
+/// longer shows life. Not held by any gate: the gates keep a live host from
+/// being fenced, and this one is fenced already.
+fn fence_again(s: &Situation<'_>) -> Decision {
+    if s.refenced_by_hand && s.life.is_none() {
+        return Decision::FencedAgain;
+    }
+    if let Some((step, why)) = s.failed {
+        let message = format!(
+            "fenced, then showed life again; {step} could not be confirmed: {why}. Retry it (hvctl \
+             retry), or make sure the host is off and say so (hvctl confirm-fenced)"
+        );
+        return Decision::Stuck { step, message };
+    }
+    if s.steps.contains(&FenceStep::PoweredOff) {
+        return Decision::Take(FenceStep::PoweredOff);
+    }
+    let message = "fenced, then showed life again while its servers are evacuated, and it has no BMC \
+                   (spec.fencing.bmc): make sure it is off, then say so (hvctl confirm-fenced)";
+    Decision::Stuck { step: FenceStep::PoweredOff, message: message.into() }
+}
+
 /// Every step confirmed, and none cut the host off: Nova's `forced_down`
 /// alone stops nothing (a host that runs still writes to its volumes), so
 /// with neither storage to cut nor a BMC only an SRE can say it is off.
@@ -222,6 +278,7 @@ mod tests {
         Situation {
             health: HealthState::Failed,
             heartbeat_age: Some(SignedDuration::from_mins(5)),
+            kubelet_alive: false,
             blind: None,
             other_agents: (9, 10),
             domain: ("az-1", 1, 10),
@@ -232,6 +289,9 @@ mod tests {
             failed: None,
             fenced: None,
             confirmed_by_hand: false,
+            revived: false,
+            life: None,
+            refenced_by_hand: false,
         }
     }
 
@@ -318,11 +378,16 @@ mod tests {
     #[test]
     fn each_gate_holds_a_fencing_back_and_says_why() {
         let p = FencePolicy::default();
-        let cases: [(Situation<'static>, FenceHold, &str); 7] = [
+        let cases: [(Situation<'static>, FenceHold, &str); 8] = [
             (
                 Situation { heartbeat_age: Some(SignedDuration::from_secs(3)), ..failed_host() },
                 FenceHold::FreshHeartbeat,
                 "3 s old",
+            ),
+            (
+                Situation { kubelet_alive: true, under_way: true, ..failed_host() },
+                FenceHold::KubeletAlive,
+                "kubelet is alive",
             ),
             (
                 Situation { blind: Some("Nova: connection refused"), ..failed_host() },
@@ -370,6 +435,40 @@ mod tests {
     }
 
     #[test]
+    fn a_fenced_host_that_shows_life_is_fenced_again_before_its_evacuation_goes_on() {
+        let p = FencePolicy::default();
+        let fenced = Situation { under_way: true, confirmed: &ALL, fenced: Some(false), ..failed_host() };
+        assert_eq!(decide(&fenced, &p), Decision::Fenced { by_hand: false });
+        // Life is recorded first, whatever would hold a fencing back.
+        let talks = Some(SignedDuration::from_secs(1));
+        let lives =
+            Situation { life: Some("its agent talks"), heartbeat_age: talks, kubelet_alive: true, ..fenced };
+        assert_eq!(decide(&lives, &p), Decision::ShowsLife { sign: "its agent talks".into() });
+        // Then its power goes off again, whatever it shows meanwhile; an
+        // SRE's word while it shows life does not count.
+        let revived = Situation { revived: true, refenced_by_hand: true, ..lives.clone() };
+        assert_eq!(decide(&revived, &p), Decision::Take(FenceStep::PoweredOff));
+        let dark = Situation { life: None, refenced_by_hand: false, ..revived.clone() };
+        assert_eq!(decide(&dark, &p), Decision::Take(FenceStep::PoweredOff), "off, read twice");
+        // Without a BMC: an SRE's word, once it no longer shows life.
+        let no_bmc = sequence(true, false);
+        let s =
+            Situation { steps: &no_bmc, confirmed: &no_bmc, revived: true, refenced_by_hand: true, ..lives };
+        let Decision::Stuck { message, .. } = decide(&s, &p) else { panic!("{:?}", decide(&s, &p)) };
+        assert!(message.contains("no BMC") && message.contains("hvctl confirm-fenced"), "{message}");
+        let s = Situation { life: None, ..s };
+        assert_eq!(decide(&s, &p), Decision::FencedAgain);
+        // A power off again not confirmed: it stands until a retry or an
+        // SRE's word.
+        let failed = Some((FenceStep::PoweredOff, "the BMC said On"));
+        let s = Situation { failed, ..dark };
+        let Decision::Stuck { message, .. } = decide(&s, &p) else { panic!("{:?}", decide(&s, &p)) };
+        assert!(message.contains("the BMC said On") && message.contains("hvctl retry"), "{message}");
+        let s = Situation { refenced_by_hand: true, ..s };
+        assert_eq!(decide(&s, &p), Decision::FencedAgain);
+    }
+
+    #[test]
     fn a_step_not_confirmed_stops_the_sequence_until_a_retry_or_a_confirmation_by_hand() {
         let p = FencePolicy::default();
         let s = Situation {
@@ -387,6 +486,19 @@ mod tests {
         let alive = Situation { heartbeat_age: Some(SignedDuration::from_secs(1)), ..by_hand };
         assert_eq!(gate(&decide(&alive, &p)), Some(FenceHold::FreshHeartbeat));
     }
+
+    /// (revived, life, refenced by hand): what a fenced host that shows
+    /// life adds.
+    const REVIVALS: [(bool, Option<&str>, bool); 8] = [
+        (false, None, false),
+        (false, Some("agent"), false),
+        (false, None, true),
+        (false, Some("agent"), true),
+        (true, None, false),
+        (true, Some("agent"), false),
+        (true, None, true),
+        (true, Some("agent"), true),
+    ];
 
     /// Every combination of the inputs that matter: a step is taken only in
     /// order, never past a gate, never on a live host; fenced only when
@@ -406,7 +518,9 @@ mod tests {
         let mut seen = 0;
         for steps in &sequences {
             for health in healths {
-                for heartbeat_age in heartbeats {
+                for (heartbeat_age, kubelet_alive) in
+                    heartbeats.iter().flat_map(|h| [(*h, false), (*h, true)])
+                {
                     for blind in blinds {
                         for other_agents in agents {
                             for domain in domains {
@@ -416,10 +530,15 @@ mod tests {
                                     {
                                         for confirmed in (0..=steps.len()).map(|n| &steps[..n]) {
                                             for failed in failures {
-                                                for confirmed_by_hand in [false, true] {
+                                                for (confirmed_by_hand, revival) in [false, true]
+                                                    .into_iter()
+                                                    .flat_map(|c| REVIVALS.map(|r| (c, r)))
+                                                {
+                                                    let (revived, life, refenced_by_hand) = revival;
                                                     let s = Situation {
                                                         health,
                                                         heartbeat_age,
+                                                        kubelet_alive,
                                                         blind,
                                                         other_agents,
                                                         domain,
@@ -430,6 +549,9 @@ mod tests {
                                                         failed,
                                                         fenced,
                                                         confirmed_by_hand,
+                                                        revived,
+                                                        life,
+                                                        refenced_by_hand,
                                                     };
                                                     check(&s, &decide(&s, &p), &p);
                                                     seen += 1;
@@ -445,12 +567,13 @@ mod tests {
             }
         }
         // Per sequence of 3, 2, 2 and 1 steps: one confirmed set more than steps.
-        assert_eq!(seen, 3 * 3 * 2 * 3 * 3 * 2 * 4 * 2 * 2 * (4 + 3 + 3 + 2));
+        assert_eq!(seen, 3 * 3 * 2 * 2 * 3 * 3 * 2 * 4 * 2 * 2 * REVIVALS.len() * (4 + 3 + 3 + 2));
     }
 
     fn check(s: &Situation<'_>, d: &Decision, p: &FencePolicy) {
         let confirmed: &[FenceStep] = if s.under_way { s.confirmed } else { &[] };
-        let live = s.heartbeat_age.is_some_and(|a| a < p.fresh_heartbeat);
+        let talks = s.heartbeat_age.is_some_and(|a| a < p.fresh_heartbeat);
+        let live = talks || s.kubelet_alive;
         let cuts = s.steps.iter().any(|x| *x != FenceStep::NovaForcedDown);
         // Every gate open on a host to fence: something happens.
         let (_, lost, hosts) = s.domain;
@@ -462,11 +585,27 @@ mod tests {
         let wanted = s.under_way || s.health == HealthState::Failed;
         if open && wanted {
             assert!(
-                matches!(d, Decision::Take(_) | Decision::Fenced { .. } | Decision::Stuck { .. }),
+                matches!(
+                    d,
+                    Decision::Take(_)
+                        | Decision::Fenced { .. }
+                        | Decision::Stuck { .. }
+                        | Decision::ShowsLife { .. }
+                        | Decision::FencedAgain
+                ),
                 "{s:?}"
             );
         }
+        let fenced = s.under_way && s.fenced.is_some();
+        let again_by_hand = s.refenced_by_hand && s.life.is_none();
         match d {
+            // A fenced host that showed life: only its power off again.
+            Decision::Take(step) if fenced => {
+                assert!(s.revived && *step == FenceStep::PoweredOff && s.steps.contains(step), "{s:?}");
+                assert!(s.failed.is_none() && !again_by_hand, "{s:?}");
+            }
+            Decision::ShowsLife { .. } => assert!(fenced && !s.revived && s.life.is_some(), "{s:?}"),
+            Decision::FencedAgain => assert!(fenced && s.revived && again_by_hand, "{s:?}"),
             Decision::Take(step) => {
                 assert!(!live && s.blind.is_none() && s.failed.is_none() && s.fenced.is_none(), "{s:?}");
                 assert!(!(s.under_way && s.confirmed_by_hand), "{s:?}");
@@ -480,21 +619,29 @@ mod tests {
                 assert!(!confirmed.contains(step), "{s:?}");
             }
             Decision::Fenced { by_hand } => match s.fenced {
-                // Recorded: it stands, as recorded.
-                Some(recorded) => assert!(s.under_way && *by_hand == recorded, "{s:?}"),
+                // Recorded: it stands, as recorded, unless it shows life.
+                Some(recorded) => {
+                    assert!(s.under_way && *by_hand == recorded, "{s:?}");
+                    assert!(!s.revived && s.life.is_none(), "evacuated while it lives: {s:?}");
+                }
                 None => {
                     assert!(!live && s.under_way, "{s:?}");
                     assert!(!*by_hand || (s.confirmed_by_hand && s.blind.is_none()), "{s:?}");
                     assert!(*by_hand || (cuts && s.steps.iter().all(|x| confirmed.contains(x))), "{s:?}");
                 }
             },
+            Decision::Stuck { .. } if fenced => {
+                assert!(s.revived && !again_by_hand, "{s:?}");
+                assert!(s.failed.is_some() || !s.steps.contains(&FenceStep::PoweredOff), "{s:?}");
+            }
             Decision::Stuck { .. } => {
                 let nothing_cuts = !cuts && s.steps.iter().all(|x| confirmed.contains(x));
                 assert!((s.failed.is_some() || nothing_cuts) && !live && s.fenced.is_none(), "{s:?}")
             }
             Decision::HeldBack { gate, .. } => {
                 assert!(s.fenced.is_none(), "{s:?}");
-                assert!(*gate != FenceHold::FreshHeartbeat || live, "{s:?}")
+                assert!(*gate != FenceHold::FreshHeartbeat || talks, "{s:?}");
+                assert!(*gate != FenceHold::KubeletAlive || s.kubelet_alive, "{s:?}")
             }
             Decision::Nothing => assert!(!s.under_way && s.health != HealthState::Failed, "{s:?}"),
         }

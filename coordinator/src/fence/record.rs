@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use super::decide::Decision;
 use crate::api::HypervisorStatus;
 use crate::api::condition::{ConditionStatus, ConditionType, DesiredCondition, merge};
-use crate::api::hypervisor::{FailedFenceStep, FenceStep, FencingStatus, HealthState};
+use crate::api::hypervisor::{FailedFenceStep, FenceRevival, FenceStep, FencingStatus, HealthState};
 
 /// Tries of a step before it stands failed for an SRE.
 pub const ATTEMPTS: u32 = 3;
@@ -123,10 +123,81 @@ pub fn record(
                 out.event = event;
             }
         }
+        (Decision::ShowsLife { sign }, _) => {
+            if let Some(r) = out.record.as_mut() {
+                let (condition, event) = shows_life(r, sign, f);
+                out.condition = Some(condition);
+                out.event = Some(event);
+                out.again = Some(Duration::from_millis(100));
+            }
+        }
+        (Decision::FencedAgain, _) => {
+            if let Some(r) = out.record.as_mut() {
+                let (condition, event) = fenced_again(r, "an SRE confirmed it off", f);
+                out.condition = Some(condition);
+                out.event = Some(event);
+            }
+        }
+        (Decision::Take(step), Some(taken)) if revived(before) => again(&mut out, *step, taken, f),
         (Decision::Take(step), Some(taken)) => took(&mut out, *step, taken, f),
         (Decision::Take(_), None) => {}
     }
     out
+}
+
+fn revived(r: Option<&FencingStatus>) -> bool {
+    r.is_some_and(|r| r.fenced.is_some() && r.revival.is_some())
+}
+
+/// A fenced host showing life while its servers are evacuated, recorded
+/// (written before anything is done to it: no evacuation starts from
+/// then): its condition, and a Warning Event.
+fn shows_life(r: &mut FencingStatus, sign: &str, f: &Facts<'_>) -> (DesiredCondition, (String, String)) {
+    r.revival = Some(FenceRevival {
+        seen: Some(Time(f.now)),
+        sign: sign.to_string(),
+        handled_confirm: f.asked.confirm.clone(),
+    });
+    // A failure of the first fencing says nothing of this one.
+    r.failed = None;
+    let message = format!(
+        "fenced, but shows life again ({sign}) while its servers are evacuated: no evacuation starts \
+         until it is fenced again"
+    );
+    (
+        cond(ConditionStatus::False, SHOWS_LIFE, &message),
+        (SHOWS_LIFE.to_string(), format!("{}: {message}", f.name)),
+    )
+}
+
+/// The reason of a fenced host showing life, of its condition and Event.
+pub const SHOWS_LIFE: &str = "FencedHostShowsLife";
+
+/// The host that showed life, fenced again (`how`): its evacuation goes on.
+fn fenced_again(r: &mut FencingStatus, how: &str, f: &Facts<'_>) -> (DesiredCondition, (String, String)) {
+    let sign = r.revival.take().map(|v| v.sign).unwrap_or_default();
+    r.refenced = Some(Time(f.now));
+    r.failed = None;
+    let message = format!("fenced again after it showed life ({sign}): {how}; its evacuation goes on");
+    (
+        cond(ConditionStatus::True, "Fenced", &message),
+        ("FencedAgain".to_string(), format!("{}: {message}", f.name)),
+    )
+}
+
+/// What the power off of a host that showed life came to.
+fn again(out: &mut FenceOutcome, step: FenceStep, taken: Taken, f: &Facts<'_>) {
+    match taken {
+        Taken::Step(Ok(how)) => {
+            if let Some(r) = out.record.as_mut() {
+                let (condition, event) = fenced_again(r, &how, f);
+                out.condition = Some(condition);
+                out.event = Some(event);
+            }
+        }
+        // Tried again as any step is, and standing failed after the last.
+        other => took(out, step, other, f),
+    }
 }
 
 /// The record counted fenced (once), and its condition: it stands until an
@@ -263,8 +334,8 @@ pub fn cleared(r: &FencingStatus, name: &str, step: Cleared, conditions: &[Condi
 
 /// When the fencing's record is written on its own, before the lifecycle
 /// acts, and how soon the host is looked at again: a fencing that starts,
-/// or a Failed host's that only waits for its last heartbeat to age
-/// (seconds). The lifecycle's disable of a host Nova still counts up would
+/// a fenced host found showing life, or a Failed host's that only waits
+/// for its last heartbeat to age (seconds). The lifecycle's disable of a host Nova still counts up would
 /// wait on the dead host's nova-compute (up to its RPC timeout, a minute);
 /// once the Nova step has forced the host down it no longer does.
 pub fn goes_first(
@@ -272,8 +343,10 @@ pub fn goes_first(
     health: Option<HealthState>,
     out: &FenceOutcome,
 ) -> Option<Duration> {
-    if stored.is_some() {
-        return None;
+    if let Some(stored) = stored {
+        // A fenced host showing life: written before it is fenced again.
+        let revives = stored.revival.is_none() && out.record.as_ref().is_some_and(|r| r.revival.is_some());
+        return revives.then_some(Duration::from_millis(100));
     }
     let starts = out.record.is_some();
     let ripens = health == Some(HealthState::Failed)

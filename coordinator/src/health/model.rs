@@ -157,6 +157,12 @@ fn kubelet(s: &Sources<'_>, policy: &HealthPolicy, now: Timestamp) -> Kubelet {
     }
 }
 
+/// Whether the host's kubelet is alive ([`Kubelet::Alive`]): the veto on
+/// Failed, and what stops a fencing under way (docs/fencing.md).
+pub fn kubelet_alive(s: &Sources<'_>, policy: &HealthPolicy, now: Timestamp) -> bool {
+    kubelet(s, policy, now) == Kubelet::Alive
+}
+
 /// The channels that are lost, each with its evidence, and whether the
 /// host may be Failed: its agent's stream gone, its kubelet not alive, and
 /// the kubelet's channel or the host's power lost.

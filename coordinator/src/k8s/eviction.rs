@@ -29,7 +29,7 @@ use kube::{Resource, ResourceExt};
 use super::{FIELD_MANAGER, Gate, write};
 use crate::api::condition::{DesiredCondition, merge};
 use crate::api::eviction::{EvictionPhase, EvictionStatus, MigrationPolicy, VmState, VmStatus};
-use crate::api::hypervisor::FenceStep;
+use crate::api::hypervisor::{FenceStep, FencingStatus};
 use crate::api::keys::EVICTION_FINALIZER;
 use crate::api::{
     ConditionStatus, ConditionType, Eviction, Hypervisor, Migration, MigrationKind, MigrationPhase,
@@ -220,13 +220,29 @@ async fn fence(ctx: &EvictionContext, ev: &Eviction) -> Result<FenceState, Error
         // An SRE's confirmation says the host is off and cut from its storage.
         powered_off: fencing.is_some_and(|f| f.by_hand || f.confirmed.contains(&FenceStep::PoweredOff)),
     };
-    Ok(match fencing {
-        Some(f) if f.fenced.is_some() => FenceState::Fenced(evacuation(hv.as_ref())),
+    Ok(fence_state(name, fencing, || evacuation(hv.as_ref())))
+}
+
+/// What the host's fencing record `fencing` means to its Eviction: it
+/// evacuates only while the record says fenced and the host shows no life.
+fn fence_state(
+    name: &str,
+    fencing: Option<&FencingStatus>,
+    evacuation: impl FnOnce() -> Evacuation,
+) -> FenceState {
+    match fencing {
+        Some(f) if f.fenced.is_some() => match &f.revival {
+            Some(v) => FenceState::ShowsLife(format!(
+                "{name} was fenced and shows life again ({}): no evacuation starts until it is fenced again",
+                v.sign
+            )),
+            None => FenceState::Fenced(evacuation()),
+        },
         Some(_) => FenceState::Pending(format!(
             "{name} is being fenced: nothing new starts until it is (its servers are then evacuated)"
         )),
         None => FenceState::None,
-    })
+    }
 }
 
 pub fn error_policy(ev: Arc<Eviction>, error: &Error, _ctx: Arc<EvictionContext>) -> Requeue {
@@ -351,7 +367,7 @@ async fn run_preflight(
 ) -> Result<Requeue, Error> {
     // Judged once the host's fate is known: a fenced host's findings do
     // not stop its eviction, a live one's do.
-    if let Some(c) = fence.condition().filter(|_| matches!(fence, FenceState::Pending(_))) {
+    if let Some(c) = fence.condition().filter(|_| fence.holds()) {
         let mut s = status_of(ev);
         s.conditions = merge(&s.conditions, &[c], now, ev.metadata.generation);
         record(ctx, ev, s).await?;
@@ -452,7 +468,7 @@ async fn migrate(
     // followed (with defaults for the bad fields), nothing new starts.
     let (mut options, invalid) = checks::sanitized(&ev.spec.options);
     options.default_policy.get_or_insert(ctx.default_policy);
-    let held = deleting || invalid.is_some() || matches!(fence, FenceState::Pending(_));
+    let held = deleting || invalid.is_some() || fence.holds();
     let input = Input {
         source,
         options: &options,
@@ -518,7 +534,7 @@ fn stepped(
     // Only with a live record: fenced, or being fenced again (as it was).
     s.evacuating = match fence {
         FenceState::Fenced(_) => true,
-        FenceState::Pending(_) => before.evacuating,
+        FenceState::Pending(_) | FenceState::ShowsLife(_) => before.evacuating,
         FenceState::None => false,
     };
     fill_counts(&mut s, now);
@@ -1008,6 +1024,32 @@ mod tests {
         let pending = FenceState::Pending("being fenced".into());
         assert!(stepped(&fenced, &step, &pending, &[], None, now).evacuating);
         assert!(!stepped(&EvictionStatus::default(), &step, &pending, &[], None, now).evacuating);
+        // Fenced and showing life: nothing new starts, what was said stands.
+        let lives = FenceState::ShowsLife("shows life".into());
+        assert!(lives.holds() && stepped(&fenced, &step, &lives, &[], None, now).evacuating);
+    }
+
+    #[test]
+    fn a_fenced_host_that_shows_life_holds_its_evacuation() {
+        use crate::api::hypervisor::FenceRevival;
+        let evacuation = || Evacuation {
+            by_default: true,
+            rebuild_from_image: false,
+            instance_disks_on_rbd: true,
+            powered_off: true,
+        };
+        let t = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH));
+        let under_way = FencingStatus { started: t.clone(), ..Default::default() };
+        let fenced = FencingStatus { fenced: t.clone(), ..under_way.clone() };
+        let revival = FenceRevival { seen: t, sign: "its BMC reads power on".into(), handled_confirm: None };
+        let lives = FencingStatus { revival: Some(revival), ..fenced.clone() };
+        assert_eq!(fence_state("n", None, evacuation), FenceState::None);
+        assert!(matches!(fence_state("n", Some(&under_way), evacuation), FenceState::Pending(_)));
+        assert_eq!(fence_state("n", Some(&fenced), evacuation), FenceState::Fenced(evacuation()));
+        let state = fence_state("n", Some(&lives), evacuation);
+        let c = state.condition().expect("said");
+        assert_eq!((c.reason.as_str(), state.holds()), ("FencedHostShowsLife", true));
+        assert!(c.message.contains("its BMC reads power on"), "{}", c.message);
     }
 
     fn vm(id: &str, state: VmState) -> VmStatus {

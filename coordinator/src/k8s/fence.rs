@@ -124,57 +124,129 @@ fn ceph_targets(ctx: &Context, hv: &Hypervisor) -> Result<Vec<String>, String> {
     targets::ceph_addresses(spec, learned, &ctx.fencing.ceph_networks, &others)
 }
 
-/// `health`: this reconcile's verdict (None: not judged); `blind`: why
-/// the coordinator's own view cannot be trusted now; `evicting`: the
-/// host's running Eviction, if any. Observe, decide
-/// ([`decide::decide`]), take the step, and [`record::record`] what it
-/// came to.
+/// What this reconcile saw of the host that the fencing asks.
+pub struct Observed<'a> {
+    /// The health verdict (None: not judged).
+    pub health: Option<HealthState>,
+    /// Why the coordinator's own view cannot be trusted now.
+    pub blind: Option<String>,
+    /// The host's kubelet is alive: a fencing under way stops.
+    pub kubelet_alive: bool,
+    /// The host's running Eviction, if any.
+    pub evicting: Option<&'a str>,
+    /// Nova lists servers on the host.
+    pub servers_left: bool,
+}
+
+/// How often a fenced host is looked at for signs of life while its
+/// servers are evacuated.
+const LIFE_LOOK: Duration = Duration::from_secs(2);
+
+/// Observe, decide ([`decide::decide`]), take the step, and
+/// [`record::record`] what it came to.
 pub async fn run(
     ctx: &Context,
     hv: &Hypervisor,
     host: &str,
-    health: Option<HealthState>,
-    blind: Option<String>,
-    evicting: Option<&str>,
+    o: Observed<'_>,
     now: Timestamp,
 ) -> FenceOutcome {
     let status = hv.status.clone().unwrap_or_default();
     let asked = asked(hv);
-    if let Some(r) = status.fencing.as_ref().filter(|r| asked.clears(r)) {
-        return clearing(ctx, hv, host, r, evicting, &status.conditions).await;
-    }
     let record = record::retried(status.fencing.clone(), &asked);
+    let evacuating = record.as_ref().filter(|r| evacuation_open(hv, r, o.evicting, o.servers_left));
+    let life = match evacuating {
+        Some(r) => life_sign(ctx, hv, r, now).await,
+        None => None,
+    };
+    // A clearing waits while the host's Eviction runs: a sign of life
+    // meanwhile is the fencing's to answer.
+    let reviving = life.is_some() || record.as_ref().is_some_and(|r| r.revival.is_some());
+    if let Some(r) = status.fencing.as_ref().filter(|r| asked.clears(r))
+        && !(reviving && o.evicting.is_some())
+    {
+        return clearing(ctx, hv, host, r, o.evicting, &status.conditions).await;
+    }
     // Neither under way nor Failed: nothing to fence (decide's first rule),
     // and no fleet scan on every reconcile of every healthy host.
-    if record.is_none() && health != Some(HealthState::Failed) {
+    if record.is_none() && o.health != Some(HealthState::Failed) {
         return FenceOutcome::default();
     }
     let name = hv.name_any();
-    let seen = observe(ctx, hv, &name, health, now);
-    let failed = record.as_ref().and_then(|r| r.failed.as_ref()).filter(|f| f.attempts >= record::ATTEMPTS);
-    let situation = Situation {
-        health: health.unwrap_or(HealthState::Healthy),
-        heartbeat_age: seen.heartbeat_age,
-        blind: blind.as_deref(),
-        other_agents: seen.other_agents,
-        domain: (&seen.domain, seen.lost, seen.hosts),
-        started_lately: seen.started_lately,
-        steps: &seen.steps,
-        under_way: record.is_some(),
-        confirmed: record.as_ref().map_or(&[][..], |r| &r.confirmed[..]),
-        failed: failed.map(|f| (f.step, f.message.as_str())),
-        fenced: record.as_ref().and_then(|r| r.fenced.as_ref().map(|_| r.by_hand)),
-        confirmed_by_hand: record.as_ref().is_some_and(|r| asked.confirms(r)),
-    };
-    let decision = decide::decide(&situation, &ctx.fencing.policy);
+    let seen = observe(ctx, hv, &name, o.health, now);
+    let decision =
+        decide::decide(&situation(&o, &seen, record.as_ref(), &asked, life.as_deref()), &ctx.fencing.policy);
     let taken = match decision {
         Decision::Take(step) => Some(take_or_claim(ctx, hv, host, record.as_ref(), step).await),
         _ => None,
     };
     let heartbeat_fresh = seen.heartbeat_age.is_some_and(|a| a < ctx.fencing.policy.fresh_heartbeat);
-    let facts =
-        Facts { name: &name, now, health, heartbeat_fresh, conditions: &status.conditions, asked: &asked };
-    record::record(record.as_ref(), &decision, taken, &facts)
+    let facts = Facts {
+        name: &name,
+        now,
+        health: o.health,
+        heartbeat_fresh,
+        conditions: &status.conditions,
+        asked: &asked,
+    };
+    let mut out = record::record(record.as_ref(), &decision, taken, &facts);
+    if evacuating.is_some() {
+        out.again = Some(out.again.map_or(LIFE_LOOK, |a| a.min(LIFE_LOOK)));
+    }
+    out
+}
+
+/// What the decision reads: the verdict, the fleet and the host as seen,
+/// the record (after an SRE's retry) and what was asked, and a sign of life.
+fn situation<'a>(
+    o: &'a Observed<'_>,
+    seen: &'a Seen,
+    record: Option<&'a FencingStatus>,
+    asked: &Asked,
+    life: Option<&'a str>,
+) -> Situation<'a> {
+    let failed = record.and_then(|r| r.failed.as_ref()).filter(|f| f.attempts >= record::ATTEMPTS);
+    let revival = record.and_then(|r| r.revival.as_ref());
+    Situation {
+        health: o.health.unwrap_or(HealthState::Healthy),
+        heartbeat_age: seen.heartbeat_age,
+        kubelet_alive: o.kubelet_alive,
+        blind: o.blind.as_deref(),
+        other_agents: seen.other_agents,
+        domain: (&seen.domain, seen.lost, seen.hosts),
+        started_lately: seen.started_lately,
+        steps: &seen.steps,
+        under_way: record.is_some(),
+        confirmed: record.map_or(&[][..], |r| &r.confirmed[..]),
+        failed: failed.map(|f| (f.step, f.message.as_str())),
+        fenced: record.and_then(|r| r.fenced.as_ref().map(|_| r.by_hand)),
+        confirmed_by_hand: record.is_some_and(|r| asked.confirms(r)),
+        revived: revival.is_some(),
+        life,
+        refenced_by_hand: revival
+            .is_some_and(|v| asked.confirm.is_some() && asked.confirm != v.handled_confirm),
+    }
+}
+
+/// Whether the fenced host's servers are being evacuated: its Eviction
+/// runs, or the lifecycle is yet to make the one for this fencing.
+fn evacuation_open(hv: &Hypervisor, r: &FencingStatus, evicting: Option<&str>, servers_left: bool) -> bool {
+    let evacuated_for = hv.status.as_ref().and_then(|s| s.lifecycle.evacuated_for.as_ref());
+    r.fenced.is_some() && (evicting.is_some() || servers_left && evacuated_for != r.started.as_ref())
+}
+
+/// A sign that the fenced host lives, since it counted fenced or was last
+/// fenced again: its agent's heartbeat since then and fresh, or its BMC
+/// reading power on (only a BMC whose certificate is checked: an unchecked
+/// one could be anyone).
+async fn life_sign(ctx: &Context, hv: &Hypervisor, r: &FencingStatus, now: Timestamp) -> Option<String> {
+    let since = r.refenced.as_ref().or(r.fenced.as_ref())?.0;
+    let heartbeat = ctx.registry.view(&hv.name_any()).last_seen;
+    let fresh = ctx.fencing.policy.fresh_heartbeat;
+    if heartbeat.is_some_and(|t| t > since && now.duration_since(t) < fresh) {
+        return Some("its agent talks to us".into());
+    }
+    (power_source(ctx, hv).await == PowerSource::On).then(|| "its BMC reads power on".into())
 }
 
 /// What an SRE asked on the Hypervisor's annotations.

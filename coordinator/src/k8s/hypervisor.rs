@@ -248,8 +248,14 @@ async fn fence(
     verdict: &Verdict,
     now: Timestamp,
 ) -> FenceOutcome {
-    let blind = (!verdict.judged).then(|| verdict.condition.message.clone());
-    super::fence::run(ctx, hv, &seen.host, verdict.state(), blind, seen.evicting(), now).await
+    let observed = super::fence::Observed {
+        health: verdict.state(),
+        blind: (!verdict.judged).then(|| verdict.condition.message.clone()),
+        kubelet_alive: verdict.kubelet_alive,
+        evicting: seen.evicting(),
+        servers_left: matches!(&seen.obs.nova, NovaObs::Registered(h) if !h.instances.is_empty()),
+    };
+    super::fence::run(ctx, hv, &seen.host, observed, now).await
 }
 
 /// A fencing that starts, or that only waits for the dead host's last
@@ -570,6 +576,8 @@ struct Verdict {
     judged: bool,
     /// When to look again though nothing changes.
     recheck: Option<Duration>,
+    /// Judged now, and its kubelet alive (docs/health.md).
+    kubelet_alive: bool,
 }
 
 impl Verdict {
@@ -598,6 +606,7 @@ fn judge_health(
             condition: health::observe::not_judged(&why),
             judged: false,
             recheck: None,
+            kubelet_alive: false,
         };
     }
     let (nova, mut own) = health::observe::nova_source(&seen.obs.nova);
@@ -614,29 +623,47 @@ fn judge_health(
         power: seen.power,
         signals: &seen.agent.signals,
     };
-    // A lost host with a BMC is looked at again soon: its power off makes
-    // it Failed at once, without the kubelet's or Nova's grace.
-    let watch_power = (sources.agent != health::AgentSource::Connected
-        && seen.power != health::PowerSource::Off
-        && seen.bmc)
-        .then(|| jiff::SignedDuration::from_secs(2));
-    let recheck = [health::model::recheck_in(&sources, &ctx.health_policy, now), settling, watch_power]
-        .into_iter()
-        .flatten()
-        .min()
-        .and_then(|d| Duration::try_from(d).ok());
+    let recheck = recheck_of(ctx, seen, &sources, settling, now);
     let a = health::assess(&sources, &own, previous, &ctx.health_policy, now);
+    let kubelet_alive = a.held.is_none() && health::model::kubelet_alive(&sources, &ctx.health_policy, now);
     match (&a.held, previous) {
-        (Some(why), None) => {
-            Verdict { status: None, condition: health::observe::not_judged(why), judged: false, recheck }
-        }
+        (Some(why), None) => Verdict {
+            status: None,
+            condition: health::observe::not_judged(why),
+            judged: false,
+            recheck,
+            kubelet_alive,
+        },
         _ => Verdict {
             status: Some(health::next_status(previous, &a, now)),
             condition: health::observe::condition(&a),
             judged: a.held.is_none(),
             recheck,
+            kubelet_alive,
         },
     }
+}
+
+/// When to judge the host again though nothing changes: the verdict's
+/// own clocks, the end of a new leader's settling, and a lost host with a
+/// BMC soon (its power off makes it Failed at once, without the kubelet's
+/// or Nova's grace).
+fn recheck_of(
+    ctx: &Context,
+    seen: &Seen,
+    sources: &health::Sources<'_>,
+    settling: Option<jiff::SignedDuration>,
+    now: Timestamp,
+) -> Option<Duration> {
+    let watch_power = (sources.agent != health::AgentSource::Connected
+        && seen.power != health::PowerSource::Off
+        && seen.bmc)
+        .then(|| jiff::SignedDuration::from_secs(2));
+    [health::model::recheck_in(sources, &ctx.health_policy, now), settling, watch_power]
+        .into_iter()
+        .flatten()
+        .min()
+        .and_then(|d| Duration::try_from(d).ok())
 }
 
 /// What executing a decision's actions came to.

@@ -23,17 +23,30 @@ pub struct Hosts {
     pub without_agent: u64,
     /// Hypervisors per health state (those judged at least once).
     pub health: std::collections::BTreeMap<HealthState, u64>,
+    /// Fenced hosts that showed life again, not fenced again yet.
+    pub fenced_showing_life: u64,
 }
 
-/// Counts `hypervisors` (phase, agent connected, health).
-pub fn hosts(hypervisors: impl IntoIterator<Item = (Phase, bool, Option<HealthState>)>) -> Hosts {
+/// One Hypervisor, as the fleet's figures count it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Host {
+    pub phase: Phase,
+    pub agent_connected: bool,
+    pub health: Option<HealthState>,
+    /// Its fencing record says it showed life again (docs/fencing.md).
+    pub fenced_showing_life: bool,
+}
+
+/// Counts `hypervisors`.
+pub fn hosts(hypervisors: impl IntoIterator<Item = Host>) -> Hosts {
     let mut f = Hosts::default();
-    for (phase, connected, health) in hypervisors {
-        *f.phases.entry(phase).or_default() += 1;
-        f.without_agent += u64::from(!connected && crate::lifecycle::expects_agent(phase));
-        if let Some(h) = health {
-            *f.health.entry(h).or_default() += 1;
+    for h in hypervisors {
+        *f.phases.entry(h.phase).or_default() += 1;
+        f.without_agent += u64::from(!h.agent_connected && crate::lifecycle::expects_agent(h.phase));
+        if let Some(state) = h.health {
+            *f.health.entry(state).or_default() += 1;
         }
+        f.fenced_showing_life += u64::from(h.fenced_showing_life);
     }
     f
 }
@@ -68,6 +81,7 @@ pub struct HostGauges {
     without_agent: Gauge,
     health: Family<StateLabel, Gauge>,
     transitions: Family<ToLabel, Counter>,
+    fenced_showing_life: Gauge,
 }
 
 impl HostGauges {
@@ -77,6 +91,7 @@ impl HostGauges {
             without_agent: Gauge::default(),
             health: Family::default(),
             transitions: Family::default(),
+            fenced_showing_life: Gauge::default(),
         };
         registry.register(
             "hv_hypervisors",
@@ -98,6 +113,12 @@ impl HostGauges {
             "Changes of a host's health, by the state entered.",
             g.transitions.clone(),
         );
+        registry.register(
+            "hv_fenced_hosts_showing_life",
+            "Fenced hosts that showed life again while their servers were evacuated, not fenced again yet \
+             (docs/fencing.md).",
+            g.fenced_showing_life.clone(),
+        );
         for s in HEALTH_STATES {
             let _ = g.transitions.get_or_create(&ToLabel { to: state_name(s) });
         }
@@ -111,6 +132,7 @@ impl HostGauges {
         self.health.clear();
         let Some(f) = fleet else {
             self.without_agent.set(0);
+            self.fenced_showing_life.set(0);
             return;
         };
         let n = |v: Option<&u64>| i64::try_from(v.copied().unwrap_or(0)).unwrap_or(i64::MAX);
@@ -121,6 +143,7 @@ impl HostGauges {
             self.health.get_or_create(&StateLabel { state: state_name(s) }).set(n(f.health.get(&s)));
         }
         self.without_agent.set(n(Some(&f.without_agent)));
+        self.fenced_showing_life.set(n(Some(&f.fenced_showing_life)));
     }
 
     pub(super) fn health_changed(&self, to: HealthState) {

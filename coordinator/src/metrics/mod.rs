@@ -28,7 +28,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 pub use eviction::{DURATION_BUCKETS, Evictions, Tally, tally};
-pub use hosts::{Hosts, hosts};
+pub use hosts::{Host, Hosts, hosts};
 pub use kube_writes::KubeWrites;
 pub use openstack::{OpenStackCalls, operation};
 pub use reconciles::Reconciles;
@@ -248,13 +248,19 @@ mod tests {
 
     #[test]
     fn the_fleet_is_counted_by_phase_and_missing_agents_only_where_one_belongs() {
+        let host = |phase, agent_connected, health| Host {
+            phase,
+            agent_connected,
+            health,
+            fenced_showing_life: false,
+        };
         let f = hosts([
-            (Phase::Active, true, Some(HealthState::Healthy)),
-            (Phase::Active, false, Some(HealthState::Unreachable)),
-            (Phase::Maintenance, false, Some(HealthState::Failed)),
-            (Phase::Onboarding, false, None),
-            (Phase::Aborted, true, Some(HealthState::Healthy)),
-            (Phase::Evicting, false, Some(HealthState::Unreachable)),
+            host(Phase::Active, true, Some(HealthState::Healthy)),
+            host(Phase::Active, false, Some(HealthState::Unreachable)),
+            Host { fenced_showing_life: true, ..host(Phase::Maintenance, false, Some(HealthState::Failed)) },
+            host(Phase::Onboarding, false, None),
+            host(Phase::Aborted, true, Some(HealthState::Healthy)),
+            host(Phase::Evicting, false, Some(HealthState::Unreachable)),
         ]);
         assert_eq!(f.health.get(&HealthState::Unreachable), Some(&2));
         assert_eq!(f.health.values().sum::<u64>(), 5, "a host never judged is not counted");
@@ -272,6 +278,7 @@ mod tests {
         has(&text, "hv_hypervisors{phase=\"Active\"} 2");
         has(&text, "hv_hypervisors{phase=\"Decommissioned\"} 0");
         has(&text, "hv_hypervisors_without_agent 2");
+        has(&text, "hv_fenced_hosts_showing_life 1");
         has(&text, "hv_hypervisors_by_health{state=\"Unreachable\"} 2");
         has(&text, "hv_hypervisors_by_health{state=\"Degraded\"} 0");
         m.health_changed(HealthState::Failed);
@@ -320,7 +327,13 @@ mod tests {
     fn every_metric_the_chart_queries_is_exposed() {
         let m = Metrics::default();
         m.set_tls(Arc::new(hv_tls::server::Stats::default()));
-        m.set_hosts(|| hosts([(Phase::Active, true, Some(HealthState::Healthy))]));
+        let active = Host {
+            phase: Phase::Active,
+            agent_connected: true,
+            health: Some(HealthState::Healthy),
+            fenced_showing_life: false,
+        };
+        m.set_hosts(move || hosts([active]));
         m.set_nova_view(|| {
             Some(crate::nova::view::ViewFigures {
                 bound: Duration::from_secs(30),

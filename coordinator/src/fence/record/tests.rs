@@ -189,3 +189,47 @@ fn a_clearing_lifts_in_steps_and_drops_the_record_at_the_end() {
     apply(&mut status, &FenceOutcome::default(), Timestamp::UNIX_EPOCH, None);
     assert_eq!((status.fencing, status.conditions.len()), (None, 0), "the record and its condition go");
 }
+
+#[test]
+fn a_fenced_host_showing_life_is_recorded_first_and_fenced_again_by_power_or_by_hand() {
+    let asked = Asked { confirm: Some("c1".into()), ..Asked::default() };
+    let f = facts(&[], &asked);
+    let mut fenced = under_way();
+    fenced.confirmed = vec![FenceStep::NovaForcedDown, FenceStep::PoweredOff];
+    fenced.fenced = Some(Time(Timestamp::UNIX_EPOCH));
+    fenced.failed = Some(FailedFenceStep { step: FenceStep::PoweredOff, message: "old".into(), attempts: 1 });
+    let lives = Decision::ShowsLife { sign: "its BMC reads power on".into() };
+    let out = record(Some(&fenced), &lives, None, &f);
+    let revived = out.record.clone().expect("kept");
+    let revival = revived.revival.clone().expect("recorded");
+    assert_eq!(
+        (revival.sign.as_str(), revival.handled_confirm.as_deref()),
+        ("its BMC reads power on", Some("c1"))
+    );
+    assert_eq!(revived.failed, None, "the first fencing's failure is not this one's");
+    assert_eq!(reason(&out), Some(SHOWS_LIFE));
+    assert_eq!(out.event.as_ref().map(|e| e.0.as_str()), Some(SHOWS_LIFE));
+    assert_eq!(goes_first(Some(&fenced), None, &out), Some(Duration::from_millis(100)), "written first");
+    assert_eq!(goes_first(Some(&revived), None, &out), None, "once");
+
+    // Its power off again: not confirmed, tried as any step; confirmed, the
+    // revival ends and the time is kept, the steps as they were.
+    let take = Decision::Take(FenceStep::PoweredOff);
+    let out = record(Some(&revived), &take, Some(Taken::Step(Err("BMC timed out".into()))), &f);
+    assert_eq!(reason(&out), Some("StepRetrying"));
+    assert!(out.record.as_ref().is_some_and(|r| r.revival.is_some()), "still revived");
+    let now = Timestamp::from_second(60).expect("a time");
+    let later = Facts { now, ..facts(&[], &asked) };
+    let out = record(Some(&revived), &take, Some(Taken::Step(Ok("read Off twice".into()))), &later);
+    let again = out.record.clone().expect("kept");
+    assert_eq!((again.revival.clone(), again.refenced.clone()), (None, Some(Time(now))));
+    assert_eq!(again.confirmed, fenced.confirmed, "no step added");
+    assert_eq!(again.fenced, fenced.fenced, "fenced since the first time");
+    assert_eq!(reason(&out), Some("Fenced"));
+    assert_eq!(out.event.as_ref().map(|e| e.0.as_str()), Some("FencedAgain"));
+
+    // By an SRE's word.
+    let out = record(Some(&revived), &Decision::FencedAgain, None, &later);
+    assert_eq!(out.record.and_then(|r| r.refenced), Some(Time(now)));
+    assert!(out.event.is_some_and(|e| e.1.contains("an SRE confirmed it off")));
+}
