@@ -33,6 +33,7 @@ pub mod address {
     pub const BENCH_NO_BMC: &str = "127.0.0.3";
     pub const EVACUATION: &str = "127.0.0.4";
     pub const EVACUATION_KILL: &str = "127.0.0.5";
+    pub const EVACUATION_REVIVAL: &str = "127.0.0.11";
 }
 
 /// Sets the fencing means of `host`'s Hypervisor: its BMC on the ground
@@ -81,6 +82,11 @@ pub async fn claim_hosts(env: &TestEnv, n: usize) -> Vec<hosts::Claim> {
 /// Ready counts after 1 s, the agent's heartbeat is stale after 3 s), no ha
 /// maintenance; plus `extra`.
 pub fn fencing_coordinator(region: &Region, extra: &[&str]) -> Proc {
+    fencing_coordinator_via(region, &crate::env::Via::default(), extra)
+}
+
+/// The same, reaching its peers through the fault proxies `via` names.
+pub fn fencing_coordinator_via(region: &Region, via: &crate::env::Via, extra: &[&str]) -> Proc {
     let mut args = vec![
         "--node-not-ready-grace",
         "1s",
@@ -92,7 +98,7 @@ pub fn fencing_coordinator(region: &Region, extra: &[&str]) -> Proc {
         "3s",
     ];
     args.extend_from_slice(extra);
-    region.coordinator(None, &args)
+    region.coordinator_via(region.grpc_port, None, via, &args)
 }
 
 /// `host`'s kubelet stops posting: the Node lifecycle controller turns its

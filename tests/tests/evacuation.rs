@@ -7,7 +7,8 @@
 //! Then the way back once an SRE clears the fence. And a host that loses
 //! its power (its BMC says off, its Node still Ready) is Failed on the
 //! BMC's word, and evacuated once per server though the coordinator is
-//! killed ten times meanwhile.
+//! killed ten times meanwhile. And a fenced host whose power comes back
+//! mid-evacuation is fenced again before the evacuation goes on.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -19,8 +20,10 @@ use hv_coordinator::api::keys::EVACUATE_METADATA;
 use hv_coordinator::api::{
     Eviction, EvictionPhase, EvictionReason, Hypervisor, MaintenanceMode, Migration, MigrationKind, Phase,
 };
+use hv_tests::env::Via;
+use hv_tests::fault_proxy::{Fault, FaultProxy, Match};
 use hv_tests::fencing::{
-    address, fencing_coordinator, give_fencing_means, kubelet_silent, wait_fencing, wait_power,
+    address, fencing_coordinator_via, give_fencing_means, kubelet_silent, wait_fencing, wait_power,
 };
 use hv_tests::openstack::{Admin, FakeHost, fake_host};
 use hv_tests::region::{
@@ -68,12 +71,25 @@ struct Scene {
     /// The dead host's own IP.
     ip: String,
     _lift: Blocklisted,
+    /// The proxy between the coordinator and Nova, when there is one.
+    nova: Option<FaultProxy>,
 }
 
 impl Scene {
     async fn start(test: &str, ip: &'static str) -> Scene {
+        Scene::start_with(test, ip, false).await
+    }
+
+    /// The same, the coordinator reaching Nova through a fault proxy when
+    /// `proxied`.
+    async fn start_with(test: &str, ip: &'static str, proxied: bool) -> Scene {
         let region = Region::start(test).await;
         let env = region.env.clone();
+        let nova = match proxied {
+            true => Some(FaultProxy::start(&env.upstreams().compute).await),
+            false => None,
+        };
+        let via = Via { compute: nova.as_ref().map(FaultProxy::url), ..Via::default() };
         let zone = hv_tests::hosts::zone(&env, 2).await;
         let dead = zone.source.host.clone();
         let args = vec![
@@ -87,7 +103,7 @@ impl Scene {
             "--ceph-client-networks".to_string(),
             "127.0.0.0/24".to_string(),
         ];
-        let coord = Scene::coordinator_of(&region, &args);
+        let coord = Scene::coordinator_of(&region, &args, &via);
         // The dead one's two peers are the agent quorum, and the targets
         // Nova picks from.
         let (mut agents, mut roots) = (Vec::new(), Vec::new());
@@ -107,7 +123,8 @@ impl Scene {
         wait_power(&env, &dead, "On").await;
         let _lift = Blocklisted::lift_later(&env, &format!("{ip}:0/0"));
         let admin = Admin::login(&env).await.unwrap();
-        Scene { region, zone, dead, coord, args, agents, roots, admin, ip: ip.to_string(), _lift }
+        let ip = ip.to_string();
+        Scene { region, zone, dead, coord, args, agents, roots, admin, ip, _lift, nova }
     }
 
     /// The dead host's agent: its Ceph probe at the host's own `ip`.
@@ -119,9 +136,9 @@ impl Scene {
         }
     }
 
-    fn coordinator_of(region: &Region, args: &[String]) -> Proc {
+    fn coordinator_of(region: &Region, args: &[String], via: &Via) -> Proc {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        fencing_coordinator(region, &args)
+        fencing_coordinator_via(region, via, &args)
     }
 
     /// Boots `names` on the host to kill; answers their ids.
@@ -379,7 +396,7 @@ async fn a_coordinator_killed_at_ten_moments_of_an_evacuation_of_eight_servers_e
         scene.region.wait_leading(&scene.coord).await;
         tokio::time::sleep(Duration::from_millis(ms)).await;
         scene.coord.kill();
-        scene.coord = Scene::coordinator_of(&scene.region, &scene.args);
+        scene.coord = Scene::coordinator_of(&scene.region, &scene.args, &Via::default());
     }
     let ev = scene.evacuated(Duration::from_secs(300)).await;
     let attempts = scene.migrations().await;
@@ -399,5 +416,96 @@ async fn a_coordinator_killed_at_ten_moments_of_an_evacuation_of_eight_servers_e
     eprintln!(
         "evacuation kill test: kills after {moments:?} ms; {} attempts recorded for 8 servers",
         attempts.len()
+    );
+}
+
+/// A power-fenced host whose power comes back (a power-restore policy)
+/// while its servers are being evacuated: from the moment its life is seen
+/// until it is fenced again no evacuation is asked (each evacuate held 4 s
+/// on its way to Nova, so the evacuation outlasts the emulator's power on,
+/// which lands up to 11 s after it is asked), the alert's gauge shows it
+/// meanwhile, it is powered off again, and every server ends ACTIVE
+/// elsewhere, evacuated once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fenced_host_whose_power_comes_back_is_fenced_again_before_its_evacuation_goes_on() {
+    let mut scene = Scene::start_with("evacuation-revival", address::EVACUATION_REVIVAL, true).await;
+    let hold = Fault::Delay(Duration::from_secs(4));
+    let evacuate =
+        Match { body_contains: Some("\"evacuate\"".into()), ..Match::method_path("POST", "/action") };
+    scene.nova.as_ref().unwrap().rule(evacuate, hold.clone(), None);
+    let names: Vec<String> = (1..=8).map(|i| format!("back-{i}")).collect();
+    let ids = scene.boot(&names.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    scene.lose_power().await;
+    let (region, coord, dead) = (&scene.region, &scene.coord, scene.dead.clone());
+    wait_fencing(region, &dead, "the host fenced", |f| f.fenced.is_some(), coord).await;
+    let on_asked = jiff::Timestamp::now();
+    hv_tests::bmc::power_on(&region.env, &dead).await.unwrap();
+
+    // Seen, with the gauge the alert reads while it lasts.
+    let metrics = coord.metrics.clone().unwrap();
+    let (gauge, revival) = (std::cell::Cell::new(0.0), std::cell::RefCell::new(None));
+    let revived = until(
+        "fenced again after its life was seen",
+        Duration::from_secs(120),
+        || coord.tail(30),
+        || {
+            let (metrics, dead, gauge, revival) = (&metrics, &dead, &gauge, &revival);
+            async move {
+                let showing = hv_tests::region::metric(metrics, "hv_fenced_hosts_showing_life").await;
+                gauge.set(showing.unwrap_or(0.0).max(gauge.get()));
+                let f = region.hypervisor(dead).await.and_then(|h| h.status).and_then(|s| s.fencing);
+                match f {
+                    Some(f) if f.revival.is_some() => {
+                        revival.replace(f.revival);
+                        Poll::Pending("showing life".into())
+                    }
+                    Some(f) if revival.borrow().is_some() && f.refenced.is_some() => Poll::Ready(f),
+                    other => Poll::Pending(format!("{other:?}")),
+                }
+            }
+        },
+    )
+    .await;
+    let (gauge, revival) = (gauge.get(), revival.into_inner().expect("its life seen"));
+    assert!(revival.sign.contains("BMC reads power on"), "{revival:?}");
+    assert_eq!(gauge, 1.0, "the alert's gauge showed it");
+    let seen = revival.seen.expect("dated").0;
+    let again = revived.refenced.clone().expect("dated").0;
+    assert_eq!(hv_tests::bmc::power_state(&region.env, &dead).await.unwrap(), "Off");
+
+    let events = region.events_for(&dead).await;
+    for reason in ["FencedHostShowsLife", "FencedAgain"] {
+        assert!(events.iter().any(|(r, _)| r == reason), "{reason}: {events:?}");
+    }
+
+    let ev = scene.evacuated(Duration::from_secs(300)).await;
+    for id in &ids {
+        let (host, status) = placed(&scene.admin, id).await;
+        assert!(host != dead && scene.zone.holds(&host), "{id} on {host}");
+        assert_eq!(status, "ACTIVE", "{id}");
+        assert_eq!(evacuations(&scene.admin, id).await, 1, "{id} evacuated once");
+        let vm = ev.status.as_ref().and_then(|s| s.vms.iter().find(|v| &v.id == id)).cloned().unwrap();
+        assert_eq!(vm.state, VmState::Migrated, "{vm:?}");
+    }
+    // No evacuation asked in between (one already on its way may land a
+    // moment after the sign was written).
+    let asked: Vec<jiff::Timestamp> = scene
+        .nova
+        .as_ref()
+        .unwrap()
+        .seen()
+        .into_iter()
+        .filter(|r| r.fault.as_ref() == Some(&hold))
+        .map(|r| r.at)
+        .collect();
+    let between: Vec<_> =
+        asked.iter().filter(|t| **t > seen + jiff::SignedDuration::from_millis(500) && **t < again).collect();
+    assert!(between.is_empty(), "evacuations asked while it showed life: {between:?} ({seen} to {again})");
+    assert!(asked.iter().any(|t| *t >= again), "the evacuation went on after: {asked:?}");
+    let s = |a: jiff::Timestamp, b: jiff::Timestamp| b.duration_since(a).as_secs_f64();
+    eprintln!(
+        "revival on the ground: power on asked -> life seen {:.1} s, seen -> fenced again {:.1} s",
+        s(on_asked, seen),
+        s(seen, again)
     );
 }
