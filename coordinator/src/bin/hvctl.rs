@@ -216,7 +216,8 @@ async fn confirm_fenced(node: &str) -> anyhow::Result<()> {
     let Some(fencing) = hv.status.as_ref().and_then(|s| s.fencing.as_ref()) else {
         anyhow::bail!("{node}: no fencing under way, nothing to confirm (only a Failed host is fenced)");
     };
-    if fencing.fenced.is_some() {
+    // A fenced host that showed life is fenced again on an SRE's word too.
+    if fencing.fenced.is_some() && fencing.revival.is_none() {
         println!("{node} is fenced already");
         return Ok(());
     }

@@ -100,6 +100,8 @@ pub struct Situation<'a> {
     pub life: Option<&'a str>,
     /// An SRE confirmed it off again since it showed life.
     pub refenced_by_hand: bool,
+    /// From status: it was fenced again once already in this fencing.
+    pub refenced_before: bool,
 }
 
 /// A reason not to fence now; each is a condition reason.
@@ -243,6 +245,15 @@ fn fence_again(s: &Situation<'_>) -> Decision {
     if s.refenced_by_hand && s.life.is_none() {
         return Decision::FencedAgain;
     }
+    // Life again after its power was read off: the BMC may not be this
+    // host's, or something turns it on. Not a loop of power offs, each
+    // letting evacuations through: an SRE's word.
+    if s.refenced_before {
+        let message = "fenced, fenced again after it showed life, and showing life once more: its BMC may \
+                       not be this host's, or something turns it back on. Make sure it is off, then say so \
+                       (hvctl confirm-fenced)";
+        return Decision::Stuck { step: FenceStep::PoweredOff, message: message.into() };
+    }
     if let Some((step, why)) = s.failed {
         let message = format!(
             "fenced, then showed life again; {step} could not be confirmed: {why}. Retry it (hvctl \
@@ -292,6 +303,7 @@ mod tests {
             revived: false,
             life: None,
             refenced_by_hand: false,
+            refenced_before: false,
         }
     }
 
@@ -461,11 +473,19 @@ mod tests {
         // A power off again not confirmed: it stands until a retry or an
         // SRE's word.
         let failed = Some((FenceStep::PoweredOff, "the BMC said On"));
-        let s = Situation { failed, ..dark };
+        let s = Situation { failed, ..dark.clone() };
         let Decision::Stuck { message, .. } = decide(&s, &p) else { panic!("{:?}", decide(&s, &p)) };
         assert!(message.contains("the BMC said On") && message.contains("hvctl retry"), "{message}");
         let s = Situation { refenced_by_hand: true, ..s };
         assert_eq!(decide(&s, &p), Decision::FencedAgain);
+        // Life once more after it was fenced again: no second power off
+        // (a lying BMC would let evacuations through at each turn), an
+        // SRE's word.
+        let twice = Situation { refenced_before: true, ..dark.clone() };
+        let Decision::Stuck { message, .. } = decide(&twice, &p) else { panic!("{:?}", decide(&twice, &p)) };
+        assert!(message.contains("once more") && message.contains("hvctl confirm-fenced"), "{message}");
+        let twice = Situation { refenced_by_hand: true, ..twice };
+        assert_eq!(decide(&twice, &p), Decision::FencedAgain);
     }
 
     #[test]
@@ -487,18 +507,21 @@ mod tests {
         assert_eq!(gate(&decide(&alive, &p)), Some(FenceHold::FreshHeartbeat));
     }
 
-    /// (revived, life, refenced by hand): what a fenced host that shows
-    /// life adds.
-    const REVIVALS: [(bool, Option<&str>, bool); 8] = [
-        (false, None, false),
-        (false, Some("agent"), false),
-        (false, None, true),
-        (false, Some("agent"), true),
-        (true, None, false),
-        (true, Some("agent"), false),
-        (true, None, true),
-        (true, Some("agent"), true),
-    ];
+    /// (revived, life, refenced by hand, refenced before): what a fenced
+    /// host that shows life adds.
+    fn revivals() -> Vec<(bool, Option<&'static str>, bool, bool)> {
+        let mut out = Vec::new();
+        for revived in [false, true] {
+            for life in [None, Some("agent")] {
+                for by_hand in [false, true] {
+                    for before in [false, true] {
+                        out.push((revived, life, by_hand, before));
+                    }
+                }
+            }
+        }
+        out
+    }
 
     /// Every combination of the inputs that matter: a step is taken only in
     /// order, never past a gate, never on a live host; fenced only when
@@ -532,9 +555,10 @@ mod tests {
                                             for failed in failures {
                                                 for (confirmed_by_hand, revival) in [false, true]
                                                     .into_iter()
-                                                    .flat_map(|c| REVIVALS.map(|r| (c, r)))
+                                                    .flat_map(|c| revivals().into_iter().map(move |r| (c, r)))
                                                 {
-                                                    let (revived, life, refenced_by_hand) = revival;
+                                                    let (revived, life, refenced_by_hand, refenced_before) =
+                                                        revival;
                                                     let s = Situation {
                                                         health,
                                                         heartbeat_age,
@@ -552,6 +576,7 @@ mod tests {
                                                         revived,
                                                         life,
                                                         refenced_by_hand,
+                                                        refenced_before,
                                                     };
                                                     check(&s, &decide(&s, &p), &p);
                                                     seen += 1;
@@ -567,7 +592,7 @@ mod tests {
             }
         }
         // Per sequence of 3, 2, 2 and 1 steps: one confirmed set more than steps.
-        assert_eq!(seen, 3 * 3 * 2 * 2 * 3 * 3 * 2 * 4 * 2 * 2 * REVIVALS.len() * (4 + 3 + 3 + 2));
+        assert_eq!(seen, 3 * 3 * 2 * 2 * 3 * 3 * 2 * 4 * 2 * 2 * revivals().len() * (4 + 3 + 3 + 2));
     }
 
     fn check(s: &Situation<'_>, d: &Decision, p: &FencePolicy) {
@@ -602,7 +627,7 @@ mod tests {
             // A fenced host that showed life: only its power off again.
             Decision::Take(step) if fenced => {
                 assert!(s.revived && *step == FenceStep::PoweredOff && s.steps.contains(step), "{s:?}");
-                assert!(s.failed.is_none() && !again_by_hand, "{s:?}");
+                assert!(s.failed.is_none() && !again_by_hand && !s.refenced_before, "at most once: {s:?}");
             }
             Decision::ShowsLife { .. } => assert!(fenced && !s.revived && s.life.is_some(), "{s:?}"),
             Decision::FencedAgain => assert!(fenced && s.revived && again_by_hand, "{s:?}"),
@@ -632,7 +657,8 @@ mod tests {
             },
             Decision::Stuck { .. } if fenced => {
                 assert!(s.revived && !again_by_hand, "{s:?}");
-                assert!(s.failed.is_some() || !s.steps.contains(&FenceStep::PoweredOff), "{s:?}");
+                let no_bmc = !s.steps.contains(&FenceStep::PoweredOff);
+                assert!(s.failed.is_some() || no_bmc || s.refenced_before, "{s:?}");
             }
             Decision::Stuck { .. } => {
                 let nothing_cuts = !cuts && s.steps.iter().all(|x| confirmed.contains(x));

@@ -480,7 +480,8 @@ async fn migrate(
         evacuation: fence.evacuation(),
         now,
     };
-    let step = with_slots(ctx, &name, input, held);
+    let (step, read_again) = step_held(ctx, ev, &name, input, held).await?;
+    let fence = read_again.as_ref().unwrap_or(fence);
     // Record each new attempt before asking Nova, so a crash in between
     // can never lead to a second request for the same attempt.
     let said = [options_condition(&before, invalid), fence.condition(), disabled];
@@ -506,6 +507,30 @@ async fn migrate(
         pause_after(began.elapsed())
     };
     Ok(Requeue::requeue(next))
+}
+
+/// The step; with new evacuations in it, the host's fencing record is read
+/// again first, and should it no longer let them start (a sign of life
+/// written since this look began, docs/fencing.md) the step is taken again
+/// held, with that record. Nothing is recorded yet: no attempt is spent.
+async fn step_held(
+    ctx: &EvictionContext,
+    ev: &Eviction,
+    name: &str,
+    input: Input<'_>,
+    held: bool,
+) -> Result<(plan::Step, Option<FenceState>), Error> {
+    let step = with_slots(ctx, name, input.clone(), held);
+    if !step.actions.iter().any(|a| matches!(a, Action::Evacuate { .. })) {
+        return Ok((step, None));
+    }
+    let now = fence(ctx, ev).await?;
+    if now.evacuation().is_some() {
+        return Ok((step, None));
+    }
+    tracing::warn!(eviction = %name, "the host's fencing no longer lets evacuations start: none asked");
+    let step = with_slots(ctx, name, Input { evacuation: now.evacuation(), ..input }, true);
+    Ok((step, Some(now)))
 }
 
 /// The step with the slots the cluster-wide limit grants (none while

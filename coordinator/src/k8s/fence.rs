@@ -181,15 +181,21 @@ pub async fn run(
         _ => None,
     };
     let heartbeat_fresh = seen.heartbeat_age.is_some_and(|a| a < ctx.fencing.policy.fresh_heartbeat);
+    // A step's outcome dates from when it was confirmed: a power off again
+    // waits on the BMC for seconds, and life is looked for from then.
+    let at = if taken.is_some() { Timestamp::now() } else { now };
     let facts = Facts {
         name: &name,
-        now,
+        now: at,
         health: o.health,
         heartbeat_fresh,
         conditions: &status.conditions,
         asked: &asked,
     };
     let mut out = record::record(record.as_ref(), &decision, taken, &facts);
+    if matches!(decision, Decision::ShowsLife { .. }) {
+        ctx.metrics.fenced_host_showed_life();
+    }
     if evacuating.is_some() {
         out.again = Some(out.again.map_or(LIFE_LOOK, |a| a.min(LIFE_LOOK)));
     }
@@ -225,6 +231,7 @@ fn situation<'a>(
         life,
         refenced_by_hand: revival
             .is_some_and(|v| asked.confirm.is_some() && asked.confirm != v.handled_confirm),
+        refenced_before: record.is_some_and(|r| r.refenced.is_some()),
     }
 }
 

@@ -82,6 +82,7 @@ pub struct HostGauges {
     health: Family<StateLabel, Gauge>,
     transitions: Family<ToLabel, Counter>,
     fenced_showing_life: Gauge,
+    showed_life: Counter,
 }
 
 impl HostGauges {
@@ -92,6 +93,7 @@ impl HostGauges {
             health: Family::default(),
             transitions: Family::default(),
             fenced_showing_life: Gauge::default(),
+            showed_life: Counter::default(),
         };
         registry.register(
             "hv_hypervisors",
@@ -119,6 +121,11 @@ impl HostGauges {
              (docs/fencing.md).",
             g.fenced_showing_life.clone(),
         );
+        registry.register(
+            "hv_fenced_host_revivals",
+            "Fenced hosts found showing life while their servers were evacuated (docs/fencing.md).",
+            g.showed_life.clone(),
+        );
         for s in HEALTH_STATES {
             let _ = g.transitions.get_or_create(&ToLabel { to: state_name(s) });
         }
@@ -144,6 +151,10 @@ impl HostGauges {
         }
         self.without_agent.set(n(Some(&f.without_agent)));
         self.fenced_showing_life.set(n(Some(&f.fenced_showing_life)));
+    }
+
+    pub(super) fn showed_life(&self) {
+        self.showed_life.inc();
     }
 
     pub(super) fn health_changed(&self, to: HealthState) {

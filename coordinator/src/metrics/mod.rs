@@ -153,6 +153,11 @@ impl Metrics {
     }
 
     /// A host's health changed to `to`.
+    /// A fenced host was found showing life (docs/fencing.md).
+    pub fn fenced_host_showed_life(&self) {
+        self.host_gauges.showed_life();
+    }
+
     pub fn health_changed(&self, to: HealthState) {
         self.host_gauges.health_changed(to);
     }
@@ -279,6 +284,9 @@ mod tests {
         has(&text, "hv_hypervisors{phase=\"Decommissioned\"} 0");
         has(&text, "hv_hypervisors_without_agent 2");
         has(&text, "hv_fenced_hosts_showing_life 1");
+        has(&text, "hv_fenced_host_revivals_total 0");
+        m.fenced_host_showed_life();
+        has(&m.render(), "hv_fenced_host_revivals_total 1");
         has(&text, "hv_hypervisors_by_health{state=\"Unreachable\"} 2");
         has(&text, "hv_hypervisors_by_health{state=\"Degraded\"} 0");
         m.health_changed(HealthState::Failed);
