@@ -438,6 +438,11 @@ async fn a_fenced_host_whose_power_comes_back_is_fenced_again_before_its_evacuat
     scene.lose_power().await;
     let (region, coord, dead) = (&scene.region, &scene.coord, scene.dead.clone());
     wait_fencing(region, &dead, "the host fenced", |f| f.fenced.is_some(), coord).await;
+    // Never handed out again on this ground: in one CI run Nova still
+    // refused to lift its forced_down 80 s after the next claim restarted
+    // its nova-compute (the cause not found yet), and the next test to
+    // claim it could not activate it.
+    scene.zone.source.retire();
     let on_asked = jiff::Timestamp::now();
     hv_tests::bmc::power_on(&region.env, &dead).await.unwrap();
 
