@@ -136,6 +136,9 @@ pub struct Observed<'a> {
     pub evicting: Option<&'a str>,
     /// Nova lists servers on the host.
     pub servers_left: bool,
+    /// The host's power as the health verdict read it this reconcile
+    /// (Unknown: not read, or unreadable).
+    pub power: PowerSource,
 }
 
 /// How often a fenced host is looked at for signs of life while its
@@ -156,7 +159,7 @@ pub async fn run(
     let record = record::retried(status.fencing.clone(), &asked);
     let evacuating = record.as_ref().filter(|r| evacuation_open(hv, r, o.evicting, o.servers_left));
     let life = match evacuating {
-        Some(r) => life_sign(ctx, hv, r, now).await,
+        Some(r) => life_sign(ctx, hv, r, o.power, now).await,
         None => None,
     };
     // A clearing waits while the host's Eviction runs: a sign of life
@@ -245,15 +248,26 @@ fn evacuation_open(hv: &Hypervisor, r: &FencingStatus, evicting: Option<&str>, s
 /// A sign that the fenced host lives, since it counted fenced or was last
 /// fenced again: its agent's heartbeat since then and fresh, or its BMC
 /// reading power on (only a BMC whose certificate is checked: an unchecked
-/// one could be anyone).
-async fn life_sign(ctx: &Context, hv: &Hypervisor, r: &FencingStatus, now: Timestamp) -> Option<String> {
+/// one could be anyone). The BMC is read here only if the health verdict
+/// did not read it this reconcile (`read`).
+async fn life_sign(
+    ctx: &Context,
+    hv: &Hypervisor,
+    r: &FencingStatus,
+    read: PowerSource,
+    now: Timestamp,
+) -> Option<String> {
     let since = r.refenced.as_ref().or(r.fenced.as_ref())?.0;
     let heartbeat = ctx.registry.view(&hv.name_any()).last_seen;
     let fresh = ctx.fencing.policy.fresh_heartbeat;
     if heartbeat.is_some_and(|t| t > since && now.duration_since(t) < fresh) {
         return Some("its agent talks to us".into());
     }
-    (power_source(ctx, hv).await == PowerSource::On).then(|| "its BMC reads power on".into())
+    let power = match read {
+        PowerSource::Unknown => power_source(ctx, hv).await,
+        known => known,
+    };
+    (power == PowerSource::On).then(|| "its BMC reads power on".into())
 }
 
 /// What an SRE asked on the Hypervisor's annotations.

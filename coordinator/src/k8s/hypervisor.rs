@@ -254,6 +254,7 @@ async fn fence(
         kubelet_alive: verdict.kubelet_alive,
         evicting: seen.evicting(),
         servers_left: matches!(&seen.obs.nova, NovaObs::Registered(h) if !h.instances.is_empty()),
+        power: seen.power,
     };
     super::fence::run(ctx, hv, &seen.host, observed, now).await
 }
