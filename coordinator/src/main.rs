@@ -494,7 +494,8 @@ impl Leading<'_> {
                 args.fencing.fence_power_timeout,
                 args.leadership.namespace.clone(),
             )
-            .with_ceph_networks(args.fencing.ceph_client_networks.clone()),
+            .with_ceph_networks(args.fencing.ceph_client_networks.clone())
+            .with_domain_label(args.fencing.fence_domain_label.clone()),
             metrics: self.metrics.clone(),
             judging_from: args.health.judging_from(jiff::Timestamp::now())?,
             health_policy: args.health.policy()?,

@@ -160,8 +160,6 @@ async fn main() {
         &env.ceph.conf.display().to_string(),
         "--ceph-fence-keyring",
         &env.ceph.fence.keyring.display().to_string(),
-        "--fence-max-started",
-        "100",
     ]
     .map(String::from);
     let coord = fencing_coordinator(&region, &settings.iter().map(String::as_str).collect::<Vec<_>>());

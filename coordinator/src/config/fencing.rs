@@ -13,15 +13,24 @@ const CEPH_FENCE_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(clap::Args, Debug)]
 pub struct FencingFlags {
-    /// Fencing (docs/fencing.md): past this share (percent) of a failure
-    /// domain's hosts lost at once, none of them is fenced.
+    /// Fencing (docs/fencing.md): past this share (percent) of a zone's
+    /// hosts (Node label topology.kubernetes.io/zone) lost at once, none of
+    /// them is fenced.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
     pub fence_max_domain_share: u8,
-    /// At most this many fencings start per --fence-interval, fleet-wide.
-    #[arg(long, default_value_t = 2)]
-    pub fence_max_started: usize,
-    #[arg(long, default_value = "10m", value_parser = duration)]
-    pub fence_interval: Duration,
+    /// Past this share (percent) of the fleet's hosts lost at once, none is
+    /// fenced.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub fence_max_fleet_share: u8,
+    /// The Node label that names a host's failure domain (its rack, its
+    /// power feed): hosts of one domain lost together are fenced together.
+    /// A host without it (or with none given) is a domain of its own.
+    #[arg(long, value_parser = crate::drain::admission::label_key)]
+    pub fence_domain_label: Option<String>,
+    /// Hosts of at most this many failure domains are fenced at once; a
+    /// host of another waits for them (at least 1).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
+    pub fence_max_domains: u16,
     /// An agent heard from within this is alive: its host is never fenced.
     /// At least three --agent-heartbeat intervals.
     #[arg(long, default_value = "30s", value_parser = duration)]
@@ -58,8 +67,8 @@ impl FencingFlags {
         Ok(FencePolicy {
             fresh_heartbeat: signed("--fence-fresh-heartbeat", self.fence_fresh_heartbeat)?,
             max_domain_share: self.fence_max_domain_share,
-            max_started: self.fence_max_started,
-            interval: signed("--fence-interval", self.fence_interval)?,
+            max_fleet_share: self.fence_max_fleet_share,
+            max_domains: usize::from(self.fence_max_domains),
         })
     }
 

@@ -160,10 +160,12 @@ fn every_flag_the_chart_and_the_tests_pass_still_parses() {
         "100",
         "--fence-max-domain-share",
         "100",
-        "--fence-max-started",
-        "9",
-        "--fence-interval",
-        "1m",
+        "--fence-max-fleet-share",
+        "90",
+        "--fence-domain-label",
+        "example.com/rack",
+        "--fence-max-domains",
+        "3",
         "--fence-fresh-heartbeat",
         "3s",
         "--fence-power-timeout",
@@ -216,6 +218,11 @@ fn every_flag_the_chart_and_the_tests_pass_still_parses() {
     assert_eq!(a.check(), Ok(vec![]));
     assert_eq!(a.fencing.ceph().unwrap().id, "fence");
     assert!(!a.fencing.evacuate_by_default);
+    let policy = a.fencing.policy().unwrap();
+    assert_eq!((policy.max_fleet_share, policy.max_domains), (90, 3));
+    assert_eq!(a.fencing.fence_domain_label.as_deref(), Some("example.com/rack"));
+    assert!(args(&["--fence-max-domains", "0"]).is_err(), "at least one domain");
+    assert!(args(&["--fence-domain-label", "not a label"]).is_err());
     assert_eq!(a.leadership.election("me").renew_deadline, Duration::from_secs(4));
     assert_eq!(a.new_nodes.template("ns.l").aggregates, ["az-a"]);
 }

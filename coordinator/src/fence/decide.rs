@@ -9,9 +9,11 @@
 //! again until its confirmation is recorded.
 //!
 //! The gates are the reasons not to fence a host that looks dead, each
-//! answered with what holds and why: our own view is partial, most of its
-//! failure domain looks dead at once, too many fencings started lately, or
-//! its agent is talking to us. A step that cannot be confirmed stops the
+//! answered with what holds and why: it lives (its agent or its kubelet
+//! talks), our own view is partial, most of its zone or of the fleet looks
+//! dead at once, or hosts of more failure domains than the policy allows
+//! are being fenced already. Hosts of one failure domain (a rack) lost
+//! together are fenced together: no rate holds the last of them back. A step that cannot be confirmed stops the
 //! sequence until an SRE either retries it or confirms the host is fenced
 //! by hand, as masakari and Pacemaker's manual fencing confirmation do.
 
@@ -24,12 +26,15 @@ pub struct FencePolicy {
     /// An agent heartbeat younger than this means the host talks to us:
     /// never fenced, and a fencing under way stops.
     pub fresh_heartbeat: SignedDuration,
-    /// More than this percent of a failure domain's hosts lost at once (and
-    /// at least two): nothing in it is fenced.
+    /// More than this percent of a zone's hosts lost at once (and at least
+    /// two): nothing in it is fenced.
     pub max_domain_share: u8,
-    /// At most this many fencings started per `interval`, fleet-wide.
-    pub max_started: usize,
-    pub interval: SignedDuration,
+    /// More than this percent of the fleet's hosts lost at once (and at
+    /// least two): nothing is fenced.
+    pub max_fleet_share: u8,
+    /// Hosts of at most this many failure domains are fenced at once; a new
+    /// fencing in another waits for them.
+    pub max_domains: usize,
 }
 
 impl Default for FencePolicy {
@@ -37,9 +42,20 @@ impl Default for FencePolicy {
         FencePolicy {
             fresh_heartbeat: SignedDuration::from_secs(30),
             max_domain_share: 50,
-            max_started: 2,
-            interval: SignedDuration::from_mins(10),
+            max_fleet_share: 50,
+            max_domains: 2,
         }
+    }
+}
+
+/// A host's failure domain: its rack (the value of the site's topology
+/// label), within its zone where it has one; a host without a rack is a
+/// domain of its own.
+pub fn failure_domain(host: &str, zone: Option<&str>, rack: Option<&str>) -> String {
+    match (zone, rack) {
+        (Some(zone), Some(rack)) => format!("{zone}/{rack}"),
+        (None, Some(rack)) => rack.to_string(),
+        (_, None) => host.to_string(),
     }
 }
 
@@ -71,12 +87,18 @@ pub struct Situation<'a> {
     pub blind: Option<&'a str>,
     /// The other managed hosts' agents: (connected, all).
     pub other_agents: (usize, usize),
-    /// The host's failure domain (its zone, else every managed host): its
-    /// name, its hosts lost (Unreachable or Failed, this one included) and
-    /// all its hosts.
+    /// The host's zone (else every managed host): its name, its hosts lost
+    /// (Unreachable or Failed, this one included) and all its hosts.
     pub domain: (&'a str, usize, usize),
-    /// Fencings of other hosts started within the policy's interval.
-    pub started_lately: usize,
+    /// The fleet's hosts lost (Unreachable or Failed, this one included)
+    /// and all its hosts.
+    pub fleet: (usize, usize),
+    /// The host's failure domain (its rack, by the site's topology label;
+    /// a host without one is a domain of its own).
+    pub failure_domain: &'a str,
+    /// The failure domains with a host to fence (Failed, or its fencing
+    /// under way), each once, and whether a fencing is under way there.
+    pub fencing_domains: &'a [(&'a str, bool)],
     /// The host's sequence ([`sequence`]).
     pub steps: &'a [FenceStep],
     /// From status: whether a fencing of this host is under way (started
@@ -112,7 +134,8 @@ pub enum FenceHold {
     OwnViewPartial,
     NoAgentQuorum,
     FailureDomainLost,
-    TooManyFencings,
+    FleetLost,
+    OtherDomainsFirst,
 }
 
 impl FenceHold {
@@ -123,7 +146,8 @@ impl FenceHold {
             FenceHold::OwnViewPartial => "CoordinatorBlind",
             FenceHold::NoAgentQuorum => "NoAgentQuorum",
             FenceHold::FailureDomainLost => "FailureDomainLost",
-            FenceHold::TooManyFencings => "FencingRateLimited",
+            FenceHold::FleetLost => "FleetShareLost",
+            FenceHold::OtherDomainsFirst => "OtherDomainsFirst",
         }
     }
 }
@@ -214,14 +238,19 @@ pub fn decide(s: &Situation<'_>, policy: &FencePolicy) -> Decision {
         );
         return held(FenceHold::FailureDomainLost, message);
     }
-    if !s.under_way && s.started_lately >= policy.max_started {
+    let (lost, hosts) = s.fleet;
+    if lost >= 2 && lost * 100 > hosts * usize::from(policy.max_fleet_share) {
         let message = format!(
-            "{} fencings started in the last {} min (at most {}): this one waits",
-            s.started_lately,
-            policy.interval.as_mins(),
-            policy.max_started
+            "{lost} of the fleet's {hosts} hosts are lost at once (more than {}%): a network or \
+             control-plane fault is likelier than as many dead hosts",
+            policy.max_fleet_share
         );
-        return held(FenceHold::TooManyFencings, message);
+        return held(FenceHold::FleetLost, message);
+    }
+    if !s.under_way
+        && let Some(message) = other_domains_first(s, policy)
+    {
+        return held(FenceHold::OtherDomainsFirst, message);
     }
     if let Some((step, why)) = s.failed {
         let message = format!(
@@ -234,6 +263,30 @@ pub fn decide(s: &Situation<'_>, policy: &FencePolicy) -> Decision {
         Some(step) => Decision::Take(*step),
         None => nothing_cuts(),
     }
+}
+
+/// Why a new fencing waits for other failure domains: hosts of more than
+/// `max_domains` are to be fenced, and this host's comes after them (those
+/// with a fencing under way first, then by name, so every reconcile ranks
+/// alike); None when it may start.
+fn other_domains_first(s: &Situation<'_>, policy: &FencePolicy) -> Option<String> {
+    let mut ranked: Vec<(&str, bool)> = s.fencing_domains.to_vec();
+    if !ranked.iter().any(|(d, _)| *d == s.failure_domain) {
+        ranked.push((s.failure_domain, false));
+    }
+    ranked.sort_by_key(|(d, under_way)| (!under_way, *d));
+    let rank = ranked.iter().position(|(d, _)| *d == s.failure_domain)?;
+    if rank < policy.max_domains {
+        return None;
+    }
+    let first: Vec<&str> = ranked.iter().take(policy.max_domains).map(|(d, _)| *d).collect();
+    Some(format!(
+        "hosts of {} failure domains are to be fenced at once; at most {} at a time: {} waits for {}",
+        ranked.len(),
+        policy.max_domains,
+        s.failure_domain,
+        first.join(", ")
+    ))
 }
 
 /// A fenced host that showed life, fenced again: its power off (read
@@ -293,7 +346,9 @@ mod tests {
             blind: None,
             other_agents: (9, 10),
             domain: ("az-1", 1, 10),
-            started_lately: 0,
+            fleet: (1, 10),
+            failure_domain: "rack-1",
+            fencing_domains: &[("rack-1", false)],
             steps: &ALL,
             under_way: false,
             confirmed: &[],
@@ -312,6 +367,14 @@ mod tests {
             Decision::HeldBack { gate, .. } => Some(*gate),
             _ => None,
         }
+    }
+
+    #[test]
+    fn a_rack_is_a_failure_domain_within_its_zone_and_a_host_without_one_its_own() {
+        assert_eq!(failure_domain("n1", Some("az-1"), Some("r7")), "az-1/r7");
+        assert_eq!(failure_domain("n1", Some("az-2"), Some("r7")), "az-2/r7", "another zone's rack 7");
+        assert_eq!(failure_domain("n1", None, Some("r7")), "r7");
+        assert_eq!(failure_domain("n1", Some("az-1"), None), "n1");
     }
 
     #[test]
@@ -390,7 +453,7 @@ mod tests {
     #[test]
     fn each_gate_holds_a_fencing_back_and_says_why() {
         let p = FencePolicy::default();
-        let cases: [(Situation<'static>, FenceHold, &str); 8] = [
+        let cases: [(Situation<'static>, FenceHold, &str); 9] = [
             (
                 Situation { heartbeat_age: Some(SignedDuration::from_secs(3)), ..failed_host() },
                 FenceHold::FreshHeartbeat,
@@ -418,10 +481,15 @@ mod tests {
                 FenceHold::FailureDomainLost,
                 "2 of the 3",
             ),
+            (Situation { fleet: (6, 10), ..failed_host() }, FenceHold::FleetLost, "6 of the fleet's 10"),
             (
-                Situation { started_lately: 2, ..failed_host() },
-                FenceHold::TooManyFencings,
-                "2 fencings started",
+                Situation {
+                    failure_domain: "rack-c",
+                    fencing_domains: &[("rack-c", false), ("rack-b", false), ("rack-a", true)],
+                    ..failed_host()
+                },
+                FenceHold::OtherDomainsFirst,
+                "rack-c waits for rack-a, rack-b",
             ),
         ];
         for (s, want, says) in cases {
@@ -430,10 +498,26 @@ mod tests {
             let Decision::HeldBack { message, .. } = d else { unreachable!() };
             assert!(message.contains(says), "{message}");
         }
-        // The edges that pass: half of a domain, one host alone in its own,
-        // a heartbeat exactly as old as the bound, no heartbeat ever seen.
+        // The edges that pass: half of a zone or of the fleet, one host
+        // alone in its own, a heartbeat exactly as old as the bound, no
+        // heartbeat ever seen; a whole rack of six lost in a fleet of 16
+        // (each of its hosts fenced at once), a domain whose fencing is
+        // under way ahead of others before it by name.
         for s in [
             Situation { domain: ("az-2", 5, 10), ..failed_host() },
+            Situation { fleet: (5, 10), ..failed_host() },
+            Situation {
+                domain: ("az-1", 6, 16),
+                fleet: (6, 16),
+                fencing_domains: &[("rack-1", true), ("rack-2", false)],
+                ..failed_host()
+            },
+            Situation {
+                failure_domain: "rack-z",
+                fencing_domains: &[("rack-a", false), ("rack-b", false), ("rack-z", true)],
+                ..failed_host()
+            },
+            Situation { fencing_domains: &[("node-9", false), ("rack-1", false)], ..failed_host() },
             Situation { domain: ("az-2", 1, 1), ..failed_host() },
             Situation { heartbeat_age: Some(p.fresh_heartbeat), ..failed_host() },
             Situation { heartbeat_age: None, ..failed_host() },
@@ -441,9 +525,14 @@ mod tests {
         ] {
             assert_eq!(decide(&s, &p), Decision::Take(FenceStep::NovaForcedDown), "{s:?}");
         }
-        // The rate limit is for starting: a fencing under way goes on.
-        let s = Situation { started_lately: 9, under_way: true, ..failed_host() };
+        // Waiting for other domains is for starting: a fencing under way
+        // goes on (its own domain ranks first then, whatever it is told).
+        let fencing_domains = &[("rack-a", true), ("rack-b", true), ("rack-1", false)];
+        let s = Situation { fencing_domains, under_way: true, ..failed_host() };
         assert_eq!(decide(&s, &p), Decision::Take(FenceStep::NovaForcedDown));
+        let one = FencePolicy { max_domains: 1, ..p };
+        let s = Situation { fencing_domains: &[("rack-0", false), ("rack-1", false)], ..failed_host() };
+        assert_eq!(gate(&decide(&s, &one)), Some(FenceHold::OtherDomainsFirst), "by name: rack-0 first");
     }
 
     #[test]
@@ -534,7 +623,9 @@ mod tests {
         let heartbeats = [None, Some(SignedDuration::from_secs(5)), Some(SignedDuration::from_mins(3))];
         let blinds = [None, Some("Nova down")];
         let agents = [(0, 0), (2, 4), (3, 4)];
-        let domains = [("d", 1, 1), ("d", 3, 4), ("d", 2, 4)];
+        // The zone's share and the fleet's: all pass, the zone's held, the fleet's held.
+        let shares = [(("d", 1, 1), (1, 10)), (("d", 3, 4), (3, 10)), (("d", 2, 4), (6, 10))];
+        let ahead: [&[(&str, bool)]; 2] = [&[("d", false)], &[("a", true), ("b", true), ("d", false)]];
         let sequences =
             [sequence(true, true), sequence(true, false), sequence(false, true), sequence(false, false)];
         let failures = [None, Some((FenceStep::PoweredOff, "BMC said On"))];
@@ -546,8 +637,8 @@ mod tests {
                 {
                     for blind in blinds {
                         for other_agents in agents {
-                            for domain in domains {
-                                for started_lately in [0, 5] {
+                            for (domain, fleet) in shares {
+                                for fencing_domains in ahead {
                                     for (under_way, fenced) in
                                         [(false, None), (true, None), (true, Some(false)), (true, Some(true))]
                                     {
@@ -566,7 +657,9 @@ mod tests {
                                                         blind,
                                                         other_agents,
                                                         domain,
-                                                        started_lately,
+                                                        fleet,
+                                                        failure_domain: "d",
+                                                        fencing_domains,
                                                         steps,
                                                         under_way,
                                                         confirmed,
@@ -595,6 +688,19 @@ mod tests {
         assert_eq!(seen, 3 * 3 * 2 * 2 * 3 * 3 * 2 * 4 * 2 * 2 * revivals().len() * (4 + 3 + 3 + 2));
     }
 
+    fn fleet_under_share(s: &Situation<'_>, p: &FencePolicy) -> bool {
+        let (lost, hosts) = s.fleet;
+        lost < 2 || lost * 100 <= hosts * usize::from(p.max_fleet_share)
+    }
+
+    /// The failure domains whose fencings go before the host's: those under
+    /// way before those not, then by name.
+    fn ahead(s: &Situation<'_>) -> usize {
+        let mine = s.fencing_domains.iter().any(|(d, busy)| *d == s.failure_domain && *busy);
+        let before = |d: &str, busy: bool| (busy && !mine) || (busy == mine && d < s.failure_domain);
+        s.fencing_domains.iter().filter(|(d, busy)| *d != s.failure_domain && before(d, *busy)).count()
+    }
+
     fn check(s: &Situation<'_>, d: &Decision, p: &FencePolicy) {
         let confirmed: &[FenceStep] = if s.under_way { s.confirmed } else { &[] };
         let talks = s.heartbeat_age.is_some_and(|a| a < p.fresh_heartbeat);
@@ -606,7 +712,8 @@ mod tests {
             && s.blind.is_none()
             && s.other_agents.0 * 2 > s.other_agents.1
             && (lost < 2 || lost * 100 <= hosts * usize::from(p.max_domain_share))
-            && (s.under_way || s.started_lately < p.max_started);
+            && fleet_under_share(s, p)
+            && (s.under_way || ahead(s) < p.max_domains);
         let wanted = s.under_way || s.health == HealthState::Failed;
         if open && wanted {
             assert!(
@@ -638,7 +745,8 @@ mod tests {
                 assert!(s.other_agents.0 * 2 > s.other_agents.1, "{s:?}");
                 let (_, lost, hosts) = s.domain;
                 assert!(lost < 2 || lost * 100 <= hosts * usize::from(p.max_domain_share), "{s:?}");
-                assert!(s.under_way || s.started_lately < p.max_started, "{s:?}");
+                assert!(fleet_under_share(s, p), "{s:?}");
+                assert!(s.under_way || ahead(s) < p.max_domains, "{s:?}");
                 let i = s.steps.iter().position(|x| x == step).unwrap_or(usize::MAX);
                 assert!(s.steps[..i].iter().all(|x| confirmed.contains(x)), "out of order: {s:?}");
                 assert!(!confirmed.contains(step), "{s:?}");
@@ -667,7 +775,10 @@ mod tests {
             Decision::HeldBack { gate, .. } => {
                 assert!(s.fenced.is_none(), "{s:?}");
                 assert!(*gate != FenceHold::FreshHeartbeat || talks, "{s:?}");
-                assert!(*gate != FenceHold::KubeletAlive || s.kubelet_alive, "{s:?}")
+                assert!(*gate != FenceHold::KubeletAlive || s.kubelet_alive, "{s:?}");
+                assert!(*gate != FenceHold::FleetLost || !fleet_under_share(s, p), "{s:?}");
+                let waits = !s.under_way && ahead(s) >= p.max_domains;
+                assert!(*gate != FenceHold::OtherDomainsFirst || waits, "{s:?}")
             }
             Decision::Nothing => assert!(!s.under_way && s.health != HealthState::Failed, "{s:?}"),
         }

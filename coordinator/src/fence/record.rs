@@ -68,10 +68,8 @@ pub fn retried(record: Option<FencingStatus>, asked: &Asked) -> Option<FencingSt
 /// [`decide`](super::decide::decide) names one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Taken {
-    /// A new fencing's place under the rate limit was taken: it starts.
+    /// A new fencing starts (counted as under way from now).
     Claimed,
-    /// Another reconcile took the last place meanwhile.
-    NotClaimed,
     /// This replica does not hold the lease: the step waits for the next
     /// reconcile, under the lease.
     NotLeader,
@@ -229,10 +227,9 @@ fn fenced(
 fn took(out: &mut FenceOutcome, step: FenceStep, taken: Taken, f: &Facts<'_>) {
     let in_progress = |message: &str| Some(cond(ConditionStatus::False, "InProgress", message));
     match taken {
-        Taken::NotClaimed => out.again = Some(Duration::from_secs(1)),
         Taken::NotLeader => out.again = Some(Duration::from_millis(500)),
         // Recorded before any step: a fencing started is never lost to a
-        // fail-over or a failed write, and counts against the limit.
+        // fail-over or a failed write, and counts as under way.
         Taken::Claimed => {
             out.record = Some(FencingStatus {
                 started: Some(Time(f.now)),

@@ -33,8 +33,8 @@ use crate::lifecycle::ServiceState;
 /// Prefix of the maintenance reason of a host put into `ha` for being
 /// fenced.
 pub const EVACUATE_REASON_PREFIX: &str = "hv-fence: ";
-/// How long a fencing this process started counts though the cache does
-/// not show it yet.
+/// How long a fencing this process started counts as under way though the
+/// cache does not show it yet.
 const CLAIM_TTL: Duration = Duration::from_secs(30);
 
 /// What fencing may use, and the fencings this process started moments ago.
@@ -53,6 +53,9 @@ pub struct FenceContext {
     /// Where the hosts' Ceph clients are: an agent's report outside these
     /// is not blocklisted on its word (none: any).
     pub ceph_networks: Vec<ipnet::IpNet>,
+    /// The Node label that names a host's failure domain (none: each host
+    /// is a domain of its own).
+    pub domain_label: Option<String>,
 }
 
 impl FenceContext {
@@ -70,12 +73,18 @@ impl FenceContext {
             claims: super::claims::Claims::new(CLAIM_TTL),
             off: Mutex::new(BTreeMap::new()),
             ceph_networks: Vec::new(),
+            domain_label: None,
         }
     }
 
     /// The same, an agent's Ceph addresses taken only within `networks`.
     pub fn with_ceph_networks(self, networks: Vec<ipnet::IpNet>) -> Self {
         FenceContext { ceph_networks: networks, ..self }
+    }
+
+    /// The same, failure domains named by the Node label `label`.
+    pub fn with_domain_label(self, label: Option<String>) -> Self {
+        FenceContext { domain_label: label, ..self }
     }
 }
 
@@ -176,9 +185,11 @@ pub async fn run(
         return FenceOutcome::default();
     }
     let name = hv.name_any();
-    let seen = observe(ctx, hv, &name, o.health, now);
-    let decision =
-        decide::decide(&situation(&o, &seen, record.as_ref(), &asked, life.as_deref()), &ctx.fencing.policy);
+    let seen = observe(ctx, hv, &name, o.health, record.is_some(), now);
+    let fencing_domains: Vec<(&str, bool)> =
+        seen.fencing_domains.iter().map(|(d, b)| (d.as_str(), *b)).collect();
+    let s = situation(&o, &seen, &fencing_domains, record.as_ref(), &asked, life.as_deref());
+    let decision = decide::decide(&s, &ctx.fencing.policy);
     let taken = match decision {
         Decision::Take(step) => Some(take_or_claim(ctx, hv, host, record.as_ref(), step).await),
         _ => None,
@@ -210,6 +221,7 @@ pub async fn run(
 fn situation<'a>(
     o: &'a Observed<'_>,
     seen: &'a Seen,
+    fencing_domains: &'a [(&'a str, bool)],
     record: Option<&'a FencingStatus>,
     asked: &Asked,
     life: Option<&'a str>,
@@ -223,7 +235,9 @@ fn situation<'a>(
         blind: o.blind.as_deref(),
         other_agents: seen.other_agents,
         domain: (&seen.domain, seen.lost, seen.hosts),
-        started_lately: seen.started_lately,
+        fleet: seen.fleet,
+        failure_domain: &seen.failure_domain,
+        fencing_domains,
         steps: &seen.steps,
         under_way: record.is_some(),
         confirmed: record.map_or(&[][..], |r| &r.confirmed[..]),
@@ -289,12 +303,22 @@ struct Seen {
     domain: String,
     lost: usize,
     hosts: usize,
-    started_lately: usize,
+    fleet: (usize, usize),
+    failure_domain: String,
+    fencing_domains: Vec<(String, bool)>,
 }
 
-fn observe(ctx: &Context, hv: &Hypervisor, name: &str, health: Option<HealthState>, now: Timestamp) -> Seen {
+fn observe(
+    ctx: &Context,
+    hv: &Hypervisor,
+    name: &str,
+    health: Option<HealthState>,
+    under_way: bool,
+    now: Timestamp,
+) -> Seen {
     let serving = in_service(ctx);
     let (lost, hosts, domain) = domain_of(ctx, &serving, name, health);
+    let domains = failure_domains(ctx, &serving, name, (health, under_way));
     Seen {
         steps: steps_of(hv),
         heartbeat_age: ctx.registry.view(name).last_seen.map(|t| now.duration_since(t)),
@@ -302,7 +326,9 @@ fn observe(ctx: &Context, hv: &Hypervisor, name: &str, health: Option<HealthStat
         domain,
         lost,
         hosts,
-        started_lately: started_lately(ctx, name, now),
+        fleet: domains.fleet,
+        failure_domain: domains.own,
+        fencing_domains: domains.fencing,
     }
 }
 
@@ -317,7 +343,9 @@ async fn take_or_claim(
     step: FenceStep,
 ) -> Taken {
     let Some(r) = record else {
-        return if claim(ctx, &hv.name_any()) { Taken::Claimed } else { Taken::NotClaimed };
+        // Counted as under way from now, though the cache lags.
+        ctx.fencing.claims.with(|claimed| claimed.claim(&hv.name_any()));
+        return Taken::Claimed;
     };
     if !ctx.gate.open() {
         return Taken::NotLeader;
@@ -641,49 +669,60 @@ fn domain_of(
     (lost_now, members.len().max(1), label)
 }
 
-/// Fencings of other hosts started within the policy's interval: recorded
-/// in their status, or started by this process moments ago.
-fn started_lately(ctx: &Context, name: &str, now: Timestamp) -> usize {
-    let recorded = recorded_lately(ctx, name, now);
-    ctx.fencing.claims.with(|claimed| lately(recorded, claimed, name))
+/// The failure domains as one fencing sees them ([`failure_domains`]).
+struct Domains {
+    /// The host's own.
+    own: String,
+    /// Each with a host to fence, and whether a fencing is under way there.
+    fencing: Vec<(String, bool)>,
+    /// The fleet's hosts in service lost (Unreachable or Failed), and all.
+    fleet: (usize, usize),
 }
 
-fn recorded_lately(ctx: &Context, name: &str, now: Timestamp) -> Vec<String> {
-    let window = ctx.fencing.policy.interval;
-    ctx.hypervisors
-        .state()
-        .iter()
-        .filter(|h| h.name_any() != name)
-        .filter(|h| {
-            h.status
-                .as_ref()
-                .and_then(|s| s.fencing.as_ref())
-                .and_then(|f| f.started.as_ref())
-                .is_some_and(|t| now.duration_since(t.0) < window)
-        })
-        .map(|h| h.name_any())
-        .collect()
-}
-
-fn lately(mut hosts: Vec<String>, claimed: &super::claims::Live<'_>, name: &str) -> usize {
-    hosts.extend(claimed.names().filter(|n| *n != name).map(str::to_string));
-    hosts.sort();
-    hosts.dedup();
-    hosts.len()
-}
-
-/// Claims a place under the rate limit for a fencing about to start:
-/// counted and claimed under one lock, so two reconciles cannot both take
-/// the last place.
-fn claim(ctx: &Context, name: &str) -> bool {
-    let recorded = recorded_lately(ctx, name, Timestamp::now());
-    ctx.fencing.claims.with(|claimed| {
-        if lately(recorded, claimed, name) >= ctx.fencing.policy.max_started {
-            return false;
+/// The host's failure domain, every domain with a host to fence (Failed,
+/// or its fencing under way: recorded, or started by this process moments
+/// ago), and the fleet's losses. `own`: this host's verdict and whether its
+/// fencing is under way, which the cache may not show yet.
+fn failure_domains(
+    ctx: &Context,
+    serving: &[String],
+    name: &str,
+    own: (Option<HealthState>, bool),
+) -> Domains {
+    let nodes = ctx.nodes.state();
+    let labels: BTreeMap<String, &BTreeMap<String, String>> =
+        nodes.iter().map(|n| (n.name_any(), n.labels())).collect();
+    let domain =
+        |host: &str| failure_domain(host, labels.get(host).copied(), ctx.fencing.domain_label.as_deref());
+    let serving: std::collections::BTreeSet<&str> = serving.iter().map(String::as_str).collect();
+    let claimed: Vec<String> = ctx.fencing.claims.with(|c| c.names().map(str::to_string).collect());
+    let (mut fencing, mut fleet) = (BTreeMap::<String, bool>::new(), (0, 0));
+    for h in ctx.hypervisors.state().iter() {
+        let host = h.name_any();
+        let status = h.status.as_ref();
+        let (health, under_way) = if host == name {
+            own
+        } else {
+            let recorded = status.and_then(|s| s.fencing.as_ref()).is_some_and(|f| f.fenced.is_none());
+            (status.and_then(|s| s.health.as_ref()).map(|x| x.state), recorded || claimed.contains(&host))
+        };
+        let in_service = host == name || serving.contains(host.as_str());
+        if in_service {
+            fleet.1 += 1;
+            fleet.0 += usize::from(matches!(health, Some(HealthState::Unreachable | HealthState::Failed)));
         }
-        claimed.claim(name);
-        true
-    })
+        if under_way || (in_service && health == Some(HealthState::Failed)) {
+            *fencing.entry(domain(&host)).or_default() |= under_way;
+        }
+    }
+    Domains { own: domain(name), fencing: fencing.into_iter().collect(), fleet }
+}
+
+/// A host's failure domain ([`decide::failure_domain`]) from its Node's
+/// labels.
+fn failure_domain(host: &str, labels: Option<&BTreeMap<String, String>>, label: Option<&str>) -> String {
+    let get = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
+    decide::failure_domain(host, get(ZONE_LABEL), label.and_then(get))
 }
 
 /// Publishes a fencing Event on the Hypervisor.

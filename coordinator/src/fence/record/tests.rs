@@ -33,9 +33,6 @@ fn a_new_fencing_is_recorded_before_any_step_with_what_was_asked_so_far() {
     assert_eq!((r.handled_retry.as_deref(), r.handled_clear.as_deref()), (Some("r1"), Some("c1")));
     assert_eq!(reason(&out), Some("InProgress"));
     assert_eq!(out.event.as_ref().map(|e| e.0.as_str()), Some("FencingStarted"));
-    // The last place taken by another reconcile meanwhile: nothing recorded.
-    let out = record(None, &take, Some(Taken::NotClaimed), &f);
-    assert_eq!((out.record, out.condition, out.again), (None, None, Some(Duration::from_secs(1))));
 }
 
 #[test]
