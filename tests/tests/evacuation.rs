@@ -8,7 +8,8 @@
 //! its power (its BMC says off, its Node still Ready) is Failed on the
 //! BMC's word, and evacuated once per server though the coordinator is
 //! killed ten times meanwhile. And a fenced host whose power comes back
-//! mid-evacuation is fenced again before the evacuation goes on.
+//! mid-evacuation is fenced again before the evacuation goes on, then
+//! retired: its blocklist entry lifted only once its machine reads off.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -520,5 +521,84 @@ async fn a_fenced_host_whose_power_comes_back_is_fenced_again_before_its_evacuat
         "revival on the ground: power on asked -> life seen {:.1} s, seen -> fenced again {:.1} s",
         s(on_asked, seen),
         s(seen, again)
+    );
+    retired_once_its_machine_reads_off(&scene).await;
+}
+
+/// The evacuated host is gone for good: an SRE powered it on to look at
+/// it, then retires it. Its blocklist entry stands while its machine reads
+/// on, and is gone only once it reads off; the record is kept, the host
+/// still forced down in Nova, and a clearing is refused.
+async fn retired_once_its_machine_reads_off(scene: &Scene) {
+    let (region, coord, dead) = (&scene.region, &scene.coord, scene.dead.clone());
+    let entry = format!("{}:0/0", address::EVACUATION_REVIVAL);
+    let listed = || hv_tests::region::blocklist(&region.env).unwrap().contains_key(&entry);
+    assert!(listed(), "blocklisted while fenced");
+    hv_tests::bmc::power_on(&region.env, &dead).await.unwrap();
+    wait_power(&region.env, &dead, "On").await;
+    let out = region.hvctl().args(["retire", &dead]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let waiting = until(
+        "the retirement waiting for the machine",
+        Duration::from_secs(60),
+        || coord.tail(30),
+        || async {
+            let hv = region.hypervisor(&dead).await.unwrap();
+            match Region::condition(&hv, "Fenced") {
+                (_, reason, message) if reason == "RetireWaiting" => Poll::Ready(message),
+                other => Poll::Pending(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(waiting.contains("power on"), "{waiting}");
+    // Looked at again (every 5 s) while the machine runs: the entry stands.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(listed(), "lifted while the machine runs");
+
+    // Powered off: the entry goes, never while the machine read on (the
+    // power read first: a lift needs two reads of off a second apart).
+    hv_tests::bmc::power_off(&region.env, &dead).await.unwrap();
+    let off_asked = jiff::Timestamp::now();
+    let lifted = until(
+        "the blocklist entry lifted",
+        Duration::from_secs(90),
+        || coord.tail(30),
+        || async {
+            let power = hv_tests::bmc::power_state(&region.env, &dead).await.unwrap();
+            match (listed(), power.as_str()) {
+                (true, _) => Poll::Pending(format!("listed, power {power}")),
+                (false, "Off") => Poll::Ready(jiff::Timestamp::now()),
+                (false, other) => panic!("the entry was lifted while the machine reads {other}"),
+            }
+        },
+    )
+    .await;
+    let f = wait_fencing(
+        region,
+        &dead,
+        "the host retired",
+        |f| f.retirement.as_ref().is_some_and(|r| r.retired.is_some()),
+        coord,
+    )
+    .await;
+    let retirement = f.retirement.clone().unwrap();
+    assert!(f.blocklist_lifted && f.fenced.is_some(), "the record kept: {f:?}");
+    assert!(
+        retirement.machine.as_deref().is_some_and(|m| m.contains("read power off twice")),
+        "{retirement:?}"
+    );
+    let hv = region.hypervisor(&dead).await.unwrap();
+    assert_eq!(Region::condition(&hv, "Fenced").1, "Retired");
+    assert_eq!(scene.admin.service(&dead).await.unwrap().unwrap()["forced_down"], true, "still forced down");
+    let events = region.events_for(&dead).await;
+    for reason in ["RetireWaiting", "BlocklistLifted", "Retired"] {
+        assert!(events.iter().any(|(r, _)| r == reason), "{reason}: {events:?}");
+    }
+    let out = region.hvctl().args(["clear-fenced", &dead]).output().unwrap();
+    assert!(!out.status.success(), "a retired host is not cleared");
+    eprintln!(
+        "retirement on the ground: power off asked -> blocklist entry lifted {:.1} s",
+        lifted.duration_since(off_asked).as_secs_f64()
     );
 }

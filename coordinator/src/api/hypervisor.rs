@@ -499,6 +499,33 @@ pub struct FencingStatus {
     /// read twice, or an SRE's confirmation): life is looked for since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refenced: Option<Time>,
+    /// The retire annotation's value when this fencing started: a
+    /// retirement counts only if asked since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled_retire: Option<String>,
+    /// The host is retired, gone for good (`hvctl retire`): the record
+    /// stays, its blocklist entries are lifted once its machine is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retirement: Option<FenceRetirement>,
+}
+
+/// A fenced host retired by an SRE (docs/fencing.md, "A host gone for
+/// good").
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FenceRetirement {
+    /// When the coordinator took the SRE's word.
+    pub asked: Option<Time>,
+    /// The retire annotation's value it took.
+    #[serde(default)]
+    pub handled: String,
+    /// How the machine was found off or gone, before its blocklist
+    /// entries were lifted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
+    /// When nothing was left to do: the host counts retired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired: Option<Time>,
 }
 
 /// A fenced host that showed life again (docs/fencing.md, "A fenced host

@@ -63,6 +63,14 @@ pub const CONFIRM_FENCED_ANNOTATION: &str = "hypervisor.cloud.sap/confirm-fenced
 /// Set by an SRE (or `hvctl clear-fenced`) once the host is repaired and
 /// back: the fence comes off (docs/fencing.md, Recovery).
 pub const CLEAR_FENCED_ANNOTATION: &str = "hypervisor.cloud.sap/clear-fenced";
+/// Set by an SRE (or `hvctl retire`) for a fenced host gone for good: its
+/// blocklist entries are lifted once its machine reads off, the record is
+/// kept (docs/fencing.md, A host gone for good).
+pub const RETIRE_ANNOTATION: &str = "hypervisor.cloud.sap/retire";
+/// Set by an SRE (or `hvctl retire --machine-gone`) to the retire
+/// annotation's value: the machine is removed or wiped, so no BMC reading
+/// is waited for. Another value says nothing.
+pub const MACHINE_GONE_ANNOTATION: &str = "hypervisor.cloud.sap/machine-gone";
 /// Holds a Hypervisor's deletion while VMs may depend on its host.
 pub const HYPERVISOR_FINALIZER: &str = "hypervisor.cloud.sap/in-service";
 

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use hv_coordinator::api::Hypervisor;
 use hv_coordinator::api::keys::{CLEAR_FENCED_ANNOTATION, CONFIRM_FENCED_ANNOTATION, RETRY_ANNOTATION};
+use hv_coordinator::api::keys::{MACHINE_GONE_ANNOTATION, RETIRE_ANNOTATION};
 use hv_proto::v1::fleet_service_client::FleetServiceClient;
 use hv_proto::v1::{GetHypervisorRequest, Hypervisor as PbHypervisor, ListHypervisorsRequest, WatchRequest};
 use kube::Api;
@@ -69,6 +70,19 @@ enum Cmd {
     /// before it takes VMs. Sets the hypervisor.cloud.sap/clear-fenced
     /// annotation (uses KUBECONFIG).
     ClearFenced { node: String },
+    /// Retire a fenced NODE that will never come back: once its
+    /// evacuation is over, its Ceph blocklist entries are lifted (so a
+    /// machine reusing its IP can use RBD) as soon as its BMC reads it off
+    /// twice; Nova's forced_down stays and the fencing record is kept. Sets
+    /// the hypervisor.cloud.sap/retire annotation (uses KUBECONFIG).
+    Retire {
+        node: String,
+        /// The machine is removed or wiped: lift its entries without a BMC
+        /// reading (for a host without a BMC, or one that no longer
+        /// answers). Also sets hypervisor.cloud.sap/machine-gone.
+        #[arg(long)]
+        machine_gone: bool,
+    },
 }
 
 #[tokio::main]
@@ -142,6 +156,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         Cmd::ConfirmFenced { node } => confirm_fenced(node).await?,
         Cmd::ClearFenced { node } => clear_fenced(node).await?,
+        Cmd::Retire { node, machine_gone } => retire(node, *machine_gone).await?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -229,13 +244,49 @@ async fn confirm_fenced(node: &str) -> anyhow::Result<()> {
 
 async fn clear_fenced(node: &str) -> anyhow::Result<()> {
     let hv = hypervisors().await?.get(node).await?;
-    if hv.status.as_ref().and_then(|s| s.fencing.as_ref()).is_none() {
+    let Some(fencing) = hv.status.as_ref().and_then(|s| s.fencing.as_ref()) else {
         anyhow::bail!("{node}: not fenced, nothing to clear");
+    };
+    if fencing.retirement.is_some() {
+        anyhow::bail!(
+            "{node} is retired (gone for good): its fence is not cleared; delete its Node to decommission it"
+        );
     }
     let value = signed_now();
     annotate(node, CLEAR_FENCED_ANNOTATION, &value).await?;
     println!(
         "clearing of {node}'s fence asked ({CLEAR_FENCED_ANNOTATION}={value}); its Fenced condition says how it goes"
+    );
+    Ok(())
+}
+
+async fn retire(node: &str, machine_gone: bool) -> anyhow::Result<()> {
+    let hv = hypervisors().await?.get(node).await?;
+    let fencing = hv.status.as_ref().and_then(|s| s.fencing.as_ref());
+    match fencing {
+        None => anyhow::bail!(
+            "{node}: not fenced. Only a fenced host is retired; one in service is decommissioned by deleting its Node"
+        ),
+        Some(f) if f.fenced.is_none() => anyhow::bail!(
+            "{node}: its fencing is still under way. Once you made sure it is off, say so (hvctl confirm-fenced {node}), \
+             then retire it"
+        ),
+        Some(f) if f.retirement.as_ref().is_some_and(|r| r.retired.is_some()) && !machine_gone => {
+            println!("{node} is retired already");
+            return Ok(());
+        }
+        Some(_) => {}
+    }
+    let value = signed_now();
+    // The machine's word first: a retirement never starts without it when it was given.
+    if machine_gone {
+        annotate(node, MACHINE_GONE_ANNOTATION, &value).await?;
+    }
+    annotate(node, RETIRE_ANNOTATION, &value).await?;
+    let wait = if machine_gone { "" } else { " once its BMC reads it off" };
+    println!(
+        "retirement of {node} asked ({RETIRE_ANNOTATION}={value}): its blocklist entries are lifted{wait} after \
+         its evacuation; its Fenced condition says how it goes"
     );
     Ok(())
 }

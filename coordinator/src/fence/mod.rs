@@ -11,6 +11,7 @@ pub mod clear;
 pub mod decide;
 pub mod record;
 pub mod redfish;
+pub mod retire;
 pub mod targets;
 
 use std::future::Future;

@@ -13,7 +13,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use super::decide::Decision;
 use crate::api::HypervisorStatus;
 use crate::api::condition::{ConditionStatus, ConditionType, DesiredCondition, merge};
-use crate::api::hypervisor::{FailedFenceStep, FenceRevival, FenceStep, FencingStatus, HealthState};
+use crate::api::hypervisor::{
+    FailedFenceStep, FenceRetirement, FenceRevival, FenceStep, FencingStatus, HealthState,
+};
 
 /// Tries of a step before it stands failed for an SRE.
 pub const ATTEMPTS: u32 = 3;
@@ -31,18 +33,34 @@ pub struct FenceOutcome {
 }
 
 /// What an SRE asked on the Hypervisor (its annotations' values): retry a
-/// failed step, confirm the host fenced by hand, clear the fencing.
+/// failed step, confirm the host fenced by hand, clear the fencing, retire
+/// the host (and say its machine is gone).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Asked {
     pub retry: Option<String>,
     pub confirm: Option<String>,
     pub clear: Option<String>,
+    pub retire: Option<String>,
+    pub machine_gone: Option<String>,
 }
 
 impl Asked {
     /// A clearing asked since the record last handled one.
     pub fn clears(&self, r: &FencingStatus) -> bool {
         self.clear.is_some() && r.handled_clear != self.clear
+    }
+
+    /// A retirement under way, or asked since the fencing started of a
+    /// host that counts fenced. It outweighs a clearing: the host is gone.
+    pub fn retires(&self, r: &FencingStatus) -> bool {
+        r.retirement.is_some()
+            || (r.fenced.is_some() && self.retire.is_some() && r.handled_retire != self.retire)
+    }
+
+    /// The SRE said, with a retirement asked since the fencing started,
+    /// that the machine is removed or wiped (the two annotations alike).
+    pub fn machine_gone(&self, r: &FencingStatus) -> bool {
+        self.retire.is_some() && self.machine_gone == self.retire && r.handled_retire != self.retire
     }
 
     /// A confirmation by hand asked since the record last handled one.
@@ -236,6 +254,7 @@ fn took(out: &mut FenceOutcome, step: FenceStep, taken: Taken, f: &Facts<'_>) {
                 handled_retry: f.asked.retry.clone(),
                 handled_confirm: f.asked.confirm.clone(),
                 handled_clear: f.asked.clear.clone(),
+                handled_retire: f.asked.retire.clone(),
                 ..Default::default()
             });
             let message = format!("fencing started ({}): {step} next", f.health.unwrap_or_default());
@@ -328,6 +347,67 @@ pub fn cleared(r: &FencingStatus, name: &str, step: Cleared, conditions: &[Condi
     }
     out
 }
+
+/// What a look at a retired host came to ([`retire::next`](super::retire::next)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Retired {
+    /// Nothing could be done; why.
+    Waiting(String),
+    /// These blocklist entries lifted, the machine found as `machine` says.
+    BlocklistLifted { addresses: Vec<String>, machine: String },
+    /// Nothing is left to do.
+    Done,
+}
+
+/// The outcome of a look at a retired host, `r` its record, `retire` the
+/// annotation's value taken: the record kept, with its retirement.
+pub fn retired(
+    r: &FencingStatus,
+    name: &str,
+    now: Timestamp,
+    retire: &str,
+    step: Retired,
+    conditions: &[Condition],
+) -> FenceOutcome {
+    let mut record = r.clone();
+    let retirement = record
+        .retirement
+        .get_or_insert_with(|| FenceRetirement { asked: Some(Time(now)), ..FenceRetirement::default() });
+    retirement.handled = retire.to_string();
+    let (mut out, mut lifted) = (FenceOutcome::default(), false);
+    match step {
+        Retired::Waiting(why) => {
+            let news = !held_already(conditions, RETIRE_WAITING);
+            let message = format!("retired: {why}");
+            out.condition = Some(cond(ConditionStatus::True, RETIRE_WAITING, &message));
+            out.event = news.then(|| (RETIRE_WAITING.to_string(), format!("{name} {message}")));
+            out.again = Some(Duration::from_secs(5));
+        }
+        Retired::BlocklistLifted { addresses, machine } => {
+            retirement.machine = Some(machine.clone());
+            lifted = true;
+            let message = format!("{} lifted from the OSD blocklist ({machine})", addresses.join(", "));
+            out.condition = Some(cond(ConditionStatus::True, RETIRE_WAITING, &message));
+            out.event = Some(("BlocklistLifted".to_string(), format!("{name}: {message}")));
+            out.again = Some(Duration::from_millis(200));
+        }
+        Retired::Done => {
+            let first = retirement.retired.is_none();
+            retirement.retired.get_or_insert(Time(now));
+            let message = "retired, gone for good: its blocklist entries are lifted, Nova's forced_down \
+                           stays, and this record is kept; delete its Node to decommission it";
+            out.condition = Some(cond(ConditionStatus::True, RETIRED, message));
+            out.event = first.then(|| (RETIRED.to_string(), format!("{name} is {message}")));
+        }
+    }
+    record.blocklist_lifted |= lifted;
+    out.record = Some(record);
+    out
+}
+
+/// The reasons of a retired host's `Fenced` condition and Events.
+pub const RETIRE_WAITING: &str = "RetireWaiting";
+pub const RETIRED: &str = "Retired";
 
 /// When the fencing's record is written on its own, before the lifecycle
 /// acts, and how soon the host is looked at again: a fencing that starts,

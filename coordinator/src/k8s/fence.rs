@@ -18,6 +18,7 @@ use super::hypervisor::{Context, Error};
 use crate::api::hypervisor::{FenceStep, FencingStatus, HealthState};
 use crate::api::keys::RETRY_ANNOTATION;
 use crate::api::keys::{BMC_SECRET_LABEL, CLEAR_FENCED_ANNOTATION, CONFIRM_FENCED_ANNOTATION, ZONE_LABEL};
+use crate::api::keys::{MACHINE_GONE_ANNOTATION, RETIRE_ANNOTATION};
 use crate::api::{Hypervisor, MaintenanceMode};
 use crate::eviction::NovaState;
 use crate::fence::ceph::CephFence;
@@ -113,6 +114,12 @@ fn held(h: &Hypervisor) -> &[String] {
     }
 }
 
+/// A host retired, gone for good: its addresses may be a replacement's.
+fn retired(h: &Hypervisor) -> bool {
+    let fencing = h.status.as_ref().and_then(|s| s.fencing.as_ref());
+    fencing.and_then(|f| f.retirement.as_ref()).is_some_and(|r| r.retired.is_some())
+}
+
 /// What the storage step blocklists for `hv` ([`targets::ceph_addresses`]),
 /// every other Hypervisor's addresses read from the cache.
 fn ceph_targets(ctx: &Context, hv: &Hypervisor) -> Result<Vec<String>, String> {
@@ -121,7 +128,7 @@ fn ceph_targets(ctx: &Context, hv: &Hypervisor) -> Result<Vec<String>, String> {
         .hypervisors
         .state()
         .iter()
-        .filter(|h| h.name_any() != name)
+        .filter(|h| h.name_any() != name && !retired(h))
         .map(|h| {
             let mut all = h.spec.fencing.ceph_addresses.clone();
             all.extend_from_slice(learned_ceph(h));
@@ -174,6 +181,14 @@ pub async fn run(
     // A clearing waits while the host's Eviction runs: a sign of life
     // meanwhile is the fencing's to answer.
     let reviving = life.is_some() || record.as_ref().is_some_and(|r| r.revival.is_some());
+    // A retirement outweighs a clearing; it begins once the evacuation is
+    // over and the host shows no life (one that does is fenced again first).
+    if let Some(r) = status.fencing.as_ref().filter(|r| asked.retires(r))
+        && evacuating.is_none()
+        && !reviving
+    {
+        return super::retire::look(ctx, hv, r, &asked, now, &status.conditions).await;
+    }
     if let Some(r) = status.fencing.as_ref().filter(|r| asked.clears(r))
         && !(reviving && o.evicting.is_some())
     {
@@ -291,6 +306,8 @@ fn asked(hv: &Hypervisor) -> Asked {
         retry: get(RETRY_ANNOTATION),
         confirm: get(CONFIRM_FENCED_ANNOTATION),
         clear: get(CLEAR_FENCED_ANNOTATION),
+        retire: get(RETIRE_ANNOTATION),
+        machine_gone: get(MACHINE_GONE_ANNOTATION),
     }
 }
 
@@ -441,15 +458,7 @@ async fn undo(
         },
         clear::Next::LiftBlocklist => {
             let addresses = lifted_by_clearing(ctx, hv, r);
-            let lifted = match &ctx.fencing.ceph {
-                // Sent only while the lease holds at this very moment.
-                Some(ceph) => match ctx.gate.lease().ensure() {
-                    Ok(()) => ceph.lift(&addresses).await.map_err(|e| e.to_string()),
-                    Err(why) => Err(why),
-                },
-                None => Err("this coordinator has no Ceph fencing identity (--ceph-fence-id)".into()),
-            };
-            match lifted {
+            match lift(ctx, &addresses).await {
                 Ok(()) => Cleared::BlocklistLifted { addresses },
                 Err(why) => Cleared::Waiting(format!("the blocklist entries could not be lifted: {why}")),
             }
@@ -458,9 +467,19 @@ async fn undo(
     }
 }
 
-/// The addresses a clearing lifts ([`targets::to_lift`]): never one
-/// another host's fencing holds.
-fn lifted_by_clearing(ctx: &Context, hv: &Hypervisor, r: &FencingStatus) -> Vec<String> {
+/// Lifts blocklist entries; sent only while the lease holds at this very
+/// moment.
+pub(super) async fn lift(ctx: &Context, addresses: &[String]) -> Result<(), String> {
+    let Some(ceph) = &ctx.fencing.ceph else {
+        return Err("this coordinator has no Ceph fencing identity (--ceph-fence-id)".into());
+    };
+    ctx.gate.lease().ensure()?;
+    ceph.lift(addresses).await.map_err(|e| e.to_string())
+}
+
+/// The addresses a clearing (or a retirement) lifts
+/// ([`targets::to_lift`]): never one another host's fencing holds.
+pub(super) fn lifted_by_clearing(ctx: &Context, hv: &Hypervisor, r: &FencingStatus) -> Vec<String> {
     let name = hv.name_any();
     let hypervisors = ctx.hypervisors.state();
     let others_held: Vec<String> =

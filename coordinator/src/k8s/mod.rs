@@ -21,6 +21,7 @@ pub mod leader_pod;
 pub mod measured;
 pub mod nodes;
 pub mod protected_pods;
+pub mod retire;
 pub mod status;
 pub mod triggers;
 pub mod trim;

@@ -22,7 +22,13 @@ fn reason(out: &FenceOutcome) -> Option<&str> {
 
 #[test]
 fn a_new_fencing_is_recorded_before_any_step_with_what_was_asked_so_far() {
-    let asked = Asked { retry: Some("r1".into()), confirm: None, clear: Some("c1".into()) };
+    let asked = Asked {
+        retry: Some("r1".into()),
+        clear: Some("c1".into()),
+        retire: Some("t1".into()),
+        machine_gone: Some("t1".into()),
+        ..Asked::default()
+    };
     let f = facts(&[], &asked);
     let take = Decision::Take(FenceStep::NovaForcedDown);
     let out = record(None, &take, Some(Taken::Claimed), &f);
@@ -31,6 +37,10 @@ fn a_new_fencing_is_recorded_before_any_step_with_what_was_asked_so_far() {
     assert!(r.confirmed.is_empty(), "no step yet");
     // What was asked before the fencing started is not asked of it.
     assert_eq!((r.handled_retry.as_deref(), r.handled_clear.as_deref()), (Some("r1"), Some("c1")));
+    assert_eq!(r.handled_retire.as_deref(), Some("t1"));
+    let mut fenced = r.clone();
+    fenced.fenced = Some(Time(Timestamp::UNIX_EPOCH));
+    assert!(!asked.retires(&fenced) && !asked.machine_gone(&fenced), "a retirement asked before counts not");
     assert_eq!(reason(&out), Some("InProgress"));
     assert_eq!(out.event.as_ref().map(|e| e.0.as_str()), Some("FencingStarted"));
 }
@@ -229,4 +239,61 @@ fn a_fenced_host_showing_life_is_recorded_first_and_fenced_again_by_power_or_by_
     let out = record(Some(&revived), &Decision::FencedAgain, None, &later);
     assert_eq!(out.record.and_then(|r| r.refenced), Some(Time(now)));
     assert!(out.event.is_some_and(|e| e.1.contains("an SRE confirmed it off")));
+}
+
+#[test]
+fn a_retirement_counts_only_for_a_fenced_host_and_keeps_the_record() {
+    let mut r = under_way();
+    r.handled_retire = Some("old".into());
+    r.ceph_addresses = vec!["10.0.0.1".into()];
+    let asked = Asked { retire: Some("t1".into()), clear: Some("c1".into()), ..Asked::default() };
+    assert!(!asked.retires(&r), "not fenced yet");
+    r.fenced = Some(Time(Timestamp::UNIX_EPOCH));
+    assert!(asked.retires(&r));
+    assert!(asked.clears(&r), "a clearing is asked too: the shell takes the retirement first");
+    assert!(!asked.machine_gone(&r), "no word on the machine");
+    let gone = Asked { machine_gone: Some("t1".into()), ..asked.clone() };
+    assert!(gone.machine_gone(&r));
+    let stale = Asked { machine_gone: Some("t0".into()), ..asked.clone() };
+    assert!(!stale.machine_gone(&r), "a word given with another retirement");
+    assert!(!Asked::default().retires(&r), "nothing asked");
+
+    // Waiting for the machine: recorded, said once, the blocklist kept.
+    let now = Timestamp::from_second(60).expect("a time");
+    let out = retired(&r, "node-1", now, "t1", Retired::Waiting("its BMC reads power on".into()), &[]);
+    let waiting = out.record.clone().expect("kept");
+    let retirement = waiting.retirement.clone().expect("recorded");
+    assert_eq!((retirement.asked, retirement.handled.as_str()), (Some(Time(now)), "t1"));
+    assert!(!waiting.blocklist_lifted && retirement.machine.is_none() && retirement.retired.is_none());
+    assert_eq!(reason(&out), Some(RETIRE_WAITING));
+    assert!(out.event.is_some_and(|e| e.1.contains("power on")));
+    let stored = [Condition {
+        type_: "Fenced".into(),
+        status: "True".into(),
+        reason: RETIRE_WAITING.into(),
+        message: String::new(),
+        last_transition_time: Time(now),
+        observed_generation: None,
+    }];
+    let out = retired(&waiting, "node-1", now, "t1", Retired::Waiting("still on".into()), &stored);
+    assert_eq!(out.event, None, "said once");
+    assert!(Asked::default().retires(&waiting), "under way whatever the annotation says now");
+
+    // Lifted, then retired: dated once, the record kept.
+    let lifted = Retired::BlocklistLifted { addresses: vec!["10.0.0.1".into()], machine: "read off".into() };
+    let later = Timestamp::from_second(90).expect("a time");
+    let out = retired(&waiting, "node-1", later, "t1", lifted, &stored);
+    let r = out.record.clone().expect("kept");
+    assert!(r.blocklist_lifted);
+    let retirement = r.retirement.clone().expect("kept");
+    assert_eq!((retirement.asked, retirement.machine.as_deref()), (Some(Time(now)), Some("read off")));
+    let out = retired(&r, "node-1", later, "t1", Retired::Done, &stored);
+    let done = out.record.clone().expect("the record is kept");
+    assert_eq!(done.retirement.as_ref().and_then(|x| x.retired.clone()), Some(Time(later)));
+    assert_eq!(done.fenced, r.fenced);
+    assert_eq!((reason(&out), out.event.as_ref().map(|e| e.0.as_str())), (Some(RETIRED), Some(RETIRED)));
+    let out =
+        retired(&done, "node-1", Timestamp::from_second(200).expect("a time"), "t1", Retired::Done, &[]);
+    assert_eq!(out.event, None, "retired once");
+    assert_eq!(out.record.and_then(|r| r.retirement).and_then(|x| x.retired), Some(Time(later)));
 }

@@ -1,0 +1,81 @@
+//! The retirement shell (docs/fencing.md, "A host gone for good"): read the
+//! retired host's machine, take the one step [`retire::next`] names, and
+//! answer the record, kept, for the reconcile to write.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::ResourceExt;
+
+use super::fence::{FenceOutcome, lift, lifted_by_clearing, power_source};
+use super::hypervisor::Context;
+use crate::api::Hypervisor;
+use crate::api::hypervisor::FencingStatus;
+use crate::fence::record::{self, Asked, Retired};
+use crate::fence::retire::{self, Machine};
+use crate::health::PowerSource;
+
+/// One look at a retired host: its blocklist entries lifted once its
+/// machine is off or gone, then nothing more.
+pub async fn look(
+    ctx: &Context,
+    hv: &Hypervisor,
+    r: &FencingStatus,
+    asked: &Asked,
+    now: Timestamp,
+    conditions: &[Condition],
+) -> FenceOutcome {
+    let name = hv.name_any();
+    let taken = r.retirement.as_ref().map(|x| x.handled.clone());
+    let value = asked.retire.clone().or(taken).unwrap_or_default();
+    if r.retirement.as_ref().is_some_and(|x| x.retired.is_some()) {
+        return record::retired(r, &name, now, &value, Retired::Done, conditions);
+    }
+    if !ctx.gate.open() {
+        let again = Some(Duration::from_millis(500));
+        return FenceOutcome { record: Some(r.clone()), again, ..FenceOutcome::default() };
+    }
+    let addresses = lifted_by_clearing(ctx, hv, r);
+    let blocklisted = !addresses.is_empty() && !r.blocklist_lifted;
+    let machine = match asked.machine_gone(r) {
+        true => Machine::Gone,
+        false => machine(ctx, hv).await,
+    };
+    let step = match retire::next(&machine, blocklisted) {
+        retire::Next::Wait(why) => Retired::Waiting(why),
+        retire::Next::LiftBlocklist => match lift(ctx, &addresses).await {
+            Ok(()) => Retired::BlocklistLifted { addresses, machine: found(&machine) },
+            Err(why) => Retired::Waiting(format!("its blocklist entries could not be lifted: {why}")),
+        },
+        retire::Next::Done => Retired::Done,
+    };
+    record::retired(r, &name, now, &value, step, conditions)
+}
+
+/// The machine as its BMC reads it: off only when read off twice, and
+/// only from a BMC whose certificate is checked, of the host's own machine.
+async fn machine(ctx: &Context, hv: &Hypervisor) -> Machine {
+    match hv.spec.fencing.bmc.as_ref() {
+        None => return Machine::Unknown("no BMC in spec.fencing.bmc".into()),
+        Some(b) if b.insecure => return Machine::Unknown("its BMC's certificate is not checked".into()),
+        Some(_) => {}
+    }
+    match power_source(ctx, hv).await {
+        PowerSource::Off => Machine::Off,
+        PowerSource::On => Machine::On,
+        PowerSource::Unknown => {
+            Machine::Unknown("its BMC did not answer, or answers for another machine".into())
+        }
+    }
+}
+
+/// How the machine was found, for the record.
+fn found(machine: &Machine) -> String {
+    match machine {
+        Machine::Off => "its BMC read power off twice".into(),
+        Machine::Gone => "an SRE said its machine is removed or wiped".into(),
+        Machine::On => "its BMC reads power on".into(),
+        Machine::Unknown(why) => why.clone(),
+    }
+}
