@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use hv_coordinator::api::{Eviction, Hypervisor, Migration};
 use hv_coordinator::config::Args;
-use hv_coordinator::eviction::limit::ClusterLimit;
+use hv_coordinator::eviction::limit::Budgets;
 use hv_coordinator::fleet::{self, AgentEndpoint, FleetEndpoint, Health, Registry};
 use hv_coordinator::k8s::drain_marks::OwnReads;
 use hv_coordinator::k8s::eviction::EvictionContext;
@@ -442,7 +442,10 @@ impl Leading<'_> {
             nova,
             migrations: serving.stores.migrations.clone(),
             hypervisors: serving.stores.hypervisors.clone(),
-            limit: Arc::new(ClusterLimit::new(args.evictions.cluster_max_migrations)),
+            limit: Arc::new(Budgets::new(
+                args.evictions.cluster_max_migrations,
+                args.evictions.cluster_max_evacuations,
+            )),
             gate: serving.gate.clone(),
             written: Default::default(),
             metrics: self.metrics.clone(),

@@ -1,5 +1,6 @@
 //! The cluster-wide migration limit (`--cluster-max-migrations`) as one
-//! object the leader owns.
+//! object the leader owns, and beside it the evacuations' own
+//! (`--cluster-max-evacuations`).
 //!
 //! Counting free slots from the Migration cache in each Eviction's
 //! reconcile is not atomic: Evictions created together all see the same
@@ -71,6 +72,48 @@ impl ClusterLimit {
     }
 }
 
+/// The region's two budgets, apart: planned migrations
+/// (`--cluster-max-migrations`) and evacuations of fenced hosts
+/// (`--cluster-max-evacuations`), so an evacuation never waits for the
+/// slots of planned evictions, however many run.
+#[derive(Debug)]
+pub struct Budgets {
+    pub migrations: ClusterLimit,
+    pub evacuations: ClusterLimit,
+}
+
+impl Budgets {
+    pub fn new(migrations: u32, evacuations: u32) -> Budgets {
+        Budgets { migrations: ClusterLimit::new(migrations), evacuations: ClusterLimit::new(evacuations) }
+    }
+
+    /// Eviction `name` has `in_flight` attempts and would start `want`
+    /// more, from the evacuations' budget when it evacuates: how many it
+    /// may start now. What it held in the other budget is given back.
+    pub fn grant(&self, name: &str, evacuating: bool, in_flight: u32, want: u32) -> u32 {
+        let (mine, other) = match evacuating {
+            true => (&self.evacuations, &self.migrations),
+            false => (&self.migrations, &self.evacuations),
+        };
+        other.release(name);
+        mine.grant(name, in_flight, want)
+    }
+
+    /// What the previous leader left in flight: per Eviction, its attempts
+    /// and whether it evacuates.
+    pub fn seed(&self, in_flight: impl IntoIterator<Item = (String, u32, bool)>) {
+        let (evacuating, migrating): (Vec<_>, Vec<_>) = in_flight.into_iter().partition(|(_, _, e)| *e);
+        self.migrations.seed(migrating.into_iter().map(|(n, c, _)| (n, c)));
+        self.evacuations.seed(evacuating.into_iter().map(|(n, c, _)| (n, c)));
+    }
+
+    /// The Eviction is over (or gone): it holds nothing in either.
+    pub fn release(&self, name: &str) {
+        self.migrations.release(name);
+        self.evacuations.release(name);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -119,5 +162,22 @@ mod tests {
         let total: u32 = handles.into_iter().map(|h| h.join().unwrap_or(0)).sum();
         assert_eq!(total, 7, "all slots granted, none twice");
         assert_eq!(limit.held(), 7);
+    }
+
+    #[test]
+    fn evacuations_have_their_own_budget_and_an_eviction_holds_in_one_only() {
+        let b = Budgets::new(2, 3);
+        assert_eq!(b.grant("planned-1", false, 0, 5), 2, "the migrations' budget");
+        assert_eq!(b.grant("planned-2", false, 0, 5), 0, "spent");
+        assert_eq!(b.grant("node-ha-1", true, 0, 5), 3, "evacuations do not wait for planned evictions");
+        assert_eq!(b.grant("node-ha-2", true, 0, 5), 0, "their own budget spent");
+        // An Eviction whose host gets fenced moves to the evacuations'.
+        assert_eq!(b.grant("planned-1", true, 0, 1), 0);
+        assert_eq!(b.grant("planned-2", false, 0, 5), 2, "what planned-1 held is given back");
+        b.release("node-ha-1");
+        assert_eq!(b.grant("node-ha-2", true, 0, 5), 3);
+        assert_eq!((b.migrations.held(), b.evacuations.held()), (2, 3));
+        b.seed([("a".to_string(), 1, false), ("b".to_string(), 2, true), ("c".to_string(), 0, true)]);
+        assert_eq!((b.migrations.held(), b.evacuations.held()), (1, 2));
     }
 }

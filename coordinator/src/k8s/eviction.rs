@@ -37,7 +37,7 @@ use crate::api::{
 };
 use crate::eviction::NovaState;
 use crate::eviction::checks::{self, Refusal, Target};
-use crate::eviction::limit::ClusterLimit;
+use crate::eviction::limit::Budgets;
 use crate::eviction::phases::{self, Disabling, FenceState, POLL, ServiceSeen};
 use crate::eviction::plan::{self, Action, AttemptObs, Evacuation, Input, Server};
 use crate::eviction::preflight::{named_traits, preflight, with_traits};
@@ -81,8 +81,8 @@ pub struct EvictionContext {
     pub migrations: Store<Migration>,
     /// The Hypervisors, for the Nova host an Eviction's target names.
     pub hypervisors: Store<Hypervisor>,
-    /// Migrations in flight across all evictions at once.
-    pub limit: Arc<ClusterLimit>,
+    /// Migrations, and evacuations apart, in flight across all evictions at once.
+    pub limit: Arc<Budgets>,
     pub gate: Arc<Gate>,
     /// Our own status writes, for reconciles the cache has not caught up
     /// with: a stale record would ask for an attempt twice.
@@ -534,12 +534,13 @@ async fn step_held(
 }
 
 /// The step with the slots the cluster-wide limit grants (none while
-/// `held`). The attempts Nova shows ended free their slots for this very
-/// step, not the next one a second later: counted after what was seen.
+/// `held`): the evacuations' own while it evacuates. The attempts Nova
+/// shows ended free their slots for this very step, not the next one a
+/// second later: counted after what was seen.
 fn with_slots(ctx: &EvictionContext, name: &str, input: Input<'_>, held: bool) -> plan::Step {
     let in_flight = count(&plan::step(&input).vms, VmState::Migrating);
     let want = if held { 0 } else { input.options.max_parallel.saturating_sub(in_flight) };
-    let slots = ctx.limit.grant(name, in_flight, want);
+    let slots = ctx.limit.grant(name, input.evacuation.is_some(), in_flight, want);
     plan::step(&Input { slots, ..input })
 }
 

@@ -476,7 +476,8 @@ async fn sync(ctx: &Context, ev_ctx: &eviction::EvictionContext) -> bool {
     let in_flight = ctx.evictions.state().into_iter().map(|e| {
         let moving =
             e.status.as_ref().map_or(0, |s| s.vms.iter().filter(|v| v.state == VmState::Migrating).count());
-        (kube::ResourceExt::name_any(e.as_ref()), u32::try_from(moving).unwrap_or(u32::MAX))
+        let evacuating = e.status.as_ref().is_some_and(|s| s.evacuating);
+        (kube::ResourceExt::name_any(e.as_ref()), u32::try_from(moving).unwrap_or(u32::MAX), evacuating)
     });
     ev_ctx.limit.seed(in_flight);
     ctx.gate.mark_synced();

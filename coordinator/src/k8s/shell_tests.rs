@@ -26,7 +26,7 @@ use crate::api::eviction::{
 };
 use crate::api::hypervisor::EvictionRef;
 use crate::api::{Eviction, Hypervisor, HypervisorSpec, HypervisorStatus, Phase};
-use crate::eviction::limit::ClusterLimit;
+use crate::eviction::limit::Budgets;
 use crate::eviction::plan::Server;
 use crate::eviction::preflight::Candidate;
 use crate::fleet::{Health, Registry};
@@ -613,7 +613,7 @@ fn eviction_ctx_seeing(
         }),
         migrations: reflector::store().0,
         hypervisors,
-        limit: Arc::new(ClusterLimit::new(cluster_max)),
+        limit: Arc::new(Budgets::new(cluster_max, cluster_max)),
         gate: gate(true),
         written: Written::default(),
         metrics: Arc::new(Metrics::default()),
@@ -1270,7 +1270,7 @@ async fn evictions_reconciled_together_start_no_more_than_the_cluster_limit() {
     }
     let asked = entries(&t.log).iter().filter(|l| l.starts_with("nova migrate")).count();
     assert_eq!(asked, 2, "{:?}", entries(&t.log));
-    assert_eq!(t.ctx.limit.held(), 2);
+    assert_eq!(t.ctx.limit.migrations.held(), 2);
 }
 
 /// The fleet view only confirms: a settled host it shows as its status
