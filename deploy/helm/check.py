@@ -39,7 +39,17 @@ def objects(rendered):
                 yield obj
 
 
-def policy(case, rendered):
+def pod_namespaces(values):
+    """The namespaces the values name for protected and dependent pods, with
+    the release's (hv-system here): empty without the eviction webhook."""
+    drain = values.get("coordinator", {}).get("drainProtection", {})
+    if not drain.get("enabled"):
+        return set()
+    named = drain.get("protectedPods", []) + drain.get("dependentPods", [])
+    return {"hv-system"} | {p["namespace"] for p in named}
+
+
+def policy(case, rendered, values):
     """What the chart promises an SRE, on every rendering."""
     by_kind = {}
     for o in objects(rendered):
@@ -99,16 +109,32 @@ def policy(case, rendered):
         "limits set": all("limits" in x["resources"] and "requests" in x["resources"] for x in (a, c)),
         "coordinator rolled one pod at a time": by_kind["StatefulSet"][0]["spec"]["updateStrategy"]
         == {"type": "RollingUpdate"},
-        # The agents share the namespace: pods are labelled by name, the coordinator's only.
-        "pod writes only to the coordinator's own pods": [
+        # The agents share the namespace: there, without the eviction webhook,
+        # pods are labelled by name, the coordinator's only.
+        "the leader label only on the coordinator's own pods": [
             r.get("resourceNames")
             for o in by_kind["Role"]
             for r in o["rules"]
-            if "pods" in r["resources"]
+            if "pods" in r["resources"] and not o["metadata"]["name"].endswith("-pods")
         ]
         == [
             [f'{by_kind["StatefulSet"][0]["metadata"]["name"]}-{i}' for i in range(by_kind["StatefulSet"][0]["spec"]["replicas"])]
         ],
+        # A pod patch can change its image: no right on pods cluster-wide, and
+        # with the eviction webhook a Role in each namespace of the protected
+        # and dependent pods (and the release's, for the agent's), no other;
+        # the coordinator told the same namespaces.
+        "no patch pods outside the named namespaces": not any(
+            "pods" in r["resources"] for o in by_kind.get("ClusterRole", []) for r in o["rules"]
+        )
+        and {
+            o["metadata"]["namespace"]
+            for o in by_kind["Role"]
+            for r in o["rules"]
+            if "pods" in r["resources"] and "patch" in r["verbs"] and not r.get("resourceNames")
+        }
+        == pod_namespaces(values)
+        == {x.removeprefix("--pod-namespace=") for x in c["args"] if x.startswith("--pod-namespace=")},
         "the agent runs where the coordinator looks": bool(agent["nodeSelector"]),
         # Fencing's limits reach the coordinator, and its Ceph identity only with its keyring.
         "fencing flags": all(any(x.startswith(f) for x in c["args"]) for f in ("--fence-fresh-heartbeat=", "--fence-max-domain-share="))
@@ -164,7 +190,7 @@ def main(out):
             with open(os.path.join(dest, os.path.basename(path)), "w") as f:
                 f.write(text)
             n += 1
-        policy(case, rendered)
+        policy(case, rendered, values)
         print(f"{case}: lint clean, {n} templates rendered into {dest}, policies hold")
 
     generated = os.path.join(CHART, "..", "..", "crds")

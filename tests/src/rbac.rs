@@ -40,6 +40,11 @@ pub const COORDINATOR_POD_PREFIX: &str = "hv-coordinator-";
 /// Where the kubelets' Leases live: the coordinator's Role there reads them.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 
+/// Where the ground's chart names protected and dependent pods
+/// (`tests/env/peers/chart.sh`): a Role there, and one in the
+/// coordinator's own namespace (the agent's pods), grants the pods rules.
+pub const PROTECTED_POD_NAMESPACE: &str = "openstack";
+
 /// The coordinator's rules: cluster-wide (its ClusterRole), in its own
 /// namespace (its Role: the leader-election Lease), and in
 /// [`NODE_LEASE_NAMESPACE`] (its Role there).
@@ -49,10 +54,12 @@ pub struct Rules {
     pub namespace: Vec<Rule>,
     #[serde(default, rename = "nodeLeases")]
     pub node_leases: Vec<Rule>,
-    /// Cluster rules the chart adds with the eviction webhook
-    /// (`coordinator.drainProtection`); the tests run it, so they count.
-    #[serde(default, rename = "drainProtection")]
-    pub drain_protection: Vec<Rule>,
+    /// Rules the chart grants with the eviction webhook
+    /// (`coordinator.drainProtection`) in a Role of each namespace of the
+    /// protected and dependent pods and in its own; the tests run it, so
+    /// they count.
+    #[serde(default, rename = "podNamespaces")]
+    pub pod_namespaces: Vec<Rule>,
 }
 
 /// A permission: where (`cluster` for the ClusterRole, `namespace` for the
@@ -61,7 +68,9 @@ pub struct Rules {
 /// resource/subresource.
 pub type Permission = (&'static str, String, String, String);
 
-/// A request in the coordinator's own namespace needs its Role; any other
+/// A request on pods in a namespace of the protected pods (or its own,
+/// but not one of its own pods) needs the pods Role there; any other
+/// request in the coordinator's own namespace needs its Role; any other
 /// (cluster-scoped, across namespaces, or in another namespace such as the
 /// Events of cluster-scoped objects in `default`) needs its ClusterRole.
 fn permission(a: &Access, own_namespace: &str) -> Permission {
@@ -70,7 +79,11 @@ fn permission(a: &Access, own_namespace: &str) -> Permission {
     } else {
         format!("{}/{}", a.resource, a.subresource)
     };
-    let scope = if a.namespace == own_namespace {
+    let own_pod = a.namespace == own_namespace && a.name.starts_with(COORDINATOR_POD_PREFIX);
+    let pod_namespace = a.namespace == own_namespace || a.namespace == PROTECTED_POD_NAMESPACE;
+    let scope = if a.resource == "pods" && pod_namespace && !own_pod {
+        "pod-namespaces"
+    } else if a.namespace == own_namespace {
         "namespace"
     } else if a.namespace == NODE_LEASE_NAMESPACE {
         "node-leases"
@@ -85,7 +98,8 @@ pub fn granted(rules: &Rules) -> Result<BTreeSet<Permission>, String> {
     let mut out = BTreeSet::new();
     let scoped = (rules.cluster.iter().map(|r| ("cluster", r)))
         .chain(rules.namespace.iter().map(|r| ("namespace", r)))
-        .chain(rules.node_leases.iter().map(|r| ("node-leases", r)));
+        .chain(rules.node_leases.iter().map(|r| ("node-leases", r)))
+        .chain(rules.pod_namespaces.iter().map(|r| ("pod-namespaces", r)));
     for (scope, r) in scoped {
         for field in r.api_groups.iter().chain(&r.resources).chain(&r.verbs).chain(&r.resource_names) {
             if field.contains('*') {
@@ -109,13 +123,23 @@ fn by_name_only(rules: &Rules) -> BTreeSet<Permission> {
         cluster: rules.cluster.iter().filter(|r| !r.resource_names.is_empty()).cloned().collect(),
         namespace: rules.namespace.iter().filter(|r| !r.resource_names.is_empty()).cloned().collect(),
         node_leases: rules.node_leases.iter().filter(|r| !r.resource_names.is_empty()).cloned().collect(),
-        drain_protection: Vec::new(),
+        pod_namespaces: rules
+            .pod_namespaces
+            .iter()
+            .filter(|r| !r.resource_names.is_empty())
+            .cloned()
+            .collect(),
     };
     let open = Rules {
         cluster: rules.cluster.iter().filter(|r| r.resource_names.is_empty()).cloned().collect(),
         namespace: rules.namespace.iter().filter(|r| r.resource_names.is_empty()).cloned().collect(),
         node_leases: rules.node_leases.iter().filter(|r| r.resource_names.is_empty()).cloned().collect(),
-        drain_protection: Vec::new(),
+        pod_namespaces: rules
+            .pod_namespaces
+            .iter()
+            .filter(|r| r.resource_names.is_empty())
+            .cloned()
+            .collect(),
     };
     let (restricted, open) = (granted(&restricted).unwrap_or_default(), granted(&open).unwrap_or_default());
     restricted.difference(&open).cloned().collect()
@@ -127,7 +151,9 @@ fn by_name_only(rules: &Rules) -> BTreeSet<Permission> {
 pub fn check(rules: &Rules, used: &[Access], user: &str, own_namespace: &str) -> Result<usize, Vec<String>> {
     let granted = granted(rules).map_err(|e| vec![e])?;
     let mut problems = Vec::new();
-    for r in rules.cluster.iter().chain(&rules.namespace).chain(&rules.node_leases) {
+    for r in
+        rules.cluster.iter().chain(&rules.namespace).chain(&rules.node_leases).chain(&rules.pod_namespaces)
+    {
         if r.resource_names.iter().any(|n| n != COORDINATOR_PODS) {
             problems.push(format!("resourceNames other than {COORDINATOR_PODS} in {r:?}"));
         }
@@ -165,9 +191,7 @@ pub fn check(rules: &Rules, used: &[Access], user: &str, own_namespace: &str) ->
 /// The rules file of the chart.
 pub fn read_rules(path: &Path) -> Result<Rules, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut rules: Rules = serde_norway::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    rules.cluster.append(&mut rules.drain_protection);
-    Ok(rules)
+    serde_norway::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Where the chart keeps the coordinator's rules.
@@ -192,6 +216,7 @@ mod tests {
                 let namespace = match scope {
                     "namespace" => COORDINATOR_NAMESPACE,
                     "node-leases" => NODE_LEASE_NAMESPACE,
+                    "pod-namespaces" => PROTECTED_POD_NAMESPACE,
                     _ => "",
                 }
                 .to_string();
@@ -205,9 +230,8 @@ mod tests {
     /// rule's verb fails the check naming it, and so does a wildcard or a
     /// grant nobody uses.
     fn read_chart_rules_without_drain_protection() -> Rules {
-        let text = std::fs::read_to_string(chart_rules()).unwrap();
-        let mut rules: Rules = serde_norway::from_str(&text).unwrap();
-        rules.drain_protection.clear();
+        let mut rules = read_rules(&chart_rules()).unwrap();
+        rules.pod_namespaces.clear();
         rules
     }
 
@@ -217,8 +241,7 @@ mod tests {
         let full = read_rules(&chart_rules()).unwrap();
         let full_used = uses(&full);
         assert_eq!(check(&full, &full_used, COORDINATOR_USER, COORDINATOR_NAMESPACE), Ok(full_used.len()));
-        // The rest without the eviction webhook's rules, whose open pods
-        // rule would grant what a narrower one lost.
+        // The rest without the eviction webhook's rules.
         let rules = read_chart_rules_without_drain_protection();
         let used = uses(&rules);
         assert!(!used.is_empty());
@@ -244,28 +267,52 @@ mod tests {
                 }
             }
         }
-        // The pods rule names the coordinator's pods: a write to an agent's
-        // pod is refused, and so is the rule without its names.
-        // Without the eviction webhook's rules (they label any pod), the
-        // pods rule names the coordinator's pods: a write to an agent's pod
-        // is refused, and so is the rule without its names.
-        let agent = |used: &[Access]| {
+        // Without the eviction webhook's rules, the pods rule names the
+        // coordinator's pods: a write to an agent's pod is refused.
+        let agent = |used: &[Access], namespace: &str| {
             let mut used = used.to_vec();
-            let pod = used.iter_mut().find(|a| a.resource == "pods" && a.namespace == COORDINATOR_NAMESPACE);
-            pod.unwrap().name = "hv-agent-x7k2p".into();
+            let pod = used.iter().find(|a| a.resource == "pods" && a.namespace == COORDINATOR_NAMESPACE);
+            let pod =
+                Access { name: "hv-agent-x7k2p".into(), namespace: namespace.into(), ..pod.unwrap().clone() };
+            used.push(pod);
             used
         };
-        let agent_pod = agent(&used);
+        let agent_pod = agent(&used, COORDINATOR_NAMESPACE);
         let problems = check(&rules, &agent_pod, COORDINATOR_USER, COORDINATOR_NAMESPACE).unwrap_err();
-        assert!(problems[0].contains("does not name"), "{problems:?}");
-        // With them, the ClusterRole's open rule grants it in the
-        // coordinator's namespace too.
-        assert!(check(&full, &agent(&full_used), COORDINATOR_USER, COORDINATOR_NAMESPACE).is_ok());
-        let mut unnamed = rules.clone();
-        for r in &mut unnamed.namespace {
-            r.resource_names.clear();
-        }
-        assert!(check(&unnamed, &agent_pod, COORDINATOR_USER, COORDINATOR_NAMESPACE).is_ok(), "open rule");
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.starts_with("used but not granted: patch pods") && p.contains("pod-namespaces")),
+            "{problems:?}"
+        );
+        // With them, the pods Role of the coordinator's namespace grants it,
+        // and the one of the protected pods' namespace there; no rule does
+        // in another namespace: the chart grants no pods cluster-wide.
+        assert!(
+            check(&full, &agent(&full_used, COORDINATOR_NAMESPACE), COORDINATOR_USER, COORDINATOR_NAMESPACE)
+                .is_ok()
+        );
+        assert!(
+            check(
+                &full,
+                &agent(&full_used, PROTECTED_POD_NAMESPACE),
+                COORDINATOR_USER,
+                COORDINATOR_NAMESPACE
+            )
+            .is_ok()
+        );
+        let problems =
+            check(&full, &agent(&full_used, "default"), COORDINATOR_USER, COORDINATOR_NAMESPACE).unwrap_err();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.starts_with("used but not granted: patch pods") && p.contains("cluster rules")),
+            "{problems:?}"
+        );
+        assert!(
+            full.cluster.iter().all(|r| !r.resources.contains(&"pods".to_string())),
+            "no pods cluster-wide"
+        );
         assert!(
             rules.namespace.iter().any(|r| r.resources == ["pods"] && r.resource_names == [COORDINATOR_PODS]),
             "the chart names the pods"

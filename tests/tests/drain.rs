@@ -263,6 +263,11 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
         "neutron-l2:app=neutron-l2",
         "--node-lock",
         "neutron-l2",
+        // Where the chart grants the pods rules: nowhere else.
+        "--pod-namespace",
+        "openstack",
+        "--pod-namespace",
+        "hv-system",
     ];
     let mut coord = region.coordinator(None, &flags);
     let agents = both_active(&region, [&host, &target], &coord).await;

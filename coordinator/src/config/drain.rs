@@ -52,6 +52,12 @@ pub struct DrainFlags {
     /// only once the Node's lock annotation of COMPONENT is gone. Repeatable.
     #[arg(long = "dependent-pods", value_parser = dependent_pods)]
     pub dependent_pods: Vec<(String, Selector)>,
+    /// A namespace of protected or dependent pods (repeatable): pods are
+    /// watched, read and labelled there only, so the coordinator needs no
+    /// right on pods elsewhere (the chart grants them per namespace). None:
+    /// any namespace, read cluster-wide.
+    #[arg(long = "pod-namespace", value_parser = namespace)]
+    pub pod_namespaces: Vec<String>,
 }
 
 /// Where the eviction webhook listens, with its certificate files.
@@ -72,7 +78,11 @@ impl DrainFlags {
     }
 
     pub fn protected(&self) -> Protected {
-        Protected { hypervisor: self.protected_pods.clone(), dependents: self.dependent_pods.clone() }
+        Protected {
+            hypervisor: self.protected_pods.clone(),
+            dependents: self.dependent_pods.clone(),
+            namespaces: self.pod_namespaces.clone(),
+        }
     }
 
     pub fn signals(&self) -> UpdateSignals {
@@ -94,6 +104,17 @@ fn node_lock(s: &str) -> Result<String, String> {
     } else {
         Err(format!("{s:?} is not a component name (letters, digits, -, _, .; alphanumeric at both ends)"))
     }
+}
+
+/// A namespace name: a DNS label (lower-case letters, digits and `-`, at
+/// most 63, a letter or digit at both ends).
+fn namespace(s: &str) -> Result<String, String> {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    let ok = s.len() <= 63
+        && edge(s.chars().next())
+        && edge(s.chars().last())
+        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if ok { Ok(s.to_string()) } else { Err(format!("{s:?} is not a namespace name")) }
 }
 
 fn selector(s: &str) -> Result<Selector, String> {

@@ -247,6 +247,9 @@ impl Selector {
 pub struct Protected {
     pub hypervisor: Vec<Selector>,
     pub dependents: Vec<(String, Selector)>,
+    /// Only pods in these namespaces are protected (`--pod-namespace`);
+    /// empty: any namespace.
+    pub namespaces: Vec<String>,
 }
 
 impl Protected {
@@ -260,6 +263,21 @@ impl Protected {
             return PodKind::Hypervisor;
         }
         PodKind::Unprotected
+    }
+
+    /// Whether pods in namespace `ns` may be protected at all: the
+    /// coordinator reads and labels pods nowhere else.
+    pub fn covers(&self, ns: &str) -> bool {
+        self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == ns)
+    }
+
+    /// Where the protected pods are watched: each named namespace, or the
+    /// whole cluster (None) when none is named.
+    pub fn watched(&self) -> Vec<Option<&str>> {
+        match self.namespaces.is_empty() {
+            true => vec![None],
+            false => self.namespaces.iter().map(|n| Some(n.as_str())).collect(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -642,9 +660,15 @@ mod tests {
         let p = Protected {
             hypervisor: vec!["app=nova-compute".parse().unwrap()],
             dependents: vec![("neutron-l2".into(), "app=neutron-l2".parse().unwrap())],
+            namespaces: Vec::new(),
         };
         assert_eq!(p.kind(&labels(&[("app", "nova-compute")])), PodKind::Hypervisor);
         assert_eq!(p.kind(&labels(&[("app", "neutron-l2")])), dependent());
         assert_eq!(p.kind(&labels(&[("app", "web")])), PodKind::Unprotected);
+        assert!(p.covers("anywhere"), "no namespace named: any");
+        assert_eq!(p.watched(), vec![None], "watched cluster-wide");
+        let named = Protected { namespaces: vec!["openstack".into(), "hv-system".into()], ..p };
+        assert!(named.covers("openstack") && named.covers("hv-system") && !named.covers("default"));
+        assert_eq!(named.watched(), vec![Some("openstack"), Some("hv-system")], "each namespace, no other");
     }
 }

@@ -7,7 +7,8 @@
 //! protected selector on a Node that is no hypervisor (a network agent on a
 //! network node) are labelled `"true"` by [`free_elsewhere`].
 //!
-//! One watch per selector the site names, each object cut to what is used
+//! One watch per selector the site names (and per namespace it names, with
+//! `--pod-namespace`: no right on pods is needed elsewhere), each object cut to what is used
 //! (name, namespace, labels, node): a region's protected pods are a few
 //! per host, and the cache is what keeps the marks from costing a list per
 //! reconcile. A new protected pod wakes its Node's drain marks
@@ -141,15 +142,16 @@ pub fn watch(
     leading: tokio::sync::watch::Receiver<bool>,
 ) -> ProtectedPods {
     let mut stores = Vec::new();
-    for selector in protected.selectors() {
+    let each = protected.selectors().flat_map(|s| protected.watched().into_iter().map(move |ns| (s, ns)));
+    for (selector, namespace) in each {
         let (reader, writer) = reflector::store();
         stores.push(reader);
         let config = watcher::Config::default().labels(selector.as_str());
-        let pods = watcher(Api::<Pod>::all(client.clone()), config)
-            .default_backoff()
-            .modify(trim)
-            .reflect(writer)
-            .applied_objects();
+        let api = match namespace {
+            Some(ns) => Api::<Pod>::namespaced(client.clone(), ns),
+            None => Api::<Pod>::all(client.clone()),
+        };
+        let pods = watcher(api, config).default_backoff().modify(trim).reflect(writer).applied_objects();
         let (wake, what, leading) = (wake.clone(), selector.as_str().to_string(), leading.clone());
         tokio::spawn(async move {
             let mut pods = std::pin::pin!(pods);

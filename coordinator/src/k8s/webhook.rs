@@ -154,6 +154,11 @@ impl Webhook {
             r.result.reason = "TooManyRequests".into();
             r
         };
+        // Outside the protected pods' namespaces nothing is protected (nor
+        // may the coordinator read a pod there).
+        if !self.protected.covers(ns) {
+            return Ok(allow);
+        }
         // A pod that cannot be read is not judged: an error answer, and the
         // API server's failurePolicy and the budgets decide.
         let Some(pod) = Api::<Pod>::namespaced(self.client.clone(), ns).get_opt(name).await? else {

@@ -42,3 +42,12 @@ seccompProfile:
 {{- range $k, $v := . -}}{{- $terms = append $terms (printf "%s=%s" $k $v) -}}{{- end -}}
 {{- join "," $terms -}}
 {{- end -}}
+
+{{/* The namespaces of the protected and dependent pods, with the release's own
+(the agent's pods): the coordinator reads and labels pods there only. A JSON list. */}}
+{{- define "hv.podNamespaces" -}}
+{{- $namespaces := list .Release.Namespace -}}
+{{- range .Values.coordinator.drainProtection.protectedPods }}{{ $namespaces = append $namespaces .namespace }}{{ end -}}
+{{- range .Values.coordinator.drainProtection.dependentPods }}{{ $namespaces = append $namespaces .namespace }}{{ end -}}
+{{- $namespaces | uniq | toJson -}}
+{{- end -}}
