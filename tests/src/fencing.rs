@@ -34,6 +34,7 @@ pub mod address {
     pub const EVACUATION: &str = "127.0.0.4";
     pub const EVACUATION_KILL: &str = "127.0.0.5";
     pub const EVACUATION_REVIVAL: &str = "127.0.0.11";
+    pub const HALF_FENCED: &str = "127.0.0.12";
 }
 
 /// Sets the fencing means of `host`'s Hypervisor: its BMC on the ground

@@ -502,3 +502,130 @@ async fn a_step_that_cannot_be_confirmed_stops_the_fencing_until_an_sre_confirms
     assert!(message.contains("an SRE confirmed it"), "{message}");
     drop(coord);
 }
+
+/// A host cut from the coordinator (its agent and kubelet silent, its
+/// nova-compute and its servers running) is Failed and half fenced: Nova
+/// forces it down and its Ceph address is blocklisted, but its power step
+/// cannot be confirmed (its BMC address names another machine). Its agent
+/// comes back: the fencing is held there, and an SRE's confirmation does
+/// not count while it lives. The route out is the SRE's clearing: the
+/// fence comes off, the host comes back through its checks, and its
+/// servers end ACTIVE where they were, never evacuated.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_half_fenced_host_whose_agent_is_back_is_held_then_cleared_its_servers_never_evacuated() {
+    let region = Region::start("fence-half").await;
+    let env = region.env.clone();
+    let zone = hv_tests::hosts::zone(&env, 2).await;
+    let (dead, other) = (zone.source.host.clone(), zone.targets[0].host.clone());
+    let (conf, keyring) = (env.ceph.conf.display().to_string(), env.ceph.fence.keyring.display().to_string());
+    let ceph =
+        ["--ceph-fence-id", &env.ceph.fence.id, "--ceph-fence-conf", &conf, "--ceph-fence-keyring", &keyring];
+    let coord = fencing_coordinator(&region, &ceph);
+    let (root, agent) = healthy_active(&region, &dead, &coord).await;
+    let mut agents = vec![agent];
+    for t in &zone.targets {
+        agents.push(healthy_active(&region, &t.host, &coord).await.1);
+    }
+    give_fencing_means(&region, &dead, Some(address::HALF_FENCED)).await;
+    let _lift = Blocklisted::lift_later(&env, &format!("{}:0/0", address::HALF_FENCED));
+    let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
+    let copied = serde_json::json!({"spec": {"fencing": {"bmc": {"address": env.bmc.address(&other)}}}});
+    hvs.patch(&dead, &PatchParams::default(), &Patch::Merge(&copied)).await.unwrap();
+    let admin = Admin::login(&env).await.unwrap();
+    let tag = std::process::id();
+    let mut ids = Vec::new();
+    for i in 0..2 {
+        ids.push(zone.boot(&admin, &format!("half-{i}-{tag}"), &dead, "1").await);
+    }
+
+    agents[0].kill();
+    kubelet_silent(&region, &dead).await;
+    let stuck = wait_fencing(
+        &region,
+        &dead,
+        "storage cut, the power step not confirmed",
+        |f| f.failed.as_ref().is_some_and(|x| x.attempts >= 3),
+        &coord,
+    )
+    .await;
+    assert_eq!(stuck.confirmed, [FenceStep::NovaForcedDown, FenceStep::CephBlocklisted], "{stuck:?}");
+    assert!(
+        hv_tests::region::blocklist(&env).unwrap().contains_key(&format!("{}:0/0", address::HALF_FENCED))
+    );
+
+    // Its agent is back: held there, and a confirmation by hand does not
+    // count while it talks.
+    let peers = AgentPeers { host_root: Some(root.clone()), ..Default::default() };
+    agents[0] = region.agent(&dead, &peers);
+    let held = region.wait_condition(&dead, "Fenced", "AgentHeartbeatFresh", &coord).await;
+    assert!(held.contains("a host that talks to us is not fenced"), "{held}");
+    let out = region.hvctl().args(["confirm-fenced", &dead]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let f = region.hypervisor(&dead).await.and_then(|h| h.status).and_then(|s| s.fencing).unwrap();
+    assert!(f.fenced.is_none(), "a confirmation by hand while it talks: {f:?}");
+    assert!(region.evictions_of(&dead).await.is_empty(), "nothing evacuated");
+
+    // The SRE's decision: it is not dead. The fence comes off, and the
+    // host comes back through its checks.
+    region.kubelet_returns(&dead).await;
+    let out = region.hvctl().args(["clear-fenced", &dead]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    region.wait_phase(&dead, Phase::Active, Duration::from_secs(120), &coord).await;
+    until(
+        "the fence off",
+        Duration::from_secs(60),
+        || coord.tail(30),
+        || async {
+            match region.hypervisor(&dead).await.and_then(|h| h.status).map(|s| s.fencing) {
+                Some(None) => Poll::Ready(()),
+                other => Poll::Pending(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    // Enabled again once its checks passed.
+    until(
+        "the host enabled in Nova, not forced down",
+        Duration::from_secs(120),
+        || coord.tail(30),
+        || async {
+            let svc = admin.service(&dead).await.unwrap().unwrap();
+            match (svc["forced_down"].as_bool(), svc["status"].as_str()) {
+                (Some(false), Some("enabled")) => Poll::Ready(()),
+                other => Poll::Pending(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(
+        !hv_tests::region::blocklist(&env).unwrap().contains_key(&format!("{}:0/0", address::HALF_FENCED))
+    );
+    for id in &ids {
+        let s = admin.server(id).await.unwrap();
+        assert_eq!(
+            (s["status"].as_str(), s["OS-EXT-SRV-ATTR:host"].as_str()),
+            (Some("ACTIVE"), Some(dead.as_str())),
+            "{id}"
+        );
+        let migrations = admin.migrations_of(id).await.unwrap();
+        assert!(
+            migrations.iter().all(|m| m["migration_type"] != "evacuation"),
+            "{id} evacuated: {migrations:?}"
+        );
+    }
+    let events = region.events_for(&dead).await;
+    for reason in [
+        "CephBlocklistedConfirmed",
+        "AgentHeartbeatFresh",
+        "ForcedDownLifted",
+        "BlocklistLifted",
+        "FencingCleared",
+    ] {
+        assert!(events.iter().any(|(r, _)| r == reason), "{reason}: {events:?}");
+    }
+    for id in &ids {
+        admin.delete_server(id).await.unwrap();
+    }
+    drop(coord);
+}
