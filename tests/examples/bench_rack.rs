@@ -208,7 +208,10 @@ async fn main() {
     let lost = lose(&region, &mut hosts, &rack, true).await;
     let (fenced, back) = follow(&region, &admin, &servers).await;
     let twice = evacuated_twice(&admin, &servers).await;
+    let held = (storm.0, partition.0);
     report(lost, &fenced, &back, twice, storm, partition);
+    assert_eq!(held, (0, 0), "a storm or a partition fenced hosts");
+    assert_eq!((fenced.len(), twice), (rack.len(), 0), "every host of the rack fenced, no server twice");
     for id in servers.values().flatten() {
         let _ = admin.delete_server(id).await;
     }

@@ -519,6 +519,10 @@ pub struct FenceRetirement {
     /// The retire annotation's value it took.
     #[serde(default)]
     pub handled: String,
+    /// The clear-fenced annotation's value when it was asked: a clearing
+    /// asked since cancels the retirement (the host was not gone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled_clear: Option<String>,
     /// How the machine was found off or gone, before its blocklist
     /// entries were lifted.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -248,8 +248,9 @@ async fn clear_fenced(node: &str) -> anyhow::Result<()> {
         anyhow::bail!("{node}: not fenced, nothing to clear");
     };
     if fencing.retirement.is_some() {
-        anyhow::bail!(
-            "{node} is retired (gone for good): its fence is not cleared; delete its Node to decommission it"
+        eprintln!(
+            "hvctl: {node} was retired: this clearing cancels its retirement (its blocklist entries, if lifted, \
+             stay lifted), and the host comes back once it is repaired"
         );
     }
     let value = signed_now();
@@ -266,6 +267,10 @@ async fn retire(node: &str, machine_gone: bool) -> anyhow::Result<()> {
     match fencing {
         None => anyhow::bail!(
             "{node}: not fenced. Only a fenced host is retired; one in service is decommissioned by deleting its Node"
+        ),
+        Some(_) if talks(&hv) => anyhow::bail!(
+            "{node}: its agent talks to the coordinator (Fenced: FencedAgentTalking): a host gone for good does not; \
+             look at the host"
         ),
         Some(f) if f.fenced.is_none() => anyhow::bail!(
             "{node}: its fencing is still under way. Once you made sure it is off, say so (hvctl confirm-fenced {node}), \
@@ -289,6 +294,13 @@ async fn retire(node: &str, machine_gone: bool) -> anyhow::Result<()> {
          its evacuation; its Fenced condition says how it goes"
     );
     Ok(())
+}
+
+/// The host's `Fenced` condition says its agent talks again.
+fn talks(hv: &Hypervisor) -> bool {
+    let conditions = hv.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
+    let fenced = hv_coordinator::api::condition::ConditionType::Fenced.as_str();
+    conditions.iter().any(|c| c.type_ == fenced && c.reason == "FencedAgentTalking")
 }
 
 fn dash(s: &str) -> &str {

@@ -48,17 +48,6 @@ impl Default for FencePolicy {
     }
 }
 
-/// A host's failure domain: its rack (the value of the site's topology
-/// label), within its zone where it has one; a host without a rack is a
-/// domain of its own.
-pub fn failure_domain(host: &str, zone: Option<&str>, rack: Option<&str>) -> String {
-    match (zone, rack) {
-        (Some(zone), Some(rack)) => format!("{zone}/{rack}"),
-        (None, Some(rack)) => rack.to_string(),
-        (_, None) => host.to_string(),
-    }
-}
-
 /// The steps a host's fencing takes, in order: Nova always; its storage
 /// when it uses Ceph; its power when the site gives it a BMC.
 pub fn sequence(uses_ceph: bool, has_bmc: bool) -> Vec<FenceStep> {
@@ -248,7 +237,7 @@ pub fn decide(s: &Situation<'_>, policy: &FencePolicy) -> Decision {
         return held(FenceHold::FleetLost, message);
     }
     if !s.under_way
-        && let Some(message) = other_domains_first(s, policy)
+        && let Some(message) = domain_waits(s.failure_domain, s.fencing_domains, policy.max_domains)
     {
         return held(FenceHold::OtherDomainsFirst, message);
     }
@@ -265,28 +254,71 @@ pub fn decide(s: &Situation<'_>, policy: &FencePolicy) -> Decision {
     }
 }
 
-/// Why a new fencing waits for other failure domains: hosts of more than
-/// `max_domains` are to be fenced, and this host's comes after them (those
-/// with a fencing under way first, then by name, so every reconcile ranks
-/// alike); None when it may start.
-fn other_domains_first(s: &Situation<'_>, policy: &FencePolicy) -> Option<String> {
-    let mut ranked: Vec<(&str, bool)> = s.fencing_domains.to_vec();
-    if !ranked.iter().any(|(d, _)| *d == s.failure_domain) {
-        ranked.push((s.failure_domain, false));
+/// Why a new fencing in failure domain `own` waits for others: hosts of
+/// more than `max` domains (`domains`, whether a fencing is under way in
+/// each) are to be fenced, and `own` comes after them (those under way
+/// first, then by name, so every reconcile ranks alike); None when it may
+/// start. The shell asks it again under the claims' lock before a fencing
+/// starts.
+pub fn domain_waits(own: &str, domains: &[(&str, bool)], max: usize) -> Option<String> {
+    let mut ranked: Vec<(&str, bool)> = domains.to_vec();
+    if !ranked.iter().any(|(d, _)| *d == own) {
+        ranked.push((own, false));
     }
     ranked.sort_by_key(|(d, under_way)| (!under_way, *d));
-    let rank = ranked.iter().position(|(d, _)| *d == s.failure_domain)?;
-    if rank < policy.max_domains {
+    let rank = ranked.iter().position(|(d, _)| *d == own)?;
+    if rank < max {
         return None;
     }
-    let first: Vec<&str> = ranked.iter().take(policy.max_domains).map(|(d, _)| *d).collect();
+    let first: Vec<&str> = ranked.iter().take(max).map(|(d, _)| *d).collect();
     Some(format!(
-        "hosts of {} failure domains are to be fenced at once; at most {} at a time: {} waits for {}",
+        "hosts of {} failure domains are to be fenced at once; at most {max} at a time: {own} waits for {}",
         ranked.len(),
-        policy.max_domains,
-        s.failure_domain,
         first.join(", ")
     ))
+}
+
+/// The gates that hold a host whatever other failure domains do: a host
+/// they hold takes no place among the domains being fenced, or a zone's
+/// fault, a stuck step or a host that lives would keep every other domain
+/// waiting.
+const HOLDS_ALONE: [FenceHold; 6] = [
+    FenceHold::FreshHeartbeat,
+    FenceHold::KubeletAlive,
+    FenceHold::OwnViewPartial,
+    FenceHold::NoAgentQuorum,
+    FenceHold::FailureDomainLost,
+    FenceHold::FleetLost,
+];
+
+/// How another host counts among the failure domains being fenced, from
+/// what its status shows: `Some(true)`, a fencing that goes on;
+/// `Some(false)`, a Failed host in service that would start one; None,
+/// neither (fenced, a step not confirmed, held by a gate of its own, or
+/// nothing to fence). `fencing`: its record, whether it counts fenced;
+/// `reason`: its `Fenced` condition's reason.
+pub fn domain_place(failed_in_service: bool, fencing: Option<bool>, reason: Option<&str>) -> Option<bool> {
+    let held = reason.is_some_and(|r| r == STUCK || HOLDS_ALONE.iter().any(|g| g.reason() == r));
+    match fencing {
+        Some(true) => None,
+        Some(false) => (!held).then_some(true),
+        None => (failed_in_service && !held).then_some(false),
+    }
+}
+
+/// The reason of a step that stands not confirmed (for an SRE).
+pub const STUCK: &str = "StepNotConfirmed";
+
+/// A host's failure domain: its rack (the value of the site's topology
+/// label), within its zone where it has one; a host without a rack, or
+/// with an empty one, is a domain of its own.
+pub fn failure_domain(host: &str, zone: Option<&str>, rack: Option<&str>) -> String {
+    let (zone, rack) = (zone.filter(|z| !z.is_empty()), rack.filter(|r| !r.is_empty()));
+    match (zone, rack) {
+        (Some(zone), Some(rack)) => format!("{zone}/{rack}"),
+        (None, Some(rack)) => rack.to_string(),
+        (_, None) => host.to_string(),
+    }
 }
 
 /// A fenced host that showed life, fenced again: its power off (read
@@ -375,6 +407,30 @@ mod tests {
         assert_eq!(failure_domain("n1", Some("az-2"), Some("r7")), "az-2/r7", "another zone's rack 7");
         assert_eq!(failure_domain("n1", None, Some("r7")), "r7");
         assert_eq!(failure_domain("n1", Some("az-1"), None), "n1");
+        assert_eq!(failure_domain("n1", Some("az-1"), Some("")), "n1", "an empty rack is none");
+        assert_eq!(failure_domain("n1", Some(""), Some("r7")), "r7");
+    }
+
+    #[test]
+    fn only_a_fencing_that_can_go_on_takes_a_place_among_the_domains() {
+        // Under way and moving, or a Failed host in service that would start.
+        assert_eq!(domain_place(false, Some(false), Some("InProgress")), Some(true));
+        assert_eq!(domain_place(false, Some(false), None), Some(true));
+        assert_eq!(domain_place(true, None, None), Some(false));
+        assert_eq!(domain_place(true, None, Some("OtherDomainsFirst")), Some(false), "waiting its turn");
+        // Fenced, stuck, held by a gate of its own, or nothing to fence.
+        assert_eq!(domain_place(true, Some(true), None), None);
+        assert_eq!(domain_place(false, Some(false), Some(STUCK)), None);
+        for gate in HOLDS_ALONE {
+            assert_eq!(domain_place(true, None, Some(gate.reason())), None, "{gate:?}");
+            assert_eq!(domain_place(false, Some(false), Some(gate.reason())), None, "{gate:?}");
+        }
+        assert_eq!(domain_place(false, None, None), None);
+        assert_eq!(
+            domain_waits("r3", &[("r1", true), ("r2", false)], 2).map(|m| m.contains("r3 waits for r1, r2")),
+            Some(true)
+        );
+        assert_eq!(domain_waits("r3", &[("r1", true), ("r2", false)], 3), None);
     }
 
     #[test]

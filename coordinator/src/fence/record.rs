@@ -51,10 +51,13 @@ impl Asked {
     }
 
     /// A retirement under way, or asked since the fencing started of a
-    /// host that counts fenced. It outweighs a clearing: the host is gone.
+    /// host that counts fenced; not one a clearing asked since cancelled
+    /// (the host was not gone). It outweighs a clearing asked before it.
     pub fn retires(&self, r: &FencingStatus) -> bool {
-        r.retirement.is_some()
-            || (r.fenced.is_some() && self.retire.is_some() && r.handled_retire != self.retire)
+        match &r.retirement {
+            Some(x) => self.clear.is_none() || self.clear == x.handled_clear,
+            None => r.fenced.is_some() && self.retire.is_some() && r.handled_retire != self.retire,
+        }
     }
 
     /// The SRE said, with a retirement asked since the fencing started,
@@ -88,6 +91,9 @@ pub fn retried(record: Option<FencingStatus>, asked: &Asked) -> Option<FencingSt
 pub enum Taken {
     /// A new fencing starts (counted as under way from now).
     Claimed,
+    /// Ranked again under the claims' lock, its failure domain must wait
+    /// for others after all: nothing recorded, looked at again soon.
+    NotClaimed,
     /// This replica does not hold the lease: the step waits for the next
     /// reconcile, under the lease.
     NotLeader,
@@ -129,7 +135,7 @@ pub fn record(
             out.event = news.then(|| (gate.reason().to_string(), message.clone()));
         }
         (Decision::Stuck { message, .. }, _) => {
-            out.condition = Some(cond(ConditionStatus::False, "StepNotConfirmed", message));
+            out.condition = Some(cond(ConditionStatus::False, super::decide::STUCK, message));
         }
         // decide fences only a fencing under way: the record is there.
         (Decision::Fenced { by_hand }, _) => {
@@ -245,6 +251,7 @@ fn fenced(
 fn took(out: &mut FenceOutcome, step: FenceStep, taken: Taken, f: &Facts<'_>) {
     let in_progress = |message: &str| Some(cond(ConditionStatus::False, "InProgress", message));
     match taken {
+        Taken::NotClaimed => out.again = Some(Duration::from_secs(1)),
         Taken::NotLeader => out.again = Some(Duration::from_millis(500)),
         // Recorded before any step: a fencing started is never lost to a
         // fail-over or a failed write, and counts as under way.
@@ -287,7 +294,7 @@ fn took(out: &mut FenceOutcome, step: FenceStep, taken: Taken, f: &Facts<'_>) {
                     "{step} not confirmed after {ATTEMPTS} tries: {why}. Retry it (hvctl retry {name}), or \
                      make sure the host is fenced and say so (hvctl confirm-fenced {name})"
                 );
-                ("StepNotConfirmed", message)
+                (super::decide::STUCK, message)
             } else {
                 ("StepRetrying", format!("{step} not confirmed (try {attempts} of {ATTEMPTS}): {why}"))
             };
@@ -359,21 +366,25 @@ pub enum Retired {
     Done,
 }
 
-/// The outcome of a look at a retired host, `r` its record, `retire` the
-/// annotation's value taken: the record kept, with its retirement.
+/// The outcome of a look at a retired host, `r` its record, `asked` what
+/// the SRE asked: the record kept, with its retirement.
 pub fn retired(
     r: &FencingStatus,
     name: &str,
     now: Timestamp,
-    retire: &str,
+    asked: &Asked,
     step: Retired,
     conditions: &[Condition],
 ) -> FenceOutcome {
     let mut record = r.clone();
-    let retirement = record
-        .retirement
-        .get_or_insert_with(|| FenceRetirement { asked: Some(Time(now)), ..FenceRetirement::default() });
-    retirement.handled = retire.to_string();
+    let retirement = record.retirement.get_or_insert_with(|| FenceRetirement {
+        asked: Some(Time(now)),
+        handled_clear: asked.clear.clone(),
+        ..FenceRetirement::default()
+    });
+    if let Some(value) = &asked.retire {
+        retirement.handled.clone_from(value);
+    }
     let (mut out, mut lifted) = (FenceOutcome::default(), false);
     match step {
         Retired::Waiting(why) => {
@@ -394,8 +405,9 @@ pub fn retired(
         Retired::Done => {
             let first = retirement.retired.is_none();
             retirement.retired.get_or_insert(Time(now));
-            let message = "retired, gone for good: its blocklist entries are lifted, Nova's forced_down \
-                           stays, and this record is kept; delete its Node to decommission it";
+            let message = "retired, gone for good: none of its blocklist entries is left, Nova's \
+                           forced_down stays, and this record is kept; delete its Node to decommission it \
+                           (hvctl clear-fenced brings it back instead, should it not be gone)";
             out.condition = Some(cond(ConditionStatus::True, RETIRED, message));
             out.event = first.then(|| (RETIRED.to_string(), format!("{name} is {message}")));
         }

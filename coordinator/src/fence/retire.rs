@@ -1,7 +1,8 @@
 //! A fenced host gone for good, retired by an SRE (docs/fencing.md, "A
 //! host gone for good"), as a pure function: what to do next, or what it
 //! waits for. Its blocklist entries come off only once its machine is off
-//! (its BMC read off twice) or gone (the SRE's word), so a replacement
+//! (its BMC read off twice) or gone (the SRE's word, unless its BMC reads
+//! on), and the host shows no life (its agent, its kubelet), so a replacement
 //! machine that reuses its IP can use RBD, and the old one, should it still
 //! run, never gets its disks back. Nova's `forced_down` stays, and the
 //! fencing record is kept: the retirement never waits for Nova's `done`
@@ -30,12 +31,39 @@ pub enum Next {
     Done,
 }
 
-/// `blocklisted`: entries of the fencing are still to lift.
-pub fn next(machine: &Machine, blocklisted: bool) -> Next {
-    if !blocklisted {
-        return Next::Done;
+/// What the shell saw of a retired host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retiring<'a> {
+    /// Its machine: a BMC that reads on outweighs an SRE's word that it is
+    /// gone.
+    pub machine: Machine,
+    /// A sign that the host lives (its agent talking, its kubelet alive):
+    /// a host gone for good shows none, whatever was said of it.
+    pub lives: Option<&'a str>,
+    /// Entries of the fencing still to lift.
+    pub blocklisted: bool,
+    /// Entries of the fencing not lifted that another host's fencing holds
+    /// too: they go with that one's clearing.
+    pub held_elsewhere: bool,
+}
+
+pub fn next(s: &Retiring<'_>) -> Next {
+    if let Some(sign) = s.lives {
+        return Next::Wait(format!(
+            "the host shows life ({sign}): a host gone for good shows none; its blocklist entries stay"
+        ));
     }
-    match machine {
+    if !s.blocklisted {
+        return match s.held_elsewhere {
+            true => Next::Wait(
+                "its blocklist entries are held by another host's fencing too: they are lifted with that one's \
+                 clearing"
+                    .into(),
+            ),
+            false => Next::Done,
+        };
+    }
+    match &s.machine {
         Machine::Off | Machine::Gone => Next::LiftBlocklist,
         Machine::On => Next::Wait(
             "its BMC reads power on: its blocklist entries stay until the machine is powered off".into(),
@@ -52,23 +80,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_blocklist_comes_off_only_once_the_machine_is_off_or_gone() {
+    fn the_blocklist_comes_off_only_once_the_machine_is_off_or_gone_and_the_host_shows_no_life() {
         let machines = [Machine::Off, Machine::On, Machine::Gone, Machine::Unknown("no BMC".into())];
-        for machine in &machines {
-            for blocklisted in [false, true] {
-                let next = next(machine, blocklisted);
-                let want = match (blocklisted, machine) {
-                    (false, _) => Some(Next::Done),
-                    (true, Machine::Off | Machine::Gone) => Some(Next::LiftBlocklist),
-                    (true, _) => None,
-                };
-                match want {
-                    Some(w) => assert_eq!(next, w, "{machine:?} {blocklisted}"),
-                    None => assert!(matches!(next, Next::Wait(_)), "{machine:?}: {next:?}"),
+        for machine in machines {
+            for lives in [None, Some("its agent talks to us")] {
+                for blocklisted in [false, true] {
+                    for held_elsewhere in [false, true] {
+                        let s = Retiring { machine: machine.clone(), lives, blocklisted, held_elsewhere };
+                        let next = next(&s);
+                        let want = match (lives, blocklisted, held_elsewhere, &machine) {
+                            (Some(_), ..) => None,
+                            (None, false, false, _) => Some(Next::Done),
+                            (None, false, true, _) => None,
+                            (None, true, _, Machine::Off | Machine::Gone) => Some(Next::LiftBlocklist),
+                            (None, true, _, _) => None,
+                        };
+                        match want {
+                            Some(w) => assert_eq!(next, w, "{s:?}"),
+                            None => assert!(matches!(next, Next::Wait(_)), "{s:?}: {next:?}"),
+                        }
+                    }
                 }
             }
         }
-        let unknown = next(&Machine::Unknown("no BMC".into()), true);
+        let unknown = next(&Retiring {
+            machine: Machine::Unknown("no BMC".into()),
+            lives: None,
+            blocklisted: true,
+            held_elsewhere: false,
+        });
         assert!(matches!(unknown, Next::Wait(w) if w.contains("no BMC") && w.contains("--machine-gone")));
     }
 }

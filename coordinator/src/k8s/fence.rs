@@ -17,7 +17,7 @@ use kube::runtime::events::EventType;
 use super::hypervisor::{Context, Error};
 use crate::api::hypervisor::{FenceStep, FencingStatus, HealthState};
 use crate::api::keys::RETRY_ANNOTATION;
-use crate::api::keys::{BMC_SECRET_LABEL, CLEAR_FENCED_ANNOTATION, CONFIRM_FENCED_ANNOTATION, ZONE_LABEL};
+use crate::api::keys::{BMC_SECRET_LABEL, CLEAR_FENCED_ANNOTATION, CONFIRM_FENCED_ANNOTATION};
 use crate::api::keys::{MACHINE_GONE_ANNOTATION, RETIRE_ANNOTATION};
 use crate::api::{Hypervisor, MaintenanceMode};
 use crate::eviction::NovaState;
@@ -30,6 +30,8 @@ use crate::fence::{Guarded, PowerState, PoweredOff, power_off_confirmed, read_ag
 use crate::fence::{clear, targets};
 use crate::health::PowerSource;
 use crate::lifecycle::ServiceState;
+
+use super::fence_fleet::{self, Domains, FleetSeen};
 
 /// Prefix of the maintenance reason of a host put into `ha` for being
 /// fenced.
@@ -178,21 +180,9 @@ pub async fn run(
         Some(r) => life_sign(ctx, hv, r, o.power, now).await,
         None => None,
     };
-    // A clearing waits while the host's Eviction runs: a sign of life
-    // meanwhile is the fencing's to answer.
     let reviving = life.is_some() || record.as_ref().is_some_and(|r| r.revival.is_some());
-    // A retirement outweighs a clearing; it begins once the evacuation is
-    // over and the host shows no life (one that does is fenced again first).
-    if let Some(r) = status.fencing.as_ref().filter(|r| asked.retires(r))
-        && evacuating.is_none()
-        && !reviving
-    {
-        return super::retire::look(ctx, hv, r, &asked, now, &status.conditions).await;
-    }
-    if let Some(r) = status.fencing.as_ref().filter(|r| asked.clears(r))
-        && !(reviving && o.evicting.is_some())
-    {
-        return clearing(ctx, hv, host, r, o.evicting, &status.conditions).await;
+    if let Some(out) = asked_first(ctx, hv, host, &o, &asked, (evacuating.is_some(), reviving)).await {
+        return out;
     }
     // Neither under way nor Failed: nothing to fence (decide's first rule),
     // and no fleet scan on every reconcile of every healthy host.
@@ -201,12 +191,11 @@ pub async fn run(
     }
     let name = hv.name_any();
     let seen = observe(ctx, hv, &name, o.health, record.is_some(), now);
-    let fencing_domains: Vec<(&str, bool)> =
-        seen.fencing_domains.iter().map(|(d, b)| (d.as_str(), *b)).collect();
+    let fencing_domains = seen.domains.fencing();
     let s = situation(&o, &seen, &fencing_domains, record.as_ref(), &asked, life.as_deref());
     let decision = decide::decide(&s, &ctx.fencing.policy);
     let taken = match decision {
-        Decision::Take(step) => Some(take_or_claim(ctx, hv, host, record.as_ref(), step).await),
+        Decision::Take(step) => Some(take_or_claim(ctx, hv, host, record.as_ref(), (step, o.health)).await),
         _ => None,
     };
     let heartbeat_fresh = seen.heartbeat_age.is_some_and(|a| a < ctx.fencing.policy.fresh_heartbeat);
@@ -231,6 +220,34 @@ pub async fn run(
     out
 }
 
+/// What an SRE asked that comes before the fencing's own decision: a
+/// retirement, which outweighs a clearing asked before it and begins once
+/// the evacuation is over and the host shows no life (one that does is
+/// fenced again first); or a clearing, which waits while the host's
+/// Eviction runs (a sign of life meanwhile is the fencing's to answer).
+async fn asked_first(
+    ctx: &Context,
+    hv: &Hypervisor,
+    host: &str,
+    o: &Observed<'_>,
+    asked: &Asked,
+    (evacuating, reviving): (bool, bool),
+) -> Option<FenceOutcome> {
+    let status = hv.status.as_ref()?;
+    if let Some(r) = status.fencing.as_ref().filter(|r| asked.retires(r))
+        && !evacuating
+        && !reviving
+    {
+        return Some(super::retire::look(ctx, hv, r, asked, o.kubelet_alive, &status.conditions).await);
+    }
+    if let Some(r) = status.fencing.as_ref().filter(|r| asked.clears(r))
+        && !(reviving && o.evicting.is_some())
+    {
+        return Some(clearing(ctx, hv, host, r, o.evicting, &status.conditions).await);
+    }
+    None
+}
+
 /// What the decision reads: the verdict, the fleet and the host as seen,
 /// the record (after an SRE's retry) and what was asked, and a sign of life.
 fn situation<'a>(
@@ -250,8 +267,8 @@ fn situation<'a>(
         blind: o.blind.as_deref(),
         other_agents: seen.other_agents,
         domain: (&seen.domain, seen.lost, seen.hosts),
-        fleet: seen.fleet,
-        failure_domain: &seen.failure_domain,
+        fleet: seen.domains.fleet,
+        failure_domain: &seen.domains.own,
         fencing_domains,
         steps: &seen.steps,
         under_way: record.is_some(),
@@ -320,9 +337,7 @@ struct Seen {
     domain: String,
     lost: usize,
     hosts: usize,
-    fleet: (usize, usize),
-    failure_domain: String,
-    fencing_domains: Vec<(String, bool)>,
+    domains: Domains,
 }
 
 fn observe(
@@ -333,36 +348,32 @@ fn observe(
     under_way: bool,
     now: Timestamp,
 ) -> Seen {
-    let serving = in_service(ctx);
-    let (lost, hosts, domain) = domain_of(ctx, &serving, name, health);
-    let domains = failure_domains(ctx, &serving, name, (health, under_way));
+    let fleet = FleetSeen::read(ctx);
+    let (lost, hosts, domain) = fence_fleet::zone_of(ctx, &fleet, name, health);
+    let claimed: Vec<String> = ctx.fencing.claims.with(|c| c.names().map(str::to_string).collect());
     Seen {
         steps: steps_of(hv),
         heartbeat_age: ctx.registry.view(name).last_seen.map(|t| now.duration_since(t)),
-        other_agents: other_agents(ctx, &serving, name),
+        other_agents: fence_fleet::other_agents(ctx, &fleet, name),
         domain,
         lost,
         hosts,
-        fleet: domains.fleet,
-        failure_domain: domains.own,
-        fencing_domains: domains.fencing,
+        domains: fence_fleet::failure_domains(ctx, &fleet, name, (health, under_way), &claimed),
     }
 }
 
-/// The step the decision names: a new fencing's place under the rate
-/// limit claimed, or (only by the leader) the step taken, the storage
-/// step's new addresses first recorded.
+/// The step the decision names: a new fencing's place among the failure
+/// domains claimed, or (only by the leader) the step taken, the storage
+/// step's new addresses first recorded. `health`: this reconcile's verdict.
 async fn take_or_claim(
     ctx: &Context,
     hv: &Hypervisor,
     host: &str,
     record: Option<&FencingStatus>,
-    step: FenceStep,
+    (step, health): (FenceStep, Option<HealthState>),
 ) -> Taken {
     let Some(r) = record else {
-        // Counted as under way from now, though the cache lags.
-        ctx.fencing.claims.with(|claimed| claimed.claim(&hv.name_any()));
-        return Taken::Claimed;
+        return if claim(ctx, &hv.name_any(), health) { Taken::Claimed } else { Taken::NotClaimed };
     };
     if !ctx.gate.open() {
         return Taken::NotLeader;
@@ -631,117 +642,22 @@ async fn bmc(ctx: &Context, spec: &crate::api::hypervisor::BmcSpec) -> Result<Bm
     })
 }
 
-/// The other managed hosts' agents: (connected, all).
-/// Only hosts whose agent belongs there count (Testing to Evicting): one
-/// onboarding, in maintenance or decommissioned says nothing of our view.
-fn other_agents(ctx: &Context, serving: &[String], name: &str) -> (usize, usize) {
-    let others = serving.iter().filter(|n| *n != name);
-    (others.clone().filter(|n| ctx.registry.connected(n)).count(), others.count())
-}
-
-/// The managed hosts whose agent belongs there (Testing to Evicting).
-fn in_service(ctx: &Context) -> Vec<String> {
-    let managed: std::collections::BTreeSet<String> =
-        ctx.nodes.state().iter().map(|n| n.name_any()).collect();
-    ctx.hypervisors
-        .state()
-        .iter()
-        .filter(|h| managed.contains(&h.name_any()))
-        .filter(|h| {
-            let phase = h.status.as_ref().and_then(|s| s.phase).unwrap_or_default();
-            crate::lifecycle::expects_agent(phase)
-        })
-        .map(|h| h.name_any())
-        .collect()
-}
-
-/// The host's failure domain: the managed hosts in service (Testing to
-/// Evicting) that share its zone label (all of them when it has none).
-/// Answers its hosts lost (Unreachable or Failed, this one by `health`),
-/// all its hosts, and its name.
-fn domain_of(
-    ctx: &Context,
-    serving: &[String],
-    name: &str,
-    health: Option<HealthState>,
-) -> (usize, usize, String) {
-    let nodes = ctx.nodes.state();
-    let zone_of = |n: &k8s_openapi::api::core::v1::Node| n.labels().get(ZONE_LABEL).cloned();
-    let zone = nodes.iter().find(|n| n.name_any() == name).and_then(|n| zone_of(n));
-    let members: Vec<String> = nodes
-        .iter()
-        .filter(|n| zone.is_none() || zone_of(n) == zone)
-        .map(|n| n.name_any())
-        .filter(|n| n == name || serving.contains(n))
-        .collect();
-    let lost = |s: Option<HealthState>| matches!(s, Some(HealthState::Unreachable | HealthState::Failed));
-    let hypervisors = ctx.hypervisors.state();
-    let recorded = |m: &str| {
-        hypervisors
-            .iter()
-            .find(|h| h.name_any() == m)
-            .and_then(|h| h.status.as_ref().and_then(|s| s.health.as_ref()).map(|x| x.state))
-    };
-    let lost_now =
-        members.iter().filter(|m| *m != name && lost(recorded(m))).count() + usize::from(lost(health));
-    let label = zone.map_or_else(|| "the managed hosts".to_string(), |z| format!("zone {z}"));
-    (lost_now, members.len().max(1), label)
-}
-
-/// The failure domains as one fencing sees them ([`failure_domains`]).
-struct Domains {
-    /// The host's own.
-    own: String,
-    /// Each with a host to fence, and whether a fencing is under way there.
-    fencing: Vec<(String, bool)>,
-    /// The fleet's hosts in service lost (Unreachable or Failed), and all.
-    fleet: (usize, usize),
-}
-
-/// The host's failure domain, every domain with a host to fence (Failed,
-/// or its fencing under way: recorded, or started by this process moments
-/// ago), and the fleet's losses. `own`: this host's verdict and whether its
-/// fencing is under way, which the cache may not show yet.
-fn failure_domains(
-    ctx: &Context,
-    serving: &[String],
-    name: &str,
-    own: (Option<HealthState>, bool),
-) -> Domains {
-    let nodes = ctx.nodes.state();
-    let labels: BTreeMap<String, &BTreeMap<String, String>> =
-        nodes.iter().map(|n| (n.name_any(), n.labels())).collect();
-    let domain =
-        |host: &str| failure_domain(host, labels.get(host).copied(), ctx.fencing.domain_label.as_deref());
-    let serving: std::collections::BTreeSet<&str> = serving.iter().map(String::as_str).collect();
-    let claimed: Vec<String> = ctx.fencing.claims.with(|c| c.names().map(str::to_string).collect());
-    let (mut fencing, mut fleet) = (BTreeMap::<String, bool>::new(), (0, 0));
-    for h in ctx.hypervisors.state().iter() {
-        let host = h.name_any();
-        let status = h.status.as_ref();
-        let (health, under_way) = if host == name {
-            own
-        } else {
-            let recorded = status.and_then(|s| s.fencing.as_ref()).is_some_and(|f| f.fenced.is_none());
-            (status.and_then(|s| s.health.as_ref()).map(|x| x.state), recorded || claimed.contains(&host))
-        };
-        let in_service = host == name || serving.contains(host.as_str());
-        if in_service {
-            fleet.1 += 1;
-            fleet.0 += usize::from(matches!(health, Some(HealthState::Unreachable | HealthState::Failed)));
+/// Claims the start of a fencing of `name`: its failure domain ranked again
+/// under the claims' lock, with the fencings this process started moments
+/// ago (the cache may not show them yet), so two reconciles of hosts in two
+/// domains cannot both take the last place. Counted as under way from then.
+fn claim(ctx: &Context, name: &str, health: Option<HealthState>) -> bool {
+    let fleet = FleetSeen::read(ctx);
+    ctx.fencing.claims.with(|live| {
+        let claimed: Vec<String> = live.names().map(str::to_string).collect();
+        let domains = fence_fleet::failure_domains(ctx, &fleet, name, (health, false), &claimed);
+        let max = ctx.fencing.policy.max_domains;
+        if decide::domain_waits(&domains.own, &domains.fencing(), max).is_some() {
+            return false;
         }
-        if under_way || (in_service && health == Some(HealthState::Failed)) {
-            *fencing.entry(domain(&host)).or_default() |= under_way;
-        }
-    }
-    Domains { own: domain(name), fencing: fencing.into_iter().collect(), fleet }
-}
-
-/// A host's failure domain ([`decide::failure_domain`]) from its Node's
-/// labels.
-fn failure_domain(host: &str, labels: Option<&BTreeMap<String, String>>, label: Option<&str>) -> String {
-    let get = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
-    decide::failure_domain(host, get(ZONE_LABEL), label.and_then(get))
+        live.claim(name);
+        true
+    })
 }
 
 /// Publishes a fencing Event on the Hypervisor.

@@ -13,6 +13,7 @@ pub mod claims;
 pub mod drain_marks;
 pub mod eviction;
 pub mod fence;
+mod fence_fleet;
 pub mod ha;
 pub mod hypervisor;
 pub mod kubelet;

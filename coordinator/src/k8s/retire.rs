@@ -13,44 +13,55 @@ use super::hypervisor::Context;
 use crate::api::Hypervisor;
 use crate::api::hypervisor::FencingStatus;
 use crate::fence::record::{self, Asked, Retired};
-use crate::fence::retire::{self, Machine};
+use crate::fence::retire::{self, Machine, Retiring};
 use crate::health::PowerSource;
 
 /// One look at a retired host: its blocklist entries lifted once its
-/// machine is off or gone, then nothing more.
+/// machine is off or gone and the host shows no life, then nothing more.
+/// `kubelet_alive`: this reconcile's verdict.
 pub async fn look(
     ctx: &Context,
     hv: &Hypervisor,
     r: &FencingStatus,
     asked: &Asked,
-    now: Timestamp,
+    kubelet_alive: bool,
     conditions: &[Condition],
 ) -> FenceOutcome {
-    let name = hv.name_any();
-    let taken = r.retirement.as_ref().map(|x| x.handled.clone());
-    let value = asked.retire.clone().or(taken).unwrap_or_default();
+    let (name, now) = (hv.name_any(), Timestamp::now());
     if r.retirement.as_ref().is_some_and(|x| x.retired.is_some()) {
-        return record::retired(r, &name, now, &value, Retired::Done, conditions);
+        return record::retired(r, &name, now, asked, Retired::Done, conditions);
     }
     if !ctx.gate.open() {
         let again = Some(Duration::from_millis(500));
         return FenceOutcome { record: Some(r.clone()), again, ..FenceOutcome::default() };
     }
     let addresses = lifted_by_clearing(ctx, hv, r);
-    let blocklisted = !addresses.is_empty() && !r.blocklist_lifted;
-    let machine = match asked.machine_gone(r) {
-        true => Machine::Gone,
-        false => machine(ctx, hv).await,
+    let fresh = ctx.fencing.policy.fresh_heartbeat;
+    let talks = ctx.registry.view(&name).last_seen.is_some_and(|t| now.duration_since(t) < fresh);
+    let lives = match (talks, kubelet_alive) {
+        (true, _) => Some("its agent talks to us"),
+        (false, true) => Some("its kubelet is alive"),
+        (false, false) => None,
     };
-    let step = match retire::next(&machine, blocklisted) {
+    let machine = match (machine(ctx, hv).await, asked.machine_gone(r)) {
+        (Machine::Unknown(_), true) => Machine::Gone,
+        (read, _) => read,
+    };
+    let s = Retiring {
+        machine,
+        lives,
+        blocklisted: !addresses.is_empty() && !r.blocklist_lifted,
+        held_elsewhere: addresses.is_empty() && !r.blocklist_lifted && !r.ceph_addresses.is_empty(),
+    };
+    let step = match retire::next(&s) {
         retire::Next::Wait(why) => Retired::Waiting(why),
         retire::Next::LiftBlocklist => match lift(ctx, &addresses).await {
-            Ok(()) => Retired::BlocklistLifted { addresses, machine: found(&machine) },
+            Ok(()) => Retired::BlocklistLifted { addresses, machine: found(&s.machine) },
             Err(why) => Retired::Waiting(format!("its blocklist entries could not be lifted: {why}")),
         },
         retire::Next::Done => Retired::Done,
     };
-    record::retired(r, &name, now, &value, step, conditions)
+    record::retired(r, &name, Timestamp::now(), asked, step, conditions)
 }
 
 /// The machine as its BMC reads it: off only when read off twice, and

@@ -1682,3 +1682,82 @@ async fn a_reconcile_waits_for_the_caches_instead_of_spinning() {
         "nothing sent before the caches are whole"
     );
 }
+
+/// A Hypervisor of the fencing's fleet: `phase`, `health`, and its
+/// fencing record (`fenced`: counted fenced) with its condition's reason.
+fn fleet_member(name: &str, phase: &str, health: &str, fencing: Option<(bool, &str)>) -> Hypervisor {
+    let mut status = json!({"phase": phase, "health": {"state": health}});
+    if let Some((fenced, reason)) = fencing {
+        let mut record = json!({"started": "2026-11-27T10:00:00Z"});
+        if fenced {
+            record["fenced"] = json!("2026-11-27T10:00:30Z");
+        }
+        status["fencing"] = record;
+        status["conditions"] = json!([{"type": "Fenced", "status": "False", "reason": reason, "message": "",
+            "lastTransitionTime": "2026-11-27T10:00:00Z"}]);
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "hypervisor.cloud.sap/v1alpha1", "kind": "Hypervisor",
+        "metadata": {"name": name}, "spec": {}, "status": status
+    }))
+    .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// Only a fencing that can go on takes a place among the failure domains
+/// (not one stuck, or held by a gate of its own), a fencing this process
+/// claimed moments ago counts as under way, and a host fenced out of
+/// service still counts lost and not connected.
+#[tokio::test]
+async fn a_stuck_or_held_fencing_takes_no_domain_place_and_a_fenced_host_still_counts_lost() {
+    use super::fence_fleet::{self, FleetSeen};
+    use crate::api::hypervisor::HealthState;
+    let mut hv = hypervisor_ctx(ev_or_migration, registered(true, &[]), true, Vec::new());
+    let ctx = Arc::get_mut(&mut hv.ctx).expect("not shared yet");
+    let (nodes, mut node_writer) = reflector::store::<Node>();
+    let (hypervisors, mut hv_writer) = reflector::store::<Hypervisor>();
+    let racks =
+        [("n1", "r1"), ("n2", "r1"), ("n3", "r2"), ("n4", "r3"), ("n5", "r5"), ("n6", "r4"), ("n7", "")];
+    for (name, rack) in racks {
+        let mut node = Node::default();
+        node.metadata.name = Some(name.into());
+        node.metadata.labels = Some([("example.com/rack".to_string(), rack.to_string())].into());
+        node_writer.apply_watcher_event(&watcher::Event::Apply(node));
+    }
+    for h in [
+        fleet_member("n1", "Active", "Failed", None),
+        fleet_member("n2", "Active", "Healthy", None),
+        fleet_member("n3", "Active", "Failed", Some((false, "StepNotConfirmed"))),
+        fleet_member("n4", "Active", "Failed", Some((false, "FailureDomainLost"))),
+        fleet_member("n5", "Maintenance", "Failed", Some((true, "Fenced"))),
+        fleet_member("n6", "Active", "Failed", Some((false, "InProgress"))),
+        fleet_member("n7", "Active", "Unreachable", None),
+    ] {
+        hv_writer.apply_watcher_event(&watcher::Event::Apply(h));
+    }
+    ctx.nodes = nodes;
+    ctx.hypervisors = hypervisors;
+    let fencing =
+        crate::k8s::fence::FenceContext::new(Default::default(), None, Duration::from_secs(60), "ns".into());
+    ctx.fencing = fencing.with_domain_label(Some("example.com/rack".into()));
+    let ctx = &hv.ctx;
+    let fleet = FleetSeen::read(ctx);
+    let own = (Some(HealthState::Healthy), false);
+    let d = fence_fleet::failure_domains(ctx, &fleet, "n2", own, &[]);
+    assert_eq!(d.own, "r1");
+    // n1 would start (r1); n6 goes on (r4). Not n3 (stuck), n4 (its zone
+    // held), n5 (fenced), n7 (not Failed).
+    assert_eq!(d.fencing, [("r1".to_string(), false), ("r4".to_string(), true)]);
+    // Seven hosts count, n5 fenced out among them: lost n1, n3, n4, n5, n6, n7.
+    assert_eq!(d.fleet, (6, 7));
+    assert_eq!(fence_fleet::other_agents(ctx, &fleet, "n2"), (0, 6), "n5 counts, not connected");
+    let (lost, hosts, _) = fence_fleet::zone_of(ctx, &fleet, "n2", Some(HealthState::Healthy));
+    assert_eq!((lost, hosts), (6, 7));
+    // n1 claimed by this process moments ago: under way before the cache shows it.
+    let d = fence_fleet::failure_domains(ctx, &fleet, "n2", own, &["n1".to_string()]);
+    assert_eq!(d.fencing, [("r1".to_string(), true), ("r4".to_string(), true)]);
+    // The host itself: its own verdict and record, not the cache's; an
+    // empty rack label is a domain of its own.
+    let d = fence_fleet::failure_domains(ctx, &fleet, "n7", (Some(HealthState::Failed), false), &[]);
+    assert_eq!(d.own, "n7");
+    assert!(d.fencing.contains(&("n7".to_string(), false)), "{:?}", d.fencing);
+}

@@ -260,7 +260,7 @@ fn a_retirement_counts_only_for_a_fenced_host_and_keeps_the_record() {
 
     // Waiting for the machine: recorded, said once, the blocklist kept.
     let now = Timestamp::from_second(60).expect("a time");
-    let out = retired(&r, "node-1", now, "t1", Retired::Waiting("its BMC reads power on".into()), &[]);
+    let out = retired(&r, "node-1", now, &asked, Retired::Waiting("its BMC reads power on".into()), &[]);
     let waiting = out.record.clone().expect("kept");
     let retirement = waiting.retirement.clone().expect("recorded");
     assert_eq!((retirement.asked, retirement.handled.as_str()), (Some(Time(now)), "t1"));
@@ -275,25 +275,35 @@ fn a_retirement_counts_only_for_a_fenced_host_and_keeps_the_record() {
         last_transition_time: Time(now),
         observed_generation: None,
     }];
-    let out = retired(&waiting, "node-1", now, "t1", Retired::Waiting("still on".into()), &stored);
+    let out = retired(&waiting, "node-1", now, &asked, Retired::Waiting("still on".into()), &stored);
     assert_eq!(out.event, None, "said once");
     assert!(Asked::default().retires(&waiting), "under way whatever the annotation says now");
+    assert_eq!(waiting.retirement.as_ref().and_then(|x| x.handled_clear.as_deref()), Some("c1"));
+    assert!(asked.retires(&waiting), "the clearing asked before it does not cancel it");
+    let cancel = Asked { clear: Some("c2".into()), ..asked.clone() };
+    assert!(!cancel.retires(&waiting) && cancel.clears(&waiting), "a clearing asked since cancels it");
 
     // Lifted, then retired: dated once, the record kept.
     let lifted = Retired::BlocklistLifted { addresses: vec!["10.0.0.1".into()], machine: "read off".into() };
     let later = Timestamp::from_second(90).expect("a time");
-    let out = retired(&waiting, "node-1", later, "t1", lifted, &stored);
+    let out = retired(&waiting, "node-1", later, &asked, lifted, &stored);
     let r = out.record.clone().expect("kept");
     assert!(r.blocklist_lifted);
     let retirement = r.retirement.clone().expect("kept");
     assert_eq!((retirement.asked, retirement.machine.as_deref()), (Some(Time(now)), Some("read off")));
-    let out = retired(&r, "node-1", later, "t1", Retired::Done, &stored);
+    let out = retired(&r, "node-1", later, &asked, Retired::Done, &stored);
     let done = out.record.clone().expect("the record is kept");
     assert_eq!(done.retirement.as_ref().and_then(|x| x.retired.clone()), Some(Time(later)));
     assert_eq!(done.fenced, r.fenced);
     assert_eq!((reason(&out), out.event.as_ref().map(|e| e.0.as_str())), (Some(RETIRED), Some(RETIRED)));
-    let out =
-        retired(&done, "node-1", Timestamp::from_second(200).expect("a time"), "t1", Retired::Done, &[]);
+    let out = retired(
+        &done,
+        "node-1",
+        Timestamp::from_second(200).expect("a time"),
+        &Asked::default(),
+        Retired::Done,
+        &[],
+    );
     assert_eq!(out.event, None, "retired once");
     assert_eq!(out.record.and_then(|r| r.retirement).and_then(|x| x.retired), Some(Time(later)));
 }
