@@ -588,6 +588,14 @@ impl Verdict {
     }
 }
 
+/// A host not judged (in maintenance, a fenced one among them) has no
+/// Lease read: its Node reading Ready says its kubelet lives, which a
+/// fencing under way and a retirement must not overlook (a host gone for
+/// good has none).
+fn unjudged_kubelet_alive(node: health::NodeSource) -> bool {
+    node == health::NodeSource::Ready
+}
+
 /// Judged only where an agent belongs (a host in Onboarding, Maintenance or
 /// Decommissioned may lack one, its Node may be down for its work); held
 /// while the coordinator is blind, and in the first moments of a
@@ -607,7 +615,7 @@ fn judge_health(
             condition: health::observe::not_judged(&why),
             judged: false,
             recheck: None,
-            kubelet_alive: false,
+            kubelet_alive: unjudged_kubelet_alive(seen.node_ready),
         };
     }
     let (nova, mut own) = health::observe::nova_source(&seen.obs.nova);
@@ -947,6 +955,13 @@ mod tests {
 
     use super::*;
     use crate::api::hypervisor::{AgentStatus, HealthState, HealthStatus};
+
+    #[test]
+    fn a_host_not_judged_lives_for_the_fencing_only_while_its_node_reads_ready() {
+        assert!(unjudged_kubelet_alive(health::NodeSource::Ready));
+        assert!(!unjudged_kubelet_alive(health::NodeSource::NotReady { since: None }));
+        assert!(!unjudged_kubelet_alive(health::NodeSource::Absent));
+    }
 
     fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
         Condition {
