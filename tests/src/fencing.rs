@@ -35,6 +35,7 @@ pub mod address {
     pub const EVACUATION_KILL: &str = "127.0.0.5";
     pub const EVACUATION_REVIVAL: &str = "127.0.0.11";
     pub const HALF_FENCED: &str = "127.0.0.12";
+    pub const EVACUATION_REPORTS: &str = "127.0.0.13";
 }
 
 /// Sets the fencing means of `host`'s Hypervisor: its BMC on the ground

@@ -10,6 +10,8 @@
 //! killed ten times meanwhile. And a fenced host whose power comes back
 //! mid-evacuation is fenced again before the evacuation goes on, then
 //! retired: its blocklist entry lifted only once its machine reads off.
+//! And one without a BMC whose nova-compute reports to Nova again holds
+//! its evacuation until an SRE has stopped it and said the host is off.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -31,8 +33,9 @@ use hv_tests::region::{
     AgentPeers, Blocklisted, Proc, Region, healthy_active, healthy_active_with, wait_health,
 };
 use hv_tests::wait::{Poll, until};
+use k8s_openapi::api::core::v1::Node;
 use kube::Api;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 
 /// Nova's evacuations of one server (its `migration_type` evacuation records).
 async fn evacuations(admin: &Admin, id: &str) -> usize {
@@ -523,6 +526,147 @@ async fn a_fenced_host_whose_power_comes_back_is_fenced_again_before_its_evacuat
         s(seen, again)
     );
     retired_once_its_machine_reads_off(&scene).await;
+}
+
+/// A host without a BMC, fenced by Nova and Ceph, whose nova-compute starts
+/// reporting to Nova again mid-evacuation (Nova shows its forced-down
+/// service down whatever it reports): its evacuation stops, the alert's
+/// gauge shows it, and it goes on only once an SRE has stopped nova-compute
+/// and confirmed the host off; no evacuation reaches Nova in between, and
+/// each server ends ACTIVE elsewhere, evacuated once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fenced_hosts_nova_compute_reporting_again_holds_its_evacuation_until_an_sre_says_it_is_off() {
+    let mut scene = Scene::start_with("evacuation-reports", address::EVACUATION_REPORTS, true).await;
+    let hvs: Api<Hypervisor> = Api::all(scene.region.kube.client.clone());
+    let no_bmc = serde_json::json!({"spec": {"fencing": {"bmc": null}}});
+    hvs.patch(&scene.dead, &PatchParams::default(), &Patch::Merge(&no_bmc)).await.unwrap();
+    // Two evacuations at a time, each held 12 s on its way to Nova: the
+    // evacuation outlasts a report or two of nova-compute (every 10 s).
+    let hold = Fault::Delay(Duration::from_secs(12));
+    let evacuate =
+        Match { body_contains: Some("\"evacuate\"".into()), ..Match::method_path("POST", "/action") };
+    scene.nova.as_ref().unwrap().rule(evacuate, hold.clone(), None);
+    let names: Vec<String> = (1..=8).map(|i| format!("report-{i}")).collect();
+    let ids = scene.boot(&names.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    scene.kill_host().await;
+    let (region, coord, dead) = (&scene.region, &scene.coord, scene.dead.clone());
+    let fencing = wait_fencing(region, &dead, "the host fenced", |f| f.fenced.is_some(), coord).await;
+    assert_eq!(fencing.confirmed, [FenceStep::NovaForcedDown, FenceStep::CephBlocklisted], "{fencing:?}");
+    // Its nova-compute restarted on the fenced host is not handed out again.
+    scene.zone.source.retire();
+    fake_host(&region.env.nova, &dead, FakeHost::Start).await.unwrap();
+    let started = jiff::Timestamp::now();
+
+    let metrics = coord.metrics.clone().unwrap();
+    let gauge = std::cell::Cell::new(0.0);
+    let (revival, seen) = until(
+        "its nova-compute's reports seen",
+        Duration::from_secs(90),
+        || coord.tail(30),
+        || {
+            let (metrics, dead, gauge) = (&metrics, &dead, &gauge);
+            async move {
+                let showing = hv_tests::region::metric(metrics, "hv_fenced_hosts_showing_life").await;
+                gauge.set(showing.unwrap_or(0.0).max(gauge.get()));
+                let f = region.hypervisor(dead).await.and_then(|h| h.status).and_then(|s| s.fencing);
+                match f.and_then(|f| f.revival) {
+                    Some(r) => Poll::Ready((r, jiff::Timestamp::now())),
+                    None => Poll::Pending("no sign yet".into()),
+                }
+            }
+        },
+    )
+    .await;
+    assert!(revival.sign.contains("nova-compute reports to Nova"), "{revival:?}");
+    // Held without a BMC: only an SRE can say it is off again.
+    let held = region.wait_condition(&dead, "Fenced", "StepNotConfirmed", coord).await;
+    assert!(held.contains("hvctl confirm-fenced"), "{held}");
+    let gauge = gauge
+        .get()
+        .max(hv_tests::region::metric(&metrics, "hv_fenced_hosts_showing_life").await.unwrap_or(0.0));
+    assert_eq!(gauge, 1.0, "the alert's gauge showed it");
+    let ev = region.evictions_of(&dead).await.into_iter().next().unwrap();
+    assert_ne!(ev.status.and_then(|s| s.phase), Some(EvictionPhase::Succeeded), "still to evacuate");
+
+    // The SRE stops it and says the host is off: counted once it no
+    // longer reports (Nova's service_down_time after its last report).
+    fake_host(&region.env.nova, &dead, FakeHost::Stop).await.unwrap();
+    let out = region.hvctl().args(["confirm-fenced", &dead]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let again = wait_fencing(region, &dead, "fenced again by hand", |f| f.refenced.is_some(), coord).await;
+    let again = again.refenced.clone().expect("dated").0;
+
+    let ev = scene.evacuated(Duration::from_secs(300)).await;
+    for id in &ids {
+        let (host, status) = placed(&scene.admin, id).await;
+        assert!(host != dead && scene.zone.holds(&host), "{id} on {host}");
+        assert_eq!(status, "ACTIVE", "{id}");
+        assert_eq!(evacuations(&scene.admin, id).await, 1, "{id} evacuated once");
+        let vm = ev.status.as_ref().and_then(|s| s.vms.iter().find(|v| &v.id == id)).cloned().unwrap();
+        assert_eq!(vm.state, VmState::Migrated, "{vm:?}");
+    }
+    let asked: Vec<jiff::Timestamp> = scene
+        .nova
+        .as_ref()
+        .unwrap()
+        .seen()
+        .into_iter()
+        .filter(|r| r.fault.as_ref() == Some(&hold))
+        .map(|r| r.at)
+        .collect();
+    let between: Vec<_> =
+        asked.iter().filter(|t| **t > seen + jiff::SignedDuration::from_millis(200) && **t < again).collect();
+    assert!(between.is_empty(), "evacuations asked while it showed life: {between:?} ({seen} to {again})");
+    assert!(asked.iter().any(|t| *t >= again), "the evacuation went on after: {asked:?}");
+    let events = region.events_for(&dead).await;
+    for reason in ["FencedHostShowsLife", "FencedAgain"] {
+        assert!(events.iter().any(|(r, _)| r == reason), "{reason}: {events:?}");
+    }
+    eprintln!(
+        "nova-compute's reports on the ground: started -> life seen {:.1} s",
+        seen.duration_since(started).as_secs_f64()
+    );
+    retired_by_deleting_its_node(&scene).await;
+}
+
+/// The evacuated host, without a BMC, is gone for good, and an SRE deletes
+/// its Node: that asks its retirement. It waits, its machine unreadable,
+/// until the SRE says the machine is gone (`hvctl retire --machine-gone`);
+/// its entry goes only once its nova-compute has been watched for Nova's
+/// `service_down_time` without a report; the record is kept.
+async fn retired_by_deleting_its_node(scene: &Scene) {
+    let (region, coord, dead) = (&scene.region, &scene.coord, scene.dead.clone());
+    let entry = format!("{}:0/0", address::EVACUATION_REPORTS);
+    let listed = || hv_tests::region::blocklist(&region.env).unwrap().contains_key(&entry);
+    assert!(listed(), "blocklisted while fenced");
+    let nodes: Api<Node> = Api::all(region.kube.client.clone());
+    nodes.delete(&dead, &DeleteParams::default()).await.unwrap();
+    let waiting = region.wait_condition(&dead, "Fenced", "RetireWaiting", coord).await;
+    assert!(waiting.contains("--machine-gone"), "its machine cannot be read: {waiting}");
+    let f = region.hypervisor(&dead).await.and_then(|h| h.status).and_then(|s| s.fencing).unwrap();
+    let asked = f.retirement.as_ref().and_then(|r| r.asked.clone()).expect("the retirement dated").0;
+    assert!(listed(), "lifted on the Node's deletion alone");
+
+    let out = region.hvctl().args(["retire", &dead, "--machine-gone"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let f = wait_fencing(
+        region,
+        &dead,
+        "the host retired",
+        |f| f.retirement.as_ref().is_some_and(|r| r.retired.is_some()),
+        coord,
+    )
+    .await;
+    assert!(!listed(), "the entry lifted");
+    let retirement = f.retirement.clone().unwrap();
+    assert!(retirement.machine.as_deref().is_some_and(|m| m.contains("removed or wiped")), "{retirement:?}");
+    let retired = retirement.retired.clone().unwrap().0;
+    // Watched from the retirement's first look for 60 s; the record's times
+    // are to the second.
+    let watched = retired.duration_since(asked);
+    assert!(watched >= jiff::SignedDuration::from_secs(58), "nova-compute watched {watched:?} only");
+    assert!(f.fenced.is_some() && f.blocklist_lifted, "the record kept: {f:?}");
+    eprintln!("retirement by the Node's deletion: asked -> retired {:.1} s", watched.as_secs_f64());
 }
 
 /// The evacuated host is gone for good: an SRE powered it on to look at

@@ -105,9 +105,10 @@ pub struct Situation<'a> {
     /// From status: the fenced host showed life again and is not fenced
     /// again yet.
     pub revived: bool,
-    /// A sign of life the fenced host shows now (its agent talking, its BMC
-    /// reading power on) since it counted fenced or was last fenced again,
-    /// while its servers are being evacuated; None: none.
+    /// A sign of life the fenced host shows now (its agent talking, its
+    /// kubelet renewing its Lease, its nova-compute reporting to Nova, its
+    /// BMC reading power on) since it counted fenced or was last fenced
+    /// again, while its servers are being evacuated; None: none.
     pub life: Option<&'a str>,
     /// An SRE confirmed it off again since it showed life.
     pub refenced_by_hand: bool,

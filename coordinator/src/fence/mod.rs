@@ -12,6 +12,7 @@ pub mod decide;
 pub mod record;
 pub mod redfish;
 pub mod retire;
+pub mod signs;
 pub mod targets;
 
 use std::future::Future;

@@ -2,7 +2,8 @@
 //! host gone for good"), as a pure function: what to do next, or what it
 //! waits for. Its blocklist entries come off only once its machine is off
 //! (its BMC read off twice) or gone (the SRE's word, unless its BMC reads
-//! on), and the host shows no life (its agent, its kubelet), so a replacement
+//! on), and the host shows no life (its agent, its kubelet, its
+//! nova-compute's reports, watched long enough to see one), so a replacement
 //! machine that reuses its IP can use RBD, and the old one, should it still
 //! run, never gets its disks back. Nova's `forced_down` stays, and the
 //! fencing record is kept: the retirement never waits for Nova's `done`
@@ -37,9 +38,13 @@ pub struct Retiring<'a> {
     /// Its machine: a BMC that reads on outweighs an SRE's word that it is
     /// gone.
     pub machine: Machine,
-    /// A sign that the host lives (its agent talking, its kubelet alive):
-    /// a host gone for good shows none, whatever was said of it.
+    /// A sign that the host lives (its agent talking, its kubelet alive,
+    /// its nova-compute reporting to Nova): a host gone for good shows
+    /// none, whatever was said of it.
     pub lives: Option<&'a str>,
+    /// Its nova-compute has been watched for reports for Nova's own
+    /// `service_down_time` at least: a quiet moment is no proof.
+    pub nova_watched: bool,
     /// Entries of the fencing still to lift.
     pub blocklisted: bool,
     /// Entries of the fencing not lifted that another host's fencing holds
@@ -64,6 +69,10 @@ pub fn next(s: &Retiring<'_>) -> Next {
         };
     }
     match &s.machine {
+        Machine::Off | Machine::Gone if !s.nova_watched => Next::Wait(format!(
+            "its nova-compute is watched for reports to Nova for {} s before its blocklist entries are lifted",
+            super::signs::REPORT_WINDOW.as_secs()
+        )),
         Machine::Off | Machine::Gone => Next::LiftBlocklist,
         Machine::On => Next::Wait(
             "its BMC reads power on: its blocklist entries stay until the machine is powered off".into(),
@@ -85,15 +94,24 @@ mod tests {
         for machine in machines {
             for lives in [None, Some("its agent talks to us")] {
                 for blocklisted in [false, true] {
-                    for held_elsewhere in [false, true] {
-                        let s = Retiring { machine: machine.clone(), lives, blocklisted, held_elsewhere };
+                    for (held_elsewhere, nova_watched) in
+                        [(false, false), (false, true), (true, false), (true, true)]
+                    {
+                        let s = Retiring {
+                            machine: machine.clone(),
+                            lives,
+                            nova_watched,
+                            blocklisted,
+                            held_elsewhere,
+                        };
                         let next = next(&s);
-                        let want = match (lives, blocklisted, held_elsewhere, &machine) {
+                        let want = match (lives, blocklisted, held_elsewhere, nova_watched, &machine) {
                             (Some(_), ..) => None,
-                            (None, false, false, _) => Some(Next::Done),
-                            (None, false, true, _) => None,
-                            (None, true, _, Machine::Off | Machine::Gone) => Some(Next::LiftBlocklist),
-                            (None, true, _, _) => None,
+                            (None, false, false, _, _) => Some(Next::Done),
+                            (None, false, true, _, _) => None,
+                            (None, true, _, false, _) => None,
+                            (None, true, _, true, Machine::Off | Machine::Gone) => Some(Next::LiftBlocklist),
+                            (None, true, _, true, _) => None,
                         };
                         match want {
                             Some(w) => assert_eq!(next, w, "{s:?}"),
@@ -106,6 +124,7 @@ mod tests {
         let unknown = next(&Retiring {
             machine: Machine::Unknown("no BMC".into()),
             lives: None,
+            nova_watched: true,
             blocklisted: true,
             held_elsewhere: false,
         });

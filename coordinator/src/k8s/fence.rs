@@ -27,7 +27,7 @@ pub use crate::fence::record::FenceOutcome;
 use crate::fence::record::{self, Asked, Cleared, Facts, Taken};
 use crate::fence::redfish::{Bmc, Redfish};
 use crate::fence::{Guarded, PowerState, PoweredOff, power_off_confirmed, read_again_if_off, same_machine};
-use crate::fence::{clear, targets};
+use crate::fence::{clear, signs, targets};
 use crate::health::PowerSource;
 use crate::lifecycle::ServiceState;
 
@@ -59,6 +59,9 @@ pub struct FenceContext {
     /// The Node label that names a host's failure domain (none: each host
     /// is a domain of its own).
     pub domain_label: Option<String>,
+    /// The last read of each evacuated host's compute service, to tell
+    /// nova-compute's reports ([`signs::Reports`]).
+    pub(super) reports: Mutex<signs::Reports>,
 }
 
 impl FenceContext {
@@ -77,6 +80,7 @@ impl FenceContext {
             off: Mutex::new(BTreeMap::new()),
             ceph_networks: Vec::new(),
             domain_label: None,
+            reports: Mutex::new(signs::Reports::default()),
         }
     }
 
@@ -157,6 +161,9 @@ pub struct Observed<'a> {
     /// The host's power as the health verdict read it this reconcile
     /// (Unknown: not read, or unreadable).
     pub power: PowerSource,
+    /// When its Node's deletion began: for a fenced host, a retirement
+    /// asked (docs/fencing.md, "A host gone for good").
+    pub node_deleted: Option<Timestamp>,
 }
 
 /// How often a fenced host is looked at for signs of life while its
@@ -173,11 +180,16 @@ pub async fn run(
     now: Timestamp,
 ) -> FenceOutcome {
     let status = hv.status.clone().unwrap_or_default();
-    let asked = asked(hv);
+    let asked = asked(hv, o.node_deleted);
     let record = record::retried(status.fencing.clone(), &asked);
     let evacuating = record.as_ref().filter(|r| evacuation_open(hv, r, o.evicting, o.servers_left));
+    // nova-compute's reports are told between looks: only while the host
+    // is looked at for signs of life.
+    if evacuating.is_none() && !record.as_ref().is_some_and(|r| asked.retires(r)) {
+        crate::locked::lock(&ctx.fencing.reports).forget(&hv.name_any());
+    }
     let life = match evacuating {
-        Some(r) => life_sign(ctx, hv, r, o.power, now).await,
+        Some(r) => life_sign(ctx, hv, host, r, o.power, now).await,
         None => None,
     };
     let reviving = life.is_some() || record.as_ref().is_some_and(|r| r.revival.is_some());
@@ -238,7 +250,7 @@ async fn asked_first(
         && !evacuating
         && !reviving
     {
-        return Some(super::retire::look(ctx, hv, r, asked, o.kubelet_alive, &status.conditions).await);
+        return Some(super::retire::look(ctx, hv, host, r, asked, o.kubelet_alive, &status.conditions).await);
     }
     if let Some(r) = status.fencing.as_ref().filter(|r| asked.clears(r))
         && !(reviving && o.evicting.is_some())
@@ -292,22 +304,32 @@ fn evacuation_open(hv: &Hypervisor, r: &FencingStatus, evicting: Option<&str>, s
 }
 
 /// A sign that the fenced host lives, since it counted fenced or was last
-/// fenced again: its agent's heartbeat since then and fresh, or its BMC
-/// reading power on (only a BMC whose certificate is checked: an unchecked
-/// one could be anyone). The BMC is read here only if the health verdict
-/// did not read it this reconcile (`read`).
+/// fenced again ([`signs`]): its agent's heartbeat since then and fresh,
+/// its kubelet renewing its Lease, its nova-compute reporting to Nova, or
+/// its BMC reading power on (only a BMC whose certificate is checked: an
+/// unchecked one could be anyone). The BMC is read here only if the health
+/// verdict did not read it this reconcile (`read`).
 async fn life_sign(
     ctx: &Context,
     hv: &Hypervisor,
+    host: &str,
     r: &FencingStatus,
     read: PowerSource,
     now: Timestamp,
 ) -> Option<String> {
     let since = r.refenced.as_ref().or(r.fenced.as_ref())?.0;
-    let heartbeat = ctx.registry.view(&hv.name_any()).last_seen;
+    let name = hv.name_any();
+    let heartbeat = ctx.registry.view(&name).last_seen;
     let fresh = ctx.fencing.policy.fresh_heartbeat;
     if heartbeat.is_some_and(|t| t > since && now.duration_since(t) < fresh) {
         return Some("its agent talks to us".into());
+    }
+    let lease = ctx.renewals.heartbeat(&ctx.client, &name, now).await;
+    if lease.is_some_and(|l| signs::kubelet_renewed(l, since, now)) {
+        return Some("its kubelet renews its Node's Lease".into());
+    }
+    if nova_compute_reports(ctx, &name, host, since).await == Some(true) {
+        return Some("its nova-compute reports to Nova".into());
     }
     let power = match read {
         PowerSource::Unknown => power_source(ctx, hv).await,
@@ -316,14 +338,45 @@ async fn life_sign(
     (power == PowerSource::On).then(|| "its BMC reads power on".into())
 }
 
-/// What an SRE asked on the Hypervisor's annotations.
-fn asked(hv: &Hypervisor) -> Asked {
+/// Whether the host's nova-compute reported to Nova lately, by this
+/// process's looks since `since` ([`signs::Reports`]); None: Nova cannot be
+/// read (logged). A service that is gone (the host decommissioned) reads as
+/// a row never written: one registered again shows its reports.
+pub(super) async fn nova_compute_reports(
+    ctx: &Context,
+    name: &str,
+    host: &str,
+    since: Timestamp,
+) -> Option<bool> {
+    let service = match ctx.nova.compute_service(host).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the fenced host's compute service for signs of life");
+            return None;
+        }
+    };
+    let row = service.map_or(
+        signs::Row { enabled: false, disabled_reason: None, forced_down: false, updated_at: None },
+        |s| signs::Row {
+            enabled: s.enabled,
+            disabled_reason: s.disabled_reason,
+            forced_down: s.state == ServiceState::ForcedDown,
+            updated_at: s.updated_at,
+        },
+    );
+    Some(crate::locked::lock(&ctx.fencing.reports).reported_lately(name, since, row, Timestamp::now()))
+}
+
+/// What an SRE asked on the Hypervisor's annotations; deleting the Node
+/// (`node_deleted`: its deletion's time) asks a retirement too, where
+/// `hvctl retire` was not run.
+pub(super) fn asked(hv: &Hypervisor, node_deleted: Option<Timestamp>) -> Asked {
     let get = |key: &str| hv.annotations().get(key).cloned();
     Asked {
         retry: get(RETRY_ANNOTATION),
         confirm: get(CONFIRM_FENCED_ANNOTATION),
         clear: get(CLEAR_FENCED_ANNOTATION),
-        retire: get(RETIRE_ANNOTATION),
+        retire: get(RETIRE_ANNOTATION).or_else(|| node_deleted.map(|t| format!("its Node deleted at {t}"))),
         machine_gone: get(MACHINE_GONE_ANNOTATION),
     }
 }

@@ -139,6 +139,8 @@ struct Seen {
     lease: Option<health::Heartbeat>,
     /// The marks on the Node (None: no Node).
     marks: Option<health::marks::Marks>,
+    /// When the Node's deletion began (None: not being deleted, or gone).
+    node_deleted: Option<Timestamp>,
     /// The host's power as its BMC reports it (read only while the agent's
     /// stream is gone and the host is judged).
     power: health::PowerSource,
@@ -255,6 +257,7 @@ async fn fence(
         evicting: seen.evicting(),
         servers_left: matches!(&seen.obs.nova, NovaObs::Registered(h) if !h.instances.is_empty()),
         power: seen.power,
+        node_deleted: seen.node_deleted,
     };
     super::fence::run(ctx, hv, &seen.host, observed, now).await
 }
@@ -484,7 +487,7 @@ async fn observe(
 ) -> Result<Seen, Error> {
     let phase = status.phase.unwrap_or_default();
     let settling = Timestamp::now() < ctx.judging_from;
-    let (node, node_ready, marks) = observe_node(ctx, name).await?;
+    let (node, node_ready, marks, node_deleted) = observe_node(ctx, name).await?;
     let agent = ctx.registry.view(name);
     let host = lifecycle::nova_host(name, &hv.spec, status).to_string();
     let leaving = hv.metadata.deletion_timestamp.is_some() || node == NodeObs::Deleting;
@@ -525,7 +528,7 @@ async fn observe(
     let power = if lost { super::fence::power_source(ctx, hv).await } else { health::PowerSource::Unknown };
     let lease = if lost { ctx.renewals.heartbeat(&ctx.client, name, Timestamp::now()).await } else { None };
     let bmc = hv.spec.fencing.bmc.is_some();
-    Ok(Seen { obs, agent, host, node_ready, lease, marks, power, bmc, shared, settling })
+    Ok(Seen { obs, agent, host, node_ready, lease, marks, node_deleted, power, bmc, shared, settling })
 }
 
 impl Seen {
@@ -848,11 +851,9 @@ async fn execute(
 }
 
 /// The Node from the cache; a Node missing from the cache is confirmed
-/// absent by a direct read (the cache may lag behind a new Node).
-async fn observe_node(
-    ctx: &Context,
-    name: &str,
-) -> Result<(NodeObs, NodeSource, Option<health::marks::Marks>), Error> {
+/// absent by a direct read (the cache may lag behind a new Node). With it,
+/// when its deletion began.
+async fn observe_node(ctx: &Context, name: &str) -> Result<NodeSeen, Error> {
     let node = match ctx.nodes.get(&ObjectRef::new(name)) {
         Some(n) => Some((*n).clone()),
         None => Api::<Node>::all(ctx.client.clone()).get_opt(name).await?,
@@ -861,8 +862,11 @@ async fn observe_node(
         node.as_ref().map_or(NodeObs::Absent, |n| node_obs(n, &ctx.updates.signals)),
         health::observe::node_source(node.as_ref()),
         node.as_ref().map(health::marks::of),
+        node.as_ref().and_then(|n| n.metadata.deletion_timestamp.as_ref()).map(|t| t.0),
     ))
 }
+
+type NodeSeen = (NodeObs, NodeSource, Option<health::marks::Marks>, Option<Timestamp>);
 
 /// The Node's schedulable label and heartbeat annotation (`health::marks`).
 /// A failed write is logged and tried again at the next reconcile.

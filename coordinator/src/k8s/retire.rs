@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 
-use super::fence::{FenceOutcome, lift, lifted_by_clearing, power_source};
+use super::fence::{FenceOutcome, lift, lifted_by_clearing, nova_compute_reports, power_source};
 use super::hypervisor::Context;
 use crate::api::Hypervisor;
 use crate::api::hypervisor::FencingStatus;
@@ -18,10 +18,11 @@ use crate::health::PowerSource;
 
 /// One look at a retired host: its blocklist entries lifted once its
 /// machine is off or gone and the host shows no life, then nothing more.
-/// `kubelet_alive`: this reconcile's verdict.
+/// `kubelet_alive`: this reconcile's verdict; `host`: its Nova host.
 pub async fn look(
     ctx: &Context,
     hv: &Hypervisor,
+    host: &str,
     r: &FencingStatus,
     asked: &Asked,
     kubelet_alive: bool,
@@ -38,10 +39,16 @@ pub async fn look(
     let addresses = lifted_by_clearing(ctx, hv, r);
     let fresh = ctx.fencing.policy.fresh_heartbeat;
     let talks = ctx.registry.view(&name).last_seen.is_some_and(|t| now.duration_since(t) < fresh);
-    let lives = match (talks, kubelet_alive) {
-        (true, _) => Some("its agent talks to us"),
-        (false, true) => Some("its kubelet is alive"),
-        (false, false) => None,
+    let since = r.refenced.as_ref().or(r.fenced.as_ref()).map_or(now, |t| t.0);
+    // Nova unreadable this look: not watched, so no lift on it.
+    let reports = nova_compute_reports(ctx, &name, host, since).await;
+    let nova_watched = reports.is_some()
+        && crate::locked::lock(&ctx.fencing.reports).watched(&name, since, Timestamp::now());
+    let lives = match (talks, kubelet_alive, reports == Some(true)) {
+        (true, _, _) => Some("its agent talks to us"),
+        (false, true, _) => Some("its kubelet is alive"),
+        (false, false, true) => Some("its nova-compute reports to Nova"),
+        (false, false, false) => None,
     };
     let machine = match (machine(ctx, hv).await, asked.machine_gone(r)) {
         (Machine::Unknown(_), true) => Machine::Gone,
@@ -50,6 +57,7 @@ pub async fn look(
     let s = Retiring {
         machine,
         lives,
+        nova_watched,
         blocklisted: !addresses.is_empty() && !r.blocklist_lifted,
         held_elsewhere: addresses.is_empty() && !r.blocklist_lifted && !r.ceph_addresses.is_empty(),
     };

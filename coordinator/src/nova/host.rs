@@ -34,6 +34,10 @@ pub(super) struct ComputeService {
     state: String,
     #[serde(default)]
     forced_down: bool,
+    /// When Nova last wrote the service's row: nova-compute's reports and
+    /// any change of its status alike.
+    #[serde(default, deserialize_with = "super::servers::nova_time")]
+    updated_at: Option<jiff::Timestamp>,
 }
 
 /// The host's compute service as Nova holds it ([`NovaClient::compute_service`]).
@@ -43,6 +47,9 @@ pub struct ServiceView {
     pub enabled: bool,
     pub disabled_reason: Option<String>,
     pub state: ServiceState,
+    /// When Nova last wrote its row (nova-compute's reports, and any change
+    /// of its status).
+    pub updated_at: Option<jiff::Timestamp>,
 }
 
 impl ComputeService {
@@ -283,6 +290,7 @@ impl NovaClient {
             enabled: s.is_enabled(),
             state: s.service_state(),
             disabled_reason: s.disabled_reason,
+            updated_at: s.updated_at,
         }))
     }
 

@@ -113,7 +113,7 @@ fn nova_state<'de, D: serde::Deserializer<'de>>(d: D) -> Result<NovaState, D::Er
 
 /// Nova's timestamps: UTC, without a zone (`2026-11-23T11:00:00.000000`),
 /// or with one. Unparseable is None (never "now").
-fn nova_time<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<jiff::Timestamp>, D::Error> {
+pub(super) fn nova_time<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<jiff::Timestamp>, D::Error> {
     let s: Option<String> = Option::deserialize(d)?;
     Ok(s.and_then(|s| parse_nova_time(&s)))
 }
