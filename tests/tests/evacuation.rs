@@ -591,10 +591,15 @@ async fn a_fenced_hosts_nova_compute_reporting_again_holds_its_evacuation_until_
     // The SRE stops it and says the host is off: counted once it no
     // longer reports (Nova's service_down_time after its last report).
     fake_host(&region.env.nova, &dead, FakeHost::Stop).await.unwrap();
+    let stopped = jiff::Timestamp::now();
     let out = region.hvctl().args(["confirm-fenced", &dead]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let again = wait_fencing(region, &dead, "fenced again by hand", |f| f.refenced.is_some(), coord).await;
     let again = again.refenced.clone().expect("dated").0;
+    // Not at once: its last report stays a sign for 60 s (the record's
+    // time is to the second, its last report up to 10 s before the stop).
+    let quiet = again.duration_since(stopped);
+    assert!(quiet >= jiff::SignedDuration::from_secs(48), "counted {quiet:?} after the stop");
 
     let ev = scene.evacuated(Duration::from_secs(300)).await;
     for id in &ids {
@@ -646,6 +651,10 @@ async fn retired_by_deleting_its_node(scene: &Scene) {
     let f = region.hypervisor(&dead).await.and_then(|h| h.status).and_then(|s| s.fencing).unwrap();
     let asked = f.retirement.as_ref().and_then(|r| r.asked.clone()).expect("the retirement dated").0;
     assert!(listed(), "lifted on the Node's deletion alone");
+    // Not decommissioned meanwhile: its compute service stays in Nova, to be watched.
+    let held = region.wait_condition(&dead, "Evicted", "AwaitingRetirement", coord).await;
+    assert!(held.contains("retired"), "{held}");
+    assert!(scene.admin.service(&dead).await.unwrap().is_some(), "the compute service kept");
 
     let out = region.hvctl().args(["retire", &dead, "--machine-gone"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -666,6 +675,12 @@ async fn retired_by_deleting_its_node(scene: &Scene) {
     let watched = retired.duration_since(asked);
     assert!(watched >= jiff::SignedDuration::from_secs(58), "nova-compute watched {watched:?} only");
     assert!(f.fenced.is_some() && f.blocklist_lifted, "the record kept: {f:?}");
+    // Then decommissioned: its compute service removed from Nova, the
+    // record kept.
+    region.wait_phase(&dead, Phase::Decommissioned, Duration::from_secs(90), coord).await;
+    assert!(scene.admin.service(&dead).await.unwrap().is_none(), "the compute service removed");
+    let kept = region.hypervisor(&dead).await.and_then(|h| h.status).and_then(|s| s.fencing);
+    assert!(kept.is_some_and(|f| f.retirement.is_some_and(|r| r.retired.is_some())), "the record kept");
     eprintln!("retirement by the Node's deletion: asked -> retired {:.1} s", watched.as_secs_f64());
 }
 

@@ -73,8 +73,9 @@ enum Cmd {
     /// Retire a fenced NODE that will never come back: once its
     /// evacuation is over, its Ceph blocklist entries are lifted (so a
     /// machine reusing its IP can use RBD) as soon as its BMC reads it off
-    /// twice; Nova's forced_down stays and the fencing record is kept. Sets
-    /// the hypervisor.cloud.sap/retire annotation (uses KUBECONFIG).
+    /// twice; Nova's forced_down stays until it is decommissioned (its Node
+    /// deleted, which also asks a retirement) and the fencing record is
+    /// kept. Sets the hypervisor.cloud.sap/retire annotation (uses KUBECONFIG).
     Retire {
         node: String,
         /// The machine is removed or wiped: lift its entries without a BMC

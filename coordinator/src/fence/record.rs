@@ -406,8 +406,8 @@ pub fn retired(
             let first = retirement.retired.is_none();
             retirement.retired.get_or_insert(Time(now));
             let message = "retired, gone for good: none of its blocklist entries is left, Nova's \
-                           forced_down stays, and this record is kept; delete its Node to decommission it \
-                           (hvctl clear-fenced brings it back instead, should it not be gone)";
+                           forced_down stays until it is decommissioned (its Node deleted), and this \
+                           record is kept (hvctl clear-fenced brings it back instead, should it not be gone)";
             out.condition = Some(cond(ConditionStatus::True, RETIRED, message));
             out.event = first.then(|| (RETIRED.to_string(), format!("{name} is {message}")));
         }

@@ -5,7 +5,8 @@
 //! on), and the host shows no life (its agent, its kubelet, its
 //! nova-compute's reports, watched long enough to see one), so a replacement
 //! machine that reuses its IP can use RBD, and the old one, should it still
-//! run, never gets its disks back. Nova's `forced_down` stays, and the
+//! run, never gets its disks back. Nova's `forced_down` stays until the
+//! host is decommissioned (which waits for the retirement), and the
 //! fencing record is kept: the retirement never waits for Nova's `done`
 //! evacuations, which only the old host's nova-compute would settle.
 

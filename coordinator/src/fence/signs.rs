@@ -1,34 +1,26 @@
 //! Signs that a fenced host lives, beside its agent and its BMC
 //! (docs/fencing.md, "A fenced host that shows life"): its kubelet renewing
-//! its Lease, its nova-compute reporting to Nova.
+//! its Lease, its nova-compute reporting to Nova. Each is a time the
+//! host's own process writes, seen to move between two reads of this
+//! process: a first read, after a fail-over or a fencing again, is only
+//! what later ones are compared with, and times are compared only with
+//! times of the same writer, so no clock skew enters.
 //!
 //! Nova shows a forced-down service `down` whatever it reports, so its
 //! state says nothing. What moves is the row's `updated_at`, written by
 //! every report of nova-compute (every `report_interval`, 10 s by
 //! default) and by every change of its status, ours or an SRE's. A report
 //! is a move of `updated_at` between two reads of the row that change
-//! nothing else in it. Nova's times are compared only with Nova's: no
-//! clock skew enters. A change of status and a report between the same two
-//! reads hide that report; the next one is seen.
+//! nothing else in it. A change of status and a report between the same
+//! two reads hide that report; the next one is seen. The kubelet's Lease
+//! is a row whose only field is its renewal time.
 
 use std::collections::BTreeMap;
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 
-use crate::health::Heartbeat;
-
-/// The kubelet renewed its Lease since the host counted fenced (or was
-/// fenced again) and lately: within half the Lease's duration, the rule
-/// that makes it alive (docs/health.md). `lease.renewed` is when this
-/// leader saw the renewal, by its own clock: a leader's first read of a
-/// Lease never finds it renewed lately, so a fail-over brings no false
-/// sign, and a kubelet's clock running ahead none either.
-pub fn kubelet_renewed(lease: Heartbeat, since: Timestamp, now: Timestamp) -> bool {
-    lease.renewed > since && now.duration_since(lease.renewed) < lease.duration / 2
-}
-
-/// One read of the host's compute service row: what a change of its status
-/// changes, and when Nova last wrote it.
+/// One read of the host's compute service row (what a change of its status
+/// changes, and when Nova last wrote it), or of its kubelet's Lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Row {
     pub enabled: bool,
@@ -37,14 +29,21 @@ pub struct Row {
     pub updated_at: Option<Timestamp>,
 }
 
+impl Row {
+    /// A Lease renewed at `renewed`.
+    pub fn renewed(renewed: Timestamp) -> Row {
+        Row { enabled: false, disabled_reason: None, forced_down: false, updated_at: Some(renewed) }
+    }
+}
+
 /// How long a report seen counts as a sign: Nova's own `service_down_time`
 /// (a service that reported within it is up), so a nova-compute that
-/// reports every 10 s stays a sign between reports.
-pub const REPORT_WINDOW: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
+/// reports every 10 s stays a sign between reports; and how long its
+/// reads must span before its silence counts.
+pub const REPORT_WINDOW: SignedDuration = SignedDuration::from_secs(60);
 
 /// Per host, since when its fencing counts (it counted fenced, or was
-/// fenced again), the last read of its row, and when a report was last
-/// seen.
+/// fenced again), the last read, and when a move was last seen.
 #[derive(Debug, Default)]
 pub struct Reports {
     last: BTreeMap<String, Look>,
@@ -56,26 +55,50 @@ struct Look {
     /// When the first read of this fencing was made, by this process.
     first: Timestamp,
     row: Row,
-    reported: Option<Timestamp>,
+    moved: Option<Timestamp>,
 }
 
 impl Reports {
-    /// Whether nova-compute reported within [`REPORT_WINDOW`] of `now`, by
-    /// this host's reads of the same fencing (`since`), `row` read now
-    /// becoming the last. The first read of a fencing shows none: it is
-    /// what later reads are compared with.
-    pub fn reported_lately(&mut self, host: &str, since: Timestamp, row: Row, now: Timestamp) -> bool {
-        let (first, reported) = match self.last.get(host) {
-            Some(l) if l.since == since => (l.first, is_report(&l.row, &row).then_some(now).or(l.reported)),
-            _ => (now, None),
+    /// Whether the row moved within `window` of `now`, by this host's reads
+    /// of the same fencing (`since`), `row` read now becoming the last (a
+    /// stale read that goes back keeps the newer time). The first read of
+    /// a fencing shows none: it is what later reads are compared with.
+    pub fn moved_lately(
+        &mut self,
+        host: &str,
+        since: Timestamp,
+        row: Row,
+        now: Timestamp,
+        window: SignedDuration,
+    ) -> bool {
+        let look = match self.last.remove(host) {
+            Some(l) if l.since == since => {
+                let moved = is_move(&l.row, &row).then_some(now).or(l.moved);
+                let back =
+                    same_status(&l.row, &row) && row.updated_at.is_none_or(|t| Some(t) < l.row.updated_at);
+                let row = if back { l.row } else { row };
+                Look { since, first: l.first, row, moved }
+            }
+            _ => Look { since, first: now, row, moved: None },
         };
-        self.last.insert(host.to_string(), Look { since, first, row, reported });
-        reported.is_some_and(|t| now.duration_since(t) < REPORT_WINDOW)
+        let lately = look.moved.is_some_and(|t| now.duration_since(t) < window);
+        self.last.insert(host.to_string(), look);
+        lately
+    }
+
+    /// Whether a move was seen within `window` of `now` by the reads of
+    /// this fencing, without a new read (one that failed).
+    pub fn lately(&self, host: &str, since: Timestamp, now: Timestamp, window: SignedDuration) -> bool {
+        self.last
+            .get(host)
+            .filter(|l| l.since == since)
+            .and_then(|l| l.moved)
+            .is_some_and(|t| now.duration_since(t) < window)
     }
 
     /// Whether the host's reads of this fencing (`since`) have watched for
-    /// reports for [`REPORT_WINDOW`] at least by `now`: long enough to have
-    /// seen one, had nova-compute run.
+    /// moves for [`REPORT_WINDOW`] at least by `now`: long enough to have
+    /// seen a report, had nova-compute run.
     pub fn watched(&self, host: &str, since: Timestamp, now: Timestamp) -> bool {
         self.last.get(host).is_some_and(|l| l.since == since && now.duration_since(l.first) >= REPORT_WINDOW)
     }
@@ -95,14 +118,17 @@ impl Reports {
     }
 }
 
-fn is_report(previous: &Row, now: &Row) -> bool {
+fn same_status(a: &Row, b: &Row) -> bool {
+    (a.enabled, &a.disabled_reason, a.forced_down) == (b.enabled, &b.disabled_reason, b.forced_down)
+}
+
+fn is_move(previous: &Row, now: &Row) -> bool {
     let moved = match (previous.updated_at, now.updated_at) {
         (Some(a), Some(b)) => b > a,
         (None, Some(_)) => true,
         (_, None) => false,
     };
-    let status = |r: &Row| (r.enabled, r.disabled_reason.clone(), r.forced_down);
-    moved && status(previous) == status(now)
+    moved && same_status(previous, now)
 }
 
 #[cfg(test)]
@@ -123,21 +149,23 @@ mod tests {
     }
 
     #[test]
-    fn a_renewal_since_the_fencing_and_lately_is_a_sign() {
-        let d = jiff::SignedDuration::from_secs(40);
-        let lease = |renewed: i64| Heartbeat { renewed: at(renewed), duration: d };
-        assert!(kubelet_renewed(lease(30), at(10), at(35)), "since the fencing, 5 s ago");
-        assert!(!kubelet_renewed(lease(5), at(10), at(12)), "before the fencing");
-        assert!(!kubelet_renewed(lease(10), at(10), at(12)), "at the fencing itself");
-        assert!(!kubelet_renewed(lease(30), at(10), at(50)), "20 s ago: half the duration");
-        assert!(kubelet_renewed(lease(30), at(10), at(49)));
+    fn a_lease_renewed_between_two_reads_is_a_sign_and_a_first_read_never_is() {
+        let half = jiff::SignedDuration::from_secs(20);
+        let mut r = Reports::default();
+        // A first read, its renewal "ahead" (a kubelet's clock running
+        // ahead) or just now: no sign.
+        assert!(!r.moved_lately("h", at(0), Row::renewed(at(500)), at(10), half));
+        assert!(!r.moved_lately("h", at(0), Row::renewed(at(500)), at(12), half), "unchanged");
+        assert!(r.moved_lately("h", at(0), Row::renewed(at(510)), at(14), half), "renewed since");
+        assert!(r.moved_lately("h", at(0), Row::renewed(at(510)), at(33), half));
+        assert!(!r.moved_lately("h", at(0), Row::renewed(at(510)), at(34), half), "20 s after it was seen");
     }
 
     /// Reads of one host, each `now` a second after the last.
     fn reads(r: &mut Reports, host: &str, since: Timestamp, rows: &[Row]) -> Vec<bool> {
         let mut out = Vec::new();
         for (i, row) in rows.iter().enumerate() {
-            out.push(r.reported_lately(host, since, row.clone(), at(100 + i as i64)));
+            out.push(r.moved_lately(host, since, row.clone(), at(100 + i as i64), REPORT_WINDOW));
         }
         out
     }
@@ -149,31 +177,38 @@ mod tests {
         assert_eq!(seen, [false, false, true, true], "the first read is the baseline; a report stays a sign");
         // Never written, then written with nothing else changed.
         assert_eq!(reads(&mut r, "n", at(0), &[row(None), row(Some(1))]), [false, true]);
-        // A read that goes back (a stale answer) or loses the time is none.
+        // A read that goes back (a stale answer) or loses the time is none,
+        // and the newer time stays what later reads are compared with.
         let mut r = Reports::default();
-        assert_eq!(reads(&mut r, "h", at(0), &[row(Some(5)), row(Some(4)), row(None)]), [false; 3]);
+        let seen = reads(&mut r, "h", at(0), &[row(Some(15)), row(Some(5)), row(None), row(Some(15))]);
+        assert_eq!(seen, [false; 4]);
     }
 
     #[test]
     fn a_report_is_a_sign_within_the_window_only() {
         let mut r = Reports::default();
-        r.reported_lately("h", at(0), row(Some(5)), at(10));
-        assert!(r.reported_lately("h", at(0), row(Some(15)), at(20)));
-        assert!(r.reported_lately("h", at(0), row(Some(15)), at(79)), "59 s after it was seen");
-        assert!(!r.reported_lately("h", at(0), row(Some(15)), at(80)), "60 s after: over");
-        assert!(r.reported_lately("h", at(0), row(Some(85)), at(90)), "the next report");
+        r.moved_lately("h", at(0), row(Some(5)), at(10), REPORT_WINDOW);
+        assert!(r.moved_lately("h", at(0), row(Some(15)), at(20), REPORT_WINDOW));
+        assert!(r.moved_lately("h", at(0), row(Some(15)), at(79), REPORT_WINDOW), "59 s after it was seen");
+        assert!(!r.moved_lately("h", at(0), row(Some(15)), at(80), REPORT_WINDOW), "60 s after: over");
+        assert!(r.moved_lately("h", at(0), row(Some(85)), at(90), REPORT_WINDOW), "the next report");
+        // A read that failed answers from the reads before it.
+        assert!(r.lately("h", at(0), at(149), REPORT_WINDOW));
+        assert!(!r.lately("h", at(0), at(150), REPORT_WINDOW));
+        assert!(!r.lately("h", at(5), at(100), REPORT_WINDOW), "another fencing");
+        assert!(!r.lately("other", at(0), at(100), REPORT_WINDOW));
     }
 
     #[test]
     fn a_host_is_watched_once_its_reads_of_one_fencing_span_the_window() {
         let mut r = Reports::default();
         assert!(!r.watched("h", at(0), at(100)), "never read");
-        r.reported_lately("h", at(0), row(Some(5)), at(10));
-        r.reported_lately("h", at(0), row(Some(5)), at(30));
+        r.moved_lately("h", at(0), row(Some(5)), at(10), REPORT_WINDOW);
+        r.moved_lately("h", at(0), row(Some(5)), at(30), REPORT_WINDOW);
         assert!(!r.watched("h", at(0), at(69)), "59 s");
         assert!(r.watched("h", at(0), at(70)), "60 s since the first read");
         assert!(!r.watched("h", at(40), at(70)), "another fencing");
-        r.reported_lately("h", at(40), row(Some(5)), at(71));
+        r.moved_lately("h", at(40), row(Some(5)), at(71), REPORT_WINDOW);
         assert!(!r.watched("h", at(40), at(100)), "its first read is anew");
     }
 
@@ -201,11 +236,17 @@ mod tests {
     fn a_fencing_again_and_a_forgotten_host_start_from_a_new_baseline() {
         let mut r = Reports::default();
         assert_eq!(reads(&mut r, "h", at(0), &[row(Some(5)), row(Some(15))]), [false, true]);
-        assert!(!r.reported_lately("h", at(30), row(Some(40)), at(41)), "fenced again at 30: a new baseline");
-        assert!(r.reported_lately("h", at(30), row(Some(50)), at(51)));
+        assert!(
+            !r.moved_lately("h", at(30), row(Some(40)), at(41), REPORT_WINDOW),
+            "fenced again at 30: a new baseline"
+        );
+        assert!(r.moved_lately("h", at(30), row(Some(50)), at(51), REPORT_WINDOW));
         r.forget("h");
         assert!(r.is_empty());
-        assert!(!r.reported_lately("h", at(30), row(Some(60)), at(61)), "forgotten: a new baseline");
+        assert!(
+            !r.moved_lately("h", at(30), row(Some(60)), at(61), REPORT_WINDOW),
+            "forgotten: a new baseline"
+        );
         assert_eq!(r.len(), 1);
     }
 }

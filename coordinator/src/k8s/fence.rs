@@ -59,9 +59,10 @@ pub struct FenceContext {
     /// The Node label that names a host's failure domain (none: each host
     /// is a domain of its own).
     pub domain_label: Option<String>,
-    /// The last read of each evacuated host's compute service, to tell
-    /// nova-compute's reports ([`signs::Reports`]).
+    /// The last read of each looked-at fenced host's compute service and
+    /// kubelet Lease, to tell their moves ([`signs::Reports`]).
     pub(super) reports: Mutex<signs::Reports>,
+    leases: Mutex<signs::Reports>,
 }
 
 impl FenceContext {
@@ -81,6 +82,7 @@ impl FenceContext {
             ceph_networks: Vec::new(),
             domain_label: None,
             reports: Mutex::new(signs::Reports::default()),
+            leases: Mutex::new(signs::Reports::default()),
         }
     }
 
@@ -122,8 +124,7 @@ fn held(h: &Hypervisor) -> &[String] {
 
 /// A host retired, gone for good: its addresses may be a replacement's.
 fn retired(h: &Hypervisor) -> bool {
-    let fencing = h.status.as_ref().and_then(|s| s.fencing.as_ref());
-    fencing.and_then(|f| f.retirement.as_ref()).is_some_and(|r| r.retired.is_some())
+    h.status.as_ref().and_then(|s| s.fencing.as_ref()).is_some_and(retirement_done)
 }
 
 /// What the storage step blocklists for `hv` ([`targets::ceph_addresses`]),
@@ -183,10 +184,11 @@ pub async fn run(
     let asked = asked(hv, o.node_deleted);
     let record = record::retried(status.fencing.clone(), &asked);
     let evacuating = record.as_ref().filter(|r| evacuation_open(hv, r, o.evicting, o.servers_left));
-    // nova-compute's reports are told between looks: only while the host
-    // is looked at for signs of life.
-    if evacuating.is_none() && !record.as_ref().is_some_and(|r| asked.retires(r)) {
+    // Moves are told between looks: remembered only while the host is
+    // looked at for signs of life.
+    if evacuating.is_none() && !record.as_ref().is_some_and(|r| asked.retires(r) && !retirement_done(r)) {
         crate::locked::lock(&ctx.fencing.reports).forget(&hv.name_any());
+        crate::locked::lock(&ctx.fencing.leases).forget(&hv.name_any());
     }
     let life = match evacuating {
         Some(r) => life_sign(ctx, hv, host, r, o.power, now).await,
@@ -324,11 +326,10 @@ async fn life_sign(
     if heartbeat.is_some_and(|t| t > since && now.duration_since(t) < fresh) {
         return Some("its agent talks to us".into());
     }
-    let lease = ctx.renewals.heartbeat(&ctx.client, &name, now).await;
-    if lease.is_some_and(|l| signs::kubelet_renewed(l, since, now)) {
+    if kubelet_renews(ctx, &name, since, now).await {
         return Some("its kubelet renews its Node's Lease".into());
     }
-    if nova_compute_reports(ctx, &name, host, since).await == Some(true) {
+    if nova_compute_reports(ctx, &name, host, since).await.0 {
         return Some("its nova-compute reports to Nova".into());
     }
     let power = match read {
@@ -339,20 +340,24 @@ async fn life_sign(
 }
 
 /// Whether the host's nova-compute reported to Nova lately, by this
-/// process's looks since `since` ([`signs::Reports`]); None: Nova cannot be
-/// read (logged). A service that is gone (the host decommissioned) reads as
-/// a row never written: one registered again shows its reports.
+/// process's looks since `since` ([`signs::Reports`]), and whether Nova
+/// was read: one that cannot be read (logged) answers from the reads
+/// before. A service that is gone reads as a row never written.
 pub(super) async fn nova_compute_reports(
     ctx: &Context,
     name: &str,
     host: &str,
     since: Timestamp,
-) -> Option<bool> {
+) -> (bool, bool) {
+    let window = signs::REPORT_WINDOW;
     let service = match ctx.nova.compute_service(host).await {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(error = %e, "could not read the fenced host's compute service for signs of life");
-            return None;
+            return (
+                crate::locked::lock(&ctx.fencing.reports).lately(name, since, Timestamp::now(), window),
+                false,
+            );
         }
     };
     let row = service.map_or(
@@ -364,7 +369,35 @@ pub(super) async fn nova_compute_reports(
             updated_at: s.updated_at,
         },
     );
-    Some(crate::locked::lock(&ctx.fencing.reports).reported_lately(name, since, row, Timestamp::now()))
+    let mut reports = crate::locked::lock(&ctx.fencing.reports);
+    (reports.moved_lately(name, since, row, Timestamp::now(), window), true)
+}
+
+/// Whether the host's kubelet renewed its Lease lately (within half its
+/// duration), by this process's reads since `since`; a Lease that cannot
+/// be read answers from the reads before.
+async fn kubelet_renews(ctx: &Context, name: &str, since: Timestamp, now: Timestamp) -> bool {
+    let half = |d: jiff::SignedDuration| d / 2;
+    match super::kubelet::written(&ctx.client, name).await {
+        Some(lease) => crate::locked::lock(&ctx.fencing.leases).moved_lately(
+            name,
+            since,
+            signs::Row::renewed(lease.renewed),
+            now,
+            half(lease.duration),
+        ),
+        None => crate::locked::lock(&ctx.fencing.leases).lately(
+            name,
+            since,
+            now,
+            half(super::kubelet::DEFAULT_DURATION),
+        ),
+    }
+}
+
+/// The host was retired: nothing more is looked at.
+fn retirement_done(r: &FencingStatus) -> bool {
+    r.retirement.as_ref().is_some_and(|x| x.retired.is_some())
 }
 
 /// What an SRE asked on the Hypervisor's annotations; deleting the Node

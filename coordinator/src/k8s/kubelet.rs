@@ -20,7 +20,7 @@ use crate::api::keys::NODE_LEASE_NAMESPACE;
 use crate::health::Heartbeat;
 
 /// A Lease's duration when it names none: the kubelet's default.
-const DEFAULT_DURATION: SignedDuration = SignedDuration::from_secs(40);
+pub const DEFAULT_DURATION: SignedDuration = SignedDuration::from_secs(40);
 /// The longest a Lease's duration counts for: a Lease written to hold an
 /// hour would otherwise keep a dead host alive for half of it.
 const MAX_DURATION: SignedDuration = SignedDuration::from_secs(60);
@@ -47,6 +47,21 @@ impl Renewals {
         let at = seen_at(seen.get(name).copied(), written, now);
         seen.insert(name.to_string(), (written.renewed, at));
         Some(Heartbeat { renewed: at, duration: written.duration })
+    }
+}
+
+/// The kubelet's last renewal of the Node `name`'s Lease as it wrote it,
+/// by its own clock (None: no Lease, or not readable; the failure is
+/// logged): for a fenced host's signs of life, which compare it only with
+/// its earlier reads.
+pub async fn written(client: &kube::Client, name: &str) -> Option<Heartbeat> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
+    match api.get_opt(name).await {
+        Ok(lease) => of(lease.as_ref()?),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the fenced host's kubelet Lease for signs of life");
+            None
+        }
     }
 }
 

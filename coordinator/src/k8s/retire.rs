@@ -41,10 +41,10 @@ pub async fn look(
     let talks = ctx.registry.view(&name).last_seen.is_some_and(|t| now.duration_since(t) < fresh);
     let since = r.refenced.as_ref().or(r.fenced.as_ref()).map_or(now, |t| t.0);
     // Nova unreadable this look: not watched, so no lift on it.
-    let reports = nova_compute_reports(ctx, &name, host, since).await;
-    let nova_watched = reports.is_some()
-        && crate::locked::lock(&ctx.fencing.reports).watched(&name, since, Timestamp::now());
-    let lives = match (talks, kubelet_alive, reports == Some(true)) {
+    let (reports, read) = nova_compute_reports(ctx, &name, host, since).await;
+    let nova_watched =
+        read && crate::locked::lock(&ctx.fencing.reports).watched(&name, since, Timestamp::now());
+    let lives = match (talks, kubelet_alive, reports) {
         (true, _, _) => Some("its agent talks to us"),
         (false, true, _) => Some("its kubelet is alive"),
         (false, false, true) => Some("its nova-compute reports to Nova"),

@@ -840,6 +840,19 @@ fn decommission(d: &mut Draft<'_>) {
         );
         return d.set(ConditionType::Evicted, ConditionStatus::False, "InstancesRemain", msg);
     }
+    // A fenced host leaves Nova only once retired (docs/fencing.md): its
+    // blocklist entries are lifted while its compute service is there to
+    // show nova-compute's reports.
+    if d.input
+        .status
+        .fencing
+        .as_ref()
+        .is_some_and(|f| f.retirement.as_ref().is_none_or(|r| r.retired.is_none()))
+    {
+        let msg = "fenced: its compute service stays in Nova until the host is retired (hvctl retire NODE; \
+                   deleting its Node once it is fenced asks it too)";
+        return d.set(ConditionType::Evicted, ConditionStatus::False, "AwaitingRetirement", msg.into());
+    }
     for agg in &host.aggregates {
         d.actions.push(Action::RemoveAggregate { name: agg.clone() });
     }

@@ -5,7 +5,7 @@ use super::fixtures::*;
 use super::*;
 use crate::api::EvictionReason::*;
 use crate::api::eviction::EvictionPhase::{self, *};
-use crate::api::hypervisor::{FencingStatus, HypervisorSpec, HypervisorStatus};
+use crate::api::hypervisor::{FenceRetirement, FencingStatus, HypervisorSpec, HypervisorStatus};
 use crate::api::{MaintenanceMode, Phase};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -114,6 +114,8 @@ const ROWS: &[Row] = &[
     Row { name: "forbidden Active -> Evicting/decommission on a missing (not deleting) Node", from: Phase::Active, setup: |_, _, o| { o.node = NodeObs::Absent; with_host(o, |h| h.enabled = true) }, to: Phase::Active, must: &[], never: &["create eviction", "delete", "disable"] },
     Row { name: "forbidden Maintenance -> Active directly", from: Phase::Maintenance, setup: |_, _, o| with_host(o, |h| h.enabled = false), to: Phase::Onboarding, must: &[], never: &["enable"] },
     Row { name: "forbidden Maintenance -> Onboarding while held by a NodeFailure eviction", from: Phase::Maintenance, setup: |_, s, o| { s.lifecycle.eviction = Some(eviction_ref("ha-1", NodeFailure, false)); o.eviction = ev("ha-1", NodeFailure, Succeeded) }, to: Phase::Maintenance, must: &[], never: &["enable"] },
+    Row { name: "forbidden Evicting (decommission): a fenced host not retired keeps its service", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Termination; maintenance_of(s, "termination", Decommission); o.eviction = ev("node-1-termination-1", Decommission, Succeeded); s.fencing = fenced(); with_host(o, |h| { h.aggregates.clear(); h.traits = Some(set(&["HW_CPU_X86_AVX2"])) }) }, to: Phase::Evicting, must: &[], never: &["delete", "remove"] },
+    Row { name: "Evicting (decommission): a fenced host once retired loses its service", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Termination; maintenance_of(s, "termination", Decommission); o.eviction = ev("node-1-termination-1", Decommission, Succeeded); s.fencing = fenced().map(|f| FencingStatus { retirement: Some(FenceRetirement { retired: Some(Time(t(9))), ..FenceRetirement::default() }), ..f }); with_host(o, |h| { h.aggregates.clear(); h.traits = Some(set(&["HW_CPU_X86_AVX2"])) }) }, to: Phase::Evicting, must: &["delete compute service svc-1"], never: &[] },
     Row { name: "forbidden Evicting -> Decommissioned while instances remain", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Termination; maintenance_of(s, "termination", Decommission); o.eviction = ev("node-1-termination-1", Decommission, Succeeded); with_host(o, |h| { h.aggregates.clear(); h.instances = vec!["vm-stuck".into()] }) }, to: Phase::Evicting, must: &[], never: &["delete", "remove"] },
     Row { name: "forbidden Evicting -> Decommissioned when the service vanished unchecked", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Termination; maintenance_of(s, "termination", Decommission); o.eviction = ev("node-1-termination-1", Decommission, Succeeded); o.nova = NovaObs::NotRegistered }, to: Phase::Evicting, must: &[], never: &[] },
     Row { name: "forbidden Evicting -> Maintenance while the eviction runs", from: Phase::Evicting, setup: |sp, s, o| { sp.maintenance = MaintenanceMode::Manual; maintenance_of(s, "manual", AdminRequest); o.eviction = ev("node-1-manual-1", AdminRequest, Migrating) }, to: Phase::Evicting, must: &[], never: &["create eviction", "enable"] },
