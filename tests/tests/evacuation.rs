@@ -206,6 +206,59 @@ impl Scene {
         .await
     }
 
+    /// Eight servers booted on the host to kill, named `prefix-N`, and each
+    /// evacuate held `secs` on its way to Nova: answers the fault and the
+    /// servers' ids.
+    async fn eight_servers_each_evacuation_held(&self, prefix: &str, secs: u64) -> (Fault, Vec<String>) {
+        let hold = Fault::Delay(Duration::from_secs(secs));
+        let evacuate =
+            Match { body_contains: Some("\"evacuate\"".into()), ..Match::method_path("POST", "/action") };
+        self.nova.as_ref().expect("a proxied scene").rule(evacuate, hold.clone(), None);
+        let names: Vec<String> = (1..=8).map(|i| format!("{prefix}-{i}")).collect();
+        (hold, self.boot(&names.iter().map(String::as_str).collect::<Vec<_>>()).await)
+    }
+
+    /// Waits until the host counts retired; answers its fencing record.
+    async fn retired(&self) -> hv_coordinator::api::hypervisor::FencingStatus {
+        let done = |f: &hv_coordinator::api::hypervisor::FencingStatus| {
+            f.retirement.as_ref().is_some_and(|r| r.retired.is_some())
+        };
+        wait_fencing(&self.region, &self.dead, "the host retired", done, &self.coord).await
+    }
+
+    /// Waits until the host's Eviction succeeded; then each of `ids` is
+    /// ACTIVE on another host of the zone, evacuated once, and recorded
+    /// migrated.
+    async fn each_evacuated_once(&self, ids: &[String]) {
+        let ev = self.evacuated(Duration::from_secs(300)).await;
+        for id in ids {
+            let (host, status) = placed(&self.admin, id).await;
+            assert!(host != self.dead && self.zone.holds(&host), "{id} on {host}");
+            assert_eq!(status, "ACTIVE", "{id}");
+            assert_eq!(evacuations(&self.admin, id).await, 1, "{id} evacuated once");
+            let vm = ev.status.as_ref().and_then(|s| s.vms.iter().find(|v| &v.id == id)).cloned().unwrap();
+            assert_eq!(vm.state, VmState::Migrated, "{vm:?}");
+        }
+    }
+
+    /// No evacuation held by `hold` reached the proxy between the test's
+    /// read of the sign (`seen`; one already recorded may reach the proxy
+    /// a moment after) and the host fenced again, and some after.
+    fn none_asked_between(&self, hold: &Fault, seen: jiff::Timestamp, again: jiff::Timestamp) {
+        let proxy = self.nova.as_ref().expect("a proxied scene");
+        let asked: Vec<jiff::Timestamp> =
+            proxy.seen().into_iter().filter(|r| r.fault.as_ref() == Some(hold)).map(|r| r.at).collect();
+        let between: Vec<_> = asked
+            .iter()
+            .filter(|t| **t > seen + jiff::SignedDuration::from_millis(200) && **t < again)
+            .collect();
+        assert!(
+            between.is_empty(),
+            "evacuations asked while it showed life: {between:?} ({seen} to {again})"
+        );
+        assert!(asked.iter().any(|t| *t >= again), "the evacuation went on after: {asked:?}");
+    }
+
     /// The Migration objects of attempts off the host to kill.
     async fn migrations(&self) -> Vec<Migration> {
         let migs: Api<Migration> = Api::all(self.region.kube.client.clone());
@@ -433,12 +486,7 @@ async fn a_coordinator_killed_at_ten_moments_of_an_evacuation_of_eight_servers_e
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fenced_host_whose_power_comes_back_is_fenced_again_before_its_evacuation_goes_on() {
     let mut scene = Scene::start_with("evacuation-revival", address::EVACUATION_REVIVAL, true).await;
-    let hold = Fault::Delay(Duration::from_secs(4));
-    let evacuate =
-        Match { body_contains: Some("\"evacuate\"".into()), ..Match::method_path("POST", "/action") };
-    scene.nova.as_ref().unwrap().rule(evacuate, hold.clone(), None);
-    let names: Vec<String> = (1..=8).map(|i| format!("back-{i}")).collect();
-    let ids = scene.boot(&names.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let (hold, ids) = scene.eight_servers_each_evacuation_held("back", 4).await;
     scene.lose_power().await;
     let (region, coord, dead) = (&scene.region, &scene.coord, scene.dead.clone());
     wait_fencing(region, &dead, "the host fenced", |f| f.fenced.is_some(), coord).await;
@@ -494,31 +542,10 @@ async fn a_fenced_host_whose_power_comes_back_is_fenced_again_before_its_evacuat
         assert!(events.iter().any(|(r, _)| r == reason), "{reason}: {events:?}");
     }
 
-    let ev = scene.evacuated(Duration::from_secs(300)).await;
-    for id in &ids {
-        let (host, status) = placed(&scene.admin, id).await;
-        assert!(host != dead && scene.zone.holds(&host), "{id} on {host}");
-        assert_eq!(status, "ACTIVE", "{id}");
-        assert_eq!(evacuations(&scene.admin, id).await, 1, "{id} evacuated once");
-        let vm = ev.status.as_ref().and_then(|s| s.vms.iter().find(|v| &v.id == id)).cloned().unwrap();
-        assert_eq!(vm.state, VmState::Migrated, "{vm:?}");
-    }
+    scene.each_evacuated_once(&ids).await;
     // No evacuation asked in between: the Eviction reads the record again
-    // before it records new evacuations (one already recorded may reach
-    // the proxy a moment after the test read the sign).
-    let asked: Vec<jiff::Timestamp> = scene
-        .nova
-        .as_ref()
-        .unwrap()
-        .seen()
-        .into_iter()
-        .filter(|r| r.fault.as_ref() == Some(&hold))
-        .map(|r| r.at)
-        .collect();
-    let between: Vec<_> =
-        asked.iter().filter(|t| **t > seen + jiff::SignedDuration::from_millis(200) && **t < again).collect();
-    assert!(between.is_empty(), "evacuations asked while it showed life: {between:?} ({seen} to {again})");
-    assert!(asked.iter().any(|t| *t >= again), "the evacuation went on after: {asked:?}");
+    // before it records new evacuations.
+    scene.none_asked_between(&hold, seen, again);
     let s = |a: jiff::Timestamp, b: jiff::Timestamp| b.duration_since(a).as_secs_f64();
     eprintln!(
         "revival on the ground: power on asked -> life seen {:.1} s, seen -> fenced again {:.1} s",
@@ -542,20 +569,15 @@ async fn a_fenced_hosts_nova_compute_reporting_again_holds_its_evacuation_until_
     hvs.patch(&scene.dead, &PatchParams::default(), &Patch::Merge(&no_bmc)).await.unwrap();
     // Two evacuations at a time, each held 12 s on its way to Nova: the
     // evacuation outlasts a report or two of nova-compute (every 10 s).
-    let hold = Fault::Delay(Duration::from_secs(12));
-    let evacuate =
-        Match { body_contains: Some("\"evacuate\"".into()), ..Match::method_path("POST", "/action") };
-    scene.nova.as_ref().unwrap().rule(evacuate, hold.clone(), None);
-    let names: Vec<String> = (1..=8).map(|i| format!("report-{i}")).collect();
-    let ids = scene.boot(&names.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let (hold, ids) = scene.eight_servers_each_evacuation_held("report", 12).await;
     scene.kill_host().await;
     let (region, coord, dead) = (&scene.region, &scene.coord, scene.dead.clone());
     let fencing = wait_fencing(region, &dead, "the host fenced", |f| f.fenced.is_some(), coord).await;
     assert_eq!(fencing.confirmed, [FenceStep::NovaForcedDown, FenceStep::CephBlocklisted], "{fencing:?}");
     // Its nova-compute restarted on the fenced host is not handed out again.
     scene.zone.source.retire();
-    fake_host(&region.env.nova, &dead, FakeHost::Start).await.unwrap();
     let started = jiff::Timestamp::now();
+    fake_host(&region.env.nova, &dead, FakeHost::Start).await.unwrap();
 
     let metrics = coord.metrics.clone().unwrap();
     let gauge = std::cell::Cell::new(0.0);
@@ -578,6 +600,12 @@ async fn a_fenced_hosts_nova_compute_reporting_again_holds_its_evacuation_until_
     )
     .await;
     assert!(revival.sign.contains("nova-compute reports to Nova"), "{revival:?}");
+    // Not before it started (the record's time is to the second).
+    let recorded = revival.seen.clone().expect("dated").0;
+    assert!(
+        recorded >= started - jiff::SignedDuration::from_secs(1),
+        "seen at {recorded}, started at {started}"
+    );
     // Held without a BMC: only an SRE can say it is off again.
     let held = region.wait_condition(&dead, "Fenced", "StepNotConfirmed", coord).await;
     assert!(held.contains("hvctl confirm-fenced"), "{held}");
@@ -601,28 +629,8 @@ async fn a_fenced_hosts_nova_compute_reporting_again_holds_its_evacuation_until_
     let quiet = again.duration_since(stopped);
     assert!(quiet >= jiff::SignedDuration::from_secs(48), "counted {quiet:?} after the stop");
 
-    let ev = scene.evacuated(Duration::from_secs(300)).await;
-    for id in &ids {
-        let (host, status) = placed(&scene.admin, id).await;
-        assert!(host != dead && scene.zone.holds(&host), "{id} on {host}");
-        assert_eq!(status, "ACTIVE", "{id}");
-        assert_eq!(evacuations(&scene.admin, id).await, 1, "{id} evacuated once");
-        let vm = ev.status.as_ref().and_then(|s| s.vms.iter().find(|v| &v.id == id)).cloned().unwrap();
-        assert_eq!(vm.state, VmState::Migrated, "{vm:?}");
-    }
-    let asked: Vec<jiff::Timestamp> = scene
-        .nova
-        .as_ref()
-        .unwrap()
-        .seen()
-        .into_iter()
-        .filter(|r| r.fault.as_ref() == Some(&hold))
-        .map(|r| r.at)
-        .collect();
-    let between: Vec<_> =
-        asked.iter().filter(|t| **t > seen + jiff::SignedDuration::from_millis(200) && **t < again).collect();
-    assert!(between.is_empty(), "evacuations asked while it showed life: {between:?} ({seen} to {again})");
-    assert!(asked.iter().any(|t| *t >= again), "the evacuation went on after: {asked:?}");
+    scene.each_evacuated_once(&ids).await;
+    scene.none_asked_between(&hold, seen, again);
     let events = region.events_for(&dead).await;
     for reason in ["FencedHostShowsLife", "FencedAgain"] {
         assert!(events.iter().any(|(r, _)| r == reason), "{reason}: {events:?}");
@@ -658,14 +666,7 @@ async fn retired_by_deleting_its_node(scene: &Scene) {
 
     let out = region.hvctl().args(["retire", &dead, "--machine-gone"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let f = wait_fencing(
-        region,
-        &dead,
-        "the host retired",
-        |f| f.retirement.as_ref().is_some_and(|r| r.retired.is_some()),
-        coord,
-    )
-    .await;
+    let f = scene.retired().await;
     assert!(!listed(), "the entry lifted");
     let retirement = f.retirement.clone().unwrap();
     assert!(retirement.machine.as_deref().is_some_and(|m| m.contains("removed or wiped")), "{retirement:?}");
@@ -737,14 +738,7 @@ async fn retired_once_its_machine_reads_off(scene: &Scene) {
         },
     )
     .await;
-    let f = wait_fencing(
-        region,
-        &dead,
-        "the host retired",
-        |f| f.retirement.as_ref().is_some_and(|r| r.retired.is_some()),
-        coord,
-    )
-    .await;
+    let f = scene.retired().await;
     let retirement = f.retirement.clone().unwrap();
     assert!(f.blocklist_lifted && f.fenced.is_some(), "the record kept: {f:?}");
     assert!(
