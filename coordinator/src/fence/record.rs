@@ -34,7 +34,7 @@ pub struct FenceOutcome {
 
 /// What an SRE asked on the Hypervisor (its annotations' values): retry a
 /// failed step, confirm the host fenced by hand, clear the fencing, retire
-/// the host (and say its machine is gone).
+/// the host (and say its machine is gone); and its Node's deletion.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Asked {
     pub retry: Option<String>,
@@ -42,6 +42,9 @@ pub struct Asked {
     pub clear: Option<String>,
     pub retire: Option<String>,
     pub machine_gone: Option<String>,
+    /// The Node is being deleted (when it began): a host fenced once its
+    /// Node is to go is retired, whenever the deletion began.
+    pub node_deleted: Option<String>,
 }
 
 impl Asked {
@@ -51,12 +54,15 @@ impl Asked {
     }
 
     /// A retirement under way, or asked since the fencing started of a
-    /// host that counts fenced; not one a clearing asked since cancelled
+    /// host that counts fenced (by its Node's deletion, whenever it began,
+    /// while no clearing waits); not one a clearing asked since cancelled
     /// (the host was not gone). It outweighs a clearing asked before it.
     pub fn retires(&self, r: &FencingStatus) -> bool {
+        let by_hand = self.retire.is_some() && r.handled_retire != self.retire;
+        let by_node = self.node_deleted.is_some() && !self.clears(r);
         match &r.retirement {
             Some(x) => self.clear.is_none() || self.clear == x.handled_clear,
-            None => r.fenced.is_some() && self.retire.is_some() && r.handled_retire != self.retire,
+            None => r.fenced.is_some() && (by_hand || by_node),
         }
     }
 
@@ -382,7 +388,7 @@ pub fn retired(
         handled_clear: asked.clear.clone(),
         ..FenceRetirement::default()
     });
-    if let Some(value) = &asked.retire {
+    if let Some(value) = asked.retire.as_ref().or(asked.node_deleted.as_ref()) {
         retirement.handled.clone_from(value);
     }
     let (mut out, mut lifted) = (FenceOutcome::default(), false);

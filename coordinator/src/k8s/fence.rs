@@ -390,7 +390,7 @@ async fn kubelet_renews(ctx: &Context, name: &str, since: Timestamp, now: Timest
             name,
             since,
             now,
-            half(super::kubelet::DEFAULT_DURATION),
+            half(super::kubelet::MAX_DURATION),
         ),
     }
 }
@@ -401,16 +401,16 @@ fn retirement_done(r: &FencingStatus) -> bool {
 }
 
 /// What an SRE asked on the Hypervisor's annotations; deleting the Node
-/// (`node_deleted`: its deletion's time) asks a retirement too, where
-/// `hvctl retire` was not run.
+/// (`node_deleted`: its deletion's time) asks a retirement too.
 pub(super) fn asked(hv: &Hypervisor, node_deleted: Option<Timestamp>) -> Asked {
     let get = |key: &str| hv.annotations().get(key).cloned();
     Asked {
         retry: get(RETRY_ANNOTATION),
         confirm: get(CONFIRM_FENCED_ANNOTATION),
         clear: get(CLEAR_FENCED_ANNOTATION),
-        retire: get(RETIRE_ANNOTATION).or_else(|| node_deleted.map(|t| format!("its Node deleted at {t}"))),
+        retire: get(RETIRE_ANNOTATION),
         machine_gone: get(MACHINE_GONE_ANNOTATION),
+        node_deleted: node_deleted.map(|t| format!("its Node deleted at {t}")),
     }
 }
 

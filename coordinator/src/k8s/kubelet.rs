@@ -20,10 +20,10 @@ use crate::api::keys::NODE_LEASE_NAMESPACE;
 use crate::health::Heartbeat;
 
 /// A Lease's duration when it names none: the kubelet's default.
-pub const DEFAULT_DURATION: SignedDuration = SignedDuration::from_secs(40);
+const DEFAULT_DURATION: SignedDuration = SignedDuration::from_secs(40);
 /// The longest a Lease's duration counts for: a Lease written to hold an
 /// hour would otherwise keep a dead host alive for half of it.
-const MAX_DURATION: SignedDuration = SignedDuration::from_secs(60);
+pub const MAX_DURATION: SignedDuration = SignedDuration::from_secs(60);
 
 /// Per node, the renewal time last read and when this leader first saw it
 /// (one set per leadership).

@@ -1764,15 +1764,15 @@ async fn a_stuck_or_held_fencing_takes_no_domain_place_and_a_fenced_host_still_c
 }
 
 #[test]
-fn deleting_a_fenced_hosts_node_asks_its_retirement_unless_an_sre_asked_already() {
+fn deleting_a_fenced_hosts_node_asks_its_retirement_beside_an_sres_word() {
     use kube::ResourceExt;
     let at = Timestamp::from_second(1_800_000_000).unwrap_or_default();
     let hv = hypervisor(None, None);
     let asked = super::fence::asked(&hv, Some(at));
-    assert_eq!(asked.retire, Some(format!("its Node deleted at {at}")));
-    assert_eq!(super::fence::asked(&hv, None).retire, None, "a Node not being deleted asks nothing");
+    assert_eq!((asked.node_deleted, asked.retire), (Some(format!("its Node deleted at {at}")), None));
+    assert_eq!(super::fence::asked(&hv, None).node_deleted, None, "a Node not being deleted asks nothing");
     let mut by_hand = (*hv).clone();
     by_hand.annotations_mut().insert(crate::api::keys::RETIRE_ANNOTATION.into(), "by hand".into());
     let asked = super::fence::asked(&by_hand, Some(at));
-    assert_eq!(asked.retire.as_deref(), Some("by hand"), "hvctl retire's word first");
+    assert_eq!(asked.retire.as_deref(), Some("by hand"), "hvctl retire's word, beside the Node's");
 }

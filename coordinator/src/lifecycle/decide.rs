@@ -849,8 +849,9 @@ fn decommission(d: &mut Draft<'_>) {
         .as_ref()
         .is_some_and(|f| f.retirement.as_ref().is_none_or(|r| r.retired.is_none()))
     {
-        let msg = "fenced: its compute service stays in Nova until the host is retired (hvctl retire NODE; \
-                   deleting its Node once it is fenced asks it too)";
+        let msg = "fenced: its compute service stays in Nova until the host is retired (its Node's deletion \
+                   asks it once it counts fenced; the Fenced condition says what the retirement waits for, \
+                   hvctl retire NODE --machine-gone where its machine cannot be read)";
         return d.set(ConditionType::Evicted, ConditionStatus::False, "AwaitingRetirement", msg.into());
     }
     for agg in &host.aggregates {

@@ -257,6 +257,14 @@ fn a_retirement_counts_only_for_a_fenced_host_and_keeps_the_record() {
     let stale = Asked { machine_gone: Some("t0".into()), ..asked.clone() };
     assert!(!stale.machine_gone(&r), "a word given with another retirement");
     assert!(!Asked::default().retires(&r), "nothing asked");
+    // The Node's deletion asks it too, whenever it began (the annotation
+    // seen at the fencing's start is the only one handled), unless a
+    // clearing waits.
+    let by_node = Asked { node_deleted: Some("its Node deleted at t".into()), ..Asked::default() };
+    assert!(by_node.retires(&r));
+    assert!(!by_node.retires(&under_way()), "not fenced yet");
+    let clearing = Asked { clear: Some("c9".into()), ..by_node.clone() };
+    assert!(!clearing.retires(&r), "a clearing waits: the SRE says it is not gone");
 
     // Waiting for the machine: recorded, said once, the blocklist kept.
     let now = Timestamp::from_second(60).expect("a time");
