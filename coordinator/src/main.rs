@@ -347,6 +347,12 @@ fn count_hosts(metrics: &Metrics, hypervisors: &Store<Hypervisor>, registry: &Ar
                 agent_connected: registry.connected(&h.name_any()),
                 health: status.and_then(|s| s.health.as_ref()).map(|x| x.state),
                 fenced_showing_life: fencing.is_some_and(|f| f.fenced.is_some() && f.revival.is_some()),
+                disabled_elsewhere: status.is_some_and(|s| {
+                    s.conditions.iter().any(|c| {
+                        c.type_ == "SchedulingEnabled"
+                            && c.reason == hv_coordinator::lifecycle::DISABLED_ELSEWHERE
+                    })
+                }),
             }
         }))
     });

@@ -134,39 +134,6 @@ async fn the_agents_checks_activate_the_node_and_open_scheduling() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_service_disabled_by_hand_is_re_enabled_with_a_drift_event() {
-    let (region, claim, coord) = region_with_host("drift", &["--skip-tests"]).await;
-    let host = claim.host.as_str();
-    let admin = Admin::login(&region.env).await.unwrap();
-    region.create_node(host, &[]).await;
-    region.wait_phase(host, Phase::Active, SOON, &coord).await;
-    admin
-        .set_service(host, serde_json::json!({"status": "disabled", "disabled_reason": "by hand"}))
-        .await
-        .unwrap();
-    until(
-        "the drift repaired",
-        SOON,
-        || coord.tail(30),
-        || async {
-            let svc = admin.service(host).await.unwrap().unwrap_or_default();
-            ready_when(svc["status"] == "enabled", svc)
-        },
-    )
-    .await;
-    until(
-        "a DriftRepaired Event naming the old reason",
-        Duration::from_secs(10),
-        || coord.tail(10),
-        || async {
-            let events = region.events_for(host).await;
-            ready_when(events.iter().any(|e| e.0 == "DriftRepaired" && e.1.contains("by hand")), events)
-        },
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
 async fn hvctl_lists_the_fleet_and_reflection_names_the_services() {
     let (region, claim, coord) = region_with_host("fleet", &["--skip-tests"]).await;
     let host = claim.host.as_str();

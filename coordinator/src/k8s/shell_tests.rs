@@ -329,11 +329,13 @@ fn hypervisor(phase: Option<Phase>, record: Option<EvictionRef>) -> Arc<Hypervis
     Arc::new(h)
 }
 
+/// A registered host; a disabled one disabled by us.
 fn registered(enabled: bool, instances: &[&str]) -> NovaObs {
     NovaObs::Registered(NovaHost {
         service_id: "svc-1".into(),
         hypervisor_id: Some("hv-1".into()),
         enabled,
+        disabled_reason: (!enabled).then(|| "hv-lifecycle: maintenance (manual)".to_string()),
         traits: Some(Default::default()),
         instances: instances.iter().map(|s| s.to_string()).collect(),
         ..Default::default()

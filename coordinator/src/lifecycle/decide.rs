@@ -33,6 +33,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::action::Action;
+use super::disables;
 use super::observe::{EvictionObs, NodeObs, NovaHost, NovaObs, Observations, ServiceState};
 use crate::api::condition::DesiredCondition;
 use crate::api::eviction::{EvictionPhase, EvictionReason};
@@ -122,6 +123,8 @@ pub const DRIFT_REPAIRED: &str = "DriftRepaired";
 pub const NOVA_ENABLES_NEW_SERVICES: &str = "NovaEnablesNewServices";
 pub const SERVICE_RE_REGISTERED: &str = "ServiceReRegistered";
 pub const HOST_UNSEEN: &str = "HostUnseenDisabled";
+/// A disable by anyone else, respected (docs/lifecycle.md, "Who owns a disable").
+pub const DISABLED_ELSEWHERE: &str = "DisabledElsewhere";
 
 /// The Nova host every Nova call for this Hypervisor uses: the one its
 /// compute service was found under, else the one its spec names
@@ -341,12 +344,14 @@ fn ready(d: &mut Draft<'_>) {
             );
             d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "ComputeNotUp", msg);
         }
-        NovaObs::Registered(_) => match d.unseen_due() {
+        NovaObs::Registered(host) => match d.unseen_due() {
             Some(cause) => {
                 let msg = format!("{cause}; not enabled until the host is seen again");
                 d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "HostUnseen", msg);
             }
-            None => d.actions.push(Action::EnableService),
+            None => {
+                d.enable_if_ours(host);
+            }
         },
         NovaObs::NotRegistered => {
             let msg = "the compute service disappeared from Nova".into();
@@ -384,8 +389,7 @@ fn active(d: &mut Draft<'_>) {
         _ => return,
     };
     let held = unseen(d, host);
-    if !host.enabled && !held {
-        d.actions.push(Action::EnableService);
+    if !host.enabled && !held && d.enable_if_ours(host) {
         let why = host.disabled_reason.clone().unwrap_or_default();
         d.warn(DRIFT_REPAIRED, format!("compute service was disabled in Nova ({why}); re-enabled"));
     }
@@ -914,13 +918,17 @@ fn re_enable(d: &mut Draft<'_>, why: &str) {
         d.record.eviction = None;
         return d.go(Phase::Active, format!("{why}; the host stays disabled until it is seen again"));
     }
-    match &d.obs().nova {
-        NovaObs::Registered(host) if host.enabled => {
-            d.record.eviction = None;
-            d.go(Phase::Active, format!("{why}; compute service re-enabled"));
-        }
-        NovaObs::Registered(_) => d.actions.push(Action::EnableService),
-        _ => {}
+    let NovaObs::Registered(host) = &d.obs().nova else {
+        return;
+    };
+    if host.enabled {
+        d.record.eviction = None;
+        return d.go(Phase::Active, format!("{why}; compute service re-enabled"));
+    }
+    // Disabled by someone else meanwhile: Active, and it stays theirs.
+    if !d.enable_if_ours(host) {
+        d.record.eviction = None;
+        d.go(Phase::Active, format!("{why}; the compute service stays disabled by someone else"));
     }
 }
 
@@ -1150,8 +1158,43 @@ impl<'a> Draft<'a> {
             self.record.unseen = None;
             return Recheck::Lifted;
         }
-        self.actions.push(Action::EnableService);
+        if !self.enable_if_ours(host) {
+            // Someone else's disable since: the hold is over, theirs stays.
+            self.record.unseen = None;
+            return Recheck::Lifted;
+        }
         Recheck::Enabling
+    }
+
+    /// Enables the compute service when the disable Nova shows is ours
+    /// ([`disables`]); one made by anyone else stands, shown in
+    /// `SchedulingEnabled` (`DisabledElsewhere`, an Event when it begins).
+    /// Answers whether it enables.
+    fn enable_if_ours(&mut self, host: &NovaHost) -> bool {
+        let phase = self.input.status.phase.unwrap_or_default();
+        let in_service = !matches!(phase, Phase::Initial | Phase::Onboarding | Phase::Testing | Phase::Ready);
+        match disables::ours_to_enable(host.disabled_reason.as_deref(), in_service) {
+            Ok(()) => {
+                self.actions.push(Action::EnableService);
+                true
+            }
+            Err(reason) => {
+                let message = disables::elsewhere_message(&reason);
+                let shown = self.input.status.conditions.iter().any(|c| {
+                    c.type_ == ConditionType::SchedulingEnabled.as_str() && c.reason == DISABLED_ELSEWHERE
+                }) || self.warnings.iter().any(|w| w.reason == DISABLED_ELSEWHERE);
+                if !shown {
+                    self.warn(DISABLED_ELSEWHERE, format!("{}: {message}", self.nova_host()));
+                }
+                self.set(
+                    ConditionType::SchedulingEnabled,
+                    ConditionStatus::False,
+                    DISABLED_ELSEWHERE,
+                    message,
+                );
+                false
+            }
+        }
     }
 
     fn hold_unseen(&mut self, cause: String) {

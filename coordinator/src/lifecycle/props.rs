@@ -56,6 +56,13 @@ fn check_one_step(
         if enables && disables {
             return Err("EnableService and DisableService together".into());
         }
+        let in_service = !matches!(from, Phase::Initial | Phase::Onboarding | Phase::Testing | Phase::Ready);
+        if enables
+            && !h.enabled
+            && super::disables::ours_to_enable(h.disabled_reason.as_deref(), in_service).is_err()
+        {
+            return Err(format!("someone else's disable ({:?}) lifted in {from}", h.disabled_reason));
+        }
     }
     for a in &d.actions {
         if let Action::DeleteService { .. } = a {

@@ -105,6 +105,16 @@ const ROWS: &[Row] = &[
     Row { name: "forbidden Aborted -> anything without retry", from: Phase::Aborted, setup: |_, _, o| o.checks = Some(report(1, &[])), to: Phase::Aborted, must: &[], never: &["enable", "run checks"] },
     Row { name: "forbidden Aborted -> Onboarding on an already handled retry", from: Phase::Aborted, setup: |_, s, o| { s.lifecycle.handled_retry = Some("r1".into()); o.retry = Some("r1".into()) }, to: Phase::Aborted, must: &[], never: &[] },
     Row { name: "forbidden Aborted -> Evicting on termination (retry first)", from: Phase::Aborted, setup: |_, _, o| o.node = NodeObs::Deleting, to: Phase::Aborted, must: &[], never: &["create eviction", "delete"] },
+    // ---- who owns a disable (docs/lifecycle.md): ours is lifted, anyone else's stands
+    Row { name: "Ready: Nova's own new-service disable is ours to lift", from: Phase::Ready, setup: |_, _, o| with_host(o, |h| h.disabled_reason = Some(disables::NEW_SERVICE_REASON.into())), to: Phase::Ready, must: &["enable compute service"], never: &[] },
+    Row { name: "forbidden Ready -> Active: nova-compute's AUTO disable is not lifted", from: Phase::Ready, setup: |_, _, o| with_host(o, |h| h.disabled_reason = Some("AUTO: Connection to libvirt lost: 1".into())), to: Phase::Ready, must: &[], never: &["enable"] },
+    Row { name: "forbidden Ready -> Active: an SRE's disable is not lifted", from: Phase::Ready, setup: |_, _, o| with_host(o, |h| h.disabled_reason = Some("firmware check -- jdoe".into())), to: Phase::Ready, must: &[], never: &["enable"] },
+    Row { name: "Active: our own disable found is repaired", from: Phase::Active, setup: |_, _, o| with_host(o, |h| h.disabled_reason = Some("hv-lifecycle: maintenance (manual)".into())), to: Phase::Active, must: &["enable compute service"], never: &[] },
+    Row { name: "forbidden Active: nova-compute's AUTO disable is not re-enabled", from: Phase::Active, setup: |_, _, o| with_host(o, |h| h.disabled_reason = Some("AUTO: Connection to libvirt lost: 1".into())), to: Phase::Active, must: &[], never: &["enable", "disable"] },
+    Row { name: "forbidden Active: an SRE's disable is not re-enabled", from: Phase::Active, setup: |_, _, o| with_host(o, |h| h.disabled_reason = Some("firmware check -- jdoe".into())), to: Phase::Active, must: &[], never: &["enable", "disable"] },
+    Row { name: "forbidden Active: a disable without a reason is not re-enabled", from: Phase::Active, setup: |_, _, o| with_host(o, |h| h.disabled_reason = None), to: Phase::Active, must: &[], never: &["enable", "disable"] },
+    Row { name: "forbidden Active: Nova's new-service disable of a host in service is not lifted", from: Phase::Active, setup: |_, _, o| with_host(o, |h| h.disabled_reason = Some(disables::NEW_SERVICE_REASON.into())), to: Phase::Active, must: &[], never: &["enable"] },
+    Row { name: "Evicting -> Active: eviction complete, disabled by an SRE meanwhile (theirs stays)", from: Phase::Evicting, setup: |_, s, o| { s.lifecycle.eviction = Some(eviction_ref("drain-1", RollingUpdate, false)); o.eviction = ev("drain-1", RollingUpdate, Succeeded); with_host(o, |h| h.disabled_reason = Some("firmware check -- jdoe".into())) }, to: Phase::Active, must: &[], never: &["enable"] },
     Row { name: "forbidden Ready -> Active while a hand-made Eviction empties the host", from: Phase::Ready, setup: |_, _, o| o.eviction = ev("drain-1", AdminRequest, Migrating), to: Phase::Ready, must: &[], never: &["enable"] },
     Row { name: "forbidden Ready -> Active before Nova shows it enabled", from: Phase::Ready, setup: |_, _, _| {}, to: Phase::Ready, must: &["enable compute service"], never: &[] },
     Row { name: "forbidden Active -> Maintenance while VMs remain", from: Phase::Active, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Auto; with_host(o, |h| h.instances = vec!["vm-1".into()]) }, to: Phase::Evicting, must: &["create eviction"], never: &[] },
@@ -248,7 +258,7 @@ fn drift_in_active_is_repaired_and_reported() {
     let mut o = obs();
     with_host(&mut o, |h| {
         h.enabled = false;
-        h.disabled_reason = Some("someone".into());
+        h.disabled_reason = Some("hv-lifecycle: maintenance (manual)".into());
         h.traits = Some(set(&[]));
     });
     let d = decide_at(&spec(), &status(Phase::Active), &o, t(1));
@@ -257,6 +267,37 @@ fn drift_in_active_is_repaired_and_reported() {
     assert_eq!(d.warnings.len(), 2, "{:?}", d.warnings);
     assert!(d.warnings.iter().all(|w| w.reason == DRIFT_REPAIRED), "{:?}", d.warnings);
     assert_eq!(d.phase, Phase::Active);
+}
+
+#[test]
+fn a_disable_by_anyone_else_stands_is_shown_with_its_reason_and_told_once() {
+    let mut o = obs();
+    with_host(&mut o, |h| {
+        h.enabled = false;
+        h.disabled_reason = Some("AUTO: Connection to libvirt lost: 1".into());
+    });
+    let mut st = status(Phase::Active);
+    let d = decide_at(&spec(), &st, &o, t(1));
+    assert!(acts(&d).is_empty(), "{:?}", d.actions);
+    let said = condition(&d, crate::api::ConditionType::SchedulingEnabled);
+    assert_eq!((said.status, said.reason.as_str()), (crate::api::ConditionStatus::False, DISABLED_ELSEWHERE));
+    assert!(said.message.contains("AUTO: Connection to libvirt lost: 1"), "{said:?}");
+    assert_eq!(d.warnings.iter().map(|w| w.reason).collect::<Vec<_>>(), [DISABLED_ELSEWHERE]);
+    // Told once: the next look finds it shown.
+    st.conditions = crate::api::condition::merge(&st.conditions, &d.conditions, t(1), None);
+    let d = decide_at(&spec(), &st, &o, t(2));
+    assert!(d.warnings.is_empty() && acts(&d).is_empty(), "{d:?}");
+    // The other party enables it again: we follow.
+    with_host(&mut o, |h| {
+        h.enabled = true;
+        h.disabled_reason = None;
+    });
+    let d = decide_at(&spec(), &st, &o, t(3));
+    assert!(acts(&d).is_empty(), "{:?}", d.actions);
+    assert_eq!(
+        condition(&d, crate::api::ConditionType::SchedulingEnabled).status,
+        crate::api::ConditionStatus::True
+    );
 }
 
 #[test]
@@ -692,4 +733,33 @@ fn a_cordon_starts_auto_maintenance_only_where_the_policy_says_so() {
     manual.maintenance = MaintenanceMode::Manual;
     let d = decide(&Input { name: NAME, spec: &manual, status: &st, obs: &o, policy: &policy, now: t(10) });
     assert!(acts(&d).contains(&"create eviction node-1-manual-1 (AdminRequest)".to_string()), "{d:?}");
+}
+
+#[test]
+fn a_held_host_disabled_by_someone_else_meanwhile_comes_back_without_being_enabled() {
+    let mut sp = spec();
+    sp.skip_tests = true;
+    let mut st = status(Phase::Active);
+    st.lifecycle.unseen = Some(crate::api::hypervisor::UnseenHold {
+        disabled_at: Time(t(0)),
+        cause: "Unreachable: agent: no session".into(),
+        recheck_run: None,
+        recheck_failed: false,
+    });
+    let mut o = obs();
+    o.health = verdict(crate::api::hypervisor::HealthState::Healthy, 100);
+    with_host(&mut o, |h| {
+        h.enabled = false;
+        h.disabled_reason = Some("firmware check -- jdoe".into());
+    });
+    let d = decide_at(&sp, &st, &o, t(200));
+    assert!(acts(&d).is_empty(), "{:?}", d.actions);
+    assert!(d.record.unseen.is_none(), "the hold is over");
+    assert_eq!(condition(&d, crate::api::ConditionType::SchedulingEnabled).reason, DISABLED_ELSEWHERE);
+    assert_eq!(d.warnings.iter().filter(|w| w.reason == DISABLED_ELSEWHERE).count(), 1, "told once");
+    // The same with our own unseen reason: enabled.
+    with_host(&mut o, |h| {
+        h.disabled_reason = Some("hv-lifecycle: host unseen (Unreachable: agent: no session)".into())
+    });
+    assert_eq!(acts(&decide_at(&sp, &st, &o, t(200))), ["enable compute service"]);
 }

@@ -25,6 +25,8 @@ pub struct Hosts {
     pub health: std::collections::BTreeMap<HealthState, u64>,
     /// Fenced hosts that showed life again, not fenced again yet.
     pub fenced_showing_life: u64,
+    /// Hosts whose compute service someone else disabled (respected).
+    pub disabled_elsewhere: u64,
 }
 
 /// One Hypervisor, as the fleet's figures count it.
@@ -35,6 +37,8 @@ pub struct Host {
     pub health: Option<HealthState>,
     /// Its fencing record says it showed life again (docs/fencing.md).
     pub fenced_showing_life: bool,
+    /// Its compute service is disabled by someone else (docs/lifecycle.md).
+    pub disabled_elsewhere: bool,
 }
 
 /// Counts `hypervisors`.
@@ -47,6 +51,7 @@ pub fn hosts(hypervisors: impl IntoIterator<Item = Host>) -> Hosts {
             *f.health.entry(state).or_default() += 1;
         }
         f.fenced_showing_life += u64::from(h.fenced_showing_life);
+        f.disabled_elsewhere += u64::from(h.disabled_elsewhere);
     }
     f
 }
@@ -83,6 +88,7 @@ pub struct HostGauges {
     transitions: Family<ToLabel, Counter>,
     fenced_showing_life: Gauge,
     showed_life: Counter,
+    disabled_elsewhere: Gauge,
 }
 
 impl HostGauges {
@@ -94,6 +100,7 @@ impl HostGauges {
             transitions: Family::default(),
             fenced_showing_life: Gauge::default(),
             showed_life: Counter::default(),
+            disabled_elsewhere: Gauge::default(),
         };
         registry.register(
             "hv_hypervisors",
@@ -126,6 +133,12 @@ impl HostGauges {
             "Fenced hosts found showing life while their servers were evacuated (docs/fencing.md).",
             g.showed_life.clone(),
         );
+        registry.register(
+            "hv_hypervisors_disabled_elsewhere",
+            "Hypervisors whose compute service someone else disabled (nova-compute, an SRE, another tool): \
+             respected, never re-enabled by the coordinator (docs/lifecycle.md).",
+            g.disabled_elsewhere.clone(),
+        );
         for s in HEALTH_STATES {
             let _ = g.transitions.get_or_create(&ToLabel { to: state_name(s) });
         }
@@ -140,6 +153,7 @@ impl HostGauges {
         let Some(f) = fleet else {
             self.without_agent.set(0);
             self.fenced_showing_life.set(0);
+            self.disabled_elsewhere.set(0);
             return;
         };
         let n = |v: Option<&u64>| i64::try_from(v.copied().unwrap_or(0)).unwrap_or(i64::MAX);
@@ -151,6 +165,7 @@ impl HostGauges {
         }
         self.without_agent.set(n(Some(&f.without_agent)));
         self.fenced_showing_life.set(n(Some(&f.fenced_showing_life)));
+        self.disabled_elsewhere.set(n(Some(&f.disabled_elsewhere)));
     }
 
     pub(super) fn showed_life(&self) {

@@ -258,6 +258,7 @@ mod tests {
             agent_connected,
             health,
             fenced_showing_life: false,
+            disabled_elsewhere: false,
         };
         let f = hosts([
             host(Phase::Active, true, Some(HealthState::Healthy)),
@@ -266,10 +267,11 @@ mod tests {
             host(Phase::Onboarding, false, None),
             host(Phase::Aborted, true, Some(HealthState::Healthy)),
             host(Phase::Evicting, false, Some(HealthState::Unreachable)),
+            Host { disabled_elsewhere: true, ..host(Phase::Active, true, None) },
         ]);
         assert_eq!(f.health.get(&HealthState::Unreachable), Some(&2));
         assert_eq!(f.health.values().sum::<u64>(), 5, "a host never judged is not counted");
-        assert_eq!(f.phases.get(&Phase::Active), Some(&2));
+        assert_eq!(f.phases.get(&Phase::Active), Some(&3));
         assert_eq!(
             f.without_agent, 2,
             "Active and Evicting without an agent; Maintenance and Onboarding may be"
@@ -280,7 +282,8 @@ mod tests {
         assert!(!m.render().contains("hv_hypervisors{"), "a follower does not speak for the fleet");
         m.set_leader(true);
         let text = m.render();
-        has(&text, "hv_hypervisors{phase=\"Active\"} 2");
+        has(&text, "hv_hypervisors{phase=\"Active\"} 3");
+        has(&text, "hv_hypervisors_disabled_elsewhere 1");
         has(&text, "hv_hypervisors{phase=\"Decommissioned\"} 0");
         has(&text, "hv_hypervisors_without_agent 2");
         has(&text, "hv_fenced_hosts_showing_life 1");
@@ -340,6 +343,7 @@ mod tests {
             agent_connected: true,
             health: Some(HealthState::Healthy),
             fenced_showing_life: false,
+            disabled_elsewhere: false,
         };
         m.set_hosts(move || hosts([active]));
         m.set_nova_view(|| {
