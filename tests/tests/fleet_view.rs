@@ -113,12 +113,15 @@ async fn nova_requests_for_drift_checks_do_not_grow_with_the_active_hosts() {
         eight.len()
     );
 
-    // A change behind the coordinator's back shows through the view, and is
-    // repaired from the host's own reads: one Event says so.
+    // A change behind the coordinator's back (a disable of its own, left
+    // behind: one by anyone else stands, tests/tests/sharing.rs) shows
+    // through the view, and is repaired from the host's own reads: one
+    // Event says so.
     let admin = hv_tests::openstack::Admin::login(&env).await.unwrap();
     let host = &hosts[3];
-    let by_hand = serde_json::json!({"status": "disabled", "disabled_reason": "by hand"});
-    admin.set_service(host, by_hand).await.unwrap();
+    let ours =
+        serde_json::json!({"status": "disabled", "disabled_reason": "hv-lifecycle: maintenance (manual)"});
+    admin.set_service(host, ours).await.unwrap();
     hv_tests::wait::until(
         "the drift repaired",
         Duration::from_secs(30),
