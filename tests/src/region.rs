@@ -520,7 +520,7 @@ impl Region {
     /// Node lifecycle controller turns it Unknown (12 s on the ground).
     /// Answers once it is not Ready.
     pub async fn kubelet_stops(&self, name: &str) {
-        self.kwok_manages(name, false).await;
+        self.kwok_lets_go(name).await;
         self.wait_node_ready(name, false).await;
     }
 
@@ -534,12 +534,44 @@ impl Region {
     /// Ready). Off, nothing changes at once: the Node lifecycle controller
     /// turns it Unknown after its grace, or a test sets its condition.
     pub async fn kwok_manages(&self, name: &str, on: bool) {
+        self.label_kwok(name, on).await;
+    }
+
+    /// kwok no longer keeps the Node `name` alive, made sure of: its Lease
+    /// is seen unrenewed over a renewal or two (6 s at least).
+    pub async fn kwok_lets_go(&self, name: &str) {
+        self.label_kwok(name, false).await;
+        // kwok may take a Node up again when a relist it read before the
+        // label went away lands after (its lease controller then renews for
+        // ever): a Lease still renewed a few renewals later is let go again.
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let before = self.lease_renewed(name).await;
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            if self.lease_renewed(name).await == before {
+                return;
+            }
+            self.label_kwok(name, true).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            self.label_kwok(name, false).await;
+        }
+    }
+
+    async fn label_kwok(&self, name: &str, on: bool) {
         let api: Api<Node> = Api::all(self.kube.client.clone());
         let value = on.then_some(KWOK_MANAGED.1);
         let patch = serde_json::json!({"metadata": {"labels": {KWOK_MANAGED.0: value}}});
         api.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
             .await
             .unwrap_or_else(|e| panic!("Node {name}: {e}"));
+    }
+
+    /// The renewal time of the Node `name`'s Lease, as written.
+    async fn lease_renewed(&self, name: &str) -> Option<String> {
+        let api: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(self.kube.client.clone(), "kube-node-lease");
+        let lease = api.get_opt(name).await.ok().flatten()?;
+        lease.spec?.renew_time.map(|t| format!("{:?}", t.0))
     }
 
     /// The Hypervisor `name`, if it exists; a failed read fails the test.

@@ -170,7 +170,7 @@ impl Scene {
     async fn lose_power(&mut self) {
         hv_tests::bmc::power_off(&self.region.env, &self.dead).await.unwrap();
         wait_power(&self.region.env, &self.dead, "Off").await;
-        self.region.kwok_manages(&self.dead, false).await;
+        self.region.kwok_lets_go(&self.dead).await;
         self.agents[0].kill();
         fake_host(&self.region.env.nova, &self.dead, FakeHost::Stop).await.unwrap();
     }
