@@ -509,6 +509,13 @@ pub struct FencingStatus {
     pub retirement: Option<FenceRetirement>,
 }
 
+impl FencingStatus {
+    /// The host was retired: gone for good, nothing left to do.
+    pub fn retired(&self) -> bool {
+        self.retirement.as_ref().is_some_and(|r| r.retired.is_some())
+    }
+}
+
 /// A fenced host retired by an SRE (docs/fencing.md, "A host gone for
 /// good").
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]

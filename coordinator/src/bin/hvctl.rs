@@ -277,7 +277,7 @@ async fn retire(node: &str, machine_gone: bool) -> anyhow::Result<()> {
             "{node}: its fencing is still under way. Once you made sure it is off, say so (hvctl confirm-fenced {node}), \
              then retire it"
         ),
-        Some(f) if f.retirement.as_ref().is_some_and(|r| r.retired.is_some()) && !machine_gone => {
+        Some(f) if f.retired() && !machine_gone => {
             println!("{node} is retired already");
             return Ok(());
         }

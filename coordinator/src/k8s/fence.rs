@@ -124,7 +124,7 @@ fn held(h: &Hypervisor) -> &[String] {
 
 /// A host retired, gone for good: its addresses may be a replacement's.
 fn retired(h: &Hypervisor) -> bool {
-    h.status.as_ref().and_then(|s| s.fencing.as_ref()).is_some_and(retirement_done)
+    h.status.as_ref().and_then(|s| s.fencing.as_ref()).is_some_and(FencingStatus::retired)
 }
 
 /// What the storage step blocklists for `hv` ([`targets::ceph_addresses`]),
@@ -186,7 +186,7 @@ pub async fn run(
     let evacuating = record.as_ref().filter(|r| evacuation_open(hv, r, o.evicting, o.servers_left));
     // Moves are told between looks: remembered only while the host is
     // looked at for signs of life.
-    if evacuating.is_none() && !record.as_ref().is_some_and(|r| asked.retires(r) && !retirement_done(r)) {
+    if evacuating.is_none() && !record.as_ref().is_some_and(|r| asked.retires(r) && !r.retired()) {
         crate::locked::lock(&ctx.fencing.reports).forget(&hv.name_any());
         crate::locked::lock(&ctx.fencing.leases).forget(&hv.name_any());
     }
@@ -393,11 +393,6 @@ async fn kubelet_renews(ctx: &Context, name: &str, since: Timestamp, now: Timest
             half(super::kubelet::MAX_DURATION),
         ),
     }
-}
-
-/// The host was retired: nothing more is looked at.
-fn retirement_done(r: &FencingStatus) -> bool {
-    r.retirement.as_ref().is_some_and(|x| x.retired.is_some())
 }
 
 /// What an SRE asked on the Hypervisor's annotations; deleting the Node

@@ -50,7 +50,7 @@ impl FleetSeen {
 /// Fenced, and neither cleared (the record would be gone) nor retired.
 fn fenced_and_kept(h: &Hypervisor) -> bool {
     let fencing = h.status.as_ref().and_then(|s| s.fencing.as_ref());
-    fencing.is_some_and(|f| f.fenced.is_some() && f.retirement.as_ref().is_none_or(|r| r.retired.is_none()))
+    fencing.is_some_and(|f| f.fenced.is_some() && !f.retired())
 }
 
 /// The other hosts' agents: (connected, all). Hosts onboarding, in

@@ -35,14 +35,7 @@ impl Renewals {
     /// this leader at `now` (None: no Lease, or not readable; the failure
     /// is logged).
     pub async fn heartbeat(&self, client: &kube::Client, name: &str, now: Timestamp) -> Option<Heartbeat> {
-        let api: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
-        let written = match api.get_opt(name).await {
-            Ok(lease) => of(lease.as_ref()?)?,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not read the kubelet's Lease; the Node's Ready condition stands for it");
-                return None;
-            }
-        };
+        let written = written(client, name).await?;
         let mut seen = crate::locked::lock(&self.0);
         let at = seen_at(seen.get(name).copied(), written, now);
         seen.insert(name.to_string(), (written.renewed, at));
@@ -52,14 +45,14 @@ impl Renewals {
 
 /// The kubelet's last renewal of the Node `name`'s Lease as it wrote it,
 /// by its own clock (None: no Lease, or not readable; the failure is
-/// logged): for a fenced host's signs of life, which compare it only with
-/// its earlier reads.
+/// logged, and the Node's Ready condition stands for it). A fenced host's
+/// signs of life compare it only with their earlier reads.
 pub async fn written(client: &kube::Client, name: &str) -> Option<Heartbeat> {
     let api: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
     match api.get_opt(name).await {
         Ok(lease) => of(lease.as_ref()?),
         Err(e) => {
-            tracing::warn!(error = %e, "could not read the fenced host's kubelet Lease for signs of life");
+            tracing::warn!(error = %e, "could not read the kubelet's Lease");
             None
         }
     }

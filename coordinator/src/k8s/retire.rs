@@ -29,7 +29,7 @@ pub async fn look(
     conditions: &[Condition],
 ) -> FenceOutcome {
     let (name, now) = (hv.name_any(), Timestamp::now());
-    if r.retirement.as_ref().is_some_and(|x| x.retired.is_some()) {
+    if r.retired() {
         return record::retired(r, &name, now, asked, Retired::Done, conditions);
     }
     if !ctx.gate.open() {

@@ -847,12 +847,7 @@ fn decommission(d: &mut Draft<'_>) {
     // A fenced host leaves Nova only once retired (docs/fencing.md): its
     // blocklist entries are lifted while its compute service is there to
     // show nova-compute's reports.
-    if d.input
-        .status
-        .fencing
-        .as_ref()
-        .is_some_and(|f| f.retirement.as_ref().is_none_or(|r| r.retired.is_none()))
-    {
+    if d.input.status.fencing.as_ref().is_some_and(|f| !f.retired()) {
         let msg = "fenced: its compute service stays in Nova until the host is retired (its Node's deletion \
                    asks it once it counts fenced; the Fenced condition says what the retirement waits for, \
                    hvctl retire NODE --machine-gone where its machine cannot be read)";
