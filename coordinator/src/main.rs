@@ -10,9 +10,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use hv_coordinator::api::{Eviction, Hypervisor, Migration};
-use hv_coordinator::config::Args;
+use hv_coordinator::config::{Args, Mode};
 use hv_coordinator::eviction::limit::Budgets;
 use hv_coordinator::fleet::{self, AgentEndpoint, FleetEndpoint, Health, Registry};
+use hv_coordinator::k8s::acting::LeaderOnlyLayer;
 use hv_coordinator::k8s::drain_marks::OwnReads;
 use hv_coordinator::k8s::eviction::EvictionContext;
 use hv_coordinator::k8s::leader::{Election, LeaseGuard};
@@ -145,13 +146,14 @@ impl Clients {
         let guard = Arc::new(LeaseGuard::new(l.margin()));
         let plain = kube::Client::try_from(config.clone()).context("Kubernetes client")?;
         let turns = |max: usize| WriteSlotsLayer::new(max, l.kube_timeout, metrics.kube_writes.clone());
+        let only = LeaderOnlyLayer::new(guard.clone(), args.mode == Mode::Observe);
         let acting = hv_coordinator::k8s::acting::client(
             config.clone(),
-            guard.clone(),
+            only.clone(),
             turns(l.kube_max_in_flight_writes as usize),
         )
         .context("Kubernetes client")?;
-        let marking = hv_coordinator::k8s::acting::client(config, guard.clone(), turns(WEBHOOK_WRITES))
+        let marking = hv_coordinator::k8s::acting::client(config, only, turns(WEBHOOK_WRITES))
             .context("Kubernetes client")?;
         Ok(Clients { watch, plain, acting, marking, guard })
     }
@@ -175,7 +177,8 @@ fn nova(
     let cloud = Cloud::new(args.openstack.source(), http)
         .with_lease_guard(guard.clone())
         .with_identity(identity)
-        .with_metrics(metrics.openstack.clone());
+        .with_metrics(metrics.openstack.clone())
+        .observing(args.mode == Mode::Observe);
     cloud.check_config().context("OpenStack credentials")?;
     Ok(Arc::new(NovaClient::new(cloud)))
 }
@@ -308,7 +311,7 @@ impl Serving {
         let grpc = tokio::spawn(server.serve(agents, fleet_api, tls, stopped(stop_rx.clone())));
         // The gate opens once this replica leads with whole caches; until then
         // the webhook refuses protected pods (a drain tries again).
-        let gate = Arc::new(Gate::new(clients.guard.clone()));
+        let gate = Arc::new(Gate::new(clients.guard.clone()).observing(args.mode == Mode::Observe));
         let updates = Arc::new(UpdateLimit::new(
             args.drain.update_max_held,
             args.drain.cordon_starts_maintenance,
@@ -353,6 +356,8 @@ fn count_hosts(metrics: &Metrics, hypervisors: &Store<Hypervisor>, registry: &Ar
                             && c.reason == hv_coordinator::lifecycle::DISABLED_ELSEWHERE
                     })
                 }),
+                paused: status
+                    .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Paused" && c.status == "True")),
             }
         }))
     });
@@ -414,7 +419,7 @@ impl Leading<'_> {
         let mut controllers = tokio::spawn(k8s::run(
             self.clients.watch.clone(),
             ctx,
-            self.eviction_context(nova)?,
+            self.eviction_context(nova, identity)?,
             args.new_nodes.node_selector.clone(),
             args.new_nodes.template(&args.leadership.instance()?),
             taken.writers,
@@ -441,7 +446,7 @@ impl Leading<'_> {
         Ok((lost, controllers))
     }
 
-    fn eviction_context(&self, nova: Arc<dyn Nova>) -> anyhow::Result<Arc<EvictionContext>> {
+    fn eviction_context(&self, nova: Arc<dyn Nova>, identity: &str) -> anyhow::Result<Arc<EvictionContext>> {
         let (args, serving) = (self.args, self.serving);
         Ok(Arc::new(EvictionContext {
             client: self.clients.acting.clone(),
@@ -453,6 +458,10 @@ impl Leading<'_> {
                 args.evictions.cluster_max_evacuations,
             )),
             gate: serving.gate.clone(),
+            recorder: Recorder::new(
+                self.clients.acting.clone(),
+                Reporter { controller: "hv-coordinator".into(), instance: Some(identity.to_string()) },
+            ),
             written: Default::default(),
             metrics: self.metrics.clone(),
             default_policy: args.evictions.default_migration_policy,

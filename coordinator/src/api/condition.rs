@@ -85,6 +85,12 @@ pub enum ConditionType {
     /// Eviction: the host is fenced and its servers are evacuated (True),
     /// or its fencing is under way and nothing new starts (False).
     HostFenced,
+    /// Hypervisor: the coordinator keeps its hands off the host (an SRE's
+    /// pause, or observe mode) and only reports what it would do.
+    Paused,
+    /// Eviction: its host is paused or the install observes only; nothing
+    /// is asked of Nova until it is free.
+    HostPaused,
 }
 
 impl ConditionType {
@@ -103,6 +109,8 @@ impl ConditionType {
             ConditionType::Target => "Target",
             ConditionType::HostDisabled => "HostDisabled",
             ConditionType::HostFenced => "HostFenced",
+            ConditionType::Paused => "Paused",
+            ConditionType::HostPaused => "HostPaused",
         }
     }
 
@@ -113,13 +121,15 @@ impl ConditionType {
             | ConditionType::SchedulingEnabled
             | ConditionType::Evicted
             | ConditionType::Aborted
-            | ConditionType::Deleting => Owner::Lifecycle,
+            | ConditionType::Deleting
+            | ConditionType::Paused => Owner::Lifecycle,
             ConditionType::AgentConnected => Owner::Fleet,
             ConditionType::NodeHealthy | ConditionType::Fenced => Owner::Ha,
             ConditionType::Preflight
             | ConditionType::Target
             | ConditionType::HostDisabled
-            | ConditionType::HostFenced => Owner::Eviction,
+            | ConditionType::HostFenced
+            | ConditionType::HostPaused => Owner::Eviction,
         }
     }
 }

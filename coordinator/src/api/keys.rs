@@ -71,6 +71,11 @@ pub const RETIRE_ANNOTATION: &str = "hypervisor.cloud.sap/retire";
 /// annotation's value: the machine is removed or wiped, so no BMC reading
 /// is waited for. Another value says nothing.
 pub const MACHINE_GONE_ANNOTATION: &str = "hypervisor.cloud.sap/machine-gone";
+/// Set by an SRE (or `hvctl pause`) to a reason: the coordinator writes
+/// nothing for the host (Nova, Placement, Ceph, its BMC, its Node and pods)
+/// and never fences it, but still observes, judges and reports it;
+/// removed (`hvctl resume`) to let it act again.
+pub const PAUSED_ANNOTATION: &str = "hypervisor.cloud.sap/paused";
 /// Holds a Hypervisor's deletion while VMs may depend on its host.
 pub const HYPERVISOR_FINALIZER: &str = "hypervisor.cloud.sap/in-service";
 

@@ -8,11 +8,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use hv_coordinator::api::Hypervisor;
 use hv_coordinator::api::keys::{CLEAR_FENCED_ANNOTATION, CONFIRM_FENCED_ANNOTATION, RETRY_ANNOTATION};
-use hv_coordinator::api::keys::{MACHINE_GONE_ANNOTATION, RETIRE_ANNOTATION};
+use hv_coordinator::api::keys::{MACHINE_GONE_ANNOTATION, PAUSED_ANNOTATION, RETIRE_ANNOTATION};
 use hv_proto::v1::fleet_service_client::FleetServiceClient;
 use hv_proto::v1::{GetHypervisorRequest, Hypervisor as PbHypervisor, ListHypervisorsRequest, WatchRequest};
-use kube::Api;
 use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
 
@@ -84,6 +84,20 @@ enum Cmd {
         #[arg(long)]
         machine_gone: bool,
     },
+    /// Hands off NODE while you work on it by hand: the coordinator writes
+    /// nothing for it (Nova, Placement, Ceph, its BMC, its Node and pods)
+    /// and never fences it, but still judges and reports it, with what it
+    /// would do, in its Paused condition. Sets the
+    /// hypervisor.cloud.sap/paused annotation (uses KUBECONFIG).
+    Pause {
+        node: String,
+        /// Why, for the next SRE: shown in the Paused condition.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Let the coordinator act on NODE again: removes the
+    /// hypervisor.cloud.sap/paused annotation (uses KUBECONFIG).
+    Resume { node: String },
 }
 
 #[tokio::main]
@@ -158,6 +172,8 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Cmd::ConfirmFenced { node } => confirm_fenced(node).await?,
         Cmd::ClearFenced { node } => clear_fenced(node).await?,
         Cmd::Retire { node, machine_gone } => retire(node, *machine_gone).await?,
+        Cmd::Pause { node, reason } => pause(node, reason).await?,
+        Cmd::Resume { node } => resume(node).await?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -294,6 +310,28 @@ async fn retire(node: &str, machine_gone: bool) -> anyhow::Result<()> {
         "retirement of {node} asked ({RETIRE_ANNOTATION}={value}): its blocklist entries are lifted{wait} after \
          its evacuation; its Fenced condition says how it goes"
     );
+    Ok(())
+}
+
+async fn pause(node: &str, reason: &str) -> anyhow::Result<()> {
+    if reason.trim().is_empty() {
+        anyhow::bail!("--reason is empty: say why, for the next SRE (it is shown in the Paused condition)");
+    }
+    let value = format!("{} ({})", reason.trim(), signed_now());
+    annotate(node, PAUSED_ANNOTATION, &value).await?;
+    println!("{node} paused ({PAUSED_ANNOTATION}={value}); its Paused condition says what would be done");
+    Ok(())
+}
+
+async fn resume(node: &str) -> anyhow::Result<()> {
+    let hv = hypervisors().await?.get(node).await?;
+    if !hv.annotations().contains_key(PAUSED_ANNOTATION) {
+        println!("{node} is not paused");
+        return Ok(());
+    }
+    let patch = serde_json::json!({"metadata": {"annotations": {PAUSED_ANNOTATION: null}}});
+    hypervisors().await?.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    println!("{node} resumed: the coordinator acts on it again");
     Ok(())
 }
 

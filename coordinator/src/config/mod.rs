@@ -39,12 +39,27 @@ pub struct Args {
     pub evictions: evictions::EvictionFlags,
     #[command(flatten, next_help_heading = "Leadership and the Kubernetes API")]
     pub leadership: leadership::LeadershipFlags,
+    /// `act`: drive Nova, Placement, Ceph, BMCs, Nodes and pods. `observe`:
+    /// decide and show what would be done (`Would…` Events, the
+    /// `hv_would_total` metric, each host's `Paused` condition), and write
+    /// nothing outside this install's own custom resources
+    /// (docs/operations.md, "Hands off").
+    #[arg(long, env = "HV_MODE", value_enum, default_value_t = Mode::Act)]
+    pub mode: Mode,
     /// HTTP address of /metrics (Prometheus), /healthz and /readyz.
     #[arg(long, env = "HV_METRICS_LISTEN", default_value = "0.0.0.0:8080")]
     pub metrics_listen: SocketAddr,
     /// JSON logs (production); the default is human-readable.
     #[arg(long, env = "HV_LOG_JSON")]
     pub log_json: bool,
+}
+
+/// Whether the install acts, or only observes (`--mode`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    #[default]
+    Act,
+    Observe,
 }
 
 /// A configuration that cannot work.

@@ -4,7 +4,9 @@
 //! spare ([`LeaseGuard`]). A reconcile still under way when the lease
 //! lapses therefore writes nothing, whatever it decided; the next leader
 //! reads and decides again. The leader election itself (which must write
-//! its Lease to keep it) and the watches use clients of their own.
+//! its Lease to keep it) and the watches use clients of their own. An
+//! install in observe mode writes only its own custom resources and Events
+//! ([`observer_may_write`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,21 +19,38 @@ use tower::{BoxError, Layer, Service};
 
 use super::leader::LeaseGuard;
 use super::write_slots::WriteSlotsLayer;
+use crate::lifecycle::hands::observer_may_write;
 
 /// The request was not sent: this replica cannot show it leads.
 #[derive(Debug, thiserror::Error)]
 #[error("not sent, not the leader: {0}")]
 pub struct NotLeader(pub String);
 
-/// Wraps a client's service so that only the leader writes.
+/// The request was not sent: this install observes only, and it is not
+/// one of our own resources.
+#[derive(Debug, thiserror::Error)]
+#[error("not sent, this install observes only (--mode observe): {0}")]
+pub struct Withheld(pub String);
+
+/// Wraps a client's service so that only the leader writes, and an
+/// observing install only its own resources.
 #[derive(Clone)]
-pub struct LeaderOnlyLayer(pub Arc<LeaseGuard>);
+pub struct LeaderOnlyLayer {
+    guard: Arc<LeaseGuard>,
+    observing: bool,
+}
+
+impl LeaderOnlyLayer {
+    pub fn new(guard: Arc<LeaseGuard>, observing: bool) -> LeaderOnlyLayer {
+        LeaderOnlyLayer { guard, observing }
+    }
+}
 
 impl<S> Layer<S> for LeaderOnlyLayer {
     type Service = LeaderOnly<S>;
 
     fn layer(&self, inner: S) -> LeaderOnly<S> {
-        LeaderOnly { inner, guard: self.0.clone() }
+        LeaderOnly { inner, guard: self.guard.clone(), observing: self.observing }
     }
 }
 
@@ -39,6 +58,7 @@ impl<S> Layer<S> for LeaderOnlyLayer {
 pub struct LeaderOnly<S> {
     inner: S,
     guard: Arc<LeaseGuard>,
+    observing: bool,
 }
 
 type Answer<R> = Pin<Box<dyn Future<Output = Result<R, BoxError>> + Send>>;
@@ -64,6 +84,10 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
+        if self.observing && changes_state(req.method()) && !observer_may_write(req.uri().path()) {
+            let withheld = Withheld(format!("{} {}", req.method(), req.uri().path()));
+            return Box::pin(std::future::ready(Err(withheld.into())));
+        }
         if changes_state(req.method())
             && let Err(why) = self.guard.ensure()
         {
@@ -87,7 +111,7 @@ where
 /// lease check, so one that waited meets the check when it leaves.
 pub fn client(
     mut config: kube::Config,
-    guard: Arc<LeaseGuard>,
+    guard: LeaderOnlyLayer,
     slots: WriteSlotsLayer,
 ) -> Result<kube::Client, kube::Error> {
     config.default_retry = false;
@@ -95,8 +119,8 @@ pub fn client(
 }
 
 /// The lease check, inside the writes' turns.
-fn layers(guard: Arc<LeaseGuard>, slots: WriteSlotsLayer) -> Stack<LeaderOnlyLayer, WriteSlotsLayer> {
-    Stack::new(LeaderOnlyLayer(guard), slots)
+fn layers(guard: LeaderOnlyLayer, slots: WriteSlotsLayer) -> Stack<LeaderOnlyLayer, WriteSlotsLayer> {
+    Stack::new(guard, slots)
 }
 
 #[cfg(test)]
@@ -120,7 +144,7 @@ mod tests {
         let guard = Arc::new(LeaseGuard::new(Duration::from_secs(1)));
         guard.renewed(tokio::time::Instant::now(), Duration::from_secs(60));
         let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<()>>();
-        let mut svc = layers(guard.clone(), slots(1)).layer(mock);
+        let mut svc = layers(LeaderOnlyLayer::new(guard.clone(), false), slots(1)).layer(mock);
         let req =
             |m: Method| Request::builder().method(m).uri("/api/v1/nodes/a").body(Body::empty()).unwrap();
         let first = tokio::spawn(svc.call(req(Method::PATCH)));
@@ -151,7 +175,7 @@ mod tests {
                 send.send_response(Response::new(()));
             }
         });
-        let mut svc = LeaderOnlyLayer(guard.clone()).layer(mock);
+        let mut svc = LeaderOnlyLayer::new(guard.clone(), false).layer(mock);
         let req =
             |m: Method| Request::builder().method(m).uri("/apis/x/v1/things/a").body(()).unwrap_or_default();
 
@@ -171,6 +195,48 @@ mod tests {
         guard.revoke();
         let after = svc.ready().await.unwrap_or_else(|e| panic!("{e}")).call(req(Method::POST)).await;
         assert!(after.is_err(), "a deposed leader writes nothing");
+    }
+
+    /// An observing install writes its own resources and Events, and
+    /// nothing else: a Node's or a pod's patch is refused before it leaves.
+    #[tokio::test]
+    async fn an_observer_writes_only_its_own_resources() {
+        let guard = Arc::new(LeaseGuard::new(Duration::from_secs(1)));
+        guard.renewed(tokio::time::Instant::now(), Duration::from_secs(60));
+        let (mock, mut handle) = tower_test::mock::pair::<Request<()>, Response<()>>();
+        let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = sent.clone();
+        tokio::spawn(async move {
+            while let Some((req, send)) = handle.next_request().await {
+                seen.lock().unwrap().push(format!("{} {}", req.method(), req.uri().path()));
+                send.send_response(Response::new(()));
+            }
+        });
+        let mut svc = LeaderOnlyLayer::new(guard, true).layer(mock);
+        let req = |m: Method, path: &str| Request::builder().method(m).uri(path).body(()).unwrap_or_default();
+        let mut call = async |m: Method, path: &str| {
+            svc.ready()
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+                .call(req(m, path))
+                .await
+                .map_err(|e| e.to_string())
+        };
+        let node = call(Method::PATCH, "/api/v1/nodes/a").await.unwrap_err();
+        assert!(node.contains("observes only") && node.contains("PATCH /api/v1/nodes/a"), "{node}");
+        assert!(call(Method::PATCH, "/api/v1/namespaces/o/pods/p").await.is_err());
+        assert!(call(Method::GET, "/api/v1/nodes/a").await.is_ok(), "reads pass");
+        assert!(call(Method::PATCH, "/apis/hypervisor.cloud.sap/v1/hypervisors/a/status").await.is_ok());
+        assert!(call(Method::POST, "/apis/events.k8s.io/v1/namespaces/d/events").await.is_ok());
+        let sent = sent.lock().unwrap().clone();
+        assert_eq!(
+            sent,
+            [
+                "GET /api/v1/nodes/a",
+                "PATCH /apis/hypervisor.cloud.sap/v1/hypervisors/a/status",
+                "POST /apis/events.k8s.io/v1/namespaces/d/events"
+            ]
+        );
     }
 
     /// A write the API server answers 429 (its priority and fairness) is
@@ -210,7 +276,7 @@ mod tests {
         guard.renewed(tokio::time::Instant::now(), Duration::from_secs(60));
         let config = kube::Config::new(url.parse().unwrap());
         let api: kube::Api<k8s_openapi::api::core::v1::Node> =
-            kube::Api::all(client(config, guard, slots(4)).unwrap());
+            kube::Api::all(client(config, LeaderOnlyLayer::new(guard, false), slots(4)).unwrap());
         let patch = serde_json::json!({"metadata": {"labels": {"a": "b"}}});
         let (params, merge) = (kube::api::PatchParams::default(), kube::api::Patch::Merge(&patch));
         let sent = api.patch("n", &params, &merge);

@@ -22,8 +22,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use super::Gate;
 use super::protected_pods::{ProtectedPods, relabel};
 use crate::api::Hypervisor;
-use crate::api::keys::POD_EVICTABLE_LABEL;
+use crate::api::keys::{PAUSED_ANNOTATION, POD_EVICTABLE_LABEL};
 use crate::drain::locks;
+use crate::lifecycle::hands::Hands;
 
 /// Longest a reconcile waits for the caches to be whole before it is
 /// asked again.
@@ -99,6 +100,11 @@ pub async fn reconcile(
         return Ok(Requeue::requeue(Duration::from_millis(500)));
     }
     let name = hv.name_any();
+    // Hands off: the Node's marks and its pods' labels stay as they are.
+    let paused = hv.annotations().get(PAUSED_ANNOTATION).map(String::as_str);
+    if !Hands::of(ctx.gate.observes(), paused).free() {
+        return Ok(Requeue::requeue(ctx.drift));
+    }
     // Free in status but not on this leader's own read: not known yet (the
     // Hypervisor reconcile reads the host before it confirms).
     let want = hv.status.as_ref().and_then(|s| s.evictable).filter(|&e| !e || ctx.own_reads.free(&name));

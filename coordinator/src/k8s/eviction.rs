@@ -23,6 +23,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action as Requeue;
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
@@ -30,7 +31,7 @@ use super::{FIELD_MANAGER, Gate, write};
 use crate::api::condition::{DesiredCondition, merge};
 use crate::api::eviction::{EvictionPhase, EvictionStatus, MigrationPolicy, VmState, VmStatus};
 use crate::api::hypervisor::{FenceStep, FencingStatus};
-use crate::api::keys::EVICTION_FINALIZER;
+use crate::api::keys::{EVICTION_FINALIZER, PAUSED_ANNOTATION};
 use crate::api::{
     ConditionStatus, ConditionType, Eviction, Hypervisor, Migration, MigrationKind, MigrationPhase,
     MigrationSpec, MigrationStatus,
@@ -41,6 +42,7 @@ use crate::eviction::limit::Budgets;
 use crate::eviction::phases::{self, Disabling, FenceState, POLL, ServiceSeen};
 use crate::eviction::plan::{self, Action, AttemptObs, Evacuation, Input, Server};
 use crate::eviction::preflight::{named_traits, preflight, with_traits};
+use crate::lifecycle::hands::Hands;
 use crate::metrics::{Metrics, tally};
 use crate::nova::servers::NovaMigration;
 use crate::nova::{Nova, NovaError};
@@ -84,6 +86,8 @@ pub struct EvictionContext {
     /// Migrations, and evacuations apart, in flight across all evictions at once.
     pub limit: Arc<Budgets>,
     pub gate: Arc<Gate>,
+    /// Events on the Eviction (what a held one would do).
+    pub recorder: kube::runtime::events::Recorder,
     /// Our own status writes, for reconciles the cache has not caught up
     /// with: a stale record would ask for an attempt twice.
     pub written: super::written::Written<Eviction>,
@@ -416,6 +420,9 @@ async fn wait_disabled(
     fence: &FenceState,
     now: Timestamp,
 ) -> Result<Requeue, Error> {
+    if let Some(again) = hands_held(ctx, ev, source, fence, now).await? {
+        return Ok(again);
+    }
     let seen = match ctx.nova.compute_service(source).await {
         Ok(Some(s)) if s.enabled => ServiceSeen::Enabled,
         Ok(Some(_)) => ServiceSeen::Disabled,
@@ -439,6 +446,50 @@ async fn wait_disabled(
     }
 }
 
+/// How often an Eviction held by its host's hands is looked at.
+const HANDS_LOOK: Duration = Duration::from_secs(5);
+
+/// An Eviction whose host's hands are off (an SRE's pause, or observe
+/// mode; crate::lifecycle::hands) asks nothing of Nova: no disable waited
+/// for, no migration asked, followed or aborted. It says so in its
+/// `HostPaused` condition, with what it would move (read from Nova), told
+/// once as an Event and counted. Answers when to look again; None when the
+/// hands are free (a condition left from a pause is set False first).
+async fn hands_held(
+    ctx: &EvictionContext,
+    ev: &Eviction,
+    source: &str,
+    fence: &FenceState,
+    now: Timestamp,
+) -> Result<Option<Requeue>, Error> {
+    let cached = ctx.hypervisors.get(&ObjectRef::new(&ev.spec.hypervisor));
+    let paused = cached.as_ref().and_then(|h| h.annotations().get(PAUSED_ANNOTATION).cloned());
+    let hands = Hands::of(ctx.gate.observes(), paused.as_deref());
+    let before = status_of(ev);
+    let had = before.conditions.iter().find(|c| c.type_ == ConditionType::HostPaused.as_str());
+    if hands.free() && had.is_none_or(|c| c.status != "True") {
+        return Ok(None);
+    }
+    let servers = if hands.free() { 0 } else { ctx.nova.servers_on(source).await?.len() };
+    let (kind, said) = hands.eviction(source, servers, fence.evacuation().is_some());
+    let told = had.is_some_and(|c| c.status == "True" && c.message == said.message);
+    let mut s = before.clone();
+    s.conditions = merge(&s.conditions, std::slice::from_ref(&said), now, ev.metadata.generation);
+    let written = record(ctx, ev, s).await?;
+    if hands.free() {
+        return Ok(Some(Requeue::requeue(ENDED)));
+    }
+    if !told {
+        tracing::info!(would = kind.reason(), message = %said.message, "hands off: not done");
+        ctx.metrics.would(kind.reason());
+        let reference = written.as_ref().unwrap_or(ev).object_ref(&());
+        let note = format!("not done, hands off: {}", said.message);
+        super::hypervisor::publish_by(&ctx.recorder, &reference, EventType::Normal, kind.reason(), &note)
+            .await;
+    }
+    Ok(Some(Requeue::requeue(HANDS_LOOK)))
+}
+
 /// What Nova shows of the servers and their current attempts, and the
 /// Migration statuses that record it.
 struct Seen {
@@ -459,6 +510,9 @@ async fn migrate(
     now: Timestamp,
     disabled: Option<DesiredCondition>,
 ) -> Result<Requeue, Error> {
+    if let Some(again) = hands_held(ctx, ev, source, fence, now).await? {
+        return Ok(again);
+    }
     let began = std::time::Instant::now();
     let name = ev.name_any();
     let before = status_of(ev);
@@ -945,9 +999,10 @@ async fn request_migration(
             st.message =
                 format!("the answer to the request was lost ({e}); looking for the migration in Nova");
         }
-        // Not sent: this replica no longer leads. The attempt stays
-        // recorded; the next leader finds no migration and retries it.
-        Err(e @ NovaError::NotLeader(_)) => return Err(e.into()),
+        // Not sent: this replica no longer leads (or the install observes
+        // only). The attempt stays recorded; the next leader finds no
+        // migration and retries it.
+        Err(e @ (NovaError::NotLeader(_) | NovaError::Withheld(_))) => return Err(e.into()),
         // Not sent either: Nova or Keystone could not be reached, or no
         // token was had. Asked again later; the attempt does not count.
         Err(e @ (NovaError::Unavailable(_) | NovaError::Unauthorized(_) | NovaError::Config(_))) => {

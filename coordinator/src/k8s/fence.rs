@@ -234,6 +234,26 @@ pub async fn run(
     out
 }
 
+/// The step the fencing would take now, for a host whose hands are off
+/// (crate::lifecycle::hands): its decision on the same reads, with no step
+/// taken, no claim made and nothing recorded.
+pub fn would(ctx: &Context, hv: &Hypervisor, o: &Observed<'_>, now: Timestamp) -> Option<FenceStep> {
+    let status = hv.status.clone().unwrap_or_default();
+    let asked = asked(hv, o.node_deleted);
+    let record = record::retried(status.fencing.clone(), &asked);
+    if record.is_none() && o.health != Some(HealthState::Failed) {
+        return None;
+    }
+    let name = hv.name_any();
+    let seen = observe(ctx, hv, &name, o.health, record.is_some(), now);
+    let fencing_domains = seen.domains.fencing();
+    let s = situation(o, &seen, &fencing_domains, record.as_ref(), &asked, None);
+    match decide::decide(&s, &ctx.fencing.policy) {
+        Decision::Take(step) => Some(step),
+        _ => None,
+    }
+}
+
 /// What an SRE asked that comes before the fencing's own decision: a
 /// retirement, which outweighs a clearing asked before it and begins once
 /// the evacuation is over and the host shows no life (one that does is
@@ -565,7 +585,7 @@ pub(super) async fn lift(ctx: &Context, addresses: &[String]) -> Result<(), Stri
     let Some(ceph) = &ctx.fencing.ceph else {
         return Err("this coordinator has no Ceph fencing identity (--ceph-fence-id)".into());
     };
-    ctx.gate.lease().ensure()?;
+    ctx.gate.may_act()?;
     ceph.lift(addresses).await.map_err(|e| e.to_string())
 }
 
@@ -612,7 +632,7 @@ async fn take(
                 return Err("this coordinator has no Ceph fencing identity (--ceph-fence-id)".into());
             };
             // Sent only while the lease holds at this very moment.
-            ctx.gate.lease().ensure()?;
+            ctx.gate.may_act()?;
             let entries = ceph.blocklist(&addresses).await.map_err(|e| e.to_string())?;
             Ok(format!("the OSD map's blocklist holds {}", entries.join(", ")))
         }
@@ -626,7 +646,7 @@ async fn take(
             let (_, uuid) = redfish.read().await.map_err(|e| e.to_string())?;
             same_machine(system_uuid(hv), uuid.as_deref())?;
             let every = Duration::from_secs(1);
-            let guarded = Guarded { inner: &redfish, may_act: || ctx.gate.lease().ensure() };
+            let guarded = Guarded { inner: &redfish, may_act: || ctx.gate.may_act() };
             match power_off_confirmed(&guarded, ctx.fencing.power_within, every).await {
                 Ok(PoweredOff::AlreadyOff) => Ok("the BMC reported power off; nothing was asked".into()),
                 Ok(PoweredOff::TurnedOff { after }) => {

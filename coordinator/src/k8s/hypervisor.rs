@@ -19,16 +19,17 @@ use kube::{Resource, ResourceExt};
 
 use super::status::compose;
 use super::{Gate, write};
-use crate::api::condition::merge;
+use crate::api::condition::{ConditionType, merge};
 use crate::api::eviction::EvictionOptions;
 use crate::api::hypervisor::{HealthState, HealthStatus};
-use crate::api::keys::{HYPERVISOR_FINALIZER, RETRY_ANNOTATION};
+use crate::api::keys::{HYPERVISOR_FINALIZER, PAUSED_ANNOTATION, RETRY_ANNOTATION};
 use crate::api::{Eviction, EvictionSpec, Hypervisor, HypervisorStatus, Phase};
 use crate::fence::record::{self, FenceOutcome};
 use crate::fleet::fleet_service::to_proto;
 use crate::fleet::{Health, Registry};
 use crate::health::AgentView;
 use crate::health::{self, HealthPolicy, NodeSource};
+use crate::lifecycle::hands::{Hands, Would};
 use crate::lifecycle::{
     self, Action, AgentObs, Decision, EvictionObs, Input, NodeObs, NovaObs, Observations, Policy,
 };
@@ -175,6 +176,9 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
         write::finalizer(&api(&ctx), hv.as_ref(), HYPERVISOR_FINALIZER, false).await?;
         return Ok(Requeue::await_change());
     }
+    if let hands @ (Hands::Paused(_) | Hands::Observing) = hands_of(&ctx, &hv) {
+        return hands_off(&ctx, hv, (&name, &status), (&seen, &verdict), &hands, now).await;
+    }
     let hv = if deleting {
         hv
     } else {
@@ -194,10 +198,8 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     let outcome = act(&ctx, &hv, &name, &seen.host, &decision).await;
     let mut new_status =
         composed(&status, &decision, &seen, &verdict, outcome.service_deleted, hv.metadata.generation, now);
-    if let Some(verdict) = &deletion {
-        let held = [lifecycle::deletion::condition(verdict)];
-        new_status.conditions = merge(&new_status.conditions, &held, now, hv.metadata.generation);
-    }
+    let also = also_said(&status, deletion.as_ref());
+    new_status.conditions = merge(&new_status.conditions, &also, now, hv.metadata.generation);
     record::apply(&mut new_status, &fenced, now, hv.metadata.generation);
     let hv = write_judged(&ctx, hv, &name, &status, &new_status, seen.shared).await?;
     // Tell, and what follows from what was written.
@@ -239,6 +241,78 @@ async fn look(
     Ok((seen, verdict))
 }
 
+/// Whether the coordinator may act on this host: the install's mode, and
+/// an SRE's pause on the Hypervisor.
+fn hands_of(ctx: &Context, hv: &Hypervisor) -> Hands {
+    Hands::of(ctx.gate.observes(), hv.annotations().get(PAUSED_ANNOTATION).map(String::as_str))
+}
+
+/// The conditions the reconcile says beside the lifecycle's: why a
+/// deletion is held, and a pause lifted (a host never paused carries no
+/// `Paused` condition). Pure.
+fn also_said(
+    status: &HypervisorStatus,
+    deletion: Option<&Result<(), String>>,
+) -> Vec<lifecycle::DesiredCondition> {
+    let paused = status.conditions.iter().any(|c| c.type_ == ConditionType::Paused.as_str());
+    let resumed = paused.then(|| Hands::Free.condition(&[]));
+    deletion.map(lifecycle::deletion::condition).into_iter().chain(resumed).collect()
+}
+
+/// A host whose hands are off (an SRE's pause, or observe mode;
+/// docs/operations.md, "Hands off"): observed and judged as any other,
+/// the lifecycle's and the fencing's decisions made on the same reads, and
+/// only told: its verdict and what would be done are written to its status
+/// (the `Paused` condition), each new kind of thing it would do is an Event
+/// and counted. Nothing else is written, and it is never fenced.
+async fn hands_off(
+    ctx: &Context,
+    hv: Arc<Hypervisor>,
+    (name, status): (&str, &HypervisorStatus),
+    (seen, verdict): (&Seen, &Verdict),
+    hands: &Hands,
+    now: Timestamp,
+) -> Result<Requeue, Error> {
+    let input = Input { name, spec: &hv.spec, status, obs: &seen.obs, policy: &ctx.policy, now };
+    let decision = lifecycle::decide(&input);
+    let mut would: Vec<(Would, String)> =
+        decision.actions.iter().map(|a| (Would::of(a), a.to_string())).collect();
+    if let Some(step) = super::fence::would(ctx, &hv, &fence_observed(seen, verdict), now) {
+        would.push((Would::Fence, format!("fence the host (its next step: {step})")));
+    }
+    let lines: Vec<String> = would.iter().map(|(_, line)| line.clone()).collect();
+    let mut next = status.clone();
+    let mut held = vec![hands.condition(&lines)];
+    if verdict.status.is_some() {
+        next.health = verdict.status.clone();
+        held.push(verdict.condition.clone());
+    }
+    next.conditions = merge(&next.conditions, &held, now, hv.metadata.generation);
+    let hv = write_status(ctx, hv, name, status, &next).await?;
+    tell_health(ctx, &hv, status.health.as_ref(), &next, verdict.judged).await;
+    tell_would(ctx, &hv, status, &would).await;
+    ctx.health.set_node(name, status.phase == Some(Phase::Active) && seen.agent.connected).await;
+    let look = if verdict.status.is_some() { ctx.intervals.busy } else { ctx.intervals.drift };
+    Ok(Requeue::requeue(verdict.recheck.map_or(look, |r| r.min(look))))
+}
+
+/// Each thing a host whose hands are off would do, told once: an Event and
+/// a count when it was not in the `Paused` condition's message already.
+async fn tell_would(ctx: &Context, hv: &Hypervisor, before: &HypervisorStatus, would: &[(Would, String)]) {
+    let paused = ConditionType::Paused.as_str();
+    let told = before.conditions.iter().find(|c| c.type_ == paused && c.status == "True");
+    let reference = hv.object_ref(&());
+    for (kind, line) in would {
+        if told.is_some_and(|c| c.message.contains(line.as_str())) {
+            continue;
+        }
+        tracing::info!(would = kind.reason(), what = %line, "hands off: not done");
+        ctx.metrics.would(kind.reason());
+        publish(ctx, &reference, EventType::Normal, kind.reason(), &format!("not done, hands off: {line}"))
+            .await;
+    }
+}
+
 /// The fencing's step (docs/fencing.md), taken before the lifecycle acts:
 /// once Nova holds a dead host forced down it no longer waits on the
 /// host's nova-compute to answer a change of its enabled status (up to its
@@ -250,7 +324,12 @@ async fn fence(
     verdict: &Verdict,
     now: Timestamp,
 ) -> FenceOutcome {
-    let observed = super::fence::Observed {
+    super::fence::run(ctx, hv, &seen.host, fence_observed(seen, verdict), now).await
+}
+
+/// What the fencing reads of this reconcile's look.
+fn fence_observed<'a>(seen: &'a Seen, verdict: &Verdict) -> super::fence::Observed<'a> {
+    super::fence::Observed {
         health: verdict.state(),
         blind: (!verdict.judged).then(|| verdict.condition.message.clone()),
         kubelet_alive: verdict.kubelet_alive,
@@ -258,8 +337,7 @@ async fn fence(
         servers_left: matches!(&seen.obs.nova, NovaObs::Registered(h) if !h.instances.is_empty()),
         power: seen.power,
         node_deleted: seen.node_deleted,
-    };
-    super::fence::run(ctx, hv, &seen.host, observed, now).await
+    }
 }
 
 /// A fencing that starts, or that only waits for the dead host's last
@@ -410,7 +488,6 @@ fn view_confirms(
 /// verdict, or an eviction's end, is none of these: it is decided on the
 /// host's own fresh reads.
 fn same_but_words_not_from_nova(mut next: HypervisorStatus, status: &HypervisorStatus) -> bool {
-    use crate::api::condition::ConditionType;
     next.agent.clone_from(&status.agent);
     next.machine.clone_from(&status.machine);
     next.libvirt_version.clone_from(&status.libvirt_version);
@@ -941,6 +1018,17 @@ pub(super) async fn publish(
     reason: &str,
     note: &str,
 ) {
+    publish_by(&ctx.recorder, reference, type_, reason, note).await;
+}
+
+/// An Event by `recorder` on `reference`; a failure is logged only.
+pub(super) async fn publish_by(
+    recorder: &Recorder,
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
     let ev = Event {
         type_,
         reason: reason.to_string(),
@@ -948,7 +1036,7 @@ pub(super) async fn publish(
         action: "Reconcile".into(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&ev, reference).await {
+    if let Err(e) = recorder.publish(&ev, reference).await {
         tracing::warn!(reason, error = %e, "could not record a Kubernetes Event");
     }
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use tracing::Instrument;
 
-use super::acting::NotLeader;
+use super::acting::{NotLeader, Withheld};
 use crate::metrics::Reconciles;
 
 /// What an error is, in one word: for the metrics, never from its text.
@@ -30,6 +30,7 @@ pub fn kube_error_kind(e: &kube::Error) -> &'static str {
             _ => "kubernetes_rejected",
         },
         kube::Error::Service(inner) if inner.downcast_ref::<NotLeader>().is_some() => "not_leader",
+        kube::Error::Service(inner) if inner.downcast_ref::<Withheld>().is_some() => "withheld",
         kube::Error::SerdeError(_) => "kubernetes_invalid_answer",
         _ => "kubernetes_unreachable",
     }

@@ -86,21 +86,38 @@ pub struct Gate {
     synced: AtomicBool,
     filled: tokio::sync::Notify,
     lease: Arc<leader::LeaseGuard>,
+    /// `--mode observe`: decide and report, act on nothing outside our
+    /// own custom resources (crate::lifecycle::hands).
+    observing: bool,
 }
 
 impl Gate {
     pub fn new(lease: Arc<leader::LeaseGuard>) -> Gate {
-        Gate { synced: AtomicBool::new(false), filled: tokio::sync::Notify::new(), lease }
+        Gate { synced: AtomicBool::new(false), filled: tokio::sync::Notify::new(), lease, observing: false }
+    }
+
+    /// The install observes only (`--mode observe`).
+    pub fn observing(mut self, on: bool) -> Gate {
+        self.observing = on;
+        self
+    }
+
+    pub fn observes(&self) -> bool {
+        self.observing
+    }
+
+    /// Ok when a call outside the Kubernetes API that changes something (a
+    /// BMC's, Ceph's) may leave now: this replica leads at this very moment
+    /// and the install acts.
+    pub fn may_act(&self) -> Result<(), String> {
+        if self.observing {
+            return Err("not sent: this install observes only (--mode observe)".into());
+        }
+        self.lease.ensure()
     }
 
     pub fn open(&self) -> bool {
         self.synced.load(Ordering::Acquire) && self.lease.holds()
-    }
-
-    /// The lease this gate holds on, for a call outside the Kubernetes API
-    /// (a BMC's, Ceph's) checked at the moment it is sent.
-    pub fn lease(&self) -> &leader::LeaseGuard {
-        &self.lease
     }
 
     /// The caches are whole: the controllers may decide once the lease holds.
@@ -394,8 +411,9 @@ async fn watch_nodes(
             Ok(node) => {
                 let cached =
                     node.metadata.name.as_deref().and_then(|n| ctx.hypervisors.get(&ObjectRef::new(n)));
-                if !nodes::settled(&node, cached.as_deref(), &template.instance) {
-                    nodes::ensure_hypervisor(&ctx.client, &node, template).await;
+                let finalize = !ctx.gate.observes();
+                if !nodes::settled(&node, cached.as_deref(), &template.instance, finalize) {
+                    nodes::ensure_hypervisor(&ctx.client, &node, template, finalize).await;
                 }
                 if let Some(name) = node.metadata.name {
                     let _ = wake.send(name);

@@ -217,16 +217,18 @@ async fn set_finalizer(api: &Api<Node>, node: &Node, present: bool) -> Result<()
 /// deleted, carries our finalizer, and the Hypervisor cache holds one of
 /// ours for it. A new leader's Node watcher then reads on without a
 /// request per Node; a Node the cache does not vouch for is looked up in
-/// the API.
-pub fn settled(node: &Node, cached: Option<&Hypervisor>, instance: &str) -> bool {
+/// the API. `finalize`: our finalizer belongs on the Node (not in observe
+/// mode).
+pub fn settled(node: &Node, cached: Option<&Hypervisor>, instance: &str, finalize: bool) -> bool {
     node.metadata.deletion_timestamp.is_none()
-        && node.finalizers().iter().any(|f| f == NODE_FINALIZER)
+        && (!finalize || node.finalizers().iter().any(|f| f == NODE_FINALIZER))
         && cached.is_some_and(|hv| belongs(hv, instance) == Belongs::Ours)
 }
 
 /// For every selected Node: its Hypervisor and our finalizer; a deleted
 /// Node whose Hypervisor is gone (deleted by hand) is let go at once.
-pub async fn ensure_hypervisor(client: &kube::Client, node: &Node, template: &Template) {
+/// `finalize`: our finalizer is added (an observing install writes no Node).
+pub async fn ensure_hypervisor(client: &kube::Client, node: &Node, template: &Template, finalize: bool) {
     let Some(name) = node.metadata.name.clone() else { return };
     let api: Api<Hypervisor> = Api::all(client.clone());
     let nodes: Api<Node> = Api::all(client.clone());
@@ -263,7 +265,7 @@ pub async fn ensure_hypervisor(client: &kube::Client, node: &Node, template: &Te
         }
         Some((Belongs::Ours, _)) | None => {}
     }
-    if let Err(e) = set_finalizer(&nodes, node, true).await {
+    if finalize && let Err(e) = set_finalizer(&nodes, node, true).await {
         tracing::warn!(node = %name, error = %e, "could not add our finalizer to the Node");
     }
     if existing.is_some() {
@@ -298,18 +300,19 @@ mod tests {
         n.metadata.finalizers = Some(vec![NODE_FINALIZER.to_string()]);
         let mut ours = Hypervisor::new("compute-1", HypervisorSpec::default());
         ours.metadata.labels = Some([(INSTANCE_LABEL.to_string(), "hv-a".to_string())].into());
-        assert!(settled(&n, Some(&ours), "hv-a"));
-        assert!(!settled(&n, None, "hv-a"), "not cached: looked up");
-        assert!(!settled(&n, Some(&ours), "hv-b"), "another install's");
+        assert!(settled(&n, Some(&ours), "hv-a", true));
+        assert!(!settled(&n, None, "hv-a", true), "not cached: looked up");
+        assert!(!settled(&n, Some(&ours), "hv-b", true), "another install's");
         let nobodys = Hypervisor::new("compute-1", HypervisorSpec::default());
-        assert!(!settled(&n, Some(&nobodys), "hv-a"), "to adopt");
+        assert!(!settled(&n, Some(&nobodys), "hv-a", true), "to adopt");
         let mut bare = n.clone();
         bare.metadata.finalizers = None;
-        assert!(!settled(&bare, Some(&ours), "hv-a"), "our finalizer to add");
+        assert!(!settled(&bare, Some(&ours), "hv-a", true), "our finalizer to add");
+        assert!(settled(&bare, Some(&ours), "hv-a", false), "no finalizer in observe mode");
         let mut going = n.clone();
         going.metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()));
-        assert!(!settled(&going, Some(&ours), "hv-a"), "a Node being deleted");
+        assert!(!settled(&going, Some(&ours), "hv-a", true), "a Node being deleted");
     }
 
     #[test]

@@ -560,6 +560,8 @@ struct Ev {
     service_enabled: Arc<Mutex<Option<bool>>>,
     /// Servers whose migration Nova answers with an error.
     failing: Arc<Mutex<Vec<(String, NovaError)>>>,
+    /// The Hypervisor cache's writing end.
+    hv_writer: Mutex<reflector::store::Writer<Hypervisor>>,
 }
 
 fn eviction_ctx(
@@ -600,6 +602,7 @@ fn eviction_ctx_seeing(
         hv_writer
             .apply_watcher_event(&watcher::Event::Apply((*hypervisor(Some(Phase::Evicting), None)).clone()));
     }
+    let recorder = Recorder::new(client.clone(), Reporter { controller: "test".into(), instance: None });
     let ctx = EvictionContext {
         client,
         nova: Arc::new(FakeNova {
@@ -618,6 +621,7 @@ fn eviction_ctx_seeing(
         hypervisors,
         limit: Arc::new(Budgets::new(cluster_max, cluster_max)),
         gate: gate(true),
+        recorder,
         written: Written::default(),
         metrics: Arc::new(Metrics::default()),
         default_policy: Default::default(),
@@ -626,7 +630,7 @@ fn eviction_ctx_seeing(
         progress_reads: Default::default(),
         instance: "hv-coordinator".into(),
     };
-    Ev { ctx: Arc::new(ctx), log, bodies, service_enabled, failing }
+    Ev { ctx: Arc::new(ctx), log, bodies, service_enabled, failing, hv_writer: Mutex::new(hv_writer) }
 }
 
 fn an_eviction(status: Option<EvictionStatus>) -> Arc<Eviction> {
@@ -1777,4 +1781,118 @@ fn deleting_a_fenced_hosts_node_asks_its_retirement_beside_an_sres_word() {
     by_hand.annotations_mut().insert(crate::api::keys::RETIRE_ANNOTATION.into(), "by hand".into());
     let asked = super::fence::asked(&by_hand, Some(at));
     assert_eq!(asked.retire.as_deref(), Some("by hand"), "hvctl retire's word, beside the Node's");
+}
+
+/// The Events a reconcile recorded: their reasons.
+fn event_reasons(bodies: &Arc<Mutex<Vec<(String, Value)>>>) -> Vec<String> {
+    let b = bodies.lock().map(|b| b.clone()).unwrap_or_default();
+    b.into_iter()
+        .filter(|(what, _)| what.starts_with("POST /apis/events.k8s.io/"))
+        .filter_map(|(_, v)| v["reason"].as_str().map(str::to_string))
+        .collect()
+}
+
+fn condition_of<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
+    status["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
+}
+
+fn paused(mut hv: Hypervisor, reason: Option<&str>) -> Arc<Hypervisor> {
+    hv.metadata.annotations =
+        reason.map(|r| [(crate::api::keys::PAUSED_ANNOTATION.to_string(), r.to_string())].into());
+    Arc::new(hv)
+}
+
+/// A paused Active host with a disable of ours left behind: drift repair
+/// would enable it. Nothing is asked of Nova but its reads; what would be
+/// done is in the `Paused` condition and an Event. Resumed, it is repaired.
+#[tokio::test]
+async fn a_paused_host_is_judged_and_told_and_nothing_is_asked_of_nova_until_resumed() {
+    let answer = |m: &Method, p: &str| match (m.as_str(), p) {
+        ("PATCH", "/apis/hypervisor.cloud.sap/v1alpha1/hypervisors/node-1/status") => {
+            (200, hv_json("node-1", "8"))
+        }
+        _ => (201, json!({})),
+    };
+    let t = hypervisor_ctx(answer, registered(false, &[]), true, vec![]);
+    let host = (*hypervisor(Some(Phase::Active), None)).clone();
+    hypervisor::reconcile(paused(host.clone(), Some("bios update -- jdoe")), t.ctx.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let log = entries(&t.log);
+    let asked: Vec<&String> =
+        log.iter().filter(|l| l.starts_with("nova ") && !l.starts_with("nova observe")).collect();
+    assert!(asked.is_empty(), "only reads of Nova: {log:?}");
+    assert!(
+        log.iter()
+            .all(|l| !l.starts_with("k8s PATCH /api/v1/") && !l.starts_with("k8s POST /apis/hypervisor")),
+        "no Node, pod or Eviction written: {log:?}"
+    );
+    let writes = status_writes(&t.bodies);
+    assert_eq!(writes.len(), 1, "{log:?}");
+    let said = condition_of(&writes[0]["status"], "Paused").cloned().unwrap_or_default();
+    assert_eq!((said["status"].as_str(), said["reason"].as_str()), (Some("True"), Some("PausedBySre")));
+    let message = said["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("bios update -- jdoe") && message.contains("would enable compute service"),
+        "{message}"
+    );
+    assert_eq!(writes[0]["status"]["phase"], "Active", "the phase is left as it was: {:?}", writes[0]);
+    assert!(event_reasons(&t.bodies).contains(&"WouldEnable".to_string()), "{log:?}");
+
+    // Told once: the same look again tells nothing new.
+    let mut told = host.clone();
+    let mut status = told.status.clone().unwrap_or_default();
+    status.conditions = serde_json::from_value(writes[0]["status"]["conditions"].clone()).unwrap_or_default();
+    told.status = Some(status);
+    let t = hypervisor_ctx(answer, registered(false, &[]), true, vec![]);
+    hypervisor::reconcile(paused(told.clone(), Some("bios update -- jdoe")), t.ctx.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!event_reasons(&t.bodies).contains(&"WouldEnable".to_string()), "{:?}", entries(&t.log));
+
+    // Resumed: repaired, and the condition says the coordinator acts.
+    let t = hypervisor_ctx(answer, registered(false, &[]), true, vec![]);
+    hypervisor::reconcile(paused(told, None), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    let log = entries(&t.log);
+    assert!(log.contains(&"nova enable compute service".to_string()), "{log:?}");
+    let writes = status_writes(&t.bodies);
+    let said = writes.last().and_then(|w| condition_of(&w["status"], "Paused")).cloned().unwrap_or_default();
+    assert_eq!(
+        (said["status"].as_str(), said["reason"].as_str()),
+        (Some("False"), Some("Acting")),
+        "{writes:?}"
+    );
+}
+
+/// An Eviction of a paused host asks nothing of Nova: no migration, and
+/// no wait for its disable; it says what it would move, once.
+#[tokio::test]
+async fn an_eviction_of_a_paused_host_asks_nothing_of_nova_and_says_what_it_would_move() {
+    let t = eviction_ctx(ev_or_migration, vec![server("vm-a"), server("vm-b")], Ok(()), true);
+    let mut hv = (*hypervisor(Some(Phase::Evicting), None)).clone();
+    hv.metadata.annotations =
+        Some([(crate::api::keys::PAUSED_ANNOTATION.to_string(), "disk swap".to_string())].into());
+    t.hv_writer.lock().unwrap().apply_watcher_event(&watcher::Event::Apply(hv));
+    *t.service_enabled.lock().unwrap() = Some(false);
+    let mut ev = (*an_eviction(None)).clone();
+    ev.status = Some(EvictionStatus {
+        phase: Some(EvictionPhase::Disabling),
+        host: Some("node-1".into()),
+        started_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now())),
+        ..Default::default()
+    });
+    let next = eviction::reconcile(Arc::new(ev), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(next, Requeue::requeue(Duration::from_secs(5)));
+    let log = entries(&t.log);
+    let asked: Vec<&String> =
+        log.iter().filter(|l| l.starts_with("nova ") && *l != "nova servers on node-1").collect();
+    assert!(asked.is_empty(), "only a read of Nova: {log:?}");
+    let writes: Vec<Value> =
+        status_writes(&t.bodies).into_iter().filter(|w| w["kind"] == "Eviction").collect();
+    assert_eq!(writes.len(), 1, "{log:?}");
+    assert_eq!(writes[0]["status"]["phase"], "Disabling", "left where it was");
+    let said = condition_of(&writes[0]["status"], "HostPaused").cloned().unwrap_or_default();
+    assert_eq!(said["status"], "True");
+    assert!(said["message"].as_str().unwrap_or_default().contains("would migrate the 2 server(s)"), "{said}");
+    assert_eq!(event_reasons(&t.bodies), ["WouldMigrate"]);
 }

@@ -90,6 +90,12 @@ fn request_of(body: &[u8]) -> Option<AdmissionRequest<DynamicObject>> {
     TryInto::<AdmissionRequest<DynamicObject>>::try_into(review).ok()
 }
 
+/// An eviction an observing install would refuse, allowed and logged.
+fn would_refuse(allow: AdmissionResponse, kind: &PodKind, message: &str) -> AdmissionResponse {
+    tracing::info!(?kind, %message, "eviction allowed: this install observes only; it would refuse it");
+    allow
+}
+
 fn json(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = status;
@@ -181,6 +187,8 @@ impl Webhook {
                 tracing::info!(?kind, "eviction allowed");
                 allow
             }
+            // An observing install holds no drain: it says what it would do.
+            Verdict::Refuse { message, .. } if self.gate.observes() => would_refuse(allow, &kind, &message),
             Verdict::Refuse { mut message, ask } => {
                 // A dry run changes nothing (the configuration's
                 // sideEffects: NoneOnDryRun).

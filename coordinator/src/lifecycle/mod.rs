@@ -19,6 +19,7 @@ mod action;
 mod decide;
 pub mod deletion;
 pub mod disables;
+pub mod hands;
 mod observe;
 
 pub use crate::api::condition::DesiredCondition;

@@ -27,6 +27,8 @@ pub struct Hosts {
     pub fenced_showing_life: u64,
     /// Hosts whose compute service someone else disabled (respected).
     pub disabled_elsewhere: u64,
+    /// Hosts the coordinator keeps its hands off (paused, or observe mode).
+    pub paused: u64,
 }
 
 /// One Hypervisor, as the fleet's figures count it.
@@ -39,6 +41,8 @@ pub struct Host {
     pub fenced_showing_life: bool,
     /// Its compute service is disabled by someone else (docs/lifecycle.md).
     pub disabled_elsewhere: bool,
+    /// Its `Paused` condition is True (docs/operations.md, "Hands off").
+    pub paused: bool,
 }
 
 /// Counts `hypervisors`.
@@ -52,6 +56,7 @@ pub fn hosts(hypervisors: impl IntoIterator<Item = Host>) -> Hosts {
         }
         f.fenced_showing_life += u64::from(h.fenced_showing_life);
         f.disabled_elsewhere += u64::from(h.disabled_elsewhere);
+        f.paused += u64::from(h.paused);
     }
     f
 }
@@ -64,6 +69,11 @@ struct PhaseLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabel {
     state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionLabel {
+    action: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -89,6 +99,8 @@ pub struct HostGauges {
     fenced_showing_life: Gauge,
     showed_life: Counter,
     disabled_elsewhere: Gauge,
+    paused: Gauge,
+    would: Family<ActionLabel, Counter>,
 }
 
 impl HostGauges {
@@ -101,6 +113,8 @@ impl HostGauges {
             fenced_showing_life: Gauge::default(),
             showed_life: Counter::default(),
             disabled_elsewhere: Gauge::default(),
+            paused: Gauge::default(),
+            would: Family::default(),
         };
         registry.register(
             "hv_hypervisors",
@@ -139,6 +153,18 @@ impl HostGauges {
              respected, never re-enabled by the coordinator (docs/lifecycle.md).",
             g.disabled_elsewhere.clone(),
         );
+        registry.register(
+            "hv_hypervisors_paused",
+            "Hypervisors the coordinator keeps its hands off: paused by an SRE, or the install observes only \
+             (docs/operations.md).",
+            g.paused.clone(),
+        );
+        registry.register(
+            "hv_would",
+            "What the coordinator would have done on a host it keeps its hands off, by kind (WouldDisable, \
+             WouldFence, …): told once each time it is decided anew.",
+            g.would.clone(),
+        );
         for s in HEALTH_STATES {
             let _ = g.transitions.get_or_create(&ToLabel { to: state_name(s) });
         }
@@ -154,6 +180,7 @@ impl HostGauges {
             self.without_agent.set(0);
             self.fenced_showing_life.set(0);
             self.disabled_elsewhere.set(0);
+            self.paused.set(0);
             return;
         };
         let n = |v: Option<&u64>| i64::try_from(v.copied().unwrap_or(0)).unwrap_or(i64::MAX);
@@ -166,6 +193,11 @@ impl HostGauges {
         self.without_agent.set(n(Some(&f.without_agent)));
         self.fenced_showing_life.set(n(Some(&f.fenced_showing_life)));
         self.disabled_elsewhere.set(n(Some(&f.disabled_elsewhere)));
+        self.paused.set(n(Some(&f.paused)));
+    }
+
+    pub(super) fn would(&self, reason: &'static str) {
+        self.would.get_or_create(&ActionLabel { action: reason }).inc();
     }
 
     pub(super) fn showed_life(&self) {

@@ -154,6 +154,12 @@ impl Metrics {
 
     /// A host's health changed to `to`.
     /// A fenced host was found showing life (docs/fencing.md).
+    /// Something was decided on a host whose hands are off, and not done
+    /// (`reason`: `WouldDisable`, `WouldFence`, …).
+    pub fn would(&self, reason: &'static str) {
+        self.host_gauges.would(reason);
+    }
+
     pub fn fenced_host_showed_life(&self) {
         self.host_gauges.showed_life();
     }
@@ -259,6 +265,7 @@ mod tests {
             health,
             fenced_showing_life: false,
             disabled_elsewhere: false,
+            paused: false,
         };
         let f = hosts([
             host(Phase::Active, true, Some(HealthState::Healthy)),
@@ -344,6 +351,7 @@ mod tests {
             health: Some(HealthState::Healthy),
             fenced_showing_life: false,
             disabled_elsewhere: false,
+            paused: false,
         };
         m.set_hosts(move || hosts([active]));
         m.set_nova_view(|| {

@@ -34,6 +34,10 @@ pub enum NovaError {
     /// lease, and only the leader changes anything.
     #[error("not sent, not the leader: {0}")]
     NotLeader(String),
+    /// Not sent: the install observes only (`--mode observe`), and the
+    /// call would change something.
+    #[error("not sent, this install observes only (--mode observe): {0}")]
+    Withheld(String),
 }
 
 impl NovaError {
@@ -48,6 +52,7 @@ impl NovaError {
             NovaError::Invalid(_) => "invalid",
             NovaError::Config(_) => "config",
             NovaError::NotLeader(_) => "not_leader",
+            NovaError::Withheld(_) => "withheld",
         }
     }
 

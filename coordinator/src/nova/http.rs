@@ -103,6 +103,8 @@ pub struct Cloud {
     /// When set, a call is sent only while this replica provably holds the
     /// leader lease: a deposed leader asks Nova nothing.
     guard: Option<Arc<crate::k8s::leader::LeaseGuard>>,
+    /// `--mode observe`: no call that changes something is sent.
+    observing: bool,
     /// `hv-coordinator/VERSION (IDENTITY)`: in the OpenStack services' logs,
     /// which replica asked.
     user_agent: http::HeaderValue,
@@ -226,6 +228,7 @@ impl Cloud {
             policy,
             session: Mutex::new(None),
             guard: None,
+            observing: false,
             user_agent,
             metrics: Default::default(),
             in_flight,
@@ -244,6 +247,13 @@ impl Cloud {
     /// Counts every request sent, and Keystone's authentications, in `metrics`.
     pub fn with_metrics(mut self, metrics: crate::metrics::OpenStackCalls) -> Cloud {
         self.metrics = metrics;
+        self
+    }
+
+    /// Sends no call that changes something (anything but GET): the install
+    /// observes only (`--mode observe`).
+    pub fn observing(mut self, on: bool) -> Cloud {
+        self.observing = on;
         self
     }
 
@@ -304,6 +314,9 @@ impl Cloud {
         let what = call.describe();
         // Checked after the session (whose Keystone round may take long) and
         // right before the request leaves.
+        if self.observing && call.method != http::Method::GET {
+            return Err(NovaError::Withheld(what));
+        }
         if let Some(guard) = &self.guard {
             guard.ensure().map_err(|e| NovaError::NotLeader(format!("{what}: {e}")))?;
         }
