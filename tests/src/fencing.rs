@@ -36,6 +36,9 @@ pub mod address {
     pub const EVACUATION_REVIVAL: &str = "127.0.0.11";
     pub const HALF_FENCED: &str = "127.0.0.12";
     pub const EVACUATION_REPORTS: &str = "127.0.0.13";
+    /// A paused host's, and an observed one's: never blocklisted.
+    pub const PAUSED: &str = "127.0.0.14";
+    pub const OBSERVED: &str = "127.0.0.15";
 }
 
 /// Sets the fencing means of `host`'s Hypervisor: its BMC on the ground

@@ -2,16 +2,21 @@
 //! owns a disable"): a compute service disabled by nova-compute itself
 //! (`AUTO: `) or by an SRE stands, shown on the Hypervisor, counted, and
 //! told once; the coordinator follows once that party enables it again;
-//! a disable of its own that it finds is repaired.
+//! a disable of its own that it finds is repaired. A host an SRE paused,
+//! and a whole install in observe mode, get no write (docs/operations.md,
+//! "Hands off").
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 
 use hv_coordinator::api::Phase;
+use hv_coordinator::api::eviction::EvictionReason;
+use hv_coordinator::api::hypervisor::HealthState;
+use hv_tests::fencing::{address, claim_hosts, fencing_coordinator, give_fencing_means, wait_power};
 use hv_tests::hosts;
 use hv_tests::openstack::Admin;
-use hv_tests::region::Region;
+use hv_tests::region::{Proc, Region, healthy_active};
 use hv_tests::wait::{ready_when, until};
 use serde_json::json;
 
@@ -82,4 +87,222 @@ async fn a_disable_by_nova_compute_or_an_sre_stands_and_a_disable_of_ours_is_rep
         },
     )
     .await;
+}
+
+/// The requests `coord` sent Nova (its User-Agent names its Pod) after the
+/// `from`th request of the log: each as "METHOD path".
+fn coordinator_requests(env: &hv_tests::env::TestEnv, coord: &Proc, from: usize) -> Vec<String> {
+    let tag = format!("({})", coord.pod.as_deref().expect("a coordinator in a Pod"));
+    let all = hv_tests::openstack::nova_requests(env);
+    let ours = all.into_iter().skip(from).filter(|r| r.user_agent.contains(&tag));
+    ours.map(|r| format!("{} {}", r.method, r.path)).collect()
+}
+
+/// The Node's keys of ours (`hypervisor.cloud.sap/…` labels and
+/// annotations) and its finalizers.
+async fn node_marks(region: &Region, host: &str) -> Vec<(String, String)> {
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(region.kube.client.clone());
+    let node = nodes.get(host).await.unwrap();
+    let ours = |m: Option<std::collections::BTreeMap<String, String>>| {
+        m.unwrap_or_default()
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("hypervisor.cloud.sap/"))
+            .collect::<Vec<_>>()
+    };
+    let mut marks = ours(node.metadata.labels);
+    marks.extend(ours(node.metadata.annotations));
+    marks.extend(node.metadata.finalizers.unwrap_or_default().into_iter().map(|f| ("finalizer".into(), f)));
+    marks
+}
+
+/// For three drift intervals, sampled every second: `host`'s compute
+/// service stays as `service` says (status, reason), it is not forced
+/// down, its BMC reads On, and `address` is not in Ceph's blocklist.
+async fn nothing_done_to(
+    region: &Region,
+    admin: &Admin,
+    host: &str,
+    service: (&str, Option<&str>),
+    address: &str,
+) {
+    let entry = format!("{address}:0/0");
+    for _ in 0..THREE_DRIFT_INTERVALS {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let svc = admin.service(host).await.unwrap().unwrap();
+        assert_eq!(
+            (svc["status"].as_str(), svc["disabled_reason"].as_str()),
+            (Some(service.0), service.1),
+            "{svc}"
+        );
+        assert_eq!(svc["forced_down"], false, "{svc}");
+        assert_eq!(hv_tests::bmc::power_state(&region.env, host).await.unwrap(), "On");
+        let listed = hv_tests::region::blocklist(&region.env).unwrap();
+        assert!(!listed.contains_key(&entry), "{listed:?}");
+    }
+}
+
+/// Waits until `host`'s `Paused` condition says it would do `what`.
+async fn would(region: &Region, host: &str, what: &str, coord: &Proc) -> String {
+    until(
+        &format!("{host} would {what}"),
+        Duration::from_secs(90),
+        || coord.tail(30),
+        || async {
+            let said =
+                region.hypervisor(host).await.map(|h| Region::condition(&h, "Paused")).unwrap_or_default();
+            ready_when(said.0 == "True" && said.2.contains(what), said)
+        },
+    )
+    .await
+    .2
+}
+
+/// A host an SRE paused (`hvctl pause`) gets no write: a disable of ours
+/// left behind is not repaired, and once it dies (its agent and kubelet
+/// gone, with a BMC and a Ceph address to fence by) it is judged Failed
+/// and never fenced. What would be done is in its `Paused` condition and
+/// Events; Nova's request log shows only reads from the coordinator, and
+/// its Node's marks stay as they were.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_host_gets_no_write_and_is_never_fenced() {
+    let region = Region::start("sharing-pause").await;
+    let env = region.env.clone();
+    let claims = claim_hosts(&env, 3).await;
+    let [host, peer1, peer2] = [0, 1, 2].map(|i| claims[i].host.clone());
+    let keyring = env.ceph.fence.keyring.display().to_string();
+    let conf = env.ceph.conf.display().to_string();
+    let fence_id =
+        ["--ceph-fence-id", &env.ceph.fence.id, "--ceph-fence-conf", &conf, "--ceph-fence-keyring", &keyring];
+    let coord = fencing_coordinator(&region, &fence_id);
+    let metrics = coord.metrics.clone().unwrap();
+    let mut agents = Vec::new();
+    for h in [&host, &peer1, &peer2] {
+        agents.push(healthy_active(&region, h, &coord).await.1);
+    }
+    give_fencing_means(&region, &host, Some(address::PAUSED)).await;
+    wait_power(&env, &host, "On").await;
+    let admin = Admin::login(&env).await.unwrap();
+
+    let out = region.hvctl().args(["pause", &host, "--reason", "firmware by hand -- jdoe"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = region.wait_condition(&host, "Paused", "PausedBySre", &coord).await;
+    assert!(said.contains("firmware by hand -- jdoe"), "{said}");
+    let marks = node_marks(&region, &host).await;
+    let from = hv_tests::openstack::nova_requests(&env).len();
+
+    // A disable of ours left behind, which drift repair would lift.
+    let ours = "hv-lifecycle: maintenance (manual): left behind";
+    admin.set_service(&host, json!({"status": "disabled", "disabled_reason": ours})).await.unwrap();
+    would(&region, &host, "enable compute service", &coord).await;
+    nothing_done_to(&region, &admin, &host, ("disabled", Some(ours)), address::PAUSED).await;
+
+    // The host dies.
+    agents[0].kill();
+    region.kwok_lets_go(&host).await;
+    hv_tests::region::wait_health(&region, &host, HealthState::Failed, &coord).await;
+    would(&region, &host, "fence the host", &coord).await;
+    nothing_done_to(&region, &admin, &host, ("disabled", Some(ours)), address::PAUSED).await;
+    let hv = region.hypervisor(&host).await.unwrap();
+    assert!(hv.status.as_ref().and_then(|s| s.fencing.as_ref()).is_none(), "{:?}", hv.status);
+
+    let asked = coordinator_requests(&env, &coord, from);
+    let writes: Vec<&String> = asked.iter().filter(|r| !r.starts_with("GET ")).collect();
+    assert!(writes.is_empty(), "the coordinator wrote to Nova for a paused host: {writes:?}");
+    assert!(!asked.is_empty(), "the paused host is still read");
+    assert_eq!(node_marks(&region, &host).await, marks, "its Node's marks stay");
+    let events = region.events_for(&host).await;
+    for reason in ["WouldEnable", "WouldFence"] {
+        assert!(events.iter().any(|e| e.0 == reason), "{reason}: {events:?}");
+    }
+    assert_eq!(hv_tests::region::metric(&metrics, "hv_hypervisors_paused").await, Some(1.0));
+
+    // Not resumed here: the dead host would be fenced (the shell tests
+    // show a resumed host acted on again).
+    drop(coord);
+    region.kubelet_returns(&host).await;
+}
+
+/// An install in observe mode (`--mode observe`) over a region in
+/// service: an Eviction of a host with a server, and a host that dies with
+/// a BMC and a Ceph address to fence by, are decided and shown
+/// (`HostPaused`, `Paused`, `Would…` Events), and nothing is written: Nova's
+/// request log shows only reads from it, Ceph's blocklist and the BMC are
+/// untouched, the server stays where it is, and the Nodes keep their marks.
+#[tokio::test(flavor = "multi_thread")]
+async fn observe_mode_writes_nothing_through_an_eviction_and_a_fencing() {
+    let region = Region::start("sharing-observe").await;
+    let env = region.env.clone();
+    let claims = claim_hosts(&env, 3).await;
+    let [evicted, dies, peer] = [0, 1, 2].map(|i| claims[i].host.clone());
+    let keyring = env.ceph.fence.keyring.display().to_string();
+    let conf = env.ceph.conf.display().to_string();
+    let fence_id =
+        ["--ceph-fence-id", &env.ceph.fence.id, "--ceph-fence-conf", &conf, "--ceph-fence-keyring", &keyring];
+    // A region in service: an acting install onboarded its hosts.
+    let mut acting = fencing_coordinator(&region, &fence_id);
+    let mut agents = Vec::new();
+    for h in [&evicted, &dies, &peer] {
+        agents.push(healthy_active(&region, h, &acting).await.1);
+    }
+    give_fencing_means(&region, &dies, Some(address::OBSERVED)).await;
+    wait_power(&env, &dies, "On").await;
+    let admin = Admin::login(&env).await.unwrap();
+    let vm = admin.boot_on(&format!("{}-observed", region.id), &evicted, "1").await.unwrap();
+    acting.stop();
+
+    let mut observing_args = fence_id.to_vec();
+    observing_args.extend(["--mode", "observe"]);
+    let coord = fencing_coordinator(&region, &observing_args);
+    let metrics = coord.metrics.clone().unwrap();
+    region.wait_leading(&coord).await;
+    for h in [&evicted, &dies, &peer] {
+        region.wait_condition(h, "Paused", "ObserveMode", &coord).await;
+    }
+    let marks = [node_marks(&region, &evicted).await, node_marks(&region, &dies).await];
+    let from = hv_tests::openstack::nova_requests(&env).len();
+
+    // An eviction.
+    let name = format!("{}-observed", region.id);
+    region.create_eviction(&name, &evicted, EvictionReason::AdminRequest, Default::default()).await;
+    until(
+        "the Eviction held, saying what it would move",
+        SOON,
+        || coord.tail(30),
+        || async {
+            let ev = region.eviction(&name).await;
+            let conditions = ev.and_then(|e| e.status).map(|s| s.conditions).unwrap_or_default();
+            let held = conditions.iter().find(|c| c.type_ == "HostPaused").cloned();
+            ready_when(
+                held.as_ref().is_some_and(|c| c.message.contains("would migrate the 1 server(s)")),
+                held,
+            )
+        },
+    )
+    .await;
+    would(&region, &evicted, "disable compute service", &coord).await;
+
+    // A fencing.
+    agents[1].kill();
+    region.kwok_lets_go(&dies).await;
+    hv_tests::region::wait_health(&region, &dies, HealthState::Failed, &coord).await;
+    would(&region, &dies, "fence the host", &coord).await;
+    nothing_done_to(&region, &admin, &dies, ("enabled", None), address::OBSERVED).await;
+
+    let svc = admin.service(&evicted).await.unwrap().unwrap();
+    assert_eq!(svc["status"], "enabled", "{svc}");
+    assert_eq!(admin.servers_on(&evicted).await.unwrap(), std::slice::from_ref(&vm), "the server stays");
+    let asked = coordinator_requests(&env, &coord, from);
+    let writes: Vec<&String> = asked.iter().filter(|r| !r.starts_with("GET ")).collect();
+    assert!(writes.is_empty(), "an observing coordinator wrote to Nova: {writes:?}");
+    assert!(asked.iter().any(|r| r.contains("servers")), "it read the servers: {asked:?}");
+    assert_eq!([node_marks(&region, &evicted).await, node_marks(&region, &dies).await], marks);
+    let told: Vec<String> = region.events_for(&name).await.into_iter().map(|e| e.0).collect();
+    assert!(told.contains(&"WouldMigrate".to_string()), "{told:?}");
+    let told: Vec<String> = region.events_for(&dies).await.into_iter().map(|e| e.0).collect();
+    assert!(told.contains(&"WouldFence".to_string()), "{told:?}");
+    assert!(hv_tests::region::metric_sum(&metrics, "hv_would_total").await.unwrap_or_default() >= 3.0);
+
+    drop(coord);
+    region.kubelet_returns(&dies).await;
+    admin.delete_server(&vm).await.unwrap();
 }
