@@ -50,6 +50,7 @@ fn main() {
         retry: None,
         close_hosts: Vec::new(),
         update_wait: None,
+        claimed_by: None,
         health: None,
     };
     println!("lifecycle::decide, one hypervisor, 40 instances (release build)");

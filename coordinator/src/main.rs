@@ -340,6 +340,7 @@ impl Serving {
 
 /// The fleet's phases and health for /metrics, read from the cache.
 fn count_hosts(metrics: &Metrics, hypervisors: &Store<Hypervisor>, registry: &Arc<Registry>) {
+    const PAUSED: &str = hv_coordinator::api::ConditionType::Paused.as_str();
     let (hvs, registry) = (hypervisors.clone(), registry.clone());
     metrics.set_hosts(move || {
         hv_coordinator::metrics::hosts(hvs.state().iter().map(|h| {
@@ -357,7 +358,7 @@ fn count_hosts(metrics: &Metrics, hypervisors: &Store<Hypervisor>, registry: &Ar
                     })
                 }),
                 paused: status
-                    .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Paused" && c.status == "True")),
+                    .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == PAUSED && c.status == "True")),
             }
         }))
     });
@@ -491,6 +492,7 @@ impl Leading<'_> {
             // Per leadership: a new leader frees no host before it reads it.
             own_reads: Arc::new(OwnReads::waking(serving.marks_wake.clone())),
             renewals: Default::default(),
+            nova_hosts: Default::default(),
             registry: serving.registry.clone(),
             health: serving.health.clone(),
             recorder: Recorder::new(

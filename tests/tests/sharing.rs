@@ -261,7 +261,10 @@ async fn observe_mode_writes_nothing_through_an_eviction_and_a_fencing() {
     let marks = [node_marks(&region, &evicted).await, node_marks(&region, &dies).await];
     let from = hv_tests::openstack::nova_requests(&env).len();
 
-    // An eviction.
+    // An eviction, of a host an SRE disabled already: it would migrate
+    // at once.
+    let sre = "emptying by hand -- jdoe";
+    admin.set_service(&evicted, json!({"status": "disabled", "disabled_reason": sre})).await.unwrap();
     let name = format!("{}-observed", region.id);
     region.create_eviction(&name, &evicted, EvictionReason::AdminRequest, Default::default()).await;
     until(
@@ -279,7 +282,6 @@ async fn observe_mode_writes_nothing_through_an_eviction_and_a_fencing() {
         },
     )
     .await;
-    would(&region, &evicted, "disable compute service", &coord).await;
 
     // A fencing.
     agents[1].kill();
@@ -289,7 +291,11 @@ async fn observe_mode_writes_nothing_through_an_eviction_and_a_fencing() {
     nothing_done_to(&region, &admin, &dies, ("enabled", None), address::OBSERVED).await;
 
     let svc = admin.service(&evicted).await.unwrap().unwrap();
-    assert_eq!(svc["status"], "enabled", "{svc}");
+    assert_eq!(
+        (svc["status"].as_str(), svc["disabled_reason"].as_str()),
+        (Some("disabled"), Some(sre)),
+        "{svc}"
+    );
     assert_eq!(admin.servers_on(&evicted).await.unwrap(), std::slice::from_ref(&vm), "the server stays");
     let asked = coordinator_requests(&env, &coord, from);
     let writes: Vec<&String> = asked.iter().filter(|r| !r.starts_with("GET ")).collect();
@@ -300,9 +306,103 @@ async fn observe_mode_writes_nothing_through_an_eviction_and_a_fencing() {
     assert!(told.contains(&"WouldMigrate".to_string()), "{told:?}");
     let told: Vec<String> = region.events_for(&dies).await.into_iter().map(|e| e.0).collect();
     assert!(told.contains(&"WouldFence".to_string()), "{told:?}");
-    assert!(hv_tests::region::metric_sum(&metrics, "hv_would_total").await.unwrap_or_default() >= 3.0);
+    assert!(hv_tests::region::metric_sum(&metrics, "hv_would_total").await.unwrap_or_default() >= 2.0);
 
     drop(coord);
     region.kubelet_returns(&dies).await;
     admin.delete_server(&vm).await.unwrap();
+}
+
+/// Waits until `node`'s Hypervisor is refused the Nova host `holder` holds.
+async fn refused(region: &Region, node: &str, holder: &str, coord: &Proc) {
+    let said = region.wait_condition(node, "Onboarded", "NovaHostClaimed", coord).await;
+    assert!(said.contains(&format!("held by Hypervisor {holder}")), "{said}");
+    let hv = region.hypervisor(node).await.unwrap();
+    let recorded = hv.status.and_then(|s| s.lifecycle.nova_host);
+    assert_eq!(recorded, None, "the refused Hypervisor records no Nova host");
+}
+
+/// One Nova host, one Hypervisor: a second Node naming the Nova host of an
+/// Active one is refused before anything is written to Nova for it, and
+/// the first stays enabled; two Nodes naming one host created together get
+/// one winner; and so do two created on either side of a failover.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_node_naming_a_claimed_nova_host_is_refused_with_no_nova_write() {
+    let region = Region::start("sharing-claims").await;
+    let env = region.env.clone();
+    let claims = claim_hosts(&env, 3).await;
+    let [host, raced, failed_over] = [0, 1, 2].map(|i| claims[i].host.clone());
+    let admin = Admin::login(&env).await.unwrap();
+    let coord = region.coordinator(None, &["--skip-tests"]);
+    region.create_node(&host, &[]).await;
+    region.wait_phase(&host, Phase::Active, SOON, &coord).await;
+
+    // A second Node naming the host.
+    let pid = std::process::id();
+    let twin = format!("{host}-twin-{pid}");
+    let from = hv_tests::openstack::nova_requests(&env).len();
+    region.create_node(&twin, &[("hypervisor.cloud.sap/nova-host", &host)]).await;
+    refused(&region, &twin, &host, &coord).await;
+    for _ in 0..THREE_DRIFT_INTERVALS {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let svc = admin.service(&host).await.unwrap().unwrap();
+        assert_eq!(svc["status"], "enabled", "{svc}");
+    }
+    let hv = region.hypervisor(&host).await.unwrap();
+    assert_eq!(hv.status.and_then(|s| s.phase), Some(Phase::Active), "the holder is untouched");
+    let asked = coordinator_requests(&env, &coord, from);
+    let writes: Vec<&String> = asked.iter().filter(|r| !r.starts_with("GET ")).collect();
+    assert!(writes.is_empty(), "written to Nova after the second Node appeared: {writes:?}");
+    let events = region.events_for(&twin).await;
+    assert!(events.iter().any(|e| e.0 == "NovaHostClaimed" && e.1.contains(host.as_str())), "{events:?}");
+
+    // Two Nodes naming one host, created together: one wins.
+    let (a, b) = (format!("{raced}-a-{pid}"), format!("{raced}-b-{pid}"));
+    let naming = [("hypervisor.cloud.sap/nova-host", raced.as_str())];
+    tokio::join!(region.create_node(&a, &naming), region.create_node(&b, &naming));
+    let winner = until(
+        "one of the two Active, the other refused",
+        SOON,
+        || coord.tail(30),
+        || async {
+            let phases = [region.hypervisor(&a).await, region.hypervisor(&b).await]
+                .map(|h| h.and_then(|h| h.status).and_then(|s| s.phase));
+            let active: Vec<usize> = (0..2).filter(|&i| phases[i] == Some(Phase::Active)).collect();
+            match active[..] {
+                [one] => hv_tests::wait::Poll::Ready(one),
+                _ => hv_tests::wait::Poll::Pending(format!("{phases:?}")),
+            }
+        },
+    )
+    .await;
+    let (won, lost) = if winner == 0 { (&a, &b) } else { (&b, &a) };
+    refused(&region, lost, won, &coord).await;
+    for _ in 0..THREE_DRIFT_INTERVALS {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let svc = admin.service(&raced).await.unwrap().unwrap();
+        assert_eq!(svc["status"], "enabled", "{svc}");
+    }
+
+    // One claimed, then a failover, then the second.
+    let mut coord = coord;
+    let standby = region.coordinator_on(hv_tests::region::free_port(), None, &["--skip-tests"]);
+    let (first, second) = (format!("{failed_over}-1-{pid}"), format!("{failed_over}-2-{pid}"));
+    let naming = [("hypervisor.cloud.sap/nova-host", failed_over.as_str())];
+    region.create_node(&first, &naming).await;
+    until(
+        "the first claims the host",
+        SOON,
+        || coord.tail(30),
+        || async {
+            let recorded =
+                region.hypervisor(&first).await.and_then(|h| h.status).and_then(|s| s.lifecycle.nova_host);
+            ready_when(recorded.as_deref() == Some(failed_over.as_str()), recorded)
+        },
+    )
+    .await;
+    coord.kill();
+    region.create_node(&second, &naming).await;
+    region.wait_leading(&standby).await;
+    region.wait_phase(&first, Phase::Active, SOON, &standby).await;
+    refused(&region, &second, &first, &standby).await;
 }

@@ -94,7 +94,7 @@ pub enum ConditionType {
 }
 
 impl ConditionType {
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             ConditionType::Onboarded => "Onboarded",
             ConditionType::Tested => "Tested",

@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use hv_coordinator::api::Hypervisor;
+use hv_coordinator::api::hypervisor::HealthState;
 use hv_coordinator::api::keys::{CLEAR_FENCED_ANNOTATION, CONFIRM_FENCED_ANNOTATION, RETRY_ANNOTATION};
 use hv_coordinator::api::keys::{MACHINE_GONE_ANNOTATION, PAUSED_ANNOTATION, RETIRE_ANNOTATION};
+use hv_coordinator::api::{Hypervisor, Phase};
 use hv_proto::v1::fleet_service_client::FleetServiceClient;
 use hv_proto::v1::{GetHypervisorRequest, Hypervisor as PbHypervisor, ListHypervisorsRequest, WatchRequest};
 use kube::api::{Patch, PatchParams};
@@ -88,7 +89,9 @@ enum Cmd {
     /// nothing for it (Nova, Placement, Ceph, its BMC, its Node and pods)
     /// and never fences it, but still judges and reports it, with what it
     /// would do, in its Paused condition. Sets the
-    /// hypervisor.cloud.sap/paused annotation (uses KUBECONFIG).
+    /// hypervisor.cloud.sap/paused annotation (uses KUBECONFIG), then waits
+    /// up to 30 s for the coordinator to say the host is paused (exit 2
+    /// when it does not: until then it may still act).
     Pause {
         node: String,
         /// Why, for the next SRE: shown in the Paused condition.
@@ -172,7 +175,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Cmd::ConfirmFenced { node } => confirm_fenced(node).await?,
         Cmd::ClearFenced { node } => clear_fenced(node).await?,
         Cmd::Retire { node, machine_gone } => retire(node, *machine_gone).await?,
-        Cmd::Pause { node, reason } => pause(node, reason).await?,
+        Cmd::Pause { node, reason } => return pause(node, reason).await,
         Cmd::Resume { node } => resume(node).await?,
     }
     Ok(ExitCode::SUCCESS)
@@ -313,14 +316,64 @@ async fn retire(node: &str, machine_gone: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn pause(node: &str, reason: &str) -> anyhow::Result<()> {
-    if reason.trim().is_empty() {
+/// The longest reason a pause takes: it is shown in a condition and in
+/// Events, whose notes hold 1 kB.
+const MAX_REASON: usize = 200;
+
+/// How long `pause` waits for the coordinator to say the host is paused.
+const ACKNOWLEDGED_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+async fn pause(node: &str, reason: &str) -> anyhow::Result<ExitCode> {
+    let reason = reason.trim();
+    if reason.is_empty() {
         anyhow::bail!("--reason is empty: say why, for the next SRE (it is shown in the Paused condition)");
     }
-    let value = format!("{} ({})", reason.trim(), signed_now());
+    if reason.chars().count() > MAX_REASON {
+        anyhow::bail!("--reason is longer than {MAX_REASON} characters: keep it short, link to a ticket");
+    }
+    let hv = hypervisors().await?.get(node).await?;
+    for warning in pause_warnings(&hv) {
+        eprintln!("hvctl: {node}: {warning}");
+    }
+    let value = format!("{reason} ({})", signed_now());
     annotate(node, PAUSED_ANNOTATION, &value).await?;
-    println!("{node} paused ({PAUSED_ANNOTATION}={value}); its Paused condition says what would be done");
-    Ok(())
+    println!("{node}: {PAUSED_ANNOTATION}={value}");
+    // Each Hypervisor is reconciled one look at a time: once a look says
+    // paused, no earlier one is still acting.
+    let started = std::time::Instant::now();
+    while started.elapsed() < ACKNOWLEDGED_WITHIN {
+        let hv = hypervisors().await?.get(node).await?;
+        let said = hv.status.iter().flat_map(|s| &s.conditions).find(|c| c.type_ == "Paused");
+        if let Some(c) = said.filter(|c| c.status == "True" && c.message.contains(&value)) {
+            println!("{node} paused: {}", c.message);
+            return Ok(ExitCode::SUCCESS);
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+    eprintln!(
+        "hvctl: {node}: the annotation is set, but no coordinator said the host is paused within {}s \
+         (none leads, or it lags): until its Paused condition says so, it may still act",
+        ACKNOWLEDGED_WITHIN.as_secs()
+    );
+    Ok(ExitCode::from(2))
+}
+
+/// What a pause holds back that an SRE should know of first.
+fn pause_warnings(hv: &Hypervisor) -> Vec<&'static str> {
+    let Some(status) = hv.status.as_ref() else { return Vec::new() };
+    let mut warnings = Vec::new();
+    if status.fencing.is_some() {
+        warnings.push("its fencing stops where it is, and its servers are not evacuated while it is paused");
+    }
+    if status.health.as_ref().is_some_and(|h| h.state == HealthState::Failed) {
+        warnings.push(
+            "it is Failed: paused, it is neither fenced nor disabled, and Nova may still place VMs on it",
+        );
+    }
+    if status.phase == Some(Phase::Evicting) {
+        warnings.push("its eviction stops asking Nova anything: migrations in flight go on unwatched");
+    }
+    warnings
 }
 
 async fn resume(node: &str) -> anyhow::Result<()> {

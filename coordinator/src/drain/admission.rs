@@ -71,6 +71,10 @@ pub struct Host {
     /// Why an update's ask of this host would wait now
     /// (`--update-max-held`).
     pub update_wait: Option<String>,
+    /// An SRE paused the host (docs/operations.md), with their reason:
+    /// nothing will move its VMs, so a drain is not told otherwise and its
+    /// Node is not marked.
+    pub paused: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,6 +123,14 @@ pub fn decide(pod: &PodKind, host: &Host) -> Verdict {
         }
         _ => String::new(),
     };
+    if let Some(why) = &host.paused {
+        let message = format!(
+            "hypervisor {}: {blocked_by}{}; paused by an SRE ({why}): nothing moves its VMs until `hvctl resume`",
+            host.node,
+            state(phase, host)
+        );
+        return Verdict::Refuse { message, ask: false };
+    }
     let message = format!("hypervisor {}: {blocked_by}{}{next}", host.node, state(phase, host));
     Verdict::Refuse { message, ask }
 }
@@ -306,7 +318,25 @@ mod tests {
             asked: false,
             eviction: None,
             update_wait: None,
+            paused: None,
         }
+    }
+
+    #[test]
+    fn a_paused_host_holds_a_drain_without_asking_for_its_maintenance() {
+        let mut h = host(Some(Phase::Active), Some(2), Some(false));
+        h.paused = Some("bios -- jdoe".into());
+        match decide(&PodKind::Hypervisor, &h) {
+            Verdict::Refuse { message, ask } => {
+                assert!(!ask, "nothing is asked of a paused host");
+                assert!(message.contains("paused by an SRE (bios -- jdoe)"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Held empty before the pause: its pods may go, as any host's.
+        let mut held = host(Some(Phase::Maintenance), Some(0), Some(true));
+        held.paused = Some("bios".into());
+        assert_eq!(decide(&PodKind::Hypervisor, &held), Verdict::Allow);
     }
 
     fn eviction(phase: EvictionPhase, migrated: u32, total: u32) -> Option<EvictionView> {

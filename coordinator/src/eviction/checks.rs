@@ -24,6 +24,10 @@ pub struct Target {
     /// The Eviction is the Hypervisor's own (created by its lifecycle for
     /// maintenance: the Hypervisor is its controller).
     pub owned_by_hypervisor: bool,
+    /// Another Hypervisor holds the Nova host this one names, and this
+    /// one has recorded none: that one's name (docs/lifecycle.md, "One Nova
+    /// host, one Hypervisor").
+    pub held_by: Option<String>,
 }
 
 pub fn check(
@@ -37,6 +41,15 @@ pub fn check(
             reason: "UnknownHypervisor",
             message: format!(
                 "no Hypervisor named {hypervisor}: an Eviction can only empty a host this coordinator manages"
+            ),
+        });
+    }
+    if let Some(holder) = &target.held_by {
+        return Err(Refusal {
+            reason: "NovaHostHeldElsewhere",
+            message: format!(
+                "the Nova host Hypervisor {hypervisor} names is held by Hypervisor {holder}: emptying it would move \
+                 that host's servers; see {hypervisor}'s Onboarded condition"
             ),
         });
     }
@@ -95,13 +108,13 @@ pub fn sanitized(o: &EvictionOptions) -> (EvictionOptions, Option<String>) {
 mod tests {
     use super::*;
 
-    const OURS: Target = Target { managed: true, owned_by_hypervisor: true };
-    const BY_HAND: Target = Target { managed: true, owned_by_hypervisor: false };
+    const OURS: Target = Target { managed: true, owned_by_hypervisor: true, held_by: None };
+    const BY_HAND: Target = Target { managed: true, owned_by_hypervisor: false, held_by: None };
 
     #[test]
     fn an_unknown_host_and_a_hand_made_decommission_are_refused() {
         let o = EvictionOptions::default();
-        let unknown = Target { managed: false, owned_by_hypervisor: false };
+        let unknown = Target { managed: false, owned_by_hypervisor: false, held_by: None };
         assert_eq!(
             check("db-7", EvictionReason::AdminRequest, &o, &unknown).map_err(|r| r.reason),
             Err("UnknownHypervisor")
@@ -113,6 +126,16 @@ mod tests {
         assert!(check("c-1", EvictionReason::Decommission, &o, &OURS).is_ok());
         for r in [EvictionReason::AdminRequest, EvictionReason::RollingUpdate, EvictionReason::NodeFailure] {
             assert!(check("c-1", r, &o, &BY_HAND).is_ok(), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn an_eviction_of_a_host_another_hypervisor_holds_is_refused_naming_it() {
+        let held = Target { managed: true, owned_by_hypervisor: true, held_by: Some("compute-3".into()) };
+        for r in [EvictionReason::AdminRequest, EvictionReason::NodeFailure, EvictionReason::Decommission] {
+            let refused = check("twin", r, &EvictionOptions::default(), &held).unwrap_err();
+            assert_eq!(refused.reason, "NovaHostHeldElsewhere");
+            assert!(refused.message.contains("held by Hypervisor compute-3"), "{}", refused.message);
         }
     }
 

@@ -315,6 +315,18 @@ async fn source(ctx: &EvictionContext, ev: &Eviction) -> Result<Result<String, R
     }
 }
 
+/// The Hypervisor other than `hv` that holds the Nova host `hv` names,
+/// while `hv` has recorded none of its own.
+fn held_elsewhere(ctx: &EvictionContext, hv: &Hypervisor) -> Option<String> {
+    let status = hv.status.clone().unwrap_or_default();
+    if status.lifecycle.nova_host.is_some() {
+        return None;
+    }
+    let name = hv.name_any();
+    let host = crate::lifecycle::nova_host(&name, &hv.spec, &status);
+    super::nova_hosts::recorded_holder(&ctx.hypervisors, &name, host)
+}
+
 /// The Nova host the Eviction's target names, or why it cannot run.
 async fn target(ctx: &EvictionContext, ev: &Eviction) -> Result<Result<String, Refusal>, Error> {
     let name = &ev.spec.hypervisor;
@@ -328,7 +340,9 @@ async fn target(ctx: &EvictionContext, ev: &Eviction) -> Result<Result<String, R
             .iter()
             .any(|o| o.controller == Some(true) && o.kind == "Hypervisor" && Some(o.uid.as_str()) == uid)
     };
-    let found = Target { managed: hv.is_some(), owned_by_hypervisor: hv.as_ref().is_some_and(owned) };
+    let held_by = hv.as_ref().and_then(|hv| held_elsewhere(ctx, hv));
+    let found =
+        Target { managed: hv.is_some(), owned_by_hypervisor: hv.as_ref().is_some_and(owned), held_by };
     Ok(checks::check(name, ev.spec.reason, &ev.spec.options, &found).map(|()| {
         hv.map(|hv| {
             let status = hv.status.clone().unwrap_or_default();
@@ -466,6 +480,11 @@ async fn hands_held(
     let paused = cached.as_ref().and_then(|h| h.annotations().get(PAUSED_ANNOTATION).cloned());
     let hands = Hands::of(ctx.gate.observes(), paused.as_deref());
     let before = status_of(ev);
+    // A cancelled Eviction with nothing in flight asks nothing of Nova to end.
+    let in_flight = before.vms.iter().any(|v| v.state == VmState::Migrating);
+    if ev.metadata.deletion_timestamp.is_some() && !in_flight {
+        return Ok(None);
+    }
     let had = before.conditions.iter().find(|c| c.type_ == ConditionType::HostPaused.as_str());
     if hands.free() && had.is_none_or(|c| c.status != "True") {
         return Ok(None);

@@ -4,6 +4,7 @@
 //! the reconcile to write. Only the leader reconciles, and every step is
 //! idempotent: a step repeated after a fail-over costs nothing.
 
+use crate::lifecycle::hands::Would;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -237,9 +238,17 @@ pub async fn run(
 /// The step the fencing would take now, for a host whose hands are off
 /// (crate::lifecycle::hands): its decision on the same reads, with no step
 /// taken, no claim made and nothing recorded.
-pub fn would(ctx: &Context, hv: &Hypervisor, o: &Observed<'_>, now: Timestamp) -> Option<FenceStep> {
+pub fn would(ctx: &Context, hv: &Hypervisor, o: &Observed<'_>, now: Timestamp) -> Option<(Would, String)> {
     let status = hv.status.clone().unwrap_or_default();
     let asked = asked(hv, o.node_deleted);
+    if let Some(r) = status.fencing.as_ref() {
+        if asked.retires(r) && !r.retired() {
+            return Some((Would::RetireFence, "retire the fenced host (lift its blocklist entries)".into()));
+        }
+        if asked.clears(r) {
+            return Some((Would::ClearFence, "clear the fence (Nova's forced_down, the blocklist)".into()));
+        }
+    }
     let record = record::retried(status.fencing.clone(), &asked);
     if record.is_none() && o.health != Some(HealthState::Failed) {
         return None;
@@ -249,7 +258,7 @@ pub fn would(ctx: &Context, hv: &Hypervisor, o: &Observed<'_>, now: Timestamp) -
     let fencing_domains = seen.domains.fencing();
     let s = situation(o, &seen, &fencing_domains, record.as_ref(), &asked, None);
     match decide::decide(&s, &ctx.fencing.policy) {
-        Decision::Take(step) => Some(step),
+        Decision::Take(step) => Some((Would::Fence, format!("fence the host (its next step: {step})"))),
         _ => None,
     }
 }

@@ -88,6 +88,28 @@ pub async fn respond(
     }
 }
 
+/// Why the host would be put into `ha` maintenance now, for a host whose
+/// hands are off (crate::lifecycle::hands): the same decision, with no
+/// place claimed and nothing written.
+pub fn would(
+    ctx: &Context,
+    hv: &Hypervisor,
+    phase: Phase,
+    terminating: bool,
+    health: Option<&HealthObs>,
+) -> Option<String> {
+    let name = hv.name_any();
+    let host = respond::Host { name: &name, phase, maintenance: hv.spec.maintenance, terminating, health };
+    let response = ctx
+        .ha
+        .claims
+        .with(|claimed| respond::respond(&host, || in_flight(ctx, &name, claimed), ctx.ha.limit));
+    match response {
+        Response::Maintain { reason } => Some(reason),
+        _ => None,
+    }
+}
+
 /// Sets `spec.maintenance: ha` for `reason`; the claim goes when the
 /// write does not happen.
 async fn maintain(

@@ -29,7 +29,7 @@ use crate::fleet::fleet_service::to_proto;
 use crate::fleet::{Health, Registry};
 use crate::health::AgentView;
 use crate::health::{self, HealthPolicy, NodeSource};
-use crate::lifecycle::hands::{Hands, Would};
+use crate::lifecycle::hands::{self, Hands, Would};
 use crate::lifecycle::{
     self, Action, AgentObs, Decision, EvictionObs, Input, NodeObs, NovaObs, Observations, Policy,
 };
@@ -72,6 +72,8 @@ pub struct Context {
     pub own_reads: Arc<super::drain_marks::OwnReads>,
     /// When this leader saw each kubelet's Lease renewed.
     pub renewals: super::kubelet::Renewals,
+    /// The Nova hosts this leader gave lately (one host, one Hypervisor).
+    pub nova_hosts: super::nova_hosts::NovaHosts,
     /// Nova's view of the whole fleet, shared by every reconcile of a
     /// settled host (docs/nova.md, "The fleet view").
     pub nova_view: Arc<FleetView>,
@@ -163,12 +165,13 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     }
     let name = hv.metadata.name.clone().ok_or(Error::Unnamed)?;
     let deleting = hv.metadata.deletion_timestamp.is_some();
-    let hv = if deleting { hv } else { hold(&ctx, hv).await? };
+    // An observing install holds no deletion: uninstalled, it leaves nothing stuck.
+    let hv = if deleting || ctx.gate.observes() { hv } else { hold(&ctx, hv).await? };
     let status = hv.status.clone().unwrap_or_default();
     let phase = status.phase.unwrap_or_default();
     let now = Timestamp::now();
     // Observe, and judge the host's health.
-    let (seen, verdict) = look(&ctx, &hv, &name, &status, now).await?;
+    let (mut seen, verdict) = look(&ctx, &hv, &name, &status, now).await?;
     let deletion =
         deleting.then(|| lifecycle::deletion::may_go(phase, status.service_id.as_deref(), &seen.obs.nova));
     if let Some(Ok(())) = deletion {
@@ -192,9 +195,7 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
         return Ok(Requeue::requeue(again));
     }
     // Decide, act, write.
-    let input =
-        Input { name: &name, spec: &hv.spec, status: &status, obs: &seen.obs, policy: &ctx.policy, now };
-    let decision = lifecycle::decide(&input);
+    let (hv, status, decision) = decided(&ctx, hv, &name, &status, &mut seen.obs, now).await?;
     let outcome = act(&ctx, &hv, &name, &seen.host, &decision).await;
     let mut new_status =
         composed(&status, &decision, &seen, &verdict, outcome.service_deleted, hv.metadata.generation, now);
@@ -241,6 +242,47 @@ async fn look(
     Ok((seen, verdict))
 }
 
+/// The lifecycle's decision. A Hypervisor that first records its Nova host
+/// claims it first ([`NovaHosts`](super::nova_hosts::NovaHosts)), and the
+/// record is written before anything is written to Nova for it; when
+/// another holds the host, the decision is made again knowing it (it then
+/// changes nothing). Answers the Hypervisor and its status as they now are.
+async fn decided(
+    ctx: &Context,
+    hv: Arc<Hypervisor>,
+    name: &str,
+    status: &HypervisorStatus,
+    obs: &mut Observations,
+    now: Timestamp,
+) -> Result<(Arc<Hypervisor>, HypervisorStatus, Decision), Error> {
+    let spec = hv.spec.clone();
+    let decide = |obs: &Observations| {
+        lifecycle::decide(&Input { name, spec: &spec, status, obs, policy: &ctx.policy, now })
+    };
+    let decision = decide(obs);
+    let Some(host) = decision.record.nova_host.clone().filter(|_| status.lifecycle.nova_host.is_none())
+    else {
+        return Ok((hv, status.clone(), decision));
+    };
+    if let Err(holder) = ctx.nova_hosts.claim(&ctx.hypervisors, name, &host) {
+        tracing::warn!(nova_host = %host, holder = %holder, "the Nova host is held by another Hypervisor");
+        obs.claimed_by = Some(holder);
+        return Ok((hv, status.clone(), decide(obs)));
+    }
+    let mut claimed = status.clone();
+    claimed.lifecycle.nova_host = Some(host.clone());
+    match write_status(ctx, hv, name, status, &claimed).await {
+        Ok(hv) => {
+            tracing::info!(nova_host = %host, "Nova host claimed");
+            Ok((hv, claimed, decision))
+        }
+        Err(e) => {
+            ctx.nova_hosts.forget(&host, name);
+            Err(e)
+        }
+    }
+}
+
 /// Whether the coordinator may act on this host: the install's mode, and
 /// an SRE's pause on the Hypervisor.
 fn hands_of(ctx: &Context, hv: &Hypervisor) -> Hands {
@@ -273,16 +315,16 @@ async fn hands_off(
     hands: &Hands,
     now: Timestamp,
 ) -> Result<Requeue, Error> {
-    let input = Input { name, spec: &hv.spec, status, obs: &seen.obs, policy: &ctx.policy, now };
-    let decision = lifecycle::decide(&input);
-    let mut would: Vec<(Would, String)> =
-        decision.actions.iter().map(|a| (Would::of(a), a.to_string())).collect();
-    if let Some(step) = super::fence::would(ctx, &hv, &fence_observed(seen, verdict), now) {
-        would.push((Would::Fence, format!("fence the host (its next step: {step})")));
-    }
+    let would = would_do(ctx, &hv, (name, status), (seen, verdict), now);
     let lines: Vec<String> = would.iter().map(|(_, line)| line.clone()).collect();
     let mut next = status.clone();
     let mut held = vec![hands.condition(&lines)];
+    // A deletion waits for the host as ever, and says why.
+    if hv.metadata.deletion_timestamp.is_some() {
+        let phase = status.phase.unwrap_or_default();
+        let verdict = lifecycle::deletion::may_go(phase, status.service_id.as_deref(), &seen.obs.nova);
+        held.push(lifecycle::deletion::condition(&verdict));
+    }
     if verdict.status.is_some() {
         next.health = verdict.status.clone();
         held.push(verdict.condition.clone());
@@ -296,14 +338,35 @@ async fn hands_off(
     Ok(Requeue::requeue(verdict.recheck.map_or(look, |r| r.min(look))))
 }
 
+/// What a host whose hands are off would have done now, on this look's
+/// reads: the `ha` maintenance its verdict asks, what an SRE asked of its
+/// fence or the fencing decides, and the lifecycle's actions.
+fn would_do(
+    ctx: &Context,
+    hv: &Hypervisor,
+    (name, status): (&str, &HypervisorStatus),
+    (seen, verdict): (&Seen, &Verdict),
+    now: Timestamp,
+) -> Vec<(Would, String)> {
+    let phase = status.phase.unwrap_or_default();
+    let terminating = seen.obs.node == NodeObs::Deleting;
+    let maintain = super::ha::would(ctx, hv, phase, terminating, seen.obs.health.as_ref());
+    let maintain = maintain.map(|why| (Would::Maintain, format!("put the host into ha maintenance ({why})")));
+    let fence = super::fence::would(ctx, hv, &fence_observed(seen, verdict), now);
+    let input = Input { name, spec: &hv.spec, status, obs: &seen.obs, policy: &ctx.policy, now };
+    let actions = lifecycle::decide(&input).actions.into_iter().map(|a| (Would::of(&a), a.to_string()));
+    maintain.into_iter().chain(fence).chain(actions).collect()
+}
+
 /// Each thing a host whose hands are off would do, told once: an Event and
-/// a count when it was not in the `Paused` condition's message already.
+/// a count when the `Paused` condition did not say it already.
 async fn tell_would(ctx: &Context, hv: &Hypervisor, before: &HypervisorStatus, would: &[(Would, String)]) {
     let paused = ConditionType::Paused.as_str();
-    let told = before.conditions.iter().find(|c| c.type_ == paused && c.status == "True");
+    let said = before.conditions.iter().find(|c| c.type_ == paused && c.status == "True");
+    let told = said.map(|c| hands::told(&c.message)).unwrap_or_default();
     let reference = hv.object_ref(&());
     for (kind, line) in would {
-        if told.is_some_and(|c| c.message.contains(line.as_str())) {
+        if told.contains(&line.as_str()) {
             continue;
         }
         tracing::info!(would = kind.reason(), what = %line, "hands off: not done");
@@ -596,7 +659,14 @@ async fn observe(
         close_hosts,
         // Judged after observing, with the phase read.
         health: None,
-        update_wait: ctx.updates.wait(name, phase, &hv.spec, node, true),
+        // A host whose hands are off takes no place among those held for updates.
+        update_wait: ctx.updates.wait(name, phase, &hv.spec, node, hands_of(ctx, hv).free()),
+        claimed_by: status
+            .lifecycle
+            .nova_host
+            .is_none()
+            .then(|| ctx.nova_hosts.holder(&ctx.hypervisors, name, &host))
+            .flatten(),
     };
     let judged = crate::lifecycle::expects_agent(phase);
     // Not while a new leader settles: no agent is connected yet, and no

@@ -21,6 +21,7 @@ pub mod leader;
 pub mod leader_pod;
 pub mod measured;
 pub mod nodes;
+pub mod nova_hosts;
 pub mod protected_pods;
 pub mod retire;
 pub mod status;
@@ -50,6 +51,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::api::eviction::VmState;
 use crate::api::hypervisor::HypervisorSpec;
+use crate::api::keys::PAUSED_ANNOTATION;
 use crate::api::{Eviction, Hypervisor, Migration};
 
 pub use hypervisor::{Context, FIELD_MANAGER, Intervals};
@@ -411,7 +413,9 @@ async fn watch_nodes(
             Ok(node) => {
                 let cached =
                     node.metadata.name.as_deref().and_then(|n| ctx.hypervisors.get(&ObjectRef::new(n)));
-                let finalize = !ctx.gate.observes();
+                // No Node write for a host whose hands are off.
+                let paused = cached.as_ref().is_some_and(|h| h.annotations().contains_key(PAUSED_ANNOTATION));
+                let finalize = !ctx.gate.observes() && !paused;
                 if !nodes::settled(&node, cached.as_deref(), &template.instance, finalize) {
                     nodes::ensure_hypervisor(&ctx.client, &node, template, finalize).await;
                 }

@@ -198,6 +198,18 @@ impl Nova for FakeNova {
     }
 }
 
+#[test]
+fn an_observing_gate_lets_no_call_outside_the_kubernetes_api_leave() {
+    let lease = Arc::new(LeaseGuard::new(Duration::ZERO));
+    lease.renewed(tokio::time::Instant::now(), Duration::from_secs(3600));
+    assert_eq!(Gate::new(lease.clone()).may_act(), Ok(()));
+    let observing = Gate::new(lease.clone()).observing(true);
+    assert!(observing.observes());
+    assert!(observing.may_act().unwrap_err().contains("observes only"));
+    lease.revoke();
+    assert!(Gate::new(lease).may_act().is_err(), "nor without the lease");
+}
+
 fn gate(open: bool) -> Arc<Gate> {
     let lease = Arc::new(LeaseGuard::new(Duration::ZERO));
     lease.renewed(tokio::time::Instant::now(), Duration::from_secs(3600));
@@ -270,6 +282,7 @@ fn hypervisor_ctx_on(
         nova_view: Arc::new(crate::nova::FleetView::new(Duration::from_secs(30), Duration::from_secs(10))),
         own_reads: Default::default(),
         renewals: Default::default(),
+        nova_hosts: Default::default(),
         nova: Arc::new(FakeNova {
             log: log.clone(),
             obs: nova,
@@ -1133,8 +1146,12 @@ async fn our_finalizer_is_added_and_the_status_written_over_the_version_it_left(
         .cloned()
         .unwrap_or_else(|| panic!("no finalizer patch: {:?}", entries(&t.log)));
     assert_eq!(patch[1]["value"], json!([crate::api::keys::HYPERVISOR_FINALIZER]), "{patch}");
+    // The first status write over the version the finalizer left (here
+    // the Nova host's claim, the answer having no record of it), each next
+    // one over the version the one before answered.
     let writes = status_writes(&t.bodies);
-    assert!(writes.iter().all(|w| w["metadata"]["resourceVersion"] == "9"), "{writes:?}");
+    let versions: Vec<&Value> = writes.iter().map(|w| &w["metadata"]["resourceVersion"]).collect();
+    assert_eq!(versions, [&json!("9"), &json!("10")], "{writes:?}");
 }
 
 #[tokio::test]
@@ -1895,4 +1912,53 @@ async fn an_eviction_of_a_paused_host_asks_nothing_of_nova_and_says_what_it_woul
     assert_eq!(said["status"], "True");
     assert!(said["message"].as_str().unwrap_or_default().contains("would migrate the 2 server(s)"), "{said}");
     assert_eq!(event_reasons(&t.bodies), ["WouldMigrate"]);
+}
+
+/// Two Hypervisors naming one Nova host: the first records the host in its
+/// status before anything is asked of Nova; the second asks Nova nothing
+/// but reads, and says which Hypervisor holds the host.
+#[tokio::test]
+async fn the_first_hypervisor_naming_a_nova_host_claims_it_before_nova_is_asked_and_a_second_changes_nothing()
+{
+    let answer = |m: &Method, p: &str| match (m.as_str(), p) {
+        ("PATCH", "/apis/hypervisor.cloud.sap/v1alpha1/hypervisors/node-1/status") => {
+            (200, hv_json("node-1", "8"))
+        }
+        ("PATCH", "/apis/hypervisor.cloud.sap/v1alpha1/hypervisors/twin/status") => {
+            (200, hv_json("twin", "8"))
+        }
+        _ => (201, json!({})),
+    };
+    let t = hypervisor_ctx(answer, registered(false, &[]), true, vec![]);
+    let onboarding = |name: &str| {
+        let mut h = (*hypervisor(Some(Phase::Onboarding), None)).clone();
+        h.metadata.name = Some(name.into());
+        h.spec.nova_host = "node-1".into();
+        if let Some(s) = h.status.as_mut() {
+            s.service_id = None;
+        }
+        Arc::new(h)
+    };
+    hypervisor::reconcile(onboarding("node-1"), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    let log = entries(&t.log);
+    let claimed =
+        log.iter().position(|l| l.ends_with("/hypervisors/node-1/status")).expect("the claim written");
+    let asked = log.iter().position(|l| l.starts_with("nova ") && !l.starts_with("nova observe"));
+    assert!(asked.is_none_or(|a| claimed < a), "recorded before Nova was asked: {log:?}");
+    let writes = status_writes(&t.bodies);
+    assert_eq!(writes[0]["status"]["lifecycle"]["novaHost"], "node-1", "{writes:?}");
+
+    let before = entries(&t.log).len();
+    hypervisor::reconcile(onboarding("twin"), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    let log: Vec<String> = entries(&t.log).into_iter().skip(before).collect();
+    let asked: Vec<&String> =
+        log.iter().filter(|l| l.starts_with("nova ") && !l.starts_with("nova observe")).collect();
+    assert!(asked.is_empty(), "the twin asks Nova nothing: {log:?}");
+    let writes = status_writes(&t.bodies);
+    let twin = writes.last().cloned().unwrap_or_default();
+    assert_eq!(twin["status"]["lifecycle"]["novaHost"], Value::Null, "{twin}");
+    let said = condition_of(&twin["status"], "Onboarded").cloned().unwrap_or_default();
+    assert_eq!(said["reason"], "NovaHostClaimed", "{twin}");
+    assert!(said["message"].as_str().unwrap_or_default().contains("held by Hypervisor node-1"), "{said}");
+    assert!(event_reasons(&t.bodies).contains(&"NovaHostClaimed".to_string()));
 }

@@ -19,15 +19,16 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::Api;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, ResourceExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tracing::Instrument;
 
+use crate::api::keys::PAUSED_ANNOTATION;
 use crate::api::{Eviction, Hypervisor, MaintenanceMode};
 use crate::drain::admission::{self, EvictionView, Host, PodKind, Protected, Verdict};
 use crate::k8s::Gate;
@@ -238,6 +239,7 @@ impl Webhook {
             cordoned: marks.cordoned,
             asked,
             eviction: self.eviction(node_name, status.lifecycle.eviction.as_ref().map(|r| r.name.as_str())),
+            paused: hv.as_ref().and_then(|h| h.annotations().get(PAUSED_ANNOTATION).cloned()),
         }
     }
 

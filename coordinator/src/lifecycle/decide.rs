@@ -41,6 +41,7 @@ use crate::api::hypervisor::{
     AbortRecord, CheckResultStatus, EvictionRef, HealthState, HypervisorSpec, HypervisorStatus,
     LifecycleRecord, UnseenHold,
 };
+use crate::api::keys::NOVA_HOST_ANNOTATION;
 use crate::api::{ConditionStatus, ConditionType, MaintenanceMode, Phase};
 
 /// Tunables of the lifecycle (coordinator flags).
@@ -125,6 +126,9 @@ pub const SERVICE_RE_REGISTERED: &str = "ServiceReRegistered";
 pub const HOST_UNSEEN: &str = "HostUnseenDisabled";
 /// A disable by anyone else, respected (docs/lifecycle.md, "Who owns a disable").
 pub const DISABLED_ELSEWHERE: &str = "DisabledElsewhere";
+/// Another Hypervisor holds the Nova host this one names (docs/lifecycle.md,
+/// "One Nova host, one Hypervisor").
+pub const NOVA_HOST_CLAIMED: &str = "NovaHostClaimed";
 
 /// The Nova host every Nova call for this Hypervisor uses: the one its
 /// compute service was found under, else the one its spec names
@@ -167,6 +171,10 @@ const RE_REGISTERED_DISABLE_REASON: &str =
 /// Decide the next step for one hypervisor. Pure: same input, same output.
 pub fn decide(input: &Input<'_>) -> Decision {
     let mut d = Draft::new(input);
+    if let Some(holder) = d.claimed_by() {
+        claimed(&mut d, holder);
+        return d.finish();
+    }
     match d.phase {
         Phase::Initial => initial(&mut d),
         Phase::Onboarding => onboarding(&mut d),
@@ -182,6 +190,28 @@ pub fn decide(input: &Input<'_>) -> Decision {
 }
 
 // ------------------------------------------------------------------ phases
+
+/// One Nova host, one Hypervisor: a Hypervisor that has not recorded a
+/// Nova host of its own, whose host another one holds, stops where it is
+/// and changes nothing in Nova; the holder is untouched. Told once.
+fn claimed(d: &mut Draft<'_>, holder: &str) {
+    let host = d.nova_host();
+    let msg = format!(
+        "Nova host {host} is held by Hypervisor {holder}: nothing is done for this one. Fix the Node's \
+         {NOVA_HOST_ANNOTATION} annotation (and this Hypervisor's spec.novaHost), or delete Hypervisor \
+         {holder} if it is a stale record of the same machine"
+    );
+    let told = d
+        .input
+        .status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == ConditionType::Onboarded.as_str() && c.reason == NOVA_HOST_CLAIMED);
+    if !told {
+        d.warn(NOVA_HOST_CLAIMED, msg.clone());
+    }
+    d.set(ConditionType::Onboarded, ConditionStatus::False, NOVA_HOST_CLAIMED, msg);
+}
 
 fn initial(d: &mut Draft<'_>) {
     match d.obs().node {
@@ -1011,7 +1041,10 @@ impl<'a> Draft<'a> {
         }
         let mut service_id = input.status.service_id.clone();
         let mut hypervisor_id = input.status.hypervisor_id.clone();
-        if let NovaObs::Registered(host) = &input.obs.nova {
+        let claimed = input.obs.claimed_by.is_some() && record.nova_host.is_none();
+        if let NovaObs::Registered(host) = &input.obs.nova
+            && !claimed
+        {
             // The shell observed the host `nova_host()` names; from now on
             // that is the host, whatever spec says later.
             if record.nova_host.is_none() {
@@ -1043,6 +1076,13 @@ impl<'a> Draft<'a> {
 
     fn obs(&self) -> &'a Observations {
         self.input.obs
+    }
+
+    /// The Hypervisor that holds this one's Nova host, while this one has
+    /// recorded none (a Decommissioned one keeps its record, and its host).
+    fn claimed_by(&self) -> Option<&'a str> {
+        let mine = self.input.status.lifecycle.nova_host.is_some();
+        self.obs().claimed_by.as_deref().filter(|_| !mine && self.phase != Phase::Decommissioned)
     }
 
     fn nova_host(&self) -> &'a str {

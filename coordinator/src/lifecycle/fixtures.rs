@@ -74,6 +74,7 @@ pub fn obs() -> Observations {
         retry: None,
         close_hosts: Vec::new(),
         update_wait: None,
+        claimed_by: None,
         health: None,
     }
 }

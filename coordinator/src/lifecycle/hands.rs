@@ -98,6 +98,9 @@ pub enum Would {
     CancelEviction,
     DeleteService,
     Fence,
+    ClearFence,
+    RetireFence,
+    Maintain,
     Evacuate,
     Migrate,
 }
@@ -114,6 +117,9 @@ impl Would {
             Would::CancelEviction => "WouldCancelEviction",
             Would::DeleteService => "WouldDeleteService",
             Would::Fence => "WouldFence",
+            Would::ClearFence => "WouldClearFence",
+            Would::RetireFence => "WouldRetireFence",
+            Would::Maintain => "WouldMaintain",
             Would::Evacuate => "WouldEvacuate",
             Would::Migrate => "WouldMigrate",
         }
@@ -136,6 +142,13 @@ impl Would {
             Action::DeleteService { .. } => Would::DeleteService,
         }
     }
+}
+
+/// The items a `Paused` condition's message said would be done (as
+/// [`Hands::condition`] writes them, last): each told already. An SRE's
+/// reason that reads like a list tells nothing more than its own words.
+pub fn told(message: &str) -> Vec<&str> {
+    message.rsplit_once("; would ").map(|(_, items)| items.split("; ").collect()).unwrap_or_default()
 }
 
 /// What an observing install may still write to the Kubernetes API: its
@@ -178,6 +191,21 @@ mod tests {
         let c = Hands::Free.condition(&[]);
         assert_eq!((c.status, c.reason.as_str()), (ConditionStatus::False, ACTING));
         assert!(Hands::Paused(String::new()).condition(&[]).message.contains("no reason given"));
+    }
+
+    #[test]
+    fn what_was_told_is_read_back_item_by_item() {
+        let said = Hands::Paused("x; would y".into()).condition(&[
+            "add to aggregate ab".into(),
+            "fence the host (its next step: NovaForcedDown)".into(),
+        ]);
+        let items = told(&said.message);
+        assert!(
+            items.contains(&"add to aggregate ab") && !items.contains(&"add to aggregate a"),
+            "{items:?}"
+        );
+        assert!(items.contains(&"fence the host (its next step: NovaForcedDown)"), "{items:?}");
+        assert!(told(&Hands::Observing.condition(&[]).message).is_empty());
     }
 
     #[test]

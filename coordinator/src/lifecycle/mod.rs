@@ -26,8 +26,8 @@ pub use crate::api::condition::DesiredCondition;
 pub use action::Action;
 pub use decide::{
     ALLOWED_TRANSITIONS, DISABLED_ELSEWHERE, DRIFT_REPAIRED, Decision, HOST_UNSEEN, Input,
-    NOVA_ENABLES_NEW_SERVICES, Policy, SERVICE_RE_REGISTERED, Transition, Warning, decide, nova_host,
-    valid_trait,
+    NOVA_ENABLES_NEW_SERVICES, NOVA_HOST_CLAIMED, Policy, SERVICE_RE_REGISTERED, Transition, Warning, decide,
+    nova_host, valid_trait,
 };
 pub use observe::{
     AgentObs, CheckReport, EvictionObs, HealthObs, NodeObs, NovaHost, NovaObs, Observations, ServiceState,

@@ -33,6 +33,10 @@ pub struct Observations {
     /// hosts as `--update-max-held` allows are held for updates already
     /// (docs/drain.md), with why. A host already held keeps its place.
     pub update_wait: Option<String>,
+    /// Another Hypervisor holds the Nova host this one names (its record
+    /// names that host): its name. Looked at only while this one has not
+    /// recorded a Nova host of its own.
+    pub claimed_by: Option<String>,
 }
 
 /// A health verdict, as far as the lifecycle acts on it.

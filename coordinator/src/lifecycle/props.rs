@@ -325,6 +325,7 @@ fn one_step_rules_hold_on_the_whole_grid() {
                                             close_hosts: Vec::new(),
                                             health: health.clone(),
                                             update_wait: None,
+                                            claimed_by: None,
                                         };
                                         for now in [t(60), t(100_000)] {
                                             let input = Input {
@@ -704,6 +705,7 @@ impl Sim {
             close_hosts: Vec::new(),
             health,
             update_wait: None,
+            claimed_by: None,
         }
     }
 

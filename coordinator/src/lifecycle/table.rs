@@ -105,6 +105,11 @@ const ROWS: &[Row] = &[
     Row { name: "forbidden Aborted -> anything without retry", from: Phase::Aborted, setup: |_, _, o| o.checks = Some(report(1, &[])), to: Phase::Aborted, must: &[], never: &["enable", "run checks"] },
     Row { name: "forbidden Aborted -> Onboarding on an already handled retry", from: Phase::Aborted, setup: |_, s, o| { s.lifecycle.handled_retry = Some("r1".into()); o.retry = Some("r1".into()) }, to: Phase::Aborted, must: &[], never: &[] },
     Row { name: "forbidden Aborted -> Evicting on termination (retry first)", from: Phase::Aborted, setup: |_, _, o| o.node = NodeObs::Deleting, to: Phase::Aborted, must: &[], never: &["create eviction", "delete"] },
+    // ---- one Nova host, one Hypervisor (docs/lifecycle.md): a host another holds is not touched
+    Row { name: "forbidden Initial -> Onboarding: the Nova host is held by another Hypervisor", from: Phase::Initial, setup: |_, _, o| o.claimed_by = Some("node-0".into()), to: Phase::Initial, must: &[], never: &["disable", "enable", "add", "run checks"] },
+    Row { name: "forbidden Onboarding -> Testing: the Nova host is held by another Hypervisor", from: Phase::Onboarding, setup: |_, _, o| { o.claimed_by = Some("node-0".into()); with_host(o, |h| h.enabled = true) }, to: Phase::Onboarding, must: &[], never: &["disable", "enable", "add", "remove", "run checks"] },
+    Row { name: "forbidden Onboarding -> Maintenance: a hold on a Nova host another Hypervisor holds changes nothing", from: Phase::Onboarding, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Auto; o.claimed_by = Some("node-0".into()); with_host(o, |h| h.enabled = true) }, to: Phase::Onboarding, must: &[], never: &["disable", "create eviction"] },
+    Row { name: "Onboarding -> Testing: a Hypervisor whose record names the host keeps it", from: Phase::Onboarding, setup: |_, s, o| { s.lifecycle.nova_host = Some("node-1".into()); o.claimed_by = Some("node-0".into()) }, to: Phase::Testing, must: &["run checks (run 1)"], never: &["enable"] },
     // ---- who owns a disable (docs/lifecycle.md): ours is lifted, anyone else's stands
     Row { name: "Ready: Nova's own new-service disable is ours to lift", from: Phase::Ready, setup: |_, _, o| with_host(o, |h| h.disabled_reason = Some(disables::NEW_SERVICE_REASON.into())), to: Phase::Ready, must: &["enable compute service"], never: &[] },
     Row { name: "forbidden Ready -> Active: nova-compute's AUTO disable is not lifted", from: Phase::Ready, setup: |_, _, o| with_host(o, |h| h.disabled_reason = Some("AUTO: Connection to libvirt lost: 1".into())), to: Phase::Ready, must: &[], never: &["enable"] },
@@ -325,6 +330,33 @@ fn restart_with_eviction_not_yet_visible_recreates_under_the_same_name() {
     let acts: Vec<String> = d.actions.iter().map(|a| a.to_string()).collect();
     assert_eq!(acts, vec!["create eviction node-1-auto-1 (RollingUpdate)"]);
     assert_eq!(d.record.eviction_seq, 1, "no second eviction is minted");
+}
+
+#[test]
+fn a_nova_host_another_hypervisor_holds_is_refused_naming_it_and_told_once() {
+    let mut o = obs();
+    o.claimed_by = Some("compute-3".into());
+    let d = decide_at(&spec(), &status(Phase::Onboarding), &o, t(60));
+    let c = condition(&d, crate::api::ConditionType::Onboarded);
+    assert_eq!((c.status, c.reason.as_str()), (crate::api::ConditionStatus::False, NOVA_HOST_CLAIMED));
+    assert!(c.message.contains("held by Hypervisor compute-3"), "{}", c.message);
+    assert_eq!(d.warnings.iter().map(|w| w.reason).collect::<Vec<_>>(), [NOVA_HOST_CLAIMED]);
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    assert_eq!(
+        (d.record.nova_host.as_deref(), d.service_id.as_deref()),
+        (None, None),
+        "nothing of it recorded"
+    );
+    // Told once: the condition stands, no new warning.
+    let mut st = status(Phase::Onboarding);
+    st.conditions = crate::api::condition::merge(&[], &d.conditions, t(60), None);
+    let again = decide_at(&spec(), &st, &o, t(120));
+    assert!(again.warnings.is_empty(), "{:?}", again.warnings);
+    // Once the holder is gone, it onboards.
+    o.claimed_by = None;
+    let freed = decide_at(&spec(), &st, &o, t(180));
+    assert_eq!(freed.record.nova_host.as_deref(), Some("node-1"));
+    assert_ne!(condition(&freed, crate::api::ConditionType::Onboarded).reason, NOVA_HOST_CLAIMED);
 }
 
 fn condition(d: &Decision, t: crate::api::ConditionType) -> DesiredCondition {

@@ -308,15 +308,15 @@ impl Cloud {
     }
 
     async fn once(&self, call: &Call) -> Result<Value, NovaError> {
+        if self.observing && call.method != http::Method::GET {
+            return Err(NovaError::Withheld(call.describe()));
+        }
         // Never closed: the semaphore lives as long as the Cloud.
         let _turn = self.in_flight.acquire().await.map_err(|e| NovaError::Unavailable(e.to_string()))?;
         let session = self.session().await?;
         let what = call.describe();
         // Checked after the session (whose Keystone round may take long) and
         // right before the request leaves.
-        if self.observing && call.method != http::Method::GET {
-            return Err(NovaError::Withheld(what));
-        }
         if let Some(guard) = &self.guard {
             guard.ensure().map_err(|e| NovaError::NotLeader(format!("{what}: {e}")))?;
         }
@@ -444,6 +444,25 @@ mod tests {
     async fn post_error(url: &str) -> ApiError<RestError> {
         let e = reqwest::Client::new().post(url).body("{}").send().await.expect_err("the call must fail");
         ApiError::Client { source: RestError::from(e) }
+    }
+
+    /// An observing install sends nothing but reads, whatever asks.
+    #[tokio::test]
+    async fn an_observing_cloud_withholds_every_call_but_a_get() {
+        let nowhere =
+            CloudSource::CloudsYaml { cloud: "none".into(), file: Some("/nonexistent/clouds.yaml".into()) };
+        let cloud = Cloud::new(nowhere, HttpPolicy::default()).observing(true);
+        for (method, path) in [
+            (http::Method::PUT, "os-services/1"),
+            (http::Method::POST, "servers/1/action"),
+            (http::Method::DELETE, "os-services/1"),
+        ] {
+            let call = Call::with(Service::Compute, method.clone(), path, serde_json::json!({}));
+            let e = cloud.call(call).await.unwrap_err();
+            assert!(matches!(e, NovaError::Withheld(_)), "{method} {path}: {e}");
+        }
+        let read = cloud.call(Call::get(Service::Compute, "os-services")).await.unwrap_err();
+        assert!(matches!(read, NovaError::Config(_)), "a read goes on (and meets the bad config): {read}");
     }
 
     #[tokio::test]
