@@ -141,6 +141,14 @@ async fn nothing_done_to(
     }
 }
 
+/// The coordinator's flags to fence by the ground's Ceph.
+fn ceph_fence_flags(env: &hv_tests::env::TestEnv) -> Vec<String> {
+    let (conf, keyring) = (env.ceph.conf.display(), env.ceph.fence.keyring.display());
+    let pairs = [("--ceph-fence-id", env.ceph.fence.id.clone()), ("--ceph-fence-conf", conf.to_string())];
+    let pairs = pairs.into_iter().chain([("--ceph-fence-keyring", keyring.to_string())]);
+    pairs.flat_map(|(flag, value)| [flag.to_string(), value]).collect()
+}
+
 /// Waits until `host`'s `Paused` condition says it would do `what`.
 async fn would(region: &Region, host: &str, what: &str, coord: &Proc) -> String {
     until(
@@ -169,10 +177,8 @@ async fn a_paused_host_gets_no_write_and_is_never_fenced() {
     let env = region.env.clone();
     let claims = claim_hosts(&env, 3).await;
     let [host, peer1, peer2] = [0, 1, 2].map(|i| claims[i].host.clone());
-    let keyring = env.ceph.fence.keyring.display().to_string();
-    let conf = env.ceph.conf.display().to_string();
-    let fence_id =
-        ["--ceph-fence-id", &env.ceph.fence.id, "--ceph-fence-conf", &conf, "--ceph-fence-keyring", &keyring];
+    let flags = ceph_fence_flags(&env);
+    let fence_id: Vec<&str> = flags.iter().map(String::as_str).collect();
     let coord = fencing_coordinator(&region, &fence_id);
     let metrics = coord.metrics.clone().unwrap();
     let mut agents = Vec::new();
@@ -234,10 +240,8 @@ async fn observe_mode_writes_nothing_through_an_eviction_and_a_fencing() {
     let env = region.env.clone();
     let claims = claim_hosts(&env, 3).await;
     let [evicted, dies, peer] = [0, 1, 2].map(|i| claims[i].host.clone());
-    let keyring = env.ceph.fence.keyring.display().to_string();
-    let conf = env.ceph.conf.display().to_string();
-    let fence_id =
-        ["--ceph-fence-id", &env.ceph.fence.id, "--ceph-fence-conf", &conf, "--ceph-fence-keyring", &keyring];
+    let flags = ceph_fence_flags(&env);
+    let fence_id: Vec<&str> = flags.iter().map(String::as_str).collect();
     // A region in service: an acting install onboarded its hosts.
     let mut acting = fencing_coordinator(&region, &fence_id);
     let mut agents = Vec::new();

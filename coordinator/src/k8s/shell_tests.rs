@@ -879,10 +879,9 @@ async fn attempts_started_together_are_all_asked_though_one_cannot_be() {
     assert!(!of("vm-a"), "vm-a's attempt stays as recorded before asking: {log:?}");
 }
 
-#[tokio::test]
-async fn the_reconcile_that_sees_the_host_disabled_starts_the_first_migrations() {
-    let t = eviction_ctx(ev_or_migration, vec![server("vm-a")], Ok(()), true);
-    *t.service_enabled.lock().unwrap() = Some(false);
+/// An Eviction that passed its preflight and waits for its host to be
+/// disabled.
+fn disabling() -> Eviction {
     let mut ev = (*an_eviction(None)).clone();
     ev.status = Some(EvictionStatus {
         phase: Some(EvictionPhase::Disabling),
@@ -890,6 +889,14 @@ async fn the_reconcile_that_sees_the_host_disabled_starts_the_first_migrations()
         started_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now())),
         ..Default::default()
     });
+    ev
+}
+
+#[tokio::test]
+async fn the_reconcile_that_sees_the_host_disabled_starts_the_first_migrations() {
+    let t = eviction_ctx(ev_or_migration, vec![server("vm-a")], Ok(()), true);
+    *t.service_enabled.lock().unwrap() = Some(false);
+    let ev = disabling();
     eviction::reconcile(Arc::new(ev), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
     let log = entries(&t.log);
     assert!(log.contains(&"nova migrate vm-a".to_string()), "in this very reconcile: {log:?}");
@@ -1891,13 +1898,7 @@ async fn an_eviction_of_a_paused_host_asks_nothing_of_nova_and_says_what_it_woul
         Some([(crate::api::keys::PAUSED_ANNOTATION.to_string(), "disk swap".to_string())].into());
     t.hv_writer.lock().unwrap().apply_watcher_event(&watcher::Event::Apply(hv));
     *t.service_enabled.lock().unwrap() = Some(false);
-    let mut ev = (*an_eviction(None)).clone();
-    ev.status = Some(EvictionStatus {
-        phase: Some(EvictionPhase::Disabling),
-        host: Some("node-1".into()),
-        started_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now())),
-        ..Default::default()
-    });
+    let ev = disabling();
     let next = eviction::reconcile(Arc::new(ev), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(next, Requeue::requeue(Duration::from_secs(5)));
     let log = entries(&t.log);
