@@ -359,6 +359,9 @@ fn count_hosts(metrics: &Metrics, hypervisors: &Store<Hypervisor>, registry: &Ar
                 }),
                 paused: status
                     .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == PAUSED && c.status == "True")),
+                adopted_checks_failed: status.is_some_and(|s| {
+                    s.conditions.iter().any(|c| c.reason == hv_coordinator::lifecycle::ADOPTED_CHECKS_FAILED)
+                }),
             }
         }))
     });

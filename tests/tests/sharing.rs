@@ -359,6 +359,21 @@ async fn a_second_node_naming_a_claimed_nova_host_is_refused_with_no_nova_write(
     assert!(writes.is_empty(), "written to Nova after the second Node appeared: {writes:?}");
     let events = region.events_for(&twin).await;
     assert!(events.iter().any(|e| e.0 == "NovaHostClaimed" && e.1.contains(host.as_str())), "{events:?}");
+    // The refused one has no compute service of its own: its Node goes.
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(region.kube.client.clone());
+    nodes.delete(&twin, &Default::default()).await.unwrap();
+    until(
+        "the refused Node deleted",
+        SOON,
+        || coord.tail(30),
+        || async {
+            let left = nodes.get_opt(&twin).await.unwrap().map(|n| n.metadata.finalizers);
+            ready_when(left.is_none(), left)
+        },
+    )
+    .await;
+    let svc = admin.service(&host).await.unwrap().unwrap();
+    assert_eq!(svc["status"], "enabled", "{svc}");
 
     // Two Nodes naming one host, created together: one wins.
     let (a, b) = (format!("{raced}-a-{pid}"), format!("{raced}-b-{pid}"));
@@ -409,4 +424,51 @@ async fn a_second_node_naming_a_claimed_nova_host_is_refused_with_no_nova_write(
     region.wait_leading(&standby).await;
     region.wait_phase(&first, Phase::Active, SOON, &standby).await;
     refused(&region, &second, &first, &standby).await;
+}
+
+/// A host found in service (its compute service enabled, with a server) is
+/// adopted: never disabled on its way in (Nova's service sampled every
+/// second), its checks run by its agent, Active after that one run.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_in_service_with_servers_is_adopted_and_never_disabled() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let region = Region::start("sharing-adopt").await;
+    let claim = hosts::claim(&region.env).await;
+    let host = claim.host.clone();
+    let admin = Admin::login(&region.env).await.unwrap();
+    admin.set_service(&host, json!({"status": "enabled"})).await.unwrap();
+    let vm = admin.boot_on(&format!("{}-adopted", region.id), &host, "1").await.unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (admin, host, stop) = (Admin::login(&region.env).await.unwrap(), host.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut samples = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                let svc = admin.service(&host).await.unwrap().unwrap_or_default();
+                samples
+                    .push((svc["status"].as_str().unwrap_or("").to_string(), svc["disabled_reason"].clone()));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            samples
+        })
+    };
+    let coord = region.coordinator(None, &[]);
+    let _agent = region.agent(&host, &hv_tests::region::AgentPeers::default());
+    region.create_node(&host, &[]).await;
+    let hv = region.wait_phase(&host, Phase::Active, SOON, &coord).await;
+    let status = hv.status.clone().unwrap();
+    assert!(!status.checks.is_empty() && status.checks.iter().all(|c| c.passed), "{:?}", status.checks);
+    assert_eq!(Region::condition(&hv, "Tested").1, "Passed");
+    tokio::time::sleep(Duration::from_secs(THREE_DRIFT_INTERVALS)).await;
+    stop.store(true, Ordering::SeqCst);
+    let samples = sampler.await.unwrap();
+    assert!(samples.len() as u64 >= THREE_DRIFT_INTERVALS, "sampled {} times", samples.len());
+    let disabled: Vec<_> = samples.iter().filter(|(s, _)| s != "enabled").collect();
+    assert!(disabled.is_empty(), "an adopted host was disabled: {disabled:?}");
+    let events: Vec<String> = region.events_for(&host).await.into_iter().map(|e| e.0).collect();
+    for reason in ["HostAdopted", "Testing", "Ready", "Active"] {
+        assert!(events.iter().any(|r| r == reason), "{reason}: {events:?}");
+    }
+    assert_eq!(admin.servers_on(&host).await.unwrap(), std::slice::from_ref(&vm), "its server stays");
+    admin.delete_server(&vm).await.unwrap();
 }

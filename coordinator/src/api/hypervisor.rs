@@ -696,6 +696,15 @@ pub struct LifecycleRecord {
     /// Why the node is Aborted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abort: Option<AbortRecord>,
+    /// The host was in service when first seen (its compute service
+    /// enabled, with servers): it is adopted, never disabled on its way in,
+    /// its first check run a re-check. Cleared once it is Active.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopted: bool,
+    /// What the adopted host's first check run found wrong: reported, the
+    /// host left in service. Cleared by a check run that passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopted_checks_failed: Option<String>,
     /// Set once the compute service was deleted with no instance left.
     #[serde(default)]
     pub service_deleted: bool,

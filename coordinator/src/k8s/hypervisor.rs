@@ -267,6 +267,7 @@ async fn decided(
     if let Err(holder) = ctx.nova_hosts.claim(&ctx.hypervisors, name, &host) {
         tracing::warn!(nova_host = %host, holder = %holder, "the Nova host is held by another Hypervisor");
         obs.claimed_by = Some(holder);
+        obs.nova = NovaObs::NotRegistered;
         return Ok((hv, status.clone(), decide(obs)));
     }
     let mut claimed = status.clone();
@@ -277,7 +278,13 @@ async fn decided(
             Ok((hv, claimed, decision))
         }
         Err(e) => {
-            ctx.nova_hosts.forget(&host, name);
+            // Only a write surely refused gives the claim up: one whose
+            // answer was lost may have landed.
+            if let Error::Kube(kube::Error::Api(a)) = &e
+                && matches!(a.code, 409 | 422)
+            {
+                ctx.nova_hosts.forget(&host, name);
+            }
             Err(e)
         }
     }
@@ -355,7 +362,7 @@ fn would_do(
     let fence = super::fence::would(ctx, hv, &fence_observed(seen, verdict), now);
     let input = Input { name, spec: &hv.spec, status, obs: &seen.obs, policy: &ctx.policy, now };
     let actions = lifecycle::decide(&input).actions.into_iter().map(|a| (Would::of(&a), a.to_string()));
-    maintain.into_iter().chain(fence).chain(actions).collect()
+    maintain.into_iter().chain(fence).chain(actions).map(|(kind, line)| (kind, hands::item(&line))).collect()
 }
 
 /// Each thing a host whose hands are off would do, told once: an Event and
@@ -387,6 +394,10 @@ async fn fence(
     verdict: &Verdict,
     now: Timestamp,
 ) -> FenceOutcome {
+    // Never the Nova host another Hypervisor holds.
+    if seen.obs.claimed_by.is_some() {
+        return FenceOutcome::default();
+    }
     super::fence::run(ctx, hv, &seen.host, fence_observed(seen, verdict), now).await
 }
 
@@ -637,7 +648,7 @@ async fn observe(
     // host whose agent has not reconnected yet weighs on no verdict.
     let connected = agent.connected || settling;
     let steady = may_share(phase, leaving, status.fencing.is_some(), health_of(status), connected, evicting);
-    let (nova, shared) = observe_nova(ctx, hv, &host, steady).await;
+    let (claimed_by, nova, shared) = observe_own_nova(ctx, hv, name, status, &host, steady).await;
     let close_hosts = match &nova {
         NovaObs::NotRegistered if phase == Phase::Onboarding => {
             observe_close_hosts(ctx, &host, agent.hostname.as_deref()).await
@@ -661,12 +672,7 @@ async fn observe(
         health: None,
         // A host whose hands are off takes no place among those held for updates.
         update_wait: ctx.updates.wait(name, phase, &hv.spec, node, hands_of(ctx, hv).free()),
-        claimed_by: status
-            .lifecycle
-            .nova_host
-            .is_none()
-            .then(|| ctx.nova_hosts.holder(&ctx.hypervisors, name, &host))
-            .flatten(),
+        claimed_by,
     };
     let judged = crate::lifecycle::expects_agent(phase);
     // Not while a new leader settles: no agent is connected yet, and no
@@ -688,6 +694,27 @@ impl Seen {
 /// Nova's view of the host: the fleet view's when it may stand for the
 /// host (`shareable`, [`may_share`]) and has it, else the host's own read;
 /// with whether it is the fleet view's.
+/// The Hypervisor that holds this one's Nova host, if another does while
+/// this one has recorded none: then the compute service there is none of
+/// this one's, and is not read. Else the host as [`observe_nova`] reads it.
+async fn observe_own_nova(
+    ctx: &Context,
+    hv: &Hypervisor,
+    name: &str,
+    status: &HypervisorStatus,
+    host: &str,
+    steady: bool,
+) -> (Option<String>, NovaObs, bool) {
+    let unrecorded = status.lifecycle.nova_host.is_none();
+    match unrecorded.then(|| ctx.nova_hosts.holder(&ctx.hypervisors, name, host)).flatten() {
+        Some(holder) => (Some(holder), NovaObs::NotRegistered, false),
+        None => {
+            let (nova, shared) = observe_nova(ctx, hv, host, steady).await;
+            (None, nova, shared)
+        }
+    }
+}
+
 async fn observe_nova(ctx: &Context, hv: &Hypervisor, host: &str, shareable: bool) -> (NovaObs, bool) {
     if shareable {
         let traits = host_traits(hv);

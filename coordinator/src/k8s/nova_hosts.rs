@@ -3,9 +3,12 @@
 //! (`status.lifecycle.novaHost`), and the record is written before anything
 //! is written to Nova for that host. Two Hypervisors that name one host
 //! reconcile in this process, which alone acts (the leader): their claims
-//! are taken here under one lock, and a claim stays counted until the cache
-//! surely shows its record. A new leader decides only once its caches are
-//! whole, so it sees every record written before its lease began.
+//! are taken here under one lock, and a claim stays counted until the
+//! cache shows its record (while its Hypervisor is cached), or for a
+//! minute while the cache does not show that Hypervisor at all (not yet, or
+//! deleted since). A new leader decides only once its caches are whole,
+//! so it sees every record written before its lease began. The check covers this install's Hypervisors (the only
+//! ones it caches).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -16,11 +19,11 @@ use kube::runtime::reflector::Store;
 
 use crate::api::Hypervisor;
 
-/// How long a claim made here counts beside the cache: by then the cache
-/// shows the record written with it.
-const KEPT: Duration = Duration::from_secs(60);
+/// How long a claim counts whose Hypervisor the cache does not show.
+const UNCACHED: Duration = Duration::from_secs(60);
 
-/// The claims this process made lately: Nova host → (Hypervisor, when).
+/// The claims this process made that the cache may not show yet: Nova
+/// host → (Hypervisor, when).
 #[derive(Default)]
 pub struct NovaHosts {
     claimed: Mutex<HashMap<String, (String, Instant)>>,
@@ -40,13 +43,16 @@ impl NovaHosts {
     /// The Hypervisor other than `name` that holds `host`: in the cache,
     /// or claimed here lately.
     pub fn holder(&self, hypervisors: &Store<Hypervisor>, name: &str, host: &str) -> Option<String> {
-        held(&crate::locked::lock(&self.claimed), hypervisors, name, host)
+        let mut claimed = crate::locked::lock(&self.claimed);
+        claimed.retain(|_, (claimant, at)| pending(hypervisors, claimant, *at));
+        held(&claimed, hypervisors, name, host)
     }
 
     /// Claims `host` for `name` unless another Hypervisor holds it (then
     /// answers which). Checking and claiming are one step under one lock.
     pub fn claim(&self, hypervisors: &Store<Hypervisor>, name: &str, host: &str) -> Result<(), String> {
         let mut claimed = crate::locked::lock(&self.claimed);
+        claimed.retain(|_, (claimant, at)| pending(hypervisors, claimant, *at));
         if let Some(other) = held(&claimed, hypervisors, name, host) {
             return Err(other);
         }
@@ -54,7 +60,7 @@ impl NovaHosts {
         Ok(())
     }
 
-    /// Drops `name`'s claim of `host`: its record was not written.
+    /// Drops `name`'s claim of `host`: its record was surely not written.
     pub fn forget(&self, host: &str, name: &str) {
         let mut claimed = crate::locked::lock(&self.claimed);
         if claimed.get(host).is_some_and(|(n, _)| n == name) {
@@ -63,20 +69,26 @@ impl NovaHosts {
     }
 }
 
-/// [`NovaHosts::holder`], with the claims' lock held.
+/// [`NovaHosts::holder`], with the claims' lock held and the claims the
+/// cache answers for dropped.
 fn held(
     claimed: &HashMap<String, (String, Instant)>,
     hypervisors: &Store<Hypervisor>,
     name: &str,
     host: &str,
 ) -> Option<String> {
-    if let Some((other, at)) = claimed.get(host)
-        && other != name
-        && at.elapsed() < KEPT
-    {
-        return Some(other.clone());
+    let claimant = claimed.get(host).map(|(other, _)| other).filter(|other| *other != name);
+    claimant.cloned().or_else(|| recorded_holder(hypervisors, name, host))
+}
+
+/// Whether a claim of `claimant` made at `at` still counts beside the
+/// cache: its Hypervisor is cached without a record (once the record
+/// shows, the cache answers), or not cached at all for a minute.
+fn pending(hypervisors: &Store<Hypervisor>, claimant: &str, at: Instant) -> bool {
+    match hypervisors.get(&kube::runtime::reflector::ObjectRef::new(claimant)) {
+        Some(h) => h.status.as_ref().is_none_or(|s| s.lifecycle.nova_host.is_none()),
+        None => at.elapsed() < UNCACHED,
     }
-    recorded_holder(hypervisors, name, host)
 }
 
 /// The Hypervisor other than `name` whose record names `host`, as the
@@ -118,7 +130,9 @@ mod tests {
     #[test]
     fn the_first_of_two_claims_wins_and_a_claim_not_recorded_can_be_given_up() {
         let (store, mut writer) = reflector::store::<Hypervisor>();
-        writer.apply_watcher_event(&watcher::Event::Apply(recorded("old", Some("compute-9"))));
+        for h in [recorded("old", Some("compute-9")), recorded("a", None), recorded("b", None)] {
+            writer.apply_watcher_event(&watcher::Event::Apply(h));
+        }
         let hosts = NovaHosts::default();
         assert_eq!(hosts.claim(&store, "a", "compute-1"), Ok(()));
         assert_eq!(hosts.claim(&store, "b", "compute-1"), Err("a".into()), "the cache does not show it yet");
@@ -133,5 +147,18 @@ mod tests {
         );
         hosts.forget("compute-1", "a");
         assert_eq!(hosts.claim(&store, "b", "compute-1"), Ok(()));
+    }
+
+    #[test]
+    fn a_claim_counts_until_the_cache_shows_its_record() {
+        let (store, mut writer) = reflector::store::<Hypervisor>();
+        writer.apply_watcher_event(&watcher::Event::Apply(recorded("a", None)));
+        let hosts = NovaHosts::default();
+        assert_eq!(hosts.claim(&store, "a", "compute-1"), Ok(()));
+        assert_eq!(hosts.holder(&store, "b", "compute-1"), Some("a".into()), "the cache lags");
+        writer.apply_watcher_event(&watcher::Event::Apply(recorded("a", Some("compute-1"))));
+        assert_eq!(hosts.holder(&store, "b", "compute-1"), Some("a".into()), "the cache shows it");
+        writer.apply_watcher_event(&watcher::Event::Delete(recorded("a", Some("compute-1"))));
+        assert_eq!(hosts.holder(&store, "b", "compute-1"), None, "its record gone, and its claim with it");
     }
 }

@@ -1930,7 +1930,8 @@ async fn the_first_hypervisor_naming_a_nova_host_claims_it_before_nova_is_asked_
         }
         _ => (201, json!({})),
     };
-    let t = hypervisor_ctx(answer, registered(false, &[]), true, vec![]);
+    // Enabled and empty: onboarding disables it, a write to Nova.
+    let t = hypervisor_ctx(answer, registered(true, &[]), true, vec![]);
     let onboarding = |name: &str| {
         let mut h = (*hypervisor(Some(Phase::Onboarding), None)).clone();
         h.metadata.name = Some(name.into());
@@ -1944,8 +1945,8 @@ async fn the_first_hypervisor_naming_a_nova_host_claims_it_before_nova_is_asked_
     let log = entries(&t.log);
     let claimed =
         log.iter().position(|l| l.ends_with("/hypervisors/node-1/status")).expect("the claim written");
-    let asked = log.iter().position(|l| l.starts_with("nova ") && !l.starts_with("nova observe"));
-    assert!(asked.is_none_or(|a| claimed < a), "recorded before Nova was asked: {log:?}");
+    let asked = log.iter().position(|l| l.starts_with("nova disable")).expect("onboarding disables");
+    assert!(claimed < asked, "recorded before Nova was asked: {log:?}");
     let writes = status_writes(&t.bodies);
     assert_eq!(writes[0]["status"]["lifecycle"]["novaHost"], "node-1", "{writes:?}");
 

@@ -126,6 +126,12 @@ pub const SERVICE_RE_REGISTERED: &str = "ServiceReRegistered";
 pub const HOST_UNSEEN: &str = "HostUnseenDisabled";
 /// A disable by anyone else, respected (docs/lifecycle.md, "Who owns a disable").
 pub const DISABLED_ELSEWHERE: &str = "DisabledElsewhere";
+/// A host found in service is adopted, not disabled (docs/lifecycle.md,
+/// "Adopting a host in service").
+pub const HOST_ADOPTED: &str = "HostAdopted";
+/// An adopted host's first check run did not pass: reported, the host left
+/// in service (docs/lifecycle.md, "Adopting a host in service").
+pub const ADOPTED_CHECKS_FAILED: &str = "AdoptedChecksFailed";
 /// Another Hypervisor holds the Nova host this one names (docs/lifecycle.md,
 /// "One Nova host, one Hypervisor").
 pub const NOVA_HOST_CLAIMED: &str = "NovaHostClaimed";
@@ -147,6 +153,7 @@ pub const ALLOWED_TRANSITIONS: &[(Phase, Phase)] = &[
     (Phase::Onboarding, Phase::Maintenance),
     (Phase::Onboarding, Phase::Evicting),
     (Phase::Testing, Phase::Ready),
+    (Phase::Testing, Phase::Active),
     (Phase::Testing, Phase::Aborted),
     (Phase::Testing, Phase::Maintenance),
     (Phase::Testing, Phase::Evicting),
@@ -197,9 +204,9 @@ pub fn decide(input: &Input<'_>) -> Decision {
 fn claimed(d: &mut Draft<'_>, holder: &str) {
     let host = d.nova_host();
     let msg = format!(
-        "Nova host {host} is held by Hypervisor {holder}: nothing is done for this one. Fix the Node's \
-         {NOVA_HOST_ANNOTATION} annotation (and this Hypervisor's spec.novaHost), or delete Hypervisor \
-         {holder} if it is a stale record of the same machine"
+        "Nova host {host} is held by Hypervisor {holder}: nothing is done for this one. Fix this Hypervisor's \
+         spec.novaHost (taken from the Node's {NOVA_HOST_ANNOTATION} annotation when it was created), or \
+         delete Hypervisor {holder} if it is a stale record of the same machine"
     );
     let told = d
         .input
@@ -232,7 +239,17 @@ fn onboarding(d: &mut Draft<'_>) {
     let Some(host) = registered(d) else {
         return;
     };
-    if host.enabled && d.input.status.service_id.is_none() {
+    // Found in service, with servers, never tested by us (so never put in
+    // service by us): adopted, never disabled on the way.
+    if d.record.test_run == 0 && host.enabled && !host.instances.is_empty() && !d.record.adopted {
+        d.record.adopted = true;
+        let msg = format!(
+            "{} is in service with {} server(s): adopted, left enabled; its checks run as a re-check",
+            d.nova_host(),
+            host.instances.len()
+        );
+        d.warn(HOST_ADOPTED, msg);
+    } else if host.enabled && d.input.status.service_id.is_none() && !d.record.adopted {
         let msg = format!(
             "Nova enabled the compute service of {} the moment it registered (enable_new_services = True); \
              it is disabled until the checks pass. Set enable_new_services = False in nova.conf (docs/nova.md)",
@@ -240,7 +257,9 @@ fn onboarding(d: &mut Draft<'_>) {
         );
         d.warn(NOVA_ENABLES_NEW_SERVICES, msg);
     }
-    d.guard_disabled(host, ONBOARDING_DISABLE_REASON);
+    if !d.record.adopted {
+        d.guard_disabled(host, ONBOARDING_DISABLE_REASON);
+    }
     if let Err(bad) = d.spec_traits() {
         let msg = format!("spec.customTraits has invalid entries: {}", list(&bad));
         return d.abort(ConditionType::Onboarded, "InvalidSpec", msg);
@@ -275,7 +294,9 @@ fn testing(d: &mut Draft<'_>) {
     if d.hold_requested() {
         return hold(d);
     }
-    if let NovaObs::Registered(host) = &d.obs().nova {
+    if let NovaObs::Registered(host) = &d.obs().nova
+        && !d.record.adopted
+    {
         d.guard_disabled(host, ONBOARDING_DISABLE_REASON);
     }
     if d.input.spec.skip_tests {
@@ -288,15 +309,12 @@ fn testing(d: &mut Draft<'_>) {
         d.checks = Some(report.results.clone());
         let failed: Vec<&CheckResultStatus> = report.results.iter().filter(|c| !c.passed).collect();
         if report.results.is_empty() {
-            return d.abort(
-                ConditionType::Tested,
-                "NoChecks",
-                format!("run {run}: the agent reported no checks"),
-            );
+            return d.test_failed("NoChecks", format!("run {run}: the agent reported no checks"));
         }
         if failed.is_empty() {
             let msg = format!("run {run}: {} checks passed", report.results.len());
             d.set(ConditionType::Tested, ConditionStatus::True, "Passed", msg);
+            d.record.adopted_checks_failed = None;
             return d.go(Phase::Ready, "all checks passed".into());
         }
         let detail: Vec<String> = failed.iter().map(|c| format!("{}: {}", c.name, c.message)).collect();
@@ -306,7 +324,7 @@ fn testing(d: &mut Draft<'_>) {
             report.results.len(),
             detail.join("; ")
         );
-        return d.abort(ConditionType::Tested, "ChecksFailed", msg);
+        return d.test_failed("ChecksFailed", msg);
     }
     let started = d.record.test_started.as_ref().map(|t| t.0);
     let waited = started.map(|s| d.input.now.duration_since(s));
@@ -317,7 +335,7 @@ fn testing(d: &mut Draft<'_>) {
             human(d.input.policy.checks_timeout),
             if connected { "connected" } else { "not connected" }
         );
-        return d.abort(ConditionType::Tested, "ChecksTimedOut", msg);
+        return d.test_failed("ChecksTimedOut", msg);
     }
     if connected {
         d.actions.push(Action::RunChecks { run });
@@ -338,7 +356,9 @@ fn testing(d: &mut Draft<'_>) {
 }
 
 fn aborted(d: &mut Draft<'_>) {
-    if let NovaObs::Registered(host) = &d.obs().nova {
+    if let NovaObs::Registered(host) = &d.obs().nova
+        && !d.record.adopted
+    {
         d.guard_disabled(host, ONBOARDING_DISABLE_REASON);
     }
     if let Some(token) = d.fresh_retry() {
@@ -1082,7 +1102,7 @@ impl<'a> Draft<'a> {
     /// recorded none (a Decommissioned one keeps its record, and its host).
     fn claimed_by(&self) -> Option<&'a str> {
         let mine = self.input.status.lifecycle.nova_host.is_some();
-        self.obs().claimed_by.as_deref().filter(|_| !mine && self.phase != Phase::Decommissioned)
+        self.obs().claimed_by.as_deref().filter(|_| !mine)
     }
 
     fn nova_host(&self) -> &'a str {
@@ -1099,6 +1119,9 @@ impl<'a> Draft<'a> {
 
     fn go(&mut self, to: Phase, reason: String) {
         if self.transition.is_none() && to != self.phase {
+            if to == Phase::Active {
+                self.record.adopted = false;
+            }
             // A held host comes back from these only through its checks.
             if matches!(to, Phase::Onboarding | Phase::Maintenance | Phase::Decommissioned) {
                 self.record.unseen = None;
@@ -1122,6 +1145,20 @@ impl<'a> Draft<'a> {
             from: self.phase,
         });
         self.go(Phase::Aborted, format!("{reason}: {message}"));
+    }
+
+    /// A check run that did not pass: the host is Aborted, unless it is
+    /// adopted (in service when first seen), which is reported and stays
+    /// in service: only an SRE empties or disables it.
+    fn test_failed(&mut self, reason: &str, message: String) {
+        if !self.record.adopted {
+            return self.abort(ConditionType::Tested, reason, message);
+        }
+        let msg = format!("{message}; the host was in service when adopted and stays so: an SRE decides");
+        self.warn(ADOPTED_CHECKS_FAILED, format!("{}: {msg}", self.nova_host()));
+        self.set(ConditionType::Tested, ConditionStatus::False, ADOPTED_CHECKS_FAILED, msg.clone());
+        self.record.adopted_checks_failed = Some(msg);
+        self.go(Phase::Active, format!("adopted; {reason}: reported, left in service"));
     }
 
     fn fresh_retry(&self) -> Option<&'a String> {
@@ -1432,6 +1469,7 @@ impl<'a> Draft<'a> {
                     (Unknown, "Pending")
                 }
                 Phase::Testing => (Unknown, "Starting"),
+                _ if self.record.adopted_checks_failed.is_some() => (False, ADOPTED_CHECKS_FAILED),
                 _ if self.input.spec.skip_tests => (True, "Skipped"),
                 _ => (True, "Passed"),
             };

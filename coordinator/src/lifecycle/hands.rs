@@ -57,7 +57,7 @@ impl Hands {
     }
 
     /// The `Paused` condition: what holds the host, and what would be done
-    /// were it free (`would`, one line each).
+    /// were it free (`would`, one line each, as [`item`] words them).
     pub fn condition(&self, would: &[String]) -> DesiredCondition {
         let (status, reason, why) = self.held();
         let message = match would {
@@ -144,6 +144,13 @@ impl Would {
     }
 }
 
+/// One thing that would be done, as the `Paused` condition lists it: the
+/// list's separator never inside an item (a maintenance reason may hold
+/// one), so [`told`] reads each back whole.
+pub fn item(line: &str) -> String {
+    line.replace("; ", ", ")
+}
+
 /// The items a `Paused` condition's message said would be done (as
 /// [`Hands::condition`] writes them, last): each told already. An SRE's
 /// reason that reads like a list tells nothing more than its own words.
@@ -206,6 +213,10 @@ mod tests {
         );
         assert!(items.contains(&"fence the host (its next step: NovaForcedDown)"), "{items:?}");
         assert!(told(&Hands::Observing.condition(&[]).message).is_empty());
+        // An item with the separator inside (a maintenance reason's) reads back whole.
+        let line = item("disable compute service (hv-lifecycle: maintenance (manual): BIOS; CHG123)");
+        let said = Hands::Paused("x".into()).condition(std::slice::from_ref(&line));
+        assert_eq!(told(&said.message), [line.as_str()]);
     }
 
     #[test]

@@ -25,9 +25,9 @@ mod observe;
 pub use crate::api::condition::DesiredCondition;
 pub use action::Action;
 pub use decide::{
-    ALLOWED_TRANSITIONS, DISABLED_ELSEWHERE, DRIFT_REPAIRED, Decision, HOST_UNSEEN, Input,
-    NOVA_ENABLES_NEW_SERVICES, NOVA_HOST_CLAIMED, Policy, SERVICE_RE_REGISTERED, Transition, Warning, decide,
-    nova_host, valid_trait,
+    ADOPTED_CHECKS_FAILED, ALLOWED_TRANSITIONS, DISABLED_ELSEWHERE, DRIFT_REPAIRED, Decision, HOST_ADOPTED,
+    HOST_UNSEEN, Input, NOVA_ENABLES_NEW_SERVICES, NOVA_HOST_CLAIMED, Policy, SERVICE_RE_REGISTERED,
+    Transition, Warning, decide, nova_host, valid_trait,
 };
 pub use observe::{
     AgentObs, CheckReport, EvictionObs, HealthObs, NodeObs, NovaHost, NovaObs, Observations, ServiceState,

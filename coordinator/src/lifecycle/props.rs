@@ -40,6 +40,9 @@ fn check_one_step(
     if d.phase != from && !ALLOWED_TRANSITIONS.contains(&(from, d.phase)) {
         return Err(format!("transition {from} -> {} is not allowed", d.phase));
     }
+    if (from, d.phase) == (Phase::Testing, Phase::Active) && !st.lifecycle.adopted {
+        return Err("Testing -> Active for a host that was not adopted".into());
+    }
     let enables = d.actions.contains(&Action::EnableService);
     if enables && !matches!(from, Phase::Ready | Phase::Active | Phase::Evicting) {
         return Err(format!("EnableService in {from}"));
@@ -50,8 +53,18 @@ fn check_one_step(
     }
     if let NovaObs::Registered(h) = &o.nova {
         let disables = d.actions.iter().any(|a| matches!(a, Action::DisableService { .. }));
-        if h.enabled && matches!(from, Phase::Onboarding | Phase::Testing | Phase::Aborted) && !disables {
+        // An adopted host (in service when first seen) is left enabled.
+        let adopted = st.lifecycle.adopted || d.record.adopted;
+        if h.enabled
+            && matches!(from, Phase::Onboarding | Phase::Testing | Phase::Aborted)
+            && !disables
+            && !adopted
+        {
             return Err(format!("service left enabled in {from}"));
+        }
+        if d.record.adopted && !st.lifecycle.adopted && (st.lifecycle.test_run > 0 || h.instances.is_empty())
+        {
+            return Err("adopted a host tested by us already, or empty".into());
         }
         if enables && disables {
             return Err("EnableService and DisableService together".into());
@@ -200,6 +213,12 @@ fn grid_statuses(phase: Phase) -> Vec<HypervisorStatus> {
     fresh.service_id = None;
     fresh.phase_since = None;
     let mut out = vec![base.clone(), maint, ext_up, ext_fail.clone(), deleted, fresh];
+    if matches!(phase, Phase::Testing | Phase::Aborted) {
+        // Adopted: in service when first seen, on its way in.
+        let mut adopted = base.clone();
+        adopted.lifecycle.adopted = true;
+        out.push(adopted);
+    }
     if matches!(phase, Phase::Active | Phase::Evicting) {
         // Held unseen: before its recheck, during it (run 1), after it failed.
         for (run, failed) in [(None, false), (Some(1), false), (Some(1), true)] {
@@ -358,6 +377,35 @@ fn one_step_rules_hold_on_the_whole_grid() {
         assert!(seen.contains(edge), "the grid never takes {} -> {}", edge.0, edge.1);
     }
     assert!(decisions > 1_000_000, "grid too small: {decisions}");
+}
+
+/// One Nova host, one Hypervisor: in every phase, a Hypervisor with no
+/// record of its own whose host another holds does nothing, records no
+/// Nova host and takes no service as its own.
+#[test]
+fn a_hypervisor_whose_nova_host_another_holds_does_nothing_in_any_phase() {
+    let mut decisions = 0u32;
+    for phase in Phase::ALL {
+        for mut st in grid_statuses(phase) {
+            st.lifecycle.nova_host = None;
+            for sp in &grid_specs() {
+                // The shell shows no compute service to a Hypervisor refused one.
+                for nova in [NovaObs::NotRegistered, NovaObs::Unknown] {
+                    let mut o = super::fixtures::obs();
+                    o.nova = nova;
+                    o.claimed_by = Some("holder".into());
+                    o.retry = Some("r9".into());
+                    let d = super::fixtures::decide_at(sp, &st, &o, t(100_000));
+                    assert!(d.actions.is_empty(), "{phase}: {:?}", d.actions);
+                    assert_eq!(d.record.nova_host, None, "{phase}");
+                    assert_eq!(d.service_id, st.service_id, "{phase}");
+                    assert_eq!(d.phase, phase, "{phase}: stays where it is");
+                    decisions += 1;
+                }
+            }
+        }
+    }
+    assert!(decisions > 100, "{decisions}");
 }
 
 // ------------------------------------------------------------------ sequences
@@ -810,6 +858,13 @@ impl Sim {
                     if !passed && !self.spec.skip_tests {
                         return Err("Ready without a passing report for the current run".into());
                     }
+                    m.cleared = true;
+                    m.needs_retest = false;
+                }
+                // An adopted host was in service, enabled by its owner,
+                // before we came: its failed first run is reported, and
+                // it stays in service as it was.
+                (Phase::Testing, Phase::Active) => {
                     m.cleared = true;
                     m.needs_retest = false;
                 }

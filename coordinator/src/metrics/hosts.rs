@@ -29,6 +29,8 @@ pub struct Hosts {
     pub disabled_elsewhere: u64,
     /// Hosts the coordinator keeps its hands off (paused, or observe mode).
     pub paused: u64,
+    /// Adopted hosts whose first check run failed, left in service.
+    pub adopted_checks_failed: u64,
 }
 
 /// One Hypervisor, as the fleet's figures count it.
@@ -43,6 +45,8 @@ pub struct Host {
     pub disabled_elsewhere: bool,
     /// Its `Paused` condition is True (docs/operations.md, "Hands off").
     pub paused: bool,
+    /// Its `Tested` condition says an adopted host's checks failed.
+    pub adopted_checks_failed: bool,
 }
 
 /// Counts `hypervisors`.
@@ -57,6 +61,7 @@ pub fn hosts(hypervisors: impl IntoIterator<Item = Host>) -> Hosts {
         f.fenced_showing_life += u64::from(h.fenced_showing_life);
         f.disabled_elsewhere += u64::from(h.disabled_elsewhere);
         f.paused += u64::from(h.paused);
+        f.adopted_checks_failed += u64::from(h.adopted_checks_failed);
     }
     f
 }
@@ -100,6 +105,7 @@ pub struct HostGauges {
     showed_life: Counter,
     disabled_elsewhere: Gauge,
     paused: Gauge,
+    adopted_checks_failed: Gauge,
     would: Family<ActionLabel, Counter>,
 }
 
@@ -114,6 +120,7 @@ impl HostGauges {
             showed_life: Counter::default(),
             disabled_elsewhere: Gauge::default(),
             paused: Gauge::default(),
+            adopted_checks_failed: Gauge::default(),
             would: Family::default(),
         };
         registry.register(
@@ -160,6 +167,12 @@ impl HostGauges {
             g.paused.clone(),
         );
         registry.register(
+            "hv_hypervisors_adopted_checks_failed",
+            "Hosts adopted in service whose first check run failed: reported, left in service until an SRE \
+             decides (docs/lifecycle.md).",
+            g.adopted_checks_failed.clone(),
+        );
+        registry.register(
             "hv_would",
             "What the coordinator would have done on a host it keeps its hands off, by kind (WouldDisable, \
              WouldFence, …): told once each time it is decided anew.",
@@ -181,6 +194,7 @@ impl HostGauges {
             self.fenced_showing_life.set(0);
             self.disabled_elsewhere.set(0);
             self.paused.set(0);
+            self.adopted_checks_failed.set(0);
             return;
         };
         let n = |v: Option<&u64>| i64::try_from(v.copied().unwrap_or(0)).unwrap_or(i64::MAX);
@@ -194,6 +208,7 @@ impl HostGauges {
         self.fenced_showing_life.set(n(Some(&f.fenced_showing_life)));
         self.disabled_elsewhere.set(n(Some(&f.disabled_elsewhere)));
         self.paused.set(n(Some(&f.paused)));
+        self.adopted_checks_failed.set(n(Some(&f.adopted_checks_failed)));
     }
 
     pub(super) fn would(&self, reason: &'static str) {

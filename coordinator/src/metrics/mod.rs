@@ -266,6 +266,7 @@ mod tests {
             fenced_showing_life: false,
             disabled_elsewhere: false,
             paused: false,
+            adopted_checks_failed: false,
         };
         let f = hosts([
             host(Phase::Active, true, Some(HealthState::Healthy)),
@@ -352,6 +353,7 @@ mod tests {
             fenced_showing_life: false,
             disabled_elsewhere: false,
             paused: false,
+            adopted_checks_failed: false,
         };
         m.set_hosts(move || hosts([active]));
         m.set_nova_view(|| {
