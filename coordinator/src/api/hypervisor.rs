@@ -698,11 +698,13 @@ pub struct LifecycleRecord {
     pub abort: Option<AbortRecord>,
     /// The host was in service when first seen (its compute service
     /// enabled, with servers): it is adopted, never disabled on its way in,
-    /// its first check run a re-check. Cleared once it is Active.
+    /// its first check run a re-check. Cleared once it is Active, or taken
+    /// out of service (Maintenance, Evicting, Decommissioned).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub adopted: bool,
     /// What the adopted host's first check run found wrong: reported, the
-    /// host left in service. Cleared by a check run that passes.
+    /// host left in service. Cleared by a later check run that passes (a
+    /// re-check after a maintenance, or once the host is seen again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adopted_checks_failed: Option<String>,
     /// Set once the compute service was deleted with no instance left.

@@ -671,7 +671,13 @@ async fn observe(
         // Judged after observing, with the phase read.
         health: None,
         // A host whose hands are off takes no place among those held for updates.
-        update_wait: ctx.updates.wait(name, phase, &hv.spec, node, hands_of(ctx, hv).free()),
+        update_wait: ctx.updates.wait(
+            name,
+            lifecycle::service_phase(status),
+            &hv.spec,
+            node,
+            hands_of(ctx, hv).free(),
+        ),
         claimed_by,
     };
     let judged = crate::lifecycle::expects_agent(phase);

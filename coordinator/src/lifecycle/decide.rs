@@ -239,16 +239,8 @@ fn onboarding(d: &mut Draft<'_>) {
     let Some(host) = registered(d) else {
         return;
     };
-    // Found in service, with servers, never tested by us (so never put in
-    // service by us): adopted, never disabled on the way.
-    if d.record.test_run == 0 && host.enabled && !host.instances.is_empty() && !d.record.adopted {
-        d.record.adopted = true;
-        let msg = format!(
-            "{} is in service with {} server(s): adopted, left enabled; its checks run as a re-check",
-            d.nova_host(),
-            host.instances.len()
-        );
-        d.warn(HOST_ADOPTED, msg);
+    if d.adopts(host) {
+        // Adopted: reported by `adopts`.
     } else if host.enabled && d.input.status.service_id.is_none() && !d.record.adopted {
         let msg = format!(
             "Nova enabled the compute service of {} the moment it registered (enable_new_services = True); \
@@ -356,8 +348,10 @@ fn testing(d: &mut Draft<'_>) {
 }
 
 fn aborted(d: &mut Draft<'_>) {
+    // Aborted before its first look at Nova (credentials, a host name not
+    // found yet): found in service once Nova shows it, it is adopted.
     if let NovaObs::Registered(host) = &d.obs().nova
-        && !d.record.adopted
+        && !d.adopts(host)
     {
         d.guard_disabled(host, ONBOARDING_DISABLE_REASON);
     }
@@ -487,6 +481,15 @@ fn unseen(d: &mut Draft<'_>, host: &NovaHost) -> bool {
     // status write that failed after the disable).
     let Some(hold) = d.record.unseen.clone().or_else(|| nova_hold(host, d.input.now)) else {
         let Some(cause) = d.unseen_due() else { return false };
+        if d.record.adopted_checks_failed.is_some() {
+            // Adopted, its checks never passed: reported, an SRE decides.
+            let status = if host.enabled { ConditionStatus::True } else { ConditionStatus::False };
+            let msg = format!(
+                "{cause}; not disabled: adopted in service, its checks never passed (an SRE decides)"
+            );
+            d.set(ConditionType::SchedulingEnabled, status, "UnseenAdopted", msg);
+            return true;
+        }
         if let Some(why) = health.and_then(|h| h.hold_back.clone()) {
             // The fleet gate: neither disabled nor enabled, and said.
             let status = if host.enabled { ConditionStatus::True } else { ConditionStatus::False };
@@ -581,6 +584,7 @@ fn recheck(d: &mut Draft<'_>, hold: UnseenHold, host: &NovaHost) -> Recheck {
             d.checks = Some(r.results.clone());
             let msg = format!("run {run}: {} checks passed after the host was seen again", r.results.len());
             d.set(ConditionType::Tested, ConditionStatus::True, "Passed", msg);
+            d.record.adopted_checks_failed = None;
             return d.lift(host);
         }
         Some(r) => {
@@ -1119,7 +1123,8 @@ impl<'a> Draft<'a> {
 
     fn go(&mut self, to: Phase, reason: String) {
         if self.transition.is_none() && to != self.phase {
-            if to == Phase::Active {
+            // Adopted only on its way in: in service, or taken out of it.
+            if matches!(to, Phase::Active | Phase::Maintenance | Phase::Evicting | Phase::Decommissioned) {
                 self.record.adopted = false;
             }
             // A held host comes back from these only through its checks.
@@ -1147,11 +1152,36 @@ impl<'a> Draft<'a> {
         self.go(Phase::Aborted, format!("{reason}: {message}"));
     }
 
+    /// Whether the host is adopted (docs/lifecycle.md, "Adopting a host in
+    /// service"): it was, or is now found in service (enabled, with
+    /// servers) while never tested by us, so never put in service by us.
+    /// Told once, with what its spec changes in Nova.
+    fn adopts(&mut self, host: &NovaHost) -> bool {
+        if self.record.adopted {
+            return true;
+        }
+        if self.record.test_run > 0 || !host.enabled || host.instances.is_empty() {
+            return false;
+        }
+        self.record.adopted = true;
+        let want: BTreeSet<String> = self.input.spec.aggregates.iter().cloned().collect();
+        let joins: Vec<&String> = want.difference(&host.aggregates).collect();
+        let joins = if joins.is_empty() { String::new() } else { format!("; its spec adds it to {joins:?}") };
+        let msg = format!(
+            "{} is in service with {} server(s): adopted, left enabled; its checks run as a re-check{joins}",
+            self.nova_host(),
+            host.instances.len()
+        );
+        self.warn(HOST_ADOPTED, msg);
+        true
+    }
+
     /// A check run that did not pass: the host is Aborted, unless it is
-    /// adopted (in service when first seen), which is reported and stays
-    /// in service: only an SRE empties or disables it.
+    /// adopted and still in service as it was found (enabled), which is
+    /// reported and stays in service: only an SRE empties or disables it.
     fn test_failed(&mut self, reason: &str, message: String) {
-        if !self.record.adopted {
+        let enabled = matches!(&self.obs().nova, NovaObs::Registered(h) if h.enabled);
+        if !self.record.adopted || !enabled {
             return self.abort(ConditionType::Tested, reason, message);
         }
         let msg = format!("{message}; the host was in service when adopted and stays so: an SRE decides");
@@ -1180,7 +1210,7 @@ impl<'a> Draft<'a> {
     /// Why an update asks for the host to be emptied, if it does (and,
     /// for a host in service, may now: `update_wait`).
     fn update_asked(&self) -> Option<&'static str> {
-        let in_service = matches!(self.input.status.phase, Some(Phase::Active | Phase::Ready));
+        let in_service = matches!(super::service_phase(self.input.status), Phase::Active | Phase::Ready);
         if in_service && self.obs().update_wait.is_some() {
             return None;
         }
@@ -1473,7 +1503,12 @@ impl<'a> Draft<'a> {
                 _ if self.input.spec.skip_tests => (True, "Skipped"),
                 _ => (True, "Passed"),
             };
-            self.set(T::Tested, s, r, String::new());
+            let m = if r == ADOPTED_CHECKS_FAILED {
+                self.record.adopted_checks_failed.clone().unwrap_or_default()
+            } else {
+                String::new()
+            };
+            self.set(T::Tested, s, r, m);
         }
         if !has(&self.set, T::Evicted) {
             let (s, r) = match p {

@@ -41,6 +41,16 @@ mod props;
 #[cfg(test)]
 mod table;
 
+/// The phase a host counts as among the hosts in service (the limit on
+/// hosts held for updates): an adopted host on its way in was found in
+/// service, and counts as Active.
+pub fn service_phase(status: &crate::api::HypervisorStatus) -> crate::api::Phase {
+    use crate::api::Phase;
+    let phase = status.phase.unwrap_or_default();
+    let on_its_way = matches!(phase, Phase::Onboarding | Phase::Testing | Phase::Aborted);
+    if status.lifecycle.adopted && on_its_way { Phase::Active } else { phase }
+}
+
 /// Whether a host in `phase` must have its agent connected: one in
 /// Maintenance may be down for its work, one in Onboarding has none yet,
 /// and a Decommissioned or Aborted one is not in service. Health is judged,

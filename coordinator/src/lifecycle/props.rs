@@ -40,8 +40,12 @@ fn check_one_step(
     if d.phase != from && !ALLOWED_TRANSITIONS.contains(&(from, d.phase)) {
         return Err(format!("transition {from} -> {} is not allowed", d.phase));
     }
-    if (from, d.phase) == (Phase::Testing, Phase::Active) && !st.lifecycle.adopted {
-        return Err("Testing -> Active for a host that was not adopted".into());
+    let found_enabled = matches!(&o.nova, NovaObs::Registered(h) if h.enabled);
+    if (from, d.phase) == (Phase::Testing, Phase::Active) && !(st.lifecycle.adopted && found_enabled) {
+        return Err("Testing -> Active for a host not adopted, or not in service as it was found".into());
+    }
+    if d.record.adopted && matches!(d.phase, Phase::Active | Phase::Maintenance | Phase::Evicting) {
+        return Err(format!("still adopted in {}", d.phase));
     }
     let enables = d.actions.contains(&Action::EnableService);
     if enables && !matches!(from, Phase::Ready | Phase::Active | Phase::Evicting) {
