@@ -703,8 +703,8 @@ pub struct LifecycleRecord {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub adopted: bool,
     /// What the adopted host's first check run found wrong: reported, the
-    /// host left in service. Cleared by a later check run that passes (a
-    /// re-check after a maintenance, or once the host is seen again).
+    /// host left in service. Cleared when the host is validated afresh
+    /// (back to Onboarding), or by a re-check that passes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adopted_checks_failed: Option<String>,
     /// Set once the compute service was deleted with no instance left.

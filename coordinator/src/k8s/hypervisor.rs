@@ -655,6 +655,7 @@ async fn observe(
         }
         _ => Vec::new(),
     };
+    let in_service_as = lifecycle::service_phase(status, &nova);
     let obs = Observations {
         node,
         agent: AgentObs { connected: agent.connected },
@@ -671,13 +672,7 @@ async fn observe(
         // Judged after observing, with the phase read.
         health: None,
         // A host whose hands are off takes no place among those held for updates.
-        update_wait: ctx.updates.wait(
-            name,
-            lifecycle::service_phase(status),
-            &hv.spec,
-            node,
-            hands_of(ctx, hv).free(),
-        ),
+        update_wait: ctx.updates.wait(name, in_service_as, &hv.spec, node, hands_of(ctx, hv).free()),
         claimed_by,
     };
     let judged = crate::lifecycle::expects_agent(phase);

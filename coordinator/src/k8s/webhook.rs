@@ -226,7 +226,7 @@ impl Webhook {
             drain_refused: true,
         };
         let update_wait = hv.as_ref().and_then(|h| {
-            let phase = crate::lifecycle::service_phase(&status);
+            let phase = crate::lifecycle::service_phase(&status, &crate::lifecycle::NovaObs::Unknown);
             self.updates.wait(node_name, phase, &h.spec, asking, false)
         });
         Host {

@@ -233,13 +233,18 @@ fn initial(d: &mut Draft<'_>) {
 }
 
 fn onboarding(d: &mut Draft<'_>) {
+    // Adopted first: an update's ask of a host found in service waits for
+    // a place as an Active host's does.
+    if let NovaObs::Registered(host) = &d.obs().nova {
+        d.adopts(host);
+    }
     if d.hold_requested() {
         return hold(d);
     }
     let Some(host) = registered(d) else {
         return;
     };
-    if d.adopts(host) {
+    if d.record.adopted {
         // Adopted: reported by `adopts`.
     } else if host.enabled && d.input.status.service_id.is_none() && !d.record.adopted {
         let msg = format!(
@@ -1127,6 +1132,10 @@ impl<'a> Draft<'a> {
             if matches!(to, Phase::Active | Phase::Maintenance | Phase::Evicting | Phase::Decommissioned) {
                 self.record.adopted = false;
             }
+            // Validated afresh: an adopted failure stands only until then.
+            if to == Phase::Onboarding {
+                self.record.adopted_checks_failed = None;
+            }
             // A held host comes back from these only through its checks.
             if matches!(to, Phase::Onboarding | Phase::Maintenance | Phase::Decommissioned) {
                 self.record.unseen = None;
@@ -1180,8 +1189,18 @@ impl<'a> Draft<'a> {
     /// adopted and still in service as it was found (enabled), which is
     /// reported and stays in service: only an SRE empties or disables it.
     fn test_failed(&mut self, reason: &str, message: String) {
-        let enabled = matches!(&self.obs().nova, NovaObs::Registered(h) if h.enabled);
+        let enabled = match &self.obs().nova {
+            NovaObs::Registered(h) => h.enabled,
+            // Adopted, Nova not read: decided on a look that reads it.
+            _ if self.record.adopted => {
+                let msg = format!("{message}; the host was adopted in service: decided once Nova is read");
+                return self.set(ConditionType::Tested, ConditionStatus::Unknown, "WaitingForNova", msg);
+            }
+            _ => false,
+        };
         if !self.record.adopted || !enabled {
+            // No longer as it was found: a host as any other.
+            self.record.adopted = false;
             return self.abort(ConditionType::Tested, reason, message);
         }
         let msg = format!("{message}; the host was in service when adopted and stays so: an SRE decides");
@@ -1210,7 +1229,9 @@ impl<'a> Draft<'a> {
     /// Why an update asks for the host to be emptied, if it does (and,
     /// for a host in service, may now: `update_wait`).
     fn update_asked(&self) -> Option<&'static str> {
-        let in_service = matches!(super::service_phase(self.input.status), Phase::Active | Phase::Ready);
+        let phase = self.input.status.phase.unwrap_or_default();
+        let adopted = self.record.adopted && matches!(phase, Phase::Onboarding | Phase::Testing);
+        let in_service = adopted || matches!(phase, Phase::Active | Phase::Ready);
         if in_service && self.obs().update_wait.is_some() {
             return None;
         }

@@ -42,13 +42,15 @@ mod props;
 mod table;
 
 /// The phase a host counts as among the hosts in service (the limit on
-/// hosts held for updates): an adopted host on its way in was found in
-/// service, and counts as Active.
-pub fn service_phase(status: &crate::api::HypervisorStatus) -> crate::api::Phase {
+/// hosts held for updates): an adopted host on its way in (Onboarding,
+/// Testing) was found in service, and counts as Active; so does one its
+/// next look adopts (`nova`: what Nova shows of it now).
+pub fn service_phase(status: &crate::api::HypervisorStatus, nova: &NovaObs) -> crate::api::Phase {
     use crate::api::Phase;
     let phase = status.phase.unwrap_or_default();
-    let on_its_way = matches!(phase, Phase::Onboarding | Phase::Testing | Phase::Aborted);
-    if status.lifecycle.adopted && on_its_way { Phase::Active } else { phase }
+    let found_in_service = matches!(nova, NovaObs::Registered(h) if h.enabled && !h.instances.is_empty());
+    let adopts = status.lifecycle.adopted || (status.lifecycle.test_run == 0 && found_in_service);
+    if adopts && matches!(phase, Phase::Onboarding | Phase::Testing) { Phase::Active } else { phase }
 }
 
 /// Whether a host in `phase` must have its agent connected: one in

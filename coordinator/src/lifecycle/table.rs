@@ -115,6 +115,8 @@ const ROWS: &[Row] = &[
     Row { name: "Testing -> Aborted: an adopted host disabled meanwhile whose check failed is not put back in service", from: Phase::Testing, setup: |_, s, o| { s.lifecycle.adopted = true; o.checks = Some(report(1, &["ovs-bridge/br-ex"])); with_host(o, |h| h.instances = vec!["vm-1".into()]) }, to: Phase::Aborted, must: &[], never: &["enable"] },
     Row { name: "forbidden Aborted: a host aborted before its first look, found in service, is adopted, not disabled", from: Phase::Aborted, setup: |_, _, o| with_host(o, |h| { h.enabled = true; h.disabled_reason = None; h.instances = vec!["vm-1".into()] }), to: Phase::Aborted, must: &[], never: &["disable"] },
     Row { name: "forbidden Active: an adopted host whose checks failed, its agent lost past the grace, is not disabled", from: Phase::Active, setup: |_, s, o| { s.lifecycle.adopted_checks_failed = Some("run 1: 1 of 3 checks failed".into()); o.health = verdict(crate::api::hypervisor::HealthState::Unreachable, -100_000); with_host(o, |h| { h.enabled = true; h.instances = vec!["vm-1".into()] }) }, to: Phase::Active, must: &[], never: &["disable"] },
+    Row { name: "Onboarding -> Testing: an update's ask of a host found in service waits for a place, not disabled", from: Phase::Onboarding, setup: |_, _, o| { o.node = update_node(false, true); o.update_wait = Some("10 hosts are held for updates".into()); with_host(o, |h| { h.enabled = true; h.disabled_reason = None; h.instances = vec!["vm-1".into()] }) }, to: Phase::Testing, must: &["run checks (run 1)"], never: &["disable", "create eviction"] },
+    Row { name: "Testing stays: an adopted host's failed check waits for a look that reads Nova", from: Phase::Testing, setup: |_, s, o| { s.lifecycle.adopted = true; o.checks = Some(report(1, &["ovs-bridge/br-ex"])); o.nova = NovaObs::Unknown }, to: Phase::Testing, must: &[], never: &["disable", "enable"] },
     Row { name: "Onboarding -> Evicting: an SRE's maintenance disables and empties an adopted host", from: Phase::Onboarding, setup: |sp, s, o| { s.lifecycle.adopted = true; sp.maintenance = MaintenanceMode::Manual; sp.maintenance_reason = "firmware".into(); with_host(o, |h| { h.enabled = true; h.instances = vec!["vm-1".into()] }) }, to: Phase::Evicting, must: &["disable compute service (hv-lifecycle: maintenance (manual): firmware)"], never: &[] },
     Row { name: "forbidden Aborted: an adopted host aborted on its configuration is not disabled", from: Phase::Aborted, setup: |_, s, o| { s.lifecycle.adopted = true; with_host(o, |h| { h.enabled = true; h.instances = vec!["vm-1".into()] }) }, to: Phase::Aborted, must: &[], never: &["disable"] },
     // ---- one Nova host, one Hypervisor (docs/lifecycle.md): a host another holds is not touched
@@ -342,6 +344,20 @@ fn restart_with_eviction_not_yet_visible_recreates_under_the_same_name() {
     let acts: Vec<String> = d.actions.iter().map(|a| a.to_string()).collect();
     assert_eq!(acts, vec!["create eviction node-1-auto-1 (RollingUpdate)"]);
     assert_eq!(d.record.eviction_seq, 1, "no second eviction is minted");
+}
+
+#[test]
+fn an_adopted_host_stops_being_adopted_once_aborted_and_its_failure_goes_when_validated_afresh() {
+    let mut st = status(Phase::Testing);
+    st.lifecycle.adopted = true;
+    let mut o = obs();
+    o.checks = Some(report(1, &["ovs-bridge/br-ex"]));
+    let d = decide_at(&spec(), &st, &o, t(60));
+    assert_eq!((d.phase, d.record.adopted), (Phase::Aborted, false), "disabled meanwhile: as any host");
+    let mut st = status(Phase::Maintenance);
+    st.lifecycle.adopted_checks_failed = Some("run 1: 1 of 3 checks failed".into());
+    let d = decide_at(&spec(), &st, &obs(), t(60));
+    assert_eq!((d.phase, d.record.adopted_checks_failed), (Phase::Onboarding, None));
 }
 
 #[test]
