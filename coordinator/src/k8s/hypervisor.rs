@@ -180,7 +180,8 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
         return Ok(Requeue::await_change());
     }
     if let hands @ (Hands::Paused(_) | Hands::Observing) = hands_of(&ctx, &hv) {
-        return hands_off(&ctx, hv, (&name, &status), (&seen, &verdict), &hands, now).await;
+        let held = (&hands, deletion.as_ref());
+        return hands_off(&ctx, hv, (&name, &status), (&seen, &verdict), held, now).await;
     }
     let hv = if deleting {
         hv
@@ -319,7 +320,7 @@ async fn hands_off(
     hv: Arc<Hypervisor>,
     (name, status): (&str, &HypervisorStatus),
     (seen, verdict): (&Seen, &Verdict),
-    hands: &Hands,
+    (hands, deletion): (&Hands, Option<&Result<(), String>>),
     now: Timestamp,
 ) -> Result<Requeue, Error> {
     let would = would_do(ctx, &hv, (name, status), (seen, verdict), now);
@@ -327,11 +328,7 @@ async fn hands_off(
     let mut next = status.clone();
     let mut held = vec![hands.condition(&lines)];
     // A deletion waits for the host as ever, and says why.
-    if hv.metadata.deletion_timestamp.is_some() {
-        let phase = status.phase.unwrap_or_default();
-        let verdict = lifecycle::deletion::may_go(phase, status.service_id.as_deref(), &seen.obs.nova);
-        held.push(lifecycle::deletion::condition(&verdict));
-    }
+    held.extend(deletion.map(lifecycle::deletion::condition));
     if verdict.status.is_some() {
         next.health = verdict.status.clone();
         held.push(verdict.condition.clone());
