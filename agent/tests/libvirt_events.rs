@@ -66,7 +66,7 @@ async fn a_killed_libvirtd_is_reported_lost_and_reconnected_when_back() {
     use hv_agent::libvirt::watch::{WatchEvent, watch};
 
     let env = hv_tests::env::require();
-    let mut daemon = hv_tests::libvirtd::PrivateLibvirtd::start(&env).unwrap();
+    let mut daemon = hv_tests::libvirtd::PrivateLibvirtd::start(&env, "events").unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::channel(16);
     let live = Arc::new(AtomicBool::new(false));
     let backoff = Backoff { base: Duration::from_millis(100), max: Duration::from_millis(500), jitter: 0.3 };

@@ -139,14 +139,14 @@ YAML
 done
 say "created Kubernetes Nodes ${NODES[*]}"
 
-# The agents log in to libvirt as a site's would: TLS with a client
-# certificate, SASL (SCRAM-SHA-256) on top.
+# The agents log in to their machine's libvirt as a site's would: TLS with
+# a client certificate, SASL (SCRAM-SHA-256) on top.
 printf '%s\n' "$(j .libvirt.tls.sasl.password)" > "$HV_ENV_DIR/libvirt-sasl-password"
 chmod 600 "$HV_ENV_DIR/libvirt-sasl-password"
 for n in "${NODES[@]}"; do
   "$BIN/hv-agent" run --node "$n" --coordinator "$HV_COORDINATOR" --heartbeat 2s --health-listen 127.0.0.1:0 \
     --tls-cert "$PKI/node-$n.pem" --tls-key "$PKI/node-$n.key" --tls-ca "$CA" \
-    --libvirt-uri "$(j .libvirt.tls.uri)" --libvirt-pki-dir "$(j .libvirt.tls.pki_dir)" \
+    --libvirt-uri "$(j ".libvirt.tls.hosts[\"$n\"]")" --libvirt-pki-dir "$(j .libvirt.tls.pki_dir)" \
     --libvirt-sasl-username "$(j .libvirt.tls.sasl.username)" \
     --libvirt-sasl-password-file "$HV_ENV_DIR/libvirt-sasl-password" \
     --ovsdb "$(j .ovsdb.tcp)" --ceph-conf "$(j .ceph.conf)" \

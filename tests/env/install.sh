@@ -23,6 +23,8 @@ APT_PACKAGES=(
   ceph-mon ceph-osd ceph-common librados-dev librbd-dev
   # helpers the scripts use (openssl makes the test PKI, python3-venv the venv)
   jq procps iproute2 curl openssl python3-venv
+  # libvirt-python is built in the venv against libvirt-dev
+  python3-dev gcc
 )
 
 missing=()
@@ -57,6 +59,8 @@ fi
 PY_PINS=(
   "nova==34.0.0" "openstack-placement==16.0.0" "keystone==30.0.0"
   "SQLAlchemy<2.1" gunicorn testtools oslotest wsgi-intercept requests-mock ddt
+  # the fake hosts' domains (nova_region.py); built against libvirt-dev
+  "libvirt-python==9.0.0"
 )
 pins_hash=$(printf '%s\n' "${PY_PINS[@]}" | sha256sum | cut -c1-12)
 VENV="${HV_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/hv-test-env/venv-$pins_hash}"

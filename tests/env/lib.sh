@@ -14,6 +14,11 @@ SUSHY_VENV="${XDG_CACHE_HOME:-$HOME/.cache}/hv-test-env/sushy-venv-${SUSHY_PIN#*
 HELM_PIN="helm-python-sdk==0.2.2"
 HELM_VENV="${XDG_CACHE_HOME:-$HOME/.cache}/hv-test-env/helm-venv-${HELM_PIN#*==}"
 
+# The ground's fake Nova hosts. Each is a machine of its own: Nova runs a
+# nova-compute under its name, and a libvirtd of its own calls itself by it
+# (peers/libvirt.sh).
+FAKE_HOSTS=(compute-{1..17})
+
 # ensure_helm_venv: create $HELM_VENV once.
 ensure_helm_venv() {
   [[ -x "$HELM_VENV/bin/python" && -f "$HELM_VENV/.complete" ]] && return 0

@@ -34,6 +34,13 @@ host as an operator would on a real one:
                               one-process region the bound is region-wide,
                               not per host as in production; the eviction
                               benchmark sets it while nothing else migrates.
+Each fake host is a machine of its own: a libvirtd (peers/libvirt.sh) that
+calls itself by the host's name, as Nova's record of the host does. For
+each server the host's fake driver runs, a domain of the same UUID and
+name runs there (libvirt's test driver), made and removed as the driver's
+servers come and go (spawned, migrated in or out, evacuated, deleted), so
+the host's agent reports what Nova means to run on it. A stopped host's
+domains stay as they were.
 Nova reaches Placement (a separate process) through the
 Keystone catalog with its own service credentials, as in production.
 Neutron, Glance and Cinder are Nova's fixtures.
@@ -295,6 +302,61 @@ def renew_simulated_forever():
                 say(f"renewing simulated hosts failed: {e!r}")
 
 
+DOMAIN_XML = (
+    "<domain type='test'><name>{name}</name><uuid>{uuid}</uuid>"
+    "<memory unit='MiB'>64</memory><vcpu>1</vcpu><os><type>hvm</type></os></domain>"
+)
+
+
+class Machines:
+    """The fake hosts' libvirtds, each holding a domain per server its host's
+    fake driver runs. One connection to each is kept open: the test driver's
+    state lives only as long as a connection holds it."""
+
+    def __init__(self, region, uris):
+        self.region, self.uris = region, uris
+        self.conns, self.have = {}, {}
+
+    def _conn(self, host):
+        import libvirt
+
+        conn = self.conns.get(host)
+        if conn is None or not conn.isAlive():
+            conn = libvirt.open(self.uris[host])
+            self.conns[host] = conn
+            # Ours are Nova's instance names; the test driver's own is not.
+            self.have[host] = {d.UUIDString() for d in conn.listAllDomains() if d.name().startswith("instance-")}
+        return conn
+
+    def sync(self, host):
+        compute = self.region.computes.get(host)
+        if compute is None or host in self.region.stopped:
+            return
+        want = {u: i.name for u, i in list(compute.manager.driver.instances.items())}
+        if want.keys() == self.have.get(host, set()) and host in self.conns:
+            return
+        conn = self._conn(host)
+        have = self.have[host]
+        for uuid in sorted(want.keys() - have):
+            conn.createXML(DOMAIN_XML.format(name=want[uuid], uuid=uuid), 0)
+            have.add(uuid)
+        for uuid in sorted(have - want.keys()):
+            conn.lookupByUUIDString(uuid).destroy()
+            have.discard(uuid)
+
+    def forever(self):
+        import libvirt
+
+        while True:
+            for host in self.uris:
+                try:
+                    self.sync(host)
+                except libvirt.libvirtError as e:
+                    self.conns.pop(host, None)
+                    say(f"machine {host}: {e}")
+            eventlet.sleep(0.2)
+
+
 def main():
     say("setting up the fixtures and services")
     region = Region("runTest")
@@ -310,6 +372,7 @@ def main():
     control = eventlet.listen(("127.0.0.1", C["control_port"]))
     eventlet.spawn(eventlet.wsgi.server, control, control_app(region), log_output=False)
     eventlet.spawn(renew_simulated_forever)
+    eventlet.spawn(Machines(region, C["libvirt"]).forever)
     with open(ready_file + ".tmp", "w") as f:
         json.dump({"url": f"http://127.0.0.1:{C['port']}/v2.1", "hosts": C["hosts"],
                    "control_url": f"http://127.0.0.1:{C['control_port']}"}, f)

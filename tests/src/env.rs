@@ -119,6 +119,20 @@ pub struct Libvirt {
     pub qemu_session_uri: String,
     /// The same libvirtd over TLS with SASL.
     pub tls: LibvirtTls,
+    /// Each fake Nova host's own libvirtd (its test driver's URI): the
+    /// host's machine, calling itself by the host's name, with a domain
+    /// for each server Nova runs there.
+    pub hosts: std::collections::BTreeMap<String, String>,
+}
+
+impl Libvirt {
+    /// The libvirt of the machine behind node `node`: a fake host's own
+    /// when the node is named after it (or its short name is), else the
+    /// shared one.
+    pub fn of(&self, node: &str) -> &str {
+        let short = node.split('.').next().unwrap_or(node);
+        self.hosts.get(node).or_else(|| self.hosts.get(short)).map_or(&self.test_uri, String::as_str)
+    }
 }
 
 /// libvirt over TLS (client certificate) with SASL (SCRAM-SHA-256) on top.

@@ -1,6 +1,7 @@
-//! A private libvirtd for tests that kill and restart it (the shared one of
-//! the test ground must stay up for everybody else). Runs like the ground's:
-//! as `nobody`, session mode, TCP on 127.0.0.1, state in a scratch dir.
+//! A private libvirtd for tests that kill and restart it (the machines of
+//! the test ground must stay up for everybody else). Runs like the ground's
+//! own for a fake host: as `nobody`, session mode, TCP on 127.0.0.1, state
+//! in a scratch dir, in a UTS namespace named after the host it stands for.
 
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -9,6 +10,8 @@ use std::time::{Duration, Instant};
 
 pub struct PrivateLibvirtd {
     pub port: u16,
+    /// The host name libvirt gives: the Nova host's it stands for.
+    hostname: String,
     dir: PathBuf,
     child: Option<Child>,
 }
@@ -17,7 +20,7 @@ impl PrivateLibvirtd {
     /// Start one. Its directory is under /tmp, reachable by `nobody` even
     /// when the checkout is not; `make test-env-down` removes what a crashed
     /// test leaves (`/tmp/hv-libvirt-private-*`).
-    pub fn start(_ground: &crate::env::TestEnv) -> Result<Self, String> {
+    pub fn start(_ground: &crate::env::TestEnv, host: &str) -> Result<Self, String> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| e.to_string())?
@@ -41,15 +44,18 @@ impl PrivateLibvirtd {
         if !status.success() {
             return Err("chown of the private libvirtd dir failed".into());
         }
-        let mut me = PrivateLibvirtd { port, dir, child: None };
+        let mut me = PrivateLibvirtd { port, hostname: host.to_string(), dir, child: None };
         me.spawn()?;
         Ok(me)
     }
 
     fn spawn(&mut self) -> Result<(), String> {
         let d = &self.dir;
-        let child = Command::new("setpriv")
-            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "env", "-i"])
+        // unshare, sh, setpriv and env each exec the next: the child is libvirtd.
+        let child = Command::new("unshare")
+            .args(["--uts", "sh", "-c", "hostname \"$1\" && shift && exec \"$@\"", "sh"])
+            .arg(&self.hostname)
+            .args(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "env", "-i"])
             .arg("PATH=/usr/sbin:/usr/bin:/sbin:/bin")
             .arg(format!("HOME={}", d.join("home").display()))
             .arg(format!("XDG_CONFIG_HOME={}", d.join("config").display()))

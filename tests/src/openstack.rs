@@ -130,6 +130,19 @@ impl Admin {
         }
     }
 
+    /// Nova's hypervisor record of `host` (2.53+: found by the service's
+    /// host), if it has one.
+    pub async fn hypervisor_of(&self, host: &str) -> Result<Option<Value>, ApiError> {
+        let url = self.compute(&format!("os-hypervisors/detail?hypervisor_hostname_pattern={host}"));
+        let v = match get(&url, &self.token, "compute 2.87").await {
+            Ok(v) => v,
+            Err(ApiError::Status { status: 404, .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let listed = v["hypervisors"].as_array().cloned().unwrap_or_default();
+        Ok(listed.into_iter().find(|h| h["service"]["host"] == host))
+    }
+
     /// Compute service and hypervisor records, with no nova-compute behind
     /// them, for `{prefix}00000` to `{prefix}{count-1:05}` (those missing),
     /// reported up while the region runs: the scale benchmark's hosts.

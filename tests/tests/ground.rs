@@ -27,6 +27,48 @@ fn libvirt_answers_over_tcp() {
     assert!(qemu.hyp_version().unwrap() >= 7_000_000, "QEMU under TCG answers");
 }
 
+/// The UUIDs of the domains the libvirt at `uri` runs.
+fn domains(uri: &str) -> Vec<String> {
+    let conn = virt::connect::Connect::open(Some(uri)).expect("a fake host's libvirtd");
+    let listed = conn.list_all_domains(0).unwrap();
+    listed.iter().map(|d| d.uuid_string().unwrap()).collect()
+}
+
+/// Each fake host is a machine of its own: its libvirt calls itself by the
+/// host's name, as Nova's record of the host does, and a server Nova's
+/// fake driver runs there is a domain of the same UUID in it, gone once
+/// the server is deleted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fake_host_is_a_machine_running_its_servers_as_domains() {
+    let e = env::require();
+    let claim = hv_tests::hosts::claim(&e).await;
+    let uri = e.libvirt.of(&claim.host).to_string();
+    assert_ne!(uri, e.libvirt.test_uri, "a libvirtd of its own");
+    let conn = virt::connect::Connect::open(Some(&uri)).unwrap();
+    assert_eq!(conn.hostname().unwrap(), claim.host);
+    let admin = openstack::Admin::login(&e).await.unwrap();
+    let record = admin.hypervisor_of(&claim.host).await.unwrap().unwrap();
+    assert_eq!(record["hypervisor_hostname"], claim.host.as_str(), "{record}");
+
+    let id = admin.boot_on(&format!("machine-{}", std::process::id()), &claim.host, "1").await.unwrap();
+    let seen = hv_tests::wait::until(
+        "the server a domain on its host",
+        std::time::Duration::from_secs(10),
+        String::new,
+        || async { hv_tests::wait::ready_when(domains(&uri).contains(&id), domains(&uri)) },
+    )
+    .await;
+    assert!(seen.contains(&id));
+    admin.delete_server(&id).await.unwrap();
+    hv_tests::wait::until(
+        "the domain gone with its server",
+        std::time::Duration::from_secs(30),
+        String::new,
+        || async { hv_tests::wait::ready_when(!domains(&uri).contains(&id), domains(&uri)) },
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn ovsdb_lists_its_databases_and_bridges() {
     let e = env::require();

@@ -312,7 +312,7 @@ async fn libvirtd_killed_a_bridge_deleted_or_reconfigured_a_ceph_client_denied_o
     // Recorded, not acted on (the limit is 0): this test is about the signals.
     let coord = region.coordinator(None, &["--ha-maintenance-limit", "0"]);
     let ovs = PrivateOvsdb::start(&region.dir, &["br-int", "br-ex"]).unwrap();
-    let mut libvirtd = PrivateLibvirtd::start(env).unwrap();
+    let mut libvirtd = PrivateLibvirtd::start(env, &host).unwrap();
     let id = format!("e2e-health-{}", std::process::id());
     let pool = env.ceph.readable_pool.clone();
     let keyring = ceph_client(env, &id, &format!("profile rbd pool={pool}"), &region.dir).unwrap();

@@ -1,6 +1,7 @@
 # Placement (its own process, sqlite, gunicorn) and a Nova region in one
 # process (nova_region.py), both validating real Keystone tokens. Compute
-# hosts compute-1..17 run the fake live-migration driver; the end-to-end
+# hosts (FAKE_HOSTS) run the fake live-migration driver, each server it
+# runs a domain in its host's own libvirtd (peers/libvirt.sh); the end-to-end
 # tests claim them through hv_tests::hosts (a test that deletes a host's
 # service retires it). The region's control port stops and starts a fake
 # host's nova-compute.
@@ -48,7 +49,8 @@ password = nova-secret" '{print} /^\[filter:authtoken\]/{getline; print; print c
   jq -n --arg paste "$paste" --arg ks "$ks" --argjson port "$nport" --argjson cport "$cport" \
     --arg log "$LOGS/nova-api-access.log" --arg requests "$LOGS/nova-api-requests.jsonl" \
     '{paste: $paste, auth_url: $ks, port: $port, control_port: $cport, access_log: $log, request_log: $requests,
-      hosts: [range(1; 18) | "compute-\(.)"]}' > "$dir/region.json"
+      hosts: $ARGS.positional, libvirt: $libvirt}' --argjson libvirt "$(jq -c .libvirt.hosts "$ENV_FILE.partial")" \
+      --args "${FAKE_HOSTS[@]}" > "$dir/region.json"
   "$VENV/bin/python" "$(dirname "$0")/nova_region.py" "$dir/region.json" "$dir/ready.json" \
     >>"$LOGS/nova-region.log" 2>&1 &
   record nova-region $!
