@@ -198,12 +198,16 @@ async fn libvirt_task(
     // Set at each connect: the next snapshot looks for domains already
     // paused on an I/O error.
     let fresh = Arc::new(AtomicBool::new(false));
+    // Set at each session a coordinator welcomes: the facts go again, as a
+    // new leader has not heard them.
+    let retell = Arc::new(AtomicBool::new(false));
+    let mut welcomes = handle.welcomes();
     tokio::spawn(snapshot_task(
         (target, cfg.host_root.clone()),
         cfg.session.node.clone(),
         handle.clone(),
         want_rx,
-        (signals.clone(), fresh.clone()),
+        (signals.clone(), fresh.clone(), retell.clone()),
         ceph_ips.clone(),
     ));
     let want = move || {
@@ -235,6 +239,10 @@ async fn libvirt_task(
                 Some(WatchEvent::Domain(LibvirtEvent::Closed { .. })) => {}
             },
             _ = refresh.tick() => want(),
+            Ok(()) = welcomes.changed() => {
+                retell.store(true, Ordering::Relaxed);
+                want();
+            }
             // New Ceph IPs: new facts. A closed channel (no Ceph) never fires again.
             Ok(()) = ceph_ips.changed() => want(),
         }
@@ -246,13 +254,16 @@ async fn snapshot_task(
     node: String,
     handle: SessionHandle,
     mut want: mpsc::Receiver<()>,
-    (signals, fresh): (mpsc::Sender<signals::Update>, Arc<AtomicBool>),
+    (signals, fresh, retell): (mpsc::Sender<signals::Update>, Arc<AtomicBool>, Arc<AtomicBool>),
     ceph_ips: tokio::sync::watch::Receiver<Vec<String>>,
 ) {
     let mut last_facts: Option<HostFacts> = None;
     let lane = Lane::default();
     while want.recv().await.is_some() {
         let first = fresh.swap(false, Ordering::Relaxed);
+        if retell.swap(false, Ordering::Relaxed) {
+            last_facts = None;
+        }
         match snapshot(&target, &lane, &host_root).await {
             Ok((mut facts, inv)) => {
                 facts.ceph_client_ips = ceph_ips.borrow().clone();

@@ -61,6 +61,9 @@ pub struct SessionStats {
 pub struct SessionHandle {
     outbox: Arc<Mutex<Outbox>>,
     notify: Arc<Notify>,
+    /// Counts the sessions a coordinator welcomed: a new one (a new
+    /// leader, say) knows nothing of what an earlier one was told.
+    welcomes: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl SessionHandle {
@@ -68,6 +71,11 @@ impl SessionHandle {
         let seq = self.outbox.lock().await.push(payload, Some(now()));
         self.notify.notify_one();
         seq
+    }
+
+    /// Changes each time a coordinator welcomes a session.
+    pub fn welcomes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.welcomes.subscribe()
     }
 
     pub async fn dropped(&self) -> u64 {
@@ -110,6 +118,7 @@ impl Session {
         let handle = SessionHandle {
             outbox: Arc::new(Mutex::new(Outbox::new(cfg.buffer))),
             notify: Arc::new(Notify::new()),
+            welcomes: Arc::new(tokio::sync::watch::Sender::new(0)),
         };
         Session { cfg, handle, stats: Arc::new(SessionStats::default()) }
     }
@@ -198,6 +207,7 @@ impl Session {
         }
         self.stats.connected.store(true, Ordering::Relaxed);
         self.stats.connects.fetch_add(1, Ordering::Relaxed);
+        self.handle.welcomes.send_modify(|n| *n = n.wrapping_add(1));
         let mut next_beat = tokio::time::Instant::now() + jitter(heartbeat);
         loop {
             let unsent = self.handle.outbox.lock().await.take_unsent();
