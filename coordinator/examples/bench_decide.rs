@@ -24,6 +24,7 @@ fn main() {
     let host = NovaHost {
         service_id: "svc".into(),
         hypervisor_id: Some("rp".into()),
+        hypervisor_hostname: Some("node-1".into()),
         enabled: true,
         aggregates: BTreeSet::from(["az-1".to_string(), "hana".to_string()]),
         traits: Some(BTreeSet::from(["CUSTOM_HANA_EXCLUSIVE".to_string(), "HW_CPU_X86_AVX2".to_string()])),
@@ -52,6 +53,7 @@ fn main() {
         update_wait: None,
         claimed_by: None,
         health: None,
+        machine_hostname: Some("node-1".into()),
     };
     println!("lifecycle::decide, one hypervisor, 40 instances (release build)");
     println!("{:<34} {:>12} {:>14}", "case", "ns/decision", "decisions/s");

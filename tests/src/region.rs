@@ -138,7 +138,8 @@ impl Drop for Proc {
 /// How a node's agent reaches its peers (defaults: the ground's).
 #[derive(Clone, Debug, Default)]
 pub struct AgentPeers {
-    /// libvirt's URI (default: the ground's libvirtd).
+    /// libvirt's URI (default: the machine's own for a node named after a
+    /// fake host, else the ground's shared libvirtd).
     pub libvirt: Option<String>,
     pub ovsdb: Option<String>,
     pub ceph_id: Option<String>,
@@ -404,7 +405,7 @@ impl Region {
             == Some("true")
     }
 
-    /// Starts `hv-agent run` for `node` against the ground's libvirt (test
+    /// Starts `hv-agent run` for `node` against its machine's libvirt (test
     /// driver), and the given or the ground's OVSDB and Ceph client.
     pub fn agent(&self, node: &str, peers: &AgentPeers) -> Proc {
         self.agent_with(node, peers, &self.pki.node(node))
@@ -423,7 +424,7 @@ impl Region {
             .arg("--tls-ca")
             .arg(&tls.ca)
             .args(["--heartbeat", "1s", "--health-listen", "127.0.0.1:0"])
-            .args(["--libvirt-uri", peers.libvirt.as_deref().unwrap_or(&env.libvirt.test_uri)])
+            .args(["--libvirt-uri", peers.libvirt.as_deref().unwrap_or(env.libvirt.of(node))])
             .args(["--ovsdb", peers.ovsdb.as_deref().unwrap_or(&env.ovsdb.tcp)])
             .arg("--ceph-conf")
             .arg(&env.ceph.conf)
@@ -740,6 +741,15 @@ impl Region {
             .filter(since)
             .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
             .collect()
+    }
+
+    /// The reason of a disable `host`'s Hypervisor recorded sending (its
+    /// onboarding's, for a host onboarded while Nova had it enabled): what
+    /// the coordinator owns in Nova, to leave behind by hand.
+    pub async fn our_disable(&self, host: &str) -> String {
+        let hv = self.hypervisor(host).await.unwrap_or_else(|| panic!("no Hypervisor {host}"));
+        let recorded = hv.status.and_then(|s| s.lifecycle.disabled_as).unwrap_or_default();
+        recorded.into_iter().next().unwrap_or_else(|| panic!("{host}: no disable of ours recorded"))
     }
 
     /// A condition of `hv` as (status, reason, message).

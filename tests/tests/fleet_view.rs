@@ -119,8 +119,7 @@ async fn nova_requests_for_drift_checks_do_not_grow_with_the_active_hosts() {
     // Event says so.
     let admin = hv_tests::openstack::Admin::login(&env).await.unwrap();
     let host = &hosts[3];
-    let ours =
-        serde_json::json!({"status": "disabled", "disabled_reason": "hv-lifecycle: maintenance (manual)"});
+    let ours = serde_json::json!({"status": "disabled", "disabled_reason": region.our_disable(host).await});
     admin.set_service(host, ours).await.unwrap();
     hv_tests::wait::until(
         "the drift repaired",

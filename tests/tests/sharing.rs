@@ -16,7 +16,7 @@ use hv_coordinator::api::hypervisor::HealthState;
 use hv_tests::fencing::{address, claim_hosts, fencing_coordinator, give_fencing_means, wait_power};
 use hv_tests::hosts;
 use hv_tests::openstack::Admin;
-use hv_tests::region::{Proc, Region, healthy_active};
+use hv_tests::region::{AgentPeers, Proc, Region, healthy_active};
 use hv_tests::wait::{ready_when, until};
 use serde_json::json;
 
@@ -65,7 +65,24 @@ async fn a_disable_by_nova_compute_or_an_sre_stands_and_a_disable_of_ours_is_rep
     assert!(told.iter().any(|e| e.1.contains("AUTO: Connection to libvirt lost")), "{events:?}");
 
     // A disable of ours found (a maintenance's, left behind) is repaired.
-    let ours = "hv-lifecycle: maintenance (manual): left behind";
+    // A disable of our form that this Hypervisor never recorded sending
+    // (another install's, or copied by hand) is someone else's: it stands.
+    let copied = "hv-lifecycle: maintenance (manual): copied by hand";
+    admin.set_service(host, json!({"status": "disabled", "disabled_reason": copied})).await.unwrap();
+    let said = region.wait_condition(host, "SchedulingEnabled", "DisabledElsewhere", &coord).await;
+    assert!(said.contains(copied), "{said}");
+    for _ in 0..THREE_DRIFT_INTERVALS {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let svc = admin.service(host).await.unwrap().unwrap();
+        assert_eq!(svc["status"], "disabled", "{svc}");
+    }
+    admin.set_service(host, json!({"status": "enabled"})).await.unwrap();
+    region.wait_condition(host, "SchedulingEnabled", "Enabled", &coord).await;
+
+    // A disable of ours found (one recorded before it was sent, left
+    // behind) is repaired.
+    let ours = region.our_disable(host).await;
+    assert!(ours.starts_with("hv-lifecycle: "), "{ours}");
     admin.set_service(host, json!({"status": "disabled", "disabled_reason": ours})).await.unwrap();
     until(
         "our own disable repaired",
@@ -83,7 +100,7 @@ async fn a_disable_by_nova_compute_or_an_sre_stands_and_a_disable_of_ours_is_rep
         || coord.tail(10),
         || async {
             let events = region.events_for(host).await;
-            ready_when(events.iter().any(|e| e.0 == "DriftRepaired" && e.1.contains("left behind")), events)
+            ready_when(events.iter().any(|e| e.0 == "DriftRepaired" && e.1.contains(ours.as_str())), events)
         },
     )
     .await;
@@ -197,7 +214,8 @@ async fn a_paused_host_gets_no_write_and_is_never_fenced() {
     let from = hv_tests::openstack::nova_requests(&env).len();
 
     // A disable of ours left behind, which drift repair would lift.
-    let ours = "hv-lifecycle: maintenance (manual): left behind";
+    let ours = region.our_disable(&host).await;
+    let ours = ours.as_str();
     admin.set_service(&host, json!({"status": "disabled", "disabled_reason": ours})).await.unwrap();
     would(&region, &host, "enable compute service", &coord).await;
     nothing_done_to(&region, &admin, &host, ("disabled", Some(ours)), address::PAUSED).await;
@@ -471,4 +489,130 @@ async fn a_host_in_service_with_servers_is_adopted_and_never_disabled() {
     }
     assert_eq!(admin.servers_on(&host).await.unwrap(), std::slice::from_ref(&vm), "its server stays");
     admin.delete_server(&vm).await.unwrap();
+}
+
+/// One Nova host, one machine: a Node whose agent runs on another machine
+/// (its libvirt calls itself by another fake host's name) passes its checks
+/// and is not activated: it stays Ready, its compute service disabled as
+/// onboarding left it, with no write to Nova after the mismatch is shown,
+/// and one Warning naming both sides. The agent of its own machine then
+/// gets it activated.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_whose_libvirt_names_another_machine_does_not_activate_its_host() {
+    let region = Region::start("sharing-machine").await;
+    let env = region.env.clone();
+    let claims = claim_hosts(&env, 2).await;
+    let (host, elsewhere) = (claims[0].host.as_str(), claims[1].host.as_str());
+    let admin = Admin::login(&env).await.unwrap();
+    let coord = region.coordinator(None, &[]);
+    let wrong = AgentPeers { libvirt: Some(env.libvirt.of(elsewhere).to_string()), ..Default::default() };
+    let mut agent = region.agent(host, &wrong);
+    region.create_node(host, &[]).await;
+    let said = region.wait_condition(host, "SchedulingEnabled", "MachineMismatch", &coord).await;
+    assert!(said.contains(&format!("calls its machine {elsewhere}")) && said.contains(host), "{said}");
+    let from = hv_tests::openstack::nova_requests(&env).len();
+    for _ in 0..THREE_DRIFT_INTERVALS {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let svc = admin.service(host).await.unwrap().unwrap();
+        assert_eq!(svc["status"], "disabled", "{svc}");
+        let hv = region.hypervisor(host).await.unwrap();
+        assert_eq!(hv.status.and_then(|s| s.phase), Some(Phase::Ready));
+    }
+    let asked = coordinator_requests(&env, &coord, from);
+    let writes: Vec<&String> = asked.iter().filter(|r| !r.starts_with("GET ")).collect();
+    assert!(writes.is_empty(), "written to Nova while the machine differs: {writes:?}");
+    let events = region.events_for(host).await;
+    let told: Vec<_> = events.iter().filter(|e| e.0 == "MachineMismatch").collect();
+    assert_eq!(told.len(), 1, "{events:?}");
+    let hv = region.hypervisor(host).await.unwrap();
+    let recorded = hv.status.and_then(|s| s.machine).and_then(|m| m.hostname);
+    assert_eq!(recorded.as_deref(), Some(elsewhere), "the machine's name is in status");
+
+    // The node's own machine's agent: activated.
+    agent.kill();
+    let _agent = region.agent(host, &AgentPeers::default());
+    region.wait_phase(host, Phase::Active, SOON, &coord).await;
+    let svc = admin.service(host).await.unwrap().unwrap();
+    assert_eq!(svc["status"], "enabled", "{svc}");
+}
+
+/// An Eviction's `Machine` condition as (status, reason, message).
+async fn machine_said(region: &Region, name: &str) -> (String, String, String) {
+    let ev = region.eviction(name).await;
+    let c = ev.and_then(|e| e.status).and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Machine"));
+    c.map(|c| (c.status, c.reason, c.message)).unwrap_or_default()
+}
+
+/// One Nova host, one machine, before anything moves: a Node whose agent
+/// runs on another machine of the same host name (a libvirtd calling
+/// itself by the host's name, without the host's domains) is activated,
+/// but its Eviction moves nothing: Nova lists a server there that the
+/// agent never reported. `Machine=False`, `NotTheMachine`, naming both
+/// sides, one Warning, and no migration asked of Nova. Once the agent of
+/// the host's own machine reports the server, the Eviction empties it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_eviction_moves_nothing_off_a_machine_that_never_ran_the_hosts_servers() {
+    let region = Region::start("sharing-domains").await;
+    let env = region.env.clone();
+    let zone = hosts::zone(&env, 1).await;
+    let host = zone.source.host.clone();
+    let admin = Admin::login(&env).await.unwrap();
+    let twin = hv_tests::libvirtd::PrivateLibvirtd::start(&env, &host).unwrap();
+    let mut agent = region.agent(&host, &AgentPeers { libvirt: Some(twin.test_uri()), ..Default::default() });
+    let (_, coord, ids) = region.active_host_with(&admin, &zone, &["1"], &[]).await;
+    until(
+        "the twin's domains recorded",
+        SOON,
+        || coord.tail(30),
+        || async {
+            let hv = region.hypervisor(&host).await;
+            let domains = hv.and_then(|h| h.status?.machine?.domains);
+            ready_when(domains.is_some(), domains)
+        },
+    )
+    .await;
+
+    let from = hv_tests::openstack::nova_requests(&env).len();
+    let name = format!("machine-{}", std::process::id());
+    region.create_eviction(&name, &host, EvictionReason::AdminRequest, Default::default()).await;
+    let said = until(
+        "the Eviction held: not the machine",
+        SOON,
+        || coord.tail(30),
+        || async {
+            let said = machine_said(&region, &name).await;
+            ready_when(said.1 == "NotTheMachine", said)
+        },
+    )
+    .await;
+    assert_eq!(said.0, "False");
+    assert!(said.2.contains(&ids[0]) && said.2.contains(&format!("node {host}")), "{said:?}");
+    for _ in 0..THREE_DRIFT_INTERVALS {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let server = admin.server(&ids[0]).await.unwrap();
+        assert_eq!(server["OS-EXT-SRV-ATTR:host"], host.as_str(), "{server}");
+    }
+    let asked = coordinator_requests(&env, &coord, from);
+    let moves: Vec<&String> = asked.iter().filter(|r| r.contains("/action")).collect();
+    assert!(moves.is_empty(), "a server moved off another machine: {moves:?}");
+    let events = region.events_for(&name).await;
+    assert_eq!(events.iter().filter(|e| e.0 == "NotTheMachine").count(), 1, "{events:?}");
+
+    // The host's own machine's agent reports the server: it moves.
+    agent.kill();
+    drop(twin);
+    let _agent = region.agent(&host, &AgentPeers::default());
+    until(
+        "the Eviction done",
+        Duration::from_secs(120),
+        || coord.tail(30),
+        || async {
+            let phase = region.eviction(&name).await.and_then(|e| e.status).and_then(|s| s.phase);
+            ready_when(phase == Some(hv_coordinator::api::eviction::EvictionPhase::Succeeded), phase)
+        },
+    )
+    .await;
+    assert_eq!(machine_said(&region, &name).await.1, "Seen");
+    let server = admin.server(&ids[0]).await.unwrap();
+    assert_ne!(server["OS-EXT-SRV-ATTR:host"], host.as_str(), "{server}");
 }

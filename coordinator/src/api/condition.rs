@@ -91,6 +91,10 @@ pub enum ConditionType {
     /// Eviction: its host is paused or the install observes only; nothing
     /// is asked of Nova until it is free.
     HostPaused,
+    /// Eviction: the host is the machine Nova means (the servers Nova
+    /// lists there are domains its agent reported), True; False when none
+    /// of them is, and nothing moves.
+    Machine,
 }
 
 impl ConditionType {
@@ -111,6 +115,7 @@ impl ConditionType {
             ConditionType::HostFenced => "HostFenced",
             ConditionType::Paused => "Paused",
             ConditionType::HostPaused => "HostPaused",
+            ConditionType::Machine => "Machine",
         }
     }
 
@@ -129,7 +134,8 @@ impl ConditionType {
             | ConditionType::Target
             | ConditionType::HostDisabled
             | ConditionType::HostFenced
-            | ConditionType::HostPaused => Owner::Eviction,
+            | ConditionType::HostPaused
+            | ConditionType::Machine => Owner::Eviction,
         }
     }
 }

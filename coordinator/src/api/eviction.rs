@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("!has(self.options) || !has(self.options.force) || self.options.force.all(f, f in ['capacity', 'constraints', 'compatibility'])").message("spec.options.force entries must be capacity, constraints or compatibility").field_path(".options.force"))]
+#[x_kube(validation = Rule::new("!has(self.options) || !has(self.options.force) || self.options.force.all(f, f in ['capacity', 'constraints', 'compatibility', 'machine'])").message("spec.options.force entries must be capacity, constraints, compatibility or machine").field_path(".options.force"))]
 pub struct EvictionSpec {
     /// Name of the Hypervisor (= Node) to evict. Immutable.
     #[x_kube(validation = Rule::new("self == oldSelf").message("spec.hypervisor is immutable"))]
@@ -109,10 +109,12 @@ pub struct EvictionOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_policy: Option<MigrationPolicy>,
     /// Preflight checks to skip by name (`capacity`, `constraints`,
-    /// `compatibility`). Use with care. Bounded, so that the API server can
-    /// bound the cost of the CEL rule that checks the names.
+    /// `compatibility`), and `machine`: go on although the agent reported
+    /// none of the servers Nova lists on the host. Use with care. Bounded,
+    /// so that the API server can bound the cost of the CEL rule that
+    /// checks the names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 3), inner(length(max = 16)))]
+    #[schemars(length(max = 4), inner(length(max = 16)))]
     pub force: Vec<String>,
 }
 

@@ -437,6 +437,19 @@ pub struct MachineStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 8))]
     pub ceph_addresses: Vec<String>,
+    /// The host name libvirt gives on the machine: what Nova's libvirt
+    /// driver names the host's hypervisor record after. A host is activated
+    /// only when the two agree (docs/lifecycle.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub hostname: Option<String>,
+    /// The UUIDs of the domains in the agent's last report (with Nova's
+    /// libvirt driver, its servers' UUIDs), sorted; absent until one was
+    /// reported. Compared with the servers Nova lists on the host before
+    /// an eviction or evacuation starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024), inner(length(max = 36)))]
+    pub domains: Option<Vec<String>>,
 }
 
 impl MachineStatus {
@@ -448,6 +461,12 @@ impl MachineStatus {
         }
         if !new.ceph_addresses.is_empty() {
             m.ceph_addresses = new.ceph_addresses.clone();
+        }
+        if new.hostname.is_some() {
+            m.hostname = new.hostname.clone();
+        }
+        if new.domains.is_some() {
+            m.domains = new.domains.clone();
         }
         m
     }
@@ -696,6 +715,15 @@ pub struct LifecycleRecord {
     /// Why the node is Aborted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abort: Option<AbortRecord>,
+    /// The reasons of this controller's latest disables of the compute
+    /// service (at most 4, newest last), each recorded before it is sent:
+    /// a disable Nova shows is ours to lift only when its reason is one of
+    /// them (docs/lifecycle.md, "Who owns a disable"). Absent on a
+    /// Hypervisor made before the record existed, which goes by the
+    /// reason's prefix alone until its first disable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4), inner(length(max = 255)))]
+    pub disabled_as: Option<Vec<String>>,
     /// The host was in service when first seen (its compute service
     /// enabled, with servers): it is adopted, never disabled on its way in,
     /// its first check run a re-check. Cleared once it is Active, or taken

@@ -8,7 +8,7 @@
 use crate::api::eviction::{EvictionOptions, EvictionReason};
 
 /// The checks `spec.options.force` may name.
-pub const FORCEABLE: [&str; 3] = ["capacity", "constraints", "compatibility"];
+pub const FORCEABLE: [&str; 4] = ["capacity", "constraints", "compatibility", super::machine::MACHINE];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {

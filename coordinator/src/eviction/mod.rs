@@ -2,13 +2,14 @@
 //! whether every VM of the host could be placed elsewhere, [`plan::step`]
 //! decides, for one Eviction, which VM moves next, which migration is stuck
 //! and what every VM's record says, [`checks`] refuses an Eviction that
-//! cannot run, and [`phases`] says what the phases before Migrating come
-//! to. [`NovaState`] is what Nova says of a migration.
+//! cannot run, [`machine`] whether the host is the machine Nova means, and
+//! [`phases`] says what the phases before Migrating come to. [`NovaState`] is what Nova says of a migration.
 //! [`limit::ClusterLimit`] is the cluster-wide migration limit.
 //! The shell that runs them against Nova is `k8s::eviction`.
 
 pub mod checks;
 pub mod limit;
+pub mod machine;
 mod nova_state;
 pub mod phases;
 pub mod plan;

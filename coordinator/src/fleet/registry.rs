@@ -67,7 +67,58 @@ pub fn machine(f: &HostFacts) -> MachineStatus {
     ips.sort();
     ips.dedup();
     ips.truncate(MAX_CEPH_IPS);
-    MachineStatus { system_uuid: is_uuid.then_some(uuid), ceph_addresses: ips }
+    // A DNS name, as libvirt gives it: anything else names no machine.
+    let name = f.hostname.trim();
+    let is_name = !name.is_empty()
+        && name.len() <= MAX_SHORT
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+    MachineStatus {
+        system_uuid: is_uuid.then_some(uuid),
+        ceph_addresses: ips,
+        hostname: is_name.then(|| name.to_string()),
+        domains: None,
+    }
+}
+
+/// Most domain UUIDs kept of one report (far above what one host runs).
+pub const MAX_DOMAINS: usize = 1024;
+
+/// The well-formed UUIDs among `uuids`, sorted, deduplicated, at most
+/// [`MAX_DOMAINS`]. Kept as numbers: 16 bytes a domain, on every node.
+pub fn domain_ids<'a>(uuids: impl Iterator<Item = &'a str>) -> Vec<u128> {
+    let mut ids: Vec<u128> = uuids.filter_map(parse_uuid).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.truncate(MAX_DOMAINS);
+    ids
+}
+
+fn parse_uuid(s: &str) -> Option<u128> {
+    let s = s.trim();
+    let dashes = s.char_indices().filter(|(_, c)| *c == '-').map(|(i, _)| i).collect::<Vec<_>>();
+    if s.len() != 36 || dashes != [8, 13, 18, 23] {
+        return None;
+    }
+    let hex: String = s.chars().filter(|c| *c != '-').collect();
+    if !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    u128::from_str_radix(&hex, 16).ok()
+}
+
+fn format_uuid(id: u128) -> String {
+    let h = format!("{id:032x}");
+    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+}
+
+/// The machine as the agent's facts and its last inventory report it.
+fn machine_view(facts: Option<&HostFacts>, domains: Option<&[u128]>) -> Option<MachineStatus> {
+    if facts.is_none() && domains.is_none() {
+        return None;
+    }
+    let mut m = facts.map(machine).unwrap_or_default();
+    m.domains = domains.map(|ids| ids.iter().copied().map(format_uuid).collect());
+    Some(m)
 }
 
 struct Live {
@@ -98,6 +149,10 @@ struct Node {
     /// did), zero for an agent process that started since.
     drops_counted: Option<u64>,
     domains: Option<u32>,
+    /// The UUIDs of those domains (well-formed ones, sorted, at most
+    /// [`MAX_DOMAINS`]): what the host runs, for the machine check before an
+    /// eviction (docs/lifecycle.md, "One Nova host, one machine").
+    domain_ids: Option<Vec<u128>>,
     /// The agent's health signals that hold (docs/health.md).
     signals: BTreeMap<health::signal::Key, Signal>,
     /// Heartbeats in a row whose clock was off.
@@ -217,8 +272,11 @@ impl Registry {
                 n.acked = 0;
                 n.dropped = 0;
                 // A new agent process starts with no signal and sends again
-                // what holds.
+                // what holds; nor is an earlier process's machine its own
+                // until it says so (the Node may now be another machine).
                 n.signals.clear();
+                n.facts = None;
+                n.domain_ids = None;
             }
             n.agent_version = bounded(&hello.agent_version, 64);
             n.checks_bridge_settings = hello.capabilities.contains(&(Capability::BridgeExpectations as i32));
@@ -295,6 +353,13 @@ impl Registry {
                 }
                 Some(Payload::Inventory(inv)) => {
                     n.domains = Some(u32::try_from(inv.domains.len()).unwrap_or(u32::MAX));
+                    // Looked at now: a process's first report, or one with a
+                    // domain the last lacked (a VM started or moved in: an
+                    // eviction compares them); one with fewer, at the host's
+                    // next look.
+                    let ids = domain_ids(inv.domains.iter().map(|d| d.uuid.as_str()));
+                    notify = n.domain_ids.as_ref().is_none_or(|old| ids.iter().any(|id| old.binary_search(id).is_err()));
+                    n.domain_ids = Some(ids);
                 }
                 Some(Payload::CheckReport(r)) => {
                     tracing::info!(node, seq = msg.seq, run = r.run, checks = r.results.len(), "check report");
@@ -360,7 +425,7 @@ impl Registry {
                     })
                     .filter(|v| !v.is_empty()),
                 hostname: n.facts.as_ref().map(|f| bounded(&f.hostname, MAX_SHORT)).filter(|h| !h.is_empty()),
-                machine: n.facts.as_ref().map(machine),
+                machine: machine_view(n.facts.as_ref(), n.domain_ids.as_deref()),
                 checks: n.checks.as_ref().map(report),
                 checks_hypervisor: n.checks.as_ref().map(|r| r.hypervisor_uid.clone()).unwrap_or_default(),
                 dropped: n.dropped,
@@ -770,13 +835,60 @@ mod tests {
     }
 
     #[test]
+    fn a_new_agent_process_speaks_for_its_machine_afresh() {
+        let (r, _changed) = registry();
+        let say = |r: &Registry, id: u64, seq: u64, payload: Payload| {
+            r.receive("n1", id, AgentMessage { seq, sent_at: None, payload: Some(payload) });
+        };
+        let facts = Payload::HostFacts(HostFacts { hostname: "compute-7".into(), ..Default::default() });
+        let domains = Payload::Inventory(hv_proto::v1::Inventory {
+            domains: vec![hv_proto::v1::Domain {
+                uuid: "6695eb01-f6a4-8304-79aa-97f2502e193f".into(),
+                ..Default::default()
+            }],
+        });
+        let (tx, _rx) = mpsc::channel(8);
+        let s = r.open(&hello("n1", "boot-a", "1.0"), tx);
+        say(&r, s.id, 1, facts);
+        say(&r, s.id, 2, domains);
+        let m = r.view("n1").machine.unwrap();
+        assert_eq!((m.hostname.as_deref(), m.domains.map(|d| d.len())), (Some("compute-7"), Some(1)));
+        // The same process again: what it said stands.
+        let (tx, _rx) = mpsc::channel(8);
+        r.open(&hello("n1", "boot-a", "1.0"), tx);
+        assert!(r.view("n1").machine.is_some());
+        // Another process (the Node may be another machine now): nothing until it says.
+        let (tx, _rx) = mpsc::channel(8);
+        r.open(&hello("n1", "boot-b", "1.0"), tx);
+        assert_eq!(r.view("n1").machine, None);
+    }
+
+    #[test]
+    fn domain_uuids_are_kept_as_numbers_and_given_back_in_their_own_form() {
+        let a = "6695eb01-f6a4-8304-79aa-97f2502e193f";
+        let b = "0000000A-0000-4000-8000-00000000000B";
+        let ids = domain_ids([b, a, a, "not-a-uuid", "6695eb01f6a4830479aa97f2502e193f", ""].into_iter());
+        assert_eq!(ids.len(), 2);
+        let m = machine_view(None, Some(&ids)).unwrap();
+        assert_eq!(m.domains.unwrap(), ["0000000a-0000-4000-8000-00000000000b", a]);
+        let many: Vec<String> = (0..2000u32).map(|i| format!("00000000-0000-0000-0000-{i:012}")).collect();
+        assert_eq!(domain_ids(many.iter().map(String::as_str)).len(), MAX_DOMAINS);
+        assert_eq!(machine_view(None, None), None);
+        let facts = HostFacts { hostname: "compute-7".into(), ..Default::default() };
+        let m = machine_view(Some(&facts), None).unwrap();
+        assert_eq!((m.hostname.as_deref(), m.domains), (Some("compute-7"), None));
+    }
+
+    #[test]
     fn a_machine_is_kept_as_reported_its_malformed_parts_left_out() {
         let f = HostFacts {
             system_uuid: " 4C4C4544-0042-3510-8051-B4C04F4E3332\n".into(),
             ceph_client_ips: vec!["10.0.0.7".into(), "10.0.0.7".into(), "fd00::7".into()],
+            hostname: " compute-7.example.com\n".into(),
             ..Default::default()
         };
         let m = machine(&f);
+        assert_eq!(m.hostname.as_deref(), Some("compute-7.example.com"));
         assert_eq!(m.system_uuid.as_deref(), Some("4c4c4544-0042-3510-8051-b4c04f4e3332"));
         assert_eq!(m.ceph_addresses, ["10.0.0.7", "fd00::7"]);
         for placeholder in [
@@ -796,6 +908,7 @@ mod tests {
                 "compute-2".into(),
                 "10.0.0.8:6800/1".into(),
             ],
+            hostname: "compute 7; rm -rf".into(),
             ..Default::default()
         };
         assert_eq!(machine(&bad), MachineStatus::default());
@@ -805,7 +918,12 @@ mod tests {
         };
         assert_eq!(machine(&many).ceph_addresses.len(), MAX_CEPH_IPS);
         // A report without a part keeps the part known.
-        let old = MachineStatus { system_uuid: Some("u".into()), ceph_addresses: vec!["10.0.0.7".into()] };
+        let old = MachineStatus {
+            system_uuid: Some("u".into()),
+            ceph_addresses: vec!["10.0.0.7".into()],
+            hostname: Some("compute-7".into()),
+            domains: Some(vec![]),
+        };
         assert_eq!(MachineStatus::updated(Some(&old), &MachineStatus::default()), old);
         let moved = MachineStatus { ceph_addresses: vec!["10.0.0.9".into()], ..Default::default() };
         assert_eq!(MachineStatus::updated(Some(&old), &moved).ceph_addresses, ["10.0.0.9"]);

@@ -39,6 +39,7 @@ use crate::api::{
 use crate::eviction::NovaState;
 use crate::eviction::checks::{self, Refusal, Target};
 use crate::eviction::limit::Budgets;
+use crate::eviction::machine;
 use crate::eviction::phases::{self, Disabling, FenceState, POLL, ServiceSeen};
 use crate::eviction::plan::{self, Action, AttemptObs, Evacuation, Input, Server};
 use crate::eviction::preflight::{named_traits, preflight, with_traits};
@@ -76,6 +77,9 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// writes (`triggers::eviction_own`), so without it a finished Eviction
 /// would keep its finalizer until something else woke it.
 const ENDED: Duration = Duration::from_millis(100);
+/// How soon a host found not to be the machine Nova means is looked at
+/// again: its agent's next report may settle it.
+const MACHINE_LOOK: Duration = Duration::from_secs(5);
 
 pub struct EvictionContext {
     pub client: kube::Client,
@@ -391,19 +395,19 @@ async fn run_preflight(
         record(ctx, ev, s).await?;
         return Ok(Requeue::requeue(POLL));
     }
-    // The traits the servers name are asked of Placement while the
-    // candidates' room is read.
-    let servers_and_traits = async {
-        let servers = ctx.nova.servers_on(source).await?;
-        let carried = ctx.nova.carriers(&named_traits(&servers)).await?;
-        Ok::<_, NovaError>((servers, carried))
-    };
-    let ((servers, carried), mut candidates) =
-        tokio::try_join!(servers_and_traits, ctx.nova.candidates(source))?;
+    // Whether the host is the machine Nova means, before the room is read.
+    let servers = ctx.nova.servers_on(source).await?;
+    let machine = judge_machine(ctx, ev, source, &servers);
+    if machine.holds {
+        return hold_for_machine(ctx, ev, machine.condition, now).await;
+    }
+    let named = named_traits(&servers);
+    let (carried, mut candidates) = tokio::try_join!(ctx.nova.carriers(&named), ctx.nova.candidates(source))?;
     with_traits(&mut candidates, &carried);
     let o = &ev.spec.options;
     let report = preflight(&servers, o.default_policy.unwrap_or(ctx.default_policy), &candidates, &o.force);
-    let (s, passed) = phases::judged(status_of(ev), report, fence, source, ev.metadata.generation, now);
+    let (mut s, passed) = phases::judged(status_of(ev), report, fence, source, ev.metadata.generation, now);
+    s.conditions = merge(&s.conditions, &[machine.condition], now, ev.metadata.generation);
     let said = s.conditions.iter().find(|c| c.type_ == ConditionType::Preflight.as_str());
     let (reason, message) = said.map_or(("", ""), |c| (c.reason.as_str(), c.message.as_str()));
     match reason {
@@ -423,6 +427,52 @@ async fn run_preflight(
         }
         _ => Ok(Requeue::requeue(if passed { Duration::from_millis(100) } else { ENDED })),
     }
+}
+
+/// Whether the host is the machine Nova means: the servers Nova lists on
+/// it against the domains its agent last reported, as its Hypervisor
+/// records them ([`machine::judge`]).
+fn judge_machine(ctx: &EvictionContext, ev: &Eviction, source: &str, servers: &[Server]) -> machine::Verdict {
+    let name = &ev.spec.hypervisor;
+    let hv = ctx.hypervisors.get(&ObjectRef::new(name));
+    let domains = hv.as_ref().and_then(|hv| hv.status.as_ref()?.machine.as_ref()?.domains.clone());
+    // A server that never ran (a failed or unfinished build) has no domain.
+    let ran = servers.iter().filter(|s| !matches!(s.status.as_str(), "ERROR" | "BUILD"));
+    let ids: Vec<String> = ran.map(|s| s.id.clone()).collect();
+    let forced = ev.spec.options.force.iter().any(|f| f == machine::MACHINE);
+    machine::judge(name, source, &ids, domains.as_deref(), forced)
+}
+
+/// Not the machine Nova means: nothing moves; the `Machine` condition says
+/// why (a Warning Event when it first does), and the next look comes soon,
+/// as the agent's next report may settle it.
+async fn hold_for_machine(
+    ctx: &EvictionContext,
+    ev: &Eviction,
+    condition: DesiredCondition,
+    now: Timestamp,
+) -> Result<Requeue, Error> {
+    let mut s = status_of(ev);
+    let told = s
+        .conditions
+        .iter()
+        .any(|c| c.type_ == ConditionType::Machine.as_str() && c.reason == condition.reason);
+    if !told {
+        tracing::warn!(node = %ev.spec.hypervisor, message = %condition.message, "not the machine Nova means");
+        let reference = ev.object_ref(&());
+        super::hypervisor::publish_by(
+            &ctx.recorder,
+            &reference,
+            EventType::Warning,
+            "NotTheMachine",
+            &condition.message,
+        )
+        .await;
+    }
+    s.phase.get_or_insert(EvictionPhase::Pending);
+    s.conditions = merge(&s.conditions, &[condition], now, ev.metadata.generation);
+    record(ctx, ev, s).await?;
+    Ok(Requeue::requeue(MACHINE_LOOK))
 }
 
 /// Nothing moves before the host stops taking new VMs

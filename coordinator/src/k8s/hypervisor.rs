@@ -243,12 +243,37 @@ async fn look(
     Ok((seen, verdict))
 }
 
-/// The lifecycle's decision. A Hypervisor that first records its Nova host
-/// claims it first ([`NovaHosts`](super::nova_hosts::NovaHosts)), and the
-/// record is written before anything is written to Nova for it; when
-/// another holds the host, the decision is made again knowing it (it then
-/// changes nothing). Answers the Hypervisor and its status as they now are.
+/// The lifecycle's decision, with what must be recorded before its actions
+/// run written first: the Nova host it claims ([`claimed_first`]), and the
+/// reason of a disable it sends. Answers the Hypervisor and its status as
+/// they now are.
 async fn decided(
+    ctx: &Context,
+    hv: Arc<Hypervisor>,
+    name: &str,
+    status: &HypervisorStatus,
+    obs: &mut Observations,
+    now: Timestamp,
+) -> Result<(Arc<Hypervisor>, HypervisorStatus, Decision), Error> {
+    let (hv, status, decision) = claimed_first(ctx, hv, name, status, obs, now).await?;
+    let disables = decision.actions.iter().any(|a| matches!(a, Action::DisableService { .. }));
+    if !disables || decision.record.disabled_as == status.lifecycle.disabled_as {
+        return Ok((hv, status, decision));
+    }
+    // A disable of ours is recorded before it is sent: a write that fails
+    // sends nothing.
+    let mut recorded = status.clone();
+    recorded.lifecycle.disabled_as.clone_from(&decision.record.disabled_as);
+    let hv = write_status(ctx, hv, name, &status, &recorded).await?;
+    Ok((hv, recorded, decision))
+}
+
+/// The decision. A Hypervisor that first records its Nova host claims it
+/// first ([`NovaHosts`](super::nova_hosts::NovaHosts)), and the record is
+/// written before anything is written to Nova for it; when another holds
+/// the host, the decision is made again knowing it (it then changes
+/// nothing).
+async fn claimed_first(
     ctx: &Context,
     hv: Arc<Hypervisor>,
     name: &str,
@@ -312,9 +337,10 @@ fn also_said(
 /// A host whose hands are off (an SRE's pause, or observe mode;
 /// docs/operations.md, "Hands off"): observed and judged as any other,
 /// the lifecycle's and the fencing's decisions made on the same reads, and
-/// only told: its verdict and what would be done are written to its status
-/// (the `Paused` condition), each new kind of thing it would do is an Event
-/// and counted. Nothing else is written, and it is never fenced.
+/// only told: its verdict, the machine as its agent reports it, and what
+/// would be done are written to its status (the `Paused` condition), each
+/// new kind of thing it would do is an Event and counted. Nothing else is
+/// written, and it is never fenced.
 async fn hands_off(
     ctx: &Context,
     hv: Arc<Hypervisor>,
@@ -326,6 +352,7 @@ async fn hands_off(
     let would = would_do(ctx, &hv, (name, status), (seen, verdict), now);
     let lines: Vec<String> = would.iter().map(|(_, line)| line.clone()).collect();
     let mut next = status.clone();
+    next.machine = super::status::machine(status, &seen.agent);
     let mut held = vec![hands.condition(&lines)];
     // A deletion waits for the host as ever, and says why.
     held.extend(deletion.map(lifecycle::deletion::condition));
@@ -671,6 +698,10 @@ async fn observe(
         // A host whose hands are off takes no place among those held for updates.
         update_wait: ctx.updates.wait(name, in_service_as, &hv.spec, node, hands_of(ctx, hv).free()),
         claimed_by,
+        // A connected agent speaks for its machine itself; a gone one by
+        // what it last said.
+        machine_hostname: if agent.connected { agent.machine.as_ref() } else { status.machine.as_ref() }
+            .and_then(|m| m.hostname.clone()),
     };
     let judged = crate::lifecycle::expects_agent(phase);
     // Not while a new leader settles: no agent is connected yet, and no

@@ -347,6 +347,7 @@ fn registered(enabled: bool, instances: &[&str]) -> NovaObs {
     NovaObs::Registered(NovaHost {
         service_id: "svc-1".into(),
         hypervisor_id: Some("hv-1".into()),
+        hypervisor_hostname: Some("node-1".into()),
         enabled,
         disabled_reason: (!enabled).then(|| "hv-lifecycle: maintenance (manual)".to_string()),
         traits: Some(Default::default()),

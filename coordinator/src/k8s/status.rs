@@ -53,12 +53,21 @@ pub fn compose(
         version: Some(agent.agent_version.clone()).filter(|v| !v.is_empty()),
         last_heartbeat: None,
     });
-    if let Some(m) = &agent.machine {
-        s.machine =
-            Some(MachineStatus::updated(old.machine.as_ref(), m)).filter(|m| *m != MachineStatus::default());
-    }
+    s.machine = machine(old, agent);
     s.lifecycle = d.record.clone();
     s
+}
+
+/// The machine as recorded, with what the agent now reports of it (each
+/// part replaced only by a newer report of it): observed, so recorded
+/// whether or not the coordinator acts on the host.
+pub fn machine(old: &HypervisorStatus, agent: &AgentView) -> Option<MachineStatus> {
+    match &agent.machine {
+        Some(m) => {
+            Some(MachineStatus::updated(old.machine.as_ref(), m)).filter(|m| *m != MachineStatus::default())
+        }
+        None => old.machine.clone(),
+    }
 }
 
 fn agent_condition(agent: &AgentView) -> DesiredCondition {

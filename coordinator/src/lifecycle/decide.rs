@@ -34,6 +34,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::action::Action;
 use super::disables;
+use super::machine::{self, Machine, Unknown as MachineUnknown};
 use super::observe::{EvictionObs, NodeObs, NovaHost, NovaObs, Observations, ServiceState};
 use crate::api::condition::DesiredCondition;
 use crate::api::eviction::{EvictionPhase, EvictionReason};
@@ -135,6 +136,9 @@ pub const ADOPTED_CHECKS_FAILED: &str = "AdoptedChecksFailed";
 /// Another Hypervisor holds the Nova host this one names (docs/lifecycle.md,
 /// "One Nova host, one Hypervisor").
 pub const NOVA_HOST_CLAIMED: &str = "NovaHostClaimed";
+/// The node's machine is not the one that registered its Nova host
+/// (docs/lifecycle.md, "One Nova host, one machine").
+pub const MACHINE_MISMATCH: &str = "MachineMismatch";
 
 /// The Nova host every Nova call for this Hypervisor uses: the one its
 /// compute service was found under, else the one its spec names
@@ -171,9 +175,8 @@ pub const ALLOWED_TRANSITIONS: &[(Phase, Phase)] = &[
     (Phase::Maintenance, Phase::Evicting),
 ];
 
-const ONBOARDING_DISABLE_REASON: &str = "hv-lifecycle: onboarding, not tested yet";
-const RE_REGISTERED_DISABLE_REASON: &str =
-    "hv-lifecycle: host was decommissioned; re-registered service disabled";
+const ONBOARDING_DISABLE_REASON: &str = disables::ONBOARDING;
+const RE_REGISTERED_DISABLE_REASON: &str = disables::RE_REGISTERED;
 
 /// Decide the next step for one hypervisor. Pure: same input, same output.
 pub fn decide(input: &Input<'_>) -> Decision {
@@ -221,6 +224,8 @@ fn claimed(d: &mut Draft<'_>, holder: &str) {
 }
 
 fn initial(d: &mut Draft<'_>) {
+    // Made by this version: its disables are recorded from the start.
+    d.record.disabled_as.get_or_insert_with(Vec::new);
     match d.obs().node {
         NodeObs::Absent => d.set(
             ConditionType::Onboarded,
@@ -352,6 +357,45 @@ fn testing(d: &mut Draft<'_>) {
     }
 }
 
+/// Whether the node's machine is the one that registered its Nova host, as
+/// far as it may be enabled: the host names its agent and Nova's record
+/// give agree, or one side has not said where that is enough (`activating`
+/// false: a host already in service; or `spec.skipTests`, no agent
+/// required). Else it is not enabled, told why (once, as a Warning, when
+/// they differ).
+fn same_machine(d: &mut Draft<'_>, host: &NovaHost, activating: bool) -> bool {
+    let nova_host = d.nova_host();
+    let (reason, msg) = match machine::compare(
+        d.obs().machine_hostname.as_deref(),
+        host.hypervisor_hostname.as_deref(),
+    ) {
+        Machine::Same => return true,
+        Machine::Unknown(_) if d.input.spec.skip_tests || !activating => return true,
+        Machine::Differs { agent, nova } => {
+            let msg = format!(
+                "the node's libvirt calls its machine {agent}, Nova's hypervisor record for host {nova_host} \
+                 names {nova}: this node is not the machine that registered {nova_host}, and is not \
+                 activated. Fix the Hypervisor's spec.novaHost, or the machine's host name"
+            );
+            let told = d.input.status.conditions.iter().any(|c| c.reason == MACHINE_MISMATCH)
+                || d.warnings.iter().any(|w| w.reason == MACHINE_MISMATCH);
+            if !told {
+                d.warn(MACHINE_MISMATCH, msg.clone());
+            }
+            (MACHINE_MISMATCH, msg)
+        }
+        Machine::Unknown(MachineUnknown::Agent) => (
+            "WaitingForAgent",
+            "waiting for the node's agent to report a usable libvirt host name".to_string(),
+        ),
+        Machine::Unknown(MachineUnknown::Nova) => {
+            ("WaitingForHypervisor", format!("Nova has no hypervisor record for host {nova_host} yet"))
+        }
+    };
+    d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, reason, msg);
+    false
+}
+
 fn aborted(d: &mut Draft<'_>) {
     // Aborted before its first look at Nova (credentials, a host name not
     // found yet): found in service once Nova shows it, it is adopted.
@@ -376,6 +420,11 @@ fn ready(d: &mut Draft<'_>) {
         // disabled until the eviction is over.
         let msg = format!("Eviction {} runs; the host is enabled once it is over", ev.name);
         return d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "EvictionRunning", msg);
+    }
+    if let NovaObs::Registered(host) = &d.obs().nova
+        && !same_machine(d, host, true)
+    {
+        return;
     }
     match &d.obs().nova {
         NovaObs::Registered(host) if host.enabled => {
@@ -438,7 +487,7 @@ fn active(d: &mut Draft<'_>) {
         _ => return,
     };
     let held = unseen(d, host);
-    if !host.enabled && !held && d.enable_if_ours(host) {
+    if !host.enabled && !held && d.enable_if_ours(host) == Enabling::Enables {
         let why = host.disabled_reason.clone().unwrap_or_default();
         d.warn(DRIFT_REPAIRED, format!("compute service was disabled in Nova ({why}); re-enabled"));
     }
@@ -626,6 +675,16 @@ fn recheck(d: &mut Draft<'_>, hold: UnseenHold, host: &NovaHost) -> Recheck {
 }
 
 /// Where a recheck leaves a held host.
+/// What an enable of ours came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Enabling {
+    Enables,
+    /// Someone else's disable: it stands.
+    Theirs,
+    /// Ours, but the node is not the machine Nova means: it stays.
+    NotThisMachine,
+}
+
 enum Recheck {
     /// Still held: kept disabled.
     Held,
@@ -979,10 +1038,14 @@ fn re_enable(d: &mut Draft<'_>, why: &str) {
         d.record.eviction = None;
         return d.go(Phase::Active, format!("{why}; compute service re-enabled"));
     }
-    // Disabled by someone else meanwhile: Active, and it stays theirs.
-    if !d.enable_if_ours(host) {
+    // Disabled by someone else meanwhile (it stays theirs), or another
+    // machine: Active, and the service stays disabled.
+    if d.enable_if_ours(host) != Enabling::Enables {
         d.record.eviction = None;
-        d.go(Phase::Active, format!("{why}; the compute service stays disabled by someone else"));
+        d.go(
+            Phase::Active,
+            format!("{why}; the compute service stays disabled (SchedulingEnabled says why)"),
+        );
     }
 }
 
@@ -1203,6 +1266,12 @@ impl<'a> Draft<'a> {
             self.record.adopted = false;
             return self.abort(ConditionType::Tested, reason, message);
         }
+        // Left in service only as the machine Nova means.
+        if let NovaObs::Registered(host) = &self.obs().nova
+            && !same_machine(self, host, true)
+        {
+            return;
+        }
         let msg = format!("{message}; the host was in service when adopted and stays so: an SRE decides");
         self.warn(ADOPTED_CHECKS_FAILED, format!("{}: {msg}", self.nova_host()));
         self.set(ConditionType::Tested, ConditionStatus::False, ADOPTED_CHECKS_FAILED, msg.clone());
@@ -1281,25 +1350,32 @@ impl<'a> Draft<'a> {
             self.record.unseen = None;
             return Recheck::Lifted;
         }
-        if !self.enable_if_ours(host) {
+        match self.enable_if_ours(host) {
+            Enabling::Enables => Recheck::Enabling,
             // Someone else's disable since: the hold is over, theirs stays.
-            self.record.unseen = None;
-            return Recheck::Lifted;
+            Enabling::Theirs => {
+                self.record.unseen = None;
+                Recheck::Lifted
+            }
+            // Seen again, as another machine: still held.
+            Enabling::NotThisMachine => Recheck::Held,
         }
-        Recheck::Enabling
     }
 
     /// Enables the compute service when the disable Nova shows is ours
     /// ([`disables`]); one made by anyone else stands, shown in
     /// `SchedulingEnabled` (`DisabledElsewhere`, an Event when it begins).
     /// Answers whether it enables.
-    fn enable_if_ours(&mut self, host: &NovaHost) -> bool {
+    fn enable_if_ours(&mut self, host: &NovaHost) -> Enabling {
         let phase = self.input.status.phase.unwrap_or_default();
         let in_service = !matches!(phase, Phase::Initial | Phase::Onboarding | Phase::Testing | Phase::Ready);
-        match disables::ours_to_enable(host.disabled_reason.as_deref(), in_service) {
+        let recorded = self.record.disabled_as.as_deref();
+        match disables::ours_to_enable(host.disabled_reason.as_deref(), recorded, in_service) {
+            // Ours, but for another machine than the one Nova means: held.
+            Ok(()) if !same_machine(self, host, self.phase == Phase::Ready) => Enabling::NotThisMachine,
             Ok(()) => {
                 self.actions.push(Action::EnableService);
-                true
+                Enabling::Enables
             }
             Err(reason) => {
                 let message = disables::elsewhere_message(&reason);
@@ -1315,7 +1391,7 @@ impl<'a> Draft<'a> {
                     DISABLED_ELSEWHERE,
                     message,
                 );
-                false
+                Enabling::Theirs
             }
         }
     }
@@ -1333,10 +1409,13 @@ impl<'a> Draft<'a> {
         self.effective_maintenance().is_requested()
     }
 
-    /// Disable the compute service if Nova shows it enabled.
+    /// Disable the compute service if Nova shows it enabled, its reason
+    /// recorded (the shell writes the record before it sends the disable).
     fn guard_disabled(&mut self, host: &NovaHost, reason: &str) {
         if host.enabled && !self.actions.iter().any(|a| matches!(a, Action::DisableService { .. })) {
-            self.actions.push(Action::DisableService { reason: truncate(reason, 255) });
+            let reason = truncate(reason, 255);
+            disables::record(&mut self.record.disabled_as, &reason);
+            self.actions.push(Action::DisableService { reason });
         }
     }
 

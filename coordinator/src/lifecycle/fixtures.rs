@@ -49,6 +49,7 @@ pub fn host() -> NovaHost {
     NovaHost {
         service_id: "svc-1".into(),
         hypervisor_id: Some("hv-1".into()),
+        hypervisor_hostname: Some("node-1.example.com".into()),
         enabled: false,
         disabled_reason: Some("hv-lifecycle: onboarding, not tested yet".into()),
         service_state: crate::lifecycle::ServiceState::Up,
@@ -76,6 +77,7 @@ pub fn obs() -> Observations {
         update_wait: None,
         claimed_by: None,
         health: None,
+        machine_hostname: Some("node-1.example.com".into()),
     }
 }
 

@@ -20,14 +20,15 @@ mod decide;
 pub mod deletion;
 pub mod disables;
 pub mod hands;
+pub mod machine;
 mod observe;
 
 pub use crate::api::condition::DesiredCondition;
 pub use action::Action;
 pub use decide::{
     ADOPTED_CHECKS_FAILED, ALLOWED_TRANSITIONS, DISABLED_ELSEWHERE, DRIFT_REPAIRED, Decision, HOST_ADOPTED,
-    HOST_UNSEEN, Input, NOVA_ENABLES_NEW_SERVICES, NOVA_HOST_CLAIMED, Policy, SERVICE_RE_REGISTERED,
-    Transition, Warning, decide, nova_host, valid_trait,
+    HOST_UNSEEN, Input, MACHINE_MISMATCH, NOVA_ENABLES_NEW_SERVICES, NOVA_HOST_CLAIMED, Policy,
+    SERVICE_RE_REGISTERED, Transition, Warning, decide, nova_host, valid_trait,
 };
 pub use observe::{
     AgentObs, CheckReport, EvictionObs, HealthObs, NodeObs, NovaHost, NovaObs, Observations, ServiceState,

@@ -37,6 +37,9 @@ pub struct Observations {
     /// names that host): its name. Looked at only while this one has not
     /// recorded a Nova host of its own.
     pub claimed_by: Option<String>,
+    /// The host name libvirt gives on the node's machine, as its agent
+    /// reported it (this session's report, else the last one recorded).
+    pub machine_hostname: Option<String>,
 }
 
 /// A health verdict, as far as the lifecycle acts on it.
@@ -110,6 +113,9 @@ pub struct NovaHost {
     pub service_id: String,
     /// None until nova-compute has reported its resources for the first time.
     pub hypervisor_id: Option<String>,
+    /// The hypervisor record's host name: what Nova's libvirt driver read
+    /// from libvirt on the machine whose nova-compute registered it.
+    pub hypervisor_hostname: Option<String>,
     pub enabled: bool,
     pub disabled_reason: Option<String>,
     /// Whether nova-compute is alive, as Nova sees it (for health only).

@@ -76,7 +76,12 @@ fn check_one_step(
         let in_service = !matches!(from, Phase::Initial | Phase::Onboarding | Phase::Testing | Phase::Ready);
         if enables
             && !h.enabled
-            && super::disables::ours_to_enable(h.disabled_reason.as_deref(), in_service).is_err()
+            && super::disables::ours_to_enable(
+                h.disabled_reason.as_deref(),
+                st.lifecycle.disabled_as.as_deref(),
+                in_service,
+            )
+            .is_err()
         {
             return Err(format!("someone else's disable ({:?}) lifted in {from}", h.disabled_reason));
         }
@@ -349,6 +354,7 @@ fn one_step_rules_hold_on_the_whole_grid() {
                                             health: health.clone(),
                                             update_wait: None,
                                             claimed_by: None,
+                                            machine_hostname: Some("node-1.example.com".into()),
                                         };
                                         for now in [t(60), t(100_000)] {
                                             let input = Input {
@@ -696,6 +702,9 @@ impl Sim {
                 NovaObs::Registered(NovaHost {
                     service_id: "svc".into(),
                     hypervisor_id: hv.then(|| "hv".to_string()),
+                    // Named whether or not the record is listed yet: the
+                    // walk is the generator's, the machine gate the table's.
+                    hypervisor_hostname: Some("node-1.example.com".to_string()),
                     enabled: *enabled,
                     disabled_reason: Some(s.junk.clone()),
                     service_state: crate::lifecycle::ServiceState::Up,
@@ -758,6 +767,7 @@ impl Sim {
             health,
             update_wait: None,
             claimed_by: None,
+            machine_hostname: Some("node-1.example.com".into()),
         }
     }
 

@@ -20,6 +20,16 @@ struct Row {
     never: &'static [&'static str],
 }
 
+/// Nova shows the service disabled with the reason of our latest disable,
+/// as it was sent.
+fn disabled_as_sent(o: &mut Observations, st: &HypervisorStatus) {
+    let reason = st.lifecycle.disabled_as.as_ref().and_then(|r| r.last().cloned());
+    with_host(o, |h| {
+        h.enabled = false;
+        h.disabled_reason = reason;
+    });
+}
+
 fn ev(name: &str, reason: crate::api::EvictionReason, phase: EvictionPhase) -> Option<EvictionObs> {
     Some(eviction(name, reason, phase))
 }
@@ -130,12 +140,28 @@ const ROWS: &[Row] = &[
     Row { name: "forbidden Ready -> Active: an SRE's disable is not lifted", from: Phase::Ready, setup: |_, _, o| with_host(o, |h| h.disabled_reason = Some("firmware check -- jdoe".into())), to: Phase::Ready, must: &[], never: &["enable"] },
     Row { name: "Active: our own disable found is repaired", from: Phase::Active, setup: |_, _, o| with_host(o, |h| h.disabled_reason = Some("hv-lifecycle: maintenance (manual)".into())), to: Phase::Active, must: &["enable compute service"], never: &[] },
     Row { name: "forbidden Active: nova-compute's AUTO disable is not re-enabled", from: Phase::Active, setup: |_, _, o| with_host(o, |h| h.disabled_reason = Some("AUTO: Connection to libvirt lost: 1".into())), to: Phase::Active, must: &[], never: &["enable", "disable"] },
+    Row { name: "Active: our own disable found, recorded before it was sent, is repaired", from: Phase::Active, setup: |_, s, o| { s.lifecycle.disabled_as = Some(vec!["hv-lifecycle: onboarding, not tested yet".into(), "hv-lifecycle: maintenance (manual)".into()]); with_host(o, |h| h.disabled_reason = Some("hv-lifecycle: maintenance (manual)".into())) }, to: Phase::Active, must: &["enable compute service"], never: &[] },
+    Row { name: "forbidden Active: a disable of our form never recorded as sent (another install's, or copied) is not re-enabled", from: Phase::Active, setup: |_, s, o| { s.lifecycle.disabled_as = Some(vec!["hv-lifecycle: onboarding, not tested yet".into()]); with_host(o, |h| h.disabled_reason = Some("hv-lifecycle: maintenance (manual): theirs".into())) }, to: Phase::Active, must: &[], never: &["enable", "disable"] },
+    Row { name: "forbidden Ready -> Active: a disable of our form never recorded as sent is not lifted", from: Phase::Ready, setup: |_, s, o| { s.lifecycle.disabled_as = Some(vec!["hv-lifecycle: maintenance (auto)".into()]); with_host(o, |h| h.disabled_reason = Some("hv-lifecycle: maintenance (manual): copied".into())) }, to: Phase::Ready, must: &[], never: &["enable"] },
     Row { name: "forbidden Active: an SRE's disable is not re-enabled", from: Phase::Active, setup: |_, _, o| with_host(o, |h| h.disabled_reason = Some("firmware check -- jdoe".into())), to: Phase::Active, must: &[], never: &["enable", "disable"] },
     Row { name: "forbidden Active: a disable without a reason is not re-enabled", from: Phase::Active, setup: |_, _, o| with_host(o, |h| h.disabled_reason = None), to: Phase::Active, must: &[], never: &["enable", "disable"] },
     Row { name: "forbidden Active: Nova's new-service disable of a host in service is not lifted", from: Phase::Active, setup: |_, _, o| with_host(o, |h| h.disabled_reason = Some(disables::NEW_SERVICE_REASON.into())), to: Phase::Active, must: &[], never: &["enable"] },
     Row { name: "Evicting -> Active: eviction complete, disabled by an SRE meanwhile (theirs stays)", from: Phase::Evicting, setup: |_, s, o| { s.lifecycle.eviction = Some(eviction_ref("drain-1", RollingUpdate, false)); o.eviction = ev("drain-1", RollingUpdate, Succeeded); with_host(o, |h| h.disabled_reason = Some("firmware check -- jdoe".into())) }, to: Phase::Active, must: &[], never: &["enable"] },
     Row { name: "forbidden Ready -> Active while a hand-made Eviction empties the host", from: Phase::Ready, setup: |_, _, o| o.eviction = ev("drain-1", AdminRequest, Migrating), to: Phase::Ready, must: &[], never: &["enable"] },
     Row { name: "forbidden Ready -> Active before Nova shows it enabled", from: Phase::Ready, setup: |_, _, _| {}, to: Phase::Ready, must: &["enable compute service"], never: &[] },
+    // ---- one Nova host, one machine
+    Row { name: "Ready -> Active: the machine is the one Nova means (names as DNS names)", from: Phase::Ready, setup: |_, _, o| { o.machine_hostname = Some("NODE-1.example.com.".into()); with_host(o, |h| h.enabled = true) }, to: Phase::Active, must: &[], never: &["disable"] },
+    Row { name: "forbidden Ready -> Active: libvirt names another machine than Nova's record", from: Phase::Ready, setup: |_, _, o| o.machine_hostname = Some("node-2.example.com".into()), to: Phase::Ready, must: &[], never: &["enable"] },
+    Row { name: "forbidden Ready -> Active: another machine, Nova already enabled (nothing written)", from: Phase::Ready, setup: |_, _, o| { o.machine_hostname = Some("node-2".into()); with_host(o, |h| h.enabled = true) }, to: Phase::Ready, must: &[], never: &["enable", "disable"] },
+    Row { name: "forbidden Ready -> Active: another machine, even with skipTests", from: Phase::Ready, setup: |sp, _, o| { sp.skip_tests = true; o.machine_hostname = Some("node-2".into()) }, to: Phase::Ready, must: &[], never: &["enable"] },
+    Row { name: "forbidden Ready -> Active: the agent has not said which machine it is", from: Phase::Ready, setup: |_, _, o| o.machine_hostname = None, to: Phase::Ready, must: &[], never: &["enable"] },
+    Row { name: "forbidden Ready -> Active: Nova has no hypervisor record to compare with", from: Phase::Ready, setup: |_, _, o| with_host(o, |h| h.hypervisor_hostname = None), to: Phase::Ready, must: &[], never: &["enable"] },
+    Row { name: "forbidden Active: our own disable is not repaired for another machine", from: Phase::Active, setup: |_, _, o| o.machine_hostname = Some("node-2".into()), to: Phase::Active, must: &[], never: &["enable"] },
+    Row { name: "Active: our own disable is repaired while the agent's name is not known", from: Phase::Active, setup: |_, _, o| o.machine_hostname = None, to: Phase::Active, must: &["enable compute service"], never: &[] },
+    Row { name: "Ready: a predecessor's onboarding disable is ours to lift (a Hypervisor made anew)", from: Phase::Ready, setup: |_, s, _| s.lifecycle.disabled_as = Some(vec![]), to: Phase::Ready, must: &["enable compute service"], never: &[] },
+    Row { name: "forbidden Active: a predecessor's onboarding disable found in service is someone else's", from: Phase::Active, setup: |_, s, _| s.lifecycle.disabled_as = Some(vec![]), to: Phase::Active, must: &[], never: &["enable"] },
+    Row { name: "forbidden Testing -> Active: an adopted host of another machine whose checks failed", from: Phase::Testing, setup: |_, s, o| { s.lifecycle.adopted = true; o.machine_hostname = Some("node-2".into()); o.checks = Some(report(1, &["ovs-bridge/br-ex"])); with_host(o, |h| { h.enabled = true; h.instances = vec!["vm-1".into()] }) }, to: Phase::Testing, must: &[], never: &["disable", "enable"] },
+    Row { name: "Ready -> enable: skipTests and no agent (nothing to compare)", from: Phase::Ready, setup: |sp, _, o| { sp.skip_tests = true; o.machine_hostname = None }, to: Phase::Ready, must: &["enable compute service"], never: &[] },
     Row { name: "forbidden Active -> Maintenance while VMs remain", from: Phase::Active, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Auto; with_host(o, |h| h.instances = vec!["vm-1".into()]) }, to: Phase::Evicting, must: &["create eviction"], never: &[] },
     Row { name: "forbidden Active -> Maintenance when a registered service is missing from Nova's list (a down cell hides it)", from: Phase::Active, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Auto; o.nova = NovaObs::NotRegistered }, to: Phase::Evicting, must: &["create eviction node-1-auto-1 (RollingUpdate)"], never: &["enable"] },
     Row { name: "Onboarding -> Maintenance: maintenance requested before the service ever registered", from: Phase::Onboarding, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Auto; o.nova = NovaObs::NotRegistered }, to: Phase::Maintenance, must: &[], never: &["create eviction"] },
@@ -533,7 +559,7 @@ fn an_unseen_host_is_disabled_after_the_grace_moves_nothing_and_comes_back_only_
     assert_eq!((d.phase, d.warnings[0].reason), (Phase::Active, HOST_UNSEEN));
     assert_eq!(condition(&d, SchedulingEnabled).reason, "HostUnseen");
     st.lifecycle = d.record;
-    with_host(&mut o, |h| h.enabled = false);
+    disabled_as_sent(&mut o, &st);
 
     // Not judged (the coordinator blind): the hold stands, nothing else.
     o.health = None;
@@ -548,7 +574,7 @@ fn an_unseen_host_is_disabled_after_the_grace_moves_nothing_and_comes_back_only_
         ["disable compute service (hv-lifecycle: host unseen (Unreachable: agent: no session since then))"]
     );
     assert!(d.warnings.is_empty(), "{:?}", d.warnings);
-    with_host(&mut o, |h| h.enabled = false);
+    disabled_as_sent(&mut o, &st);
 
     // Seen again: run 2 is asked for, and the host stays disabled.
     o.agent.connected = true;
@@ -607,7 +633,7 @@ fn a_failed_host_waits_the_grace_too_and_a_skip_tests_host_needs_no_recheck() {
     }
     o.health = verdict(Failed, 100);
     st.lifecycle = decide_at(&sp, &st, &o, t(400)).record;
-    with_host(&mut o, |h| h.enabled = false);
+    disabled_as_sent(&mut o, &st);
     sp.skip_tests = true;
     o.health = verdict(Healthy, 500);
     let d = decide_at(&sp, &st, &o, t(500));
@@ -822,4 +848,98 @@ fn a_held_host_disabled_by_someone_else_meanwhile_comes_back_without_being_enabl
         h.disabled_reason = Some("hv-lifecycle: host unseen (Unreachable: agent: no session)".into())
     });
     assert_eq!(acts(&decide_at(&sp, &st, &o, t(200))), ["enable compute service"]);
+}
+
+#[test]
+fn another_machine_is_named_on_both_sides_and_warned_of_once() {
+    let sp = spec();
+    let mut o = obs();
+    o.machine_hostname = Some("node-2.example.com".into());
+    let mut st = status(Phase::Ready);
+    let d = decide_at(&sp, &st, &o, t(10));
+    assert!(d.actions.is_empty() && d.phase == Phase::Ready, "{d:?}");
+    let said = condition(&d, crate::api::ConditionType::SchedulingEnabled);
+    assert_eq!(said.reason, MACHINE_MISMATCH);
+    assert!(
+        said.message.contains("node-2.example.com") && said.message.contains("node-1.example.com"),
+        "{said:?}"
+    );
+    assert!(!said.message.contains("  "), "{said:?}");
+    assert_eq!(d.warnings.iter().map(|w| w.reason).collect::<Vec<_>>(), [MACHINE_MISMATCH]);
+    st.conditions = crate::api::condition::merge(&[], &d.conditions, t(10), None);
+    let again = decide_at(&sp, &st, &o, t(20));
+    assert!(again.warnings.is_empty(), "{:?}", again.warnings);
+    // The agent of the right machine reports: activated.
+    o.machine_hostname = Some("node-1.example.com".into());
+    let d = decide_at(&sp, &st, &o, t(30));
+    assert_eq!(acts(&d), ["enable compute service"]);
+}
+
+#[test]
+fn every_disable_of_ours_is_recorded_in_the_decision_that_sends_it() {
+    let mut o = obs();
+    with_host(&mut o, |h| h.enabled = true);
+    let d = decide_at(&spec(), &status(Phase::Onboarding), &o, t(1));
+    let sent: Vec<String> = d
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::DisableService { reason } => Some(reason.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sent.len(), 1, "{:?}", d.actions);
+    assert_eq!(d.record.disabled_as.as_ref(), Some(&sent), "recorded with the disable");
+    // A maintenance's disable of an Active host: recorded beside the first.
+    let mut st = status(Phase::Active);
+    st.lifecycle.disabled_as = Some(sent.clone());
+    let mut sp = spec();
+    sp.maintenance = MaintenanceMode::Auto;
+    let d = decide_at(&sp, &st, &o, t(2));
+    let reason = d.actions.iter().find_map(|a| match a {
+        Action::DisableService { reason } => Some(reason.clone()),
+        _ => None,
+    });
+    let reason = reason.expect("the maintenance disables");
+    let recorded = d.record.disabled_as.unwrap_or_default();
+    assert_eq!(recorded.last(), Some(&reason));
+    assert_eq!(recorded.first(), sent.first());
+    // No disable sent: nothing recorded anew.
+    let d = decide_at(&spec(), &status(Phase::Active), &obs(), t(3));
+    assert_eq!(d.record.disabled_as, None);
+    // A Hypervisor made by this version records from its first look.
+    let d = decide_at(&spec(), &status(Phase::Initial), &obs(), t(4));
+    assert_eq!(d.record.disabled_as, Some(vec![]));
+}
+
+#[test]
+fn a_host_seen_again_as_another_machine_stays_held_and_is_not_checked_again() {
+    use crate::api::hypervisor::{HealthState::*, UnseenHold};
+    let reason = "hv-lifecycle: host unseen (Unreachable: agent gone)";
+    let mut st = status(Phase::Active);
+    st.lifecycle.disabled_as = Some(vec![reason.into()]);
+    let hold = UnseenHold {
+        disabled_at: Time(t(0)),
+        cause: "Unreachable: agent gone".into(),
+        recheck_run: Some(2),
+        recheck_failed: false,
+    };
+    st.lifecycle.unseen = Some(hold);
+    st.lifecycle.test_run = 2;
+    let mut o = obs();
+    with_host(&mut o, |h| h.disabled_reason = Some(reason.into()));
+    o.health = verdict(Healthy, 900);
+    o.checks = Some(report(2, &[]));
+    o.machine_hostname = Some("node-2.example.com".into());
+    for now in [1000, 1010] {
+        let d = decide_at(&spec(), &st, &o, t(now));
+        assert!(d.actions.is_empty(), "{:?}", d.actions);
+        assert!(d.record.unseen.is_some(), "the hold stays");
+        assert_eq!(condition(&d, crate::api::ConditionType::SchedulingEnabled).reason, MACHINE_MISMATCH);
+        st.lifecycle = d.record;
+        st.conditions = crate::api::condition::merge(&st.conditions, &d.conditions, t(now), None);
+    }
+    // Its own machine's agent: enabled.
+    o.machine_hostname = Some("node-1.example.com".into());
+    assert_eq!(acts(&decide_at(&spec(), &st, &o, t(1020))), ["enable compute service"]);
 }

@@ -113,7 +113,7 @@ pub(super) struct ServerRef {
 pub(super) fn nova_host_from(
     host: &str,
     service: ComputeService,
-    hypervisor_id: Option<String>,
+    hypervisor: Option<(String, String)>,
     aggregates: &[Aggregate],
     wanted_aggregates: &[String],
     traits: Option<BTreeSet<String>>,
@@ -127,11 +127,13 @@ pub(super) fn nova_host_from(
     let known: BTreeSet<&str> = aggregates.iter().map(|a| a.name.as_str()).collect();
     let unknown = wanted_aggregates.iter().filter(|a| !known.contains(a.as_str())).cloned().collect();
     instances.sort();
+    let (hypervisor_id, hypervisor_hostname) = hypervisor.unzip();
     NovaHost {
         service_state: service.service_state(),
         enabled: service.status == "enabled",
         service_id: service.id,
         hypervisor_id,
+        hypervisor_hostname,
         disabled_reason: service.disabled_reason,
         aggregates: member,
         unknown_aggregates: unknown,
@@ -185,11 +187,10 @@ impl NovaClient {
             Some(p) => Some(self.traits(&p.uuid).await?.traits.into_iter().collect()),
             None => None,
         };
-        let hypervisor_id = hypervisor.map(|h| h.id);
         Ok(Some(nova_host_from(
             host,
             service,
-            hypervisor_id,
+            hypervisor.map(|h| (h.id, h.hypervisor_hostname)),
             &aggregates,
             wanted_aggregates,
             traits,

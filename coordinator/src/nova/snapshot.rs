@@ -108,7 +108,7 @@ impl FleetSnapshot {
         Some(NovaObs::Registered(nova_host_from(
             host,
             service.clone(),
-            Some(listed.id.clone()),
+            Some((listed.id.clone(), listed.hypervisor_hostname.clone())),
             &self.aggregates,
             wanted_aggregates,
             carried,
@@ -150,7 +150,7 @@ impl FleetSnapshot {
                 host.to_string(),
                 Listed {
                     id: h.hypervisor_id.clone().unwrap_or_default(),
-                    hypervisor_hostname: host.to_string(),
+                    hypervisor_hostname: h.hypervisor_hostname.clone().unwrap_or_else(|| host.to_string()),
                     servers: h.instances.clone(),
                 },
             )]),
