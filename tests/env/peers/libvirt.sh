@@ -53,6 +53,12 @@ mech_list: scram-sha-256
 sasldb_path: $dir/sasl/passwd.db
 CONF
   printf '%s' agent-secret | saslpasswd2 -p -a libvirt -f "$dir/sasl/passwd.db" hv-agent
+  # The same user in each fake host's realm: SASL's default realm is the
+  # host name, and each host's libvirtd has its own (start_host_libvirts).
+  local h
+  for h in "${FAKE_HOSTS[@]}"; do
+    printf '%s' agent-secret | saslpasswd2 -p -a libvirt -u "$h" -f "$dir/sasl/passwd.db" hv-agent
+  done
   libvirtd_conf "$dir" "$dir/pki/server" "$port" "$tls_port"
   chmod 700 "$dir/runtime"
   chown -R nobody:nogroup "$dir"
