@@ -87,7 +87,7 @@ proptest! {
             prop_assert!(c.results.len() <= MAX_CHECKS);
             prop_assert!(c.results.iter().all(|x| x.name.len() <= MAX_SHORT + 3 && x.message.len() <= MAX_MESSAGE + 3));
         }
-        prop_assert!(v.hostname.unwrap_or_default().len() <= MAX_SHORT + 3);
+        prop_assert!(v.machine.and_then(|m| m.hostname).unwrap_or_default().len() <= MAX_SHORT);
     }
 
     #[test]

@@ -424,7 +424,6 @@ impl Registry {
                         bounded(v.trim(), 64)
                     })
                     .filter(|v| !v.is_empty()),
-                hostname: n.facts.as_ref().map(|f| bounded(&f.hostname, MAX_SHORT)).filter(|h| !h.is_empty()),
                 machine: machine_view(n.facts.as_ref(), n.domain_ids.as_deref()),
                 checks: n.checks.as_ref().map(report),
                 checks_hypervisor: n.checks.as_ref().map(|r| r.hypervisor_uid.clone()).unwrap_or_default(),
@@ -828,7 +827,8 @@ mod tests {
                 .iter()
                 .all(|c| c.name.len() <= MAX_SHORT + 3 && c.message.len() <= MAX_MESSAGE + 3)
         );
-        assert!(v.agent_version.len() <= 67 && v.hostname.unwrap_or_default().len() <= MAX_SHORT + 3);
+        assert!(v.agent_version.len() <= 67);
+        assert_eq!(v.machine.and_then(|m| m.hostname), None, "not a host name");
         assert!(v.libvirt_version.unwrap_or_default().len() <= 67);
         assert_eq!(bounded("ab", 5), "ab");
         assert_eq!(bounded("éé", 3), "é…", "cut at a character boundary");

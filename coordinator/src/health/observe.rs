@@ -22,8 +22,6 @@ pub struct AgentView {
     pub since: Option<Timestamp>,
     pub libvirt_version: Option<String>,
     pub hypervisor_version: Option<String>,
-    /// The host name the agent reports (libvirt's, else the kernel's).
-    pub hostname: Option<String>,
     pub checks: Option<crate::lifecycle::CheckReport>,
     /// metadata.uid of the Hypervisor whose run `checks` answers: a report
     /// for a Hypervisor since deleted and created anew is not this one's.

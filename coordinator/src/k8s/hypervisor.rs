@@ -675,7 +675,8 @@ async fn observe(
     let (claimed_by, nova, shared) = observe_own_nova(ctx, hv, name, status, &host, steady).await;
     let close_hosts = match &nova {
         NovaObs::NotRegistered if phase == Phase::Onboarding => {
-            observe_close_hosts(ctx, &host, agent.hostname.as_deref()).await
+            let named = agent.machine.as_ref().and_then(|m| m.hostname.as_deref());
+            observe_close_hosts(ctx, &host, named).await
         }
         _ => Vec::new(),
     };
