@@ -992,7 +992,10 @@ fn create_pod(kubeconfig: &Path, namespace: &str, name: &str) {
             let client = crate::kube_target::client_from(&kubeconfig).await?;
             let pod: Pod = serde_json::from_value(serde_json::json!({
                 "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "hv-coordinator"}},
-                "spec": {"containers": [{"name": "coordinator", "image": "hv-coordinator"}]},
+                // A process stands for it: no scheduler of that name binds it
+                // to a Node.
+                "spec": {"schedulerName": "hv-ground-process",
+                    "containers": [{"name": "coordinator", "image": "hv-coordinator"}]},
             }))
             .map_err(|e| e.to_string())?;
             let api = Api::<Pod>::namespaced(client, &namespace);

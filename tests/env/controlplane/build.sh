@@ -2,8 +2,8 @@
 # Builds the test ground's Kubernetes control plane from pinned Go modules,
 # once, into a cache directory named after the pins; later runs reuse it.
 #
-#   kubernetes/  kube-apiserver, kube-controller-manager and kubectl from one
-#                release of k8s.io/kubernetes (its staging modules named at
+#   kubernetes/  kube-apiserver, kube-controller-manager, kube-scheduler and
+#                kubectl from one release of k8s.io/kubernetes (its staging modules named at
 #                their published versions in go.mod's replace block)
 #   etcd/        etcd (go.etcd.io/etcd/server/v3)
 #   kwok/        kwok (sigs.k8s.io/kwok), which keeps fake Nodes alive
@@ -21,7 +21,7 @@ K8S_VERSION=$(awk '($1 == "require" && $2 == "k8s.io/kubernetes") || $1 == "k8s.
 [[ -n "$K8S_VERSION" ]] || { progress "no k8s.io/kubernetes version in $here/kubernetes/go.mod"; exit 1; }
 pins=$(cat "$here"/*/go.mod "$here"/*/go.sum "$0" | sha256sum | cut -c1-12)
 OUT="${HV_CONTROLPLANE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hv-test-env/controlplane-$K8S_VERSION-$pins}"
-BINS=(etcd kube-apiserver kube-controller-manager kubectl kwok)
+BINS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
 
 complete() { [[ -f "$OUT/.complete" ]] && for b in "${BINS[@]}"; do [[ -x "$OUT/bin/$b" ]] || return 1; done; }
 if complete; then
@@ -59,7 +59,7 @@ build() { # DIR PACKAGE OUTPUT [LDFLAGS]
 }
 build etcd go.etcd.io/etcd/server/v3 etcd
 build kwok sigs.k8s.io/kwok/cmd/kwok kwok
-for b in kube-apiserver kube-controller-manager kubectl; do
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   build kubernetes "k8s.io/kubernetes/cmd/$b" "$b" "$ver"
 done
 touch "$OUT/.complete"

@@ -1,6 +1,7 @@
 # A real Kubernetes control plane on loopback, built from pinned Go modules
-# (tests/env/controlplane/): etcd, kube-apiserver, kube-controller-manager and
-# kwok, which keeps the tests' fake Nodes alive as kubelets would.
+# (tests/env/controlplane/): etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler and kwok, which keeps the tests' fake Nodes alive and runs
+# the pods bound to them as kubelets would.
 #
 # - The API server: TLS with the ground's own CA, client-certificate and
 #   ServiceAccount-token authentication, the RBAC authorizer, the default
@@ -11,8 +12,14 @@
 # - The controller manager: the garbage collector, the disruption controller
 #   (PodDisruptionBudget status), the Node lifecycle controller (a Node whose
 #   lease stops being renewed turns Unknown after 12 s), the token and
-#   ServiceAccount controllers and the namespace controller; each controller
-#   with its own ServiceAccount's credentials, as clusters run it.
+#   ServiceAccount controllers, the namespace controller, and the Deployment
+#   and ReplicaSet controllers (the coordinator's drain guards are
+#   Deployments); each controller with its own ServiceAccount's credentials,
+#   as clusters run it. No StatefulSet or DaemonSet controller runs: the
+#   chart's coordinators and agents run as the tests' processes, not pods.
+# - The scheduler binds pods that name no Node (a drain guard's, by its
+#   nodeSelector). The coordinator pods the tests make stand for processes:
+#   they name a scheduler that does not exist and stay unbound.
 # - kwok manages the Nodes labelled kwok.x-k8s.io/node=fake: it sets them
 #   Ready and renews their Leases every 2 s. A Node whose label is taken
 #   away is no longer renewed: its kubelet has "stopped".
@@ -22,13 +29,13 @@
 #
 # The CRDs of deploy/crds are applied. env.json gets `.kube`.
 start_kube() {
-  local dir="$HV_ENV_DIR/kube" here bin pki api etcd_client etcd_peer kcm_port
+  local dir="$HV_ENV_DIR/kube" here bin pki api etcd_client etcd_peer kcm_port sched_port
   here="$(dirname "${BASH_SOURCE[0]}")/.."
   bin=$(bash "$here/controlplane/build.sh" | tail -1)
   pki="$dir/pki"
   mkdir -p "$pki" "$dir/etcd"
   _kube_pki "$pki"
-  api=$(free_port); etcd_client=$(free_port); etcd_peer=$(free_port); kcm_port=$(free_port)
+  api=$(free_port); etcd_client=$(free_port); etcd_peer=$(free_port); kcm_port=$(free_port); sched_port=$(free_port)
   local PRIO=()
   nice -n -5 true 2>/dev/null && PRIO=(nice -n -5)
 
@@ -73,6 +80,7 @@ YAML
   _kubeconfig "$dir/admin.kubeconfig" "$api" "$pki/admin"
   _kubeconfig "$dir/kcm.kubeconfig" "$api" "$pki/kcm"
   _kubeconfig "$dir/kwok.kubeconfig" "$api" "$pki/kwok"
+  _kubeconfig "$dir/scheduler.kubeconfig" "$api" "$pki/scheduler"
   wait_for "kube-apiserver on port $api" 90 \
     curl -sf --cacert "$pki/ca.pem" --cert "$pki/admin.pem" --key "$pki/admin-key.pem" "https://127.0.0.1:$api/readyz"
 
@@ -86,12 +94,18 @@ YAML
   [[ "$lease" =~ ^[1-9][0-9]*$ ]] || { log "HV_NODE_LEASE_SECONDS must be a whole number of seconds, not '$lease'"; return 1; }
   "$bin/kube-controller-manager" --kubeconfig "$dir/kcm.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$kcm_port" --leader-elect=false \
-    --controllers garbage-collector-controller,disruption-controller,node-lifecycle-controller,serviceaccount-token-controller,serviceaccount-controller,namespace-controller \
+    --controllers garbage-collector-controller,disruption-controller,node-lifecycle-controller,serviceaccount-token-controller,serviceaccount-controller,namespace-controller,deployment-controller,replicaset-controller \
     --use-service-account-credentials \
     --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.pem" \
     --node-monitor-period 1s --node-monitor-grace-period "$((lease * 3 / 2))s" \
     >>"$LOGS/kube-controller-manager.log" 2>&1 &
   record kube-controller-manager $!
+
+  "$bin/kube-scheduler" --kubeconfig "$dir/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$dir/scheduler.kubeconfig" --authorization-kubeconfig "$dir/scheduler.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false \
+    >>"$LOGS/kube-scheduler.log" 2>&1 &
+  record kube-scheduler $!
 
   "${PRIO[@]}" "$bin/kwok" --kubeconfig "$dir/kwok.kubeconfig" \
     --manage-nodes-with-label-selector kwok.x-k8s.io/node=fake \
@@ -113,7 +127,7 @@ YAML
 
 # The control plane's certificates: a CA, the API server's serving
 # certificate, client certificates for the ground's administrator
-# (system:masters), the controller manager and kwok, and the key that signs
+# (system:masters), the controller manager, the scheduler and kwok, and the key that signs
 # ServiceAccount tokens.
 _kube_pki() {
   local d=$1
@@ -124,6 +138,7 @@ _kube_pki() {
     "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:10.96.0.1"
   _kube_leaf "$d" admin "/O=system:masters/CN=hv-ground-admin" clientAuth ""
   _kube_leaf "$d" kcm "/CN=system:kube-controller-manager" clientAuth ""
+  _kube_leaf "$d" scheduler "/CN=system:kube-scheduler" clientAuth ""
   # kwok writes Nodes, their Leases and Pods' status, as kubelets would.
   _kube_leaf "$d" kwok "/O=system:masters/CN=kwok" clientAuth ""
   openssl genrsa -out "$d/sa.key" 2048 2>/dev/null
