@@ -29,6 +29,10 @@ enum Command {
     Checks(Box<ChecksCommand>),
     /// Watch the node and stream it to the coordinator (the DaemonSet's command).
     Run(Box<RunArgs>),
+    /// Do nothing until stopped (SIGTERM or SIGINT), then exit 0: the
+    /// coordinator's drain guard pod, which a drain must evict and which
+    /// waits on the host's VMs (docs/drain.md).
+    Guard,
 }
 
 #[derive(clap::Args, Debug)]
@@ -276,6 +280,34 @@ fn session_tls(r: &RunArgs) -> Result<Option<hv_tls::TlsFiles>, String> {
     Ok(Some(hv_tls::TlsFiles { cert: cert.clone(), key: key.clone(), ca: ca.clone() }))
 }
 
+/// The drain guard's process: as small as a process can be, and stopped
+/// at once (a container's first process has no default signal action).
+fn guard() -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("hv-agent: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let stopped = rt.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (mut term, mut int) = (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?);
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        Ok::<_, std::io::Error>(())
+    });
+    match stopped {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hv-agent guard: cannot wait for a signal: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     match args.command {
@@ -334,6 +366,7 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Guard => guard(),
         Command::Checks(a) => {
             let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(rt) => rt,

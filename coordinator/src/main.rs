@@ -285,7 +285,7 @@ impl Serving {
         let marks_wake = pods_tx.clone();
         let pods = hv_coordinator::k8s::protected_pods::watch(
             &clients.watch,
-            &args.drain.protected(),
+            &args.drain.protected(guard(args)?.as_ref()),
             pods_tx,
             leader_rx.clone(),
         );
@@ -367,6 +367,12 @@ fn count_hosts(metrics: &Metrics, hypervisors: &Store<Hypervisor>, registry: &Ar
     });
 }
 
+/// The drain guards' make, when asked for (docs/drain.md): in the
+/// coordinator's namespace, for this install.
+fn guard(args: &Args) -> anyhow::Result<Option<hv_coordinator::drain::guard::GuardConfig>> {
+    Ok(args.drain.guard(&args.leadership.namespace, &args.leadership.instance()?))
+}
+
 /// The eviction webhook, when asked for (docs/drain.md).
 async fn serve_webhook(
     args: &Args,
@@ -384,7 +390,7 @@ async fn serve_webhook(
         nodes: stores.nodes.clone(),
         evictions: stores.evictions.clone(),
         gate: gate.clone(),
-        protected: args.drain.protected(),
+        protected: args.drain.protected(guard(args)?.as_ref()),
         updates: updates.clone(),
     });
     let bound = hv_coordinator::k8s::webhook::serve(listen.addr, config, hook)
@@ -528,6 +534,7 @@ impl Leading<'_> {
             node_locks: args.drain.node_locks.clone(),
             pods: serving.pods.clone(),
             updates: serving.updates.clone(),
+            guard: guard(args)?,
             evictions_to_wake,
         }))
     }

@@ -41,10 +41,13 @@ def objects(rendered):
 
 def pod_namespaces(values):
     """The namespaces the values name for protected and dependent pods, with
-    the release's (hv-system here): empty without the eviction webhook."""
-    drain = values.get("coordinator", {}).get("drainProtection", {})
+    the release's (hv-system here); with the drain guards alone (on unless
+    turned off), the release's; else none."""
+    coordinator = values.get("coordinator", {})
+    drain = coordinator.get("drainProtection", {})
+    guards = coordinator.get("drainGuard", {}).get("enabled", True)
     if not drain.get("enabled"):
-        return set()
+        return {"hv-system"} if guards else set()
     named = drain.get("protectedPods", []) + drain.get("dependentPods", [])
     return {"hv-system"} | {p["namespace"] for p in named}
 
@@ -84,8 +87,11 @@ def policy(case, rendered, values):
             for b in by_kind.get("PodDisruptionBudget", [])
             if b["metadata"]["name"].startswith("hv-coordinator-protect-")
         )
-        and bool([b for b in by_kind.get("PodDisruptionBudget", []) if b["metadata"]["name"].startswith("hv-coordinator-protect-")])
+        and bool([b for b in by_kind.get("PodDisruptionBudget", []) if b["metadata"]["name"].startswith("hv-coordinator-protect-") and b["metadata"]["name"] != "hv-coordinator-protect-guards"])
         == bool(by_kind.get("ValidatingWebhookConfiguration"))
+        # The drain guards' budget, and their image, with the guards only.
+        and any(b["metadata"]["name"] == "hv-coordinator-protect-guards" for b in by_kind.get("PodDisruptionBudget", []))
+        == any(x.startswith("--drain-guard-image=") for x in c["args"])
         and all(
             w["failurePolicy"] == "Ignore"
             and w["sideEffects"] == "NoneOnDryRun"

@@ -60,6 +60,11 @@ pub struct Rules {
     /// they count.
     #[serde(default, rename = "podNamespaces")]
     pub pod_namespaces: Vec<Rule>,
+    /// Rules the chart grants with the drain guards
+    /// (`coordinator.drainGuard`) in a Role of its own namespace: they
+    /// count as that namespace's.
+    #[serde(default)]
+    pub guards: Vec<Rule>,
 }
 
 /// A permission: where (`cluster` for the ClusterRole, `namespace` for the
@@ -97,7 +102,7 @@ fn permission(a: &Access, own_namespace: &str) -> Permission {
 pub fn granted(rules: &Rules) -> Result<BTreeSet<Permission>, String> {
     let mut out = BTreeSet::new();
     let scoped = (rules.cluster.iter().map(|r| ("cluster", r)))
-        .chain(rules.namespace.iter().map(|r| ("namespace", r)))
+        .chain(rules.namespace.iter().chain(&rules.guards).map(|r| ("namespace", r)))
         .chain(rules.node_leases.iter().map(|r| ("node-leases", r)))
         .chain(rules.pod_namespaces.iter().map(|r| ("pod-namespaces", r)));
     for (scope, r) in scoped {
@@ -129,6 +134,7 @@ fn by_name_only(rules: &Rules) -> BTreeSet<Permission> {
             .filter(|r| !r.resource_names.is_empty())
             .cloned()
             .collect(),
+        guards: rules.guards.iter().filter(|r| !r.resource_names.is_empty()).cloned().collect(),
     };
     let open = Rules {
         cluster: rules.cluster.iter().filter(|r| r.resource_names.is_empty()).cloned().collect(),
@@ -140,6 +146,7 @@ fn by_name_only(rules: &Rules) -> BTreeSet<Permission> {
             .filter(|r| r.resource_names.is_empty())
             .cloned()
             .collect(),
+        guards: rules.guards.iter().filter(|r| r.resource_names.is_empty()).cloned().collect(),
     };
     let (restricted, open) = (granted(&restricted).unwrap_or_default(), granted(&open).unwrap_or_default());
     restricted.difference(&open).cloned().collect()
@@ -151,8 +158,13 @@ fn by_name_only(rules: &Rules) -> BTreeSet<Permission> {
 pub fn check(rules: &Rules, used: &[Access], user: &str, own_namespace: &str) -> Result<usize, Vec<String>> {
     let granted = granted(rules).map_err(|e| vec![e])?;
     let mut problems = Vec::new();
-    for r in
-        rules.cluster.iter().chain(&rules.namespace).chain(&rules.node_leases).chain(&rules.pod_namespaces)
+    for r in rules
+        .cluster
+        .iter()
+        .chain(&rules.namespace)
+        .chain(&rules.node_leases)
+        .chain(&rules.pod_namespaces)
+        .chain(&rules.guards)
     {
         if r.resource_names.iter().any(|n| n != COORDINATOR_PODS) {
             problems.push(format!("resourceNames other than {COORDINATOR_PODS} in {r:?}"));

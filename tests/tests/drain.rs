@@ -174,15 +174,16 @@ async fn wait_locks(nodes: &Api<Node>, host: &str, evictable: bool) {
 /// agent per node (owned by a per-node StatefulSet, as Yaook does), our
 /// agent from a DaemonSet, and a workload pod of no concern to us. Their
 /// owners are real objects (the garbage collector deletes a pod whose owner
-/// is missing); no workload controller runs on the ground, so the owners make
-/// no pods of their own, and kwok runs the pods on the host's Node.
+/// is missing); no StatefulSet or DaemonSet controller runs on the ground,
+/// so the owners make no pods of their own, and kwok runs the pods on the
+/// host's Node.
 async fn pods_of(region: &Region, host: &str) -> Vec<(String, String)> {
     let mut made = Vec::new();
     for (ns, app, kind, owner_name) in [
         ("openstack", "nova-compute", "StatefulSet", format!("nova-compute-{host}")),
         ("openstack", "neutron-l2", "StatefulSet", format!("neutron-l2-{host}")),
         ("hv-system", "hv-agent", "DaemonSet", "hv-agent".to_string()),
-        ("default", "web", "ReplicaSet", "web-7d9f".to_string()),
+        ("default", "web", "StatefulSet", "web".to_string()),
     ] {
         let name = format!("{app}-{host}");
         pod_on(region, host, ns, &name, app, owner(region, ns, kind, &owner_name, app).await).await;
@@ -461,5 +462,169 @@ async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself(
     })
     .await;
     wait_locks(&nodes, &host, false).await;
+    drop(agents);
+}
+
+/// A drain guard's pod on `host`: its name, once the scheduler has bound
+/// it there and kwok runs it, labelled as `evictable` says (the drain
+/// marks').
+async fn guard_pod(region: &Region, host: &str, evictable: &str) -> String {
+    let pods: Api<Pod> = Api::namespaced(region.kube.client.clone(), "hv-system");
+    let of = format!("{}={host}", hv_coordinator::drain::guard::GUARD_OF_LABEL);
+    until(&format!("the guard of {host} running, evictable={evictable}"), SOON, String::new, || async {
+        let list = pods.list(&kube::api::ListParams::default().labels(&of)).await.unwrap();
+        let running: Vec<&Pod> = list
+            .items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .collect();
+        match running.as_slice() {
+            [p] if p.labels().get(POD_EVICTABLE_LABEL).map(String::as_str) == Some(evictable) => {
+                let bound = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
+                assert_eq!(bound, Some(host), "bound to its own Node");
+                Poll::Ready(p.name_any())
+            }
+            other => Poll::Pending(format!(
+                "{:?}",
+                other
+                    .iter()
+                    .map(|p| (p.name_any(), p.labels().get(POD_EVICTABLE_LABEL).cloned()))
+                    .collect::<Vec<_>>()
+            )),
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drain_that_skips_daemonset_pods_waits_on_the_guard_until_the_host_is_emptied() {
+    let region = Region::start("drain-guard").await;
+    let env = region.env.clone();
+    let zone = hv_tests::hosts::zone(&env, 1).await;
+    let (host, target) = (zone.source.host.clone(), zone.targets[0].host.clone());
+    let port = hv_tests::region::free_port();
+    let (cert, key) =
+        (region.server_tls.cert.display().to_string(), region.server_tls.key.display().to_string());
+    let listen = format!("127.0.0.1:{port}");
+    // nova-compute from a DaemonSet, as openstack-helm runs it; the guard
+    // from the agent's image (kwok runs no image: the name is what counts).
+    let flags = [
+        "--webhook-listen",
+        &listen,
+        "--webhook-tls-cert",
+        &cert,
+        "--webhook-tls-key",
+        &key,
+        "--protected-pods",
+        "app=nova-compute",
+        "--pod-namespace",
+        "openstack",
+        "--pod-namespace",
+        "hv-system",
+        "--drain-guard-image",
+        "hv-agent:e2e",
+    ];
+    let coord = region.coordinator(None, &flags);
+    let agents = both_active(&region, [&host, &target], &coord).await;
+    let admin = Admin::login(&env).await.unwrap();
+    let id = zone.boot(&admin, &format!("gdrain-{}", std::process::id()), &host, "1").await;
+    let nova_compute = format!("nova-compute-ds-{host}");
+    let ds = owner(&region, "openstack", "DaemonSet", "nova-compute-ds", "nova-compute").await;
+    pod_on(&region, &host, "openstack", &nova_compute, "nova-compute", ds).await;
+
+    // Each host in service has its guard: a Deployment of this install,
+    // owned by its Hypervisor, its pod bound to the host by the scheduler,
+    // labelled for the budget as the host's marks say.
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(region.kube.client.clone(), "hv-system");
+    let guard_name = hv_coordinator::drain::guard::name(&host);
+    let made = until("the guard made", SOON, String::new, || async {
+        match deployments.get_opt(&guard_name).await.unwrap() {
+            Some(d) => Poll::Ready(d),
+            None => Poll::Pending("none".to_string()),
+        }
+    })
+    .await;
+    let owner_ref = &made.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!((owner_ref.kind.as_str(), owner_ref.name.as_str()), ("Hypervisor", host.as_str()));
+    let first_guard = guard_pod(&region, &host, "false").await;
+    guard_pod(&region, &target, "false").await;
+    // A hand that scales the guard away: it comes back.
+    let scale = json!({"spec": {"replicas": 0}});
+    deployments.patch(&guard_name, &PatchParams::default(), &Patch::Merge(&scale)).await.unwrap();
+    until("the guard scaled back", SOON, String::new, || async {
+        let d = deployments.get(&guard_name).await.unwrap();
+        let replicas = d.spec.and_then(|s| s.replicas);
+        hv_tests::wait::ready_when(replicas == Some(1), replicas)
+    })
+    .await;
+    // (The scaled-down pod may have gone: the guard that stands now.)
+    drop(first_guard);
+    let first_guard = guard_pod(&region, &host, "false").await;
+
+    // kubectl drain as every update tool runs it: DaemonSet pods skipped.
+    chart_webhook(&region, &format!("https://127.0.0.1:{port}/validate-eviction"));
+    let started = std::time::Instant::now();
+    let mut drain = kubectl(
+        &region,
+        &["drain", &host, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=300s"],
+    )
+    .spawn()
+    .unwrap();
+    let system: Api<Pod> = Api::namespaced(region.kube.client.clone(), "hv-system");
+    // The guard stays, and the drain runs, as long as the server is on the host.
+    loop {
+        let server = admin.server(&id).await.unwrap();
+        if server["OS-EXT-SRV-ATTR:host"].as_str() != Some(host.as_str()) {
+            break;
+        }
+        assert!(
+            system.get_opt(&first_guard).await.unwrap().is_some(),
+            "the guard evicted with a VM on the host"
+        );
+        assert!(drain.try_wait().unwrap().is_none(), "the drain ended with a VM on the host");
+        assert!(started.elapsed() < SOON, "the server never moved: {server}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    region.wait_phase(&host, Phase::Maintenance, SOON, &coord).await;
+    live_migrated_away(&region, &admin, &id, &host, &target).await;
+    let out = tokio::time::timeout(SOON, drain.wait_with_output()).await.expect("drain ends").unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "kubectl drain: {stdout}\n{stderr}");
+    let ours = format!("denied the request: hypervisor {host}: ");
+    assert!(stderr.contains(&ours) && stderr.contains("maintenance started"), "{stderr}");
+    assert!(stdout.contains(&format!("pod/{first_guard} evicted")), "{stdout}");
+    assert!(stdout.contains(&format!("node/{host} drained")), "{stdout}");
+    let openstack: Api<Pod> = Api::namespaced(region.kube.client.clone(), "openstack");
+    assert!(openstack.get_opt(&nova_compute).await.unwrap().is_some(), "a DaemonSet's pod stays");
+    eprintln!("drain with a VM on the host: {:.1} s", started.elapsed().as_secs_f64());
+
+    // A drain of a host already in Maintenance passes at once: the guard's
+    // next pod, on the cordoned host again, is free.
+    guard_pod(&region, &host, "true").await;
+    let started = std::time::Instant::now();
+    let out =
+        kubectl(&region, &["drain", &host, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=30s"])
+            .output()
+            .await
+            .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && !stderr.contains("denied"), "kubectl drain: {stdout}\n{stderr}");
+    assert!(stdout.contains("evicted") && stdout.contains(&format!("node/{host} drained")), "{stdout}");
+    eprintln!("drain of a host in Maintenance: {:.1} s", started.elapsed().as_secs_f64());
+
+    // Decommissioned, the host's guard goes; the other host keeps its own.
+    zone.source.retire();
+    let hvs: Api<hv_coordinator::api::Hypervisor> = Api::all(region.kube.client.clone());
+    let patch = json!({"spec": {"maintenance": "termination"}});
+    hvs.patch(&host, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    region.wait_phase(&host, Phase::Decommissioned, SOON, &coord).await;
+    until("the guard removed", SOON, String::new, || async {
+        let left = deployments.get_opt(&guard_name).await.unwrap().is_some();
+        hv_tests::wait::ready_when(!left, left)
+    })
+    .await;
+    assert!(deployments.get_opt(&hv_coordinator::drain::guard::name(&target)).await.unwrap().is_some());
     drop(agents);
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use super::ConfigError;
 use crate::drain::admission::{Protected, Selector};
+use crate::drain::guard::GuardConfig;
 use crate::drain::signals::{Signal, UpdateSignals};
 
 #[derive(clap::Args, Debug)]
@@ -58,6 +59,16 @@ pub struct DrainFlags {
     /// any namespace, read cluster-wide.
     #[arg(long = "pod-namespace", value_parser = namespace)]
     pub pod_namespaces: Vec<String>,
+    /// Keep a drain guard on every hypervisor (docs/drain.md): one small
+    /// Deployment per host, in the coordinator's namespace (--namespace),
+    /// whose pod runs this image's `guard` command (the agent's image) and
+    /// is protected as the hypervisor's own pods are, so that a drain which
+    /// skips DaemonSet pods waits on it too. Without it, no guard is made.
+    #[arg(long, env = "HV_DRAIN_GUARD_IMAGE")]
+    pub drain_guard_image: Option<String>,
+    /// A pull secret of the guard's image, by name (repeatable).
+    #[arg(long = "drain-guard-pull-secret", requires = "drain_guard_image")]
+    pub drain_guard_pull_secrets: Vec<String>,
 }
 
 /// Where the eviction webhook listens, with its certificate files.
@@ -77,12 +88,35 @@ impl DrainFlags {
         }
     }
 
-    pub fn protected(&self) -> Protected {
-        Protected {
+    /// The protected pods: the site's, and the install's drain guards
+    /// (`guard`), which are the hypervisor's own pods too.
+    pub fn protected(&self, guard: Option<&GuardConfig>) -> Protected {
+        let mut protected = Protected {
             hypervisor: self.protected_pods.clone(),
             dependents: self.dependent_pods.clone(),
             namespaces: self.pod_namespaces.clone(),
+        };
+        if let Some(g) = guard {
+            if let Ok(s) = crate::drain::guard::selector(&g.instance).parse() {
+                protected.hypervisor.push(s);
+            }
+            // Named namespaces only: without any, pods are read everywhere.
+            if !protected.namespaces.is_empty() && !protected.namespaces.contains(&g.namespace) {
+                protected.namespaces.push(g.namespace.clone());
+            }
         }
+        protected
+    }
+
+    /// What the drain guards are made of, when asked for: in `namespace`
+    /// (the coordinator's), for the install `instance`.
+    pub fn guard(&self, namespace: &str, instance: &str) -> Option<GuardConfig> {
+        self.drain_guard_image.as_ref().map(|image| GuardConfig {
+            namespace: namespace.to_string(),
+            image: image.clone(),
+            pull_secrets: self.drain_guard_pull_secrets.clone(),
+            instance: instance.to_string(),
+        })
     }
 
     pub fn signals(&self) -> UpdateSignals {

@@ -143,7 +143,10 @@ impl Args {
         if self.fencing.ceph_fence_id.is_some() && self.fencing.ceph_client_networks.is_empty() {
             warnings.push(Warning::CephAnywhere);
         }
-        if self.drain.webhook_listen.is_some() && self.drain.protected().is_empty() {
+        if self.drain.webhook_listen.is_some()
+            && self.drain.protected(None).is_empty()
+            && self.drain.drain_guard_image.is_none()
+        {
             warnings.push(Warning::WebhookProtectsNothing);
         }
         Ok(warnings)

@@ -6,5 +6,6 @@
 //! `k8s::protected_pods`). Pure: no module here imports the shell.
 
 pub mod admission;
+pub mod guard;
 pub mod locks;
 pub mod signals;

@@ -107,6 +107,9 @@ pub struct Context {
     pub pods: crate::k8s::protected_pods::ProtectedPods,
     /// How many hosts updates may hold at once (docs/drain.md).
     pub updates: Arc<super::updates::UpdateLimit>,
+    /// What the drain guards are made of; None: the install keeps none
+    /// (docs/drain.md).
+    pub guard: Option<crate::drain::guard::GuardConfig>,
     /// Evictions to reconcile now: one waiting for its host to stop taking
     /// VMs is told as soon as this reconcile has disabled it.
     pub evictions_to_wake: tokio::sync::mpsc::UnboundedSender<String>,

@@ -14,6 +14,7 @@ pub mod drain_marks;
 pub mod eviction;
 pub mod fence;
 mod fence_fleet;
+pub mod guards;
 pub mod ha;
 pub mod hypervisor;
 pub mod kubelet;
@@ -179,21 +180,26 @@ pub async fn run(
     let (node_tx, node_rx) = mpsc::unbounded_channel::<String>();
     let (ev_tx, ev_rx) = mpsc::unbounded_channel::<String>();
     let (marks_tx, marks_rx) = mpsc::unbounded_channel::<Hypervisor>();
+    let (guards_tx, guards_rx) = mpsc::unbounded_channel::<Hypervisor>();
     let (node_marks_tx, node_marks_rx) = mpsc::unbounded_channel::<Node>();
     let wc = &watch_client;
     // This install's Hypervisors only (crate::api::keys::INSTANCE_LABEL), those it
     // managed before installs were named adopted first.
     adopt(&ctx.client, &node_selector, &template.instance).await;
     let ours = watcher::Config::default().labels(&nodes::instance_selector(&template.instance));
+    let keep_guards = ctx.guard.is_some();
     let hypervisors = watcher(Api::<Hypervisor>::all(wc.clone()), ours)
         .default_backoff()
         .modify(trim::unmanaged)
         .reflect(writers.hypervisors)
         .applied_objects()
-        // Every change, for the drain marks' own trigger.
+        // Every change, for the drain marks' (and guards') own trigger.
         .inspect(move |hv| {
             if let Ok(hv) = hv {
                 let _ = marks_tx.send(hv.clone());
+                if keep_guards {
+                    let _ = guards_tx.send(hv.clone());
+                }
             }
         })
         .predicate_filter(triggers::hypervisor, Default::default());
@@ -201,11 +207,13 @@ pub async fn run(
     let hypervisor_controller = hypervisors_controlled(hypervisors, woken, &ctx, concurrency, stop.clone());
     let eviction_controller = evictions_controlled(wc, wakes.evictions, &ev_ctx, concurrency, stop.clone());
     let marks_controller =
-        marks_controlled(marks_rx, node_marks_rx, wakes.protected_pods, &ctx, concurrency, stop);
+        marks_controlled(marks_rx, node_marks_rx, wakes.protected_pods, &ctx, concurrency, stop.clone());
+    let guards = guards_controlled(wc, guards_rx, &ctx, stop);
     tokio::select! {
         _ = hypervisor_controller => {}
         _ = eviction_controller => {}
         _ = marks_controller => {}
+        _ = guards => {}
         _ = watch_nodes(wc, &ctx, &node_selector, &template, writers.nodes, node_tx, node_marks_tx) => {}
         _ = watch_evictions(wc, writers.evictions, ev_tx) => {}
         _ = cache_migrations(wc, writers.migrations) => {}
@@ -346,6 +354,42 @@ fn marks_controlled(
             marks,
         )
         .for_each(|res| log_result("drain marks controller", res))
+}
+
+/// The drain guards' controller ([`guards`]) and its watch of their
+/// Deployments, when the install keeps guards; else never ends.
+fn guards_controlled(
+    watch_client: &kube::Client,
+    hypervisors: mpsc::UnboundedReceiver<Hypervisor>,
+    ctx: &Arc<Context>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> + Send + use<> {
+    let Some(config) = ctx.guard.clone() else {
+        return futures_util::future::Either::Left(std::future::pending());
+    };
+    let (wake_tx, wake_rx) = mpsc::unbounded_channel();
+    let (deployments, watched) = guards::watch(watch_client, &config, wake_tx);
+    let guard_ctx = Arc::new(guards::GuardContext {
+        client: ctx.client.clone(),
+        config,
+        deployments,
+        gate: ctx.gate.clone(),
+        drift: ctx.intervals.drift,
+    });
+    let controller = guards::controlled(
+        hypervisors,
+        wake_rx,
+        ctx.hypervisors.clone(),
+        guard_ctx,
+        ctx.metrics.clone(),
+        stopped(stop),
+    );
+    futures_util::future::Either::Right(async move {
+        tokio::select! {
+            _ = watched => {}
+            _ = controller => {}
+        }
+    })
 }
 
 /// `nodes::adopt_unlabelled`, again every 2 s until it succeeds: the

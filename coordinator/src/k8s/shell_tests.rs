@@ -325,6 +325,7 @@ fn hypervisor_ctx_on(
             reflector::store::<Hypervisor>().0,
             reflector::store::<Node>().0,
         )),
+        guard: None,
         evictions_to_wake,
     };
     Hv { ctx: Arc::new(ctx), log, bodies, fleet, fleet_delay, woken }
