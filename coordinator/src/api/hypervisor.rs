@@ -724,6 +724,12 @@ pub struct LifecycleRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 4), inner(length(max = 255)))]
     pub disabled_as: Option<Vec<String>>,
+    /// Since when an update's ask holds this host out of service: one of
+    /// the places `--update-max-held` counts (docs/drain.md). Recorded
+    /// before the host is disabled for it, so a new leader counts it too;
+    /// cleared when the ask ends or an SRE's own maintenance takes over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_place: Option<Time>,
     /// The host was in service when first seen (its compute service
     /// enabled, with servers): it is adopted, never disabled on its way in,
     /// its first check run a re-check. Cleared once it is Active, or taken

@@ -260,13 +260,18 @@ async fn decided(
 ) -> Result<(Arc<Hypervisor>, HypervisorStatus, Decision), Error> {
     let (hv, status, decision) = claimed_first(ctx, hv, name, status, obs, now).await?;
     let disables = decision.actions.iter().any(|a| matches!(a, Action::DisableService { .. }));
-    if !disables || decision.record.disabled_as == status.lifecycle.disabled_as {
+    let new_disable = disables && decision.record.disabled_as != status.lifecycle.disabled_as;
+    // A place taken among those held for updates: recorded before the host
+    // leaves service, so a new leader counts it.
+    let new_place = decision.record.update_place.is_some() && status.lifecycle.update_place.is_none();
+    if !new_disable && !new_place {
         return Ok((hv, status, decision));
     }
     // A disable of ours is recorded before it is sent: a write that fails
     // sends nothing.
     let mut recorded = status.clone();
     recorded.lifecycle.disabled_as.clone_from(&decision.record.disabled_as);
+    recorded.lifecycle.update_place.clone_from(&decision.record.update_place);
     let hv = write_status(ctx, hv, name, &status, &recorded).await?;
     Ok((hv, recorded, decision))
 }

@@ -17,8 +17,9 @@ use crate::api::{Hypervisor, MaintenanceMode, Phase};
 use crate::lifecycle::NodeObs;
 
 /// How long a host given a place counts though the cache does not show
-/// it held: renewed at each of its reconciles while it asks, so it outlasts
-/// the slowest act (Nova calls retried) before its status shows it held.
+/// its recorded place yet (two reconciles must not both take the last
+/// place in that moment): renewed at each of its reconciles while it asks.
+/// The record, not this, is what a new leader counts.
 const CLAIM_TTL: Duration = Duration::from_secs(600);
 
 /// The limit, the caches it counts in, and the hosts given a place
@@ -106,7 +107,9 @@ impl UpdateLimit {
     }
 
     /// The hosts held for an update now: their Node asks, the SRE's spec
-    /// does not, and they are out of service for it.
+    /// does not, and they hold a recorded place (`status.lifecycle.updatePlace`,
+    /// which a new leader reads as the old one wrote it) or are out of
+    /// service for it (a host held before places were recorded).
     fn held(&self) -> BTreeSet<String> {
         let asking: BTreeSet<String> = self
             .nodes
@@ -120,8 +123,10 @@ impl UpdateLimit {
             .iter()
             .filter(|h| asking.contains(&h.name_any()) && h.spec.maintenance == MaintenanceMode::None)
             .filter(|h| {
-                let phase = h.status.as_ref().and_then(|s| s.phase).unwrap_or_default();
-                matches!(phase, Phase::Evicting | Phase::Maintenance)
+                let status = h.status.as_ref();
+                let phase = status.and_then(|s| s.phase).unwrap_or_default();
+                let placed = status.is_some_and(|s| s.lifecycle.update_place.is_some());
+                placed || matches!(phase, Phase::Evicting | Phase::Maintenance)
             })
             .map(|h| h.name_any())
             .collect()
@@ -164,6 +169,32 @@ mod tests {
         hw.apply_watcher_event(&Event::InitDone);
         nw.apply_watcher_event(&Event::InitDone);
         (hr, nr)
+    }
+
+    #[test]
+    fn a_new_leader_counts_the_places_recorded_by_the_old_one() {
+        use Phase::*;
+        // "c" was given a place and recorded it, but is still Active (its
+        // disable not sent yet when the old leader went).
+        let mut placed = hv("c", Active);
+        placed.status.as_mut().unwrap().lifecycle.update_place =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH));
+        let (hr, mut hw) = reflector::store();
+        let (nr, mut nw) = reflector::store();
+        hw.apply_watcher_event(&Event::Init);
+        nw.apply_watcher_event(&Event::Init);
+        for h in [hv("a", Maintenance), placed, hv("e", Active)] {
+            nw.apply_watcher_event(&Event::InitApply(node(&h.name_any(), true)));
+            hw.apply_watcher_event(&Event::InitApply(h));
+        }
+        hw.apply_watcher_event(&Event::InitDone);
+        nw.apply_watcher_event(&Event::InitDone);
+        // The new leader: no claim in memory.
+        let limit = UpdateLimit::new(2, false, Default::default(), hr, nr);
+        let spec = HypervisorSpec::default();
+        let why = limit.wait("e", Active, &spec, ASKS, true).expect("e waits: a and c hold the places");
+        assert!(why.contains("a, c"), "{why}");
+        assert_eq!(limit.wait("c", Active, &spec, ASKS, true), None, "c keeps its recorded place");
     }
 
     const ASKS: NodeObs =

@@ -196,7 +196,28 @@ pub fn decide(input: &Input<'_>) -> Decision {
         Phase::Maintenance => maintenance(&mut d),
         Phase::Decommissioned => decommissioned(&mut d),
     }
+    update_place(&mut d);
     d.finish()
+}
+
+/// The host holds a place among those held for updates while an update's
+/// ask empties it or holds it (not while it waits for a place in service,
+/// nor under an SRE's own maintenance): recorded, so that the limit counts
+/// it after a failover too.
+fn update_place(d: &mut Draft<'_>) {
+    let phase = d.input.status.phase.unwrap_or_default();
+    let adopted = d.record.adopted && matches!(phase, Phase::Onboarding | Phase::Testing);
+    let served =
+        adopted || matches!(phase, Phase::Ready | Phase::Active | Phase::Evicting | Phase::Maintenance);
+    let holds = served
+        && d.input.spec.maintenance == MaintenanceMode::None
+        && !matches!(d.obs().node, NodeObs::Deleting)
+        && d.update_asked().is_some();
+    match (holds, &d.record.update_place) {
+        (true, None) => d.record.update_place = Some(Time(d.input.now)),
+        (false, Some(_)) => d.record.update_place = None,
+        _ => {}
+    }
 }
 
 // ------------------------------------------------------------------ phases

@@ -943,3 +943,36 @@ fn a_host_seen_again_as_another_machine_stays_held_and_is_not_checked_again() {
     o.machine_hostname = Some("node-1.example.com".into());
     assert_eq!(acts(&decide_at(&spec(), &st, &o, t(1020))), ["enable compute service"]);
 }
+
+#[test]
+fn a_place_held_for_an_update_is_recorded_while_the_ask_empties_or_holds_the_host() {
+    let asks = update_node(false, true);
+    let mut o = obs();
+    o.node = asks;
+    with_host(&mut o, |h| {
+        h.enabled = true;
+        h.instances = vec!["vm-1".into()];
+    });
+    // An Active host asked: its place recorded, with the disable it goes with.
+    let d = decide_at(&spec(), &status(Phase::Active), &o, t(1));
+    assert!(d.actions.iter().any(|a| matches!(a, Action::DisableService { .. })), "{:?}", d.actions);
+    assert_eq!(d.record.update_place, Some(Time(t(1))));
+    // Kept as it was while the ask holds the host.
+    let mut held = status(Phase::Maintenance);
+    held.lifecycle.update_place = Some(Time(t(1)));
+    assert_eq!(decide_at(&spec(), &held, &o, t(5)).record.update_place, Some(Time(t(1))));
+    // Waiting for a place, in service: none taken.
+    let mut waits = o.clone();
+    waits.update_wait = Some("10 hosts are held for updates".into());
+    assert_eq!(decide_at(&spec(), &status(Phase::Active), &waits, t(2)).record.update_place, None);
+    // An SRE's own maintenance: no update's place.
+    let mut manual = spec();
+    manual.maintenance = MaintenanceMode::Manual;
+    assert_eq!(decide_at(&manual, &held, &o, t(6)).record.update_place, None);
+    // The ask ended: the place is given back.
+    let mut ended = o.clone();
+    ended.node = update_node(false, false);
+    assert_eq!(decide_at(&spec(), &held, &ended, t(7)).record.update_place, None);
+    // A host out of service for good takes none.
+    assert_eq!(decide_at(&spec(), &status(Phase::Decommissioned), &o, t(8)).record.update_place, None);
+}
