@@ -341,6 +341,7 @@ impl Serving {
 /// The fleet's phases and health for /metrics, read from the cache.
 fn count_hosts(metrics: &Metrics, hypervisors: &Store<Hypervisor>, registry: &Arc<Registry>) {
     const PAUSED: &str = hv_coordinator::api::ConditionType::Paused.as_str();
+    const DRAIN: &str = hv_coordinator::api::ConditionType::UpdateDrain.as_str();
     let (hvs, registry) = (hypervisors.clone(), registry.clone());
     metrics.set_hosts(move || {
         hv_coordinator::metrics::hosts(hvs.state().iter().map(|h| {
@@ -362,6 +363,12 @@ fn count_hosts(metrics: &Metrics, hypervisors: &Store<Hypervisor>, registry: &Ar
                 adopted_checks_failed: status.is_some_and(|s| {
                     s.conditions.iter().any(|c| c.reason == hv_coordinator::lifecycle::ADOPTED_CHECKS_FAILED)
                 }),
+                update_drain_left: status.and_then(update_drain_left),
+                update_drain_forced: status.is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == DRAIN && c.reason == hv_coordinator::drain::deadline::FORCES)
+                }),
             }
         }))
     });
@@ -371,6 +378,15 @@ fn count_hosts(metrics: &Metrics, hypervisors: &Store<Hypervisor>, registry: &Ar
 /// coordinator's namespace, for this install.
 fn guard(args: &Args) -> anyhow::Result<Option<hv_coordinator::drain::guard::GuardConfig>> {
     Ok(args.drain.guard(&args.leadership.namespace, &args.leadership.instance()?))
+}
+
+/// Seconds before a host's update tool stops waiting, while its
+/// `UpdateDrain` condition is True (the host not emptied yet).
+fn update_drain_left(s: &hv_coordinator::api::hypervisor::HypervisorStatus) -> Option<f64> {
+    const DRAIN: &str = hv_coordinator::api::ConditionType::UpdateDrain.as_str();
+    let draining = s.conditions.iter().any(|c| c.type_ == DRAIN && c.status == "True");
+    let at = s.update_drain.as_ref().filter(|_| draining)?.stops_waiting_at.0;
+    Some(at.duration_since(jiff::Timestamp::now()).as_secs_f64().max(0.0))
 }
 
 /// The eviction webhook, when asked for (docs/drain.md).

@@ -65,6 +65,10 @@ pub struct Rules {
     /// count as that namespace's.
     #[serde(default)]
     pub guards: Vec<Rule>,
+    /// Rules the chart grants in its ClusterRole with the `cluster-api`
+    /// update signal: they count as cluster rules.
+    #[serde(default, rename = "clusterApi")]
+    pub cluster_api: Vec<Rule>,
 }
 
 /// A permission: where (`cluster` for the ClusterRole, `namespace` for the
@@ -101,7 +105,7 @@ fn permission(a: &Access, own_namespace: &str) -> Permission {
 /// Every permission `rules` grant; a wildcard is an error.
 pub fn granted(rules: &Rules) -> Result<BTreeSet<Permission>, String> {
     let mut out = BTreeSet::new();
-    let scoped = (rules.cluster.iter().map(|r| ("cluster", r)))
+    let scoped = (rules.cluster.iter().chain(&rules.cluster_api).map(|r| ("cluster", r)))
         .chain(rules.namespace.iter().chain(&rules.guards).map(|r| ("namespace", r)))
         .chain(rules.node_leases.iter().map(|r| ("node-leases", r)))
         .chain(rules.pod_namespaces.iter().map(|r| ("pod-namespaces", r)));
@@ -135,6 +139,7 @@ fn by_name_only(rules: &Rules) -> BTreeSet<Permission> {
             .cloned()
             .collect(),
         guards: rules.guards.iter().filter(|r| !r.resource_names.is_empty()).cloned().collect(),
+        cluster_api: rules.cluster_api.iter().filter(|r| !r.resource_names.is_empty()).cloned().collect(),
     };
     let open = Rules {
         cluster: rules.cluster.iter().filter(|r| r.resource_names.is_empty()).cloned().collect(),
@@ -147,6 +152,7 @@ fn by_name_only(rules: &Rules) -> BTreeSet<Permission> {
             .cloned()
             .collect(),
         guards: rules.guards.iter().filter(|r| r.resource_names.is_empty()).cloned().collect(),
+        cluster_api: rules.cluster_api.iter().filter(|r| r.resource_names.is_empty()).cloned().collect(),
     };
     let (restricted, open) = (granted(&restricted).unwrap_or_default(), granted(&open).unwrap_or_default());
     restricted.difference(&open).cloned().collect()
@@ -165,6 +171,7 @@ pub fn check(rules: &Rules, used: &[Access], user: &str, own_namespace: &str) ->
         .chain(&rules.node_leases)
         .chain(&rules.pod_namespaces)
         .chain(&rules.guards)
+        .chain(&rules.cluster_api)
     {
         if r.resource_names.iter().any(|n| n != COORDINATOR_PODS) {
             problems.push(format!("resourceNames other than {COORDINATOR_PODS} in {r:?}"));

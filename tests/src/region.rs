@@ -505,6 +505,9 @@ impl Region {
         let mut values: serde_json::Value =
             serde_json::from_str(&text).unwrap_or_else(|e| panic!("chart values: {e}"));
         json_patch::merge(&mut values, changes);
+        // One Helm upgrade of the release at a time (Helm refuses a second).
+        static UPGRADES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = UPGRADES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let file = self.dir.join("chart-values.json");
         std::fs::write(&file, values.to_string()).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         let out = Command::new(&chart.helm_python)

@@ -222,6 +222,10 @@ async fn owner(region: &Region, ns: &str, kind: &str, name: &str, app: &str) -> 
     json!({"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": made.metadata.uid.unwrap(), "controller": true})
 }
 
+/// The chart's eviction webhook is one for the cluster, and each test that
+/// drains sets it to call its own coordinator: they take turns.
+static WEBHOOK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The chart's eviction webhook, calling `url` with the region's CA: the
 /// ground's release upgraded by Helm. The chart's disruption budgets stand
 /// behind it.
@@ -229,6 +233,19 @@ fn chart_webhook(region: &Region, url: &str) {
     // A ByteString is base64 in JSON, as the chart's caBundle wants it.
     let ca = serde_json::to_value(k8s_openapi::ByteString(std::fs::read(&region.pki.ca).unwrap())).unwrap();
     region.upgrade_chart(&json!({"coordinator": {"drainProtection": {"webhookUrl": url, "caBundle": ca}}}));
+}
+
+/// The eviction webhook's flags for a coordinator of `region` serving it
+/// on `port` with the region's server certificate.
+fn webhook_flags(region: &Region, port: u16) -> [String; 6] {
+    [
+        "--webhook-listen".into(),
+        format!("127.0.0.1:{port}"),
+        "--webhook-tls-cert".into(),
+        region.server_tls.cert.display().to_string(),
+        "--webhook-tls-key".into(),
+        region.server_tls.key.display().to_string(),
+    ]
 }
 
 fn kubectl(region: &Region, args: &[&str]) -> tokio::process::Command {
@@ -240,36 +257,33 @@ fn kubectl(region: &Region, args: &[&str]) -> tokio::process::Command {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kubectl_drain_waits_for_the_host_to_be_emptied_and_completes_by_itself() {
+    let _webhook = WEBHOOK.lock().await;
     let region = Region::start("drain-kubectl").await;
     let env = region.env.clone();
     let zone = hv_tests::hosts::zone(&env, 1).await;
     let (host, target) = (zone.source.host.clone(), zone.targets[0].host.clone());
     let port = hv_tests::region::free_port();
-    let (cert, key) =
-        (region.server_tls.cert.display().to_string(), region.server_tls.key.display().to_string());
-    let listen = format!("127.0.0.1:{port}");
     // No --cordon-starts-maintenance: the refused drain is the ask.
-    let flags = [
-        "--webhook-listen",
-        &listen,
-        "--webhook-tls-cert",
-        &cert,
-        "--webhook-tls-key",
-        &key,
-        "--protected-pods",
-        "app=nova-compute",
-        "--protected-pods",
-        "app=hv-agent",
-        "--dependent-pods",
-        "neutron-l2:app=neutron-l2",
-        "--node-lock",
-        "neutron-l2",
-        // Where the chart grants the pods rules: nowhere else.
-        "--pod-namespace",
-        "openstack",
-        "--pod-namespace",
-        "hv-system",
-    ];
+    let hook = webhook_flags(&region, port);
+    let flags: Vec<&str> = hook
+        .iter()
+        .map(String::as_str)
+        .chain([
+            "--protected-pods",
+            "app=nova-compute",
+            "--protected-pods",
+            "app=hv-agent",
+            "--dependent-pods",
+            "neutron-l2:app=neutron-l2",
+            "--node-lock",
+            "neutron-l2",
+            // Where the chart grants the pods rules: nowhere else.
+            "--pod-namespace",
+            "openstack",
+            "--pod-namespace",
+            "hv-system",
+        ])
+        .collect();
     let mut coord = region.coordinator(None, &flags);
     let agents = both_active(&region, [&host, &target], &coord).await;
     let admin = Admin::login(&env).await.unwrap();
@@ -499,32 +513,29 @@ async fn guard_pod(region: &Region, host: &str, evictable: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drain_that_skips_daemonset_pods_waits_on_the_guard_until_the_host_is_emptied() {
+    let _webhook = WEBHOOK.lock().await;
     let region = Region::start("drain-guard").await;
     let env = region.env.clone();
     let zone = hv_tests::hosts::zone(&env, 1).await;
     let (host, target) = (zone.source.host.clone(), zone.targets[0].host.clone());
     let port = hv_tests::region::free_port();
-    let (cert, key) =
-        (region.server_tls.cert.display().to_string(), region.server_tls.key.display().to_string());
-    let listen = format!("127.0.0.1:{port}");
     // nova-compute from a DaemonSet, as openstack-helm runs it; the guard
     // from the agent's image (kwok runs no image: the name is what counts).
-    let flags = [
-        "--webhook-listen",
-        &listen,
-        "--webhook-tls-cert",
-        &cert,
-        "--webhook-tls-key",
-        &key,
-        "--protected-pods",
-        "app=nova-compute",
-        "--pod-namespace",
-        "openstack",
-        "--pod-namespace",
-        "hv-system",
-        "--drain-guard-image",
-        "hv-agent:e2e",
-    ];
+    let hook = webhook_flags(&region, port);
+    let flags: Vec<&str> = hook
+        .iter()
+        .map(String::as_str)
+        .chain([
+            "--protected-pods",
+            "app=nova-compute",
+            "--pod-namespace",
+            "openstack",
+            "--pod-namespace",
+            "hv-system",
+            "--drain-guard-image",
+            "hv-agent:e2e",
+        ])
+        .collect();
     let coord = region.coordinator(None, &flags);
     let agents = both_active(&region, [&host, &target], &coord).await;
     let admin = Admin::login(&env).await.unwrap();
@@ -626,5 +637,215 @@ async fn a_drain_that_skips_daemonset_pods_waits_on_the_guard_until_the_host_is_
     })
     .await;
     assert!(deployments.get_opt(&hv_coordinator::drain::guard::name(&target)).await.unwrap().is_some());
+    drop(agents);
+}
+
+/// Cluster API's Machine kind, as its CRD serves it (the shape the
+/// coordinator reads: metadata, `status.nodeRef`; the rest kept as given),
+/// applied once.
+async fn cluster_api_crd(region: &Region) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "machines.cluster.x-k8s.io"},
+        "spec": {"group": "cluster.x-k8s.io", "scope": "Namespaced",
+            "names": {"kind": "Machine", "listKind": "MachineList", "plural": "machines", "singular": "machine", "shortNames": ["ma"]},
+            "versions": [{"name": "v1beta2", "served": true, "storage": true, "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    }))
+    .unwrap();
+    let api: Api<CustomResourceDefinition> = Api::all(region.kube.client.clone());
+    api.patch(
+        &crd.metadata.name.clone().unwrap(),
+        &PatchParams::apply("hv-e2e").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .unwrap();
+    until("the Machine CRD established", SOON, String::new, || async {
+        let c = api.get("machines.cluster.x-k8s.io").await.unwrap();
+        let established = c
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        hv_tests::wait::ready_when(established, established)
+    })
+    .await;
+}
+
+/// Whether `host` still runs the server `id`.
+async fn on_host(admin: &Admin, id: &str, host: &str) -> bool {
+    admin.server(id).await.unwrap()["OS-EXT-SRV-ATTR:host"].as_str() == Some(host)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn update_tools_that_announce_themselves_have_the_host_emptied_before_their_drain() {
+    let _webhook = WEBHOOK.lock().await;
+    let region = Region::start("drain-tools").await;
+    let env = region.env.clone();
+    let zone = hv_tests::hosts::zone(&env, 2).await;
+    let (mcm_host, capi_host, spare) =
+        (zone.source.host.clone(), zone.targets[0].host.clone(), zone.targets[1].host.clone());
+    let port = hv_tests::region::free_port();
+    let hook = webhook_flags(&region, port);
+    let flags: Vec<&str> = hook
+        .iter()
+        .map(String::as_str)
+        .chain([
+            "--pod-namespace",
+            "hv-system",
+            "--drain-guard-image",
+            "hv-agent:e2e",
+            "--update-signal",
+            "gardener-mcm:2h",
+            "--update-signal",
+            "cluster-api",
+        ])
+        .collect();
+    cluster_api_crd(&region).await;
+    let coord = region.coordinator(None, &flags);
+    let hosts = [mcm_host.clone(), capi_host.clone(), spare.clone()];
+    let agents = region.active_with_agents(&hosts, &coord, SOON).await;
+    chart_webhook(&region, &format!("https://127.0.0.1:{port}/validate-eviction"));
+    let admin = Admin::login(&env).await.unwrap();
+    let stamp = std::process::id();
+    let a = zone.boot(&admin, &format!("mcm-{stamp}"), &mcm_host, "1").await;
+    let b = zone.boot(&admin, &format!("capi-{stamp}"), &capi_host, "1").await;
+    let nodes: Api<Node> = Api::all(region.kube.client.clone());
+    let guard = guard_pod(&region, &mcm_host, "false").await;
+
+    // Gardener MCM: its condition on the Node as it writes it, 1 h 45 min
+    // into its 2 h drain timeout; then its drain (the eviction API, DaemonSet
+    // pods skipped), as kubectl drain does it.
+    let since = jiff::Timestamp::now() - jiff::SignedDuration::from_mins(105);
+    let terminating = json!({"status": {"conditions": [{"type": "Terminating", "status": "True", "reason": "ScaleDown",
+        "message": format!("Machine shoot--hv--worker-z1-{mcm_host} is being deleted"),
+        "lastHeartbeatTime": since.to_string(), "lastTransitionTime": since.to_string()}]}});
+    nodes.patch_status(&mcm_host, &PatchParams::default(), &Patch::Strategic(&terminating)).await.unwrap();
+    let mut drain = kubectl(
+        &region,
+        &["drain", &mcm_host, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=300s"],
+    )
+    .spawn()
+    .unwrap();
+    // Told before the tool stops waiting: the condition, a Warning Event,
+    // the fleet's least time left under the alert's 30 minutes.
+    let near = region.wait_condition(&mcm_host, "UpdateDrain", "DeadlineNear", &coord).await;
+    assert!(near.contains("Gardener MCM stops waiting at") && near.contains("1 VMs left"), "{near}");
+    let hv = region.hypervisor(&mcm_host).await.unwrap();
+    let recorded = hv.status.as_ref().and_then(|s| s.update_drain.clone()).expect("status.updateDrain");
+    assert_eq!(
+        recorded.stops_waiting_at.0.as_second(),
+        (since + jiff::SignedDuration::from_hours(2)).as_second()
+    );
+    until("a DeadlineNear Event", SOON, String::new, || async {
+        let events = region.events_for(&mcm_host).await;
+        let told = events.iter().any(|(r, n)| r == "DeadlineNear" && n.contains("Gardener MCM"));
+        hv_tests::wait::ready_when(told, events)
+    })
+    .await;
+    let url = coord.metrics.clone().unwrap();
+    let left = hv_tests::region::metric(&url, "hv_update_drain_seconds_left").await.unwrap();
+    assert!(left > 0.0 && left < 1800.0, "{left}");
+    // The drain waits on the guard while the server is there.
+    let system: Api<Pod> = Api::namespaced(region.kube.client.clone(), "hv-system");
+    while on_host(&admin, &a, &mcm_host).await {
+        assert!(system.get_opt(&guard).await.unwrap().is_some(), "the guard evicted with a VM on the host");
+        assert!(drain.try_wait().unwrap().is_none(), "MCM's drain ended with a VM on the host");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    region.wait_phase(&mcm_host, Phase::Maintenance, SOON, &coord).await;
+    let svc = admin.service(&mcm_host).await.unwrap().unwrap();
+    assert!(svc["disabled_reason"].as_str().unwrap().contains("--update-signal"), "{svc}");
+    let out = tokio::time::timeout(SOON, drain.wait_with_output()).await.expect("drain ends").unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    region.wait_condition(&mcm_host, "UpdateDrain", "Emptied", &coord).await;
+    until("no drain left waiting", SOON, String::new, || async {
+        let left = hv_tests::region::metric(&url, "hv_update_drain_seconds_left").await;
+        hv_tests::wait::ready_when(left == Some(f64::INFINITY), left)
+    })
+    .await;
+
+    // Cluster API: the Machine of a hypervisor carries our pre-drain hook.
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine"));
+    let ns = format!("capi-{}", region.id);
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(region.kube.client.clone());
+    namespaces
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+        .await
+        .unwrap();
+    let machines: Api<DynamicObject> = Api::namespaced_with(region.kube.client.clone(), &ns, &ar);
+    let name = format!("hv-md-0-{capi_host}");
+    let machine = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": name, "finalizers": ["machine.cluster.x-k8s.io"],
+            "labels": {"cluster.x-k8s.io/cluster-name": "region", "cluster.x-k8s.io/deployment-name": "hv-md-0"}},
+        "spec": {"clusterName": "region", "version": "v1.35.4", "providerID": format!("metal3://{capi_host}"),
+            "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
+            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "Metal3Machine", "name": name}}});
+    machines.create(&PostParams::default(), &serde_json::from_value(machine).unwrap()).await.unwrap();
+    let node_ref = json!({"status": {"nodeRef": {"name": capi_host}, "phase": "Running"}});
+    machines.patch_status(&name, &PatchParams::default(), &Patch::Merge(&node_ref)).await.unwrap();
+    let hook = hv_coordinator::api::keys::CLUSTER_API_HOOK_ANNOTATION;
+    let hooked = |present: bool| {
+        let (machines, name) = (machines.clone(), name.clone());
+        async move {
+            let m = machines.get(&name).await.unwrap();
+            let has = m.annotations().contains_key(hook);
+            hv_tests::wait::ready_when(has == present, m.annotations().clone())
+        }
+    };
+    until("our hook on the Machine", SOON, || coord.tail(20), || hooked(true)).await;
+    // Cluster API deletes it (a rolling update): held by its finalizer, it
+    // waits on our hook; the host is emptied first.
+    machines.delete(&name, &Default::default()).await.unwrap();
+    let mark = hv_coordinator::api::keys::MACHINE_DELETING_ANNOTATION;
+    until(
+        "the deletion read as an update's ask",
+        SOON,
+        || coord.tail(20),
+        || async {
+            let node = nodes.get(&capi_host).await.unwrap();
+            let value = node.annotations().get(mark).cloned();
+            hv_tests::wait::ready_when(value.as_deref() == Some(format!("{ns}/{name}").as_str()), value)
+        },
+    )
+    .await;
+    while on_host(&admin, &b, &capi_host).await || on_host(&admin, &a, &capi_host).await {
+        let m = machines.get(&name).await.unwrap();
+        assert!(m.annotations().contains_key(hook), "the hook lifted with a VM on the host");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    region.wait_phase(&capi_host, Phase::Maintenance, SOON, &coord).await;
+    until("our hook lifted", SOON, || coord.tail(20), || hooked(false)).await;
+    // Cluster API's drain then passes at once.
+    let out = kubectl(
+        &region,
+        &["drain", &capi_host, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=30s"],
+    )
+    .output()
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for id in [&a, &b] {
+        assert_eq!(admin.server(id).await.unwrap()["status"], "ACTIVE");
+        assert!(on_host(&admin, id, &spare).await, "{id} on the one host left in service");
+    }
+    // The Machine gone, the Node's mark goes with it.
+    let done = json!({"metadata": {"finalizers": null}});
+    machines.patch(&name, &PatchParams::default(), &Patch::Merge(&done)).await.unwrap();
+    until(
+        "the mark removed",
+        SOON,
+        || coord.tail(20),
+        || async {
+            let node = nodes.get(&capi_host).await.unwrap();
+            let marked = node.annotations().contains_key(mark);
+            hv_tests::wait::ready_when(!marked, marked)
+        },
+    )
+    .await;
     drop(agents);
 }

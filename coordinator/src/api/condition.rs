@@ -95,6 +95,10 @@ pub enum ConditionType {
     /// lists there are domains its agent reported), True; False when none
     /// of them is, and nothing moves.
     Machine,
+    /// Hypervisor: an update tool that stops waiting at a known time
+    /// drains the Node (docs/drain.md): True while the host is not emptied
+    /// yet, with how long it has; False once it is, or the tool is gone.
+    UpdateDrain,
 }
 
 impl ConditionType {
@@ -116,6 +120,7 @@ impl ConditionType {
             ConditionType::Paused => "Paused",
             ConditionType::HostPaused => "HostPaused",
             ConditionType::Machine => "Machine",
+            ConditionType::UpdateDrain => "UpdateDrain",
         }
     }
 
@@ -127,7 +132,8 @@ impl ConditionType {
             | ConditionType::Evicted
             | ConditionType::Aborted
             | ConditionType::Deleting
-            | ConditionType::Paused => Owner::Lifecycle,
+            | ConditionType::Paused
+            | ConditionType::UpdateDrain => Owner::Lifecycle,
             ConditionType::AgentConnected => Owner::Fleet,
             ConditionType::NodeHealthy | ConditionType::Fenced => Owner::Ha,
             ConditionType::Preflight

@@ -362,6 +362,19 @@ impl std::fmt::Display for Phase {
     }
 }
 
+/// An update tool's drain of the Node, as the coordinator reads it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateDrainStatus {
+    /// The tool (`Gardener MCM`).
+    #[schemars(length(max = 63))]
+    pub tool: String,
+    /// When it began to drain (its signal on the Node).
+    pub since: Time,
+    /// When it stops waiting for the budgets and deletes the Node's pods.
+    pub stops_waiting_at: Time,
+}
+
 /// Observed state of a hypervisor.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -397,6 +410,11 @@ pub struct HypervisorStatus {
     pub checks: Vec<CheckResultStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instances: Option<InstancesStatus>,
+    /// An update tool that stops waiting at a known time drains the Node
+    /// (docs/drain.md, "When a tool will not wait"); the `UpdateDrain`
+    /// condition says how the host stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_drain: Option<UpdateDrainStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentStatus>,
     /// The host's health from every source (docs/health.md); also the

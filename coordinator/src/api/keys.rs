@@ -38,6 +38,14 @@ pub const EVICTABLE_LABEL: &str = "hypervisor.cloud.sap/evictable";
 /// One per dependent that may not take its pods away yet:
 /// `LOCK_ANNOTATION_PREFIX<component>`.
 pub const LOCK_ANNOTATION_PREFIX: &str = "hypervisor.cloud.sap/lock.";
+/// On a hypervisor's Node, set by the coordinator while the Node's Cluster
+/// API Machine is being deleted (its namespace/name): with the
+/// `cluster-api` update signal, an update's ask (docs/drain.md).
+pub const MACHINE_DELETING_ANNOTATION: &str = "hypervisor.cloud.sap/machine-deleting";
+/// The coordinator's pre-drain hook on a hypervisor's Cluster API Machine:
+/// Cluster API does not drain the Node while it stands, and the coordinator
+/// lifts it once the host is emptied and held (docs/drain.md).
+pub const CLUSTER_API_HOOK_ANNOTATION: &str = "pre-drain.delete.hook.machine.cluster.x-k8s.io/hv-lifecycle";
 /// The webhook refused a drain of a host not yet evictable: with the Node
 /// cordoned, it asks for `auto` maintenance; removed once uncordoned.
 pub const DRAIN_REFUSED_ANNOTATION: &str = "hypervisor.cloud.sap/drain-refused";

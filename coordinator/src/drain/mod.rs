@@ -6,6 +6,8 @@
 //! `k8s::protected_pods`). Pure: no module here imports the shell.
 
 pub mod admission;
+pub mod cluster_api;
+pub mod deadline;
 pub mod guard;
 pub mod locks;
 pub mod signals;

@@ -10,7 +10,9 @@
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
-use crate::api::keys::MAINTENANCE_REQUIRED_ANNOTATION;
+use std::time::Duration;
+
+use crate::api::keys::{MACHINE_DELETING_ANNOTATION, MAINTENANCE_REQUIRED_ANNOTATION};
 
 /// One sign an update tool leaves on a Node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,7 +25,24 @@ pub enum Signal {
     /// `cordon-with:KEY`: the Node is cordoned and carries the annotation
     /// (the tool's reason); the uncordon ends it.
     CordonWith(String),
+    /// `node-condition:TYPE`: the Node's condition TYPE is `True`.
+    NodeCondition(String),
+    /// `gardener-mcm[:TIMEOUT]`: Gardener's machine-controller-manager
+    /// drains the Node: it set the Node's condition `Terminating` to `True`
+    /// before its drain, and stops waiting for the budgets TIMEOUT later
+    /// (its `--machine-drain-timeout`, 2 h by default; docs/drain.md).
+    GardenerMcm { drain_timeout: Duration },
+    /// `cluster-api`: the Node's Machine is being deleted, as the
+    /// coordinator marks it ([`MACHINE_DELETING_ANNOTATION`]); its pre-drain
+    /// hook holds Cluster API's drain until the host is emptied and held.
+    ClusterApi,
 }
+
+/// Gardener MCM's drain timeout when the signal names none (its own default).
+pub const MCM_DRAIN_TIMEOUT: Duration = Duration::from_secs(2 * 3600);
+
+/// The Node condition Gardener MCM sets before it drains the Node.
+pub const MCM_CONDITION: &str = "Terminating";
 
 impl std::str::FromStr for Signal {
     type Err = String;
@@ -33,15 +52,27 @@ impl std::str::FromStr for Signal {
         match s.split_once(':') {
             Some(("annotation", k)) => Ok(Signal::Annotation(key(k)?)),
             Some(("cordon-with", k)) => Ok(Signal::CordonWith(key(k)?)),
+            Some(("node-condition", t)) if condition_type(t) => Ok(Signal::NodeCondition(t.to_string())),
+            Some(("gardener-mcm", t)) => {
+                Ok(Signal::GardenerMcm { drain_timeout: crate::config::duration(t)? })
+            }
+            None if s == "gardener-mcm" => Ok(Signal::GardenerMcm { drain_timeout: MCM_DRAIN_TIMEOUT }),
+            None if s == "cluster-api" => Ok(Signal::ClusterApi),
             Some(("label", kv)) => match kv.split_once('=') {
                 Some((k, v)) => Ok(Signal::Label(key(k)?, Some(value(v)?))),
                 None => Ok(Signal::Label(key(kv)?, None)),
             },
             _ => Err(format!(
-                "{s:?}: an update signal is annotation:KEY, label:KEY[=VALUE] or cordon-with:ANNOTATION_KEY"
+                "{s:?}: an update signal is annotation:KEY, label:KEY[=VALUE], cordon-with:ANNOTATION_KEY, \
+                 node-condition:TYPE, gardener-mcm[:DRAIN_TIMEOUT] or cluster-api"
             )),
         }
     }
+}
+
+/// A Node condition type: letters, digits, `.`, `-`, `_`, `/`.
+fn condition_type(t: &str) -> bool {
+    !t.is_empty() && t.len() <= 316 && t.chars().all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c))
 }
 
 /// The signs the site's update tools leave, beside the protocol's own.
@@ -54,13 +85,33 @@ impl UpdateSignals {
         let annotations = node.annotations();
         let labels = node.labels();
         let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+        let condition = |t: &str| {
+            let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
+            conditions.into_iter().flatten().any(|c| c.type_ == t && c.status == "True")
+        };
         annotations.contains_key(MAINTENANCE_REQUIRED_ANNOTATION)
             || self.0.iter().any(|s| match s {
                 Signal::Annotation(k) => annotations.contains_key(k),
                 Signal::Label(k, None) => labels.contains_key(k),
                 Signal::Label(k, Some(v)) => labels.get(k) == Some(v),
                 Signal::CordonWith(k) => cordoned && annotations.contains_key(k),
+                Signal::NodeCondition(t) => condition(t),
+                Signal::GardenerMcm { .. } => condition(MCM_CONDITION),
+                Signal::ClusterApi => annotations.contains_key(MACHINE_DELETING_ANNOTATION),
             })
+    }
+
+    /// Gardener MCM's drain timeout, when its signal is named.
+    pub fn mcm_drain_timeout(&self) -> Option<Duration> {
+        self.0.iter().find_map(|s| match s {
+            Signal::GardenerMcm { drain_timeout } => Some(*drain_timeout),
+            _ => None,
+        })
+    }
+
+    /// Whether Cluster API's Machines are read (`cluster-api`).
+    pub fn cluster_api(&self) -> bool {
+        self.0.contains(&Signal::ClusterApi)
     }
 }
 
@@ -128,6 +179,13 @@ mod tests {
         assert_eq!("label:a".parse(), Ok(Signal::Label("a".into(), None)));
         assert_eq!("annotation:x.io/y".parse(), Ok(Signal::Annotation("x.io/y".into())));
         assert_eq!("cordon-with:x.io/why".parse(), Ok(Signal::CordonWith("x.io/why".into())));
+        assert_eq!("node-condition:Terminating".parse(), Ok(Signal::NodeCondition("Terminating".into())));
+        assert_eq!("gardener-mcm".parse(), Ok(Signal::GardenerMcm { drain_timeout: MCM_DRAIN_TIMEOUT }));
+        assert_eq!(
+            "gardener-mcm:3h".parse(),
+            Ok(Signal::GardenerMcm { drain_timeout: Duration::from_secs(3 * 3600) })
+        );
+        assert_eq!("cluster-api".parse(), Ok(Signal::ClusterApi));
         for bad in [
             "",
             "cordon",
@@ -139,6 +197,10 @@ mod tests {
             "label:a=b=c",
             "label:x/",
             "annotation:/x",
+            "node-condition:",
+            "node-condition:a b",
+            "gardener-mcm:soon",
+            "cluster-api:x",
         ] {
             let e = bad.parse::<Signal>();
             assert!(e.is_err(), "{bad:?}");

@@ -158,6 +158,8 @@ struct Seen {
     /// A new leader settles: no host is judged (sampled once per reconcile,
     /// so that sharing the view and the verdict agree on it).
     settling: bool,
+    /// An update tool that stops waiting at a known time drains the Node.
+    tool_drain: Option<crate::drain::deadline::ToolDrain>,
 }
 
 pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue, Error> {
@@ -203,12 +205,14 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     let outcome = act(&ctx, &hv, &name, &seen.host, &decision).await;
     let mut new_status =
         composed(&status, &decision, &seen, &verdict, outcome.service_deleted, hv.metadata.generation, now);
-    let also = also_said(&status, deletion.as_ref());
+    let drain = update_drain(&status, &mut new_status, seen.tool_drain.as_ref(), now);
+    let also = also_said(&status, deletion.as_ref()).into_iter().chain(drain).collect::<Vec<_>>();
     new_status.conditions = merge(&new_status.conditions, &also, now, hv.metadata.generation);
     record::apply(&mut new_status, &fenced, now, hv.metadata.generation);
     let hv = write_judged(&ctx, hv, &name, &status, &new_status, seen.shared).await?;
     // Tell, and what follows from what was written.
     tell(&ctx, &hv, &name, &decision, &new_status, &outcome.failures, &seen).await;
+    tell_drain(&ctx, &hv, &status, &new_status).await;
     super::fence::tell(&ctx, &hv, &fenced).await;
     tell_health(&ctx, &hv, status.health.as_ref(), &new_status, verdict.judged).await;
     mark_node(&ctx, &name, &seen, new_status.health.as_ref()).await;
@@ -340,6 +344,47 @@ fn also_said(
     let paused = status.conditions.iter().any(|c| c.type_ == ConditionType::Paused.as_str());
     let resumed = paused.then(|| Hands::Free.condition(&[]));
     deletion.map(lifecycle::deletion::condition).into_iter().chain(resumed).collect()
+}
+
+/// How long an update tool that will not wait forever leaves the host
+/// (docs/drain.md, "When a tool will not wait"): recorded in `next` for the
+/// fleet's figures, and said in the `UpdateDrain` condition, answered.
+/// Pure.
+fn update_drain(
+    before: &HypervisorStatus,
+    next: &mut HypervisorStatus,
+    drain: Option<&crate::drain::deadline::ToolDrain>,
+    now: Timestamp,
+) -> Option<lifecycle::DesiredCondition> {
+    use crate::drain::deadline;
+    let emptied = next.evictable == Some(true);
+    let stage = drain.map(|d| deadline::stage(d, emptied, now));
+    next.update_drain = drain.map(|d| crate::api::hypervisor::UpdateDrainStatus {
+        tool: d.tool.to_string(),
+        since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(d.since),
+        stops_waiting_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(d.stops_waiting_at()),
+    });
+    let said = before.conditions.iter().any(|c| c.type_ == ConditionType::UpdateDrain.as_str());
+    deadline::condition(drain, stage.as_ref(), next.instances.as_ref().map(|i| i.count), said)
+}
+
+/// A Warning Event when the update tool's time nears its end, or has run
+/// out, told once: when the `UpdateDrain` condition's reason turns to it.
+async fn tell_drain(ctx: &Context, hv: &Hypervisor, before: &HypervisorStatus, after: &HypervisorStatus) {
+    use crate::drain::deadline::{FORCES, NEAR};
+    let of = |s: &HypervisorStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::UpdateDrain.as_str())
+            .map(|c| (c.reason.clone(), c.message.clone()))
+    };
+    let (was, now) = (of(before).map(|c| c.0), of(after));
+    if let Some((reason, message)) =
+        now.filter(|(r, _)| (r == NEAR || r == FORCES) && was.as_deref() != Some(r.as_str()))
+    {
+        tracing::warn!(reason, %message, "an update tool will not wait for the host");
+        publish(ctx, &hv.object_ref(&()), EventType::Warning, &reason, &message).await;
+    }
 }
 
 /// A host whose hands are off (an SRE's pause, or observe mode;
@@ -670,7 +715,7 @@ async fn observe(
 ) -> Result<Seen, Error> {
     let phase = status.phase.unwrap_or_default();
     let settling = Timestamp::now() < ctx.judging_from;
-    let (node, node_ready, marks, node_deleted) = observe_node(ctx, name).await?;
+    let (node, node_ready, marks, node_deleted, tool_drain) = observe_node(ctx, name).await?;
     let agent = ctx.registry.view(name);
     let host = lifecycle::nova_host(name, &hv.spec, status).to_string();
     let leaving = hv.metadata.deletion_timestamp.is_some() || node == NodeObs::Deleting;
@@ -719,7 +764,20 @@ async fn observe(
     let power = if lost { super::fence::power_source(ctx, hv).await } else { health::PowerSource::Unknown };
     let lease = if lost { ctx.renewals.heartbeat(&ctx.client, name, Timestamp::now()).await } else { None };
     let bmc = hv.spec.fencing.bmc.is_some();
-    Ok(Seen { obs, agent, host, node_ready, lease, marks, node_deleted, power, bmc, shared, settling })
+    Ok(Seen {
+        obs,
+        agent,
+        host,
+        node_ready,
+        lease,
+        marks,
+        node_deleted,
+        power,
+        bmc,
+        shared,
+        settling,
+        tool_drain,
+    })
 }
 
 impl Seen {
@@ -1075,10 +1133,17 @@ async fn observe_node(ctx: &Context, name: &str) -> Result<NodeSeen, Error> {
         health::observe::node_source(node.as_ref()),
         node.as_ref().map(health::marks::of),
         node.as_ref().and_then(|n| n.metadata.deletion_timestamp.as_ref()).map(|t| t.0),
+        node.as_ref().and_then(|n| crate::drain::deadline::of(n, &ctx.updates.signals)),
     ))
 }
 
-type NodeSeen = (NodeObs, NodeSource, Option<health::marks::Marks>, Option<Timestamp>);
+type NodeSeen = (
+    NodeObs,
+    NodeSource,
+    Option<health::marks::Marks>,
+    Option<Timestamp>,
+    Option<crate::drain::deadline::ToolDrain>,
+);
 
 /// The Node's schedulable label and heartbeat annotation (`health::marks`).
 /// A failed write is logged and tried again at the next reconcile.

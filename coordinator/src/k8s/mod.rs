@@ -10,6 +10,7 @@
 
 pub mod acting;
 pub mod claims;
+pub mod cluster_api;
 pub mod drain_marks;
 pub mod eviction;
 pub mod fence;
@@ -209,11 +210,13 @@ pub async fn run(
     let marks_controller =
         marks_controlled(marks_rx, node_marks_rx, wakes.protected_pods, &ctx, concurrency, stop.clone());
     let guards = guards_controlled(wc, guards_rx, &ctx, stop);
+    let machines = machines_watched(wc, &ctx, &template.instance);
     tokio::select! {
         _ = hypervisor_controller => {}
         _ = eviction_controller => {}
         _ = marks_controller => {}
         _ = guards => {}
+        _ = machines => {}
         _ = watch_nodes(wc, &ctx, &node_selector, &template, writers.nodes, node_tx, node_marks_tx) => {}
         _ = watch_evictions(wc, writers.evictions, ev_tx) => {}
         _ = cache_migrations(wc, writers.migrations) => {}
@@ -354,6 +357,28 @@ fn marks_controlled(
             marks,
         )
         .for_each(|res| log_result("drain marks controller", res))
+}
+
+/// Cluster API's Machines ([`cluster_api`]), with the `cluster-api`
+/// update signal; else never ends.
+fn machines_watched(
+    watch_client: &kube::Client,
+    ctx: &Arc<Context>,
+    instance: &str,
+) -> impl std::future::Future<Output = ()> + Send + use<> {
+    if !ctx.updates.signals.cluster_api() {
+        return futures_util::future::Either::Left(std::future::pending());
+    }
+    let machines = cluster_api::MachinesContext {
+        client: ctx.client.clone(),
+        hypervisors: ctx.hypervisors.clone(),
+        nodes: ctx.nodes.clone(),
+        own_reads: ctx.own_reads.clone(),
+        gate: ctx.gate.clone(),
+        instance: instance.to_string(),
+        look: ctx.intervals.drift.min(std::time::Duration::from_secs(10)),
+    };
+    futures_util::future::Either::Right(cluster_api::run(watch_client.clone(), machines))
 }
 
 /// The drain guards' controller ([`guards`]) and its watch of their

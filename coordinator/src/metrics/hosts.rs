@@ -31,6 +31,11 @@ pub struct Hosts {
     pub paused: u64,
     /// Adopted hosts whose first check run failed, left in service.
     pub adopted_checks_failed: u64,
+    /// The least time an update tool still waits for a host not emptied
+    /// yet, in seconds (docs/drain.md); None: no such drain.
+    pub update_drain_left: Option<f64>,
+    /// Hosts not emptied whose update tool no longer waits.
+    pub update_drains_forced: u64,
 }
 
 /// One Hypervisor, as the fleet's figures count it.
@@ -47,6 +52,11 @@ pub struct Host {
     pub paused: bool,
     /// Its `Tested` condition says an adopted host's checks failed.
     pub adopted_checks_failed: bool,
+    /// An update tool drains it, not emptied yet: the seconds left before
+    /// the tool stops waiting (at most 0).
+    pub update_drain_left: Option<f64>,
+    /// Its `UpdateDrain` condition says the tool no longer waits.
+    pub update_drain_forced: bool,
 }
 
 /// Counts `hypervisors`.
@@ -62,6 +72,10 @@ pub fn hosts(hypervisors: impl IntoIterator<Item = Host>) -> Hosts {
         f.disabled_elsewhere += u64::from(h.disabled_elsewhere);
         f.paused += u64::from(h.paused);
         f.adopted_checks_failed += u64::from(h.adopted_checks_failed);
+        if let Some(left) = h.update_drain_left {
+            f.update_drain_left = Some(f.update_drain_left.map_or(left, |l: f64| l.min(left)));
+        }
+        f.update_drains_forced += u64::from(h.update_drain_forced);
     }
     f
 }
@@ -106,6 +120,8 @@ pub struct HostGauges {
     disabled_elsewhere: Gauge,
     paused: Gauge,
     adopted_checks_failed: Gauge,
+    update_drain_left: Gauge<f64, std::sync::atomic::AtomicU64>,
+    update_drains_forced: Gauge,
     would: Family<ActionLabel, Counter>,
 }
 
@@ -121,6 +137,8 @@ impl HostGauges {
             disabled_elsewhere: Gauge::default(),
             paused: Gauge::default(),
             adopted_checks_failed: Gauge::default(),
+            update_drain_left: Gauge::default(),
+            update_drains_forced: Gauge::default(),
             would: Family::default(),
         };
         registry.register(
@@ -173,6 +191,18 @@ impl HostGauges {
             g.adopted_checks_failed.clone(),
         );
         registry.register(
+            "hv_update_drain_seconds_left",
+            "The least time an update tool that stops waiting (Gardener MCM's drain timeout) still waits for a \
+             host not emptied yet; +Inf when none drains (docs/drain.md).",
+            g.update_drain_left.clone(),
+        );
+        registry.register(
+            "hv_update_drains_forced",
+            "Hosts not emptied whose update tool no longer waits and deletes their pods whatever the budgets say \
+             (docs/drain.md).",
+            g.update_drains_forced.clone(),
+        );
+        registry.register(
             "hv_would",
             "What the coordinator would have done on a host it keeps its hands off, by kind (WouldDisable, \
              WouldFence, …): told once each time it is decided anew.",
@@ -195,6 +225,8 @@ impl HostGauges {
             self.disabled_elsewhere.set(0);
             self.paused.set(0);
             self.adopted_checks_failed.set(0);
+            self.update_drain_left.set(f64::INFINITY);
+            self.update_drains_forced.set(0);
             return;
         };
         let n = |v: Option<&u64>| i64::try_from(v.copied().unwrap_or(0)).unwrap_or(i64::MAX);
@@ -209,6 +241,8 @@ impl HostGauges {
         self.disabled_elsewhere.set(n(Some(&f.disabled_elsewhere)));
         self.paused.set(n(Some(&f.paused)));
         self.adopted_checks_failed.set(n(Some(&f.adopted_checks_failed)));
+        self.update_drain_left.set(f.update_drain_left.unwrap_or(f64::INFINITY));
+        self.update_drains_forced.set(n(Some(&f.update_drains_forced)));
     }
 
     pub(super) fn would(&self, reason: &'static str) {

@@ -267,6 +267,8 @@ mod tests {
             disabled_elsewhere: false,
             paused: false,
             adopted_checks_failed: false,
+            update_drain_left: None,
+            update_drain_forced: false,
         };
         let f = hosts([
             host(Phase::Active, true, Some(HealthState::Healthy)),
@@ -276,7 +278,14 @@ mod tests {
             host(Phase::Aborted, true, Some(HealthState::Healthy)),
             host(Phase::Evicting, false, Some(HealthState::Unreachable)),
             Host { disabled_elsewhere: true, ..host(Phase::Active, true, None) },
+            Host { update_drain_left: Some(5400.0), ..host(Phase::Evicting, true, None) },
+            Host {
+                update_drain_left: Some(0.0),
+                update_drain_forced: true,
+                ..host(Phase::Evicting, true, None)
+            },
         ]);
+        assert_eq!((f.update_drain_left, f.update_drains_forced), (Some(0.0), 1), "the least time left");
         assert_eq!(f.health.get(&HealthState::Unreachable), Some(&2));
         assert_eq!(f.health.values().sum::<u64>(), 5, "a host never judged is not counted");
         assert_eq!(f.phases.get(&Phase::Active), Some(&3));
@@ -295,6 +304,8 @@ mod tests {
         has(&text, "hv_hypervisors{phase=\"Decommissioned\"} 0");
         has(&text, "hv_hypervisors_without_agent 2");
         has(&text, "hv_fenced_hosts_showing_life 1");
+        has(&text, "hv_update_drain_seconds_left 0.0");
+        has(&text, "hv_update_drains_forced 1");
         has(&text, "hv_fenced_host_revivals_total 0");
         m.fenced_host_showed_life();
         has(&m.render(), "hv_fenced_host_revivals_total 1");
@@ -354,6 +365,8 @@ mod tests {
             disabled_elsewhere: false,
             paused: false,
             adopted_checks_failed: false,
+            update_drain_left: None,
+            update_drain_forced: false,
         };
         m.set_hosts(move || hosts([active]));
         m.set_nova_view(|| {

@@ -7,7 +7,8 @@
 #
 # Values for the ground (tests/env/chart.py installs, and a test upgrades):
 # 64 coordinator replicas, so that the Role names enough coordinator pods for
-# every coordinator the tests start at once; drain protection for nova-compute
+# every coordinator the tests start at once; the update signals of Gardener
+# MCM and Cluster API (the ClusterRole reads Machines); drain protection for nova-compute
 # and a network agent in `openstack`, its webhook called at a URL (a test that
 # drains upgrades the release with its own coordinator's).
 start_chart() {
@@ -18,6 +19,7 @@ start_chart() {
     openstack: {cloudsSecret: "hv-clouds", cloud: "hv"},
     coordinator: {
       replicas: 64,
+      updateSignals: ["gardener-mcm", "cluster-api"],
       drainProtection: {
         enabled: true,
         webhookUrl: "https://127.0.0.1:1/validate-eviction",
