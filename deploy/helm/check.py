@@ -45,11 +45,12 @@ def pod_namespaces(values):
     turned off), the release's; else none."""
     coordinator = values.get("coordinator", {})
     drain = coordinator.get("drainProtection", {})
-    guards = coordinator.get("drainGuard", {}).get("enabled", True)
+    guard = coordinator.get("drainGuard", {})
+    guards = {guard.get("namespace") or "hv-system"} if guard.get("enabled", True) else set()
     if not drain.get("enabled"):
-        return {"hv-system"} if guards else set()
+        return guards
     named = drain.get("protectedPods", []) + drain.get("dependentPods", [])
-    return {"hv-system"} | {p["namespace"] for p in named}
+    return {"hv-system"} | {p["namespace"] for p in named} | guards
 
 
 def policy(case, rendered, values):

@@ -157,9 +157,12 @@ impl Scene {
 
     /// The host dies: its agent, its kubelet and its nova-compute.
     async fn kill_host(&mut self) {
+        // nova-compute first: stopped after the kubelet, it could still
+        // report once after the host was fenced, a sign of life the test
+        // did not mean.
+        fake_host(&self.region.env.nova, &self.dead, FakeHost::Stop).await.unwrap();
         self.agents[0].kill();
         kubelet_silent(&self.region, &self.dead).await;
-        fake_host(&self.region.env.nova, &self.dead, FakeHost::Stop).await.unwrap();
     }
 
     /// The host loses its power: its BMC reports it off (waited for: the

@@ -66,6 +66,11 @@ pub struct DrainFlags {
     /// skips DaemonSet pods waits on it too. Without it, no guard is made.
     #[arg(long, env = "HV_DRAIN_GUARD_IMAGE")]
     pub drain_guard_image: Option<String>,
+    /// The namespace of the drain guards (default: the coordinator's, as
+    /// --namespace says). One of their own keeps the coordinator's right to
+    /// label pods away from the agents' pods.
+    #[arg(long, value_parser = namespace, requires = "drain_guard_image")]
+    pub drain_guard_namespace: Option<String>,
     /// A pull secret of the guard's image, by name (repeatable).
     #[arg(long = "drain-guard-pull-secret", requires = "drain_guard_image")]
     pub drain_guard_pull_secrets: Vec<String>,
@@ -108,11 +113,12 @@ impl DrainFlags {
         protected
     }
 
-    /// What the drain guards are made of, when asked for: in `namespace`
-    /// (the coordinator's), for the install `instance`.
+    /// What the drain guards are made of, when asked for: in
+    /// --drain-guard-namespace, else `namespace` (the coordinator's), for
+    /// the install `instance`.
     pub fn guard(&self, namespace: &str, instance: &str) -> Option<GuardConfig> {
         self.drain_guard_image.as_ref().map(|image| GuardConfig {
-            namespace: namespace.to_string(),
+            namespace: self.drain_guard_namespace.clone().unwrap_or_else(|| namespace.to_string()),
             image: image.clone(),
             pull_secrets: self.drain_guard_pull_secrets.clone(),
             instance: instance.to_string(),

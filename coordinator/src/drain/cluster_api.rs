@@ -18,14 +18,25 @@ pub struct MachineView {
     pub node: Option<String>,
     /// Its deletion began.
     pub deleting: bool,
-    /// Our hook stands on it.
-    pub hook: bool,
+    /// The hook's annotation.
+    pub hook: Hook,
+}
+
+/// The annotation of our hook's name on a Machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hook {
+    Absent,
+    /// Its value names this install.
+    Ours,
+    /// Its value names another install (or a hand): never touched.
+    Theirs,
 }
 
 /// What the Machine's host is to us.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Host {
-    /// No Hypervisor of this install: not ours to hold.
+    /// No Hypervisor of this install (no Node, a Node of another cluster
+    /// or install, a host that left the install): not ours to hold.
     NotOurs,
     /// A hypervisor of ours; `freed`: emptied and held, on this leader's
     /// own read.
@@ -43,18 +54,20 @@ pub struct Writes {
 }
 
 pub fn decide(m: &MachineView, host: Host) -> Writes {
+    let ours = m.hook == Hook::Ours;
     match host {
-        // A hook of ours never holds a Machine that is no hypervisor's (a
-        // Node that left the install, a decommissioned host).
-        Host::NotOurs => Writes { hook: m.hook.then_some(false), mark: None },
-        // In service: the hook stands, so that a deletion waits for us.
-        Host::Ours { .. } if !m.deleting => Writes { hook: (!m.hook).then_some(true), mark: None },
+        // A hook of ours never holds a Machine that is no hypervisor's of
+        // this install.
+        Host::NotOurs => Writes { hook: ours.then_some(false), mark: None },
+        // In service: the hook stands, so that a deletion waits for us; one
+        // of that name another wrote is left as it is.
+        Host::Ours { .. } if !m.deleting => {
+            Writes { hook: (m.hook == Hook::Absent).then_some(true), mark: None }
+        }
         // Being deleted: the ask, and the hook lifted once the host is
         // emptied and held. Never placed again once lifted: Cluster API may
         // be draining by then.
-        Host::Ours { freed } => {
-            Writes { hook: (m.hook && freed).then_some(false), mark: Some(m.key.clone()) }
-        }
+        Host::Ours { freed } => Writes { hook: (ours && freed).then_some(false), mark: Some(m.key.clone()) },
     }
 }
 
@@ -62,7 +75,8 @@ pub fn decide(m: &MachineView, host: Host) -> Writes {
 mod tests {
     use super::*;
 
-    fn machine(deleting: bool, hook: bool) -> MachineView {
+    fn machine(deleting: bool, hooked: bool) -> MachineView {
+        let hook = if hooked { Hook::Ours } else { Hook::Absent };
         MachineView { key: "capi/worker-abc".into(), node: Some("compute-1".into()), deleting, hook }
     }
 
@@ -107,6 +121,13 @@ mod tests {
         ];
         for (what, m, host, want) in rows {
             assert_eq!(decide(&m, host), want, "{what}");
+        }
+        // Another install's hook of the same name: never lifted, never
+        // written over.
+        let theirs = |deleting| MachineView { hook: Hook::Theirs, ..machine(deleting, false) };
+        for host in [Host::NotOurs, ours(false), ours(true)] {
+            assert_eq!(decide(&theirs(false), host).hook, None, "{host:?}");
+            assert_eq!(decide(&theirs(true), host).hook, None, "{host:?}");
         }
     }
 }

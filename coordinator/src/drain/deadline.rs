@@ -19,8 +19,8 @@ use crate::api::{ConditionStatus, ConditionType};
 /// How long a NotReady Node keeps MCM waiting for the budgets.
 pub const MCM_NOT_READY_FORCE: Duration = Duration::from_secs(5 * 60);
 
-/// Warned this long before the tool stops waiting (a quarter of a shorter
-/// timeout).
+/// Warned this long before the tool stops waiting (the alert on
+/// `hv_update_drain_seconds_left` says the same).
 pub const WARN_BEFORE: Duration = Duration::from_secs(30 * 60);
 
 /// A tool that drains the Node and stops waiting at a known time.
@@ -35,14 +35,23 @@ pub struct ToolDrain {
 }
 
 impl ToolDrain {
+    /// Never past the last time there is: a timeout or a transition time
+    /// out of all proportion reads as "not in this era", never a panic.
     pub fn stops_waiting_at(&self) -> Timestamp {
-        self.since + SignedDuration::try_from(self.timeout).unwrap_or(SignedDuration::MAX)
+        SignedDuration::try_from(self.timeout)
+            .ok()
+            .and_then(|d| self.since.checked_add(d).ok())
+            .unwrap_or(Timestamp::MAX)
     }
 }
 
+/// Gardener MCM, as the host's status names it.
+pub const TOOL_MCM: &str = "Gardener MCM";
+
 /// Gardener MCM's drain of `node`, when its signal is named and its
-/// condition stands.
-pub fn of(node: &Node, signals: &UpdateSignals) -> Option<ToolDrain> {
+/// condition stands. A condition without its transition time began at
+/// `unknown_since` (when it was first seen).
+pub fn of(node: &Node, signals: &UpdateSignals, unknown_since: Timestamp) -> Option<ToolDrain> {
     let timeout = signals.mcm_drain_timeout()?;
     let conditions = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or_default();
     let terminating = conditions.iter().find(|c| c.type_ == MCM_CONDITION && c.status == "True")?;
@@ -50,12 +59,10 @@ pub fn of(node: &Node, signals: &UpdateSignals) -> Option<ToolDrain> {
     let not_ready_since = conditions
         .iter()
         .find(|c| c.type_ == "Ready" && c.status != "True")
-        .map(|c| since(c).unwrap_or_default());
+        .map(|c| since(c).unwrap_or(unknown_since));
     Some(ToolDrain {
-        tool: "Gardener MCM",
-        // A condition without its time: counted from the epoch, so the
-        // host is told the tool may force now rather than never.
-        since: since(terminating).unwrap_or_default(),
+        tool: TOOL_MCM,
+        since: since(terminating).unwrap_or(unknown_since),
         timeout,
         not_ready_since,
     })
@@ -90,7 +97,7 @@ pub fn stage(d: &ToolDrain, emptied: bool, now: Timestamp) -> Stage {
     if left.is_zero() {
         return Stage::Forces("its drain timeout has passed");
     }
-    if left <= WARN_BEFORE.min(d.timeout / 4) { Stage::Near { left } } else { Stage::Waits { left } }
+    if left <= WARN_BEFORE { Stage::Near { left } } else { Stage::Waits { left } }
 }
 
 pub const WAITS: &str = "ToolWaits";
@@ -190,6 +197,8 @@ mod tests {
         .unwrap()
     }
 
+    const T0: Timestamp = Timestamp::UNIX_EPOCH;
+
     fn at(s: &str) -> Timestamp {
         s.parse().unwrap()
     }
@@ -197,26 +206,26 @@ mod tests {
     #[test]
     fn mcm_drains_only_where_its_signal_is_named_and_its_condition_stands() {
         let mcm = UpdateSignals(vec!["gardener-mcm".parse().unwrap()]);
-        let d = of(&node(Some("2026-11-28T10:00:00Z"), None), &mcm).unwrap();
+        let d = of(&node(Some("2026-11-28T10:00:00Z"), None), &mcm, T0).unwrap();
         assert_eq!(
             (d.since, d.timeout, d.not_ready_since),
             (at("2026-11-28T10:00:00Z"), Duration::from_secs(7200), None)
         );
         assert_eq!(d.stops_waiting_at(), at("2026-11-28T12:00:00Z"));
-        assert_eq!(of(&node(None, None), &mcm), None, "no condition");
+        assert_eq!(of(&node(None, None), &mcm, T0), None, "no condition");
         assert_eq!(
-            of(&node(Some("2026-11-28T10:00:00Z"), None), &UpdateSignals::default()),
+            of(&node(Some("2026-11-28T10:00:00Z"), None), &UpdateSignals::default(), T0),
             None,
             "not named"
         );
-        let nr = of(&node(Some("2026-11-28T10:00:00Z"), Some("2026-11-28T10:30:00Z")), &mcm).unwrap();
+        let nr = of(&node(Some("2026-11-28T10:00:00Z"), Some("2026-11-28T10:30:00Z")), &mcm, T0).unwrap();
         assert_eq!(nr.not_ready_since, Some(at("2026-11-28T10:30:00Z")));
     }
 
     #[test]
     fn the_host_is_told_how_long_it_has_warned_before_and_told_when_the_tool_forces() {
         let mcm = UpdateSignals(vec!["gardener-mcm".parse().unwrap()]);
-        let d = of(&node(Some("2026-11-28T10:00:00Z"), None), &mcm).unwrap();
+        let d = of(&node(Some("2026-11-28T10:00:00Z"), None), &mcm, T0).unwrap();
         let rows = [
             ("10:10:00", false, Stage::Waits { left: Duration::from_secs(110 * 60) }),
             ("11:30:00", false, Stage::Near { left: Duration::from_secs(30 * 60) }),
@@ -229,26 +238,39 @@ mod tests {
             assert_eq!(stage(&d, emptied, at(&format!("2026-11-28T{now}Z"))), want, "{now}");
         }
         // NotReady for more than 5 minutes: forced long before the timeout.
-        let nr = of(&node(Some("2026-11-28T10:00:00Z"), Some("2026-11-28T10:10:00Z")), &mcm).unwrap();
+        let nr = of(&node(Some("2026-11-28T10:00:00Z"), Some("2026-11-28T10:10:00Z")), &mcm, T0).unwrap();
         assert!(matches!(stage(&nr, false, at("2026-11-28T10:14:59Z")), Stage::Waits { .. }));
         assert_eq!(
             stage(&nr, false, at("2026-11-28T10:15:00Z")),
             Stage::Forces("the Node has been NotReady for more than 5 minutes")
         );
-        // A short timeout warns at a quarter of it.
+        // A timeout shorter than the warning is near from its start.
         let short = of(
             &node(Some("2026-11-28T10:00:00Z"), None),
             &UpdateSignals(vec!["gardener-mcm:20m".parse().unwrap()]),
+            T0,
         )
         .unwrap();
-        assert!(matches!(stage(&short, false, at("2026-11-28T10:10:00Z")), Stage::Waits { .. }));
-        assert!(matches!(stage(&short, false, at("2026-11-28T10:15:00Z")), Stage::Near { .. }));
+        assert!(matches!(stage(&short, false, at("2026-11-28T10:00:01Z")), Stage::Near { .. }));
+        // Out of all proportion: the end of time, never a panic.
+        let mut far = d.clone();
+        far.since = Timestamp::MAX;
+        assert_eq!(far.stops_waiting_at(), Timestamp::MAX);
+        assert!(matches!(stage(&far, false, at("2026-11-28T10:00:00Z")), Stage::Waits { .. }));
+        far.timeout = Duration::MAX;
+        assert_eq!(far.stops_waiting_at(), Timestamp::MAX);
+        // No transition time: counted from when it was first seen.
+        let mut bare = node(Some("2026-11-28T10:00:00Z"), None);
+        if let Some(c) = bare.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+            c[0].last_transition_time = None;
+        }
+        assert_eq!(of(&bare, &mcm, at("2026-11-28T11:00:00Z")).unwrap().since, at("2026-11-28T11:00:00Z"));
     }
 
     #[test]
     fn the_condition_says_when_the_tool_stops_waiting_and_what_is_left() {
         let mcm = UpdateSignals(vec!["gardener-mcm".parse().unwrap()]);
-        let d = of(&node(Some("2026-11-28T10:00:00Z"), None), &mcm).unwrap();
+        let d = of(&node(Some("2026-11-28T10:00:00Z"), None), &mcm, T0).unwrap();
         let c = condition(Some(&d), Some(&Stage::Waits { left: Duration::from_secs(6000) }), Some(3), false)
             .unwrap();
         assert_eq!((c.status, c.reason.as_str()), (ConditionStatus::True, WAITS));

@@ -53,6 +53,14 @@ pub fn wanted(phase: Phase) -> bool {
     !matches!(phase, Phase::Initial | Phase::Decommissioned)
 }
 
+/// How many guard pods the host has: one, but none while it is freed for
+/// drains and cordoned. Evicted from a freed host, a guard that tolerates
+/// the cordon would come back on the same Node, and a drain that lists the
+/// Node's pods again (Cluster API's) would evict it again without end.
+pub fn replicas(freed: bool, cordoned: bool) -> i32 {
+    if freed && cordoned { 0 } else { 1 }
+}
+
 /// The protected-pod selector that matches every guard of the install.
 pub fn selector(instance: &str) -> String {
     format!("{}={},{}={instance}", NAME_LABEL.0, NAME_LABEL.1, crate::api::keys::INSTANCE_LABEL)
@@ -88,7 +96,7 @@ fn digest(s: &str) -> u64 {
 
 /// The guard of `node`, owned by its Hypervisor (`owner`: the garbage
 /// collector removes it with the Hypervisor).
-pub fn deployment(config: &GuardConfig, node: &str, owner: OwnerReference) -> Deployment {
+pub fn deployment(config: &GuardConfig, node: &str, owner: OwnerReference, replicas: i32) -> Deployment {
     let labels = BTreeMap::from([
         (NAME_LABEL.0.to_string(), NAME_LABEL.1.to_string()),
         (GUARD_OF_LABEL.to_string(), label_value(node)),
@@ -155,7 +163,7 @@ pub fn deployment(config: &GuardConfig, node: &str, owner: OwnerReference) -> De
         ..Default::default()
     };
     let spec = DeploymentSpec {
-        replicas: Some(1),
+        replicas: Some(replicas),
         revision_history_limit: Some(1),
         selector: LabelSelector {
             match_labels: Some(BTreeMap::from([
@@ -214,9 +222,25 @@ pub fn step(have: Option<&Deployment>, want: Option<Deployment>) -> Step {
     }
 }
 
+/// The guard there is as wanted: our digest, and each field we set as we
+/// set it (a hand's edit of the template keeps the digest).
 fn same(have: &Deployment, want: &Deployment) -> bool {
     let replicas = |d: &Deployment| d.spec.as_ref().and_then(|s| s.replicas);
-    spec_digest(have).is_some() && spec_digest(have) == spec_digest(want) && replicas(have) == replicas(want)
+    let template = |d: &Deployment| d.spec.as_ref().map(|s| s.template.clone());
+    let (Some(h), Some(w)) = (template(have), template(want)) else { return false };
+    let labels = |t: &PodTemplateSpec| t.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
+    let (hl, wl) = (labels(&h), labels(&w));
+    let (hs, ws) = (h.spec.unwrap_or_default(), w.spec.unwrap_or_default());
+    let run =
+        |s: &PodSpec| s.containers.first().map(|c| (c.image.clone(), c.args.clone(), c.resources.clone()));
+    spec_digest(have).is_some()
+        && spec_digest(have) == spec_digest(want)
+        && replicas(have) == replicas(want)
+        && wl.iter().all(|(k, v)| hl.get(k) == Some(v))
+        && hs.affinity == ws.affinity
+        && hs.tolerations == ws.tolerations
+        && hs.containers.len() == 1
+        && run(&hs) == run(&ws)
 }
 
 fn spec_digest(d: &Deployment) -> Option<&str> {
@@ -257,7 +281,7 @@ mod tests {
 
     #[test]
     fn the_guard_is_bound_to_its_node_by_name_tolerates_every_taint_and_is_protected_by_its_labels() {
-        let d = deployment(&config(), "compute-1", owner());
+        let d = deployment(&config(), "compute-1", owner(), 1);
         assert_eq!(d.metadata.name.as_deref(), Some("hv-guard-compute-1"));
         let spec = d.spec.as_ref().unwrap();
         let template = spec.template.spec.as_ref().unwrap();
@@ -306,18 +330,45 @@ mod tests {
 
     #[test]
     fn a_guard_is_written_when_missing_or_changed_and_removed_when_not_wanted() {
-        let want = deployment(&config(), "compute-1", owner());
+        let want = deployment(&config(), "compute-1", owner(), 1);
         assert_eq!(step(None, None), Step::Keep);
         assert_eq!(step(None, Some(want.clone())), Step::Write(Box::new(want.clone())));
         assert_eq!(step(Some(&want), Some(want.clone())), Step::Keep);
         assert_eq!(step(Some(&want), None), Step::Remove);
         // Another image: written again.
-        let newer = deployment(&GuardConfig { image: "hv-agent:2".into(), ..config() }, "compute-1", owner());
+        let newer =
+            deployment(&GuardConfig { image: "hv-agent:2".into(), ..config() }, "compute-1", owner(), 1);
         assert_eq!(step(Some(&want), Some(newer.clone())), Step::Write(Box::new(newer)));
         // Scaled down by a hand: written again.
         let mut scaled = want.clone();
         scaled.spec.as_mut().unwrap().replicas = Some(0);
         assert!(matches!(step(Some(&scaled), Some(want.clone())), Step::Write(_)));
+        // A hand's edit of the template: written again.
+        let mut unlabelled = want.clone();
+        if let Some(l) = unlabelled
+            .spec
+            .as_mut()
+            .and_then(|s| s.template.metadata.as_mut())
+            .and_then(|m| m.labels.as_mut())
+        {
+            l.remove(crate::api::keys::INSTANCE_LABEL);
+        }
+        assert!(matches!(step(Some(&unlabelled), Some(want.clone())), Step::Write(_)));
+        let mut moved = want.clone();
+        if let Some(p) = moved.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+            p.affinity = None;
+        }
+        assert!(matches!(step(Some(&moved), Some(want.clone())), Step::Write(_)));
+        let mut intolerant = want.clone();
+        if let Some(p) = intolerant.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+            p.tolerations = Some(vec![]);
+        }
+        assert!(matches!(step(Some(&intolerant), Some(want.clone())), Step::Write(_)));
+        // None while freed and cordoned, one otherwise.
+        assert_eq!((replicas(true, true), replicas(true, false), replicas(false, true)), (0, 1, 1));
+        let none = deployment(&config(), "compute-1", owner(), 0);
+        assert!(matches!(step(Some(&want), Some(none.clone())), Step::Write(_)));
+        assert_eq!(step(Some(&none), Some(none.clone())), Step::Keep);
         // Not ours (no digest): written.
         let mut bare = want.clone();
         bare.metadata.annotations = None;

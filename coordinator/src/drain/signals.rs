@@ -53,9 +53,7 @@ impl std::str::FromStr for Signal {
             Some(("annotation", k)) => Ok(Signal::Annotation(key(k)?)),
             Some(("cordon-with", k)) => Ok(Signal::CordonWith(key(k)?)),
             Some(("node-condition", t)) if condition_type(t) => Ok(Signal::NodeCondition(t.to_string())),
-            Some(("gardener-mcm", t)) => {
-                Ok(Signal::GardenerMcm { drain_timeout: crate::config::duration(t)? })
-            }
+            Some(("gardener-mcm", t)) => Ok(Signal::GardenerMcm { drain_timeout: mcm_timeout(t)? }),
             None if s == "gardener-mcm" => Ok(Signal::GardenerMcm { drain_timeout: MCM_DRAIN_TIMEOUT }),
             None if s == "cluster-api" => Ok(Signal::ClusterApi),
             Some(("label", kv)) => match kv.split_once('=') {
@@ -69,6 +67,18 @@ impl std::str::FromStr for Signal {
         }
     }
 }
+
+/// MCM's drain timeout: a duration of at most a week (MCM's own is hours).
+fn mcm_timeout(t: &str) -> Result<Duration, String> {
+    let d = crate::config::duration(t)?;
+    if d > MCM_LONGEST_TIMEOUT || d.is_zero() {
+        return Err(format!("gardener-mcm:{t}: a drain timeout is more than 0 and at most 168h"));
+    }
+    Ok(d)
+}
+
+/// The longest MCM drain timeout taken.
+const MCM_LONGEST_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// A Node condition type: letters, digits, `.`, `-`, `_`, `/`.
 fn condition_type(t: &str) -> bool {
@@ -200,6 +210,8 @@ mod tests {
             "node-condition:",
             "node-condition:a b",
             "gardener-mcm:soon",
+            "gardener-mcm:0s",
+            "gardener-mcm:99999999h",
             "cluster-api:x",
         ] {
             let e = bad.parse::<Signal>();

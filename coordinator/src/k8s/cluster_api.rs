@@ -22,7 +22,7 @@ use super::Gate;
 use super::drain_marks::OwnReads;
 use crate::api::Hypervisor;
 use crate::api::keys::{CLUSTER_API_HOOK_ANNOTATION, MACHINE_DELETING_ANNOTATION, PAUSED_ANNOTATION};
-use crate::drain::cluster_api::{Host, MachineView, decide};
+use crate::drain::cluster_api::{Hook, Host, MachineView, decide};
 use crate::lifecycle::hands::Hands;
 
 /// Cluster API's group; its Machines are of kind `Machine`.
@@ -92,13 +92,35 @@ async fn discover(client: &kube::Client) -> ApiResource {
     }
 }
 
-fn view(m: &DynamicObject) -> MachineView {
+/// The annotations Cluster API writes on a workload cluster's Node: its
+/// Machine's name and namespace.
+pub const NODE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/machine";
+pub const NODE_MACHINE_NAMESPACE_ANNOTATION: &str = "cluster.x-k8s.io/cluster-namespace";
+
+fn view(m: &DynamicObject, instance: &str) -> MachineView {
+    let hook = match m.annotations().get(CLUSTER_API_HOOK_ANNOTATION) {
+        None => Hook::Absent,
+        Some(v) if v == instance => Hook::Ours,
+        Some(_) => Hook::Theirs,
+    };
     MachineView {
         key: format!("{}/{}", m.namespace().unwrap_or_default(), m.name_any()),
         node: m.data["status"]["nodeRef"]["name"].as_str().map(str::to_string),
         deleting: m.metadata.deletion_timestamp.is_some(),
-        hook: m.annotations().contains_key(CLUSTER_API_HOOK_ANNOTATION),
+        hook,
     }
+}
+
+/// The Machine's Node when it is this cluster's: a Node of that name that
+/// Cluster API marked as the Machine's (a management cluster serves
+/// Machines of other clusters too, whose Nodes may share names with ours).
+fn node_of(ctx: &MachinesContext, m: &DynamicObject, node: Option<&str>) -> Option<Arc<Node>> {
+    let node = ctx.nodes.get(&ObjectRef::new(node?))?;
+    let said = |k: &str| node.annotations().get(k).cloned();
+    let ns = m.namespace().unwrap_or_default();
+    let ours = said(NODE_MACHINE_ANNOTATION) == Some(m.name_any())
+        && said(NODE_MACHINE_NAMESPACE_ANNOTATION) == Some(ns);
+    ours.then_some(node)
 }
 
 /// Observe one Machine and its host, decide, write. Only while this
@@ -107,8 +129,9 @@ async fn one(ctx: &MachinesContext, resource: &ApiResource, m: &DynamicObject) {
     if !ctx.gate.open() {
         return;
     }
-    let machine = view(m);
-    let hv = machine.node.as_deref().and_then(|n| ctx.hypervisors.get(&ObjectRef::new(n)));
+    let machine = view(m, &ctx.instance);
+    let node = node_of(ctx, m, machine.node.as_deref());
+    let hv = node.as_ref().and_then(|n| ctx.hypervisors.get(&ObjectRef::new(&n.name_any())));
     let host = match &hv {
         None => Host::NotOurs,
         Some(hv) => {
@@ -139,11 +162,10 @@ async fn one(ctx: &MachinesContext, resource: &ApiResource, m: &DynamicObject) {
             }
         }
     }
-    if let (Some(mark), Some(node)) = (writes.mark, machine.node.as_deref()) {
-        let cached = ctx.nodes.get(&ObjectRef::new(node));
-        if cached.is_some_and(|n| n.annotations().get(MACHINE_DELETING_ANNOTATION) != Some(&mark)) {
-            mark_node(ctx, node, Some(&mark)).await;
-        }
+    if let (Some(mark), Some(node)) = (writes.mark, node)
+        && node.annotations().get(MACHINE_DELETING_ANNOTATION) != Some(&mark)
+    {
+        mark_node(ctx, &node.name_any(), Some(&mark)).await;
     }
 }
 
@@ -155,11 +177,22 @@ async fn unmark_gone(ctx: &MachinesContext, machines: &Store<DynamicObject>) {
     if !ctx.gate.open() || !listed {
         return;
     }
-    let deleting: std::collections::BTreeSet<String> =
-        machines.state().iter().map(|m| view(m)).filter(|m| m.deleting).map(|m| m.key).collect();
+    let deleting: std::collections::BTreeSet<String> = machines
+        .state()
+        .iter()
+        .map(|m| view(m, &ctx.instance))
+        .filter(|m| m.deleting)
+        .map(|m| m.key)
+        .collect();
     for node in ctx.nodes.state() {
         let Some(mark) = node.annotations().get(MACHINE_DELETING_ANNOTATION) else { continue };
-        if !deleting.contains(mark) {
+        if deleting.contains(mark) {
+            continue;
+        }
+        // Hands off: a paused host's Node is not written.
+        let hv = ctx.hypervisors.get(&ObjectRef::new(&node.name_any()));
+        let paused = hv.as_ref().and_then(|h| h.annotations().get(PAUSED_ANNOTATION)).map(String::as_str);
+        if Hands::of(ctx.gate.observes(), paused).free() {
             mark_node(ctx, &node.name_any(), None).await;
         }
     }

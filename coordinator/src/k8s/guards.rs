@@ -3,8 +3,9 @@
 //! is one of the hypervisor's protected pods (the chart's budget and the
 //! eviction webhook hold it; the drain marks label it), so a drain that
 //! skips DaemonSet pods waits on it until the host is emptied and held.
-//! Woken when a Hypervisor's phase changes, when a guard Deployment
-//! changes or goes, and every drift interval.
+//! Woken when a Hypervisor's phase or `status.evictable` changes, when a
+//! guard Deployment changes or goes, and every drift interval (a cordon is
+//! seen then).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,6 +41,9 @@ pub struct GuardContext {
     pub config: GuardConfig,
     /// The install's guards, cached (their namespace, their labels).
     pub deployments: Store<Deployment>,
+    /// The Nodes (a cordon), and the hosts this leader found free.
+    pub nodes: Store<k8s_openapi::api::core::v1::Node>,
+    pub own_reads: Arc<super::drain_marks::OwnReads>,
     pub gate: Arc<Gate>,
     /// How often a guard is compared with what is wanted though nothing
     /// changed (`--drift-interval`).
@@ -81,47 +85,63 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<GuardContext>) -> Result<Re
         return Ok(Requeue::requeue(ctx.drift));
     }
     let have = ctx.deployments.get(&ObjectRef::new(&guard::name(&node)).within(&ctx.config.namespace));
+    let step = guard::step(have.as_deref(), wanted(&ctx, &hv, &node)?);
+    act(&ctx, &node, step, have.is_some()).await?;
+    Ok(Requeue::requeue(ctx.drift))
+}
+
+/// The guard the host should have: one pod, none while it is freed for
+/// drains (this leader's own read) and cordoned; None once it has none.
+fn wanted(ctx: &GuardContext, hv: &Hypervisor, node: &str) -> Result<Option<Deployment>, Error> {
     let phase = hv.status.as_ref().and_then(|s| s.phase).unwrap_or_default();
-    let want = match guard::wanted(phase) {
-        true => Some(guard::deployment(&ctx.config, &node, owner(&hv)?)),
+    let freed = hv.status.as_ref().and_then(|s| s.evictable) == Some(true) && ctx.own_reads.free(node);
+    let cordoned = ctx
+        .nodes
+        .get(&ObjectRef::new(node))
+        .is_some_and(|n| n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false));
+    let replicas = guard::replicas(freed, cordoned);
+    Ok(match guard::wanted(phase) {
+        true => Some(guard::deployment(&ctx.config, node, owner(hv)?, replicas)),
         false => None,
-    };
+    })
+}
+
+/// Writes what [`guard::step`] says: a guard missing is made (one the
+/// cache has not shown yet is written over), one that differs written
+/// whole, one not wanted removed.
+async fn act(ctx: &GuardContext, node: &str, step: Step, cached: bool) -> Result<(), Error> {
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-    match guard::step(have.as_deref(), want) {
+    let name = guard::name(node);
+    match step {
         Step::Keep => {}
         Step::Write(d) => {
-            // Made when missing (one the cache has not shown yet is written
-            // over), else written whole over what a hand changed.
-            let made = match have {
-                None => match api
+            let made = !cached
+                && match api
                     .create(&PostParams { field_manager: Some(MANAGER.into()), ..Default::default() }, &d)
                     .await
                 {
                     Ok(_) => true,
                     Err(kube::Error::Api(s)) if s.code == 409 => false,
                     Err(e) => return Err(e.into()),
-                },
-                Some(_) => false,
-            };
+                };
             if !made {
-                let params = PatchParams::apply(MANAGER).force();
-                api.patch(&guard::name(&node), &params, &Patch::Apply(&*d)).await?;
+                api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&*d)).await?;
             }
-            tracing::info!(node, guard = %guard::name(&node), made, "drain guard written");
+            tracing::info!(node, guard = %name, made, "drain guard written");
         }
         Step::Remove => {
             let params = DeleteParams {
                 propagation_policy: Some(PropagationPolicy::Background),
                 ..Default::default()
             };
-            match api.delete(&guard::name(&node), &params).await {
-                Ok(_) => tracing::info!(node, guard = %guard::name(&node), "drain guard removed"),
+            match api.delete(&name, &params).await {
+                Ok(_) => tracing::info!(node, guard = %name, "drain guard removed"),
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => return Err(e.into()),
             }
         }
     }
-    Ok(Requeue::requeue(ctx.drift))
+    Ok(())
 }
 
 /// A guard not written is tried again soon, not a drift interval later.

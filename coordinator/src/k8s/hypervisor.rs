@@ -158,8 +158,6 @@ struct Seen {
     /// A new leader settles: no host is judged (sampled once per reconcile,
     /// so that sharing the view and the verdict agree on it).
     settling: bool,
-    /// An update tool that stops waiting at a known time drains the Node.
-    tool_drain: Option<crate::drain::deadline::ToolDrain>,
 }
 
 pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue, Error> {
@@ -205,16 +203,14 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     let outcome = act(&ctx, &hv, &name, &seen.host, &decision).await;
     let mut new_status =
         composed(&status, &decision, &seen, &verdict, outcome.service_deleted, hv.metadata.generation, now);
-    let drain = update_drain(&status, &mut new_status, seen.tool_drain.as_ref(), now);
-    let also = also_said(&status, deletion.as_ref()).into_iter().chain(drain).collect::<Vec<_>>();
+    let also = said_beside(&ctx, &name, &status, &mut new_status, deletion.as_ref(), now);
     new_status.conditions = merge(&new_status.conditions, &also, now, hv.metadata.generation);
     record::apply(&mut new_status, &fenced, now, hv.metadata.generation);
     let hv = write_judged(&ctx, hv, &name, &status, &new_status, seen.shared).await?;
     // Tell, and what follows from what was written.
     tell(&ctx, &hv, &name, &decision, &new_status, &outcome.failures, &seen).await;
-    tell_drain(&ctx, &hv, &status, &new_status).await;
     super::fence::tell(&ctx, &hv, &fenced).await;
-    tell_health(&ctx, &hv, status.health.as_ref(), &new_status, verdict.judged).await;
+    tell_news(&ctx, &hv, &status, &new_status, verdict.judged).await;
     mark_node(&ctx, &name, &seen, new_status.health.as_ref()).await;
     let service_id = new_status.service_id.as_deref();
     if let Some(keep) = super::nodes::release(seen.obs.node, decision.phase, service_id, &seen.obs.nova) {
@@ -346,7 +342,26 @@ fn also_said(
     deletion.map(lifecycle::deletion::condition).into_iter().chain(resumed).collect()
 }
 
-/// How long an update tool that will not wait forever leaves the host
+/// The conditions said beside the lifecycle's ([`also_said`]), and how
+/// long an update tool that will not wait for ever leaves the host, read
+/// from the cached Node ([`update_drain`]).
+fn said_beside(
+    ctx: &Context,
+    name: &str,
+    before: &HypervisorStatus,
+    next: &mut HypervisorStatus,
+    deletion: Option<&Result<(), String>>,
+    now: Timestamp,
+) -> Vec<lifecycle::DesiredCondition> {
+    // A tool's drain whose condition bears no time began when first seen.
+    let unknown_since = before.update_drain.as_ref().map_or(now, |d| d.since.0);
+    let node = ctx.nodes.get(&ObjectRef::new(name));
+    let drain = node.and_then(|n| crate::drain::deadline::of(&n, &ctx.updates.signals, unknown_since));
+    let drain = update_drain(before, next, drain.as_ref(), now);
+    also_said(before, deletion).into_iter().chain(drain).collect()
+}
+
+/// How long an update tool that will not wait for ever leaves the host
 /// (docs/drain.md, "When a tool will not wait"): recorded in `next` for the
 /// fleet's figures, and said in the `UpdateDrain` condition, answered.
 /// Pure.
@@ -366,6 +381,19 @@ fn update_drain(
     });
     let said = before.conditions.iter().any(|c| c.type_ == ConditionType::UpdateDrain.as_str());
     deadline::condition(drain, stage.as_ref(), next.instances.as_ref().map(|i| i.count), said)
+}
+
+/// What a look changed that is told beside the lifecycle's Events: the
+/// host's health, and an update tool's time running short.
+async fn tell_news(
+    ctx: &Context,
+    hv: &Hypervisor,
+    before: &HypervisorStatus,
+    after: &HypervisorStatus,
+    judged: bool,
+) {
+    tell_health(ctx, hv, before.health.as_ref(), after, judged).await;
+    tell_drain(ctx, hv, before, after).await;
 }
 
 /// A Warning Event when the update tool's time nears its end, or has run
@@ -715,7 +743,7 @@ async fn observe(
 ) -> Result<Seen, Error> {
     let phase = status.phase.unwrap_or_default();
     let settling = Timestamp::now() < ctx.judging_from;
-    let (node, node_ready, marks, node_deleted, tool_drain) = observe_node(ctx, name).await?;
+    let (node, node_ready, marks, node_deleted) = observe_node(ctx, name).await?;
     let agent = ctx.registry.view(name);
     let host = lifecycle::nova_host(name, &hv.spec, status).to_string();
     let leaving = hv.metadata.deletion_timestamp.is_some() || node == NodeObs::Deleting;
@@ -764,20 +792,7 @@ async fn observe(
     let power = if lost { super::fence::power_source(ctx, hv).await } else { health::PowerSource::Unknown };
     let lease = if lost { ctx.renewals.heartbeat(&ctx.client, name, Timestamp::now()).await } else { None };
     let bmc = hv.spec.fencing.bmc.is_some();
-    Ok(Seen {
-        obs,
-        agent,
-        host,
-        node_ready,
-        lease,
-        marks,
-        node_deleted,
-        power,
-        bmc,
-        shared,
-        settling,
-        tool_drain,
-    })
+    Ok(Seen { obs, agent, host, node_ready, lease, marks, node_deleted, power, bmc, shared, settling })
 }
 
 impl Seen {
@@ -1133,17 +1148,10 @@ async fn observe_node(ctx: &Context, name: &str) -> Result<NodeSeen, Error> {
         health::observe::node_source(node.as_ref()),
         node.as_ref().map(health::marks::of),
         node.as_ref().and_then(|n| n.metadata.deletion_timestamp.as_ref()).map(|t| t.0),
-        node.as_ref().and_then(|n| crate::drain::deadline::of(n, &ctx.updates.signals)),
     ))
 }
 
-type NodeSeen = (
-    NodeObs,
-    NodeSource,
-    Option<health::marks::Marks>,
-    Option<Timestamp>,
-    Option<crate::drain::deadline::ToolDrain>,
-);
+type NodeSeen = (NodeObs, NodeSource, Option<health::marks::Marks>, Option<Timestamp>);
 
 /// The Node's schedulable label and heartbeat annotation (`health::marks`).
 /// A failed write is logged and tried again at the next reconcile.

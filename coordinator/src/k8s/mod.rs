@@ -188,7 +188,6 @@ pub async fn run(
     // managed before installs were named adopted first.
     adopt(&ctx.client, &node_selector, &template.instance).await;
     let ours = watcher::Config::default().labels(&nodes::instance_selector(&template.instance));
-    let keep_guards = ctx.guard.is_some();
     let hypervisors = watcher(Api::<Hypervisor>::all(wc.clone()), ours)
         .default_backoff()
         .modify(trim::unmanaged)
@@ -198,9 +197,8 @@ pub async fn run(
         .inspect(move |hv| {
             if let Ok(hv) = hv {
                 let _ = marks_tx.send(hv.clone());
-                if keep_guards {
-                    let _ = guards_tx.send(hv.clone());
-                }
+                // Without guards, nobody receives: the send fails at once.
+                let _ = guards_tx.send(hv.clone());
             }
         })
         .predicate_filter(triggers::hypervisor, Default::default());
@@ -389,7 +387,9 @@ fn guards_controlled(
     ctx: &Arc<Context>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> impl std::future::Future<Output = ()> + Send + use<> {
+    // Without guards the receiver goes here, and nothing is queued for it.
     let Some(config) = ctx.guard.clone() else {
+        drop(hypervisors);
         return futures_util::future::Either::Left(std::future::pending());
     };
     let (wake_tx, wake_rx) = mpsc::unbounded_channel();
@@ -398,6 +398,8 @@ fn guards_controlled(
         client: ctx.client.clone(),
         config,
         deployments,
+        nodes: ctx.nodes.clone(),
+        own_reads: ctx.own_reads.clone(),
         gate: ctx.gate.clone(),
         drift: ctx.intervals.drift,
     });

@@ -58,11 +58,13 @@ pub fn node_marks(n: &Node) -> Option<u64> {
     Some(digest(&(l.evictable, l.held, l.drain_refused, l.cordoned)))
 }
 
-/// What the drain guards read of a Hypervisor: its phase, and the hands
-/// off annotation (a host handed back is looked at again at once).
+/// What the drain guards read of a Hypervisor: its phase, whether it is
+/// freed for drains, and the hands off annotation (a host handed back is
+/// looked at again at once).
 pub fn guard(h: &Hypervisor) -> Option<u64> {
-    let phase = h.status.as_ref().and_then(|s| s.phase);
-    Some(digest(&(phase, h.annotations().contains_key(crate::api::keys::PAUSED_ANNOTATION))))
+    let status = h.status.as_ref();
+    let (phase, evictable) = (status.and_then(|s| s.phase), status.and_then(|s| s.evictable));
+    Some(digest(&(phase, evictable, h.annotations().contains_key(crate::api::keys::PAUSED_ANNOTATION))))
 }
 
 /// What the lifecycle reads of its own object: the spec (its generation),

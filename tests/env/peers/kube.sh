@@ -18,7 +18,7 @@
 #   as clusters run it. No StatefulSet or DaemonSet controller runs: the
 #   chart's coordinators and agents run as the tests' processes, not pods.
 # - The scheduler binds pods that name no Node (a drain guard's, by its
-#   nodeSelector). The coordinator pods the tests make stand for processes:
+#   node affinity). The coordinator pods the tests make stand for processes:
 #   they name a scheduler that does not exist and stay unbound.
 # - kwok manages the Nodes labelled kwok.x-k8s.io/node=fake: it sets them
 #   Ready and renews their Leases every 2 s. A Node whose label is taken

@@ -45,9 +45,14 @@ seccompProfile:
 
 {{/* The namespaces of the protected and dependent pods, with the release's own
 (the agent's pods): the coordinator reads and labels pods there only. A JSON list. */}}
+{{- define "hv.guardNamespace" -}}{{ .Values.coordinator.drainGuard.namespace | default .Release.Namespace }}{{- end -}}
 {{- define "hv.podNamespaces" -}}
-{{- $namespaces := list .Release.Namespace -}}
+{{- $namespaces := list -}}
+{{- if .Values.coordinator.drainProtection.enabled -}}
+{{- $namespaces = append $namespaces .Release.Namespace -}}
 {{- range .Values.coordinator.drainProtection.protectedPods }}{{ $namespaces = append $namespaces .namespace }}{{ end -}}
 {{- range .Values.coordinator.drainProtection.dependentPods }}{{ $namespaces = append $namespaces .namespace }}{{ end -}}
+{{- end -}}
+{{- if .Values.coordinator.drainGuard.enabled }}{{ $namespaces = append $namespaces (include "hv.guardNamespace" .) }}{{ end -}}
 {{- $namespaces | uniq | toJson -}}
 {{- end -}}
