@@ -47,7 +47,29 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+///
+/// Taken below the kernel's ephemeral range: a port the kernel hands out
+/// (`bind` to 0) may be taken by any process's next outgoing connection
+/// between the pick and the listener's bind, and on a ground of many
+/// clients that happened. Tests of one process pick in turn, from a start
+/// of their own.
 pub fn free_port() -> u16 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next().and_then(|p| p.parse::<u32>().ok()))
+        .unwrap_or(32768);
+    let (base, span) =
+        (ephemeral_low.saturating_sub(12_000).max(10_000), 12_000.min(ephemeral_low.saturating_sub(10_000)));
+    let start = std::process::id()
+        .wrapping_mul(7919)
+        .wrapping_add(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) * 13);
+    for i in 0..span {
+        let Ok(port) = u16::try_from(base + (start.wrapping_add(i)) % span.max(1)) else { continue };
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
 }
 
