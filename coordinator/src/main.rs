@@ -495,6 +495,7 @@ impl Leading<'_> {
             evacuate_rebuild_from_image: args.fencing.evacuate_rebuild_from_image,
             progress_reads: Default::default(),
             instance: args.leadership.instance()?,
+            events: serving.events.clone(),
         }))
     }
 

@@ -63,7 +63,12 @@ async fn evict(at_once: u32) {
     let evs: Api<Eviction> = Api::all(region.kube.client.clone());
     let name = format!("bench-{at_once}-{}", std::process::id());
     let options = EvictionOptions { max_parallel: PARALLEL, ..EvictionOptions::default() };
-    let spec = EvictionSpec { hypervisor: host.clone(), reason: EvictionReason::AdminRequest, options };
+    let spec = EvictionSpec {
+        hypervisor: host.clone(),
+        reason: EvictionReason::AdminRequest,
+        options,
+        dry_run: false,
+    };
     // The makespan as the SRE sees it, to a tenth of a second: created to
     // seen Succeeded.
     let created = jiff::Timestamp::now();

@@ -690,7 +690,8 @@ impl Region {
         options: EvictionOptions,
     ) {
         let evs: Api<Eviction> = Api::all(self.kube.client.clone());
-        let ev = Eviction::new(name, EvictionSpec { hypervisor: host.into(), reason, options });
+        let ev =
+            Eviction::new(name, EvictionSpec { hypervisor: host.into(), reason, options, dry_run: false });
         evs.create(&PostParams::default(), &ev)
             .await
             .unwrap_or_else(|e| panic!("creating Eviction {name}: {e}"));

@@ -61,7 +61,12 @@ async fn create_eviction(region: &Region, name: &str, host: &str, options: Evict
     let evs: Api<Eviction> = Api::all(region.kube.client.clone());
     let ev = Eviction::new(
         name,
-        EvictionSpec { hypervisor: host.into(), reason: EvictionReason::AdminRequest, options },
+        EvictionSpec {
+            hypervisor: host.into(),
+            reason: EvictionReason::AdminRequest,
+            options,
+            dry_run: false,
+        },
     );
     evs.create(&PostParams::default(), &ev).await.unwrap();
     evs

@@ -308,6 +308,7 @@ async fn the_api_server_enforces_our_cel_rules() {
             hypervisor: name.clone(),
             reason: EvictionReason::AdminRequest,
             options: Default::default(),
+            dry_run: false,
         };
         spec.options.force = force.iter().map(|s| s.to_string()).collect();
         Eviction::new(&format!("{p}-forced"), spec)
@@ -325,6 +326,7 @@ async fn the_api_server_enforces_our_cel_rules() {
         hypervisor: name.clone(),
         reason: EvictionReason::AdminRequest,
         options: Default::default(),
+        dry_run: false,
     };
     evs.create(&PostParams::default(), &Eviction::new(&ev, spec)).await.unwrap();
     let retarget = json!({"spec": {"hypervisor": format!("{p}-other")}});
@@ -593,6 +595,7 @@ async fn owners_going_take_their_dependents_or_orphan_them() {
             hypervisor: n(i),
             reason: EvictionReason::AdminRequest,
             options: Default::default(),
+            dry_run: false,
         };
         let mut e = Eviction::new(&format!("{}-ev", n(i)), spec);
         e.metadata.owner_references = Some(owner_ref(&|| h.controller_owner_ref(&()), i == 4));

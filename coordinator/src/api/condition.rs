@@ -8,6 +8,7 @@ use std::fmt;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use serde::{Deserialize, Serialize};
 
 /// `status` of a condition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -49,10 +50,14 @@ pub enum Owner {
     Ha,
     /// The eviction controller, on `Eviction` objects.
     Eviction,
+    /// Whichever controller writes the object's status: a summary of its
+    /// other conditions, computed at each write (`api::ready`).
+    Summary,
 }
 
-/// The condition types of all three kinds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// The condition types of all three kinds. Stored (in an abort's record)
+/// as its name, the text [`ConditionType::as_str`] writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum ConditionType {
     /// Hypervisor: nova-compute registered, aggregates and traits in place.
     Onboarded,
@@ -99,6 +104,9 @@ pub enum ConditionType {
     /// drains the Node (docs/drain.md): True while the host is not emptied
     /// yet, with how long it has; False once it is, or the tool is gone.
     UpdateDrain,
+    /// Hypervisor and Eviction: the summary (`api::ready`): a host in
+    /// service, an eviction that succeeded.
+    Ready,
 }
 
 impl ConditionType {
@@ -121,6 +129,7 @@ impl ConditionType {
             ConditionType::HostPaused => "HostPaused",
             ConditionType::Machine => "Machine",
             ConditionType::UpdateDrain => "UpdateDrain",
+            ConditionType::Ready => "Ready",
         }
     }
 
@@ -142,6 +151,7 @@ impl ConditionType {
             | ConditionType::HostFenced
             | ConditionType::HostPaused
             | ConditionType::Machine => Owner::Eviction,
+            ConditionType::Ready => Owner::Summary,
         }
     }
 }
@@ -247,5 +257,34 @@ mod tests {
         let out = merge(std::slice::from_ref(&foreign), &[want(ConditionStatus::True, "Passed")], t0, None);
         assert_eq!(out[0], foreign);
         assert_eq!(out[1].type_, "Tested");
+    }
+
+    #[test]
+    fn a_stored_condition_type_is_its_name() {
+        use ConditionType as T;
+        for t in [
+            T::Onboarded,
+            T::Tested,
+            T::SchedulingEnabled,
+            T::Evicted,
+            T::Aborted,
+            T::Deleting,
+            T::AgentConnected,
+            T::NodeHealthy,
+            T::Fenced,
+            T::Preflight,
+            T::Target,
+            T::HostDisabled,
+            T::HostFenced,
+            T::Paused,
+            T::HostPaused,
+            T::Machine,
+            T::UpdateDrain,
+            T::Ready,
+        ] {
+            let stored = serde_json::to_value(t).unwrap();
+            assert_eq!(stored, serde_json::json!(t.as_str()));
+            assert_eq!(serde_json::from_value::<ConditionType>(stored).unwrap(), t);
+        }
     }
 }

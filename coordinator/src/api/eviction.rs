@@ -12,17 +12,20 @@ use serde::{Deserialize, Serialize};
     version = "v1alpha1",
     kind = "Eviction",
     plural = "evictions",
-    shortname = "ev",
+    // Not "ev": kubectl gives that one to core Events.
+    shortname = "hvev",
     category = "openstack",
     status = "EvictionStatus",
     printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.hypervisor"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".spec.reason"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Migrated","type":"string","jsonPath":".status.progress"}"#,
+    printcolumn = r#"{"name":"Waiting","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].message","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!has(self.options) || !has(self.options.force) || self.options.force.all(f, f in ['capacity', 'constraints', 'compatibility', 'machine'])").message("spec.options.force entries must be capacity, constraints, compatibility or machine").field_path(".options.force"))]
+#[x_kube(validation = Rule::new("(has(self.dryRun) && self.dryRun) == (has(oldSelf.dryRun) && oldSelf.dryRun)").message("spec.dryRun is immutable").field_path(".dryRun"))]
 pub struct EvictionSpec {
     /// Name of the Hypervisor (= Node) to evict. Immutable.
     #[x_kube(validation = Rule::new("self == oldSelf").message("spec.hypervisor is immutable"))]
@@ -33,6 +36,11 @@ pub struct EvictionSpec {
     pub reason: EvictionReason,
     #[serde(default)]
     pub options: EvictionOptions,
+    /// Only the preflight: what it finds and where each VM would fit are
+    /// recorded, and the Eviction ends `Planned`. Nothing is disabled or
+    /// moved, and the host's lifecycle does not see it. Immutable.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 /// Why a host is evicted; decides whether it is re-enabled afterwards.
@@ -153,6 +161,25 @@ fn default_attempts() -> u32 {
     3
 }
 
+/// What the preflight expects of one VM.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedVm {
+    /// Nova server UUID.
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+    pub policy: MigrationPolicy,
+    /// The host whose room the preflight counted it against: Nova's
+    /// scheduler picks the real target. Absent when it fits nowhere, when
+    /// the room was not counted (`force: capacity`), or when it stays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fits_on: Option<String>,
+    /// What stops it: `check: why`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finding: Option<String>,
+}
+
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default, JsonSchema)]
 pub enum EvictionPhase {
     #[default]
@@ -166,25 +193,39 @@ pub enum EvictionPhase {
     Failed,
     /// Deleted while running; in-flight migrations were aborted.
     Cancelled,
+    /// A dry run (`spec.dryRun`) whose preflight ran: nothing moved.
+    Planned,
 }
 
 impl EvictionPhase {
     pub fn is_final(self) -> bool {
-        matches!(self, EvictionPhase::Succeeded | EvictionPhase::Failed | EvictionPhase::Cancelled)
+        matches!(
+            self,
+            EvictionPhase::Succeeded
+                | EvictionPhase::Failed
+                | EvictionPhase::Cancelled
+                | EvictionPhase::Planned
+        )
     }
 }
 
 impl Eviction {
-    /// Not in a final phase (one not yet begun runs).
+    /// Not in a final phase (one not yet begun runs). A dry run never
+    /// runs: it disables nothing, moves nothing, holds no drain.
     pub fn is_running(&self) -> bool {
-        !self.status.as_ref().and_then(|s| s.phase).unwrap_or_default().is_final()
+        !self.spec.dry_run && !self.status.as_ref().and_then(|s| s.phase).unwrap_or_default().is_final()
     }
 
     /// The message of its first condition that is not True: why it waits
     /// or stopped (empty when none).
     pub fn unmet_message(&self) -> String {
         let conditions = self.status.iter().flat_map(|s| s.conditions.iter());
-        conditions.filter(|c| c.status != "True").map(|c| c.message.clone()).next().unwrap_or_default()
+        let summary = super::ConditionType::Ready.as_str();
+        conditions
+            .filter(|c| c.type_ != summary && c.status != "True")
+            .map(|c| c.message.clone())
+            .next()
+            .unwrap_or_default()
     }
 }
 
@@ -206,6 +247,11 @@ pub struct EvictionStatus {
     /// Hypervisor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// The last preflight's plan, one entry per VM: where the room it
+    /// found would take each, or what stops it (`hvctl evict --dry-run`
+    /// prints it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preflight: Vec<PlannedVm>,
     /// VMs on the host when the eviction started.
     #[serde(default)]
     pub total: u32,

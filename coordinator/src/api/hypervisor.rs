@@ -10,6 +10,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::condition::ConditionType;
 use super::eviction::EvictionReason;
 
 /// Desired state of a hypervisor.
@@ -23,9 +24,11 @@ use super::eviction::EvictionReason;
     category = "openstack",
     status = "HypervisorStatus",
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Health","type":"string","jsonPath":".status.health.state"}"#,
     printcolumn = r#"{"name":"Maintenance","type":"string","jsonPath":".spec.maintenance"}"#,
     printcolumn = r#"{"name":"Instances","type":"integer","jsonPath":".status.instances.count"}"#,
     printcolumn = r#"{"name":"Agent","type":"boolean","jsonPath":".status.agent.connected"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
     printcolumn = r#"{"name":"Libvirt","type":"string","jsonPath":".status.libvirtVersion","priority":1}"#,
     printcolumn = r#"{"name":"Service","type":"string","jsonPath":".status.serviceId","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -807,9 +810,33 @@ pub struct EvictionRef {
 #[serde(rename_all = "camelCase")]
 pub struct AbortRecord {
     /// Condition type that failed (`Onboarded` or `Tested`).
-    pub condition: String,
+    // Typed, so that it and the reason beside it are one value (what
+    // tests/src/reasons reads back); stored as its name, a string, as it
+    // always was.
+    #[schemars(with = "String")]
+    pub condition: ConditionType,
     pub reason: String,
     pub message: String,
     /// Phase the node was in when it aborted.
     pub from: Phase,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An abort's record as it has always been stored reads back typed,
+    /// and is stored again the same.
+    #[test]
+    fn a_stored_abort_record_reads_back_the_same() {
+        let stored = serde_json::json!({
+            "condition": "Tested",
+            "reason": "ChecksFailed",
+            "message": "a check failed",
+            "from": "Testing",
+        });
+        let record: AbortRecord = serde_json::from_value(stored.clone()).unwrap();
+        assert_eq!(record.condition, ConditionType::Tested);
+        assert_eq!(serde_json::to_value(&record).unwrap(), stored);
+    }
 }

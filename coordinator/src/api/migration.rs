@@ -117,6 +117,12 @@ pub struct MigrationStatus {
     pub message: String,
 }
 
+/// Name of the Migration object of one attempt of one VM.
+pub fn migration_name(eviction: &str, server_id: &str, attempt: u32) -> String {
+    let short: String = server_id.chars().take(8).collect();
+    format!("{eviction}-{short}-{attempt}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

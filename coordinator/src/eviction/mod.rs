@@ -4,12 +4,13 @@
 //! and what every VM's record says, [`checks`] refuses an Eviction that
 //! cannot run, [`machine`] whether the host is the machine Nova means, and
 //! [`phases`] says what the phases before Migrating come to. [`NovaState`] is what Nova says of a migration.
-//! [`limit::ClusterLimit`] is the cluster-wide migration limit.
+//! [`limit::ClusterLimit`] is the cluster-wide migration limit; [`news`] what a status write tells as Events.
 //! The shell that runs them against Nova is `k8s::eviction`.
 
 pub mod checks;
 pub mod limit;
 pub mod machine;
+pub mod news;
 mod nova_state;
 pub mod phases;
 pub mod plan;

@@ -138,6 +138,19 @@ pub fn judged(
     (s, passed)
 }
 
+/// A dry run's end, once its preflight is judged: `Planned`, whatever
+/// the preflight found, with how many VMs it stops in `progress`.
+pub fn planned(mut s: EvictionStatus, now: Timestamp) -> EvictionStatus {
+    let stopped = s.preflight.iter().filter(|v| v.finding.is_some()).count();
+    s.phase = Some(EvictionPhase::Planned);
+    s.progress = Some(match stopped {
+        0 => format!("dry run: {} VM(s), none stopped", s.preflight.len()),
+        n => format!("dry run: {} VM(s), {n} stopped", s.preflight.len()),
+    });
+    s.completed_at = Some(Time(now));
+    s
+}
+
 /// What Nova says of the host's compute service while the eviction waits
 /// for it to be disabled.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::api::eviction::MigrationPolicy;
+use crate::api::eviction::{MigrationPolicy, PlannedVm};
 use crate::eviction::plan::Server;
 
 pub const COMPATIBILITY: &str = "compatibility";
@@ -81,6 +81,9 @@ impl std::fmt::Display for Finding {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Report {
     pub findings: Vec<Finding>,
+    /// Each VM of the host, in the order given: where it would fit, or
+    /// what stops it.
+    pub plan: Vec<PlannedVm>,
     /// One line for the Preflight condition when nothing was found.
     pub summary: String,
 }
@@ -119,6 +122,7 @@ pub fn preflight(
     movers.sort_by(|a, b| b.memory_bytes.cmp(&a.memory_bytes).then_with(|| a.id.cmp(&b.id)));
     let mut room: Vec<BTreeMap<String, Room>> = candidates.iter().map(|c| c.room.clone()).collect();
     let mut findings = Vec::new();
+    let mut placed: BTreeMap<&str, &str> = BTreeMap::new();
     for srv in movers {
         let vm = format!("{} ({})", srv.id, srv.name);
         let policy = srv.policy.unwrap_or(default_policy);
@@ -158,7 +162,10 @@ pub fn preflight(
             .filter(|&i| fits(&srv.needs.resources, &room[i]))
             .max_by_key(|&i| (free(&room[i], "MEMORY_MB"), std::cmp::Reverse(i)));
         match best {
-            Some(i) => take(&srv.needs.resources, &mut room[i]),
+            Some(i) => {
+                take(&srv.needs.resources, &mut room[i]);
+                placed.insert(srv.id.as_str(), candidates[i].host.as_str());
+            }
             None => findings.push(Finding {
                 check: CAPACITY,
                 vm,
@@ -195,7 +202,24 @@ pub fn preflight(
         }
         s
     };
-    Report { findings, summary }
+    let plan = servers.iter().map(|s| planned(s, default_policy, &placed, &findings)).collect();
+    Report { findings, plan, summary }
+}
+
+fn planned(
+    s: &Server,
+    default_policy: MigrationPolicy,
+    placed: &BTreeMap<&str, &str>,
+    findings: &[Finding],
+) -> PlannedVm {
+    let vm = format!("{} ({})", s.id, s.name);
+    PlannedVm {
+        id: s.id.clone(),
+        name: s.name.clone(),
+        policy: s.policy.unwrap_or(default_policy),
+        fits_on: placed.get(s.id.as_str()).map(|h| h.to_string()),
+        finding: findings.iter().find(|f| f.vm == vm).map(|f| format!("{}: {}", f.check, f.reason)),
+    }
 }
 
 /// The candidates whose zone, traits and aggregates admit the VM, and

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action as Requeue;
@@ -32,6 +33,7 @@ use crate::api::condition::{DesiredCondition, merge};
 use crate::api::eviction::{EvictionPhase, EvictionStatus, MigrationPolicy, VmState, VmStatus};
 use crate::api::hypervisor::{FenceStep, FencingStatus};
 use crate::api::keys::{EVICTION_FINALIZER, PAUSED_ANNOTATION};
+use crate::api::migration::migration_name;
 use crate::api::{
     ConditionStatus, ConditionType, Eviction, Hypervisor, Migration, MigrationKind, MigrationPhase,
     MigrationSpec, MigrationStatus,
@@ -39,10 +41,10 @@ use crate::api::{
 use crate::eviction::NovaState;
 use crate::eviction::checks::{self, Refusal, Target};
 use crate::eviction::limit::Budgets;
-use crate::eviction::machine;
 use crate::eviction::phases::{self, Disabling, FenceState, POLL, ServiceSeen};
 use crate::eviction::plan::{self, Action, AttemptObs, Evacuation, Input, Server};
 use crate::eviction::preflight::{named_traits, preflight, with_traits};
+use crate::eviction::{machine, news};
 use crate::lifecycle::hands::Hands;
 use crate::metrics::{Metrics, tally};
 use crate::nova::servers::NovaMigration;
@@ -110,6 +112,8 @@ pub struct EvictionContext {
     /// This install's name (`crate::api::keys::INSTANCE_LABEL`): an Eviction of
     /// another install's Hypervisor is left to it.
     pub instance: String,
+    /// The fleet API's watch: each change of an eviction's phase or progress.
+    pub events: tokio::sync::broadcast::Sender<hv_proto::v1::HypervisorEvent>,
 }
 
 /// When each of some things was last done, kept in memory only: a new
@@ -165,12 +169,6 @@ impl super::measured::ErrorKind for Error {
             Error::Leftover(_) => "leftover_migration",
         }
     }
-}
-
-/// Name of the Migration object of one attempt.
-pub fn migration_name(eviction: &str, server_id: &str, attempt: u32) -> String {
-    let short: String = server_id.chars().take(8).collect();
-    format!("{eviction}-{short}-{attempt}")
 }
 
 pub async fn reconcile(ev: Arc<Eviction>, ctx: Arc<EvictionContext>) -> Result<Requeue, Error> {
@@ -363,18 +361,93 @@ async fn refuse(ctx: &EvictionContext, ev: &Eviction, r: Refusal, now: Timestamp
     Ok(Requeue::requeue(ENDED))
 }
 
-/// Writes the Eviction's status over the version this reconcile read and
-/// remembers it for a cache that lags; an unchanged status is not written
+/// Writes the Eviction's status, with its summary `Ready` condition, over
+/// the version this reconcile read and remembers it for a cache that lags; an unchanged status is not written
 /// (every write wakes the Hypervisor's reconcile). Answers the Eviction as
 /// written, if it was.
-async fn record(ctx: &EvictionContext, ev: &Eviction, s: EvictionStatus) -> Result<Option<Eviction>, Error> {
+async fn record(
+    ctx: &EvictionContext,
+    ev: &Eviction,
+    mut s: EvictionStatus,
+) -> Result<Option<Eviction>, Error> {
+    let ready = crate::api::ready::eviction_condition(&s);
+    s.conditions = merge(&s.conditions, &[ready], Timestamp::now(), ev.metadata.generation);
     if Some(&s) == ev.status.as_ref() {
         return Ok(None);
     }
     let written =
         write::status(&api(ctx), &ev.name_any(), ev.metadata.resource_version.as_deref(), &s).await?;
     ctx.written.remember(ev.metadata.resource_version.clone(), written.clone());
+    tell(ctx, &status_of(ev), &written).await;
     Ok(Some(written))
+}
+
+/// The Events a status write tells ([`news::news`]): on the Eviction, on
+/// the Migration of an attempt, and on the host's Node.
+async fn tell(ctx: &EvictionContext, before: &EvictionStatus, written: &Eviction) {
+    let after = status_of(written);
+    if (before.phase, before.migrated, before.in_flight) != (after.phase, after.migrated, after.in_flight) {
+        let _ = ctx.events.send(progress_event(ctx, written, &after));
+    }
+    for n in news::news(&written.name_any(), before, &after, &written.unmet_message()) {
+        let reference = match &n.about {
+            news::About::Eviction => written.object_ref(&()),
+            news::About::Migration(name) => migration_ref(ctx, name),
+            news::About::Node => node_ref(ctx, &written.spec.hypervisor),
+        };
+        let type_ = if n.warning { EventType::Warning } else { EventType::Normal };
+        super::hypervisor::publish_by(&ctx.recorder, &reference, type_, n.reason, &n.note).await;
+    }
+}
+
+/// The fleet watch's event for an eviction's progress on its host.
+fn progress_event(ctx: &EvictionContext, ev: &Eviction, s: &EvictionStatus) -> hv_proto::v1::HypervisorEvent {
+    let node = &ev.spec.hypervisor;
+    let phase = ctx.hypervisors.get(&ObjectRef::new(node)).and_then(|hv| hv.status.as_ref()?.phase);
+    hv_proto::v1::HypervisorEvent {
+        hypervisor: Some(hv_proto::v1::Hypervisor {
+            name: node.clone(),
+            phase: phase.unwrap_or_default().as_str().to_string(),
+            ..Default::default()
+        }),
+        kind: "eviction".into(),
+        eviction: Some(hv_proto::v1::EvictionProgress {
+            name: ev.name_any(),
+            phase: format!("{:?}", s.phase.unwrap_or_default()),
+            migrated: s.migrated,
+            total: s.total,
+            in_flight: s.in_flight,
+            non_migratable: s.non_migratable,
+        }),
+        ..Default::default()
+    }
+}
+
+fn migration_ref(ctx: &EvictionContext, name: &str) -> ObjectReference {
+    let key = ObjectRef::<Migration>::new(name);
+    match ctx.migrations.get(&key) {
+        Some(m) => m.object_ref(&()),
+        None => ObjectReference {
+            api_version: Some(Migration::api_version(&()).into_owned()),
+            kind: Some("Migration".into()),
+            name: Some(name.into()),
+            ..Default::default()
+        },
+    }
+}
+
+/// The Node a Hypervisor is owned by (its name and uid, so that
+/// `kubectl describe node` lists the Event), or by name alone.
+fn node_ref(ctx: &EvictionContext, node: &str) -> ObjectReference {
+    let hv = ctx.hypervisors.get(&ObjectRef::new(node));
+    let owner = hv.as_ref().and_then(|hv| hv.owner_references().iter().find(|o| o.kind == "Node").cloned());
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(node.into()),
+        uid: owner.map(|o| o.uid),
+        ..Default::default()
+    }
 }
 
 /// Could every VM be placed elsewhere? Failing stops the eviction before
@@ -406,8 +479,14 @@ async fn run_preflight(
     with_traits(&mut candidates, &carried);
     let o = &ev.spec.options;
     let report = preflight(&servers, o.default_policy.unwrap_or(ctx.default_policy), &candidates, &o.force);
+    let plan = report.plan.clone();
     let (mut s, passed) = phases::judged(status_of(ev), report, fence, source, ev.metadata.generation, now);
     s.conditions = merge(&s.conditions, &[machine.condition], now, ev.metadata.generation);
+    s.preflight = plan;
+    if ev.spec.dry_run {
+        record(ctx, ev, phases::planned(s, now)).await?;
+        return Ok(Requeue::requeue(ENDED));
+    }
     let said = s.conditions.iter().find(|c| c.type_ == ConditionType::Preflight.as_str());
     let (reason, message) = said.map_or(("", ""), |c| (c.reason.as_str(), c.message.as_str()));
     match reason {

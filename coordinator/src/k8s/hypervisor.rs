@@ -564,9 +564,9 @@ async fn write_judged(
     write_status(ctx, hv, name, before, after).await
 }
 
-/// The status written over the version read, when it changed (every write
-/// wakes the drain marks, and costs the API server); answers the
-/// Hypervisor as it now is.
+/// The status written over the version read, with its summary `Ready`
+/// condition, when it changed (every write wakes the drain marks, and
+/// costs the API server); answers the Hypervisor as it now is.
 async fn write_status(
     ctx: &Context,
     hv: Arc<Hypervisor>,
@@ -574,10 +574,13 @@ async fn write_status(
     before: &HypervisorStatus,
     after: &HypervisorStatus,
 ) -> Result<Arc<Hypervisor>, Error> {
-    if after == before {
+    let mut after = after.clone();
+    let ready = crate::api::ready::host_condition(&after);
+    after.conditions = merge(&after.conditions, &[ready], Timestamp::now(), hv.metadata.generation);
+    if after == *before {
         return Ok(hv);
     }
-    let written = write::status(&api(ctx), name, hv.metadata.resource_version.as_deref(), after).await?;
+    let written = write::status(&api(ctx), name, hv.metadata.resource_version.as_deref(), &after).await?;
     ctx.written.remember(hv.metadata.resource_version.clone(), written.clone());
     Ok(Arc::new(written))
 }
@@ -710,6 +713,14 @@ async fn tell_health(
         ctx.metrics.health_changed(now_health.state);
         let kind = if warning { EventType::Warning } else { EventType::Normal };
         publish(ctx, &hv.object_ref(&()), kind, &reason, &note).await;
+        let mut updated = hv.clone();
+        updated.status = Some(written.clone());
+        let _ = ctx.events.send(pb::HypervisorEvent {
+            hypervisor: Some(to_proto(&updated, &ctx.registry)),
+            kind: "health".into(),
+            previous_health: before.map(|h| h.state.to_string()).unwrap_or_default(),
+            ..Default::default()
+        });
     }
 }
 
@@ -1029,6 +1040,7 @@ async fn tell(
             hypervisor: Some(to_proto(&updated, &ctx.registry)),
             previous_phase: t.from.as_str().to_string(),
             reason: t.reason.clone(),
+            kind: "phase".into(),
             ..Default::default()
         };
         let _ = ctx.events.send(ev);
@@ -1113,6 +1125,7 @@ async fn execute(
                 hypervisor: name.to_string(),
                 reason: *reason,
                 options: EvictionOptions::default(),
+                dry_run: false,
             };
             let mut eviction = Eviction::new(ev, spec);
             eviction.metadata.owner_references = hv.controller_owner_ref(&()).map(|o| vec![o]);

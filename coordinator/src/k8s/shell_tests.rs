@@ -519,6 +519,7 @@ async fn the_service_is_recorded_deleted_only_once_nova_answered_the_delete() {
             hypervisor: "node-1".into(),
             reason: EvictionReason::Decommission,
             options: EvictionOptions::default(),
+            dry_run: false,
         },
     );
     done.status = Some(EvictionStatus { phase: Some(EvictionPhase::Succeeded), ..Default::default() });
@@ -644,6 +645,7 @@ fn eviction_ctx_seeing(
         evacuate_rebuild_from_image: false,
         progress_reads: Default::default(),
         instance: "hv-coordinator".into(),
+        events: tokio::sync::broadcast::channel(16).0,
     };
     Ev { ctx: Arc::new(ctx), log, bodies, service_enabled, failing, hv_writer: Mutex::new(hv_writer) }
 }
@@ -653,6 +655,7 @@ fn an_eviction(status: Option<EvictionStatus>) -> Arc<Eviction> {
         hypervisor: "node-1".into(),
         reason: EvictionReason::AdminRequest,
         options: EvictionOptions::default(),
+        dry_run: false,
     };
     let mut e = Eviction::new("ev", spec);
     e.metadata.resource_version = Some("5".into());

@@ -143,6 +143,7 @@ mod tests {
             hypervisor: "n".into(),
             reason: crate::api::EvictionReason::AdminRequest,
             options: Default::default(),
+            dry_run: false,
         };
         Eviction::new("ev", spec)
     }

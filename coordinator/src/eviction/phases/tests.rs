@@ -11,7 +11,11 @@ fn condition(s: &EvictionStatus, type_: ConditionType) -> Option<(&str, &str)> {
 
 fn report(findings: usize) -> Report {
     let finding = |i: usize| Finding { check: "Resources", vm: format!("vm-{i}"), reason: "no room".into() };
-    Report { findings: (0..findings).map(finding).collect(), summary: "12 VM(s), room on 3 hosts".into() }
+    Report {
+        findings: (0..findings).map(finding).collect(),
+        plan: vec![],
+        summary: "12 VM(s), room on 3 hosts".into(),
+    }
 }
 
 #[test]
@@ -81,4 +85,24 @@ fn the_wait_for_the_disable_ends_in_migrations_or_fails_at_its_deadline() {
     assert_eq!(condition(&s, ConditionType::HostDisabled), Some(("False", "NotDisabled")));
     let Disabling::Failed(s) = wait(ServiceSeen::Missing, 1) else { panic!("no service") };
     assert_eq!(condition(&s, ConditionType::HostDisabled), Some(("False", "NoComputeService")));
+}
+
+#[test]
+fn a_dry_run_ends_planned_whatever_its_preflight_found() {
+    use crate::api::eviction::PlannedVm;
+    let vm = |id: &str, finding: Option<&str>| PlannedVm {
+        id: id.into(),
+        finding: finding.map(str::to_string),
+        ..PlannedVm::default()
+    };
+    for (findings, progress) in [(0, "dry run: 2 VM(s), none stopped"), (1, "dry run: 2 VM(s), 1 stopped")] {
+        let (mut s, _) =
+            judged(EvictionStatus::default(), report(findings), &FenceState::None, "h", Some(1), t(10));
+        s.preflight = vec![vm("a", None), vm("b", (findings > 0).then_some("capacity: no room"))];
+        let s = planned(s, t(11));
+        assert_eq!(s.phase, Some(EvictionPhase::Planned));
+        assert!(s.phase.is_some_and(EvictionPhase::is_final));
+        assert_eq!(s.progress.as_deref(), Some(progress));
+        assert_eq!(s.completed_at, Some(Time(t(11))));
+    }
 }

@@ -288,3 +288,24 @@ fn only_the_traits_vms_name_are_asked_about_and_each_candidate_gets_those_its_pr
     let r = preflight(&[plain], MigrationPolicy::LiveMigrate, &hosts, &[]);
     assert!(r.findings.is_empty(), "{r:?}");
 }
+
+#[test]
+fn the_plan_names_each_vm_with_where_its_room_was_counted_or_what_stops_it() {
+    let mut skipped = vm("s", 1, 512);
+    skipped.policy = Some(MigrationPolicy::Skip);
+    let mut locked = vm("l", 1, 512);
+    locked.locked = true;
+    let vms = [vm("a", 1, 6144), vm("b", 1, 6144), vm("c", 1, 5120), skipped, locked];
+    let hosts = [host("h1", 8, 10240), host("h2", 8, 6144)];
+    let r = preflight(&vms, MigrationPolicy::LiveMigrate, &hosts, &[]);
+    let plan: Vec<(&str, Option<&str>, Option<&str>)> =
+        r.plan.iter().map(|p| (p.id.as_str(), p.fits_on.as_deref(), p.finding.as_deref())).collect();
+    assert_eq!(plan.len(), 5, "every VM, in the order given: {plan:?}");
+    assert_eq!(plan[0], ("a", Some("h1"), None));
+    assert_eq!(plan[1], ("b", Some("h2"), None));
+    assert_eq!((plan[2].0, plan[2].1), ("c", None));
+    assert!(plan[2].2.is_some_and(|f| f.starts_with("capacity: needs")), "{plan:?}");
+    assert_eq!(plan[3], ("s", None, None));
+    assert_eq!(r.plan[3].policy, MigrationPolicy::Skip);
+    assert_eq!(plan[4], ("l", None, Some("compatibility: the server is locked")));
+}
