@@ -1,0 +1,58 @@
+//! hvctl's exit codes: distinct from clap's usage error (2), so that a
+//! script can tell "you called me wrong" from "the host is not in service".
+
+use std::process::ExitCode;
+
+/// Shown under `hvctl --help`.
+pub const HELP: &str = "Exit codes:
+  0  done; for a question, yes (in service, SERVING, every VM can move)
+  1  failed: the request could not be made, or was refused
+  2  usage error (a flag or argument is wrong)
+  3  the answer is no: `why` (not in service), `health` (not SERVING),
+     `evict --dry-run` (some VM cannot move)
+  4  waited in vain: `pause` not taken within 30 s, `evict --dry-run` no plan in time";
+
+/// How a command ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    Failed,
+    No,
+    TimedOut,
+}
+
+impl Outcome {
+    pub const fn number(self) -> u8 {
+        match self {
+            Outcome::Done => 0,
+            Outcome::Failed => 1,
+            Outcome::No => 3,
+            Outcome::TimedOut => 4,
+        }
+    }
+
+    pub fn code(self) -> ExitCode {
+        ExitCode::from(self.number())
+    }
+
+    /// Done when `yes`, No otherwise.
+    pub fn answer(yes: bool) -> Self {
+        if yes { Outcome::Done } else { Outcome::No }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_outcome_shares_clap_usage_code_and_each_is_documented() {
+        let all = [Outcome::Done, Outcome::Failed, Outcome::No, Outcome::TimedOut];
+        let numbers: std::collections::BTreeSet<u8> = all.iter().map(|o| o.number()).collect();
+        assert_eq!(numbers.len(), all.len());
+        assert!(!numbers.contains(&2), "2 is clap's usage error");
+        for n in numbers {
+            assert!(HELP.contains(&format!("  {n}  ")), "{n} documented");
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! `hvctl maintenance set|clear`: the Hypervisor's `spec.maintenance` and
+//! its reason, written over the version read, so that a change made
+//! meanwhile (another SRE's, the coordinator's `ha`) is never overwritten.
+
+use hv_coordinator::api::{Hypervisor, MaintenanceMode};
+use kube::ResourceExt;
+use kube::api::{Patch, PatchParams};
+
+use crate::exit::Outcome;
+use crate::kube_api::{hypervisor, hypervisors};
+
+#[derive(clap::Subcommand, Debug)]
+pub enum Action {
+    /// Ask for maintenance: the host is disabled in Nova, its VMs moved
+    /// off, and it is held empty until cleared.
+    Set {
+        node: String,
+        /// manual (an SRE's work), auto (an update tool's), or termination
+        /// (the host is retired: it ends Decommissioned, and cannot be
+        /// cleared; needs --yes).
+        #[arg(long, value_enum, default_value_t = Mode::Manual)]
+        mode: Mode,
+        /// Why, for the next SRE: shown in Nova's disabled reason and in
+        /// the Hypervisor. Required for manual.
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Confirm a termination.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// End the maintenance: the host goes back into service (checked
+    /// again first where the lifecycle asks for it).
+    Clear { node: String },
+}
+
+/// The modes an SRE may ask; `ha` is the health detector's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    Manual,
+    Auto,
+    Termination,
+}
+
+impl Mode {
+    fn spec(self) -> MaintenanceMode {
+        match self {
+            Mode::Manual => MaintenanceMode::Manual,
+            Mode::Auto => MaintenanceMode::Auto,
+            Mode::Termination => MaintenanceMode::Termination,
+        }
+    }
+}
+
+/// The longest reason: it goes into Nova's disabled reason (255 bytes
+/// with our prefix).
+const MAX_REASON: usize = 200;
+
+pub async fn run(kube: &kube::Client, action: &Action) -> anyhow::Result<Outcome> {
+    let (node, mode, reason) = match action {
+        Action::Set { node, mode, reason, yes } => {
+            let reason = reason.trim();
+            check_set(*mode, reason, *yes)?;
+            (node, mode.spec(), reason)
+        }
+        Action::Clear { node } => (node, MaintenanceMode::None, ""),
+    };
+    let hv = hypervisor(kube, node).await?;
+    if let Some(said) = unchanged(&hv, mode, reason)? {
+        println!("{node}: {said}");
+        return Ok(Outcome::Done);
+    }
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": hv.resource_version()},
+        "spec": {"maintenance": mode.as_str(), "maintenanceReason": reason},
+    });
+    match hypervisors(kube).patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            anyhow::bail!(
+                "{node} changed while this was asked (somebody else's edit): look again and run it again"
+            )
+        }
+        r => r?,
+    };
+    println!("{node}: {}", told(mode, reason));
+    Ok(Outcome::Done)
+}
+
+fn check_set(mode: Mode, reason: &str, yes: bool) -> anyhow::Result<()> {
+    if mode == Mode::Manual && reason.is_empty() {
+        anyhow::bail!("--reason is required for manual maintenance: say why, for the next SRE");
+    }
+    if reason.chars().count() > MAX_REASON {
+        anyhow::bail!("--reason is longer than {MAX_REASON} characters: keep it short, link to a ticket");
+    }
+    if mode == Mode::Termination && !yes {
+        anyhow::bail!(
+            "termination retires the host: it is emptied, removed from Nova and ends Decommissioned, and cannot \
+             be cleared. Add --yes to do it"
+        );
+    }
+    Ok(())
+}
+
+/// What the Hypervisor already says, when nothing is to be written; an
+/// error when the change is not one an SRE may make.
+fn unchanged(hv: &Hypervisor, mode: MaintenanceMode, reason: &str) -> anyhow::Result<Option<String>> {
+    let now = hv.spec.maintenance;
+    if now == MaintenanceMode::Termination && mode != MaintenanceMode::Termination {
+        anyhow::bail!("{} is being retired (maintenance termination): that cannot be undone", hv.name_any());
+    }
+    if now == mode && (mode == MaintenanceMode::None || hv.spec.maintenance_reason == reason) {
+        return Ok(Some(match mode {
+            MaintenanceMode::None => "not in maintenance".to_string(),
+            _ => format!("already in maintenance {}", mode.as_str()),
+        }));
+    }
+    if now == MaintenanceMode::Ha && mode == MaintenanceMode::None {
+        eprintln!(
+            "hvctl: {}: its maintenance was the health detector's (ha): cleared, the host goes back into \
+             service; if it is still unhealthy, it is taken out again",
+            hv.name_any()
+        );
+    }
+    Ok(None)
+}
+
+fn told(mode: MaintenanceMode, reason: &str) -> String {
+    match mode {
+        MaintenanceMode::None => {
+            "maintenance cleared; it goes back into service (hvctl why shows what it waits on)".to_string()
+        }
+        _ => format!(
+            "maintenance {} asked ({reason}); its VMs are moved off: follow with hvctl evictions, hvctl why",
+            mode.as_str()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hv_coordinator::api::HypervisorSpec;
+
+    use super::*;
+
+    fn hv(mode: MaintenanceMode, reason: &str) -> Hypervisor {
+        let spec =
+            HypervisorSpec { maintenance: mode, maintenance_reason: reason.into(), ..Default::default() };
+        Hypervisor::new("n1", spec)
+    }
+
+    #[test]
+    fn a_set_needs_a_short_reason_and_a_termination_needs_yes() {
+        assert!(check_set(Mode::Manual, "", false).is_err());
+        assert!(check_set(Mode::Manual, "firmware", false).is_ok());
+        assert!(check_set(Mode::Auto, "", false).is_ok());
+        assert!(check_set(Mode::Manual, &"x".repeat(201), false).is_err());
+        assert!(check_set(Mode::Termination, "retired", false).unwrap_err().to_string().contains("--yes"));
+        assert!(check_set(Mode::Termination, "retired", true).is_ok());
+    }
+
+    #[test]
+    fn nothing_is_written_twice_and_a_termination_is_never_undone() {
+        let same = unchanged(&hv(MaintenanceMode::Manual, "fw"), MaintenanceMode::Manual, "fw").unwrap();
+        assert_eq!(same.as_deref(), Some("already in maintenance manual"));
+        assert_eq!(
+            unchanged(&hv(MaintenanceMode::Manual, "fw"), MaintenanceMode::Manual, "disk").unwrap(),
+            None
+        );
+        assert!(unchanged(&hv(MaintenanceMode::None, ""), MaintenanceMode::None, "").unwrap().is_some());
+        assert!(unchanged(&hv(MaintenanceMode::Termination, "x"), MaintenanceMode::None, "").is_err());
+        assert_eq!(
+            unchanged(&hv(MaintenanceMode::Ha, "dead disk"), MaintenanceMode::None, "").unwrap(),
+            None
+        );
+    }
+}
