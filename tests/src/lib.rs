@@ -1,8 +1,9 @@
 //! hv-tests: end-to-end tests across real peers, and their harness.
 //!
 //! Tests live in `tests/tests/`. This library holds what they share: the
-//! typed endpoints of the test ground ([`env`]) and small clients to check
-//! the peers directly ([`openstack`], [`ovsdb`]).
+//! typed endpoints of the test ground ([`env`]), small clients to check
+//! the peers directly ([`openstack`], [`ovsdb`]), and the reading of the
+//! condition reasons the coordinator writes ([`reasons`]).
 
 #![forbid(unsafe_code)]
 
@@ -20,6 +21,7 @@ pub mod openstack;
 pub mod ovsdb;
 pub mod pki;
 pub mod rbac;
+pub mod reasons;
 pub mod region;
 pub mod wait;
 

@@ -1237,7 +1237,7 @@ impl<'a> Draft<'a> {
     fn abort(&mut self, condition: ConditionType, reason: &str, message: String) {
         self.set(condition, ConditionStatus::False, reason, message.clone());
         self.record.abort = Some(AbortRecord {
-            condition: condition.as_str().to_string(),
+            condition,
             reason: reason.to_string(),
             message: message.clone(),
             from: self.phase,
@@ -1597,11 +1597,12 @@ impl<'a> Draft<'a> {
                 &reason,
                 format!("{message}; fix the cause, then `hvctl retry {}`", self.input.name),
             );
-            if let Some(a) = self.record.abort.clone() {
-                let t = if a.condition == T::Tested.as_str() { T::Tested } else { T::Onboarded };
-                if !has(&self.set, t) {
-                    self.set(t, False, &a.reason, a.message);
-                }
+            // Said again as the abort set it: its condition and reason
+            // are one record.
+            if let Some(a) = self.record.abort.clone()
+                && !has(&self.set, a.condition)
+            {
+                self.set(a.condition, False, &a.reason, a.message);
             }
         } else {
             self.set(T::Aborted, False, "NotAborted", String::new());
