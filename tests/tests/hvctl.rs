@@ -76,10 +76,15 @@ async fn a_dry_run_prints_the_preflight_it_records_and_moves_nothing() {
     let hvs: Api<Hypervisor> = Api::all(region.kube.client.clone());
     let traits = serde_json::json!({"spec": {"customTraits": ["CUSTOM_HV_NOWHERE"]}});
     hvs.patch(&host, &PatchParams::default(), &Patch::Merge(&traits)).await.unwrap();
-    until("the host's trait in Placement", SOON, || coord.tail(20), || async {
-        let traits = admin.traits_of(&host).await.unwrap();
-        ready_when(traits.iter().any(|t| t == "CUSTOM_HV_NOWHERE"), traits)
-    })
+    until(
+        "the host's trait in Placement",
+        SOON,
+        || coord.tail(20),
+        || async {
+            let traits = admin.traits_of(&host).await.unwrap();
+            ready_when(traits.iter().any(|t| t == "CUSTOM_HV_NOWHERE"), traits)
+        },
+    )
     .await;
     let stuck = zone.boot(&admin, &format!("{id}-stuck"), &host, &nowhere).await;
 
@@ -170,15 +175,10 @@ async fn an_sres_day_maintenance_why_watch_evictions_and_kubectl() {
 
     // Maintenance, followed by watch, why and evictions.
     let (mut watch, watched) = watching(&region, &host);
-    until(
-        "the watch's first line",
-        SOON,
-        String::new,
-        || async {
-            let lines = watched.lock().unwrap().clone();
-            ready_when(!lines.is_empty(), lines)
-        },
-    )
+    until("the watch's first line", SOON, String::new, || async {
+        let lines = watched.lock().unwrap().clone();
+        ready_when(!lines.is_empty(), lines)
+    })
     .await;
     let (code, out, err) = run(&region, &["maintenance", "set", &host, "--reason", "firmware, by hvctl"]);
     assert_eq!(code, 0, "{out}{err}");
