@@ -12,7 +12,7 @@ help:
 	@echo "make test-unit   only the tests that need no peer"
 	@echo "make lint        rustfmt check and clippy -D warnings"
 	@echo "make crds        regenerate deploy/crds/ from coordinator/src/api"
-	@echo "make crds-check  fail if deploy/crds/ (or the chart's copy) differs from the Rust types"
+	@echo "make crds-check  fail if deploy/crds/ (or the chart's copy in files/crds/) differs from the Rust types"
 	@echo "make chart-check lint and render deploy/helm/hv with real Helm, check every object against the API types"
 	@echo "make images-check the Containerfiles' runtime packages against the libraries the binaries link"
 	@echo "make bench       print the benchmark figures"
@@ -40,16 +40,21 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
+# The chart's copy is templated (templates/crds.yaml), so that upgrades upgrade
+# the CRDs: it lives in files/crds/, not in crds/ (which Helm never upgrades).
+CHART_CRDS := deploy/helm/hv/files/crds
+
 crds:
 	$(CARGO) run -q -p hv-coordinator --bin crdgen -- deploy/crds
-	cp deploy/crds/*.yaml deploy/helm/hv/crds/
+	rm -f $(CHART_CRDS)/*.yaml
+	cp deploy/crds/*.yaml $(CHART_CRDS)/
 
 crds-check:
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	$(CARGO) run -q -p hv-coordinator --bin crdgen -- "$$tmp" >/dev/null; \
-	if ! diff -ru deploy/crds "$$tmp" || ! diff -ru deploy/crds deploy/helm/hv/crds; then \
-	  echo "deploy/crds/ or the chart's crds/ drifted from coordinator/src/api: run 'make crds' and commit the result" >&2; exit 1; \
-	fi; echo "deploy/crds/ and the chart's crds/ match the Rust types"
+	if ! diff -ru deploy/crds "$$tmp" || ! diff -ru deploy/crds $(CHART_CRDS); then \
+	  echo "deploy/crds/ or the chart's $(CHART_CRDS)/ drifted from coordinator/src/api: run 'make crds' and commit the result" >&2; exit 1; \
+	fi; echo "deploy/crds/ and the chart's $(CHART_CRDS)/ match the Rust types"
 
 chart-check:
 	bash deploy/helm/check.sh

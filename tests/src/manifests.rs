@@ -6,9 +6,10 @@
 //! only: k8s-openapi has no types for them.
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::Value;
 
 /// Kinds of other operators' CRDs the chart may render.
@@ -65,6 +66,9 @@ pub fn check(v: &Value) -> Result<String, String> {
         ("v1", "ServiceAccount") => typed::<ServiceAccount>(v),
         ("v1", "Service") => typed::<Service>(v),
         ("v1", "ConfigMap") => typed::<ConfigMap>(v),
+        // The chart's `helm test` hook.
+        ("v1", "Pod") => typed::<Pod>(v),
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => typed::<CustomResourceDefinition>(v),
         ("apps/v1", "Deployment") => typed::<Deployment>(v),
         ("apps/v1", "StatefulSet") => typed::<StatefulSet>(v),
         ("apps/v1", "DaemonSet") => typed::<DaemonSet>(v),
@@ -131,7 +135,7 @@ spec:
         let bad = good.replace("readinessProbe: {httpGet:", "readinessProbe: {httpGett:");
         let e = check(&objects(&bad).unwrap()[0]).unwrap_err();
         assert!(e.contains(".spec.template.spec.containers[0].readinessProbe.httpGett"), "{e}");
-        let unknown = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n";
+        let unknown = "apiVersion: v1\nkind: Binding\nmetadata: {name: p}\n";
         assert!(check(&objects(unknown).unwrap()[0]).unwrap_err().contains("does not know"));
         let wrong_type = good.replace("image: i", "image: [i]");
         assert!(check(&objects(&wrong_type).unwrap()[0]).is_err());

@@ -195,6 +195,31 @@ async fn the_kubernetes_api_serves_a_hypervisor_a_watch_sees_change() {
     api.delete(&name, &Default::default()).await.unwrap();
 }
 
+/// The chart installed the CRDs the Rust types make, as templates Helm
+/// upgrades with the release and keeps when it is uninstalled.
+#[tokio::test]
+async fn the_chart_installs_the_crds_to_keep_and_upgrade() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::ResourceExt;
+    use kube::api::Api;
+
+    let target =
+        hv_tests::kube_target::admin(&hv_tests::env::require()).await.unwrap_or_else(|e| panic!("{e}"));
+    let api: Api<CustomResourceDefinition> = Api::all(target.client.clone());
+    for want in hv_coordinator::api::crds() {
+        let name = want.name_any();
+        let got = api.get(&name).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let a = got.annotations();
+        assert_eq!(a.get("helm.sh/resource-policy").map(String::as_str), Some("keep"), "{name}: {a:?}");
+        assert_eq!(a.get("meta.helm.sh/release-name").map(String::as_str), Some("hv"), "{name}: {a:?}");
+        let served = |c: &CustomResourceDefinition| {
+            let v = &c.spec.versions[0];
+            (v.name.clone(), v.additional_printer_columns.clone(), c.spec.names.short_names.clone())
+        };
+        assert_eq!(served(&got), served(&want), "{name}: as the Rust types make it");
+    }
+}
+
 #[tokio::test]
 async fn the_control_plane_is_the_pinned_release_with_tls_and_rbac() {
     use kube::api::Api;

@@ -52,8 +52,9 @@ async fn a_permission_missing_from_the_chart_is_the_real_authorizers_403() {
         .await;
     assert!(made.is_ok() || matches!(&made, Err(kube::Error::Api(s)) if s.code == 409), "{made:?}");
     let values = region.dir.join("values.json");
-    let v =
-        json!({"openstack": {"cloudsSecret": "hv-clouds", "cloud": "hv"}, "coordinator": {"replicas": 1}});
+    // No CRDs: the ground's are applied by kubectl, and one release per cluster may own them.
+    let v = json!({"openstack": {"cloudsSecret": "hv-clouds", "cloud": "hv"}, "crds": {"install": false},
+        "coordinator": {"replicas": 1}});
     std::fs::write(&values, v.to_string()).unwrap();
     let out = std::process::Command::new(&env.kube.chart.helm_python)
         .arg(hv_tests::repo_root().join("tests/env/chart.py"))

@@ -10,7 +10,10 @@
 # every coordinator the tests start at once; the update signals of Gardener
 # MCM and Cluster API (the ClusterRole reads Machines); drain protection for nova-compute
 # and a network agent in `openstack`, its webhook called at a URL (a test that
-# drains upgrades the release with its own coordinator's).
+# drains upgrades the release with its own coordinator's); the BMC credentials'
+# Secrets the fencing tests make (bmc-<host>, tests/src/fencing.rs), the only
+# Secrets the coordinator may read. The release installs the CRDs, templated
+# with their keep policy, as a cluster gets them.
 start_chart() {
   local dir="$HV_ENV_DIR/kube" kubeconfig ca
   kubeconfig=$(jq -r '.kube.admin_kubeconfig' "$ENV_FILE.partial")
@@ -19,6 +22,7 @@ start_chart() {
     openstack: {cloudsSecret: "hv-clouds", cloud: "hv"},
     coordinator: {
       replicas: 64,
+      fencing: {bmcSecrets: $ARGS.positional},
       updateSignals: ["gardener-mcm", "cluster-api"],
       drainProtection: {
         enabled: true,
@@ -28,11 +32,13 @@ start_chart() {
         dependentPods: [{component: "neutron-l2", namespace: "openstack", matchLabels: {app: "neutron-l2"}}]
       }
     }
-  }' > "$dir/chart-values.json"
+  }' --args "${FAKE_HOSTS[@]/#/bmc-}" > "$dir/chart-values.json"
   "$(jq -r '.kube.bin_dir' "$ENV_FILE.partial")/kubectl" --kubeconfig "$kubeconfig" create namespace openstack >/dev/null
   "$HELM_VENV/bin/python" "$(dirname "${BASH_SOURCE[0]}")/../chart.py" \
     "$kubeconfig" hv-system hv "$dir/chart-values.json" >>"$LOGS/chart.log" 2>&1 \
     || { tail -5 "$LOGS/chart.log" >&2; die "installing the chart failed (log: $LOGS/chart.log)"; }
+  "$(jq -r '.kube.bin_dir' "$ENV_FILE.partial")/kubectl" --kubeconfig "$kubeconfig" wait \
+    --for condition=Established --timeout 60s -f "$REPO/deploy/crds" >/dev/null
   put --arg values "$dir/chart-values.json" --arg python "$HELM_VENV/bin/python" \
     '.kube.chart = { release: "hv", namespace: "hv-system", values: $values, helm_python: $python,
       coordinator_account: "hv-coordinator" }'

@@ -27,7 +27,8 @@
 #   processes (nice -5 where the ground may raise it): on a loaded machine a
 #   Lease renewal that waits for the CPU would read as a dead kubelet.
 #
-# The CRDs of deploy/crds are applied. env.json gets `.kube`.
+# The CRDs come with the chart (peers/chart.sh), as an install gets them.
+# env.json gets `.kube`.
 start_kube() {
   local dir="$HV_ENV_DIR/kube" here bin pki api etcd_client etcd_peer kcm_port sched_port
   here="$(dirname "${BASH_SOURCE[0]}")/.."
@@ -116,8 +117,6 @@ YAML
   # The controller manager's own accounts: it made them once it runs.
   wait_for "the controller manager's accounts" 60 "${kubectl[@]}" -n kube-system get serviceaccount generic-garbage-collector
   "${kubectl[@]}" create namespace hv-system >/dev/null
-  "${kubectl[@]}" apply --server-side --field-manager hv-ground -f "$REPO/deploy/crds" >/dev/null
-  "${kubectl[@]}" wait --for condition=Established --timeout 60s -f "$REPO/deploy/crds" >/dev/null
 
   put --arg url "https://127.0.0.1:$api" --arg ca "$pki/ca.pem" --arg kc "$dir/admin.kubeconfig" \
       --arg audit "$LOGS/kube-audit.jsonl" --arg bin "$bin" --arg etcd "http://127.0.0.1:$etcd_client" \

@@ -1,5 +1,18 @@
+{{/* The chart's name in the app.kubernetes.io/name label: nameOverride, else hv. */}}
+{{- define "hv.name" -}}
+{{- .Values.nameOverride | default .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* What every object's name starts with: fullnameOverride, else the release's name
+(hv-coordinator, hv-agent for a release hv, as before the override existed). It names
+the coordinator's Lease, and so the instance label of every Hypervisor: set it at
+install and never change it. */}}
+{{- define "hv.fullname" -}}
+{{- .Values.fullnameOverride | default .Release.Name -}}
+{{- end -}}
+
 {{- define "hv.labels" -}}
-app.kubernetes.io/name: hv
+app.kubernetes.io/name: {{ include "hv.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -7,22 +20,69 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "hv.coordinator.selector" -}}
-app.kubernetes.io/name: hv
+app.kubernetes.io/name: {{ include "hv.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: coordinator
 {{- end -}}
 
 {{- define "hv.agent.selector" -}}
-app.kubernetes.io/name: hv
+app.kubernetes.io/name: {{ include "hv.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: agent
 {{- end -}}
 
-{{- define "hv.coordinator.name" -}}{{ .Release.Name }}-coordinator{{- end -}}
-{{- define "hv.agent.name" -}}{{ .Release.Name }}-agent{{- end -}}
+{{- define "hv.coordinator.name" -}}{{ include "hv.fullname" . }}-coordinator{{- end -}}
+{{- define "hv.agent.name" -}}{{ include "hv.fullname" . }}-agent{{- end -}}
 
+{{/* The ServiceAccounts. The coordinator's is bound to its RBAC: without one the chart
+makes, it must be named (the namespace's default account would get its rights). */}}
+{{- define "hv.coordinator.serviceAccount" -}}
+{{- with .Values.coordinator.serviceAccount -}}
+{{- if .create -}}{{ .name | default (include "hv.coordinator.name" $) }}
+{{- else -}}{{ required "coordinator.serviceAccount.name is required with coordinator.serviceAccount.create false (it gets the coordinator's RBAC)" .name }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- define "hv.agent.serviceAccount" -}}
+{{- with .Values.agent.serviceAccount -}}
+{{- if .create -}}{{ .name | default (include "hv.agent.name" $) }}{{- else -}}{{ .name | default "default" }}{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A pod template's labels: the chart's and the component's (which win), then the
+values' podLabels. Arguments: the root context, the component, its podLabels. */}}
+{{- define "hv.podLabels" -}}
+{{- $root := index . 0 -}}
+{{- $own := merge (dict "app.kubernetes.io/component" (index . 1)) (include "hv.labels" $root | fromYaml) -}}
+{{- toYaml (merge $own (index . 2 | default dict)) -}}
+{{- end -}}
+
+{{/* topologySpreadConstraints as given; one without a labelSelector gets the
+component's selector. Arguments: the constraints and the selector (a map). */}}
+{{- define "hv.topologySpread" -}}
+{{- $out := list -}}
+{{- range index . 0 -}}
+{{- $c := deepCopy . -}}
+{{- if not $c.labelSelector }}{{ $_ := set $c "labelSelector" (dict "matchLabels" (index $ 1)) }}{{ end -}}
+{{- $out = append $out $c -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/* An image: [registry/]repository, then @digest, else :tag (default: the chart's
+appVersion). The registry is the image's own, else images.registry, else
+global.imageRegistry (a parent chart's). Arguments: dict "image" and "root". */}}
 {{- define "hv.image" -}}
-{{ .image.repository }}:{{ .image.tag | default .chart.AppVersion }}
+{{- $root := .root -}}
+{{- $global := $root.Values.global | default dict -}}
+{{- $registry := .image.registry | default $root.Values.images.registry | default $global.imageRegistry -}}
+{{- $repository := .image.repository -}}
+{{- if $registry }}{{ $repository = printf "%s/%s" (trimSuffix "/" $registry) $repository }}{{ end -}}
+{{- if .image.digest -}}
+{{ $repository }}@{{ .image.digest }}
+{{- else -}}
+{{ $repository }}:{{ .image.tag | default $root.Chart.AppVersion }}
+{{- end -}}
 {{- end -}}
 
 {{/* No privilege, no capability, nothing written but /tmp. (The agent still needs a
@@ -55,4 +115,39 @@ seccompProfile:
 {{- end -}}
 {{- if .Values.coordinator.drainGuard.enabled }}{{ $namespaces = append $namespaces (include "hv.guardNamespace" .) }}{{ end -}}
 {{- $namespaces | uniq | toJson -}}
+{{- end -}}
+
+{{/* The BMC credentials' Secrets the coordinator may read (coordinator.fencing.bmcSecrets),
+never one of the chart's own key material. A JSON list. */}}
+{{- define "hv.bmcSecrets" -}}
+{{- $own := list (printf "%s-ca" (include "hv.fullname" .)) (printf "%s-sre-tls" (include "hv.fullname" .)) .Values.coordinator.tlsSecret .Values.openstack.cloudsSecret .Values.coordinator.fencing.ceph.secret -}}
+{{- range .Values.coordinator.fencing.bmcSecrets -}}
+{{- if has . $own -}}
+{{- fail (printf "coordinator.fencing.bmcSecrets names %s, a Secret of the chart's own key material: BMC credentials need Secrets of their own" .) -}}
+{{- end -}}
+{{- end -}}
+{{- .Values.coordinator.fencing.bmcSecrets | uniq | toJson -}}
+{{- end -}}
+
+{{/* Metadata of the monitoring objects: the chart's labels, then monitoring.labels and
+the object's own labels; annotations likewise. Arguments: the root context and the
+object's values (monitoring.serviceMonitor or monitoring.prometheusRule). */}}
+{{- define "hv.monitoringMetadata" -}}
+{{- $root := index . 0 -}}
+{{- $own := index . 1 -}}
+{{- $m := $root.Values.monitoring -}}
+labels:
+  {{- toYaml (merge (include "hv.labels" $root | fromYaml) ($own.labels | default dict) ($m.labels | default dict)) | nindent 2 }}
+{{- $annotations := merge (dict) ($own.annotations | default dict) ($m.annotations | default dict) }}
+{{- with $annotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* An alert's runbook: its heading in docs/operations.md (the GitHub anchor of
+"### <Alert>" is the name lowercased). Arguments: the root context and the alert. */}}
+{{- define "hv.runbook" -}}
+{{- $base := required "monitoring.runbookBaseUrl is required with monitoring.prometheusRule.enabled: the URL of docs/operations.md where your SREs read it" (index . 0).Values.monitoring.runbookBaseUrl -}}
+{{ $base }}#{{ lower (index . 1) }}
 {{- end -}}
