@@ -251,7 +251,7 @@ def the_test_pod(by_kind, v, sts, coordinator_name):
     leader = containers.get("leader")
     env = {e["name"]: e.get("value") for e in (leader or {}).get("env", [])}
     services = {s["metadata"]["name"]: s for s in by_kind["Service"]}
-    metrics = services.get(sts["spec"]["serviceName"], {}).get("spec", {})
+    metrics = services.get(f"{coordinator_name}-metrics", {}).get("spec", {})
     grpc = [p["port"] for p in services.get(coordinator_name, {}).get("spec", {}).get("ports", []) if p["name"] == "grpc"]
     ok = (
         pod["restartPolicy"] == "Never"
@@ -260,10 +260,10 @@ def the_test_pod(by_kind, v, sts, coordinator_name):
         and leader["image"] == image(v, "coordinator")
         and "hv_coordinator_leader 1" in leader["args"][0]
         and "/dev/tcp/" in leader["args"][0]
-        and env.get("STATEFULSET") == sts["metadata"]["name"]
+        and "getent ahostsv4" in leader["args"][0]
         and env.get("REPLICAS") == str(sts["spec"]["replicas"])
         and metrics.get("clusterIP") == "None"
-        and env.get("METRICS_SERVICE") == sts["spec"]["serviceName"]
+        and env.get("METRICS_SERVICE") == f"{coordinator_name}-metrics"
         and env.get("METRICS_PORT") == str(metrics["ports"][0]["port"])
         and services[coordinator_name]["spec"]["selector"].get("hypervisor.cloud.sap/leader") == "true"
         and env.get("SERVICE") == coordinator_name
@@ -394,17 +394,40 @@ def service_accounts(by_kind, v, coord, agent):
     )
 
 
+def leader_label_policy(by_kind, v, name):
+    """The ValidatingAdmissionPolicy and its binding that hold the leader
+    label to a replica's own pod: matched on the coordinator's account in the
+    release's namespace, denying, comparing the pod its token names."""
+    account = v["coordinator"]["serviceAccount"]["name"] or name
+    policies = [p for p in by_kind.get("ValidatingAdmissionPolicy", []) if p["metadata"]["name"] == f"{name}-leader-label"]
+    bindings = [b for b in by_kind.get("ValidatingAdmissionPolicyBinding", []) if b["spec"]["policyName"] == f"{name}-leader-label"]
+    if len(policies) != 1 or len(bindings) != 1:
+        return False
+    spec = policies[0]["spec"]
+    return (
+        spec["failurePolicy"] == "Fail"
+        and spec["matchConstraints"]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": NAMESPACE}
+        and spec["matchConstraints"]["resourceRules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods"]}]
+        and [m["expression"] for m in spec["matchConditions"]] == [f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:{account}"']
+        and "authentication.kubernetes.io/pod-name" in spec["variables"][0]["expression"]
+        and all("'hypervisor.cloud.sap/leader'" in x["expression"] for x in spec["variables"][1:])
+        and [x["expression"] for x in spec["validations"]]
+        == ["object.spec == oldObject.spec", "variables.label == variables.was || variables.podName == object.metadata.name"]
+        and bindings[0]["spec"]["validationActions"] == ["Deny"]
+    )
+
+
 def policy(case, rendered, values):
     """What the chart promises an SRE, on every rendering."""
     v = merged(defaults(), values)
     by_kind = {}
     for o in objects(rendered):
         by_kind.setdefault(o["kind"], []).append(o)
-    sts = by_kind["StatefulSet"][0]
+    name = f"{fullname(v)}-coordinator"
+    sts = next(d for d in by_kind["Deployment"] if d["metadata"]["name"] == name)
     agent = by_kind["DaemonSet"][0]["spec"]["template"]["spec"]
     coord = sts["spec"]["template"]["spec"]
     a, c = agent["containers"][0], coord["containers"][0]
-    name = f"{fullname(v)}-coordinator"
     protect = f"{name}-protect-"
     coord_selector = sts["spec"]["selector"]["matchLabels"]
     agent_selector = by_kind["DaemonSet"][0]["spec"]["selector"]["matchLabels"]
@@ -464,16 +487,12 @@ def policy(case, rendered, values):
         and "--client-ca=/etc/hv/tls/ca.crt" in c["args"]
         and not any(x.startswith("--insecure") for x in a["args"] + c["args"]),
         "limits set": all("limits" in x["resources"] and "requests" in x["resources"] for x in (a, c)),
-        "coordinator rolled one pod at a time": sts["spec"]["updateStrategy"] == {"type": "RollingUpdate"},
-        # The agents share the namespace: there, without the eviction webhook,
-        # pods are labelled by name, the coordinator's only.
-        "the leader label only on the coordinator's own pods": [
-            r.get("resourceNames")
-            for o in by_kind["Role"]
-            for r in o["rules"]
-            if "pods" in r["resources"] and not o["metadata"]["name"].endswith("-pods")
-        ]
-        == [[f'{sts["metadata"]["name"]}-{i}' for i in range(sts["spec"]["replicas"])]],
+        "coordinator rolled one pod at a time": sts["spec"]["strategy"]
+        == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+        # A Deployment's pods have no names known in advance: the admission
+        # policy lets the coordinator's account set or clear the leader label
+        # only on the pod its token is bound to.
+        "the leader label only on the coordinator's own pod": leader_label_policy(by_kind, v, name),
         # A pod patch can change its image: no right on pods cluster-wide, and
         # with the eviction webhook a Role in each namespace of the protected
         # and dependent pods (and the release's, for the agent's), no other;
@@ -485,10 +504,18 @@ def policy(case, rendered, values):
             o["metadata"]["namespace"]
             for o in by_kind["Role"]
             for r in o["rules"]
-            if "pods" in r["resources"] and "patch" in r["verbs"] and not r.get("resourceNames")
+            if "pods" in r["resources"] and "patch" in r["verbs"] and o["metadata"]["name"].endswith("-pods")
         }
         == pod_namespaces(values)
-        == {x.removeprefix("--pod-namespace=") for x in c["args"] if x.startswith("--pod-namespace=")},
+        == {x.removeprefix("--pod-namespace=") for x in c["args"] if x.startswith("--pod-namespace=")}
+        # Its own Role: patch on pods of its namespace, for the leader label.
+        and [
+            (o["metadata"]["namespace"], r["verbs"])
+            for o in by_kind["Role"]
+            for r in o["rules"]
+            if "pods" in r["resources"] and not o["metadata"]["name"].endswith("-pods")
+        ]
+        == [(NAMESPACE, ["patch"])],
         "the agent runs where the coordinator looks": bool(agent["nodeSelector"]),
         # Fencing's limits reach the coordinator, and its Ceph identity only with its keyring.
         "fencing flags": all(any(x.startswith(f) for x in c["args"]) for f in ("--fence-fresh-heartbeat=", "--fence-max-domain-share="))
@@ -725,7 +752,7 @@ def as_subchart(out):
         if path.endswith(".yaml") and text.strip():
             with open(os.path.join(dest, os.path.basename(path)), "w") as f:
                 f.write(text)
-    sts = [o for o in objects(ours) if o["kind"] == "StatefulSet"]
+    sts = [o for o in objects(ours) if o["kind"] == "Deployment"]
     want = f"mirror.example.com/hv-coordinator:{chart_yaml()['appVersion']}"
     if not sts or sts[0]["spec"]["template"]["spec"]["containers"][0]["image"] != want:
         fail(f"as a subchart: the coordinator's image is not {want} (global.imageRegistry)")

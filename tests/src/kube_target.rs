@@ -39,14 +39,24 @@ pub async fn client_from(path: &Path) -> Result<kube::Client, String> {
 }
 
 /// A token of the ServiceAccount `namespace/account`, valid for a day, from
-/// the API server (`kubectl create token`).
-pub fn token(env: &TestEnv, namespace: &str, account: &str) -> Result<String, String> {
-    let out = Command::new(env.kube.kubectl())
-        .arg("--kubeconfig")
-        .arg(&env.kube.admin_kubeconfig)
-        .args(["-n", namespace, "create", "token", account, "--duration", "24h"])
-        .output()
-        .map_err(|e| format!("kubectl create token: {e}"))?;
+/// the API server (`kubectl create token`); bound to the Pod `pod` of that
+/// namespace when given, as a pod's own token is (the API server then names
+/// the pod in the requests' user info, and the token dies with the pod).
+pub fn token(env: &TestEnv, namespace: &str, account: &str, pod: Option<&str>) -> Result<String, String> {
+    let mut cmd = Command::new(env.kube.kubectl());
+    cmd.arg("--kubeconfig").arg(&env.kube.admin_kubeconfig).args([
+        "-n",
+        namespace,
+        "create",
+        "token",
+        account,
+        "--duration",
+        "24h",
+    ]);
+    if let Some(pod) = pod {
+        cmd.args(["--bound-object-kind", "Pod", "--bound-object-name", pod]);
+    }
+    let out = cmd.output().map_err(|e| format!("kubectl create token: {e}"))?;
     if !out.status.success() {
         return Err(format!("kubectl create token {account}: {}", String::from_utf8_lossy(&out.stderr)));
     }
@@ -54,16 +64,16 @@ pub fn token(env: &TestEnv, namespace: &str, account: &str) -> Result<String, St
 }
 
 /// Writes a kubeconfig at `path` for the ServiceAccount
-/// `namespace/account`, reaching the API server at `server` (None: the
-/// ground's, over TLS; a fault proxy's `http://` URL otherwise).
+/// `namespace/account` (its token bound to the Pod `pod`, if given),
+/// reaching the API server at `server` (None: the ground's, over TLS; a
+/// fault proxy's `http://` URL otherwise).
 pub fn account_kubeconfig(
     env: &TestEnv,
-    namespace: &str,
-    account: &str,
+    (namespace, account, pod): (&str, &str, Option<&str>),
     server: Option<&str>,
     path: &Path,
 ) -> Result<(), String> {
-    let token = token(env, namespace, account)?;
+    let token = token(env, namespace, account, pod)?;
     let cluster = match server {
         Some(url) => format!("    server: {url}\n"),
         None => format!(

@@ -5,7 +5,7 @@
 //! CRDs (cert-manager, Prometheus operator) are checked for their shape
 //! only: k8s-openapi has no types for them.
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -70,7 +70,6 @@ pub fn check(v: &Value) -> Result<String, String> {
         ("v1", "Pod") => typed::<Pod>(v),
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => typed::<CustomResourceDefinition>(v),
         ("apps/v1", "Deployment") => typed::<Deployment>(v),
-        ("apps/v1", "StatefulSet") => typed::<StatefulSet>(v),
         ("apps/v1", "DaemonSet") => typed::<DaemonSet>(v),
         ("policy/v1", "PodDisruptionBudget") => typed::<PodDisruptionBudget>(v),
         ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration") => {
@@ -78,6 +77,12 @@ pub fn check(v: &Value) -> Result<String, String> {
         }
         ("flowcontrol.apiserver.k8s.io/v1", "FlowSchema") => {
             typed::<k8s_openapi::api::flowcontrol::v1::FlowSchema>(v)
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy") => {
+            typed::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy>(v)
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
+            typed::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding>(v)
         }
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => typed::<ClusterRole>(v),
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => typed::<ClusterRoleBinding>(v),

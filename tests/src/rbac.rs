@@ -25,14 +25,12 @@ pub struct Rule {
     pub api_groups: Vec<String>,
     pub resources: Vec<String>,
     pub verbs: Vec<String>,
-    /// Only these objects; [`COORDINATOR_PODS`] stands for the coordinator's
-    /// own pods (the chart writes their names in its place).
+    /// Only these objects. None in the rules file: the chart names the
+    /// objects itself (the Secrets of `coordinator.fencing.bmcSecrets`).
     #[serde(default, rename = "resourceNames")]
     pub resource_names: Vec<String>,
 }
 
-/// In the rules file: the coordinator's own pods, by name.
-pub const COORDINATOR_PODS: &str = "COORDINATOR_PODS";
 /// What the names of the coordinator's pods start with, in the chart
 /// and in the tests (`hv-coordinator-0` to `-63`).
 pub const COORDINATOR_POD_PREFIX: &str = "hv-coordinator-";
@@ -126,40 +124,8 @@ pub fn granted(rules: &Rules) -> Result<BTreeSet<Permission>, String> {
     Ok(out)
 }
 
-/// The permissions `rules` grant only on named objects (the coordinator's pods).
-fn by_name_only(rules: &Rules) -> BTreeSet<Permission> {
-    let restricted = Rules {
-        cluster: rules.cluster.iter().filter(|r| !r.resource_names.is_empty()).cloned().collect(),
-        namespace: rules.namespace.iter().filter(|r| !r.resource_names.is_empty()).cloned().collect(),
-        node_leases: rules.node_leases.iter().filter(|r| !r.resource_names.is_empty()).cloned().collect(),
-        pod_namespaces: rules
-            .pod_namespaces
-            .iter()
-            .filter(|r| !r.resource_names.is_empty())
-            .cloned()
-            .collect(),
-        guards: rules.guards.iter().filter(|r| !r.resource_names.is_empty()).cloned().collect(),
-        cluster_api: rules.cluster_api.iter().filter(|r| !r.resource_names.is_empty()).cloned().collect(),
-    };
-    let open = Rules {
-        cluster: rules.cluster.iter().filter(|r| r.resource_names.is_empty()).cloned().collect(),
-        namespace: rules.namespace.iter().filter(|r| r.resource_names.is_empty()).cloned().collect(),
-        node_leases: rules.node_leases.iter().filter(|r| r.resource_names.is_empty()).cloned().collect(),
-        pod_namespaces: rules
-            .pod_namespaces
-            .iter()
-            .filter(|r| r.resource_names.is_empty())
-            .cloned()
-            .collect(),
-        guards: rules.guards.iter().filter(|r| r.resource_names.is_empty()).cloned().collect(),
-        cluster_api: rules.cluster_api.iter().filter(|r| r.resource_names.is_empty()).cloned().collect(),
-    };
-    let (restricted, open) = (granted(&restricted).unwrap_or_default(), granted(&open).unwrap_or_default());
-    restricted.difference(&open).cloned().collect()
-}
-
 /// Compares what `user` used with what `rules` grant: every use granted in
-/// the right scope (and on a named rule's objects only), every grant used.
+/// the right scope, every grant used.
 /// The error lists each difference.
 pub fn check(rules: &Rules, used: &[Access], user: &str, own_namespace: &str) -> Result<usize, Vec<String>> {
     let granted = granted(rules).map_err(|e| vec![e])?;
@@ -173,23 +139,11 @@ pub fn check(rules: &Rules, used: &[Access], user: &str, own_namespace: &str) ->
         .chain(&rules.guards)
         .chain(&rules.cluster_api)
     {
-        if r.resource_names.iter().any(|n| n != COORDINATOR_PODS) {
-            problems.push(format!("resourceNames other than {COORDINATOR_PODS} in {r:?}"));
+        if !r.resource_names.is_empty() {
+            problems.push(format!("resourceNames in the rules file (the chart names objects): {r:?}"));
         }
     }
-    let named = by_name_only(rules);
     let mine: Vec<&Access> = used.iter().filter(|a| a.user == user).collect();
-    for a in &mine {
-        let p = permission(a, own_namespace);
-        let cluster = ("cluster", p.1.clone(), p.2.clone(), p.3.clone());
-        let open_cluster = granted.contains(&cluster) && !named.contains(&cluster);
-        if named.contains(&p) && !open_cluster && !a.name.starts_with(COORDINATOR_POD_PREFIX) {
-            problems.push(format!(
-                "used on an object its rule does not name: {} {} {:?} (only the coordinator's own pods)",
-                p.1, p.3, a.name
-            ));
-        }
-    }
     let used: BTreeSet<Permission> = mine.iter().map(|a| permission(a, own_namespace)).collect();
     // A ClusterRole grants in every namespace too; a cluster rule counts as
     // used only by what is asked outside the namespaces with a Role.
@@ -286,8 +240,11 @@ mod tests {
                 }
             }
         }
-        // Without the eviction webhook's rules, the pods rule names the
-        // coordinator's pods: a write to an agent's pod is refused.
+        // Without the eviction webhook's rules, a write to an agent's pod is
+        // one no rule is there for: its own Role's pods rule is for its own
+        // pods' leader label (the API server would let the patch through,
+        // the chart's admission policy then keeps the pod's spec and leader
+        // label as they are).
         let agent = |used: &[Access], namespace: &str| {
             let mut used = used.to_vec();
             let pod = used.iter().find(|a| a.resource == "pods" && a.namespace == COORDINATOR_NAMESPACE);
@@ -332,9 +289,11 @@ mod tests {
             full.cluster.iter().all(|r| !r.resources.contains(&"pods".to_string())),
             "no pods cluster-wide"
         );
+        // Its own pods are patched under its own Role (the leader label, held to
+        // its own pod by the chart's admission policy, tests/tests/rbac.rs).
         assert!(
-            rules.namespace.iter().any(|r| r.resources == ["pods"] && r.resource_names == [COORDINATOR_PODS]),
-            "the chart names the pods"
+            rules.namespace.iter().any(|r| r.resources == ["pods"] && r.verbs == ["patch"]),
+            "its own pods"
         );
         let mut wide = rules.clone();
         wide.cluster[0].verbs.push("*".into());

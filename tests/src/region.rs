@@ -279,7 +279,11 @@ impl Region {
         static PODS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = PODS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % COORDINATOR_PODS;
         let pod = format!("{}{n}", crate::rbac::COORDINATOR_POD_PREFIX);
-        self.coordinator_pod(crate::rbac::COORDINATOR_NAMESPACE, &pod);
+        let account = &self.env.kube.chart.coordinator_account;
+        self.coordinator_pod(
+            &Install { namespace: crate::rbac::COORDINATOR_NAMESPACE.into(), account: account.clone() },
+            &pod,
+        );
         self.coordinator_in(&pod, port, password, via, extra)
     }
 
@@ -299,11 +303,12 @@ impl Region {
         self.coordinator_of(&install, pod, port, password, via, extra)
     }
 
-    /// The coordinator Pod `namespace/name`, as an object (no kubelet runs
-    /// it): created, or, left by an earlier test, kept with its leader label
-    /// taken away.
-    pub fn coordinator_pod(&self, namespace: &str, name: &str) {
-        create_pod(&self.kubeconfig, namespace, name);
+    /// The coordinator Pod `name` of the release `install` (its namespace,
+    /// run as its ServiceAccount, whose tokens can then be bound to it), as
+    /// an object (no kubelet runs it): created, or, left by an earlier test,
+    /// kept with its leader label taken away.
+    pub fn coordinator_pod(&self, install: &Install, name: &str) {
+        create_pod(&self.kubeconfig, install, name);
     }
 
     /// A coordinator of the chart's release `install` (its namespace and
@@ -325,8 +330,13 @@ impl Region {
         // and the API server's audit log records what it asked for.
         let kubeconfig = self.dir.join(format!("kubeconfig-{port}"));
         let (ns, account) = (&install.namespace, &install.account);
-        crate::kube_target::account_kubeconfig(&self.env, ns, account, via.kube.as_deref(), &kubeconfig)
-            .unwrap_or_else(|e| panic!("the coordinator's kubeconfig: {e}"));
+        crate::kube_target::account_kubeconfig(
+            &self.env,
+            (ns, account, Some(pod)),
+            via.kube.as_deref(),
+            &kubeconfig,
+        )
+        .unwrap_or_else(|e| panic!("the coordinator's kubeconfig: {e}"));
         let metrics = format!("127.0.0.1:{}", free_port());
         let mut cmd = Command::new(bin("hv-coordinator"));
         cmd.env("KUBECONFIG", &kubeconfig)
@@ -1008,9 +1018,11 @@ pub const KWOK_MANAGED: (&str, &str) = ("kwok.x-k8s.io/node", "fake");
 /// Creates the coordinator Pod `namespace/name` as the administrator of
 /// `kubeconfig`, from its own thread (callers may be inside a runtime that
 /// must not block).
-fn create_pod(kubeconfig: &Path, namespace: &str, name: &str) {
+fn create_pod(kubeconfig: &Path, install: &Install, name: &str) {
     use k8s_openapi::api::core::v1::Pod;
-    let (kubeconfig, namespace, name) = (kubeconfig.to_path_buf(), namespace.to_string(), name.to_string());
+    let (kubeconfig, namespace, name) =
+        (kubeconfig.to_path_buf(), install.namespace.clone(), name.to_string());
+    let account = install.account.clone();
     let made = std::thread::spawn(move || {
         let rt =
             tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
@@ -1020,7 +1032,7 @@ fn create_pod(kubeconfig: &Path, namespace: &str, name: &str) {
                 "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "hv-coordinator"}},
                 // A process stands for it: no scheduler of that name binds it
                 // to a Node.
-                "spec": {"schedulerName": "hv-ground-process",
+                "spec": {"schedulerName": "hv-ground-process", "serviceAccountName": account,
                     "containers": [{"name": "coordinator", "image": "hv-coordinator"}]},
             }))
             .map_err(|e| e.to_string())?;

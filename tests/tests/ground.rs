@@ -255,8 +255,7 @@ async fn the_control_plane_is_the_pinned_release_with_tls_and_rbac() {
     let chart = &env.kube.chart;
     hv_tests::kube_target::account_kubeconfig(
         &env,
-        &chart.namespace,
-        &chart.coordinator_account,
+        (&chart.namespace, &chart.coordinator_account, None),
         None,
         &path,
     )
@@ -264,7 +263,8 @@ async fn the_control_plane_is_the_pinned_release_with_tls_and_rbac() {
     let coordinator = hv_tests::kube_target::client_from(&path).await.unwrap();
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(coordinator);
     nodes.list(&Default::default()).await.unwrap();
-    hv_tests::kube_target::account_kubeconfig(&env, &chart.namespace, "hv-agent", None, &path).unwrap();
+    hv_tests::kube_target::account_kubeconfig(&env, (&chart.namespace, "hv-agent", None), None, &path)
+        .unwrap();
     let agent = hv_tests::kube_target::client_from(&path).await.unwrap();
     let _ = std::fs::remove_file(&path);
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(agent);

@@ -841,8 +841,7 @@ async fn the_coordinators_lease_requests_ride_the_leader_election_level() {
     let kubeconfig = std::env::temp_dir().join(format!("{p}-coordinator.kubeconfig"));
     hv_tests::kube_target::account_kubeconfig(
         &env,
-        &chart.namespace,
-        &chart.coordinator_account,
+        (&chart.namespace, &chart.coordinator_account, None),
         None,
         &kubeconfig,
     )

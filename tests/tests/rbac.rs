@@ -11,8 +11,8 @@ use hv_tests::env::Via;
 use hv_tests::region::{Install, Region, free_port};
 use hv_tests::wait::{Poll, until};
 use k8s_openapi::api::core::v1::Namespace;
-use kube::Api;
 use kube::api::{DeleteParams, PostParams};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 /// Copies `from` into `to`, file by file.
@@ -52,7 +52,7 @@ async fn a_permission_missing_from_the_chart_is_the_real_authorizers_403() {
         .await;
     assert!(made.is_ok() || matches!(&made, Err(kube::Error::Api(s)) if s.code == 409), "{made:?}");
     let values = region.dir.join("values.json");
-    // No CRDs: the ground's are applied by kubectl, and one release per cluster may own them.
+    // No CRDs: the ground's release owns them, and one release per cluster may.
     let v = json!({"openstack": {"cloudsSecret": "hv-clouds", "cloud": "hv"}, "crds": {"install": false},
         "coordinator": {"replicas": 1}});
     std::fs::write(&values, v.to_string()).unwrap();
@@ -68,8 +68,8 @@ async fn a_permission_missing_from_the_chart_is_the_real_authorizers_403() {
 
     let account = format!("{release}-coordinator");
     let pod = format!("{account}-0");
-    region.coordinator_pod(&ns, &pod);
     let install = Install { namespace: ns.clone(), account: account.clone() };
+    region.coordinator_pod(&install, &pod);
     let coord = region.coordinator_of(&install, &pod, free_port(), None, &Via::default(), &["--skip-tests"]);
     let node = format!("rbac-{}", std::process::id());
     region.create_node(&node, &[]).await;
@@ -116,6 +116,16 @@ async fn a_permission_missing_from_the_chart_is_the_real_authorizers_403() {
         .await;
     let _ =
         Api::<ClusterRole>::all(region.kube.client.clone()).delete(&account, &DeleteParams::default()).await;
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let policy = format!("{account}-leader-label");
+    let _ = Api::<ValidatingAdmissionPolicyBinding>::all(region.kube.client.clone())
+        .delete(&policy, &DeleteParams::default())
+        .await;
+    let _ = Api::<ValidatingAdmissionPolicy>::all(region.kube.client.clone())
+        .delete(&policy, &DeleteParams::default())
+        .await;
     // Its Role in kube-node-lease, which the namespace does not take along.
     let lease_ns = hv_tests::rbac::NODE_LEASE_NAMESPACE;
     let _ = Api::<RoleBinding>::namespaced(region.kube.client.clone(), lease_ns)
@@ -125,4 +135,64 @@ async fn a_permission_missing_from_the_chart_is_the_real_authorizers_403() {
         .delete(&account, &DeleteParams::default())
         .await;
     namespaces.delete(&ns, &DeleteParams::default()).await.unwrap();
+}
+
+/// The chart's admission policy on the real API server: the coordinator's
+/// account sets and clears the leader label on the pod its token is bound
+/// to, and on no other (a replica cannot point the Service at another's
+/// pod); it may label another pod otherwise (the drain marks), and changes
+/// no pod's spec; a token bound to no pod labels nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_sets_the_leader_label_on_its_own_pod_only() {
+    use hv_coordinator::api::keys::LEADER_LABEL;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Patch, PatchParams};
+
+    let region = Region::start("leader-label").await;
+    let chart = &region.env.kube.chart;
+    let ns = chart.namespace.as_str();
+    let (mine, other) = ("hv-coordinator-label-a", "hv-coordinator-label-b");
+    let install = Install { namespace: ns.to_string(), account: chart.coordinator_account.clone() };
+    region.coordinator_pod(&install, mine);
+    region.coordinator_pod(&install, other);
+    let as_account = |pod: Option<&'static str>, file: &str| {
+        let path = region.dir.join(file);
+        hv_tests::kube_target::account_kubeconfig(
+            &region.env,
+            (ns, &chart.coordinator_account, pod),
+            None,
+            &path,
+        )
+        .unwrap();
+        path
+    };
+    let bound =
+        hv_tests::kube_target::client_from(&as_account(Some(mine), "bound.kubeconfig")).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(bound, ns);
+    let label = |v: Option<&str>| Patch::Merge(json!({"metadata": {"labels": {LEADER_LABEL: v}}}));
+    let refused = |r: Result<Pod, kube::Error>, why: &str| match r {
+        Err(kube::Error::Api(s)) => assert!(s.code == 403 && s.message.contains(why), "{s:?}"),
+        other => panic!("not refused: {other:?}"),
+    };
+    let p = PatchParams::default();
+
+    pods.patch(mine, &p, &label(Some("true"))).await.unwrap();
+    pods.patch(mine, &p, &label(None)).await.unwrap();
+    refused(pods.patch(other, &p, &label(Some("true"))).await, "on its own pod only");
+    let admin: Api<Pod> = Api::namespaced(region.kube.client.clone(), ns);
+    let admin_set = admin.patch(other, &p, &label(Some("true"))).await.unwrap();
+    assert_eq!(admin_set.labels().get(LEADER_LABEL).map(String::as_str), Some("true"), "an SRE may");
+    refused(pods.patch(other, &p, &label(None)).await, "on its own pod only");
+    // Other labels of another pod: the drain marks.
+    let mark = Patch::Merge(json!({"metadata": {"labels": {"hypervisor.cloud.sap/evictable": "true"}}}));
+    pods.patch(other, &p, &mark).await.unwrap();
+    // No spec change, on its own pod either.
+    let image =
+        Patch::Strategic(json!({"spec": {"containers": [{"name": "coordinator", "image": "elsewhere"}]}}));
+    refused(pods.patch(mine, &p, &image).await, "changes no pod's spec");
+    // A token bound to no pod names no pod: the label stays as it is.
+    let unbound = hv_tests::kube_target::client_from(&as_account(None, "unbound.kubeconfig")).await.unwrap();
+    let unbound: Api<Pod> = Api::namespaced(unbound, ns);
+    refused(unbound.patch(mine, &p, &label(Some("true"))).await, "on its own pod only");
+    admin.patch(other, &p, &label(None)).await.unwrap();
 }
