@@ -8,8 +8,12 @@
 //!
 //! `/healthz` says whether every watcher (libvirt, OVSDB, Ceph) is live right
 //! now: for a readiness probe, dashboards and people, never for liveness.
+//!
+//! `/metrics` shows the session, the watchers and the outbox, the build and
+//! the process (`hv_listen::metrics`), and when the client certificate ends.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -41,6 +45,9 @@ pub struct Health {
     pub watchers: Vec<Watcher>,
     pub session: Arc<SessionStats>,
     pub handle: SessionHandle,
+    /// The client certificate's file the session reads at each connection
+    /// (None: plain text).
+    pub certificate: Option<PathBuf>,
 }
 
 impl Health {
@@ -95,10 +102,31 @@ impl Health {
             "Messages held in the outbox until the coordinator acknowledges them.",
             ConstGauge::new(i64::try_from(held).unwrap_or(i64::MAX)),
         );
+        hv_listen::metrics::build_info(&mut r, "hv-agent", env!("CARGO_PKG_VERSION"));
+        if let Some(end) = self.certificate_end() {
+            r.register(
+                "hv_agent_certificate_expiry_seconds",
+                "When the client certificate the next connection presents ends (its notAfter, seconds since the \
+                 Unix epoch).",
+                ConstGauge::new(end),
+            );
+        }
         let mut s = String::new();
         // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut s, &r);
+        let _ = prometheus_client::encoding::text::encode_registry(&mut s, &r);
+        let _ = prometheus_client::encoding::text::encode_registry(&mut s, &hv_listen::metrics::process());
+        let _ = prometheus_client::encoding::text::encode_eof(&mut s);
         s
+    }
+
+    /// The end of the certificate in its file now, in seconds since the Unix
+    /// epoch: the one the session's next connection reads (a session open
+    /// since before a rotation keeps the earlier one until it ends). None
+    /// without TLS, or when the file does not read.
+    fn certificate_end(&self) -> Option<i64> {
+        let end = hv_tls::client::certificate_not_after(self.certificate.as_ref()?).ok()?;
+        let secs = end.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        Some(i64::try_from(secs).unwrap_or(i64::MAX))
     }
 
     async fn route(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
@@ -120,4 +148,94 @@ pub async fn serve(addr: SocketAddr, health: Health) -> std::io::Result<SocketAd
         async move { h.route(req).await }
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+    use crate::backoff::Backoff;
+    use crate::session::{Session, SessionConfig};
+
+    fn health(certificate: Option<PathBuf>) -> Health {
+        let session = Session::new(SessionConfig {
+            coordinator: "http://127.0.0.1:1".into(),
+            node: "n1".into(),
+            agent_version: "test".into(),
+            boot_id: "b".into(),
+            heartbeat: Duration::from_secs(3600),
+            buffer: 10,
+            backoff: Backoff::default(),
+            tls: None,
+        });
+        Health {
+            watchers: vec![Watcher { name: "libvirt", live: Arc::new(AtomicBool::new(true)) }],
+            session: session.stats.clone(),
+            handle: session.handle(),
+            certificate,
+        }
+    }
+
+    fn has(text: &str, line: &str) {
+        assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+    }
+
+    /// The build, the process under Prometheus' standard names, and the
+    /// end of the certificate in its file, read at each scrape: a rotated
+    /// file shows at the next.
+    #[tokio::test]
+    async fn the_build_the_process_and_the_certificates_end_are_shown() {
+        let s = health(None).metrics().await;
+        has(
+            &s,
+            &format!(
+                "hv_build_info{{binary=\"hv-agent\",version=\"{}\",arch=\"{}\"}} 1",
+                env!("CARGO_PKG_VERSION"),
+                std::env::consts::ARCH
+            ),
+        );
+        for family in ["process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds"] {
+            assert!(s.lines().any(|l| l.starts_with(&format!("{family} "))), "missing {family} in\n{s}");
+        }
+        assert!(!s.contains("hv_agent_certificate_expiry_seconds"), "no certificate without TLS: {s}");
+        assert_eq!(s.lines().last(), Some("# EOF"));
+
+        let dir = std::env::temp_dir().join(format!("hv-agent-health-{}", std::process::id()));
+        let pki = hv_tests::pki::Pki::new(&dir, "ca");
+        let files = pki.node_until("n1", UNIX_EPOCH + Duration::from_secs(2_208_988_800));
+        let h = health(Some(files.cert.clone()));
+        has(&h.metrics().await, "hv_agent_certificate_expiry_seconds 2208988800");
+        pki.node_until("n1", UNIX_EPOCH + Duration::from_secs(2_253_657_600));
+        has(&h.metrics().await, "hv_agent_certificate_expiry_seconds 2253657600");
+        std::fs::write(&files.cert, "not a certificate").unwrap_or_default();
+        assert!(!h.metrics().await.contains("hv_agent_certificate_expiry_seconds"), "a broken file: none");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Every `hv_agent_` name the chart's alerts and dashboard query is one
+    /// the agent exposes (the coordinator's test checks the others).
+    #[tokio::test]
+    async fn every_agent_metric_the_chart_queries_is_exposed() {
+        let dir = std::env::temp_dir().join(format!("hv-agent-queried-{}", std::process::id()));
+        let files = hv_tests::pki::Pki::new(&dir, "ca").node("n1");
+        let text = health(Some(files.cert)).metrics().await;
+        let _ = std::fs::remove_dir_all(&dir);
+        let exposed: std::collections::BTreeSet<&str> =
+            text.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split(['{', ' ']).next()).collect();
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/helm/hv");
+        let mut queried = std::collections::BTreeSet::new();
+        for file in ["templates/monitoring.yaml", "dashboards/hv-fleet.json"] {
+            let body = std::fs::read_to_string(root.join(file)).unwrap_or_default();
+            assert!(!body.is_empty(), "{file} read");
+            for (at, _) in body.match_indices("hv_agent_") {
+                let name: String =
+                    body[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                queried.insert(name);
+            }
+        }
+        assert!(queried.len() >= 4, "the dashboard queries the agents: {queried:?}");
+        let missing: Vec<_> = queried.iter().filter(|q| !exposed.contains(q.as_str())).collect();
+        assert!(missing.is_empty(), "queried but not exposed: {missing:?}\nexposed: {exposed:?}");
+    }
 }

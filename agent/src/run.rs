@@ -88,6 +88,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), String> {
         ],
         session: session.stats.clone(),
         handle: handle.clone(),
+        certificate: cfg.session.tls.as_ref().map(|t| t.cert.clone()),
     };
     let addr = health::serve(cfg.health_listen, health).await.map_err(|e| format!("health listener: {e}"))?;
     tracing::info!(node = %cfg.session.node, %addr, "health and metrics listening");

@@ -264,7 +264,8 @@ impl Serving {
     ) -> anyhow::Result<(Serving, ForControllers)> {
         let tls = match args.grpc.tls_files()? {
             Some(files) => {
-                let config = hv_tls::server::config(&files).context("gRPC TLS")?;
+                let (config, presented) = hv_tls::server::config(&files).context("gRPC TLS")?;
+                metrics.set_certificate("grpc", move || presented.not_after());
                 Some(fleet::Tls { config, limits: args.grpc.limits(), stats: Default::default() })
             }
             None => None,
@@ -308,6 +309,8 @@ impl Serving {
             watches: Default::default(),
         };
         count_hosts(metrics, &stores.hypervisors, &registry);
+        metrics.set_evictions(stores.evictions.clone());
+        metrics.set_ha_maintenance_limit(args.health.ha_maintenance_limit);
         let grpc = tokio::spawn(server.serve(agents, fleet_api, tls, stopped(stop_rx.clone())));
         // The gate opens once this replica leads with whole caches; until then
         // the webhook refuses protected pods (a drain tries again).
@@ -319,7 +322,7 @@ impl Serving {
             stores.hypervisors.clone(),
             stores.nodes.clone(),
         ));
-        serve_webhook(args, clients, &stores, &gate, &updates).await?;
+        serve_webhook(args, clients, &stores, &gate, &updates, metrics).await?;
         let serving = Serving {
             stop_tx,
             stop_rx,
@@ -369,6 +372,7 @@ fn count_hosts(metrics: &Metrics, hypervisors: &Store<Hypervisor>, registry: &Ar
                         .iter()
                         .any(|c| c.type_ == DRAIN && c.reason == hv_coordinator::drain::deadline::FORCES)
                 }),
+                ha: hv_coordinator::metrics::ha_figures(h, jiff::Timestamp::now()),
             }
         }))
     });
@@ -396,10 +400,12 @@ async fn serve_webhook(
     stores: &Stores,
     gate: &Arc<Gate>,
     updates: &Arc<UpdateLimit>,
+    metrics: &Metrics,
 ) -> anyhow::Result<()> {
     let Some(listen) = args.drain.webhook() else { return Ok(()) };
-    let config =
+    let (config, presented) =
         hv_tls::server::config_without_client_auth(listen.cert, listen.key).context("webhook TLS")?;
+    metrics.set_certificate("webhook", move || presented.not_after());
     let hook = Arc::new(hv_coordinator::k8s::webhook::Webhook {
         client: clients.marking.clone(),
         hypervisors: stores.hypervisors.clone(),
@@ -408,6 +414,7 @@ async fn serve_webhook(
         gate: gate.clone(),
         protected: args.drain.protected(guard(args)?.as_ref()),
         updates: updates.clone(),
+        metrics: metrics.webhook.clone(),
     });
     let bound = hv_coordinator::k8s::webhook::serve(listen.addr, config, hook)
         .await

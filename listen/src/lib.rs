@@ -12,6 +12,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod metrics;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;

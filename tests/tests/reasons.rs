@@ -219,3 +219,31 @@ fn the_reading_follows_reasons_through_their_builders_and_names_what_it_cannot_r
         "{unread:?}"
     );
 }
+
+/// The metrics show hosts by their `Fenced` condition's reason, a bounded
+/// label set kept by hand (`fence::record::REASONS`, anything else `Other`):
+/// it is every reason the code writes to `Fenced`, and no other. So is the
+/// `SchedulingEnabled` reason the unseen gate's figure counts.
+#[test]
+fn the_fencing_reasons_the_metrics_name_are_those_the_code_writes() {
+    let root = hv_tests::repo_root();
+    let reading = reasons::read(&reasons::coordinator_sources(&root));
+    let written = |t: &str| -> BTreeSet<String> {
+        reading.pairs.keys().filter(|(ty, _)| ty == t).map(|(_, r)| r.clone()).collect()
+    };
+    let fenced = written("Fenced");
+    let named: BTreeSet<String> =
+        hv_coordinator::fence::record::REASONS.iter().map(|r| r.to_string()).collect();
+    assert_eq!(named.len(), hv_coordinator::fence::record::REASONS.len(), "a reason named twice");
+    assert_eq!(
+        named,
+        fenced,
+        "fence::record::REASONS against the reasons the code writes to Fenced: named only {:?}, written only {:?}",
+        named.difference(&fenced).collect::<Vec<_>>(),
+        fenced.difference(&named).collect::<Vec<_>>()
+    );
+    assert!(
+        written("SchedulingEnabled").contains("UnseenHeldBack"),
+        "hv_hypervisors_unseen_held_back counts it"
+    );
+}

@@ -4,6 +4,9 @@
 //! The files are read when a connection is made, so a client that
 //! reconnects uses a rotated certificate from then on without a restart.
 
+use std::path::Path;
+use std::time::SystemTime;
+
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 use crate::{TlsError, TlsFiles, read};
@@ -20,4 +23,14 @@ pub fn config(files: &TlsFiles) -> Result<ClientTlsConfig, TlsError> {
     Ok(ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(ca))
         .identity(Identity::from_pem(cert, key)))
+}
+
+/// The end (notAfter) of the first certificate in `cert` as the file is
+/// now: the one a connection made now would present.
+pub fn certificate_not_after(cert: &Path) -> Result<SystemTime, TlsError> {
+    let certs = crate::server::certs(cert)?;
+    certs
+        .first()
+        .and_then(crate::not_after)
+        .ok_or_else(|| TlsError::Pem { path: cert.to_path_buf(), what: "its validity cannot be read".into() })
 }

@@ -15,7 +15,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
@@ -70,6 +70,21 @@ struct ReloadingCert(Reloading<Arc<CertifiedKey>>);
 impl ResolvesServerCert for ReloadingCert {
     fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some((*self.0.get()).clone())
+    }
+}
+
+/// The certificate a server configuration presents, as its next handshake
+/// would take it: a look re-reads the files when they changed, as a
+/// handshake does (and keeps the one in use when they do not load). For
+/// metrics: when it ends.
+#[derive(Clone, Debug)]
+pub struct Presented(Arc<ReloadingCert>);
+
+impl Presented {
+    /// The end of the leaf certificate's validity (its notAfter); None when
+    /// it cannot be read.
+    pub fn not_after(&self) -> Option<SystemTime> {
+        self.0.0.get().cert.first().and_then(crate::not_after)
     }
 }
 
@@ -142,8 +157,9 @@ fn client_verifier(
 }
 
 /// The server configuration for `files`: HTTP/2 only, a client certificate
-/// from `files.ca` required, both re-read when their files change.
-pub fn config(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {
+/// from `files.ca` required, both re-read when their files change; and the
+/// certificate it presents.
+pub fn config(files: &TlsFiles) -> Result<(Arc<ServerConfig>, Presented), TlsError> {
     let p = provider();
     let pk = p.clone();
     let cert = Reloading::new("server certificate", vec![files.cert.clone(), files.key.clone()], move |f| {
@@ -154,35 +170,40 @@ pub fn config(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {
         Reloading::new("client CA", vec![files.ca.clone()], move |f| client_verifier(&f[0], pv.clone()))?;
     let schemes = ca.get().supported_verify_schemes();
     let verifier = Arc::new(ReloadingClientCa { inner: ca, schemes });
+    let cert = Arc::new(ReloadingCert(cert));
     let mut cfg = ServerConfig::builder_with_provider(p)
         .with_safe_default_protocol_versions()?
         .with_client_cert_verifier(verifier)
-        .with_cert_resolver(Arc::new(ReloadingCert(cert)));
+        .with_cert_resolver(cert.clone());
     cfg.alpn_protocols = vec![b"h2".to_vec()];
     // No session resumption: a resumed session brings the client
     // certificate verified back then, never checked again, so a certificate
     // past its end or of a CA rotated out would still get in.
     cfg.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
     cfg.send_tls13_tickets = 0;
-    Ok(Arc::new(cfg))
+    Ok((Arc::new(cfg), Presented(cert)))
 }
 
 /// A server configuration without client certificates, for HTTPS that
 /// the Kubernetes API server calls (the eviction webhook): HTTP/1.1, the
-/// certificate re-read when its files change.
-pub fn config_without_client_auth(cert: &Path, key_file: &Path) -> Result<Arc<ServerConfig>, TlsError> {
+/// certificate re-read when its files change; and the certificate it presents.
+pub fn config_without_client_auth(
+    cert: &Path,
+    key_file: &Path,
+) -> Result<(Arc<ServerConfig>, Presented), TlsError> {
     let p = provider();
     let pk = p.clone();
     let cert =
         Reloading::new("server certificate", vec![cert.to_path_buf(), key_file.to_path_buf()], move |f| {
             Ok(Arc::new(CertifiedKey::from_der(certs(&f[0])?, key(&f[1])?, &pk)?))
         })?;
+    let cert = Arc::new(ReloadingCert(cert));
     let mut cfg = ServerConfig::builder_with_provider(p)
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
-        .with_cert_resolver(Arc::new(ReloadingCert(cert)));
+        .with_cert_resolver(cert.clone());
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(cfg))
+    Ok((Arc::new(cfg), Presented(cert)))
 }
 
 /// Bounds on the listener.
@@ -454,6 +475,43 @@ mod tests {
         panic!("the handshake did not end")
     }
 
+    /// A leaf of `ca` for localhost valid until `until` (year, month, day),
+    /// written to `dir` as a Secret volume swaps files in (renamed over).
+    fn write_leaf(ca: &Ca, dir: &Path, until: (i32, u8, u8)) -> (std::path::PathBuf, std::path::PathBuf) {
+        let mut p = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        p.not_after = rcgen::date_time_ymd(until.0, until.1, until.2);
+        let key = KeyPair::generate().unwrap();
+        let cert = p.signed_by(&key, &Issuer::from_params(&ca.params, &ca.key)).unwrap();
+        let (crt, k) = (dir.join("tls.crt"), dir.join("tls.key"));
+        for (path, text) in [(&crt, cert.pem()), (&k, key.serialize_pem())] {
+            std::fs::write(path.with_extension("next"), text).unwrap();
+            std::fs::rename(path.with_extension("next"), path).unwrap();
+        }
+        (crt, k)
+    }
+
+    /// The certificate a server presents, looked at, follows its files as a
+    /// handshake would: a rotation shows its new end, a rotation that does
+    /// not load keeps the one in use. A client's is read from its file.
+    #[test]
+    fn the_presented_certificates_end_follows_its_files() {
+        let dir = std::env::temp_dir().join(format!("hv-tls-presented-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = ca();
+        let at = |secs: u64| Some(std::time::UNIX_EPOCH + Duration::from_secs(secs));
+        let (cert, key) = write_leaf(&good, &dir, (2040, 1, 1));
+        let (_, presented) = config_without_client_auth(&cert, &key).unwrap();
+        assert_eq!(presented.not_after(), at(2_208_988_800), "2040-01-01");
+        assert_eq!(crate::client::certificate_not_after(&cert).ok(), at(2_208_988_800));
+        write_leaf(&good, &dir, (2041, 6, 1));
+        assert_eq!(presented.not_after(), at(2_253_657_600), "rotated: 2041-06-01");
+        std::fs::write(dir.join("broken"), "not a certificate").unwrap();
+        std::fs::rename(dir.join("broken"), &cert).unwrap();
+        assert_eq!(presented.not_after(), at(2_253_657_600), "a broken file keeps the one in use");
+        assert!(crate::client::certificate_not_after(&cert).is_err(), "a client's file says it is broken");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     fn node(ca: &Ca, expired: bool) -> (String, String) {
         let uri = SanType::URI("spiffe://hypervisor.cloud.sap/node/n1".try_into().unwrap());
         leaf(ca, vec![uri], expired)
@@ -466,7 +524,7 @@ mod tests {
         use tokio_stream::StreamExt;
         let dir = std::env::temp_dir().join(format!("hv-tls-wait-{}", std::process::id()));
         let good = ca();
-        let server = config(&server_files(&dir, &good)).unwrap();
+        let (server, _) = config(&server_files(&dir, &good)).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let limits = Limits {
@@ -514,7 +572,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("hv-tls-server-{}", std::process::id()));
         let good = ca();
         let files = server_files(&dir, &good);
-        let server = config(&files).unwrap();
+        let (server, _) = config(&files).unwrap();
         let client = client_config(&good, Some(node(&good, false)));
         assert_eq!(handshake(&client, &server).unwrap(), HandshakeKind::Full);
         assert_eq!(

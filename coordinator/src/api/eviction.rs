@@ -198,6 +198,30 @@ pub enum EvictionPhase {
 }
 
 impl EvictionPhase {
+    pub const ALL: [EvictionPhase; 8] = [
+        EvictionPhase::Pending,
+        EvictionPhase::Preflight,
+        EvictionPhase::Disabling,
+        EvictionPhase::Migrating,
+        EvictionPhase::Succeeded,
+        EvictionPhase::Failed,
+        EvictionPhase::Cancelled,
+        EvictionPhase::Planned,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvictionPhase::Pending => "Pending",
+            EvictionPhase::Preflight => "Preflight",
+            EvictionPhase::Disabling => "Disabling",
+            EvictionPhase::Migrating => "Migrating",
+            EvictionPhase::Succeeded => "Succeeded",
+            EvictionPhase::Failed => "Failed",
+            EvictionPhase::Cancelled => "Cancelled",
+            EvictionPhase::Planned => "Planned",
+        }
+    }
+
     pub fn is_final(self) -> bool {
         matches!(
             self,

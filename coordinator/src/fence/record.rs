@@ -427,6 +427,29 @@ pub fn retired(
 pub const RETIRE_WAITING: &str = "RetireWaiting";
 pub const RETIRED: &str = "Retired";
 
+/// Every reason the `Fenced` condition is written with (the gates', the
+/// steps', the way back's): the metrics' bounded set of them
+/// (`hv_hypervisors_fencing`). tests/tests/reasons.rs holds it to the code.
+pub const REASONS: [&str; 17] = [
+    "AgentHeartbeatFresh",
+    "KubeletAlive",
+    "CoordinatorBlind",
+    "NoAgentQuorum",
+    "FailureDomainLost",
+    "FleetShareLost",
+    "OtherDomainsFirst",
+    "InProgress",
+    "StepRetrying",
+    super::decide::STUCK,
+    "Fenced",
+    "FencedAgentTalking",
+    SHOWS_LIFE,
+    "ClearWaiting",
+    "Clearing",
+    RETIRE_WAITING,
+    RETIRED,
+];
+
 /// When the fencing's record is written on its own, before the lifecycle
 /// acts, and how soon the host is looked at again: a fencing that starts,
 /// a fenced host found showing life, or a Failed host's that only waits

@@ -39,6 +39,16 @@ pub struct Host<'a> {
     pub health: Option<&'a HealthObs>,
 }
 
+/// Whether a host counts against `--ha-maintenance-limit`: in `ha`
+/// maintenance set for its health (its reason ours), until an SRE clears it
+/// (a host waiting in Maintenance for its repair counts), unless
+/// decommissioned.
+pub fn counts_against_limit(maintenance: MaintenanceMode, reason: &str, phase: Option<Phase>) -> bool {
+    maintenance == MaintenanceMode::Ha
+        && reason.starts_with(REASON_PREFIX)
+        && phase != Some(Phase::Decommissioned)
+}
+
 /// `in_flight`: counts the other hosts in `ha` maintenance for health (a
 /// scan of the fleet, asked only for a Degraded host that would be put
 /// there); `limit`: how many may be at once (`--ha-maintenance-limit`).

@@ -43,9 +43,10 @@ fn managed(ctx: &Context) -> Vec<std::sync::Arc<Hypervisor>> {
 fn in_flight(ctx: &Context, name: &str, claimed: &super::claims::Live<'_>) -> usize {
     let mut hosts: Vec<String> = managed(ctx)
         .iter()
-        .filter(|h| h.spec.maintenance == MaintenanceMode::Ha)
-        .filter(|h| h.spec.maintenance_reason.starts_with(respond::REASON_PREFIX))
-        .filter(|h| h.status.as_ref().and_then(|s| s.phase) != Some(Phase::Decommissioned))
+        .filter(|h| {
+            let phase = h.status.as_ref().and_then(|s| s.phase);
+            respond::counts_against_limit(h.spec.maintenance, &h.spec.maintenance_reason, phase)
+        })
         .map(|h| h.name_any())
         .collect();
     hosts.extend(claimed.names().map(str::to_string));

@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::{Bytes, Incoming};
+use hyper::body::Bytes;
 use hyper::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::core::DynamicObject;
@@ -32,6 +32,7 @@ use crate::api::keys::PAUSED_ANNOTATION;
 use crate::api::{Eviction, Hypervisor, MaintenanceMode};
 use crate::drain::admission::{self, EvictionView, Host, PodKind, Protected, Verdict};
 use crate::k8s::Gate;
+use crate::metrics::WebhookOutcome as Outcome;
 
 /// An AdmissionReview is a few kilobytes; anything past this is not one.
 const MAX_BODY: usize = 1 << 20;
@@ -47,6 +48,8 @@ pub struct Webhook {
     pub gate: Arc<Gate>,
     pub protected: Protected,
     pub updates: Arc<crate::k8s::updates::UpdateLimit>,
+    /// Its requests by outcome, and their answer times.
+    pub metrics: crate::metrics::WebhookCalls,
 }
 
 struct Tls {
@@ -105,34 +108,48 @@ fn json(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
 }
 
 impl Webhook {
-    async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    /// Answers one request, counted by what it came to.
+    async fn handle<B>(&self, req: Request<B>) -> Response<Full<Bytes>>
+    where
+        B: hyper::body::Body,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let began = std::time::Instant::now();
+        let (response, outcome) = self.answer(req).await;
+        self.metrics.record(outcome, began.elapsed());
+        response
+    }
+
+    async fn answer<B>(&self, req: Request<B>) -> (Response<Full<Bytes>>, Outcome)
+    where
+        B: hyper::body::Body,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let error = |code: StatusCode, text: String| (hv_listen::text(code, text), Outcome::Error);
         if req.method() != Method::POST {
-            return hv_listen::text(StatusCode::METHOD_NOT_ALLOWED, "POST an AdmissionReview\n");
+            return error(StatusCode::METHOD_NOT_ALLOWED, "POST an AdmissionReview\n".into());
         }
         // The API server sends its review at once; a sender that trickles
         // would hold a connection's place.
         let read = tokio::time::timeout(BODY_TIMEOUT, Limited::new(req.into_body(), MAX_BODY).collect());
         let body = match read.await {
             Ok(Ok(b)) => b.to_bytes(),
-            Ok(Err(e)) => {
-                return hv_listen::text(StatusCode::BAD_REQUEST, format!("reading the body: {e}\n"));
-            }
-            Err(_) => return hv_listen::text(StatusCode::REQUEST_TIMEOUT, "the body did not come in time\n"),
+            Ok(Err(e)) => return error(StatusCode::BAD_REQUEST, format!("reading the body: {e}\n")),
+            Err(_) => return error(StatusCode::REQUEST_TIMEOUT, "the body did not come in time\n".into()),
         };
         let response = match request_of(&body) {
             Some(request) => match self.review(&request).await {
                 Ok(r) => r,
                 // Not judged: the API server's failurePolicy (Ignore) and
                 // the disruption budgets decide, as for a webhook down.
-                Err(e) => return hv_listen::text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+                Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
             },
-            None => {
-                return hv_listen::text(StatusCode::BAD_REQUEST, "not an AdmissionReview with a request\n");
-            }
+            None => return error(StatusCode::BAD_REQUEST, "not an AdmissionReview with a request\n".into()),
         };
+        let outcome = if response.allowed { Outcome::Allowed } else { Outcome::Refused };
         match serde_json::to_vec(&response.into_review()) {
-            Ok(b) => json(StatusCode::OK, b),
-            Err(e) => hv_listen::text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+            Ok(b) => (json(StatusCode::OK, b), outcome),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
         }
     }
 
@@ -300,6 +317,106 @@ impl Webhook {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A review of the eviction of pod `ns/name`.
+    fn eviction_review(ns: &str, name: &str) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "kind": "AdmissionReview",
+            "apiVersion": "admission.k8s.io/v1",
+            "request": {
+                "uid": "u1",
+                "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "subResource": "eviction",
+                "name": name,
+                "namespace": ns,
+                "operation": "CREATE",
+                "userInfo": {"username": "drainer"},
+                "object": {"kind": "Eviction", "apiVersion": "policy/v1", "metadata": {"name": name, "namespace": ns}},
+                "dryRun": false
+            }
+        }))
+        .unwrap_or_default()
+    }
+
+    /// A webhook whose API server answers every pod read with a
+    /// nova-compute pod on node n1, its caches empty and its gate shut (a
+    /// replica that does not lead).
+    fn hook() -> Webhook {
+        use kube::client::Body;
+        let (svc, mut handle) = tower_test::mock::pair::<http::Request<Body>, http::Response<Body>>();
+        tokio::spawn(async move {
+            while let Some((_, send)) = handle.next_request().await {
+                let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "nova-compute-n1", "namespace": "openstack",
+                        "labels": {"app": "nova-compute"}},
+                    "spec": {"nodeName": "n1", "containers": []}});
+                if let Ok(rsp) = http::Response::builder()
+                    .status(200)
+                    .body(Body::from(serde_json::to_vec(&pod).unwrap_or_default()))
+                {
+                    send.send_response(rsp);
+                }
+            }
+        });
+        let client = kube::Client::new(svc, "default");
+        let hypervisor =
+            "app=nova-compute".parse::<crate::drain::admission::Selector>().into_iter().collect();
+        Webhook {
+            client,
+            hypervisors: kube::runtime::reflector::store::<Hypervisor>().0,
+            nodes: kube::runtime::reflector::store::<Node>().0,
+            evictions: kube::runtime::reflector::store::<Eviction>().0,
+            gate: Arc::new(Gate::new(Arc::new(crate::k8s::leader::LeaseGuard::new(
+                std::time::Duration::from_secs(1),
+            )))),
+            protected: Protected { hypervisor, dependents: vec![], namespaces: vec!["openstack".into()] },
+            updates: Arc::new(crate::k8s::updates::UpdateLimit::new(
+                0,
+                false,
+                Default::default(),
+                kube::runtime::reflector::store::<Hypervisor>().0,
+                kube::runtime::reflector::store::<Node>().0,
+            )),
+            metrics: Default::default(),
+        }
+    }
+
+    fn post(body: Vec<u8>) -> Request<Full<Bytes>> {
+        let mut r = Request::new(Full::new(Bytes::from(body)));
+        *r.method_mut() = Method::POST;
+        r
+    }
+
+    /// Each request is counted by what it came to, with its answer time:
+    /// a pod outside the protected namespaces let through, a protected pod
+    /// refused while the replica cannot judge, a request that is no review
+    /// and one that is no POST not judged.
+    #[tokio::test]
+    async fn requests_are_counted_by_outcome_with_their_answer_times() {
+        let m = crate::metrics::Metrics::default();
+        let hook = Webhook { metrics: m.webhook.clone(), ..hook() };
+        let allowed = hook.handle(post(eviction_review("kube-system", "coredns-1"))).await;
+        assert_eq!(allowed.status(), StatusCode::OK);
+        let refused = hook.handle(post(eviction_review("openstack", "nova-compute-n1"))).await;
+        assert_eq!(refused.status(), StatusCode::OK);
+        let body = refused.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        let review: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        assert_eq!(review["response"]["allowed"], false, "{review}");
+        assert_eq!(hook.handle(post(b"{garbled".to_vec())).await.status(), StatusCode::BAD_REQUEST);
+        let get = Request::new(Full::new(Bytes::new()));
+        assert_eq!(hook.handle(get).await.status(), StatusCode::METHOD_NOT_ALLOWED);
+        let text = m.render();
+        for line in [
+            "hv_webhook_requests_total{outcome=\"allowed\"} 1",
+            "hv_webhook_requests_total{outcome=\"refused\"} 1",
+            "hv_webhook_requests_total{outcome=\"error\"} 2",
+            "hv_webhook_request_duration_seconds_count{outcome=\"refused\"} 1",
+            "hv_webhook_request_duration_seconds_count{outcome=\"error\"} 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+    }
 
     /// An eviction's review as a Kubernetes 1.33 API server sends it, written
     /// out by hand (the end-to-end drain test has the ground's API server

@@ -1,15 +1,24 @@
-//! Evictions in numbers: migrations asked, retried, aborted, done, given
-//! up, and how long each took.
+//! Evictions in numbers: migrations asked, their outcomes (retried,
+//! aborted, done, given up), how long each took, and the Evictions by phase.
 //!
 //! The counters are derived from each eviction step by a pure [`tally`]
 //! and added only once the step's status write succeeded, so a step that is
-//! computed again after a failed write is not counted twice.
+//! computed again after a failed write is not counted twice. The outcomes
+//! are one family with an `outcome` label; the separate
+//! `hv_eviction_migrations_{retried,aborted,succeeded,non_migratable}_total`
+//! families say the same and stay for one release (deprecated,
+//! docs/metrics.md). The phases are counted from the Eviction cache at each
+//! scrape, by the leader only.
 
 use jiff::Timestamp;
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::api::EvictionPhase;
 use crate::api::eviction::{VmState, VmStatus};
 use crate::eviction::plan::{Action, Step};
 
@@ -63,6 +72,21 @@ pub fn tally(before: &[VmStatus], step: &Step, now: Timestamp) -> Tally {
     t
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabel {
+    phase: &'static str,
+}
+
+/// The outcomes a step records of a VM's migrations, as labelled: an
+/// attempt after a failed, aborted or unsent one (`retried`), an abort asked
+/// of Nova, a VM moved, a VM given up on.
+pub const OUTCOMES: [&str; 4] = ["succeeded", "retried", "aborted", "non_migratable"];
+
 /// The eviction families.
 pub struct Evictions {
     started: Counter,
@@ -70,7 +94,9 @@ pub struct Evictions {
     aborted: Counter,
     succeeded: Counter,
     non_migratable: Counter,
+    outcomes: Family<OutcomeLabel, Counter>,
     duration: Histogram,
+    phases: Family<PhaseLabel, Gauge>,
 }
 
 impl Evictions {
@@ -81,24 +107,62 @@ impl Evictions {
             aborted: Counter::default(),
             succeeded: Counter::default(),
             non_migratable: Counter::default(),
+            outcomes: Family::default(),
             duration: Histogram::new(DURATION_BUCKETS),
+            phases: Family::default(),
         };
+        let deprecated = "Deprecated: hv_eviction_migration_outcomes_total{outcome} says the same";
         let counters = [
-            ("started", "Migrations asked of Nova, retries included.", &e.started),
-            ("retried", "Migration attempts after a VM's first.", &e.retried),
-            ("aborted", "Abort requests sent to Nova (stuck or cancelled migrations).", &e.aborted),
-            ("succeeded", "VMs migrated by an eviction.", &e.succeeded),
-            ("non_migratable", "VMs given up on (attempts exhausted or incompatible).", &e.non_migratable),
+            ("started", "Migrations asked of Nova, retries included.".to_string(), &e.started),
+            ("retried", format!("Migration attempts after a VM's first. {deprecated}."), &e.retried),
+            (
+                "aborted",
+                format!("Abort requests sent to Nova (stuck or cancelled migrations). {deprecated}."),
+                &e.aborted,
+            ),
+            ("succeeded", format!("VMs migrated by an eviction. {deprecated}."), &e.succeeded),
+            (
+                "non_migratable",
+                format!("VMs given up on (attempts exhausted or incompatible). {deprecated}."),
+                &e.non_migratable,
+            ),
         ];
         for (name, help, c) in counters {
             registry.register(format!("hv_eviction_migrations_{name}"), help, c.clone());
+        }
+        registry.register(
+            "hv_eviction_migration_outcomes",
+            "Outcomes of the evictions' migrations: succeeded (a VM moved), retried (an attempt after a failed, \
+             aborted or unsent one), aborted (an abort asked of Nova), non_migratable (a VM given up on).",
+            e.outcomes.clone(),
+        );
+        for outcome in OUTCOMES {
+            let _ = e.outcomes.get_or_create(&OutcomeLabel { outcome });
         }
         registry.register(
             "hv_eviction_migration_duration_seconds",
             "From asking Nova to seeing the VM on its new host.",
             e.duration.clone(),
         );
+        registry.register(
+            "hv_evictions",
+            "Evictions per phase, every phase (shown by the leader only).",
+            e.phases.clone(),
+        );
         e
+    }
+
+    /// Shows the Evictions' `phases`, every phase with zeros too; `None` (a
+    /// follower) shows no sample.
+    pub(super) fn show(&self, phases: Option<Vec<EvictionPhase>>) {
+        self.phases.clear();
+        let Some(phases) = phases else { return };
+        for p in EvictionPhase::ALL {
+            let n = phases.iter().filter(|x| **x == p).count();
+            self.phases
+                .get_or_create(&PhaseLabel { phase: p.as_str() })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
     }
 
     pub fn add(&self, t: &Tally) {
@@ -107,6 +171,10 @@ impl Evictions {
         self.aborted.inc_by(t.aborted);
         self.succeeded.inc_by(t.succeeded);
         self.non_migratable.inc_by(t.non_migratable);
+        let outcomes = [t.succeeded, t.retried, t.aborted, t.non_migratable];
+        for (outcome, n) in OUTCOMES.into_iter().zip(outcomes) {
+            self.outcomes.get_or_create(&OutcomeLabel { outcome }).inc_by(n);
+        }
         for d in &t.durations {
             self.duration.observe(*d);
         }

@@ -1,7 +1,10 @@
 //! The fleet in numbers, for alerts: Hypervisors per phase and per health
-//! state, those that should have an agent and have none, and health changes.
-//! Counted from the caches at each scrape, and shown by the leader only: a
-//! follower's caches may lag, and two replicas must not both speak for it.
+//! state, those that should have an agent and have none, health changes,
+//! and the HA side: fencings by their condition's reason, the longest under
+//! way, hosts in `ha` maintenance and its limit, disables held back by the
+//! unseen gate. Counted from the caches at each scrape, and shown by the
+//! leader only: a follower's caches may lag, and two replicas must not both
+//! speak for it.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -9,8 +12,19 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::api::Phase;
+use jiff::Timestamp;
+
 use crate::api::hypervisor::HealthState;
+use crate::api::{ConditionType, Hypervisor, Phase};
+use crate::fence::record::REASONS as FENCED_REASONS;
+
+/// The label of a `Fenced` reason the code does not write (an older
+/// release's, say): the label set stays bounded.
+const OTHER_REASON: &str = "Other";
+
+/// The reason of `SchedulingEnabled` when the unseen gate holds a host's
+/// disable back (lifecycle::decide).
+const UNSEEN_HELD_BACK: &str = "UnseenHeldBack";
 
 /// Every health state, in the order the metrics show them.
 const HEALTH_STATES: [HealthState; 4] =
@@ -36,6 +50,14 @@ pub struct Hosts {
     pub update_drain_left: Option<f64>,
     /// Hosts not emptied whose update tool no longer waits.
     pub update_drains_forced: u64,
+    /// Hosts per reason of their `Fenced` condition (those with one).
+    pub fencing: std::collections::BTreeMap<&'static str, u64>,
+    /// The longest a fencing under way has run, in seconds; None: none.
+    pub fencing_longest: Option<f64>,
+    /// Hosts in `ha` maintenance set for their health.
+    pub ha_maintenance: u64,
+    /// Hosts whose disable for being unseen the fleet gate holds back.
+    pub unseen_held_back: u64,
 }
 
 /// One Hypervisor, as the fleet's figures count it.
@@ -57,6 +79,52 @@ pub struct Host {
     pub update_drain_left: Option<f64>,
     /// Its `UpdateDrain` condition says the tool no longer waits.
     pub update_drain_forced: bool,
+    /// Its fencing, its ha maintenance, the unseen gate ([`ha_figures`]).
+    pub ha: HaFigures,
+}
+
+/// What the HA side shows of one host.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HaFigures {
+    /// Its `Fenced` condition's reason (one of `fence::record::REASONS`,
+    /// else `Other`); None: no such condition.
+    pub fenced: Option<&'static str>,
+    /// Seconds since its fencing started, while one is under way and the
+    /// host does not count fenced yet (nor is it being cleared or retired).
+    pub fencing_for: Option<f64>,
+    /// In `ha` maintenance set for its health: one of those
+    /// `--ha-maintenance-limit` bounds.
+    pub ha_maintenance: bool,
+    /// Its `SchedulingEnabled` condition says the unseen gate holds its
+    /// disable back.
+    pub unseen_held_back: bool,
+}
+
+/// `h` as the HA side's figures count it, at `now`.
+pub fn ha_figures(h: &Hypervisor, now: Timestamp) -> HaFigures {
+    let status = h.status.as_ref();
+    let reason_of = |t: ConditionType| {
+        status.and_then(|s| s.conditions.iter().find(|c| c.type_ == t.as_str())).map(|c| c.reason.as_str())
+    };
+    let fenced = reason_of(ConditionType::Fenced)
+        .map(|r| FENCED_REASONS.iter().find(|known| **known == r).copied().unwrap_or(OTHER_REASON));
+    let winding_up = fenced.is_some_and(|r| matches!(r, "Clearing" | "ClearWaiting"));
+    let fencing_for = status
+        .and_then(|s| s.fencing.as_ref())
+        .filter(|f| f.fenced.is_none() && f.retirement.is_none() && !winding_up)
+        .and_then(|f| f.started.as_ref())
+        .map(|started| now.duration_since(started.0).as_secs_f64().max(0.0));
+    let phase = status.and_then(|s| s.phase);
+    HaFigures {
+        fenced,
+        fencing_for,
+        ha_maintenance: crate::health::respond::counts_against_limit(
+            h.spec.maintenance,
+            &h.spec.maintenance_reason,
+            phase,
+        ),
+        unseen_held_back: reason_of(ConditionType::SchedulingEnabled) == Some(UNSEEN_HELD_BACK),
+    }
 }
 
 /// Counts `hypervisors`.
@@ -76,6 +144,14 @@ pub fn hosts(hypervisors: impl IntoIterator<Item = Host>) -> Hosts {
             f.update_drain_left = Some(f.update_drain_left.map_or(left, |l: f64| l.min(left)));
         }
         f.update_drains_forced += u64::from(h.update_drain_forced);
+        if let Some(reason) = h.ha.fenced {
+            *f.fencing.entry(reason).or_default() += 1;
+        }
+        if let Some(took) = h.ha.fencing_for {
+            f.fencing_longest = Some(f.fencing_longest.map_or(took, |l: f64| l.max(took)));
+        }
+        f.ha_maintenance += u64::from(h.ha.ha_maintenance);
+        f.unseen_held_back += u64::from(h.ha.unseen_held_back);
     }
     f
 }
@@ -98,6 +174,11 @@ struct ActionLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ToLabel {
     to: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
 }
 
 fn state_name(s: HealthState) -> &'static str {
@@ -123,6 +204,11 @@ pub struct HostGauges {
     update_drain_left: Gauge<f64, std::sync::atomic::AtomicU64>,
     update_drains_forced: Gauge,
     would: Family<ActionLabel, Counter>,
+    fencing: Family<ReasonLabel, Gauge>,
+    fencing_longest: Gauge<f64, std::sync::atomic::AtomicU64>,
+    ha_maintenance: Gauge,
+    ha_limit: Gauge,
+    unseen_held_back: Gauge,
 }
 
 impl HostGauges {
@@ -140,6 +226,11 @@ impl HostGauges {
             update_drain_left: Gauge::default(),
             update_drains_forced: Gauge::default(),
             would: Family::default(),
+            fencing: Family::default(),
+            fencing_longest: Gauge::default(),
+            ha_maintenance: Gauge::default(),
+            ha_limit: Gauge::default(),
+            unseen_held_back: Gauge::default(),
         };
         registry.register(
             "hv_hypervisors",
@@ -211,7 +302,44 @@ impl HostGauges {
         for s in HEALTH_STATES {
             let _ = g.transitions.get_or_create(&ToLabel { to: state_name(s) });
         }
+        g.register_ha(registry);
         g
+    }
+
+    fn register_ha(&self, registry: &mut Registry) {
+        registry.register(
+            "hv_hypervisors_fencing",
+            "Hypervisors per reason of their Fenced condition: a gate holding the fencing back, a step under \
+             way or not confirmed, fenced, the way back (docs/fencing.md).",
+            self.fencing.clone(),
+        );
+        registry.register(
+            "hv_fencing_longest_under_way_seconds",
+            "How long the longest fencing under way has run since it started, the host not counted fenced yet; \
+             0 when none is.",
+            self.fencing_longest.clone(),
+        );
+        registry.register(
+            "hv_hypervisors_ha_maintenance",
+            "Hypervisors in ha maintenance set for their health: those --ha-maintenance-limit bounds.",
+            self.ha_maintenance.clone(),
+        );
+        registry.register(
+            "hv_ha_maintenance_limit",
+            "How many hosts may be in ha maintenance for their health at once (--ha-maintenance-limit).",
+            self.ha_limit.clone(),
+        );
+        registry.register(
+            "hv_hypervisors_unseen_held_back",
+            "Unseen hypervisors not disabled in Nova because too many are unseen at once (--unseen-max-share; \
+             SchedulingEnabled=UnseenHeldBack).",
+            self.unseen_held_back.clone(),
+        );
+    }
+
+    /// `--ha-maintenance-limit`, shown by every replica.
+    pub(super) fn set_ha_limit(&self, limit: usize) {
+        self.ha_limit.set(i64::try_from(limit).unwrap_or(i64::MAX));
     }
 
     /// Shows `fleet`, every phase and state with zeros too; `None` (a
@@ -219,7 +347,11 @@ impl HostGauges {
     pub(super) fn show(&self, fleet: Option<Hosts>) {
         self.phases.clear();
         self.health.clear();
+        self.fencing.clear();
         let Some(f) = fleet else {
+            self.fencing_longest.set(0.0);
+            self.ha_maintenance.set(0);
+            self.unseen_held_back.set(0);
             self.without_agent.set(0);
             self.fenced_showing_life.set(0);
             self.disabled_elsewhere.set(0);
@@ -243,6 +375,12 @@ impl HostGauges {
         self.adopted_checks_failed.set(n(Some(&f.adopted_checks_failed)));
         self.update_drain_left.set(f.update_drain_left.unwrap_or(f64::INFINITY));
         self.update_drains_forced.set(n(Some(&f.update_drains_forced)));
+        for r in FENCED_REASONS.into_iter().chain([OTHER_REASON]) {
+            self.fencing.get_or_create(&ReasonLabel { reason: r }).set(n(f.fencing.get(r)));
+        }
+        self.fencing_longest.set(f.fencing_longest.unwrap_or(0.0));
+        self.ha_maintenance.set(n(Some(&f.ha_maintenance)));
+        self.unseen_held_back.set(n(Some(&f.unseen_held_back)));
     }
 
     pub(super) fn would(&self, reason: &'static str) {

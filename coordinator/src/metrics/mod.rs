@@ -2,10 +2,13 @@
 //! `/readyz` of the coordinator.
 //!
 //! Each concern owns its families (evictions, reconciles, OpenStack
-//! requests, Kubernetes writes, agent sessions, the fleet) and hands a narrow handle to the
-//! code it measures. Counters start at zero in every process (Prometheus'
-//! `rate()` copes); the durable record is the custom resources' status.
+//! requests, Kubernetes writes, agent sessions, the fleet, the eviction
+//! webhook, the certificates) and hands a narrow handle to the code it
+//! measures. Beside them, the build and the process (`hv_listen::metrics`).
+//! Counters start at zero in every process (Prometheus' `rate()` copes);
+//! the durable record is the custom resources' status.
 
+mod certificates;
 mod eviction;
 mod hosts;
 mod kube_writes;
@@ -13,6 +16,7 @@ mod openstack;
 mod reconciles;
 mod sessions;
 mod view;
+mod webhook;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,15 +32,18 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 pub use eviction::{DURATION_BUCKETS, Evictions, Tally, tally};
-pub use hosts::{Host, Hosts, hosts};
+pub use hosts::{HaFigures, Host, Hosts, ha_figures, hosts};
 pub use kube_writes::KubeWrites;
 pub use openstack::{OpenStackCalls, operation};
 pub use reconciles::Reconciles;
 pub use sessions::AgentSessions;
+pub use webhook::{Outcome as WebhookOutcome, WebhookCalls};
 
+use crate::api::EvictionPhase;
 use crate::api::hypervisor::HealthState;
 
 type HostsSource = Box<dyn Fn() -> Hosts + Send + Sync>;
+type EvictionsSource = Box<dyn Fn() -> Vec<EvictionPhase> + Send + Sync>;
 type ViewSource = Box<dyn Fn() -> Option<crate::nova::view::ViewFigures> + Send + Sync>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -63,6 +70,7 @@ pub struct Metrics {
     pub openstack: OpenStackCalls,
     pub kube_writes: KubeWrites,
     pub sessions: AgentSessions,
+    pub webhook: WebhookCalls,
     host_gauges: hosts::HostGauges,
     tls: OnceLock<Tls>,
     /// The fleet view of Nova in numbers, shown while this replica leads.
@@ -70,6 +78,10 @@ pub struct Metrics {
     /// The fleet as this replica sees it (the Hypervisor cache and the
     /// agent sessions), shown only while it leads.
     hosts: OnceLock<HostsSource>,
+    /// The Evictions' phases (the Eviction cache), shown only while it leads.
+    eviction_phases: OnceLock<EvictionsSource>,
+    /// The certificates its listeners present, shown while they serve TLS.
+    certificates: std::sync::Mutex<Vec<certificates::Source>>,
     /// This replica's pod label, when it labels its pod (`k8s::leader_pod`).
     pod_label: OnceLock<Arc<crate::k8s::leader_pod::LabelState>>,
     /// One scrape at a time: the fleet's gauges are refilled for each.
@@ -90,12 +102,14 @@ impl Default for Metrics {
         for to in ["leader", "follower"] {
             let _ = leader_transitions.get_or_create(&RoleLabel { to });
         }
+        hv_listen::metrics::build_info(&mut registry, "hv-coordinator", env!("CARGO_PKG_VERSION"));
         Metrics {
             evictions: Evictions::register(&mut registry),
             reconciles: Reconciles::register(&mut registry),
             openstack: OpenStackCalls::register(&mut registry),
             kube_writes: KubeWrites::register(&mut registry),
             sessions: AgentSessions::register_into(&mut registry),
+            webhook: WebhookCalls::register(&mut registry),
             host_gauges: hosts::HostGauges::register(&mut registry),
             registry,
             leader: AtomicBool::new(false),
@@ -104,6 +118,8 @@ impl Default for Metrics {
             tls: OnceLock::new(),
             nova_view: OnceLock::new(),
             hosts: OnceLock::new(),
+            eviction_phases: OnceLock::new(),
+            certificates: std::sync::Mutex::new(Vec::new()),
             pod_label: OnceLock::new(),
             scraping: std::sync::Mutex::new(()),
         }
@@ -132,6 +148,33 @@ impl Metrics {
 
     pub fn set_hosts(&self, source: impl Fn() -> Hosts + Send + Sync + 'static) {
         let _ = self.hosts.set(Box::new(source));
+    }
+
+    /// The Evictions' phases, read from `evictions` (the cache) at each
+    /// scrape while this replica leads.
+    pub fn set_evictions(&self, evictions: kube::runtime::reflector::Store<crate::api::Eviction>) {
+        let _ = self.eviction_phases.set(Box::new(move || {
+            evictions
+                .state()
+                .iter()
+                .map(|e| e.status.as_ref().and_then(|s| s.phase).unwrap_or_default())
+                .collect()
+        }));
+    }
+
+    /// A certificate a listener presents (`used`: `grpc`, `webhook`), its
+    /// end read at each scrape.
+    pub fn set_certificate(
+        &self,
+        used: &'static str,
+        not_after: impl Fn() -> Option<std::time::SystemTime> + Send + Sync + 'static,
+    ) {
+        crate::locked::lock(&self.certificates).push((used, Box::new(not_after)));
+    }
+
+    /// `--ha-maintenance-limit`.
+    pub fn set_ha_maintenance_limit(&self, limit: usize) {
+        self.host_gauges.set_ha_limit(limit);
     }
 
     /// This replica leads (or no longer does) from now on.
@@ -179,9 +222,18 @@ impl Metrics {
         let _one = crate::locked::lock(&self.scraping);
         let hosts = self.hosts.get().filter(|_| self.is_leader()).map(|source| source());
         self.host_gauges.show(hosts);
+        self.evictions.show(self.eviction_phases.get().filter(|_| self.is_leader()).map(|source| source()));
+        let certificates = {
+            let sources = crate::locked::lock(&self.certificates);
+            (!sources.is_empty()).then(|| certificates::registry(&sources))
+        };
         let mut s = String::new();
         let mut encode = || -> Result<(), std::fmt::Error> {
             prometheus_client::encoding::text::encode_registry(&mut s, &self.registry)?;
+            prometheus_client::encoding::text::encode_registry(&mut s, &hv_listen::metrics::process())?;
+            if let Some(certificates) = &certificates {
+                prometheus_client::encoding::text::encode_registry(&mut s, certificates)?;
+            }
             if let Some(tls) = self.tls.get() {
                 tls.failed
                     .inner()
@@ -269,6 +321,7 @@ mod tests {
             adopted_checks_failed: false,
             update_drain_left: None,
             update_drain_forced: false,
+            ha: HaFigures::default(),
         };
         let f = hosts([
             host(Phase::Active, true, Some(HealthState::Healthy)),
@@ -367,8 +420,11 @@ mod tests {
             adopted_checks_failed: false,
             update_drain_left: None,
             update_drain_forced: false,
+            ha: HaFigures { fenced: Some("StepNotConfirmed"), ..HaFigures::default() },
         };
         m.set_hosts(move || hosts([active]));
+        m.set_evictions(kube::runtime::reflector::store::<crate::api::Eviction>().0);
+        m.set_certificate("grpc", || Some(std::time::SystemTime::now()));
         m.set_nova_view(|| {
             Some(crate::nova::view::ViewFigures {
                 bound: Duration::from_secs(30),
@@ -382,6 +438,7 @@ mod tests {
         m.reconciles.record("hypervisor", Duration::from_millis(1), Err("kubernetes_conflict"));
         m.openstack.record("compute", "GET os-services".into(), "200".into(), Duration::from_millis(1));
         m.sessions.message("heartbeat");
+        m.webhook.record(WebhookOutcome::Allowed, Duration::from_millis(2));
         let text = m.render();
         let exposed: std::collections::BTreeSet<&str> =
             text.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split(['{', ' ']).next()).collect();
@@ -395,8 +452,10 @@ mod tests {
                 let name: String =
                     rest[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
                 let before = rest[..at].chars().last();
-                // A metric name, not part of another word (`"hv_" + x`).
-                if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                // A metric name, not part of another word (`"hv_" + x`);
+                // the agent's are the agent's to show (its own test).
+                let word = before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+                if !word && !name.starts_with("hv_agent_") {
                     queried.insert(name.clone());
                 }
                 rest = &rest[at + name.len().max(3)..];
@@ -442,6 +501,11 @@ mod tests {
             "hv_eviction_migrations_started_total 3",
             "hv_eviction_migrations_succeeded_total 2",
             "hv_eviction_migrations_aborted_total 0",
+            "hv_eviction_migration_outcomes_total{outcome=\"succeeded\"} 2",
+            "hv_eviction_migration_outcomes_total{outcome=\"retried\"} 0",
+            "hv_eviction_migration_outcomes_total{outcome=\"aborted\"} 0",
+            "hv_eviction_migration_outcomes_total{outcome=\"non_migratable\"} 0",
+            "hv_webhook_requests_total{outcome=\"allowed\"} 0",
             "hv_eviction_migration_duration_seconds_bucket{le=\"5.0\"} 1",
             "hv_eviction_migration_duration_seconds_bucket{le=\"30.0\"} 1",
             "hv_eviction_migration_duration_seconds_bucket{le=\"60.0\"} 2",
@@ -467,5 +531,189 @@ mod tests {
         }
         assert_eq!(s.lines().last(), Some("# EOF"));
         assert!(!s.contains("hv_coordinator_grpc_tls"), "no TLS families without TLS");
+        assert!(!s.contains("hv_coordinator_certificate_expiry_seconds"), "nor certificates");
+    }
+
+    /// Which build runs, and what the process uses, on every replica.
+    #[test]
+    fn the_build_and_the_process_are_shown() {
+        let s = Metrics::default().render();
+        let build = format!(
+            "hv_build_info{{binary=\"hv-coordinator\",version=\"{}\",arch=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::ARCH
+        );
+        has(&s, &build);
+        for family in [
+            "process_resident_memory_bytes",
+            "process_virtual_memory_bytes",
+            "process_cpu_seconds_total",
+            "process_open_fds",
+            "process_max_fds",
+            "process_start_time_seconds",
+        ] {
+            assert!(s.lines().any(|l| l.starts_with(&format!("{family} "))), "missing {family} in\n{s}");
+        }
+    }
+
+    /// The end of each certificate a listener presents, read at each
+    /// scrape: a rotation shows at the next.
+    #[test]
+    fn the_certificates_ends_are_read_at_each_scrape() {
+        let m = Metrics::default();
+        let end = Arc::new(std::sync::atomic::AtomicU64::new(2_208_988_800));
+        let read = end.clone();
+        m.set_certificate("grpc", move || {
+            Some(std::time::UNIX_EPOCH + Duration::from_secs(read.load(Ordering::Relaxed)))
+        });
+        m.set_certificate("webhook", || Some(std::time::UNIX_EPOCH + Duration::from_secs(2_000_000_000)));
+        let s = m.render();
+        has(&s, "hv_coordinator_certificate_expiry_seconds{use=\"grpc\"} 2208988800");
+        has(&s, "hv_coordinator_certificate_expiry_seconds{use=\"webhook\"} 2000000000");
+        end.store(2_253_657_600, Ordering::Relaxed);
+        has(&m.render(), "hv_coordinator_certificate_expiry_seconds{use=\"grpc\"} 2253657600");
+    }
+
+    /// Fencings by their condition's reason (an unknown one as Other), the
+    /// longest under way, hosts in ha maintenance for health against the
+    /// limit, disables held back by the unseen gate: read from the
+    /// Hypervisors, shown by the leader only (the limit by every replica).
+    #[test]
+    fn the_ha_side_is_counted_from_the_hypervisors_by_the_leader() {
+        use crate::api::hypervisor::FencingStatus;
+        use crate::api::{Hypervisor, HypervisorSpec, HypervisorStatus, MaintenanceMode};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+        let now = jiff::Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_secs(1_800_000_000);
+        let ago = |secs: i64| Some(Time(now - jiff::SignedDuration::from_secs(secs)));
+        let cond = |t: &str, reason: &str| Condition {
+            type_: t.into(),
+            reason: reason.into(),
+            status: "False".into(),
+            message: String::new(),
+            last_transition_time: Time(now),
+            observed_generation: None,
+        };
+        let hv = |spec: HypervisorSpec, phase, conditions, fencing| {
+            let mut h = Hypervisor::new("n", spec);
+            h.status =
+                Some(HypervisorStatus { phase: Some(phase), conditions, fencing, ..Default::default() });
+            h
+        };
+        let ha = |reason: &str| HypervisorSpec {
+            maintenance: MaintenanceMode::Ha,
+            maintenance_reason: reason.into(),
+            ..Default::default()
+        };
+        let started = |secs, fenced: Option<i64>| {
+            Some(FencingStatus { started: ago(secs), fenced: fenced.and_then(ago), ..Default::default() })
+        };
+        let fleet = [
+            hv(
+                HypervisorSpec::default(),
+                Phase::Active,
+                vec![cond("Fenced", "StepNotConfirmed")],
+                started(1200, None),
+            ),
+            hv(
+                HypervisorSpec::default(),
+                Phase::Active,
+                vec![cond("Fenced", "InProgress")],
+                started(30, None),
+            ),
+            hv(HypervisorSpec::default(), Phase::Active, vec![cond("Fenced", "NoAgentQuorum")], None),
+            hv(HypervisorSpec::default(), Phase::Active, vec![cond("Fenced", "SomeOldReason")], None),
+            // Fenced long ago: not under way any more.
+            hv(
+                ha("hv-health: fenced"),
+                Phase::Maintenance,
+                vec![cond("Fenced", "Fenced")],
+                started(9000, Some(8000)),
+            ),
+            // Being cleared: winding up, not under way.
+            hv(
+                HypervisorSpec::default(),
+                Phase::Maintenance,
+                vec![cond("Fenced", "ClearWaiting")],
+                started(5000, None),
+            ),
+            hv(ha("hv-health: root-read-only"), Phase::Evicting, vec![], None),
+            hv(ha("hv-health: gone"), Phase::Decommissioned, vec![], None),
+            hv(ha("an SRE's own reason"), Phase::Maintenance, vec![], None),
+            hv(
+                HypervisorSpec::default(),
+                Phase::Active,
+                vec![cond("SchedulingEnabled", "UnseenHeldBack")],
+                None,
+            ),
+        ];
+        let figures: Vec<HaFigures> = fleet.iter().map(|h| ha_figures(h, now)).collect();
+        assert_eq!(figures[0].fencing_for, Some(1200.0));
+        assert_eq!(figures[3].fenced, Some("Other"), "a reason the code does not write");
+        assert_eq!(figures[4].fencing_for, None, "fenced");
+        assert_eq!(figures[5].fencing_for, None, "being cleared");
+        let host = |ha| Host {
+            phase: Phase::Active,
+            agent_connected: true,
+            health: None,
+            fenced_showing_life: false,
+            disabled_elsewhere: false,
+            paused: false,
+            adopted_checks_failed: false,
+            update_drain_left: None,
+            update_drain_forced: false,
+            ha,
+        };
+        let f = hosts(figures.into_iter().map(host));
+        let m = Metrics::default();
+        m.set_hosts(move || f.clone());
+        m.set_ha_maintenance_limit(5);
+        let follower = m.render();
+        has(&follower, "hv_ha_maintenance_limit 5");
+        has(&follower, "hv_hypervisors_ha_maintenance 0");
+        has(&follower, "hv_fencing_longest_under_way_seconds 0.0");
+        assert!(!follower.contains("hv_hypervisors_fencing{"), "a follower does not speak for the fleet");
+        m.set_leader(true);
+        let s = m.render();
+        has(&s, "hv_hypervisors_fencing{reason=\"StepNotConfirmed\"} 1");
+        has(&s, "hv_hypervisors_fencing{reason=\"InProgress\"} 1");
+        has(&s, "hv_hypervisors_fencing{reason=\"NoAgentQuorum\"} 1");
+        has(&s, "hv_hypervisors_fencing{reason=\"Other\"} 1");
+        has(&s, "hv_hypervisors_fencing{reason=\"FleetShareLost\"} 0");
+        has(&s, "hv_fencing_longest_under_way_seconds 1200.0");
+        has(&s, "hv_hypervisors_ha_maintenance 2");
+        has(&s, "hv_ha_maintenance_limit 5");
+        has(&s, "hv_hypervisors_unseen_held_back 1");
+    }
+
+    /// The Evictions by phase, every phase, from the cache: by the leader only.
+    #[test]
+    fn evictions_are_counted_by_phase_by_the_leader() {
+        use crate::api::{Eviction, EvictionReason, EvictionSpec, EvictionStatus};
+        let spec = || EvictionSpec {
+            hypervisor: "n".into(),
+            reason: EvictionReason::AdminRequest,
+            options: Default::default(),
+            dry_run: false,
+        };
+        let (store, mut writer) = kube::runtime::reflector::store::<Eviction>();
+        for (name, phase) in
+            [("a", EvictionPhase::Migrating), ("b", EvictionPhase::Migrating), ("c", EvictionPhase::Failed)]
+        {
+            let mut e = Eviction::new(name, spec());
+            e.status = Some(EvictionStatus { phase: Some(phase), ..Default::default() });
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(e));
+        }
+        let mut fresh = Eviction::new("d", spec());
+        fresh.status = None;
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(fresh));
+        let m = Metrics::default();
+        m.set_evictions(store);
+        assert!(!m.render().contains("hv_evictions{"), "a follower");
+        m.set_leader(true);
+        let s = m.render();
+        has(&s, "hv_evictions{phase=\"Migrating\"} 2");
+        has(&s, "hv_evictions{phase=\"Failed\"} 1");
+        has(&s, "hv_evictions{phase=\"Pending\"} 1");
+        has(&s, "hv_evictions{phase=\"Planned\"} 0");
     }
 }
