@@ -29,12 +29,23 @@ pub struct News {
 }
 
 /// The Events that the write from `before` to `after` of the Eviction
-/// `eviction` tells; `unmet` is what it waits on, or why it stopped.
-pub fn news(eviction: &str, before: &EvictionStatus, after: &EvictionStatus, unmet: &str) -> Vec<News> {
+/// `eviction` tells; `unmet` is what it waits on, or why it stopped. A dry
+/// run's are told on itself only: it moves nothing, and its host's Node
+/// has nothing to show.
+pub fn news(
+    eviction: &str,
+    before: &EvictionStatus,
+    after: &EvictionStatus,
+    unmet: &str,
+    dry_run: bool,
+) -> Vec<News> {
     let mut out = phase_news(before, after, unmet);
     for vm in &after.vms {
         let was = before.vms.iter().find(|b| b.id == vm.id);
         out.extend(vm_news(eviction, was, vm));
+    }
+    if dry_run {
+        out.retain(|n| n.about == About::Eviction);
     }
     out
 }
@@ -133,7 +144,7 @@ mod tests {
     #[test]
     fn nothing_changed_tells_nothing() {
         let s = status(EvictionPhase::Migrating, vec![vm(VmState::Migrating, 1)]);
-        assert!(news("ev", &s, &s, "").is_empty());
+        assert!(news("ev", &s, &s, "", false).is_empty());
     }
 
     #[test]
@@ -145,7 +156,8 @@ mod tests {
             (EvictionPhase::Failed, "EvictionFailed", true),
             (EvictionPhase::Cancelled, "EvictionCancelled", false),
         ] {
-            let n = news("ev", &before, &status(phase, vec![]), "Preflight (NoRoom): vm-1 fits nowhere");
+            let n =
+                news("ev", &before, &status(phase, vec![]), "Preflight (NoRoom): vm-1 fits nowhere", false);
             assert_eq!(reasons(&n), vec![(reason, About::Eviction), (reason, About::Node)], "{phase:?}");
             assert!(n.iter().all(|n| n.warning == warning));
         }
@@ -154,9 +166,10 @@ mod tests {
             &before,
             &status(EvictionPhase::Failed, vec![]),
             "Preflight (NoRoom): vm-1 fits nowhere",
+            false,
         );
         assert!(failed[0].note.ends_with("vm-1 fits nowhere"), "{}", failed[0].note);
-        assert!(news("ev", &status(EvictionPhase::Pending, vec![]), &before, "").is_empty());
+        assert!(news("ev", &status(EvictionPhase::Pending, vec![]), &before, "", false).is_empty());
     }
 
     #[test]
@@ -166,6 +179,7 @@ mod tests {
             &status(EvictionPhase::Migrating, vec![vm(VmState::Pending, 0)]),
             &status(EvictionPhase::Migrating, vec![vm(VmState::Migrating, 1)]),
             "",
+            false,
         );
         assert_eq!(reasons(&start), vec![("MigrationStarted", m(1))]);
         let mut done = vm(VmState::Migrated, 1);
@@ -175,6 +189,7 @@ mod tests {
             &status(EvictionPhase::Migrating, vec![vm(VmState::Migrating, 1)]),
             &status(EvictionPhase::Migrating, vec![done]),
             "",
+            false,
         );
         assert_eq!(reasons(&end), vec![("MigrationCompleted", m(1))]);
         assert_eq!(end[0].note, "web (u1) now runs on node-b");
@@ -189,6 +204,7 @@ mod tests {
             &status(EvictionPhase::Migrating, vec![vm(VmState::Migrating, 1)]),
             &status(EvictionPhase::Migrating, vec![failed.clone()]),
             "",
+            false,
         );
         assert_eq!(reasons(&n), vec![("MigrationFailed", m(1))]);
         assert!(n[0].warning);
@@ -199,6 +215,7 @@ mod tests {
             &status(EvictionPhase::Migrating, vec![vm(VmState::Backoff, 1)]),
             &status(EvictionPhase::Migrating, vec![given_up]),
             "",
+            false,
         );
         assert_eq!(reasons(&n), vec![("VmNonMigratable", About::Eviction), ("VmNonMigratable", About::Node)]);
     }
@@ -212,7 +229,18 @@ mod tests {
             &status(EvictionPhase::Migrating, vec![vm(VmState::Migrating, 1)]),
             &status(EvictionPhase::Migrating, vec![again]),
             "",
+            false,
         );
         assert_eq!(reasons(&n), vec![("MigrationFailed", m(1)), ("MigrationStarted", m(2))]);
+    }
+
+    #[test]
+    fn a_dry_run_is_told_on_itself_only() {
+        let before = status(EvictionPhase::Pending, vec![]);
+        for phase in [EvictionPhase::Planned, EvictionPhase::Failed, EvictionPhase::Cancelled] {
+            let n =
+                news("ev", &before, &status(phase, vec![]), "Target (UnknownHypervisor): no such host", true);
+            assert!(!n.is_empty() && n.iter().all(|n| n.about == About::Eviction), "{phase:?}: {n:?}");
+        }
     }
 }

@@ -139,13 +139,16 @@ pub fn judged(
 }
 
 /// A dry run's end, once its preflight is judged: `Planned`, whatever
-/// the preflight found, with how many VMs it stops in `progress`.
-pub fn planned(mut s: EvictionStatus, now: Timestamp) -> EvictionStatus {
+/// the preflight found, with how many VMs it stops in `progress`; or,
+/// when something `held` the preflight (the host's fencing, its machine),
+/// with that instead.
+pub fn planned(mut s: EvictionStatus, held: Option<&str>, now: Timestamp) -> EvictionStatus {
     let stopped = s.preflight.iter().filter(|v| v.finding.is_some()).count();
     s.phase = Some(EvictionPhase::Planned);
-    s.progress = Some(match stopped {
-        0 => format!("dry run: {} VM(s), none stopped", s.preflight.len()),
-        n => format!("dry run: {} VM(s), {n} stopped", s.preflight.len()),
+    s.progress = Some(match (held, stopped) {
+        (Some(why), _) => format!("dry run: not judged: {why}"),
+        (None, 0) => format!("dry run: {} VM(s), none stopped", s.preflight.len()),
+        (None, n) => format!("dry run: {} VM(s), {n} stopped", s.preflight.len()),
     });
     s.completed_at = Some(Time(now));
     s

@@ -278,8 +278,15 @@ async fn hold_or_release(
     let status = status_of(&ev);
     let phase = status.phase.unwrap_or_default();
     let deleting = ev.metadata.deletion_timestamp.is_some();
+    // A dry run asks Nova nothing that a deletion would have to undo: it
+    // is never held, and one deleted is left to go.
+    if ev.spec.dry_run && deleting {
+        write::finalizer(&api(ctx), ev.as_ref(), EVICTION_FINALIZER, false).await?;
+        return Ok(Err(Requeue::await_change()));
+    }
     if !phase.is_final() {
         if !deleting
+            && !ev.spec.dry_run
             && let Some(held) = write::finalizer(&api(ctx), ev.as_ref(), EVICTION_FINALIZER, true).await?
         {
             return Ok(Ok(Arc::new(held)));
@@ -361,38 +368,49 @@ async fn refuse(ctx: &EvictionContext, ev: &Eviction, r: Refusal, now: Timestamp
     Ok(Requeue::requeue(ENDED))
 }
 
+/// Writes the Eviction's status ([`write_status`]) and tells what the write
+/// changed ([`tell`]). Answers the Eviction as written, if it was.
+async fn record(ctx: &EvictionContext, ev: &Eviction, s: EvictionStatus) -> Result<Option<Eviction>, Error> {
+    let written = write_status(ctx, ev, s).await?;
+    if let Some(w) = &written {
+        tell(ctx, &status_of(ev), w).await;
+    }
+    Ok(written)
+}
+
 /// Writes the Eviction's status, with its summary `Ready` condition, over
-/// the version this reconcile read and remembers it for a cache that lags; an unchanged status is not written
-/// (every write wakes the Hypervisor's reconcile). Answers the Eviction as
-/// written, if it was.
-async fn record(
+/// the version this reconcile read and remembers it for a cache that lags;
+/// an unchanged status is not written (every write wakes the Hypervisor's
+/// reconcile). Answers the Eviction as written, if it was.
+async fn write_status(
     ctx: &EvictionContext,
     ev: &Eviction,
     mut s: EvictionStatus,
 ) -> Result<Option<Eviction>, Error> {
-    let ready = crate::api::ready::eviction_condition(&s);
-    s.conditions = merge(&s.conditions, &[ready], Timestamp::now(), ev.metadata.generation);
+    let summary = crate::api::ready::eviction_conditions(&s);
+    s.conditions = merge(&s.conditions, &summary, Timestamp::now(), ev.metadata.generation);
     if Some(&s) == ev.status.as_ref() {
         return Ok(None);
     }
     let written =
         write::status(&api(ctx), &ev.name_any(), ev.metadata.resource_version.as_deref(), &s).await?;
     ctx.written.remember(ev.metadata.resource_version.clone(), written.clone());
-    tell(ctx, &status_of(ev), &written).await;
     Ok(Some(written))
 }
 
 /// The Events a status write tells ([`news::news`]): on the Eviction, on
-/// the Migration of an attempt, and on the host's Node.
+/// the Migration of an attempt, and on the host's Node; and the progress
+/// on the fleet watch.
 async fn tell(ctx: &EvictionContext, before: &EvictionStatus, written: &Eviction) {
     let after = status_of(written);
     if (before.phase, before.migrated, before.in_flight) != (after.phase, after.migrated, after.in_flight) {
         let _ = ctx.events.send(progress_event(ctx, written, &after));
     }
-    for n in news::news(&written.name_any(), before, &after, &written.unmet_message()) {
+    let dry_run = written.spec.dry_run;
+    for n in news::news(&written.name_any(), before, &after, &written.unmet_message(), dry_run) {
         let reference = match &n.about {
             news::About::Eviction => written.object_ref(&()),
-            news::About::Migration(name) => migration_ref(ctx, name),
+            news::About::Migration(name) => migration_ref(ctx, name).await,
             news::About::Node => node_ref(ctx, &written.spec.hypervisor),
         };
         let type_ = if n.warning { EventType::Warning } else { EventType::Normal };
@@ -423,9 +441,16 @@ fn progress_event(ctx: &EvictionContext, ev: &Eviction, s: &EvictionStatus) -> h
     }
 }
 
-fn migration_ref(ctx: &EvictionContext, name: &str) -> ObjectReference {
-    let key = ObjectRef::<Migration>::new(name);
-    match ctx.migrations.get(&key) {
+/// The Migration `name` (with its uid, so that `kubectl describe` lists
+/// the Event): from the cache, or read, as one made in this very step is
+/// not in the cache yet; by name alone when it cannot be read.
+async fn migration_ref(ctx: &EvictionContext, name: &str) -> ObjectReference {
+    let cached = ctx.migrations.get(&ObjectRef::<Migration>::new(name)).map(|m| (*m).clone());
+    let found = match cached {
+        Some(m) => Some(m),
+        None => Api::<Migration>::all(ctx.client.clone()).get_opt(name).await.ok().flatten(),
+    };
+    match found {
         Some(m) => m.object_ref(&()),
         None => ObjectReference {
             api_version: Some(Migration::api_version(&()).into_owned()),
@@ -463,14 +488,14 @@ async fn run_preflight(
     // Judged once the host's fate is known: a fenced host's findings do
     // not stop its eviction, a live one's do.
     if let Some(c) = fence.condition().filter(|_| fence.holds()) {
-        let mut s = status_of(ev);
-        s.conditions = merge(&s.conditions, &[c], now, ev.metadata.generation);
-        record(ctx, ev, s).await?;
-        return Ok(Requeue::requeue(POLL));
+        return held_preflight(ctx, ev, c, now).await;
     }
     // Whether the host is the machine Nova means, before the room is read.
     let servers = ctx.nova.servers_on(source).await?;
     let machine = judge_machine(ctx, ev, source, &servers);
+    if machine.holds && ev.spec.dry_run {
+        return held_preflight(ctx, ev, machine.condition, now).await;
+    }
     if machine.holds {
         return hold_for_machine(ctx, ev, machine.condition, now).await;
     }
@@ -484,7 +509,7 @@ async fn run_preflight(
     s.conditions = merge(&s.conditions, &[machine.condition], now, ev.metadata.generation);
     s.preflight = plan;
     if ev.spec.dry_run {
-        record(ctx, ev, phases::planned(s, now)).await?;
+        record(ctx, ev, phases::planned(s, None, now)).await?;
         return Ok(Requeue::requeue(ENDED));
     }
     let said = s.conditions.iter().find(|c| c.type_ == ConditionType::Preflight.as_str());
@@ -506,6 +531,26 @@ async fn run_preflight(
         }
         _ => Ok(Requeue::requeue(if passed { Duration::from_millis(100) } else { ENDED })),
     }
+}
+
+/// A preflight that cannot be judged yet (the host's fencing, or its
+/// machine, holds it): the condition says why, and it is looked at again;
+/// a dry run ends `Planned` with that as its answer.
+async fn held_preflight(
+    ctx: &EvictionContext,
+    ev: &Eviction,
+    c: DesiredCondition,
+    now: Timestamp,
+) -> Result<Requeue, Error> {
+    let mut s = status_of(ev);
+    let why = format!("{} ({}): {}", c.type_, c.reason, c.message);
+    s.conditions = merge(&s.conditions, &[c], now, ev.metadata.generation);
+    if ev.spec.dry_run {
+        record(ctx, ev, phases::planned(s, Some(&why), now)).await?;
+        return Ok(Requeue::requeue(ENDED));
+    }
+    record(ctx, ev, s).await?;
+    Ok(Requeue::requeue(POLL))
 }
 
 /// Whether the host is the machine Nova means: the servers Nova lists on
@@ -687,17 +732,37 @@ async fn migrate(
     // Record each new attempt before asking Nova, so a crash in between
     // can never lead to a second request for the same attempt.
     let said = [options_condition(&before, invalid), fence.condition(), disabled];
-    record(ctx, ev, stepped(&before, &step, fence, &said, ev.metadata.generation, now)).await?;
+    let written =
+        write_status(ctx, ev, stepped(&before, &step, fence, &said, ev.metadata.generation, now)).await?;
     ctx.metrics.add(&tally(&before.vms, &step, now));
     for (mname, read, st) in &seen.records {
         write_migration(ctx, mname, read.as_deref(), st).await;
     }
-    act(ctx, ev, source, &step).await?;
+    let acted = act(ctx, ev, source, &step).await;
+    // Told once Nova was asked: the Events wait for nothing on the way.
+    if let Some(w) = &written {
+        tell(ctx, &before, w).await;
+    }
+    acted?;
+    after_step(ctx, ev, &before, &step, began).await
+}
+
+/// What follows a step once Nova was asked: a final phase lets its slots
+/// go (and a cancelled Eviction being deleted, its finalizer); when to look
+/// again.
+async fn after_step(
+    ctx: &EvictionContext,
+    ev: &Eviction,
+    before: &EvictionStatus,
+    step: &plan::Step,
+    began: std::time::Instant,
+) -> Result<Requeue, Error> {
+    let name = ev.name_any();
     if step.phase.is_final() {
         ctx.limit.release(&name);
         ctx.progress_reads.forget_eviction(&name);
     }
-    if deleting && step.phase == EvictionPhase::Cancelled {
+    if ev.metadata.deletion_timestamp.is_some() && step.phase == EvictionPhase::Cancelled {
         write::finalizer(&api(ctx), ev, EVICTION_FINALIZER, false).await?;
         return Ok(Requeue::await_change());
     }

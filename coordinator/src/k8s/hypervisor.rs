@@ -575,8 +575,8 @@ async fn write_status(
     after: &HypervisorStatus,
 ) -> Result<Arc<Hypervisor>, Error> {
     let mut after = after.clone();
-    let ready = crate::api::ready::host_condition(&after);
-    after.conditions = merge(&after.conditions, &[ready], Timestamp::now(), hv.metadata.generation);
+    let summary = crate::api::ready::host_conditions(&after);
+    after.conditions = merge(&after.conditions, &summary, Timestamp::now(), hv.metadata.generation);
     if after == *before {
         return Ok(hv);
     }
@@ -1102,6 +1102,24 @@ async fn observe_close_hosts(ctx: &Context, host: &str, agent_hostname: Option<&
     }
 }
 
+/// An Eviction of the name the lifecycle asked for exists already: its
+/// own, made by an earlier look (taken as made), or somebody else's, such
+/// as a dry run or one made by hand (never taken: the host would wait on
+/// an eviction that is not its maintenance's).
+async fn same_eviction(api: &Api<Eviction>, hv: &Hypervisor, name: &str) -> Result<(), String> {
+    let found = api.get(name).await.map_err(|e| e.to_string())?;
+    let uid = hv.meta().uid.as_deref();
+    let owned =
+        found.owner_references().iter().any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid);
+    if owned && !found.spec.dry_run {
+        return Ok(());
+    }
+    Err(format!(
+        "an Eviction named {name} exists that is not this host's maintenance (a dry run, or made by hand): \
+         delete it, and the maintenance's own is made"
+    ))
+}
+
 async fn execute(
     ctx: &Context,
     hv: &Hypervisor,
@@ -1132,7 +1150,7 @@ async fn execute(
             let pp = PostParams { field_manager: Some(super::FIELD_MANAGER.into()), ..Default::default() };
             match api.create(&pp, &eviction).await {
                 Ok(_) => Ok(()),
-                Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 409 => same_eviction(&api, hv, ev).await,
                 Err(e) => Err(e.to_string()),
             }
         }

@@ -99,10 +99,20 @@ fn a_dry_run_ends_planned_whatever_its_preflight_found() {
         let (mut s, _) =
             judged(EvictionStatus::default(), report(findings), &FenceState::None, "h", Some(1), t(10));
         s.preflight = vec![vm("a", None), vm("b", (findings > 0).then_some("capacity: no room"))];
-        let s = planned(s, t(11));
+        let s = planned(s, None, t(11));
         assert_eq!(s.phase, Some(EvictionPhase::Planned));
         assert!(s.phase.is_some_and(EvictionPhase::is_final));
         assert_eq!(s.progress.as_deref(), Some(progress));
         assert_eq!(s.completed_at, Some(Time(t(11))));
     }
+}
+
+#[test]
+fn a_dry_run_held_ends_planned_saying_what_held_it() {
+    let s = planned(EvictionStatus::default(), Some("Machine (NotTheMachine): none of the servers"), t(5));
+    assert_eq!(s.phase, Some(EvictionPhase::Planned));
+    assert_eq!(
+        s.progress.as_deref(),
+        Some("dry run: not judged: Machine (NotTheMachine): none of the servers")
+    );
 }
