@@ -107,6 +107,12 @@ pub enum ConditionType {
     /// Hypervisor and Eviction: the summary (`api::ready`): a host in
     /// service, an eviction that succeeded.
     Ready,
+    /// Hypervisor and Eviction (`api::ready`, kstatus): True while the
+    /// object moves towards what its spec asks.
+    Reconciling,
+    /// Hypervisor and Eviction (`api::ready`, kstatus): True while it
+    /// waits on an SRE.
+    Stalled,
 }
 
 impl ConditionType {
@@ -130,6 +136,8 @@ impl ConditionType {
             ConditionType::Machine => "Machine",
             ConditionType::UpdateDrain => "UpdateDrain",
             ConditionType::Ready => "Ready",
+            ConditionType::Reconciling => "Reconciling",
+            ConditionType::Stalled => "Stalled",
         }
     }
 
@@ -151,7 +159,7 @@ impl ConditionType {
             | ConditionType::HostFenced
             | ConditionType::HostPaused
             | ConditionType::Machine => Owner::Eviction,
-            ConditionType::Ready => Owner::Summary,
+            ConditionType::Ready | ConditionType::Reconciling | ConditionType::Stalled => Owner::Summary,
         }
     }
 }

@@ -244,9 +244,10 @@ impl Eviction {
     /// or stopped (empty when none).
     pub fn unmet_message(&self) -> String {
         let conditions = self.status.iter().flat_map(|s| s.conditions.iter());
-        let summary = super::ConditionType::Ready.as_str();
         conditions
-            .filter(|c| c.type_ != summary && c.status != "True")
+            .filter(|c| {
+                !super::ready::SUMMARY_TYPES.iter().any(|t| t.as_str() == c.type_) && c.status != "True"
+            })
             .map(|c| c.message.clone())
             .next()
             .unwrap_or_default()

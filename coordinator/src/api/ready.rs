@@ -3,7 +3,9 @@
 //! `kubectl wait --for=condition=Ready` and status tools that read a
 //! summary condition work, and so that `kubectl get` shows why not in one
 //! column. It is computed from the object's other conditions and phase
-//! each time its status is written, never decided on its own.
+//! each time its status is written, never decided on its own; so are
+//! kstatus's `Reconciling` and `Stalled`, which status tools such as
+//! Helm's wait read.
 //!
 //! A Hypervisor is Ready when it is in service: Active, enabled in Nova,
 //! its agent connected and its health not lost. An Eviction is Ready when
@@ -152,6 +154,57 @@ pub fn host_condition(s: &HypervisorStatus) -> DesiredCondition {
     DesiredCondition::new(ConditionType::Ready, status, why.reason(), said(holding))
 }
 
+/// The Hypervisor's summary conditions: `Ready`, and kstatus's
+/// `Reconciling` (True while the host moves towards what its spec asks:
+/// onboarding, testing, enabling, evicting) and `Stalled` (True while it
+/// waits on an SRE: Aborted, or a fencing step not confirmed), which
+/// status tools such as Helm's wait read.
+pub fn host_conditions(s: &HypervisorStatus) -> [DesiredCondition; 3] {
+    let (why, _) = host(s);
+    let reconciling = match why {
+        HostReady::Onboarding => "Onboarding",
+        HostReady::Testing => "Testing",
+        HostReady::Enabling => "Enabling",
+        HostReady::Evicting => "Evicting",
+        _ => SETTLED,
+    };
+    let moving = reconciling != SETTLED;
+    let fenced = s.conditions.iter().find(|c| c.type_ == ConditionType::Fenced.as_str());
+    let stuck = fenced.is_some_and(|c| c.reason == crate::fence::decide::STUCK);
+    let stalled = if why == HostReady::Aborted {
+        "Aborted"
+    } else if stuck {
+        FENCING_STUCK
+    } else {
+        NOT_STALLED
+    };
+    [
+        host_condition(s),
+        DesiredCondition::new(ConditionType::Reconciling, ConditionStatus::from(moving), reconciling, ""),
+        DesiredCondition::new(
+            ConditionType::Stalled,
+            ConditionStatus::from(stalled != NOT_STALLED),
+            stalled,
+            "",
+        ),
+    ]
+}
+
+/// `Reconciling` False: nothing under way towards the spec.
+pub const SETTLED: &str = "Settled";
+/// `Stalled` False: nothing waits on an SRE.
+pub const NOT_STALLED: &str = "NotStalled";
+/// `Stalled` True: a fencing step was not confirmed.
+pub const FENCING_STUCK: &str = "FencingStuck";
+
+/// The condition types this module writes: none of them is a cause.
+pub const SUMMARY_TYPES: [ConditionType; 3] =
+    [ConditionType::Ready, ConditionType::Reconciling, ConditionType::Stalled];
+
+fn summary(type_: &str) -> bool {
+    SUMMARY_TYPES.iter().any(|t| t.as_str() == type_)
+}
+
 /// Why an Eviction is or is not Ready: the `Ready` condition's reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EvictionReady {
@@ -200,8 +253,7 @@ pub fn eviction_condition(s: &EvictionStatus) -> DesiredCondition {
         | EvictionPhase::Disabling
         | EvictionPhase::Migrating => EvictionReady::InProgress,
     };
-    let ready = ConditionType::Ready.as_str();
-    let holding = s.conditions.iter().find(|c| c.type_ != ready && c.status != "True");
+    let holding = s.conditions.iter().find(|c| !summary(&c.type_) && c.status != "True");
     let status = ConditionStatus::from(matches!(why, EvictionReady::Succeeded | EvictionReady::Planned));
     let message = match why {
         EvictionReady::Succeeded => s.progress.as_ref().map(|p| format!("{p} moved")).unwrap_or_default(),
@@ -209,6 +261,21 @@ pub fn eviction_condition(s: &EvictionStatus) -> DesiredCondition {
         _ => said(holding),
     };
     DesiredCondition::new(ConditionType::Ready, status, why.reason(), message)
+}
+
+/// The Eviction's summary conditions: `Ready`, and kstatus's `Reconciling`
+/// (True while it runs) and `Stalled` (True once it failed).
+pub fn eviction_conditions(s: &EvictionStatus) -> [DesiredCondition; 3] {
+    let phase = s.phase.unwrap_or_default();
+    let running = !phase.is_final();
+    let failed = phase == EvictionPhase::Failed;
+    let reconciling = if running { "InProgress" } else { SETTLED };
+    let stalled = if failed { "Failed" } else { NOT_STALLED };
+    [
+        eviction_condition(s),
+        DesiredCondition::new(ConditionType::Reconciling, ConditionStatus::from(running), reconciling, ""),
+        DesiredCondition::new(ConditionType::Stalled, ConditionStatus::from(failed), stalled, ""),
+    ]
 }
 
 /// A condition as one line: `Type (Reason): message`.
@@ -333,5 +400,35 @@ mod tests {
             (c.status, c.reason.as_str(), c.message.as_str()),
             (ConditionStatus::True, "Succeeded", "3/3 moved")
         );
+    }
+
+    #[test]
+    fn kstatus_reads_a_host_moving_as_reconciling_and_one_waiting_on_an_sre_as_stalled() {
+        let of = |s: &HypervisorStatus| {
+            let cs = host_conditions(s);
+            (cs[1].status, cs[1].reason.clone(), cs[2].status, cs[2].reason.clone())
+        };
+        let t = ConditionStatus::True;
+        let f = ConditionStatus::False;
+        assert_eq!(of(&host_in(Phase::Testing, vec![])), (t, "Testing".into(), f, NOT_STALLED.into()));
+        assert_eq!(of(&host_in(Phase::Evicting, vec![])), (t, "Evicting".into(), f, NOT_STALLED.into()));
+        assert_eq!(of(&host_in(Phase::Active, serving())), (f, SETTLED.into(), f, NOT_STALLED.into()));
+        assert_eq!(of(&host_in(Phase::Maintenance, vec![])), (f, SETTLED.into(), f, NOT_STALLED.into()));
+        assert_eq!(of(&host_in(Phase::Aborted, vec![])), (f, SETTLED.into(), t, "Aborted".into()));
+        let stuck = vec![cond(ConditionType::Fenced, "False", crate::fence::decide::STUCK)];
+        assert_eq!(of(&host_in(Phase::Active, stuck)), (f, SETTLED.into(), t, FENCING_STUCK.into()));
+    }
+
+    #[test]
+    fn an_eviction_reconciles_while_it_runs_and_stalls_once_it_failed() {
+        let of = |phase| {
+            let cs = eviction_conditions(&EvictionStatus { phase: Some(phase), ..Default::default() });
+            (cs[1].status, cs[2].status)
+        };
+        let (t, f) = (ConditionStatus::True, ConditionStatus::False);
+        assert_eq!(of(EvictionPhase::Migrating), (t, f));
+        assert_eq!(of(EvictionPhase::Succeeded), (f, f));
+        assert_eq!(of(EvictionPhase::Planned), (f, f));
+        assert_eq!(of(EvictionPhase::Failed), (f, t));
     }
 }
