@@ -239,9 +239,17 @@ fn exit_codes_are_distinct_from_usage_errors_and_completion_is_printed() {
     let code = |args: &[&str]| std::process::Command::new(&hvctl).args(args).output().unwrap();
     let usage = code(&["maintenance", "set"]);
     assert_eq!(usage.status.code(), Some(2), "clap's usage error");
-    let refused =
+    // hvctl's own checks of its arguments are usage errors too, found
+    // before anything is read.
+    let unconfirmed =
         code(&["maintenance", "set", "n1", "--mode", "termination", "--kubeconfig", "/nonexistent"]);
-    assert_eq!(refused.status.code(), Some(1), "{}", String::from_utf8_lossy(&refused.stderr));
+    assert_eq!(unconfirmed.status.code(), Some(2), "{}", String::from_utf8_lossy(&unconfirmed.stderr));
+    assert!(String::from_utf8_lossy(&unconfirmed.stderr).contains("--yes"));
+    let no_reason = code(&["pause", "n1", "--reason", " ", "--kubeconfig", "/nonexistent"]);
+    assert_eq!(no_reason.status.code(), Some(2));
+    // What cannot be done is 1.
+    let failed = code(&["why", "n1", "--kubeconfig", "/nonexistent"]);
+    assert_eq!(failed.status.code(), Some(1), "{}", String::from_utf8_lossy(&failed.stderr));
     let help = String::from_utf8_lossy(&code(&["--help"]).stdout).into_owned();
     for n in 0..=4 {
         assert!(help.contains(&format!("  {n}  ")), "{help}");

@@ -52,8 +52,13 @@ pub async fn evict(kube: &kube::Client, a: &EvictArgs, out: Output) -> anyhow::R
         return Ok(Outcome::Done);
     }
     let ended = planned(kube, &name, a.timeout).await;
-    if !a.keep {
-        evictions(kube).delete(&name, &DeleteParams::default()).await?;
+    if let Ok(Some(ev)) = &ended {
+        show::emit(out, ev, || show::plan(ev))?;
+    }
+    if !a.keep
+        && let Err(e) = evictions(kube).delete(&name, &DeleteParams::default()).await
+    {
+        eprintln!("hvctl: warning: the dry run eviction/{name} is left: {e}");
     }
     let Some(ev) = ended? else {
         eprintln!(
@@ -63,16 +68,29 @@ pub async fn evict(kube: &kube::Client, a: &EvictArgs, out: Output) -> anyhow::R
         );
         return Ok(Outcome::TimedOut);
     };
-    show::emit(out, &ev, || show::plan(&ev))?;
-    let status = ev.status.unwrap_or_default();
-    Ok(Outcome::answer(
-        status.phase == Some(EvictionPhase::Planned) && status.preflight.iter().all(|v| v.finding.is_none()),
-    ))
+    answer(&ev)
 }
 
+/// A dry run's answer: every VM can move (Done), some cannot or the
+/// preflight could not be judged (No), or it ended otherwise (refused).
+fn answer(ev: &Eviction) -> anyhow::Result<Outcome> {
+    let s = ev.status.clone().unwrap_or_default();
+    if s.phase != Some(EvictionPhase::Planned) {
+        anyhow::bail!("the dry run ended {:?}: {}", s.phase.unwrap_or_default(), ev.unmet_message());
+    }
+    let judged = s.conditions.iter().any(|c| c.type_ == "Preflight" && c.status == "True");
+    Ok(Outcome::answer(judged && s.preflight.iter().all(|v| v.finding.is_none())))
+}
+
+/// The Eviction, made; for a dry run, first asked of the API server with
+/// its own dry run, so that a CRD without `spec.dryRun` (which would drop
+/// the field and make a real eviction of it) is found before anything is
+/// made.
 async fn made(kube: &kube::Client, a: &EvictArgs) -> anyhow::Result<Eviction> {
-    let options =
-        EvictionOptions { re_enable: Some(a.re_enable), force: a.force.clone(), ..Default::default() };
+    // A dry run that a coordinator too old to know it ran for real would
+    // at least give its host back.
+    let re_enable = Some(a.re_enable || a.dry_run);
+    let options = EvictionOptions { re_enable, force: a.force.clone(), ..Default::default() };
     let spec = EvictionSpec {
         hypervisor: a.node.clone(),
         reason: EvictionReason::AdminRequest,
@@ -83,7 +101,20 @@ async fn made(kube: &kube::Client, a: &EvictArgs) -> anyhow::Result<Eviction> {
     let mut ev = Eviction::new("", spec);
     ev.metadata.name = None;
     ev.metadata.generate_name = Some(format!("{}-{kind}-", a.node));
-    Ok(evictions(kube).create(&PostParams::default(), &ev).await?)
+    if a.dry_run {
+        let tried = evictions(kube).create(&PostParams { dry_run: true, ..Default::default() }, &ev).await?;
+        if !tried.spec.dry_run {
+            anyhow::bail!(
+                "the cluster's Eviction CRD has no spec.dryRun: this would be a real eviction. Upgrade the CRDs \
+                 (and the coordinator) first"
+            );
+        }
+    }
+    let ev = evictions(kube).create(&PostParams::default(), &ev).await?;
+    if a.dry_run && !ev.spec.dry_run {
+        anyhow::bail!("eviction/{} was made without spec.dryRun: delete it now", ev.name_any());
+    }
+    Ok(ev)
 }
 
 /// The dry run once it ended, or None when it did not in time.

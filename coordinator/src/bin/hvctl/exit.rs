@@ -7,10 +7,31 @@ use std::process::ExitCode;
 pub const HELP: &str = "Exit codes:
   0  done; for a question, yes (in service, SERVING, every VM can move)
   1  failed: the request could not be made, or was refused
-  2  usage error (a flag or argument is wrong)
+  2  usage error: a flag or argument is wrong (clap's, or hvctl's own checks)
   3  the answer is no: `why` (not in service), `health` (not SERVING),
      `evict --dry-run` (some VM cannot move)
   4  waited in vain: `pause` not taken within 30 s, `evict --dry-run` no plan in time";
+
+/// A flag or argument hvctl itself refuses (a reason missing or too long,
+/// a termination not confirmed): a usage error, exit 2 as clap's own.
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// The exit code of an error: 2 for a [`Usage`] error, 1 for any other.
+pub fn of_error(e: &anyhow::Error) -> ExitCode {
+    match e.downcast_ref::<Usage>() {
+        Some(_) => ExitCode::from(2),
+        None => Outcome::Failed.code(),
+    }
+}
 
 /// How a command ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use crate::exit::Outcome;
+use crate::exit::{Outcome, Usage};
 
 /// Where the coordinator's gRPC services are, and how to reach them.
 #[derive(clap::Args, Debug)]
@@ -39,10 +39,15 @@ fn client_tls(
     files: (&Option<PathBuf>, &Option<PathBuf>, &Option<PathBuf>),
 ) -> anyhow::Result<Option<tonic::transport::ClientTlsConfig>> {
     match (coordinator.starts_with("https://"), insecure) {
-        (true, true) => anyhow::bail!("--insecure talks plain text; {coordinator} asks for TLS"),
-        (false, false) => anyhow::bail!(
-            "{coordinator} is plain text: use https://, or --insecure for a coordinator without TLS"
-        ),
+        (true, true) => {
+            return Err(Usage(format!("--insecure talks plain text; {coordinator} asks for TLS")).into());
+        }
+        (false, false) => {
+            return Err(Usage(format!(
+                "{coordinator} is plain text: use https://, or --insecure for a coordinator without TLS"
+            ))
+            .into());
+        }
         (false, true) => {
             eprintln!(
                 "hvctl: warning: --insecure: plain text, no certificate; anyone on the way can read and answer"
@@ -52,9 +57,10 @@ fn client_tls(
         (true, false) => {}
     }
     let (Some(cert), Some(key), Some(ca)) = files else {
-        anyhow::bail!(
+        return Err(Usage(format!(
             "{coordinator} is TLS: give --tls-cert, --tls-key and --tls-ca (or HV_TLS_CERT, HV_TLS_KEY, HV_TLS_CA)"
-        );
+        ))
+        .into());
     };
     let files = hv_tls::TlsFiles { cert: cert.clone(), key: key.clone(), ca: ca.clone() };
     Ok(Some(hv_tls::client::config(&files)?))

@@ -134,7 +134,7 @@ async fn main() -> ExitCode {
         Ok(outcome) => outcome.code(),
         Err(e) => {
             eprintln!("hvctl: {e:#}");
-            Outcome::Failed.code()
+            exit::of_error(&e)
         }
     }
 }
@@ -148,6 +148,11 @@ async fn run(args: Args) -> anyhow::Result<Outcome> {
             clap_complete::generate(*shell, &mut Args::command(), "hvctl", &mut std::io::stdout());
             return Ok(Outcome::Done);
         }
+        _ => {}
+    }
+    match &args.command {
+        Cmd::Maintenance { action } => maintenance::check(action)?,
+        Cmd::Pause { reason, .. } => marks::check_reason(reason)?,
         _ => {}
     }
     let kube = kube_api::client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;

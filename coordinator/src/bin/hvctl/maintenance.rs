@@ -6,7 +6,7 @@ use hv_coordinator::api::{Hypervisor, MaintenanceMode};
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 
-use crate::exit::Outcome;
+use crate::exit::{Outcome, Usage};
 use crate::kube_api::{hypervisor, hypervisors};
 
 #[derive(clap::Subcommand, Debug)]
@@ -27,10 +27,21 @@ pub enum Action {
         /// Confirm a termination.
         #[arg(long)]
         yes: bool,
+        /// Replace a maintenance an update tool (auto) or the health
+        /// detector (ha) set.
+        #[arg(long)]
+        force: bool,
     },
     /// End the maintenance: the host goes back into service (checked
-    /// again first where the lifecycle asks for it).
-    Clear { node: String },
+    /// again first where the lifecycle asks for it). Not for a fenced
+    /// host: `hvctl clear-fenced` brings one back.
+    Clear {
+        node: String,
+        /// End a maintenance an update tool (auto) or the health detector
+        /// (ha) set.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 /// The modes an SRE may ask; `ha` is the health detector's own.
@@ -56,16 +67,13 @@ impl Mode {
 const MAX_REASON: usize = 200;
 
 pub async fn run(kube: &kube::Client, action: &Action) -> anyhow::Result<Outcome> {
-    let (node, mode, reason) = match action {
-        Action::Set { node, mode, reason, yes } => {
-            let reason = reason.trim();
-            check_set(*mode, reason, *yes)?;
-            (node, mode.spec(), reason)
-        }
-        Action::Clear { node } => (node, MaintenanceMode::None, ""),
+    check(action)?;
+    let (node, mode, reason, force) = match action {
+        Action::Set { node, mode, reason, force, .. } => (node, mode.spec(), reason.trim(), *force),
+        Action::Clear { node, force } => (node, MaintenanceMode::None, "", *force),
     };
     let hv = hypervisor(kube, node).await?;
-    if let Some(said) = unchanged(&hv, mode, reason)? {
+    if let Some(said) = unchanged(&hv, mode, reason, force)? {
         println!("{node}: {said}");
         return Ok(Outcome::Done);
     }
@@ -85,28 +93,58 @@ pub async fn run(kube: &kube::Client, action: &Action) -> anyhow::Result<Outcome
     Ok(Outcome::Done)
 }
 
-fn check_set(mode: Mode, reason: &str, yes: bool) -> anyhow::Result<()> {
+/// The arguments alone, before anything is read: a usage error otherwise.
+pub fn check(action: &Action) -> Result<(), Usage> {
+    match action {
+        Action::Set { mode, reason, yes, .. } => check_set(*mode, reason.trim(), *yes),
+        Action::Clear { .. } => Ok(()),
+    }
+}
+
+fn check_set(mode: Mode, reason: &str, yes: bool) -> Result<(), Usage> {
     if mode == Mode::Manual && reason.is_empty() {
-        anyhow::bail!("--reason is required for manual maintenance: say why, for the next SRE");
+        return Err(Usage("--reason is required for manual maintenance: say why, for the next SRE".into()));
     }
     if reason.chars().count() > MAX_REASON {
-        anyhow::bail!("--reason is longer than {MAX_REASON} characters: keep it short, link to a ticket");
+        return Err(Usage(format!(
+            "--reason is longer than {MAX_REASON} characters: keep it short, link to a ticket"
+        )));
     }
     if mode == Mode::Termination && !yes {
-        anyhow::bail!(
+        return Err(Usage(
             "termination retires the host: it is emptied, removed from Nova and ends Decommissioned, and cannot \
              be cleared. Add --yes to do it"
-        );
+                .into(),
+        ));
     }
     Ok(())
 }
 
 /// What the Hypervisor already says, when nothing is to be written; an
-/// error when the change is not one an SRE may make.
-fn unchanged(hv: &Hypervisor, mode: MaintenanceMode, reason: &str) -> anyhow::Result<Option<String>> {
-    let now = hv.spec.maintenance;
+/// error when the change is not one to make here: a termination undone, a
+/// fenced host's maintenance ended (its fencing's exits bring it back), or
+/// another actor's maintenance replaced without `force`.
+fn unchanged(
+    hv: &Hypervisor,
+    mode: MaintenanceMode,
+    reason: &str,
+    force: bool,
+) -> anyhow::Result<Option<String>> {
+    let (name, now) = (hv.name_any(), hv.spec.maintenance);
     if now == MaintenanceMode::Termination && mode != MaintenanceMode::Termination {
-        anyhow::bail!("{} is being retired (maintenance termination): that cannot be undone", hv.name_any());
+        anyhow::bail!("{name} is being retired (maintenance termination): that cannot be undone");
+    }
+    let fenced = hv.status.as_ref().is_some_and(|s| s.fencing.is_some());
+    if fenced && mode == MaintenanceMode::None && now != MaintenanceMode::None {
+        anyhow::bail!(
+            "{name} is fenced: its maintenance holds its evacuation; bring it back with hvctl clear-fenced {name} \
+             (or retire it), not by ending the maintenance"
+        );
+    }
+    let theirs = matches!(now, MaintenanceMode::Auto | MaintenanceMode::Ha);
+    if theirs && now != mode && !force {
+        let who = if now == MaintenanceMode::Auto { "an update tool" } else { "the health detector" };
+        anyhow::bail!("{name}'s maintenance is {who}'s ({}): add --force to replace or end it", now.as_str());
     }
     if now == mode && (mode == MaintenanceMode::None || hv.spec.maintenance_reason == reason) {
         return Ok(Some(match mode {
@@ -160,17 +198,49 @@ mod tests {
 
     #[test]
     fn nothing_is_written_twice_and_a_termination_is_never_undone() {
-        let same = unchanged(&hv(MaintenanceMode::Manual, "fw"), MaintenanceMode::Manual, "fw").unwrap();
+        let same =
+            unchanged(&hv(MaintenanceMode::Manual, "fw"), MaintenanceMode::Manual, "fw", false).unwrap();
         assert_eq!(same.as_deref(), Some("already in maintenance manual"));
-        assert_eq!(
-            unchanged(&hv(MaintenanceMode::Manual, "fw"), MaintenanceMode::Manual, "disk").unwrap(),
-            None
+        let other = unchanged(&hv(MaintenanceMode::Manual, "fw"), MaintenanceMode::Manual, "disk", false);
+        assert_eq!(other.unwrap(), None);
+        assert!(
+            unchanged(&hv(MaintenanceMode::None, ""), MaintenanceMode::None, "", false).unwrap().is_some()
         );
-        assert!(unchanged(&hv(MaintenanceMode::None, ""), MaintenanceMode::None, "").unwrap().is_some());
-        assert!(unchanged(&hv(MaintenanceMode::Termination, "x"), MaintenanceMode::None, "").is_err());
-        assert_eq!(
-            unchanged(&hv(MaintenanceMode::Ha, "dead disk"), MaintenanceMode::None, "").unwrap(),
-            None
-        );
+        assert!(unchanged(&hv(MaintenanceMode::Termination, "x"), MaintenanceMode::None, "", true).is_err());
+    }
+
+    #[test]
+    fn another_actors_maintenance_is_replaced_only_with_force() {
+        for theirs in [MaintenanceMode::Auto, MaintenanceMode::Ha] {
+            let err = unchanged(&hv(theirs, "x"), MaintenanceMode::None, "", false).unwrap_err().to_string();
+            assert!(err.contains("--force"), "{err}");
+            assert!(unchanged(&hv(theirs, "x"), MaintenanceMode::Manual, "fw", false).is_err());
+            assert_eq!(unchanged(&hv(theirs, "x"), MaintenanceMode::None, "", true).unwrap(), None);
+        }
+    }
+
+    #[test]
+    fn a_fenced_hosts_maintenance_is_not_ended_here() {
+        let mut fenced = hv(MaintenanceMode::Ha, "dead");
+        fenced.status = Some(hv_coordinator::api::HypervisorStatus {
+            fencing: Some(Default::default()),
+            ..Default::default()
+        });
+        let err = unchanged(&fenced, MaintenanceMode::None, "", true).unwrap_err().to_string();
+        assert!(err.contains("hvctl clear-fenced n1"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_argument_is_a_usage_error() {
+        let set = |reason: &str, mode, yes| Action::Set {
+            node: "n1".into(),
+            mode,
+            reason: reason.into(),
+            yes,
+            force: false,
+        };
+        assert!(check(&set("", Mode::Manual, false)).is_err());
+        assert!(check(&set("fw", Mode::Termination, false)).is_err());
+        assert!(check(&set("fw", Mode::Manual, false)).is_ok());
     }
 }

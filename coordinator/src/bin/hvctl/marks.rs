@@ -10,7 +10,7 @@ use hv_coordinator::api::keys::{MACHINE_GONE_ANNOTATION, PAUSED_ANNOTATION, RETI
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 
-use crate::exit::Outcome;
+use crate::exit::{Outcome, Usage};
 use crate::kube_api::{hypervisor, hypervisors};
 
 async fn annotate(kube: &kube::Client, node: &str, key: &str, value: &str) -> anyhow::Result<()> {
@@ -110,14 +110,25 @@ const MAX_REASON: usize = 200;
 /// How long `pause` waits for the coordinator to say the host is paused.
 const ACKNOWLEDGED_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
 
-pub async fn pause(kube: &kube::Client, node: &str, reason: &str) -> anyhow::Result<Outcome> {
+/// A pause's reason, before anything is read: a usage error otherwise.
+pub fn check_reason(reason: &str) -> Result<(), Usage> {
     let reason = reason.trim();
     if reason.is_empty() {
-        anyhow::bail!("--reason is empty: say why, for the next SRE (it is shown in the Paused condition)");
+        return Err(Usage(
+            "--reason is empty: say why, for the next SRE (it is shown in the Paused condition)".into(),
+        ));
     }
     if reason.chars().count() > MAX_REASON {
-        anyhow::bail!("--reason is longer than {MAX_REASON} characters: keep it short, link to a ticket");
+        return Err(Usage(format!(
+            "--reason is longer than {MAX_REASON} characters: keep it short, link to a ticket"
+        )));
     }
+    Ok(())
+}
+
+pub async fn pause(kube: &kube::Client, node: &str, reason: &str) -> anyhow::Result<Outcome> {
+    check_reason(reason)?;
+    let reason = reason.trim();
     let hv = hypervisor(kube, node).await?;
     for warning in pause_warnings(&hv) {
         eprintln!("hvctl: {node}: {warning}");

@@ -223,13 +223,14 @@ pub fn why_text(w: &Why) -> String {
     s
 }
 
-/// A dry run's plan: the Preflight condition as recorded, then each VM.
+/// A dry run's plan: the Preflight condition as recorded (and any other
+/// condition that is not True: what held the preflight), then each VM.
 pub fn plan(ev: &Eviction) -> String {
     let st = ev.status.clone().unwrap_or_default();
     let mut s = String::new();
-    for c in
-        st.conditions.iter().filter(|c| c.type_ == "Preflight" || c.type_ == "Target" && c.status != "True")
-    {
+    // The preflight's verdict, and whatever held it or refused the run.
+    let said = |c: &&Condition| c.type_ == "Preflight" || (c.type_ != "Ready" && c.status != "True");
+    for c in st.conditions.iter().filter(said) {
         let _ = writeln!(s, "{} {} ({}): {}", c.type_, c.status, c.reason, c.message);
     }
     let _ = writeln!(s, "{:<38} {:<20} {:<12} {:<20} FINDING", "VM", "NAME", "POLICY", "FITS ON");
