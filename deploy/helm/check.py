@@ -406,13 +406,15 @@ def leader_label_policy(by_kind, v, name):
     spec = policies[0]["spec"]
     return (
         spec["failurePolicy"] == "Fail"
-        and spec["matchConstraints"]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": NAMESPACE}
+        and "namespaceSelector" not in spec["matchConstraints"]
         and spec["matchConstraints"]["resourceRules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods"]}]
         and [m["expression"] for m in spec["matchConditions"]] == [f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:{account}"']
         and "authentication.kubernetes.io/pod-name" in spec["variables"][0]["expression"]
-        and all("'hypervisor.cloud.sap/leader'" in x["expression"] for x in spec["variables"][1:])
-        and [x["expression"] for x in spec["validations"]]
-        == ["object.spec == oldObject.spec", "variables.label == variables.was || variables.podName == object.metadata.name"]
+        and all("'hypervisor.cloud.sap/leader'" in x["expression"] for x in spec["variables"][1:3])
+        and [x["expression"] for x in spec["validations"]][0] == "object.spec == oldObject.spec"
+        and "k.startsWith('hypervisor.cloud.sap/')" in spec["validations"][1]["expression"]
+        and "annotations" in spec["validations"][2]["expression"]
+        and spec["validations"][3]["expression"] == "variables.label == variables.was || variables.podName == object.metadata.name"
         and bindings[0]["spec"]["validationActions"] == ["Deny"]
     )
 

@@ -140,8 +140,9 @@ async fn a_permission_missing_from_the_chart_is_the_real_authorizers_403() {
 /// The chart's admission policy on the real API server: the coordinator's
 /// account sets and clears the leader label on the pod its token is bound
 /// to, and on no other (a replica cannot point the Service at another's
-/// pod); it may label another pod otherwise (the drain marks), and changes
-/// no pod's spec; a token bound to no pod labels nothing.
+/// pod); it may set its own other labels on another pod (the drain marks),
+/// and changes no other label, no annotation and no spec; a token bound to
+/// no pod sets no leader label.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replica_sets_the_leader_label_on_its_own_pod_only() {
     use hv_coordinator::api::keys::LEADER_LABEL;
@@ -186,6 +187,11 @@ async fn a_replica_sets_the_leader_label_on_its_own_pod_only() {
     // Other labels of another pod: the drain marks.
     let mark = Patch::Merge(json!({"metadata": {"labels": {"hypervisor.cloud.sap/evictable": "true"}}}));
     pods.patch(other, &p, &mark).await.unwrap();
+    // Nothing else: no label not ours, no annotation.
+    let theirs = Patch::Merge(json!({"metadata": {"labels": {"app.kubernetes.io/name": "elsewhere"}}}));
+    refused(pods.patch(other, &p, &theirs).await, "only its own labels");
+    let note = Patch::Merge(json!({"metadata": {"annotations": {"example.com/note": "x"}}}));
+    refused(pods.patch(mine, &p, &note).await, "no pod's annotations");
     // No spec change, on its own pod either.
     let image =
         Patch::Strategic(json!({"spec": {"containers": [{"name": "coordinator", "image": "elsewhere"}]}}));

@@ -730,7 +730,13 @@ async fn bmc(ctx: &Context, spec: &crate::api::hypervisor::BmcSpec) -> Result<Bm
     if spec.address.starts_with("redfish+http://") {
         return Err(format!("{} is plain HTTP: the BMC's credentials would travel in clear", spec.address));
     }
-    let secret = secrets.get(&spec.credentials_secret).await.map_err(|e| format!("{what}: {e}"))?;
+    let secret = secrets.get(&spec.credentials_secret).await.map_err(|e| match &e {
+        // The chart's Role reads the Secrets it names, no other.
+        kube::Error::Api(s) if s.code == 403 => format!(
+            "{what}: not readable by the coordinator: name it in the chart's coordinator.fencing.bmcSecrets ({e})"
+        ),
+        _ => format!("{what}: {e}"),
+    })?;
     // Only a Secret meant for it: whoever may edit a Hypervisor must not
     // make the coordinator send any Secret of its namespace to a host they name.
     if secret.labels().get(BMC_SECRET_LABEL).map(String::as_str) != Some("true") {
