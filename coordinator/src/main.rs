@@ -373,6 +373,10 @@ fn count_hosts(metrics: &Metrics, hypervisors: &Store<Hypervisor>, registry: &Ar
                         .any(|c| c.type_ == DRAIN && c.reason == hv_coordinator::drain::deadline::FORCES)
                 }),
                 ha: hv_coordinator::metrics::ha_figures(h, jiff::Timestamp::now()),
+                out_of_service: status
+                    .map(|s| hv_coordinator::api::ready::host(s).0)
+                    .filter(|r| *r != hv_coordinator::api::ready::HostReady::InService)
+                    .map(|r| (h.name_any(), r.reason())),
             }
         }))
     });

@@ -58,10 +58,13 @@ pub struct Hosts {
     pub ha_maintenance: u64,
     /// Hosts whose disable for being unseen the fleet gate holds back.
     pub unseen_held_back: u64,
+    /// The hosts not in service (decommissioned ones apart): name, phase
+    /// and their `Ready` reason, for the dashboard's table.
+    pub out_of_service: Vec<(String, Phase, &'static str)>,
 }
 
 /// One Hypervisor, as the fleet's figures count it.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Host {
     pub phase: Phase,
     pub agent_connected: bool,
@@ -81,6 +84,8 @@ pub struct Host {
     pub update_drain_forced: bool,
     /// Its fencing, its ha maintenance, the unseen gate ([`ha_figures`]).
     pub ha: HaFigures,
+    /// Not in service: its name and its `Ready` reason (`api::ready`).
+    pub out_of_service: Option<(String, &'static str)>,
 }
 
 /// What the HA side shows of one host.
@@ -131,6 +136,9 @@ pub fn ha_figures(h: &Hypervisor, now: Timestamp) -> HaFigures {
 pub fn hosts(hypervisors: impl IntoIterator<Item = Host>) -> Hosts {
     let mut f = Hosts::default();
     for h in hypervisors {
+        if let Some((name, reason)) = h.out_of_service.clone().filter(|_| h.phase != Phase::Decommissioned) {
+            f.out_of_service.push((name, h.phase, reason));
+        }
         *f.phases.entry(h.phase).or_default() += 1;
         f.without_agent += u64::from(!h.agent_connected && crate::lifecycle::expects_agent(h.phase));
         if let Some(state) = h.health {
@@ -154,6 +162,16 @@ pub fn hosts(hypervisors: impl IntoIterator<Item = Host>) -> Hosts {
         f.unseen_held_back += u64::from(h.ha.unseen_held_back);
     }
     f
+}
+
+/// One host not in service: its name, phase and `Ready` reason. As many
+/// series as hosts out of service (decommissioned ones apart), each gone
+/// as soon as its host is back.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutLabel {
+    node: String,
+    phase: &'static str,
+    reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -205,6 +223,7 @@ pub struct HostGauges {
     update_drains_forced: Gauge,
     would: Family<ActionLabel, Counter>,
     fencing: Family<ReasonLabel, Gauge>,
+    out_of_service: Family<OutLabel, Gauge>,
     fencing_longest: Gauge<f64, std::sync::atomic::AtomicU64>,
     ha_maintenance: Gauge,
     ha_limit: Gauge,
@@ -227,6 +246,7 @@ impl HostGauges {
             update_drains_forced: Gauge::default(),
             would: Family::default(),
             fencing: Family::default(),
+            out_of_service: Family::default(),
             fencing_longest: Gauge::default(),
             ha_maintenance: Gauge::default(),
             ha_limit: Gauge::default(),
@@ -330,6 +350,12 @@ impl HostGauges {
             self.ha_limit.clone(),
         );
         registry.register(
+            "hv_hypervisor_out_of_service",
+            "1 for each hypervisor not in service (decommissioned ones apart), by name, phase and Ready reason: \
+             the dashboard's table of hosts not Active.",
+            self.out_of_service.clone(),
+        );
+        registry.register(
             "hv_hypervisors_unseen_held_back",
             "Unseen hypervisors not disabled in Nova because too many are unseen at once (--unseen-max-share; \
              SchedulingEnabled=UnseenHeldBack).",
@@ -348,6 +374,7 @@ impl HostGauges {
         self.phases.clear();
         self.health.clear();
         self.fencing.clear();
+        self.out_of_service.clear();
         let Some(f) = fleet else {
             self.fencing_longest.set(0.0);
             self.ha_maintenance.set(0);
@@ -381,6 +408,9 @@ impl HostGauges {
         self.fencing_longest.set(f.fencing_longest.unwrap_or(0.0));
         self.ha_maintenance.set(n(Some(&f.ha_maintenance)));
         self.unseen_held_back.set(n(Some(&f.unseen_held_back)));
+        for (node, phase, reason) in f.out_of_service {
+            self.out_of_service.get_or_create(&OutLabel { node, phase: phase.as_str(), reason }).set(1);
+        }
     }
 
     pub(super) fn would(&self, reason: &'static str) {

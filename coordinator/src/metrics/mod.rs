@@ -310,6 +310,40 @@ mod tests {
     }
 
     #[test]
+    fn each_host_out_of_service_is_one_series_gone_once_it_is_back() {
+        let host = |name: &str, phase, reason: Option<&'static str>| Host {
+            phase,
+            agent_connected: true,
+            health: None,
+            fenced_showing_life: false,
+            disabled_elsewhere: false,
+            paused: false,
+            adopted_checks_failed: false,
+            update_drain_left: None,
+            update_drain_forced: false,
+            ha: HaFigures::default(),
+            out_of_service: reason.map(|r| (name.to_string(), r)),
+        };
+        let m = Metrics::default();
+        m.set_leader(true);
+        let back = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let b = back.clone();
+        m.set_hosts(move || {
+            let back = b.load(std::sync::atomic::Ordering::Relaxed);
+            hosts([
+                host("n1", Phase::Active, None),
+                host("n2", Phase::Evicting, (!back).then_some("Evicting")),
+                host("n3", Phase::Decommissioned, Some("Decommissioned")),
+            ])
+        });
+        let text = m.render();
+        has(&text, "hv_hypervisor_out_of_service{node=\"n2\",phase=\"Evicting\",reason=\"Evicting\"} 1");
+        assert!(!text.contains("node=\"n1\"") && !text.contains("node=\"n3\""), "{text}");
+        back.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(!m.render().contains("node=\"n2\""), "a host back in service leaves no series");
+    }
+
+    #[test]
     fn the_fleet_is_counted_by_phase_and_missing_agents_only_where_one_belongs() {
         let host = |phase, agent_connected, health| Host {
             phase,
@@ -322,6 +356,7 @@ mod tests {
             update_drain_left: None,
             update_drain_forced: false,
             ha: HaFigures::default(),
+            out_of_service: None,
         };
         let f = hosts([
             host(Phase::Active, true, Some(HealthState::Healthy)),
@@ -358,6 +393,7 @@ mod tests {
         has(&text, "hv_hypervisors_without_agent 2");
         has(&text, "hv_fenced_hosts_showing_life 1");
         has(&text, "hv_update_drain_seconds_left 0.0");
+        assert!(!text.contains("hv_hypervisor_out_of_service{"), "every host here is in service: {text}");
         has(&text, "hv_update_drains_forced 1");
         has(&text, "hv_fenced_host_revivals_total 0");
         m.fenced_host_showed_life();
@@ -421,8 +457,9 @@ mod tests {
             update_drain_left: None,
             update_drain_forced: false,
             ha: HaFigures { fenced: Some("StepNotConfirmed"), ..HaFigures::default() },
+            out_of_service: Some(("node-1".into(), "Fencing")),
         };
-        m.set_hosts(move || hosts([active]));
+        m.set_hosts(move || hosts([active.clone()]));
         m.set_evictions(kube::runtime::reflector::store::<crate::api::Eviction>().0);
         m.set_certificate("grpc", || Some(std::time::SystemTime::now()));
         m.set_nova_view(|| {
@@ -662,6 +699,7 @@ mod tests {
             update_drain_left: None,
             update_drain_forced: false,
             ha,
+            out_of_service: None,
         };
         let f = hosts(figures.into_iter().map(host));
         let m = Metrics::default();
