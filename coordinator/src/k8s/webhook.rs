@@ -403,7 +403,7 @@ mod tests {
         let body = refused.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
         let review: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
         assert_eq!(review["response"]["allowed"], false, "{review}");
-        assert_eq!(hook.handle(post(b"{garbled".to_vec())).await.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(hook.handle(post(b"not a review".to_vec())).await.status(), StatusCode::BAD_REQUEST);
         let get = Request::new(Full::new(Bytes::new()));
         assert_eq!(hook.handle(get).await.status(), StatusCode::METHOD_NOT_ALLOWED);
         let text = m.render();

@@ -64,7 +64,7 @@ pub struct Hosts {
 }
 
 /// One Hypervisor, as the fleet's figures count it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Host {
     pub phase: Phase,
     pub agent_connected: bool,

@@ -314,15 +314,8 @@ mod tests {
         let host = |name: &str, phase, reason: Option<&'static str>| Host {
             phase,
             agent_connected: true,
-            health: None,
-            fenced_showing_life: false,
-            disabled_elsewhere: false,
-            paused: false,
-            adopted_checks_failed: false,
-            update_drain_left: None,
-            update_drain_forced: false,
-            ha: HaFigures::default(),
             out_of_service: reason.map(|r| (name.to_string(), r)),
+            ..Host::default()
         };
         let m = Metrics::default();
         m.set_leader(true);
@@ -345,19 +338,8 @@ mod tests {
 
     #[test]
     fn the_fleet_is_counted_by_phase_and_missing_agents_only_where_one_belongs() {
-        let host = |phase, agent_connected, health| Host {
-            phase,
-            agent_connected,
-            health,
-            fenced_showing_life: false,
-            disabled_elsewhere: false,
-            paused: false,
-            adopted_checks_failed: false,
-            update_drain_left: None,
-            update_drain_forced: false,
-            ha: HaFigures::default(),
-            out_of_service: None,
-        };
+        let host =
+            |phase, agent_connected, health| Host { phase, agent_connected, health, ..Host::default() };
         let f = hosts([
             host(Phase::Active, true, Some(HealthState::Healthy)),
             host(Phase::Active, false, Some(HealthState::Unreachable)),
@@ -450,14 +432,9 @@ mod tests {
             phase: Phase::Active,
             agent_connected: true,
             health: Some(HealthState::Healthy),
-            fenced_showing_life: false,
-            disabled_elsewhere: false,
-            paused: false,
-            adopted_checks_failed: false,
-            update_drain_left: None,
-            update_drain_forced: false,
             ha: HaFigures { fenced: Some("StepNotConfirmed"), ..HaFigures::default() },
             out_of_service: Some(("node-1".into(), "Fencing")),
+            ..Host::default()
         };
         m.set_hosts(move || hosts([active.clone()]));
         m.set_evictions(kube::runtime::reflector::store::<crate::api::Eviction>().0);
@@ -688,19 +665,7 @@ mod tests {
         assert_eq!(figures[3].fenced, Some("Other"), "a reason the code does not write");
         assert_eq!(figures[4].fencing_for, None, "fenced");
         assert_eq!(figures[5].fencing_for, None, "being cleared");
-        let host = |ha| Host {
-            phase: Phase::Active,
-            agent_connected: true,
-            health: None,
-            fenced_showing_life: false,
-            disabled_elsewhere: false,
-            paused: false,
-            adopted_checks_failed: false,
-            update_drain_left: None,
-            update_drain_forced: false,
-            ha,
-            out_of_service: None,
-        };
+        let host = |ha| Host { phase: Phase::Active, agent_connected: true, ha, ..Host::default() };
         let f = hosts(figures.into_iter().map(host));
         let m = Metrics::default();
         m.set_hosts(move || f.clone());
