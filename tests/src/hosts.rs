@@ -105,15 +105,22 @@ async fn scrub(env: &TestEnv, host: &str) {
     // reported since it started): Nova clears the provider's
     // COMPUTE_STATUS_DISABLED trait only through a live compute, so an
     // enable before that leaves the host unschedulable.
-    // (Nova refuses to lift forced_down while an evacuation off the host is
-    // `done`: the restarted compute cleans it up, and the lift is asked again.)
-    for _ in 0..100 {
+    // Nova refuses to lift forced_down while an evacuation off the host is
+    // `done`, which only a starting nova-compute cleans up: one left running
+    // by the earlier holder is restarted once, and the lift asked again.
+    let mut restarted = false;
+    for tried in 0..300 {
         let Ok(Some(svc)) = admin.service(host).await else { break };
-        if svc["state"] == "up" {
+        if svc["state"] == "up" && svc["forced_down"] != true {
             break;
         }
         if svc["forced_down"] == true {
-            let _ = admin.set_service(host, serde_json::json!({"forced_down": false})).await;
+            let lifted = admin.set_service(host, serde_json::json!({"forced_down": false})).await.is_ok();
+            if !lifted && !restarted && tried >= 10 {
+                // `start` on a running fake host restarts it.
+                let _ = crate::openstack::fake_host(&env.nova, host, crate::openstack::FakeHost::Start).await;
+                restarted = true;
+            }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -3,7 +3,9 @@
 //! per attempt) and clearing it brings the host back; stuck migrations are
 //! aborted (Nova shows them cancelled), retried, and recorded
 //! non-migratable once the attempts run out while the rest finish; an
-//! Eviction deleted mid-way aborts what is in flight; a coordinator killed
+//! Eviction deleted mid-way aborts what is in flight; a Migration left by
+//! an earlier Eviction of the same name is never taken for ours (its
+//! attempt counts as not sent); a coordinator killed
 //! ten times loses and doubles nothing; a preflight stops before anything
 //! moves and `force` skips named checks; termination (by spec or by
 //! deleting the Node) cold-migrates and confirms, refuses while a server
@@ -21,6 +23,7 @@ use std::time::Duration;
 
 use hv_coordinator::api::eviction::{EvictionOptions, EvictionReason, EvictionSpec};
 use hv_coordinator::api::eviction::{EvictionPhase, VmState};
+use hv_coordinator::api::migration::{MigrationKind, MigrationPhase, MigrationSpec, migration_name};
 use hv_coordinator::api::{Eviction, Hypervisor, Migration, Phase};
 use hv_tests::hosts::{self, Zone};
 use hv_tests::openstack::{Admin, FakeHost, fake_host};
@@ -562,6 +565,53 @@ async fn preflight_stops_before_anything_moves_naming_each_vm_and_force_skips_na
     for s in [traited, huge, plain, held] {
         admin.delete_server(&s).await.unwrap();
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_migration_left_by_an_earlier_eviction_of_the_same_name_is_never_taken_for_ours() {
+    let Scene { region, admin, host, coord, ids, zone: _zone } = scene("leftover", &["1"], &[]).await;
+    let name = format!("leftover-{}", region.id);
+    // What an earlier Eviction `name` left of the same server's first
+    // attempt, saying it completed, its owner gone and not yet collected.
+    let left = migration_name(&name, &ids[0], 1);
+    let migs: Api<Migration> = Api::all(region.kube.client.clone());
+    let spec = MigrationSpec {
+        eviction: name.clone(),
+        server_id: ids[0].clone(),
+        server_name: String::new(),
+        source_host: host.clone(),
+        attempt: 1,
+        policy: MigrationKind::LiveMigrate,
+        block_migration: false,
+        memory_bytes: 0,
+    };
+    migs.create(&PostParams::default(), &Migration::new(&left, spec)).await.unwrap();
+    let done = serde_json::json!({"status": {"phase": "Completed", "targetHost": "elsewhere"}});
+    migs.patch_status(&left, &PatchParams::default(), &Patch::Merge(&done)).await.unwrap();
+
+    // The first attempt is never asked for: not sent, not failed; the
+    // second, under a name of its own, moves the server once.
+    let evs = create_eviction(&region, &name, &host, EvictionOptions::default()).await;
+    let ev = wait_eviction(&evs, &name, EvictionPhase::Succeeded, &coord).await;
+    let vm = ev.status.unwrap().vms.into_iter().next().unwrap();
+    assert_eq!((vm.state, vm.attempts, vm.not_sent), (VmState::Migrated, 2, 1), "{vm:?}");
+    let nova = admin.migrations_of(&ids[0]).await.unwrap();
+    assert_eq!(nova.len(), 1, "moved once: {nova:?}");
+    let now_on = admin.server(&ids[0]).await.unwrap()["OS-EXT-SRV-ATTR:host"].as_str().map(str::to_string);
+    assert_eq!(now_on, vm.target_host, "the record names where Nova put it");
+    let refusals = "hv_reconcile_errors_total{controller=\"eviction\",kind=\"leftover_migration\"}";
+    let url = coord.metrics.clone().unwrap();
+    assert_eq!(hv_tests::region::metric_sum(&url, refusals).await, Some(1.0), "the leftover met once");
+    // The leftover, neither adopted nor written.
+    let kept = migs.get(&left).await.unwrap();
+    assert!(kept.metadata.owner_references.is_none(), "{kept:?}");
+    let kept = kept.status.unwrap();
+    assert_eq!(
+        (kept.phase, kept.target_host.as_deref()),
+        (Some(MigrationPhase::Completed), Some("elsewhere"))
+    );
+    migs.delete(&left, &DeleteParams::default()).await.unwrap();
+    admin.delete_server(&ids[0]).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -909,7 +909,11 @@ async fn observe(
         let mname = migration_name(&ev.name_any(), &vm.id, vm.attempts);
         let mine = migration_of(ctx, ev, &mname);
         let read = mine.as_ref().and_then(|m| m.metadata.resource_version.clone());
-        let recorded = mine.and_then(|m| m.status.clone()).unwrap_or_default();
+        let recorded = match mine {
+            Some(m) => m.status.clone().unwrap_or_default(),
+            None if never_made(ctx, ev, &mname).await? => not_sent(),
+            None => MigrationStatus::default(),
+        };
         let others = claimed(ctx, ev, vm);
         let (obs, st) = observe_attempt(ctx, vm, &mname, recorded, &from_host, &others, read_at).await?;
         seen.attempts.extend(obs);
@@ -922,6 +926,23 @@ async fn observe(
 /// name (not yet garbage-collected) is not ours to read or write.
 fn migration_of(ctx: &EvictionContext, ev: &Eviction, name: &str) -> Option<Arc<Migration>> {
     ctx.migrations.get(&ObjectRef::new(name)).filter(|m| owned_by(m, ev))
+}
+
+/// Whether the attempt's Migration was never made, so Nova was never
+/// asked: another Eviction's by the same name stands in the cache, and a
+/// fresh read (ours may have been made since the cache saw that one) does
+/// not show ours either.
+async fn never_made(ctx: &EvictionContext, ev: &Eviction, name: &str) -> Result<bool, Error> {
+    if ctx.migrations.get(&ObjectRef::new(name)).is_none() {
+        return Ok(false);
+    }
+    let live = Api::<Migration>::all(ctx.client.clone()).get_opt(name).await?;
+    Ok(!live.is_some_and(|m| owned_by(&m, ev)))
+}
+
+/// The record of an attempt that never reached Nova.
+fn not_sent() -> MigrationStatus {
+    MigrationStatus { phase: Some(MigrationPhase::NotSent), ..MigrationStatus::default() }
 }
 
 fn owned_by(m: &Migration, ev: &Eviction) -> bool {
