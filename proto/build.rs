@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["hv/v1/agent.proto", "hv/v1/fleet.proto"];
+    let protos = ["hv/v1/agent.proto", "hv/v1/fleet.proto", "hv/v1/identity.proto"];
     for p in &protos {
         println!("cargo:rerun-if-changed={p}");
     }

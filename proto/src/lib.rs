@@ -1,7 +1,8 @@
 //! The hv wire protocol, generated from `proto/hv/v1/*.proto`.
 //!
 //! `hv::v1` holds the messages and the tonic clients and servers for
-//! `AgentService` (agent <-> coordinator) and `FleetService` (SRE read API).
+//! `AgentService` (agent <-> coordinator), `FleetService` (SRE read API)
+//! and `IdentityService` (an agent's certificate).
 
 #![forbid(unsafe_code)]
 

@@ -25,6 +25,25 @@ pub fn config(files: &TlsFiles) -> Result<ClientTlsConfig, TlsError> {
         .identity(Identity::from_pem(cert, key)))
 }
 
+/// tonic's client TLS setting with this client's certificate chain and key
+/// held in memory (an agent's certificate from the coordinator), and the
+/// CA file `ca` read now.
+pub fn config_in_memory(ca: &Path, cert_pem: &[u8], key_pem: &[u8]) -> Result<ClientTlsConfig, TlsError> {
+    let ca_pem = read(ca)?;
+    crate::server::parse_certs(ca, &ca_pem)?;
+    Ok(ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca_pem))
+        .identity(Identity::from_pem(cert_pem, key_pem)))
+}
+
+/// tonic's client TLS setting without a client certificate: the CA file
+/// `ca` read now (an agent asking for its first certificate).
+pub fn config_without_identity(ca: &Path) -> Result<ClientTlsConfig, TlsError> {
+    let ca_pem = read(ca)?;
+    crate::server::parse_certs(ca, &ca_pem)?;
+    Ok(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca_pem)))
+}
+
 /// The end (notAfter) of the first certificate in `cert` as the file is
 /// now: the one a connection made now would present.
 pub fn certificate_not_after(cert: &Path) -> Result<SystemTime, TlsError> {

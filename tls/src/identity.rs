@@ -58,6 +58,13 @@ pub fn not_after(cert: &CertificateDer<'_>) -> Option<std::time::SystemTime> {
     Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
 }
 
+/// When `cert` starts and stops being valid (notBefore, notAfter).
+pub fn validity(cert: &CertificateDer<'_>) -> Option<(std::time::SystemTime, std::time::SystemTime)> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    let at = |t: i64| Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(u64::try_from(t).ok()?));
+    Some((at(parsed.validity().not_before.timestamp())?, at(parsed.validity().not_after.timestamp())?))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

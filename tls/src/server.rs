@@ -143,31 +143,47 @@ impl ClientCertVerifier for ReloadingClientCa {
     }
 }
 
+/// A verifier of client certificates from any of the CAs in the files `cas`.
 fn client_verifier(
-    ca: &Path,
+    cas: &[std::path::PathBuf],
     provider: Arc<CryptoProvider>,
 ) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
     let mut roots = RootCertStore::empty();
-    for cert in certs(ca)? {
-        roots.add(cert).map_err(|e| TlsError::Verifier { path: ca.to_path_buf(), what: e.to_string() })?;
+    for ca in cas {
+        for cert in certs(ca)? {
+            roots
+                .add(cert)
+                .map_err(|e| TlsError::Verifier { path: ca.to_path_buf(), what: e.to_string() })?;
+        }
     }
+    let first = cas.first().cloned().unwrap_or_default();
     WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
         .build()
-        .map_err(|e| TlsError::Verifier { path: ca.to_path_buf(), what: e.to_string() })
+        .map_err(|e| TlsError::Verifier { path: first, what: e.to_string() })
 }
 
 /// The server configuration for `files`: HTTP/2 only, a client certificate
 /// from `files.ca` required, both re-read when their files change; and the
 /// certificate it presents.
 pub fn config(files: &TlsFiles) -> Result<(Arc<ServerConfig>, Presented), TlsError> {
+    config_trusting(files, &[])
+}
+
+/// [`config`], with client certificates from the CAs in the files `also`
+/// taken as well (the CA that signs the agents' certificates), re-read
+/// with `files.ca`.
+pub fn config_trusting(
+    files: &TlsFiles,
+    also: &[std::path::PathBuf],
+) -> Result<(Arc<ServerConfig>, Presented), TlsError> {
     let p = provider();
     let pk = p.clone();
     let cert = Reloading::new("server certificate", vec![files.cert.clone(), files.key.clone()], move |f| {
         Ok(Arc::new(CertifiedKey::from_der(certs(&f[0])?, key(&f[1])?, &pk)?))
     })?;
     let pv = p.clone();
-    let ca =
-        Reloading::new("client CA", vec![files.ca.clone()], move |f| client_verifier(&f[0], pv.clone()))?;
+    let cas: Vec<_> = std::iter::once(files.ca.clone()).chain(also.iter().cloned()).collect();
+    let ca = Reloading::new("client CA", cas, move |f| client_verifier(f, pv.clone()))?;
     let schemes = ca.get().supported_verify_schemes();
     let verifier = Arc::new(ReloadingClientCa { inner: ca, schemes });
     let cert = Arc::new(ReloadingCert(cert));
@@ -191,6 +207,23 @@ pub fn config_without_client_auth(
     cert: &Path,
     key_file: &Path,
 ) -> Result<(Arc<ServerConfig>, Presented), TlsError> {
+    server_only(cert, key_file, b"http/1.1")
+}
+
+/// The same for gRPC (HTTP/2): the coordinator's bootstrap port, where an
+/// agent without a certificate yet asks for one.
+pub fn config_for_bootstrap(
+    cert: &Path,
+    key_file: &Path,
+) -> Result<(Arc<ServerConfig>, Presented), TlsError> {
+    server_only(cert, key_file, b"h2")
+}
+
+fn server_only(
+    cert: &Path,
+    key_file: &Path,
+    alpn: &[u8],
+) -> Result<(Arc<ServerConfig>, Presented), TlsError> {
     let p = provider();
     let pk = p.clone();
     let cert =
@@ -202,7 +235,7 @@ pub fn config_without_client_auth(
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
         .with_cert_resolver(cert.clone());
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    cfg.alpn_protocols = vec![alpn.to_vec()];
     Ok((Arc::new(cfg), Presented(cert)))
 }
 
