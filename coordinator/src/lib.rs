@@ -4,6 +4,7 @@
 //! - [`api`]: the CRD types (the only source of `deploy/crds/`).
 //! - [`lifecycle`]: the pure decision core (no I/O, no clock).
 //! - [`health`]: what a host's health adds up to, from independent sources (pure).
+//! - [`identity`]: whether an agent gets a certificate for its node, and signing it (pure).
 //! - [`nova`]: Nova and Placement (Keystone through `openstack_sdk`).
 //! - [`drain`]: the node lock protocol for drains and rolling updates (pure).
 //! - [`fence`]: the actuators that fence a dead host (power through its BMC).
@@ -19,6 +20,7 @@ pub mod eviction;
 pub mod fence;
 pub mod fleet;
 pub mod health;
+pub mod identity;
 pub mod k8s;
 pub mod lifecycle;
 pub mod locked;

@@ -246,6 +246,60 @@ struct Stores {
     migrations: Store<Migration>,
 }
 
+/// The agents' certificates, when the bootstrap port serves
+/// (docs/agent-identity.md).
+fn issuer(
+    args: &Args,
+    clients: &Clients,
+    metrics: &Metrics,
+    leader: &watch::Receiver<bool>,
+) -> anyhow::Result<Option<Arc<fleet::identity_service::Issuer>>> {
+    let id = &args.identity;
+    let (Some(_), Some(cert), Some(key)) = (id.identity_listen, &id.agent_signer_cert, &id.agent_signer_key)
+    else {
+        return Ok(None);
+    };
+    let signer = fleet::identity_service::SignerFiles { cert: cert.clone(), key: key.clone() };
+    signer.load().context("the agents' signing CA (--agent-signer-cert, --agent-signer-key)")?;
+    Ok(Some(Arc::new(fleet::identity_service::Issuer {
+        vouch: Arc::new(hv_coordinator::k8s::identity::ClusterVouch { client: clients.plain.clone() }),
+        agents: id.agents()?,
+        trust_domain: args.grpc.trust_domain.clone(),
+        signer,
+        life: id.agent_certificate_life,
+        max_token_life: id.agent_token_max_life,
+        leader: leader.clone(),
+        used: Default::default(),
+        metrics: metrics.agent_certificates.clone(),
+    })))
+}
+
+/// The bootstrap port, served until `shutdown` (bound now: a bind error
+/// stops the start).
+async fn serve_bootstrap(
+    args: &Args,
+    issuer: Option<Arc<fleet::identity_service::Issuer>>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let (Some(issuer), Some(addr), Some(files)) =
+        (issuer, args.identity.identity_listen, args.grpc.tls_files()?)
+    else {
+        return Ok(());
+    };
+    let (config, _) =
+        hv_tls::server::config_for_bootstrap(&files.cert, &files.key).context("bootstrap TLS")?;
+    let listener =
+        tokio::net::TcpListener::bind(addr).await.with_context(|| format!("bootstrap port {addr}"))?;
+    tracing::info!(addr = %listener.local_addr()?, "bootstrap port listening");
+    let tls = fleet::Tls { config, limits: args.grpc.limits(), stats: Default::default() };
+    tokio::spawn(async move {
+        if let Err(e) = fleet::serve_bootstrap(listener, issuer, tls, shutdown).await {
+            tracing::error!(error = %e, "bootstrap port stopped");
+        }
+    });
+    Ok(())
+}
+
 fn stores() -> (Stores, Writers) {
     let (hypervisors, hv_writer) = reflector::store();
     let (nodes, node_writer) = reflector::store();
@@ -262,9 +316,11 @@ impl Serving {
         clients: &Clients,
         metrics: &Arc<Metrics>,
     ) -> anyhow::Result<(Serving, ForControllers)> {
+        let signer_ca: Vec<_> = args.identity.agent_signer_cert.iter().cloned().collect();
         let tls = match args.grpc.tls_files()? {
             Some(files) => {
-                let (config, presented) = hv_tls::server::config(&files).context("gRPC TLS")?;
+                let (config, presented) =
+                    hv_tls::server::config_trusting(&files, &signer_ca).context("gRPC TLS")?;
                 metrics.set_certificate("grpc", move || presented.not_after());
                 Some(fleet::Tls { config, limits: args.grpc.limits(), stats: Default::default() })
             }
@@ -304,14 +360,28 @@ impl Serving {
             hypervisors: stores.hypervisors.clone(),
             registry: registry.clone(),
             events: events.clone(),
-            leader: leader_rx,
+            leader: leader_rx.clone(),
             trust_domain: tls.is_some().then(|| args.grpc.trust_domain.clone()),
             watches: Default::default(),
         };
+        let identity = issuer(args, clients, metrics, &leader_rx)?;
+        let by_session = registry.clone();
+        metrics.set_oldest_agent_certificate(move || by_session.oldest_certificate_end());
         count_hosts(metrics, &stores.hypervisors, &registry);
         metrics.set_evictions(stores.evictions.clone());
         metrics.set_ha_maintenance_limit(args.health.ha_maintenance_limit);
-        let grpc = tokio::spawn(server.serve(agents, fleet_api, tls, stopped(stop_rx.clone())));
+        serve_bootstrap(args, identity.clone(), stopped(stop_rx.clone())).await?;
+        if let (Some(file), Some(config_map)) =
+            (&args.identity.publish_server_ca, &args.identity.publish_server_ca_configmap)
+        {
+            let to = k8s::publish_ca::Published {
+                file: file.clone(),
+                namespace: args.leadership.namespace.clone(),
+                config_map: config_map.clone(),
+            };
+            tokio::spawn(k8s::publish_ca::run(clients.acting.clone(), to, leader_rx.clone()));
+        }
+        let grpc = tokio::spawn(server.serve(agents, fleet_api, identity, tls, stopped(stop_rx.clone())));
         // The gate opens once this replica leads with whole caches; until then
         // the webhook refuses protected pods (a drain tries again).
         let gate = Arc::new(Gate::new(clients.guard.clone()).observing(args.mode == Mode::Observe));

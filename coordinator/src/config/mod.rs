@@ -9,6 +9,7 @@ pub mod evictions;
 pub mod fencing;
 pub mod grpc;
 pub mod health;
+pub mod identity;
 pub mod leadership;
 pub mod lifecycle;
 pub mod new_nodes;
@@ -23,6 +24,8 @@ use std::time::Duration;
 pub struct Args {
     #[command(flatten, next_help_heading = "gRPC (agents, SREs)")]
     pub grpc: grpc::GrpcFlags,
+    #[command(flatten, next_help_heading = "Agents' certificates from the cluster")]
+    pub identity: identity::IdentityFlags,
     #[command(flatten, next_help_heading = "OpenStack")]
     pub openstack: openstack::OpenStackFlags,
     #[command(flatten, next_help_heading = "New nodes")]
@@ -90,6 +93,14 @@ pub enum ConfigError {
     FreshHeartbeatTooShort { fresh: Duration, heartbeat: Duration },
     #[error("{flag}: {value:?} is too long a duration")]
     Duration { flag: &'static str, value: Duration },
+    #[error("--agent-service-account {0:?} is not NAMESPACE/NAME")]
+    AgentAccount(String),
+    #[error("--agent-certificate-life {0:?} is under 2m: a certificate must outlive a renewal's retries")]
+    CertificateLife(Duration),
+    #[error(
+        "--identity-listen serves agents' certificates over TLS: it needs the gRPC server's (--tls-cert)"
+    )]
+    IdentityWithoutTls,
 }
 
 /// A risky setting the coordinator runs with all the same, logged at start.
@@ -129,6 +140,10 @@ impl Args {
     pub fn check(&self) -> Result<Vec<Warning>, ConfigError> {
         self.leadership.check()?;
         self.drain.check()?;
+        self.identity.check()?;
+        if self.identity.identity_listen.is_some() && self.grpc.insecure {
+            return Err(ConfigError::IdentityWithoutTls);
+        }
         // A live agent that missed a heartbeat or two must still count as fresh.
         let (fresh, heartbeat) = (self.fencing.fence_fresh_heartbeat, self.grpc.agent_heartbeat);
         if fresh < heartbeat * 3 {

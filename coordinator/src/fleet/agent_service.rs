@@ -72,7 +72,8 @@ impl AgentService for AgentEndpoint {
         // Leadership may have ended while we waited for the Hello.
         self.leading()?;
         let (tx, rx) = mpsc::channel(64);
-        let opened = self.registry.open(&hello, tx.clone());
+        let certificate_end = certs.as_deref().and_then(|c| c.first()).and_then(hv_tls::not_after);
+        let opened = self.registry.open_until(&hello, tx.clone(), certificate_end);
         tracing::info!(
             node = %hello.node, session = opened.id, agent_version = %hello.agent_version,
             acked = opened.acked, "agent session opened"

@@ -12,6 +12,7 @@
 
 pub mod agent_service;
 pub mod fleet_service;
+pub mod identity_service;
 pub mod registry;
 
 #[cfg(test)]
@@ -22,6 +23,7 @@ use std::time::Duration;
 
 use hv_proto::v1::agent_service_server::AgentServiceServer;
 use hv_proto::v1::fleet_service_server::FleetServiceServer;
+use hv_proto::v1::identity_service_server::IdentityServiceServer;
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
@@ -98,6 +100,7 @@ impl Server {
         self,
         agents: AgentEndpoint,
         fleet: FleetEndpoint,
+        identity: Option<std::sync::Arc<identity_service::Issuer>>,
         tls: Option<Tls>,
         shutdown: impl std::future::Future<Output = ()> + Send,
     ) -> Result<(), ServeError> {
@@ -117,7 +120,10 @@ impl Server {
             }))
             .add_service(reflection)
             .add_service(AgentServiceServer::new(agents).max_decoding_message_size(MAX_MESSAGE_BYTES))
-            .add_service(FleetServiceServer::new(fleet).max_decoding_message_size(MAX_MESSAGE_BYTES));
+            .add_service(FleetServiceServer::new(fleet).max_decoding_message_size(MAX_MESSAGE_BYTES))
+            .add_optional_service(identity.map(|issuer| {
+                IdentityServiceServer::new(identity_service::IdentityEndpoint { issuer, mutual: true })
+            }));
         match tls {
             Some(tls) => {
                 let incoming = hv_tls::server::incoming(self.listener, tls.config, tls.limits, tls.stats);
@@ -130,6 +136,25 @@ impl Server {
         }
         Ok(())
     }
+}
+
+/// The bootstrap port: `IdentityService` alone, over server TLS, until
+/// `shutdown`. Its listener is bound by the caller, so that a bind error
+/// shows at start.
+pub async fn serve_bootstrap(
+    listener: TcpListener,
+    issuer: std::sync::Arc<identity_service::Issuer>,
+    tls: Tls,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let endpoint = identity_service::IdentityEndpoint { issuer, mutual: false };
+    let incoming = hv_tls::server::incoming(listener, tls.config, tls.limits, tls.stats);
+    tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
+        .add_service(IdentityServiceServer::new(endpoint).max_decoding_message_size(MAX_MESSAGE_BYTES))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await?;
+    Ok(())
 }
 
 /// The health service as its caller may see it: an SRE's certificate asks

@@ -128,6 +128,8 @@ struct Live {
     _close: oneshot::Sender<()>,
     /// (Hypervisor uid, run) asked of this session.
     sent_runs: HashSet<(String, u64)>,
+    /// When the client certificate that opened it ends (None without TLS).
+    certificate_end: Option<std::time::SystemTime>,
 }
 
 #[derive(Default)]
@@ -250,6 +252,17 @@ impl Registry {
     /// previous one. A new agent process (another boot id) starts its
     /// sequence again, so the acknowledged sequence resets.
     pub fn open(&self, hello: &Hello, tx: Outbound) -> Opened {
+        self.open_until(hello, tx, None)
+    }
+
+    /// [`Registry::open`], for a session whose certificate ends at
+    /// `certificate_end`.
+    pub fn open_until(
+        &self,
+        hello: &Hello,
+        tx: Outbound,
+        certificate_end: Option<std::time::SystemTime>,
+    ) -> Opened {
         let (node, boot_id) = (hello.node.as_str(), hello.boot_id.as_str());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (close_tx, closed) = oneshot::channel();
@@ -282,7 +295,7 @@ impl Registry {
             n.checks_bridge_settings = hello.capabilities.contains(&(Capability::BridgeExpectations as i32));
             n.last_seen = Some(Timestamp::now());
             n.since = n.last_seen;
-            n.live = Some(Live { id, tx, _close: close_tx, sent_runs: HashSet::new() });
+            n.live = Some(Live { id, tx, _close: close_tx, sent_runs: HashSet::new(), certificate_end });
             (n.acked, old.is_some())
         });
         self.metrics.opened(replacing);
@@ -396,6 +409,11 @@ impl Registry {
 
     /// Whether `node`'s agent has a live session (what `view` says, without
     /// copying the rest: asked for every node on each metrics scrape).
+    /// When the first of the live sessions' certificates ends.
+    pub fn oldest_certificate_end(&self) -> Option<std::time::SystemTime> {
+        self.with(|nodes| nodes.values().filter_map(|n| n.live.as_ref()?.certificate_end).min())
+    }
+
     pub fn connected(&self, node: &str) -> bool {
         self.with(|nodes| nodes.get(node).is_some_and(|n| n.live.is_some()))
     }

@@ -8,6 +8,7 @@
 //! Counters start at zero in every process (Prometheus' `rate()` copes);
 //! the durable record is the custom resources' status.
 
+mod agent_certificates;
 mod certificates;
 mod eviction;
 mod hosts;
@@ -31,6 +32,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+pub use agent_certificates::AgentCertificates;
 pub use eviction::{DURATION_BUCKETS, Evictions, Tally, tally};
 pub use hosts::{HaFigures, Host, Hosts, ha_figures, hosts};
 pub use kube_writes::KubeWrites;
@@ -70,6 +72,7 @@ pub struct Metrics {
     pub openstack: OpenStackCalls,
     pub kube_writes: KubeWrites,
     pub sessions: AgentSessions,
+    pub agent_certificates: AgentCertificates,
     pub webhook: WebhookCalls,
     host_gauges: hosts::HostGauges,
     tls: OnceLock<Tls>,
@@ -80,6 +83,9 @@ pub struct Metrics {
     hosts: OnceLock<HostsSource>,
     /// The Evictions' phases (the Eviction cache), shown only while it leads.
     eviction_phases: OnceLock<EvictionsSource>,
+    /// When the first of the connected agents' certificates ends (the
+    /// session registry), shown only while it leads.
+    oldest_agent_certificate: OnceLock<Box<dyn Fn() -> Option<std::time::SystemTime> + Send + Sync>>,
     /// The certificates its listeners present, shown while they serve TLS.
     certificates: std::sync::Mutex<Vec<certificates::Source>>,
     /// This replica's pod label, when it labels its pod (`k8s::leader_pod`).
@@ -109,6 +115,7 @@ impl Default for Metrics {
             openstack: OpenStackCalls::register(&mut registry),
             kube_writes: KubeWrites::register(&mut registry),
             sessions: AgentSessions::register_into(&mut registry),
+            agent_certificates: AgentCertificates::register(&mut registry),
             webhook: WebhookCalls::register(&mut registry),
             host_gauges: hosts::HostGauges::register(&mut registry),
             registry,
@@ -119,6 +126,7 @@ impl Default for Metrics {
             nova_view: OnceLock::new(),
             hosts: OnceLock::new(),
             eviction_phases: OnceLock::new(),
+            oldest_agent_certificate: OnceLock::new(),
             certificates: std::sync::Mutex::new(Vec::new()),
             pod_label: OnceLock::new(),
             scraping: std::sync::Mutex::new(()),
@@ -160,6 +168,15 @@ impl Metrics {
                 .map(|e| e.status.as_ref().and_then(|s| s.phase).unwrap_or_default())
                 .collect()
         }));
+    }
+
+    /// The end of the first connected agent's certificate, read from
+    /// `source` at each scrape while this replica leads.
+    pub fn set_oldest_agent_certificate(
+        &self,
+        source: impl Fn() -> Option<std::time::SystemTime> + Send + Sync + 'static,
+    ) {
+        let _ = self.oldest_agent_certificate.set(Box::new(source));
     }
 
     /// A certificate a listener presents (`used`: `grpc`, `webhook`), its
@@ -233,6 +250,12 @@ impl Metrics {
             prometheus_client::encoding::text::encode_registry(&mut s, &hv_listen::metrics::process())?;
             if let Some(certificates) = &certificates {
                 prometheus_client::encoding::text::encode_registry(&mut s, certificates)?;
+            }
+            if let Some(source) = self.oldest_agent_certificate.get().filter(|_| self.is_leader()) {
+                prometheus_client::encoding::text::encode_registry(
+                    &mut s,
+                    &agent_certificates::oldest(source()),
+                )?;
             }
             if let Some(tls) = self.tls.get() {
                 tls.failed
@@ -439,6 +462,7 @@ mod tests {
         m.set_hosts(move || hosts([active.clone()]));
         m.set_evictions(kube::runtime::reflector::store::<crate::api::Eviction>().0);
         m.set_certificate("grpc", || Some(std::time::SystemTime::now()));
+        m.set_oldest_agent_certificate(|| Some(std::time::SystemTime::now()));
         m.set_nova_view(|| {
             Some(crate::nova::view::ViewFigures {
                 bound: Duration::from_secs(30),
