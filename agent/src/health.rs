@@ -13,7 +13,6 @@
 //! the process (`hv_listen::metrics`), and when the client certificate ends.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -45,9 +44,8 @@ pub struct Health {
     pub watchers: Vec<Watcher>,
     pub session: Arc<SessionStats>,
     pub handle: SessionHandle,
-    /// The client certificate's file the session reads at each connection
-    /// (None: plain text).
-    pub certificate: Option<PathBuf>,
+    /// Where the session's client certificate comes from (None: plain text).
+    pub certificate: Option<crate::session::SessionTls>,
 }
 
 impl Health {
@@ -124,7 +122,7 @@ impl Health {
     /// since before a rotation keeps the earlier one until it ends). None
     /// without TLS, or when the file does not read.
     fn certificate_end(&self) -> Option<i64> {
-        let end = hv_tls::client::certificate_not_after(self.certificate.as_ref()?).ok()?;
+        let end = self.certificate.as_ref()?.certificate_end()?;
         let secs = end.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         Some(i64::try_from(secs).unwrap_or(i64::MAX))
     }
@@ -158,7 +156,7 @@ mod tests {
     use crate::backoff::Backoff;
     use crate::session::{Session, SessionConfig};
 
-    fn health(certificate: Option<PathBuf>) -> Health {
+    fn health(certificate: Option<crate::session::SessionTls>) -> Health {
         let session = Session::new(SessionConfig {
             coordinator: "http://127.0.0.1:1".into(),
             node: "n1".into(),
@@ -204,7 +202,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("hv-agent-health-{}", std::process::id()));
         let pki = hv_tests::pki::Pki::new(&dir, "ca");
         let files = pki.node_until("n1", UNIX_EPOCH + Duration::from_secs(2_208_988_800));
-        let h = health(Some(files.cert.clone()));
+        let h = health(Some(crate::session::SessionTls::Files(files.clone())));
         has(&h.metrics().await, "hv_agent_certificate_expiry_seconds 2208988800");
         pki.node_until("n1", UNIX_EPOCH + Duration::from_secs(2_253_657_600));
         has(&h.metrics().await, "hv_agent_certificate_expiry_seconds 2253657600");
@@ -219,7 +217,7 @@ mod tests {
     async fn every_agent_metric_the_chart_queries_is_exposed() {
         let dir = std::env::temp_dir().join(format!("hv-agent-queried-{}", std::process::id()));
         let files = hv_tests::pki::Pki::new(&dir, "ca").node("n1");
-        let text = health(Some(files.cert)).metrics().await;
+        let text = health(Some(crate::session::SessionTls::Files(files))).metrics().await;
         let _ = std::fs::remove_dir_all(&dir);
         let exposed: std::collections::BTreeSet<&str> =
             text.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split(['{', ' ']).next()).collect();

@@ -18,6 +18,7 @@ pub mod backoff;
 pub mod ceph;
 pub mod checks;
 pub mod health;
+pub mod identity;
 pub mod libvirt;
 pub mod ovsdb;
 pub mod run;

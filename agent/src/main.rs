@@ -51,8 +51,21 @@ struct RunArgs {
     #[arg(long, env = "HV_TLS_KEY", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
     /// PEM CA that signed the coordinator's certificate.
-    #[arg(long, env = "HV_TLS_CA", requires = "tls_cert")]
+    #[arg(long, env = "HV_TLS_CA")]
     tls_ca: Option<PathBuf>,
+    /// The coordinator's bootstrap port (https): this node's certificate
+    /// comes from the coordinator, on the pod's token, instead of
+    /// --tls-cert and --tls-key; renewed at two thirds of its life.
+    #[arg(long, env = "HV_IDENTITY_URL", conflicts_with_all = ["tls_cert", "tls_key", "insecure"])]
+    identity_url: Option<String>,
+    /// The pod's projected ServiceAccount token for the coordinator's
+    /// audience, read at each request (the kubelet renews it).
+    #[arg(long, env = "HV_TOKEN_FILE", default_value = "/var/run/secrets/hv-agent/token")]
+    token_file: PathBuf,
+    /// Where the certificate from the coordinator is kept for a restarted
+    /// container: a memory-backed volume of the pod, never the host's disk.
+    #[arg(long, env = "HV_IDENTITY_DIR", default_value = "/run/hv-agent/identity")]
+    identity_dir: PathBuf,
     /// Talk to the coordinator in plain text, without a certificate (a
     /// coordinator started with --insecure). A laboratory's setting.
     #[arg(long, conflicts_with_all = ["tls_cert", "tls_key", "tls_ca"])]
@@ -260,7 +273,41 @@ fn endpoints(a: &ChecksArgs) -> Result<(Endpoints, CheckConfig), String> {
     Ok((ep, cfg))
 }
 
-/// The session's TLS from the flags: a certificate, or plain text only
+/// Where the session's certificate comes from.
+#[derive(Debug)]
+enum SessionCert {
+    Insecure,
+    Files(hv_tls::TlsFiles),
+    FromCoordinator(hv_agent::identity::IdentityConfig),
+}
+
+/// The session's TLS from the flags: a certificate from files or from the
+/// coordinator, or plain text only when asked for by name, and URL schemes
+/// that say the same.
+fn session_cert(r: &RunArgs) -> Result<SessionCert, String> {
+    let Some(bootstrap) = &r.identity_url else {
+        return Ok(session_tls(r)?.map_or(SessionCert::Insecure, SessionCert::Files));
+    };
+    let Some(ca) = &r.tls_ca else {
+        return Err("--identity-url needs --tls-ca, the CA of the coordinator's certificate".into());
+    };
+    for url in [bootstrap, &r.coordinator] {
+        if !url.starts_with("https://") {
+            return Err(format!("a certificate from the coordinator is asked for over https://, not {url}"));
+        }
+    }
+    Ok(SessionCert::FromCoordinator(hv_agent::identity::IdentityConfig {
+        node: r.node.clone(),
+        bootstrap: bootstrap.clone(),
+        coordinator: r.coordinator.clone(),
+        ca: ca.clone(),
+        token_file: r.token_file.clone(),
+        dir: r.identity_dir.clone(),
+        backoff: Default::default(),
+    }))
+}
+
+/// The session's TLS from files: a certificate, or plain text only
 /// when asked for by name, and a URL scheme that says the same.
 fn session_tls(r: &RunArgs) -> Result<Option<hv_tls::TlsFiles>, String> {
     let https = r.coordinator.starts_with("https://");
@@ -334,8 +381,10 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let tls = match session_tls(&r) {
-                Ok(t) => t,
+            let (tls, identity) = match session_cert(&r) {
+                Ok(SessionCert::Insecure) => (None, None),
+                Ok(SessionCert::Files(files)) => (Some(hv_agent::session::SessionTls::Files(files)), None),
+                Ok(SessionCert::FromCoordinator(id)) => (None, Some(id)),
                 Err(e) => {
                     eprintln!("hv-agent: {e}");
                     return ExitCode::from(2);
@@ -357,6 +406,7 @@ fn main() -> ExitCode {
                 inventory_interval: r.inventory_interval,
                 health_listen: r.health_listen,
                 host_root: r.host_root.clone(),
+                identity,
             };
             match rt.block_on(hv_agent::run::run(agent)) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -403,6 +453,42 @@ mod tests {
     #[test]
     fn the_command_line_is_well_formed() {
         super::Args::command().debug_assert();
+    }
+
+    #[test]
+    fn a_certificate_from_the_coordinator_is_asked_for_over_https_with_its_ca() {
+        use clap::Parser;
+        let run = |extra: &[&str]| {
+            let mut argv = vec!["hv-agent", "run", "--node", "n1"];
+            argv.extend_from_slice(extra);
+            let super::Command::Run(r) =
+                super::Args::try_parse_from(argv).map_err(|e| e.to_string())?.command
+            else {
+                panic!("not run")
+            };
+            super::session_cert(&r).map(|c| format!("{c:?}"))
+        };
+        let asked = run(&["--identity-url", "https://c:9091", "--tls-ca", "ca.pem"]).unwrap();
+        assert!(asked.contains("FromCoordinator") && asked.contains("c:9091"), "{asked}");
+        assert!(
+            asked.contains("/var/run/secrets/hv-agent/token"),
+            "the chart's token path by default: {asked}"
+        );
+        assert!(run(&["--identity-url", "https://c:9091"]).unwrap_err().contains("--tls-ca"));
+        assert!(
+            run(&["--identity-url", "http://c:9091", "--tls-ca", "ca.pem"]).unwrap_err().contains("https://")
+        );
+        let with_files = [
+            "--identity-url",
+            "https://c:9091",
+            "--tls-ca",
+            "ca.pem",
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k",
+        ];
+        assert!(run(&with_files).is_err(), "one source of certificates");
     }
 
     #[test]

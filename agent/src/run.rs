@@ -35,6 +35,9 @@ pub struct AgentConfig {
     pub health_listen: SocketAddr,
     /// Where the host's /proc and /sys are (health signals).
     pub host_root: std::path::PathBuf,
+    /// The session's certificate from the coordinator (it then replaces
+    /// `session.tls`), or None.
+    pub identity: Option<crate::identity::IdentityConfig>,
 }
 
 /// Kernel and hostname from the host itself (nix), beside libvirt's view;
@@ -74,7 +77,12 @@ async fn snapshot(
 }
 
 /// Starts everything; returns the health address and runs until the session ends.
-pub async fn run(cfg: AgentConfig) -> Result<(), String> {
+pub async fn run(mut cfg: AgentConfig) -> Result<(), String> {
+    if let Some(id) = cfg.identity.clone() {
+        let (tx, current) = tokio::sync::watch::channel(crate::identity::kept(&id));
+        cfg.session.tls = Some(crate::session::SessionTls::Issued { ca: id.ca.clone(), current });
+        tokio::spawn(crate::identity::run(id, tx));
+    }
     let session = Session::new(cfg.session.clone());
     let handle = session.handle();
     let libvirt_live = Arc::new(AtomicBool::new(false));
@@ -88,7 +96,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), String> {
         ],
         session: session.stats.clone(),
         handle: handle.clone(),
-        certificate: cfg.session.tls.as_ref().map(|t| t.cert.clone()),
+        certificate: cfg.session.tls.clone(),
     };
     let addr = health::serve(cfg.health_listen, health).await.map_err(|e| format!("health listener: {e}"))?;
     tracing::info!(node = %cfg.session.node, %addr, "health and metrics listening");

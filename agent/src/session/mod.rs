@@ -33,11 +33,56 @@ pub struct SessionConfig {
     pub heartbeat: Duration,
     pub buffer: usize,
     pub backoff: Backoff,
-    /// This agent's certificate (naming its node), key, and the CA of the
-    /// coordinator's certificate; read at each connection, so a rotated
-    /// certificate is used from the next one on. `None`: plain text
-    /// (`--insecure`).
-    pub tls: Option<hv_tls::TlsFiles>,
+    /// This agent's certificate (naming its node) and key, and the CA of
+    /// the coordinator's certificate. `None`: plain text (`--insecure`).
+    pub tls: Option<SessionTls>,
+}
+
+/// Where the session's client certificate comes from.
+#[derive(Clone, Debug)]
+pub enum SessionTls {
+    /// Files read at each connection: a rotated certificate is used from
+    /// the next one on.
+    Files(hv_tls::TlsFiles),
+    /// The coordinator's certificate for this node ([`crate::identity`]):
+    /// when a new one arrives the session reconnects with it at once (what
+    /// was not acknowledged is sent again).
+    Issued { ca: std::path::PathBuf, current: crate::identity::Current },
+}
+
+impl SessionTls {
+    /// When the certificate the next connection presents ends: the file's
+    /// as it is now, or the one from the coordinator.
+    pub fn certificate_end(&self) -> Option<std::time::SystemTime> {
+        match self {
+            SessionTls::Files(files) => hv_tls::client::certificate_not_after(&files.cert).ok(),
+            SessionTls::Issued { current, .. } => current.borrow().as_ref().map(|c| c.not_after),
+        }
+    }
+
+    /// The client setting for a connection made now.
+    fn config(&self) -> Result<tonic::transport::ClientTlsConfig, String> {
+        match self {
+            SessionTls::Files(files) => hv_tls::client::config(files).map_err(|e| e.to_string()),
+            SessionTls::Issued { ca, current } => {
+                let held = current.borrow().clone().ok_or("no certificate from the coordinator yet")?;
+                hv_tls::client::config_in_memory(ca, &held.chain_pem, &held.key_pem)
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// Answers once a certificate newer than the one a connection took
+    /// arrives; never for files.
+    async fn renewed(watching: &mut Option<crate::identity::Current>) {
+        let changed = match watching {
+            Some(w) => w.changed().await.is_ok(),
+            None => false,
+        };
+        if !changed {
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 /// Commands from the coordinator, for the rest of the agent.
@@ -111,6 +156,8 @@ enum StreamEnd {
     Closed,
     #[error("first message was not Welcome")]
     NoWelcome,
+    #[error("a new certificate arrived")]
+    Renewed,
 }
 
 impl Session {
@@ -131,6 +178,10 @@ impl Session {
     pub async fn run(self, commands: mpsc::Sender<Command>) {
         let mut attempt = 0u32;
         loop {
+            if let Some(SessionTls::Issued { current, .. }) = &self.cfg.tls {
+                // No session before the first certificate.
+                let _ = current.clone().wait_for(Option::is_some).await;
+            }
             let began = std::time::Instant::now();
             let end = self.stream_once(&commands).await;
             let welcomed = self.stats.connected.swap(false, Ordering::Relaxed);
@@ -138,6 +189,12 @@ impl Session {
             let held = welcomed && began.elapsed() >= self.cfg.backoff.max;
             match &end {
                 Ok(()) => return,
+                Err(StreamEnd::Renewed) => {
+                    // Back at once, with the new certificate.
+                    tracing::info!(node = %self.cfg.node, "reconnecting with the new certificate");
+                    attempt = 0;
+                    continue;
+                }
                 Err(StreamEnd::Closed) => {}
                 Err(e) => {
                     self.stats.stream_errors.fetch_add(1, Ordering::Relaxed);
@@ -153,17 +210,35 @@ impl Session {
         }
     }
 
-    async fn stream_once(&self, commands: &mpsc::Sender<Command>) -> Result<(), StreamEnd> {
+    /// The coordinator's endpoint with the certificate in use now, and what
+    /// tells of a newer one (a certificate from the coordinator).
+    fn endpoint(&self) -> Result<(tonic::transport::Endpoint, Option<crate::identity::Current>), StreamEnd> {
         let connect_error = |e: String| StreamEnd::Connect(self.cfg.coordinator.clone(), e);
         let mut endpoint = tonic::transport::Endpoint::from_shared(self.cfg.coordinator.clone())
             .map_err(|e| connect_error(e.to_string()))?
             .connect_timeout(Duration::from_secs(5))
             .http2_keep_alive_interval(Duration::from_secs(20))
             .keep_alive_timeout(Duration::from_secs(10));
-        if let Some(files) = &self.cfg.tls {
-            let tls = hv_tls::client::config(files).map_err(|e| connect_error(e.to_string()))?;
+        // Marked seen before the certificate is read: one that arrives in
+        // between reconnects once more, none is missed.
+        let renewals = match &self.cfg.tls {
+            Some(SessionTls::Issued { current, .. }) => {
+                let mut w = current.clone();
+                w.mark_unchanged();
+                Some(w)
+            }
+            _ => None,
+        };
+        if let Some(tls) = &self.cfg.tls {
+            let tls = tls.config().map_err(connect_error)?;
             endpoint = endpoint.tls_config(tls).map_err(|e| connect_error(e.to_string()))?;
         }
+        Ok((endpoint, renewals))
+    }
+
+    async fn stream_once(&self, commands: &mpsc::Sender<Command>) -> Result<(), StreamEnd> {
+        let connect_error = |e: String| StreamEnd::Connect(self.cfg.coordinator.clone(), e);
+        let (endpoint, mut renewals) = self.endpoint()?;
         let channel = endpoint.connect().await.map_err(|e| connect_error(hv_tls::explain(&e)))?;
         let mut client = AgentServiceClient::new(channel);
         let (tx, rx) = mpsc::channel::<AgentMessage>(256);
@@ -217,6 +292,7 @@ impl Session {
                 }
             }
             tokio::select! {
+                _ = SessionTls::renewed(&mut renewals) => return Err(StreamEnd::Renewed),
                 _ = self.handle.notify.notified() => {}
                 _ = tokio::time::sleep_until(next_beat) => {
                     next_beat = tokio::time::Instant::now() + jitter(heartbeat);
