@@ -35,7 +35,8 @@ NAMESPACE = "hv-system"
 
 # Each value and the coordinator flag it sets: "value" (--flag=VALUE always),
 # "optional" (absent when empty), "switch" (bare, when true), "list" (one
-# --flag=ITEM each), "joined" (--flag=A,B when not empty). Its default in
+# --flag=ITEM each), "joined" (--flag=A,B when not empty), "identity"
+# (--flag=VALUE with agent.identity.from coordinator, absent otherwise). Its default in
 # values.yaml must be the flag's default in coordinator/src/config.
 VALUE_FLAGS = [
     ("trustDomain", "--trust-domain", "value"),
@@ -84,6 +85,7 @@ VALUE_FLAGS = [
     ("coordinator.fencing.evacuateRebuildFromImage", "--evacuate-rebuild-from-image", "switch"),
     ("coordinator.fencing.ceph.id", "--ceph-fence-id", "optional"),
     ("coordinator.fencing.ceph.clientNetworks", "--ceph-client-networks", "joined"),
+    ("coordinator.identity.certificateLife", "--agent-certificate-life", "identity"),
 ]
 # Flags the chart sets from what it knows (its paths, ports, names, the
 # drain protection's selectors), not one value each.
@@ -93,12 +95,15 @@ CHART_SET = {
     "--webhook-tls-cert", "--webhook-tls-key", "--protected-pods", "--dependent-pods",
     "--pod-namespace", "--drain-guard-image", "--drain-guard-namespace",
     "--drain-guard-pull-secret", "--ceph-fence-conf", "--ceph-fence-keyring",
+    "--identity-listen", "--agent-signer-cert", "--agent-signer-key", "--agent-service-account",
+    "--agent-daemonset", "--agent-token-audience", "--publish-server-ca", "--publish-server-ca-configmap",
 }
 # Flags that are no value, and why.
 NOT_VALUES = {
     "--insecure": "the chart always serves mutual TLS",
     "--identity": "the pod's name (POD_NAME)",
     "--namespace": "the pod's namespace (POD_NAMESPACE)",
+    "--agent-token-max-life": "the chart's projected tokens live 10 minutes, well within the default",
 }
 
 
@@ -206,6 +211,9 @@ def flags_reach_the_coordinator(args, v):
             ok = given == ([as_arg(value)] if value else []) and not bare
         elif kind == "switch":
             ok = bare == bool(value) and not given
+        elif kind == "identity":
+            on = v["agent"]["identity"]["from"] == "coordinator"
+            ok = given == ([as_arg(value)] if on else []) and not bare
         elif kind == "list":
             ok = given == [as_arg(x) for x in value]
         else:
@@ -419,6 +427,88 @@ def leader_label_policy(by_kind, v, name):
     )
 
 
+def agent_identity(by_kind, v, agent, a, coord, c, name):
+    """With agent.identity.from coordinator: the agent asks the coordinator's
+    bootstrap port on a projected token for the audience the coordinator
+    takes, trusts the CA the leader publishes, keeps its key in the pod's
+    memory and mounts nothing of the host for it; the coordinator serves that
+    port behind the Service, mounts the signing CA (the site's, or the chart's:
+    cert-manager's Certificate or a Secret Helm keeps) and may review tokens.
+    With hostDir: the host's directory, as before, and none of that."""
+    ident = v["coordinator"]["identity"]
+    fn = fullname(v)
+    mounts = {m["name"]: m for m in a["volumeMounts"]}
+    vols = {x["name"]: x for x in agent["volumes"]}
+    cmounts = {m["name"]: m for m in c["volumeMounts"]}
+    cvols = {x["name"]: x for x in coord["volumes"]}
+    service = next(s for s in by_kind["Service"] if s["metadata"]["name"] == name)
+    ports = {p["name"]: p for p in service["spec"]["ports"]}
+    cports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    signer = ident["signerSecret"] or f"{fn}-agent-signer"
+    certs = [o for o in by_kind.get("Certificate", []) if o["spec"]["secretName"] == f"{fn}-agent-signer"]
+    secrets = [o for o in by_kind.get("Secret", []) if o["metadata"]["name"] == f"{fn}-agent-signer"]
+    reviews = any(
+        "tokenreviews" in r["resources"] and r["verbs"] == ["create"]
+        for o in by_kind.get("ClusterRole", [])
+        for r in o["rules"]
+    )
+    if v["agent"]["identity"]["from"] == "hostDir":
+        return (
+            [x for x in a["args"] if x.startswith("--tls-")]
+            == ["--tls-cert=/etc/hv-agent/tls/tls.crt", "--tls-key=/etc/hv-agent/tls/tls.key", "--tls-ca=/etc/hv-agent/tls/ca.crt"]
+            and vols.get("tls", {}).get("hostPath", {}).get("path") == v["agent"]["tlsHostDir"]
+            and not {"token", "coordinator-ca", "identity"} & set(vols)
+            and not any(
+                x.startswith(("--identity-", "--agent-signer", "--agent-service-account", "--agent-daemonset",
+                              "--agent-token", "--agent-certificate", "--publish-server-ca", "--token-file"))
+                for x in c["args"] + a["args"]
+            )
+            and "identity" not in ports
+            and "agent-signer" not in cvols
+            and not certs
+            and not secrets
+        )
+    audience = [x.split("=", 1)[1] for x in c["args"] if x.startswith("--agent-token-audience=")]
+    token = vols.get("token", {}).get("projected", {}).get("sources", [{}])[0].get("serviceAccountToken", {})
+    sa = v["agent"]["serviceAccount"]
+    agent_sa = sa["name"] or (f"{fn}-agent" if sa["create"] else "default")
+    made = (
+        (not ident["signerSecret"] and v["certManager"]["enabled"] and len(certs) == 1 and certs[0]["spec"]["isCA"] is True and not secrets)
+        or (not ident["signerSecret"] and not v["certManager"]["enabled"] and len(secrets) == 1 and not certs
+            and secrets[0]["metadata"]["annotations"].get("helm.sh/resource-policy") == "keep"
+            and secrets[0]["type"] == "kubernetes.io/tls")
+        or (ident["signerSecret"] and not certs and not secrets)
+    )
+    return (
+        f"--identity-url=https://{name}.{NAMESPACE}.svc:{ident['port']}" in a["args"]
+        and "--tls-ca=/etc/hv-agent/coordinator-ca/ca.crt" in a["args"]
+        and "--token-file=/var/run/secrets/hv-agent/token" in a["args"]
+        and "--identity-dir=/run/hv-agent/identity" in a["args"]
+        and not any(x.startswith(("--tls-cert", "--tls-key")) for x in a["args"])
+        and "tls" not in vols
+        and not any("hostPath" in vols[m] for m in ("token", "coordinator-ca", "identity") if m in vols)
+        and token == {"audience": audience[0] if audience else None, "expirationSeconds": 600, "path": "token"}
+        and mounts.get("token", {}).get("mountPath") == "/var/run/secrets/hv-agent"
+        and vols.get("coordinator-ca", {}).get("configMap", {}).get("name") == f"{fn}-coordinator-ca"
+        and mounts.get("coordinator-ca", {}).get("mountPath") == "/etc/hv-agent/coordinator-ca"
+        and vols.get("identity", {}).get("emptyDir", {}).get("medium") == "Memory"
+        and mounts.get("identity", {}).get("mountPath") == "/run/hv-agent/identity"
+        and agent.get("automountServiceAccountToken") is False
+        and f"--identity-listen=0.0.0.0:{ident['port']}" in c["args"]
+        and f"--agent-service-account={NAMESPACE}/{agent_sa}" in c["args"]
+        and f"--agent-daemonset={by_kind['DaemonSet'][0]['metadata']['name']}" in c["args"]
+        and f"--publish-server-ca-configmap={fn}-coordinator-ca" in c["args"]
+        and "--publish-server-ca=/etc/hv/tls/ca.crt" in c["args"]
+        and cvols.get("agent-signer", {}).get("secret", {}).get("secretName") == signer
+        and cmounts.get("agent-signer", {}).get("mountPath") == "/etc/hv/agent-signer"
+        and {"--agent-signer-cert=/etc/hv/agent-signer/tls.crt", "--agent-signer-key=/etc/hv/agent-signer/tls.key"} <= set(c["args"])
+        and ports.get("identity", {}).get("port") == ident["port"]
+        and cports.get("identity") == ident["port"]
+        and made
+        and reviews
+    )
+
+
 def policy(case, rendered, values):
     """What the chart promises an SRE, on every rendering."""
     v = merged(defaults(), values)
@@ -435,7 +525,10 @@ def policy(case, rendered, values):
     agent_selector = by_kind["DaemonSet"][0]["spec"]["selector"]["matchLabels"]
     all_objects = [o for kind in by_kind.values() for o in kind]
     bmc_secrets = v["coordinator"]["fencing"]["bmcSecrets"]
-    own_secrets = {f"{fullname(v)}-ca", f"{fullname(v)}-sre-tls", v["coordinator"]["tlsSecret"], v["openstack"]["cloudsSecret"]}
+    own_secrets = {
+        f"{fullname(v)}-ca", f"{fullname(v)}-sre-tls", f"{fullname(v)}-agent-signer",
+        v["coordinator"]["tlsSecret"], v["openstack"]["cloudsSecret"],
+    } | ({v["coordinator"]["identity"]["signerSecret"]} - {""})
     checks = {
         # Liveness never depends on libvirt, OVSDB, Ceph, Nova or the lease.
         "agent liveness is /livez": a["livenessProbe"]["httpGet"]["path"] == "/livez",
@@ -478,16 +571,19 @@ def policy(case, rendered, values):
         )
         and (not by_kind.get("ValidatingWebhookConfiguration")) == (not any(x.startswith("--webhook-listen") for x in c["args"])),
         "the agent has no API token": agent.get("automountServiceAccountToken") is False,
-        "host mounts are read-only": all(m.get("readOnly") for m in a["volumeMounts"] if m["name"] != "tmp"),
+        # Writable: /tmp, and the agent's certificate in the pod's memory.
+        "host mounts are read-only": all(m.get("readOnly") for m in a["volumeMounts"] if m["name"] not in ("tmp", "identity")),
         "SASL mechanisms in the agent image": "libsasl2-modules" in open(os.path.join(CHART, "..", "..", "images", "Containerfile.agent")).read(),
         "no privilege": all(
             x["securityContext"]["allowPrivilegeEscalation"] is False
             and x["securityContext"]["capabilities"]["drop"] == ["ALL"]
             for x in (a, c)
         ),
-        "TLS flags on both sides": "--tls-cert=/etc/hv-agent/tls/tls.crt" in a["args"]
+        "TLS flags on both sides": any(x.startswith("--tls-ca=") for x in a["args"])
+        and ("--tls-cert=/etc/hv-agent/tls/tls.crt" in a["args"]) != ("--identity-url" in " ".join(a["args"]))
         and "--client-ca=/etc/hv/tls/ca.crt" in c["args"]
         and not any(x.startswith("--insecure") for x in a["args"] + c["args"]),
+        "the agents' certificates as agent.identity.from says": agent_identity(by_kind, v, agent, a, coord, c, name),
         "limits set": all("limits" in x["resources"] and "requests" in x["resources"] for x in (a, c)),
         "coordinator rolled one pod at a time": sts["spec"]["strategy"]
         == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
@@ -599,11 +695,14 @@ def policy(case, rendered, values):
 def pod_namespaces(values):
     """The namespaces the values name for protected and dependent pods, with
     the release's (hv-system here); with the drain guards alone (on unless
-    turned off), the release's; else none."""
+    turned off), the release's; with the agents' certificates from the
+    coordinator (the default), the release's too; else none."""
     coordinator = values.get("coordinator", {})
     drain = coordinator.get("drainProtection", {})
     guard = coordinator.get("drainGuard", {})
     guards = {guard.get("namespace") or NAMESPACE} if guard.get("enabled", True) else set()
+    if values.get("agent", {}).get("identity", {}).get("from", "coordinator") == "coordinator":
+        guards.add(NAMESPACE)
     if not drain.get("enabled"):
         return guards
     named = drain.get("protectedPods", []) + drain.get("dependentPods", [])

@@ -104,7 +104,8 @@ seccompProfile:
 {{- end -}}
 
 {{/* The namespaces of the protected and dependent pods, with the release's own
-(the agent's pods): the coordinator reads and labels pods there only. A JSON list. */}}
+(the agent's pods), the drain guards', and the release's with the agents' certificates
+from the coordinator: the coordinator reads and labels pods there only. A JSON list. */}}
 {{- define "hv.guardNamespace" -}}{{ .Values.coordinator.drainGuard.namespace | default .Release.Namespace }}{{- end -}}
 {{- define "hv.podNamespaces" -}}
 {{- $namespaces := list -}}
@@ -114,13 +115,51 @@ seccompProfile:
 {{- range .Values.coordinator.drainProtection.dependentPods }}{{ $namespaces = append $namespaces .namespace }}{{ end -}}
 {{- end -}}
 {{- if .Values.coordinator.drainGuard.enabled }}{{ $namespaces = append $namespaces (include "hv.guardNamespace" .) }}{{ end -}}
+{{- /* The agents' certificates from the coordinator: it reads the pod a token is bound to
+(the agent's, in the release's namespace) before it signs. */ -}}
+{{- if include "hv.agentIdentityFromCoordinator" . }}{{ $namespaces = append $namespaces .Release.Namespace }}{{ end -}}
 {{- $namespaces | uniq | toJson -}}
+{{- end -}}
+
+{{/* The agents' certificates (docs/agent-identity.md). "true" when the coordinator signs
+them (agent.identity.from coordinator), empty when they come from a host directory. */}}
+{{- define "hv.agentIdentityFromCoordinator" -}}
+{{- if eq .Values.agent.identity.from "coordinator" }}true{{ end -}}
+{{- end -}}
+
+{{/* The audience of the agents' projected tokens: the coordinator takes only these, and
+the API server refuses them. The same on both sides, so fixed here. */}}
+{{- define "hv.agentTokenAudience" -}}hv-coordinator{{- end -}}
+
+{{/* The Secret of the CA that signs the agents' certificates: the site's, else the
+chart's (certificates.yaml). */}}
+{{- define "hv.agentSignerSecret" -}}
+{{- .Values.coordinator.identity.signerSecret | default (printf "%s-agent-signer" (include "hv.fullname" .)) -}}
+{{- end -}}
+
+{{/* The ConfigMap where the leader publishes the CA of its gRPC certificate (ca.crt),
+for the agents. */}}
+{{- define "hv.coordinatorCaConfigMap" -}}{{ include "hv.fullname" . }}-coordinator-ca{{- end -}}
+
+{{/* A duration (1h30m, 90s, 500ms) in whole seconds. */}}
+{{- define "hv.seconds" -}}
+{{- $total := 0 -}}
+{{- range regexFindAll "[0-9]+(ms|s|m|h)" . -1 -}}
+{{- $n := regexFind "^[0-9]+" . | atoi -}}
+{{- $unit := trimPrefix (regexFind "^[0-9]+" .) . -}}
+{{- if eq $unit "h" }}{{ $total = add $total (mul $n 3600) }}
+{{- else if eq $unit "m" }}{{ $total = add $total (mul $n 60) }}
+{{- else if eq $unit "s" }}{{ $total = add $total $n }}
+{{- else }}{{ $total = add $total (div $n 1000) }}
+{{- end -}}
+{{- end -}}
+{{- $total -}}
 {{- end -}}
 
 {{/* The BMC credentials' Secrets the coordinator may read (coordinator.fencing.bmcSecrets),
 never one of the chart's own key material. A JSON list. */}}
 {{- define "hv.bmcSecrets" -}}
-{{- $own := list (printf "%s-ca" (include "hv.fullname" .)) (printf "%s-sre-tls" (include "hv.fullname" .)) .Values.coordinator.tlsSecret .Values.openstack.cloudsSecret .Values.coordinator.fencing.ceph.secret -}}
+{{- $own := list (printf "%s-ca" (include "hv.fullname" .)) (printf "%s-sre-tls" (include "hv.fullname" .)) .Values.coordinator.tlsSecret .Values.openstack.cloudsSecret .Values.coordinator.fencing.ceph.secret (printf "%s-agent-signer" (include "hv.fullname" .)) .Values.coordinator.identity.signerSecret -}}
 {{- range .Values.coordinator.fencing.bmcSecrets -}}
 {{- if has . $own -}}
 {{- fail (printf "coordinator.fencing.bmcSecrets names %s, a Secret of the chart's own key material: BMC credentials need Secrets of their own" .) -}}
