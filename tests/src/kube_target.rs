@@ -63,6 +63,37 @@ pub fn token(env: &TestEnv, namespace: &str, account: &str, pod: Option<&str>) -
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// A token of the ServiceAccount `namespace/account` bound to the Pod
+/// `pod`, for `audience`, living `minutes` (10 at least), as the kubelet
+/// projects one.
+pub fn pod_token(
+    env: &TestEnv,
+    namespace: &str,
+    account: &str,
+    pod: &str,
+    audience: &str,
+    minutes: u32,
+) -> Result<String, String> {
+    let out = Command::new(env.kube.kubectl())
+        .arg("--kubeconfig")
+        .arg(&env.kube.admin_kubeconfig)
+        .args(["-n", namespace, "create", "token", account, "--audience", audience])
+        .args([
+            "--duration",
+            &format!("{minutes}m"),
+            "--bound-object-kind",
+            "Pod",
+            "--bound-object-name",
+            pod,
+        ])
+        .output()
+        .map_err(|e| format!("kubectl create token: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("kubectl create token {account}: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 /// Writes a kubeconfig at `path` for the ServiceAccount
 /// `namespace/account` (its token bound to the Pod `pod`, if given),
 /// reaching the API server at `server` (None: the ground's, over TLS; a

@@ -14,6 +14,7 @@ pub mod fake_coordinator;
 pub mod fault_proxy;
 pub mod fencing;
 pub mod hosts;
+pub mod identity;
 pub mod kube_target;
 pub mod libvirtd;
 pub mod manifests;

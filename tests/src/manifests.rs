@@ -6,7 +6,7 @@
 //! only: k8s-openapi has no types for them.
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -66,6 +66,7 @@ pub fn check(v: &Value) -> Result<String, String> {
         ("v1", "ServiceAccount") => typed::<ServiceAccount>(v),
         ("v1", "Service") => typed::<Service>(v),
         ("v1", "ConfigMap") => typed::<ConfigMap>(v),
+        ("v1", "Secret") => typed::<Secret>(v),
         // The chart's `helm test` hook.
         ("v1", "Pod") => typed::<Pod>(v),
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => typed::<CustomResourceDefinition>(v),

@@ -58,6 +58,14 @@ impl Pki {
         Pki { dir: dir.to_path_buf(), ca_params: params, ca_key: key, ca }
     }
 
+    /// The CA's key, written beside its certificate: what a signer of
+    /// agents' certificates is given.
+    pub fn ca_key_file(&self) -> PathBuf {
+        let path = self.dir.join("ca.key");
+        write(&path, &self.ca_key.serialize_pem());
+        path
+    }
+
     /// Issues `name`'s certificate for `usage` with `sans` (`expired`: its
     /// validity ended in 2021) and writes it with its key. The CA file is
     /// the one of this PKI.

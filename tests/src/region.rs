@@ -445,16 +445,43 @@ impl Region {
 
     /// The same, with the certificate files `tls`.
     pub fn agent_with(&self, node: &str, peers: &AgentPeers, tls: &TlsFiles) -> Proc {
-        let env = &self.env;
         let mut cmd = Command::new(bin("hv-agent"));
-        cmd.env("RUST_LOG", "info")
-            .args(["run", "--node", node, "--coordinator", &self.grpc_url()])
+        cmd.args(["run", "--node", node, "--coordinator", &self.grpc_url()])
             .arg("--tls-cert")
             .arg(&tls.cert)
             .arg("--tls-key")
             .arg(&tls.key)
             .arg("--tls-ca")
-            .arg(&tls.ca)
+            .arg(&tls.ca);
+        self.spawn_agent(node, peers, cmd)
+    }
+
+    /// An agent whose certificate comes from the coordinator's bootstrap
+    /// port `bootstrap`, on the token in `token_file`, kept in `dir`.
+    pub fn agent_from_coordinator(
+        &self,
+        node: &str,
+        peers: &AgentPeers,
+        bootstrap: &str,
+        token_file: &Path,
+        dir: &Path,
+    ) -> Proc {
+        let mut cmd = Command::new(bin("hv-agent"));
+        cmd.args(["run", "--node", node, "--coordinator", &self.grpc_url(), "--identity-url", bootstrap])
+            .arg("--tls-ca")
+            .arg(&self.server_tls.ca)
+            .arg("--token-file")
+            .arg(token_file)
+            .arg("--identity-dir")
+            .arg(dir);
+        self.spawn_agent(node, peers, cmd)
+    }
+
+    /// `cmd` (an agent's, its session's flags given) with this region's
+    /// peers, started.
+    fn spawn_agent(&self, node: &str, peers: &AgentPeers, mut cmd: Command) -> Proc {
+        let env = &self.env;
+        cmd.env("RUST_LOG", "info")
             .args(["--heartbeat", "1s", "--health-listen", "127.0.0.1:0"])
             .args(["--libvirt-uri", peers.libvirt.as_deref().unwrap_or(env.libvirt.of(node))])
             .args(["--ovsdb", peers.ovsdb.as_deref().unwrap_or(&env.ovsdb.tcp)])
