@@ -120,6 +120,8 @@ struct Clients {
     /// Requests with a read timeout (a hung call must not hang a reconcile
     /// or a lease renewal); the election renews its Lease with it.
     plain: kube::Client,
+    /// The agents' certificates' reviews and reads.
+    identity: kube::Client,
     /// The controllers' writes: nothing that changes state is sent without
     /// the lease.
     acting: kube::Client,
@@ -145,6 +147,9 @@ impl Clients {
         config.write_timeout = Some(l.kube_timeout);
         let guard = Arc::new(LeaseGuard::new(l.margin()));
         let plain = kube::Client::try_from(config.clone()).context("Kubernetes client")?;
+        // The agents' certificates ask on a connection of their own: a burst
+        // of them never holds up a lease renewal.
+        let identity = kube::Client::try_from(config.clone()).context("Kubernetes client")?;
         let turns = |max: usize| WriteSlotsLayer::new(max, l.kube_timeout, metrics.kube_writes.clone());
         let only = LeaderOnlyLayer::new(guard.clone(), args.mode == Mode::Observe);
         let acting = hv_coordinator::k8s::acting::client(
@@ -155,7 +160,7 @@ impl Clients {
         .context("Kubernetes client")?;
         let marking = hv_coordinator::k8s::acting::client(config, only, turns(WEBHOOK_WRITES))
             .context("Kubernetes client")?;
-        Ok(Clients { watch, plain, acting, marking, guard })
+        Ok(Clients { watch, plain, identity, acting, marking, guard })
     }
 }
 
@@ -246,6 +251,33 @@ struct Stores {
     migrations: Store<Migration>,
 }
 
+/// The agents' certificates (docs/agent-identity.md): the signer, its
+/// bootstrap port, the oldest certificate in the metrics, and the CA
+/// published for the agents; the signer for the gRPC port too.
+async fn start_identity(
+    args: &Args,
+    clients: &Clients,
+    metrics: &Arc<Metrics>,
+    (leader_rx, stop_rx): (&watch::Receiver<bool>, &watch::Receiver<bool>),
+    registry: &Arc<Registry>,
+) -> anyhow::Result<Option<Arc<fleet::identity_service::Issuer>>> {
+    let identity = issuer(args, clients, metrics, leader_rx)?;
+    let by_session = registry.clone();
+    metrics.set_oldest_agent_certificate(move || by_session.oldest_certificate_end());
+    serve_bootstrap(args, identity.clone(), stopped(stop_rx.clone())).await?;
+    if let (Some(file), Some(config_map)) =
+        (&args.identity.publish_server_ca, &args.identity.publish_server_ca_configmap)
+    {
+        let to = k8s::publish_ca::Published {
+            file: file.clone(),
+            namespace: args.leadership.namespace.clone(),
+            config_map: config_map.clone(),
+        };
+        tokio::spawn(k8s::publish_ca::run(clients.acting.clone(), to, leader_rx.clone()));
+    }
+    Ok(identity)
+}
+
 /// The agents' certificates, when the bootstrap port serves
 /// (docs/agent-identity.md).
 fn issuer(
@@ -261,8 +293,10 @@ fn issuer(
     };
     let signer = fleet::identity_service::SignerFiles { cert: cert.clone(), key: key.clone() };
     signer.load().context("the agents' signing CA (--agent-signer-cert, --agent-signer-key)")?;
+    let ends = signer.clone();
+    metrics.set_certificate("agent-signer", move || ends.load().ok().map(|s| s.not_after()));
     Ok(Some(Arc::new(fleet::identity_service::Issuer {
-        vouch: Arc::new(hv_coordinator::k8s::identity::ClusterVouch { client: clients.plain.clone() }),
+        vouch: Arc::new(hv_coordinator::k8s::identity::ClusterVouch { client: clients.identity.clone() }),
         agents: id.agents()?,
         trust_domain: args.grpc.trust_domain.clone(),
         signer,
@@ -270,6 +304,7 @@ fn issuer(
         max_token_life: id.agent_token_max_life,
         leader: leader.clone(),
         used: Default::default(),
+        in_flight: tokio::sync::Semaphore::new(fleet::identity_service::MAX_IN_FLIGHT),
         metrics: metrics.agent_certificates.clone(),
     })))
 }
@@ -355,6 +390,11 @@ impl Serving {
             heartbeat: args.grpc.agent_heartbeat,
             trust_domain: tls.is_some().then(|| args.grpc.trust_domain.clone()),
             sessions: metrics.sessions.clone(),
+            node_signer: args
+                .identity
+                .identity_listen
+                .and(args.identity.agent_signer_cert.clone())
+                .filter(|_| !args.identity.accept_host_certificates),
         };
         let fleet_api = FleetEndpoint {
             hypervisors: stores.hypervisors.clone(),
@@ -364,23 +404,10 @@ impl Serving {
             trust_domain: tls.is_some().then(|| args.grpc.trust_domain.clone()),
             watches: Default::default(),
         };
-        let identity = issuer(args, clients, metrics, &leader_rx)?;
-        let by_session = registry.clone();
-        metrics.set_oldest_agent_certificate(move || by_session.oldest_certificate_end());
+        let identity = start_identity(args, clients, metrics, (&leader_rx, &stop_rx), &registry).await?;
         count_hosts(metrics, &stores.hypervisors, &registry);
         metrics.set_evictions(stores.evictions.clone());
         metrics.set_ha_maintenance_limit(args.health.ha_maintenance_limit);
-        serve_bootstrap(args, identity.clone(), stopped(stop_rx.clone())).await?;
-        if let (Some(file), Some(config_map)) =
-            (&args.identity.publish_server_ca, &args.identity.publish_server_ca_configmap)
-        {
-            let to = k8s::publish_ca::Published {
-                file: file.clone(),
-                namespace: args.leadership.namespace.clone(),
-                config_map: config_map.clone(),
-            };
-            tokio::spawn(k8s::publish_ca::run(clients.acting.clone(), to, leader_rx.clone()));
-        }
         let grpc = tokio::spawn(server.serve(agents, fleet_api, identity, tls, stopped(stop_rx.clone())));
         // The gate opens once this replica leads with whole caches; until then
         // the webhook refuses protected pods (a drain tries again).

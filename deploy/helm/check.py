@@ -104,6 +104,7 @@ NOT_VALUES = {
     "--identity": "the pod's name (POD_NAME)",
     "--namespace": "the pod's namespace (POD_NAMESPACE)",
     "--agent-token-max-life": "the chart's projected tokens live 10 minutes, well within the default",
+    "--accept-host-certificates": "for a move from host directories: given through extraArgs for that while",
 }
 
 

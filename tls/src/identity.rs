@@ -58,6 +58,19 @@ pub fn not_after(cert: &CertificateDer<'_>) -> Option<std::time::SystemTime> {
     Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
 }
 
+/// Whether `leaf` names `issuer` as its issuer and carries a signature
+/// `issuer`'s key made: a node's certificate from the agents' signer, not
+/// from another CA the server also trusts.
+pub fn issued_by(leaf: &CertificateDer<'_>, issuer: &CertificateDer<'_>) -> bool {
+    let (Ok((_, l)), Ok((_, i))) = (
+        x509_parser::parse_x509_certificate(leaf.as_ref()),
+        x509_parser::parse_x509_certificate(issuer.as_ref()),
+    ) else {
+        return false;
+    };
+    l.issuer() == i.subject() && l.verify_signature(Some(i.public_key())).is_ok()
+}
+
 /// When `cert` starts and stops being valid (notBefore, notAfter).
 pub fn validity(cert: &CertificateDer<'_>) -> Option<(std::time::SystemTime, std::time::SystemTime)> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
@@ -136,6 +149,30 @@ mod tests {
             assert_eq!(node_of(&cert_with(sans), td).as_deref(), want, "{shown}");
         }
         assert_eq!(node_uri(td, "compute-1"), "spiffe://hypervisor.cloud.sap/node/compute-1");
+    }
+
+    #[test]
+    fn a_certificate_is_issued_by_the_ca_whose_key_signed_it_alone() {
+        let ca = |name: &str| {
+            let key = KeyPair::generate().unwrap();
+            let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+            p.distinguished_name.push(rcgen::DnType::CommonName, name);
+            p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            let cert = p.self_signed(&key).unwrap();
+            (p, key, cert)
+        };
+        let (signer_p, signer_k, signer) = ca("signer");
+        // Another CA of the same name: the name alone is not enough.
+        let (_, _, twin) = ca("signer");
+        let leaf_key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(Vec::<String>::new())
+            .unwrap()
+            .signed_by(&leaf_key, &rcgen::Issuer::from_params(&signer_p, &signer_k))
+            .unwrap();
+        assert!(issued_by(leaf.der(), signer.der()));
+        assert!(!issued_by(leaf.der(), twin.der()));
+        assert!(!issued_by(signer.der(), twin.der()));
+        assert!(!issued_by(&CertificateDer::from(vec![0x30, 0x00]), signer.der()));
     }
 
     #[test]

@@ -40,6 +40,11 @@ pub enum TlsError {
     Verifier { path: PathBuf, what: String },
 }
 
+/// The certificates of the PEM file `path`, read now.
+pub fn certificates(path: &Path) -> Result<Vec<rustls_pki_types::CertificateDer<'static>>, TlsError> {
+    server::certs(path)
+}
+
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
     std::fs::read(path).map_err(|source| TlsError::Read { path: path.to_path_buf(), source })
 }

@@ -143,14 +143,18 @@ impl ClientCertVerifier for ReloadingClientCa {
     }
 }
 
-/// A verifier of client certificates from any of the CAs in the files `cas`.
+/// A verifier of client certificates from any of the CAs in the first
+/// file of `cas`, or the first CA of each other file (a signer's file may
+/// carry the chain above it: that chain is not trusted for clients).
 fn client_verifier(
     cas: &[std::path::PathBuf],
     provider: Arc<CryptoProvider>,
 ) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
     let mut roots = RootCertStore::empty();
-    for ca in cas {
-        for cert in certs(ca)? {
+    for (n, ca) in cas.iter().enumerate() {
+        let all = certs(ca)?;
+        let taken = if n == 0 { all.len() } else { 1 };
+        for cert in all.into_iter().take(taken) {
             roots
                 .add(cert)
                 .map_err(|e| TlsError::Verifier { path: ca.to_path_buf(), what: e.to_string() })?;

@@ -64,6 +64,10 @@ pub struct IdentityConfig {
     pub backoff: Backoff,
 }
 
+/// The backoff after the coordinator refused: 5 s, doubling, at most
+/// 5 minutes.
+const REFUSED: Backoff = Backoff { base: Duration::from_secs(5), max: Duration::from_secs(300), jitter: 0.3 };
+
 /// When to renew `issued`: at two thirds of its life from when it was
 /// received, less up to a twelfth of that life by `spread` (0..1).
 pub fn renew_at(issued: &Issued, spread: f64) -> SystemTime {
@@ -109,7 +113,8 @@ pub async fn run(cfg: IdentityConfig, current: watch::Sender<Option<Arc<Issued>>
             }
             Err(e) => {
                 tracing::warn!(node = %cfg.node, error = %e, renewal = held.is_some(), "no certificate; retrying");
-                tokio::time::sleep(cfg.backoff.delay(attempt, draw())).await;
+                let backoff = if e.is_refusal() { REFUSED } else { cfg.backoff };
+                tokio::time::sleep(backoff.delay(attempt, draw())).await;
                 attempt = attempt.saturating_add(1);
             }
         }

@@ -28,10 +28,11 @@ pub enum ObtainError {
     Answer(String),
 }
 
-/// A certificate for the node, renewing `held` if given. A renewal whose
-/// connection cannot be made (the coordinator's CA rotated, the certificate
-/// no longer taken) asks the bootstrap port instead: the coordinator never
-/// saw the token then.
+/// A certificate for the node, renewing `held` if given. A renewal that
+/// fails in any way (the coordinator's CA rotated, the held certificate no
+/// longer taken) asks the bootstrap port at once: a renewal refused before
+/// the token was looked at leaves it unspent, and one refused after is
+/// refused there too.
 pub async fn obtain(cfg: &IdentityConfig, held: Option<&Issued>) -> Result<Issued, ObtainError> {
     let token = std::fs::read_to_string(&cfg.token_file)
         .map_err(|e| ObtainError::Token(cfg.token_file.display().to_string(), e))?;
@@ -40,22 +41,33 @@ pub async fn obtain(cfg: &IdentityConfig, held: Option<&Issued>) -> Result<Issue
         CertificateParams::default().serialize_request(&key).map_err(|e| ObtainError::Key(e.to_string()))?;
     let ask =
         IssueRequest { node: cfg.node.clone(), token: token.trim().to_string(), csr_der: csr.der().to_vec() };
-    let channel = match held {
+    let renewed = match held {
         Some(h) => {
             let tls = hv_tls::client::config_in_memory(&cfg.ca, &h.chain_pem, &h.key_pem)?;
-            match connect(&cfg.coordinator, tls).await {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(node = %cfg.node, error = %e, "renewal cannot connect; asking the bootstrap port");
-                    connect(&cfg.bootstrap, hv_tls::client::config_without_identity(&cfg.ca)?).await?
-                }
+            let renewed = issue(&cfg.coordinator, tls, ask.clone()).await;
+            if let Err(e) = &renewed {
+                tracing::warn!(node = %cfg.node, error = %e, "renewal failed; asking the bootstrap port");
             }
+            renewed.ok()
         }
-        None => connect(&cfg.bootstrap, hv_tls::client::config_without_identity(&cfg.ca)?).await?,
+        None => None,
     };
-    let answer =
-        IdentityServiceClient::new(channel).issue(ask).await.map_err(ObtainError::Refused)?.into_inner();
-    issued(answer.certificate_chain_pem.into_bytes(), key.serialize_pem().into_bytes(), &cfg.node)
+    let chain = match renewed {
+        Some(chain) => chain,
+        None => issue(&cfg.bootstrap, hv_tls::client::config_without_identity(&cfg.ca)?, ask).await?,
+    };
+    issued(chain, key.serialize_pem().into_bytes(), &cfg.node)
+}
+
+/// `IdentityService.Issue` at `url`: the certificate chain (PEM).
+async fn issue(
+    url: &str,
+    tls: tonic::transport::ClientTlsConfig,
+    ask: IssueRequest,
+) -> Result<Vec<u8>, ObtainError> {
+    let channel = connect(url, tls).await?;
+    let answer = IdentityServiceClient::new(channel).issue(ask).await.map_err(ObtainError::Refused)?;
+    Ok(answer.into_inner().certificate_chain_pem.into_bytes())
 }
 
 async fn connect(
@@ -72,6 +84,17 @@ async fn connect(
         .connect()
         .await
         .map_err(|e| failed(hv_tls::explain(&e)))
+}
+
+impl ObtainError {
+    /// Whether the coordinator said no for a reason asking again soon will
+    /// not change (the token, the pod, the node): asked again after minutes,
+    /// not seconds, as each ask costs the API server a review.
+    pub fn is_refusal(&self) -> bool {
+        use tonic::Code;
+        matches!(self, ObtainError::Refused(s)
+            if matches!(s.code(), Code::PermissionDenied | Code::Unauthenticated | Code::InvalidArgument))
+    }
 }
 
 /// The answer as a certificate for `node`, or why it is none.

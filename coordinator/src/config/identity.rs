@@ -46,6 +46,12 @@ pub struct IdentityFlags {
     /// The ConfigMap (key `ca.crt`) the agents mount.
     #[arg(long, env = "HV_PUBLISH_SERVER_CA_CONFIGMAP", requires = "publish_server_ca")]
     pub publish_server_ca_configmap: Option<String>,
+    /// Also take agents' certificates from --client-ca (from a host
+    /// directory) while agents move to certificates from the coordinator.
+    /// Without it, with --identity-listen, a node's certificate must come
+    /// from the agents' signer.
+    #[arg(long, env = "HV_ACCEPT_HOST_CERTIFICATES")]
+    pub accept_host_certificates: bool,
     /// The longest-lived token taken (the chart's projected tokens live
     /// 10 minutes).
     #[arg(long, default_value = "1h", value_parser = duration)]

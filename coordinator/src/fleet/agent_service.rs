@@ -34,6 +34,10 @@ pub struct AgentEndpoint {
     pub trust_domain: Option<String>,
     /// Counts the sessions refused for their certificate.
     pub sessions: crate::metrics::AgentSessions,
+    /// The agents' signer's certificate file, when node certificates must
+    /// come from it alone (agents' certificates from the coordinator):
+    /// another CA the port trusts (an SRE's) cannot make a node's.
+    pub node_signer: Option<std::path::PathBuf>,
 }
 
 /// Whether the client certificate of `certs` speaks for `node`: `Err` with
@@ -148,6 +152,15 @@ impl AgentEndpoint {
             )));
         }
         let leaf = certs.and_then(|c| c.first());
+        if let (Some(signer), Some(leaf)) = (&self.node_signer, leaf)
+            && !from_signer(leaf, signer)
+        {
+            self.sessions.refused();
+            tracing::warn!(node = %node, signer = %signer.display(), "refused an agent session: its certificate is not the agents' signer's");
+            return Err(Status::permission_denied(format!(
+                "node {node}'s certificate must come from the coordinator (the agents' signer)"
+            )));
+        }
         match session_end(leaf.and_then(hv_tls::not_after), std::time::SystemTime::now(), node) {
             Ok(end) => Ok(until_instant(end)),
             Err(why) => {
@@ -155,6 +168,18 @@ impl AgentEndpoint {
                 tracing::warn!(node = %node, reason = %why, "refused an agent session: its certificate is no longer valid");
                 Err(Status::permission_denied(format!("the client showed {why}")))
             }
+        }
+    }
+}
+
+/// Whether `leaf` was signed by the first certificate of the file `signer`
+/// (read now: a rotated signer counts from the next session).
+fn from_signer(leaf: &CertificateDer<'_>, signer: &std::path::Path) -> bool {
+    match hv_tls::certificates(signer) {
+        Ok(certs) => certs.first().is_some_and(|s| hv_tls::identity::issued_by(leaf, s)),
+        Err(e) => {
+            tracing::error!(signer = %signer.display(), error = %e, "the agents' signer does not read");
+            false
         }
     }
 }

@@ -66,8 +66,17 @@ pub struct Issuer {
     pub max_token_life: Duration,
     pub leader: watch::Receiver<bool>,
     pub used: Mutex<Used>,
+    /// Issuances under way; past [`MAX_IN_FLIGHT`] a caller is told to come
+    /// back (each costs the API server a review and three reads).
+    pub in_flight: tokio::sync::Semaphore,
     pub metrics: AgentCertificates,
 }
+
+/// Issuances under way at once.
+pub const MAX_IN_FLIGHT: usize = 32;
+
+/// The largest message the service decodes.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 
 /// Why an issuance did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -78,13 +87,38 @@ enum Failure {
     Kube(#[from] kube::Error),
     #[error(transparent)]
     Sign(#[from] SignError),
+    #[error("this replica stopped leading")]
+    NotLeader,
+}
+
+impl Failure {
+    /// The kind counted in `hv_coordinator_agent_certificate_errors_total`.
+    fn kind(&self) -> &'static str {
+        match self {
+            Failure::Refused(_) => "refused",
+            Failure::Kube(e) => crate::k8s::measured::kube_error_kind(e),
+            Failure::Sign(_) => "signer",
+            Failure::NotLeader => "not_leader",
+        }
+    }
 }
 
 impl Issuer {
-    /// Observe, decide, sign.
+    /// Observe, decide, sign. What needs no API server is judged first, a
+    /// token already used included (its id read from its own claims: a
+    /// forged one is only refused sooner).
     async fn issue(&self, ask: &Ask, token: &str, csr_der: &[u8]) -> Result<Issued, Failure> {
+        let claims = identity::token_claims(token);
+        let epoch = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let keep = identity::before_review(ask, claims.as_ref(), epoch, self.max_token_life)?;
+        let claimed = claims.and_then(|c| c.credential_id);
+        if ask.via == Via::Bootstrap
+            && claimed.as_deref().is_some_and(|id| crate::locked::lock(&self.used).holds(id, Instant::now()))
+        {
+            return Err(Refusal::Replayed.into());
+        }
         let review = self.vouch.review(token, &self.agents.audience).await?;
-        let (pod, uid) = identity::vouched_pod(&review, &self.agents, ask)?;
+        let (pod, uid) = identity::vouched_pod(&review, &self.agents)?;
         let ns = &self.agents.namespace;
         let (seen, ds, node) = tokio::try_join!(
             self.vouch.pod(ns, &pod),
@@ -93,10 +127,12 @@ impl Issuer {
         )?;
         identity::pod_may_have((&pod, &uid), seen.as_ref(), ds.as_deref(), &self.agents, node, &ask.node)?;
         let id = review.credential_id.ok_or(Refusal::NoCredentialId)?;
-        let now = SystemTime::now();
-        let epoch = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let keep = identity::token_memory(identity::token_times(token), epoch, self.max_token_life)?;
+        if !*self.leader.borrow() {
+            // Leadership ended while the API server answered.
+            return Err(Failure::NotLeader);
+        }
         self.take(&id, &ask.via, keep)?;
+        let now = SystemTime::now();
         let uri = hv_tls::node_uri(&self.trust_domain, &ask.node);
         let signed =
             self.signer.load().and_then(|s| s.sign(csr_der, &ask.node, &uri, now, self.life, serial()));
@@ -141,6 +177,10 @@ impl IdentityService for IdentityEndpoint {
         if !*self.issuer.leader.borrow() {
             return Err(Status::unavailable("this coordinator replica is not the leader; retry"));
         }
+        let Ok(_turn) = self.issuer.in_flight.try_acquire() else {
+            self.issuer.metrics.error("busy");
+            return Err(Status::resource_exhausted("too many certificates asked for at once; retry"));
+        };
         let via = match self.mutual {
             true => {
                 let certs = request.peer_certs();
@@ -168,8 +208,10 @@ impl IdentityService for IdentityEndpoint {
                 Err(self.refused(&req.node, &Refusal::BadRequest(e)))
             }
             Err(e) => {
-                tracing::error!(node = %req.node, error = %e, "no certificate signed");
-                Err(Status::unavailable(format!("no certificate signed: {e}; retry")))
+                self.issuer.metrics.error(e.kind());
+                tracing::error!(node = %req.node, error = %e, kind = e.kind(), "no certificate signed");
+                // What went wrong is the log's, not an unauthenticated caller's.
+                Err(Status::unavailable("no certificate signed now; retry"))
             }
         }
     }

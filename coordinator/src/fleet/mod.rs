@@ -123,6 +123,7 @@ impl Server {
             .add_service(FleetServiceServer::new(fleet).max_decoding_message_size(MAX_MESSAGE_BYTES))
             .add_optional_service(identity.map(|issuer| {
                 IdentityServiceServer::new(identity_service::IdentityEndpoint { issuer, mutual: true })
+                    .max_decoding_message_size(identity_service::MAX_MESSAGE_BYTES)
             }));
         match tls {
             Some(tls) => {
@@ -151,7 +152,10 @@ pub async fn serve_bootstrap(
     let incoming = hv_tls::server::incoming(listener, tls.config, tls.limits, tls.stats);
     tonic::transport::Server::builder()
         .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
-        .add_service(IdentityServiceServer::new(endpoint).max_decoding_message_size(MAX_MESSAGE_BYTES))
+        .add_service(
+            IdentityServiceServer::new(endpoint)
+                .max_decoding_message_size(identity_service::MAX_MESSAGE_BYTES),
+        )
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await?;
     Ok(())

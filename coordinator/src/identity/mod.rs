@@ -174,8 +174,26 @@ impl Refusal {
     }
 }
 
-/// What the token alone says: the pod to read next (name, uid), or why not.
-pub fn vouched_pod(review: &Reviewed, agents: &Agents, ask: &Ask) -> Result<(String, String), Refusal> {
+/// A token's claims as it carries them, read without checking its
+/// signature: good only for refusing early, and, once the API server
+/// vouched for the token, for how long it lives.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Claims {
+    pub iat: u64,
+    pub exp: u64,
+    /// Its id, as the API server names it (`JTI=…`).
+    pub credential_id: Option<String>,
+}
+
+/// What needs no API server: the request's port and node, and the token's
+/// own times (unsigned claims: a forged token is refused early, never let
+/// through). Answers how long the token is to be remembered.
+pub fn before_review(
+    ask: &Ask,
+    claims: Option<&Claims>,
+    now: u64,
+    max: Duration,
+) -> Result<Duration, Refusal> {
     if ask.node.is_empty() {
         return Err(Refusal::NoNode);
     }
@@ -186,6 +204,19 @@ pub fn vouched_pod(review: &Reviewed, agents: &Agents, ask: &Ask) -> Result<(Str
         Via::Renewal(None) => return Err(Refusal::OtherCertificate("no node".into())),
         Via::Bootstrap | Via::Renewal(Some(_)) => {}
     }
+    let c = claims.ok_or_else(|| Refusal::TokenInvalid("not a token: its claims cannot be read".into()))?;
+    if c.exp <= now {
+        return Err(Refusal::TokenInvalid("the token has expired".into()));
+    }
+    let life = Duration::from_secs(c.exp.saturating_sub(c.iat));
+    if life > max {
+        return Err(Refusal::LongLived(life, max));
+    }
+    Ok(Duration::from_secs(c.exp - now))
+}
+
+/// What the token alone says: the pod to read next (name, uid), or why not.
+pub fn vouched_pod(review: &Reviewed, agents: &Agents) -> Result<(String, String), Refusal> {
     if !review.authenticated {
         return Err(Refusal::TokenInvalid(review.error.clone()));
     }
@@ -240,27 +271,15 @@ pub fn pod_may_have(
     }
 }
 
-/// A token's issue and end (its `iat` and `exp` claims, seconds since the
-/// Unix epoch). Read without checking its signature: trusted only once the
-/// API server vouched for the token.
-pub fn token_times(token: &str) -> Option<(u64, u64)> {
+/// A token's claims (`iat`, `exp`, `jti`), read without checking its
+/// signature.
+pub fn token_claims(token: &str) -> Option<Claims> {
     use base64::Engine;
     let claims = token.split('.').nth(1)?;
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(claims.trim_end_matches('=')).ok()?;
     let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    Some((v.get("iat")?.as_u64()?, v.get("exp")?.as_u64()?))
-}
-
-/// How long a vouched-for token is to be remembered (until its end, as
-/// `now` is seconds since the epoch), or why it is refused: one whose times
-/// cannot be read, or that lives longer than `max`.
-pub fn token_memory(times: Option<(u64, u64)>, now: u64, max: Duration) -> Result<Duration, Refusal> {
-    let (iat, exp) = times.ok_or_else(|| Refusal::TokenInvalid("its iat and exp cannot be read".into()))?;
-    let life = Duration::from_secs(exp.saturating_sub(iat));
-    if life > max {
-        return Err(Refusal::LongLived(life, max));
-    }
-    Ok(Duration::from_secs(exp.saturating_sub(now)))
+    let credential_id = v.get("jti").and_then(|j| j.as_str()).map(|j| format!("JTI={j}"));
+    Some(Claims { iat: v.get("iat")?.as_u64()?, exp: v.get("exp")?.as_u64()?, credential_id })
 }
 
 /// The credential ids that got a certificate on the bootstrap port, each
@@ -289,6 +308,11 @@ impl Used {
     pub fn mark(&mut self, id: &str, now: Instant, keep: Duration) {
         let until = self.ids.entry(id.to_string()).or_insert(now);
         *until = (*until).max(now + keep);
+    }
+
+    /// Whether `id` got a certificate, and its token still lives.
+    pub fn holds(&self, id: &str, now: Instant) -> bool {
+        self.ids.get(id).is_some_and(|until| *until > now)
     }
 
     /// Gives `id` back: its certificate could not be signed after all.

@@ -39,8 +39,7 @@ fn good_pod() -> PodSeen {
 #[test]
 fn a_token_is_vouched_for_only_when_authenticated_for_our_audience_of_our_account_and_bound() {
     let a = agents();
-    let on_a = ask("node-a", Via::Bootstrap);
-    assert_eq!(vouched_pod(&good_review(), &a, &on_a), Ok(("hv-agent-x1".into(), "pod-uid".into())));
+    assert_eq!(vouched_pod(&good_review(), &a), Ok(("hv-agent-x1".into(), "pod-uid".into())));
     let cases: Vec<(Reviewed, &str)> = vec![
         (
             Reviewed { authenticated: false, error: "token has expired".into(), ..good_review() },
@@ -64,14 +63,13 @@ fn a_token_is_vouched_for_only_when_authenticated_for_our_audience_of_our_accoun
         (Reviewed { pod_uid: Some(String::new()), ..good_review() }, "token_not_bound"),
     ];
     for (review, reason) in cases {
-        let got = vouched_pod(&review, &a, &on_a).unwrap_err();
+        let got = vouched_pod(&review, &a).unwrap_err();
         assert_eq!(got.reason(), reason, "{review:?}: {got}");
         assert!(Refusal::REASONS.contains(&got.reason()));
     }
-    let expired = vouched_pod(&cases_expired(), &a, &on_a).unwrap_err();
+    let expired = vouched_pod(&cases_expired(), &a).unwrap_err();
     assert!(expired.to_string().contains("token has expired"), "the API server's reason is kept: {expired}");
     assert!(expired.is_unauthenticated());
-    assert_eq!(vouched_pod(&good_review(), &a, &ask("", Via::Bootstrap)), Err(Refusal::NoNode));
 }
 
 fn cases_expired() -> Reviewed {
@@ -79,14 +77,23 @@ fn cases_expired() -> Reviewed {
 }
 
 #[test]
-fn a_renewal_comes_from_the_certificate_of_the_node_asked_for() {
-    let a = agents();
-    let own = ask("node-a", Via::Renewal(Some("node-a".into())));
-    assert!(vouched_pod(&good_review(), &a, &own).is_ok());
-    let other = ask("node-a", Via::Renewal(Some("node-b".into())));
-    assert_eq!(vouched_pod(&good_review(), &a, &other).unwrap_err().reason(), "other_certificate");
-    let none = ask("node-a", Via::Renewal(None));
-    assert_eq!(vouched_pod(&good_review(), &a, &none).unwrap_err().reason(), "other_certificate");
+fn a_renewal_comes_from_the_certificate_of_the_node_asked_for_and_a_token_is_judged_first_by_its_times() {
+    let claims = Claims { iat: 1_000, exp: 1_600, credential_id: Some("JTI=x".into()) };
+    let max = Duration::from_secs(3_600);
+    let at = |node: &str, via: Via, c: Option<&Claims>, now: u64| before_review(&ask(node, via), c, now, max);
+    assert_eq!(at("node-a", Via::Bootstrap, Some(&claims), 1_100), Ok(Duration::from_secs(500)));
+    assert!(at("node-a", Via::Renewal(Some("node-a".into())), Some(&claims), 1_100).is_ok());
+    let reason = |r: Result<Duration, Refusal>| r.unwrap_err().reason();
+    assert_eq!(
+        reason(at("node-a", Via::Renewal(Some("node-b".into())), Some(&claims), 1_100)),
+        "other_certificate"
+    );
+    assert_eq!(reason(at("node-a", Via::Renewal(None), Some(&claims), 1_100)), "other_certificate");
+    assert_eq!(reason(at("", Via::Bootstrap, Some(&claims), 1_100)), "bad_request");
+    assert_eq!(reason(at("node-a", Via::Bootstrap, None, 1_100)), "token_invalid");
+    assert_eq!(reason(at("node-a", Via::Bootstrap, Some(&claims), 1_600)), "token_invalid", "ended");
+    let long = Claims { exp: 1_000 + 86_400, ..claims.clone() };
+    assert_eq!(reason(at("node-a", Via::Bootstrap, Some(&long), 1_100)), "token_long_lived");
 }
 
 #[test]
@@ -205,21 +212,19 @@ fn a_credential_id_gets_one_certificate_while_its_token_lives() {
 }
 
 #[test]
-fn a_tokens_times_come_from_its_claims_and_a_long_lived_one_is_refused() {
+fn a_tokens_claims_are_read_from_its_middle_part() {
     use base64::Engine;
     let b64 = |v: &serde_json::Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
     let token = |claims: serde_json::Value| {
         format!("{}.{}.sig", b64(&serde_json::json!({"alg": "RS256"})), b64(&claims))
     };
     let t = token(serde_json::json!({"iat": 1_000, "exp": 1_600, "jti": "x"}));
-    assert_eq!(token_times(&t), Some((1_000, 1_600)));
-    assert_eq!(token_times("no-dots"), None);
-    assert_eq!(token_times(&token(serde_json::json!({"iat": 1_000}))), None);
-    let max = Duration::from_secs(3_600);
-    assert_eq!(token_memory(Some((1_000, 1_600)), 1_100, max), Ok(Duration::from_secs(500)));
     assert_eq!(
-        token_memory(Some((1_000, 1_000 + 86_400)), 1_100, max).unwrap_err().reason(),
-        "token_long_lived"
+        token_claims(&t),
+        Some(Claims { iat: 1_000, exp: 1_600, credential_id: Some("JTI=x".into()) })
     );
-    assert_eq!(token_memory(None, 1_100, max).unwrap_err().reason(), "token_invalid");
+    assert_eq!(token_claims("no-dots"), None);
+    assert_eq!(token_claims(&token(serde_json::json!({"iat": 1_000}))), None);
+    let no_id = token_claims(&token(serde_json::json!({"iat": 1, "exp": 2}))).unwrap();
+    assert_eq!(no_id.credential_id, None);
 }

@@ -29,15 +29,13 @@ pub struct Published {
     pub config_map: String,
 }
 
-/// Keeps the ConfigMap equal to the file while this replica leads.
+/// Keeps the ConfigMap equal to the file while this replica leads: read
+/// back at each look, so one deleted or changed by hand is made right.
 pub async fn run(client: kube::Client, to: Published, mut leader: watch::Receiver<bool>) {
     let api: Api<ConfigMap> = Api::namespaced(client, &to.namespace);
-    let mut written: Option<String> = None;
     loop {
         if *leader.borrow_and_update() {
-            written = publish(&api, &to, written).await;
-        } else {
-            written = None;
+            publish(&api, &to).await;
         }
         tokio::select! {
             _ = tokio::time::sleep(LOOK_EVERY) => {}
@@ -46,31 +44,32 @@ pub async fn run(client: kube::Client, to: Published, mut leader: watch::Receive
     }
 }
 
-/// Writes the file's content unless it is what was written last; answers
-/// what the ConfigMap now holds, as far as this replica knows.
-async fn publish(api: &Api<ConfigMap>, to: &Published, written: Option<String>) -> Option<String> {
+/// Writes the file's content where the ConfigMap does not hold it.
+async fn publish(api: &Api<ConfigMap>, to: &Published) {
     let pem = match std::fs::read_to_string(&to.file) {
         Ok(pem) if pem.contains("-----BEGIN CERTIFICATE-----") => pem,
         Ok(_) => {
-            tracing::warn!(file = %to.file.display(), "no certificate in the CA file; not published");
-            return written;
+            return tracing::warn!(file = %to.file.display(), "no certificate in the CA file; not published");
         }
         Err(e) => {
-            tracing::warn!(file = %to.file.display(), error = %e, "the CA file does not read; not published");
-            return written;
+            return tracing::warn!(file = %to.file.display(), error = %e, "the CA file does not read; not published");
         }
     };
-    if written.as_deref() == Some(pem.as_str()) {
-        return written;
+    let held = match api.get_opt(&to.config_map).await {
+        Ok(cm) => cm.and_then(|c| c.data).and_then(|mut d| d.remove("ca.crt")),
+        Err(e) => {
+            return tracing::warn!(config_map = %to.config_map, error = %e, "the published CA not read; retrying");
+        }
+    };
+    if held.as_deref() == Some(pem.as_str()) {
+        return;
     }
     match write(api, &to.config_map, &pem).await {
-        Ok(_) => {
-            tracing::info!(config_map = %to.config_map, "the coordinator's CA published for the agents");
-            Some(pem)
+        Ok(()) => {
+            tracing::info!(config_map = %to.config_map, "the coordinator's CA published for the agents")
         }
         Err(e) => {
-            tracing::warn!(config_map = %to.config_map, error = %e, "the coordinator's CA not published; retrying");
-            written
+            tracing::warn!(config_map = %to.config_map, error = %e, "the coordinator's CA not published; retrying")
         }
     }
 }

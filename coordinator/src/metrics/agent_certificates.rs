@@ -21,10 +21,16 @@ struct Reason {
 }
 
 /// Cheap to clone; unregistered (`default`), it counts for nobody.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Kind {
+    kind: &'static str,
+}
+
 #[derive(Clone, Default)]
 pub struct AgentCertificates {
     issued: Family<Via, Counter>,
     refused: Family<Reason, Counter>,
+    errors: Family<Kind, Counter>,
 }
 
 impl AgentCertificates {
@@ -41,6 +47,12 @@ impl AgentCertificates {
             "Agent certificates refused, by reason (docs/metrics.md).",
             c.refused.clone(),
         );
+        registry.register(
+            "hv_coordinator_agent_certificate_errors",
+            "Agent certificates not signed for want of this side, by kind: busy (too many at once), signer (the \
+             signing CA unreadable or ended), not_leader, or the Kubernetes API's error kind.",
+            c.errors.clone(),
+        );
         for via in ["bootstrap", "renewal"] {
             let _ = c.issued.get_or_create(&Via { via });
         }
@@ -52,6 +64,10 @@ impl AgentCertificates {
 
     pub fn issued(&self, renewal: bool) {
         self.issued.get_or_create(&Via { via: if renewal { "renewal" } else { "bootstrap" } }).inc();
+    }
+
+    pub fn error(&self, kind: &'static str) {
+        self.errors.get_or_create(&Kind { kind }).inc();
     }
 
     pub fn refused(&self, reason: &'static str) {

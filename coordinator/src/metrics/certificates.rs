@@ -36,7 +36,7 @@ pub(super) fn registry(sources: &[Source]) -> Registry {
     registry.register(
         "hv_coordinator_certificate_expiry_seconds",
         "When the certificate this replica presents ends (its notAfter, seconds since the Unix epoch), by use: \
-         grpc, webhook.",
+         grpc, webhook, agent-signer (the CA of the agents' certificates).",
         ends,
     );
     registry

@@ -13,13 +13,18 @@ struct Answers {
     review: Reviewed,
     pod: Option<PodSeen>,
     node: NodeSeen,
-    asked: StdMutex<Vec<String>>,
+    asked: Arc<StdMutex<Vec<String>>>,
+    /// Holds each review until notified (a slow API server).
+    hold: Option<Arc<tokio::sync::Notify>>,
 }
 
 #[tonic::async_trait]
 impl Vouch for Answers {
     async fn review(&self, token: &str, audience: &str) -> Result<Reviewed, kube::Error> {
         crate::locked::lock(&self.asked).push(format!("review {audience}"));
+        if let Some(hold) = &self.hold {
+            hold.notified().await;
+        }
         Ok(Reviewed { authenticated: self.review.authenticated && !token.is_empty(), ..self.review.clone() })
     }
     async fn pod(&self, _: &str, name: &str) -> Result<Option<PodSeen>, kube::Error> {
@@ -53,15 +58,25 @@ fn answers() -> Answers {
             deleting: false,
         }),
         node: NodeSeen::Present,
-        asked: StdMutex::new(Vec::new()),
+        asked: Arc::new(StdMutex::new(Vec::new())),
+        hold: None,
     }
 }
 
 /// A token whose claims say it lives 10 minutes from now.
 fn token() -> String {
+    token_with_id("")
+}
+
+/// The same with the id `jti` (none when empty); the stand-in API server
+/// names it `JTI=1` whatever it is.
+fn token_with_id(jti: &str) -> String {
     use base64::Engine;
     let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
-    let claims = serde_json::json!({"iat": now, "exp": now + 600});
+    let mut claims = serde_json::json!({"iat": now, "exp": now + 600});
+    if !jti.is_empty() {
+        claims["jti"] = "1".into();
+    }
     let b64 = |v: serde_json::Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
     format!("{}.{}.sig", b64(serde_json::json!({"alg": "RS256"})), b64(claims))
 }
@@ -101,6 +116,7 @@ fn issuer(
         max_token_life: Duration::from_secs(3_600),
         leader,
         used: Default::default(),
+        in_flight: tokio::sync::Semaphore::new(1),
         metrics,
     };
     (Arc::new(issuer), registry)
@@ -183,8 +199,10 @@ async fn a_signer_that_cannot_be_read_fails_the_issuance_and_gives_the_token_bac
     let t = token();
     let failed = boot.issue(ask(&t, "node-a")).await.unwrap_err();
     assert_eq!(failed.code(), tonic::Code::Unavailable, "{failed:?}");
-    assert!(failed.message().contains("missing.key"), "{failed:?}");
-    assert!(text(&registry).contains("hv_coordinator_agent_certificates_issued_total{via=\"bootstrap\"} 0"));
+    assert!(!failed.message().contains("missing.key"), "no path told to the caller: {failed:?}");
+    let s = text(&registry);
+    assert!(s.contains("hv_coordinator_agent_certificates_issued_total{via=\"bootstrap\"} 0"), "{s}");
+    assert!(s.contains("hv_coordinator_agent_certificate_errors_total{kind=\"signer\"} 1"), "{s}");
     // The key is back (a Secret mounted late): the same token works, as it
     // was not spent.
     std::fs::copy(good_key, &files.key).unwrap();
@@ -205,4 +223,38 @@ async fn a_request_that_is_no_certificate_request_is_invalid() {
     );
     let bad_name = Request::new(IssueRequest { node: "Node A".into(), token: token(), csr_der: csr() });
     assert_eq!(boot.issue(bad_name).await.unwrap_err().code(), tonic::Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn past_the_issuances_under_way_a_caller_is_told_to_come_back_and_the_api_server_is_not_asked() {
+    let dir = tmp("busy");
+    let hold = Arc::new(tokio::sync::Notify::new());
+    let slow = Answers { hold: Some(hold.clone()), ..answers() };
+    let (issuer, registry) = issuer(slow, signer_files(&dir), true);
+    let first = IdentityEndpoint { issuer: issuer.clone(), mutual: false };
+    let pending = tokio::spawn(async move { first.issue(ask(&token(), "node-a")).await });
+    // The first holds the one place while its review waits.
+    while issuer.in_flight.available_permits() == 1 {
+        tokio::task::yield_now().await;
+    }
+    let second = IdentityEndpoint { issuer: issuer.clone(), mutual: false };
+    let busy = second.issue(ask(&token(), "node-a")).await.unwrap_err();
+    assert_eq!(busy.code(), tonic::Code::ResourceExhausted, "{busy:?}");
+    hold.notify_one();
+    assert!(pending.await.unwrap().is_ok(), "the first goes on");
+    assert!(text(&registry).contains("hv_coordinator_agent_certificate_errors_total{kind=\"busy\"} 1"));
+}
+
+#[tokio::test]
+async fn a_used_token_is_refused_before_the_api_server_is_asked_again() {
+    let dir = tmp("early");
+    let a = answers();
+    let asked = a.asked.clone();
+    let (issuer, _) = issuer(a, signer_files(&dir), true);
+    let boot = IdentityEndpoint { issuer, mutual: false };
+    let t = token_with_id("once");
+    assert!(boot.issue(ask(&t, "node-a")).await.is_ok());
+    let before = crate::locked::lock(&asked).len();
+    assert_eq!(boot.issue(ask(&t, "node-a")).await.unwrap_err().code(), tonic::Code::Unauthenticated);
+    assert_eq!(crate::locked::lock(&asked).len(), before, "no review for a replay");
 }
