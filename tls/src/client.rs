@@ -13,16 +13,12 @@ use crate::{TlsError, TlsFiles, read};
 
 /// tonic's client TLS setting for `files`, read now.
 pub fn config(files: &TlsFiles) -> Result<ClientTlsConfig, TlsError> {
-    let ca = read(&files.ca)?;
     let cert = read(&files.cert)?;
     let key = read(&files.key)?;
     // Parsed here, so a broken file is named now rather than as a handshake
     // failure later.
-    crate::server::parse_certs(&files.ca, &ca)?;
     crate::server::parse_certs(&files.cert, &cert)?;
-    Ok(ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(ca))
-        .identity(Identity::from_pem(cert, key)))
+    config_in_memory(&files.ca, &cert, &key)
 }
 
 /// tonic's client TLS setting with this client's certificate chain and key

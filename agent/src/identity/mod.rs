@@ -93,6 +93,7 @@ pub fn kept(cfg: &IdentityConfig) -> Option<Arc<Issued>> {
 pub async fn run(cfg: IdentityConfig, current: watch::Sender<Option<Arc<Issued>>>) {
     let spread = draw();
     let mut attempt = 0u32;
+    let mut pending: Option<obtain::Pending> = None;
     loop {
         let held = current.borrow().clone();
         if let Some(h) = held.as_ref().filter(|h| usable(h, SystemTime::now())) {
@@ -102,7 +103,16 @@ pub async fn run(cfg: IdentityConfig, current: watch::Sender<Option<Arc<Issued>>
             }
         }
         let held = held.filter(|h| usable(h, SystemTime::now()));
-        match obtain::obtain(&cfg, held.as_deref()).await {
+        let asked = match pending.take().map_or_else(obtain::Pending::new, Ok) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(node = %cfg.node, error = %e, "no key made; retrying");
+                tokio::time::sleep(cfg.backoff.delay(attempt, draw())).await;
+                attempt = attempt.saturating_add(1);
+                continue;
+            }
+        };
+        match obtain::obtain(&cfg, held.as_deref(), &asked).await {
             Ok(issued) => {
                 tracing::info!(node = %cfg.node, not_after = ?issued.not_after, renewal = held.is_some(), "certificate obtained");
                 if let Err(e) = store::save(&cfg.dir, &issued) {
@@ -114,6 +124,7 @@ pub async fn run(cfg: IdentityConfig, current: watch::Sender<Option<Arc<Issued>>
             Err(e) => {
                 tracing::warn!(node = %cfg.node, error = %e, renewal = held.is_some(), "no certificate; retrying");
                 let backoff = if e.is_refusal() { REFUSED } else { cfg.backoff };
+                pending = Some(asked);
                 tokio::time::sleep(backoff.delay(attempt, draw())).await;
                 attempt = attempt.saturating_add(1);
             }

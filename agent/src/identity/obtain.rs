@@ -28,19 +28,39 @@ pub enum ObtainError {
     Answer(String),
 }
 
-/// A certificate for the node, renewing `held` if given. A renewal that
-/// fails in any way (the coordinator's CA rotated, the held certificate no
-/// longer taken) asks the bootstrap port at once: a renewal refused before
-/// the token was looked at leaves it unspent, and one refused after is
-/// refused there too.
-pub async fn obtain(cfg: &IdentityConfig, held: Option<&Issued>) -> Result<Issued, ObtainError> {
+/// A new key and the request it signs (DER). Kept until a certificate
+/// comes for it: asked again after an answer was lost, the same request
+/// with the same token gets its certificate, where another would be a
+/// replay.
+pub struct Pending {
+    key: KeyPair,
+    csr_der: Vec<u8>,
+}
+
+impl Pending {
+    pub fn new() -> Result<Pending, ObtainError> {
+        let key = KeyPair::generate().map_err(|e| ObtainError::Key(e.to_string()))?;
+        let csr = CertificateParams::default()
+            .serialize_request(&key)
+            .map_err(|e| ObtainError::Key(e.to_string()))?;
+        Ok(Pending { csr_der: csr.der().to_vec(), key })
+    }
+}
+
+/// A certificate for the node and the key of `pending`, renewing `held` if
+/// given. A renewal that fails in any way (the coordinator's CA rotated,
+/// the held certificate no longer taken) asks the bootstrap port at once:
+/// a renewal refused before the token was looked at leaves it unspent, and
+/// one refused after is refused there too.
+pub async fn obtain(
+    cfg: &IdentityConfig,
+    held: Option<&Issued>,
+    pending: &Pending,
+) -> Result<Issued, ObtainError> {
     let token = std::fs::read_to_string(&cfg.token_file)
         .map_err(|e| ObtainError::Token(cfg.token_file.display().to_string(), e))?;
-    let key = KeyPair::generate().map_err(|e| ObtainError::Key(e.to_string()))?;
-    let csr =
-        CertificateParams::default().serialize_request(&key).map_err(|e| ObtainError::Key(e.to_string()))?;
-    let ask =
-        IssueRequest { node: cfg.node.clone(), token: token.trim().to_string(), csr_der: csr.der().to_vec() };
+    let (key, csr_der) = (&pending.key, pending.csr_der.clone());
+    let ask = IssueRequest { node: cfg.node.clone(), token: token.trim().to_string(), csr_der };
     let renewed = match held {
         Some(h) => {
             let tls = hv_tls::client::config_in_memory(&cfg.ca, &h.chain_pem, &h.key_pem)?;

@@ -14,6 +14,8 @@ const FILE: &str = "identity.pem";
 pub(super) fn save(dir: &Path, issued: &Issued) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let aside = dir.join(format!("{FILE}.new"));
+    // One left by a crash keeps its mode when opened again: made anew.
+    let _ = std::fs::remove_file(&aside);
     let mut f =
         std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&aside)?;
     f.write_all(&issued.key_pem)?;

@@ -113,7 +113,9 @@ impl Issuer {
         let keep = identity::before_review(ask, claims.as_ref(), epoch, self.max_token_life)?;
         let claimed = claims.and_then(|c| c.credential_id);
         if ask.via == Via::Bootstrap
-            && claimed.as_deref().is_some_and(|id| crate::locked::lock(&self.used).holds(id, Instant::now()))
+            && claimed
+                .as_deref()
+                .is_some_and(|id| crate::locked::lock(&self.used).refuses(id, Instant::now(), csr_der))
         {
             return Err(Refusal::Replayed.into());
         }
@@ -131,25 +133,26 @@ impl Issuer {
             // Leadership ended while the API server answered.
             return Err(Failure::NotLeader);
         }
-        self.take(&id, &ask.via, keep)?;
+        let newly = self.take(&id, &ask.via, keep, csr_der)?;
         let now = SystemTime::now();
         let uri = hv_tls::node_uri(&self.trust_domain, &ask.node);
         let signed =
             self.signer.load().and_then(|s| s.sign(csr_der, &ask.node, &uri, now, self.life, serial()));
-        if signed.is_err() && ask.via == Via::Bootstrap {
+        if signed.is_err() && newly {
             crate::locked::lock(&self.used).give_back(&id);
         }
         Ok(signed?)
     }
 
-    /// The token's id taken (bootstrap) or noted (renewal).
-    fn take(&self, id: &str, via: &Via, keep: Duration) -> Result<(), Refusal> {
+    /// The token's id taken for `request` (bootstrap) or noted (renewal):
+    /// whether it is newly taken.
+    fn take(&self, id: &str, via: &Via, keep: Duration, request: &[u8]) -> Result<bool, Refusal> {
         let mut used = crate::locked::lock(&self.used);
         match via {
-            Via::Bootstrap => used.take(id, Instant::now(), keep),
+            Via::Bootstrap => used.take(id, Instant::now(), keep, request),
             Via::Renewal(_) => {
-                used.mark(id, Instant::now(), keep);
-                Ok(())
+                used.mark(id, Instant::now(), keep, request);
+                Ok(false)
             }
         }
     }

@@ -407,13 +407,13 @@ impl Registry {
         ack
     }
 
-    /// Whether `node`'s agent has a live session (what `view` says, without
-    /// copying the rest: asked for every node on each metrics scrape).
     /// When the first of the live sessions' certificates ends.
     pub fn oldest_certificate_end(&self) -> Option<std::time::SystemTime> {
         self.with(|nodes| nodes.values().filter_map(|n| n.live.as_ref()?.certificate_end).min())
     }
 
+    /// Whether `node`'s agent has a live session (what `view` says, without
+    /// copying the rest: asked for every node on each metrics scrape).
     pub fn connected(&self, node: &str) -> bool {
         self.with(|nodes| nodes.get(node).is_some_and(|n| n.live.is_some()))
     }

@@ -283,36 +283,43 @@ pub fn token_claims(token: &str) -> Option<Claims> {
 }
 
 /// The credential ids that got a certificate on the bootstrap port, each
-/// kept until its token ends: a second use is a replay.
+/// with the request it was for, kept until its token ends: the same token
+/// with another request is a replay; with the same request, the caller
+/// asking again for an answer it lost (the request proves its key).
 #[derive(Debug, Default)]
 pub struct Used {
-    /// Each id, and until when it is kept.
-    ids: HashMap<String, Instant>,
+    /// Each id: until when it is kept, and the request (DER) it answered.
+    ids: HashMap<String, (Instant, Vec<u8>)>,
 }
 
 impl Used {
-    /// Records `id` as used now, kept for `keep` (its token's remaining
-    /// life), unless it was: then [`Refusal::Replayed`]. Ids whose tokens
-    /// have ended are forgotten first.
-    pub fn take(&mut self, id: &str, now: Instant, keep: Duration) -> Result<(), Refusal> {
-        self.ids.retain(|_, until| *until > now);
-        if self.ids.contains_key(id) {
-            return Err(Refusal::Replayed);
+    /// Records `id` as used now for `request`, kept for `keep` (its token's
+    /// remaining life); answers whether it is newly taken (false: the same
+    /// request again). Another request for a used id is
+    /// [`Refusal::Replayed`]. Ids whose tokens have ended are forgotten first.
+    pub fn take(&mut self, id: &str, now: Instant, keep: Duration, request: &[u8]) -> Result<bool, Refusal> {
+        self.ids.retain(|_, (until, _)| *until > now);
+        match self.ids.get(id) {
+            Some((_, asked)) if asked == request => Ok(false),
+            Some(_) => Err(Refusal::Replayed),
+            None => {
+                self.ids.insert(id.to_string(), (now + keep, request.to_vec()));
+                Ok(true)
+            }
         }
-        self.ids.insert(id.to_string(), now + keep);
-        Ok(())
     }
 
-    /// Records `id` as used now, whether it was or not (a renewal: its
-    /// caller holds the node's certificate already).
-    pub fn mark(&mut self, id: &str, now: Instant, keep: Duration) {
-        let until = self.ids.entry(id.to_string()).or_insert(now);
-        *until = (*until).max(now + keep);
+    /// Records `id` as used now for `request`, whether it was or not (a
+    /// renewal: its caller holds the node's certificate already).
+    pub fn mark(&mut self, id: &str, now: Instant, keep: Duration, request: &[u8]) {
+        let until = self.ids.get(id).map_or(now, |(until, _)| *until).max(now + keep);
+        self.ids.insert(id.to_string(), (until, request.to_vec()));
     }
 
-    /// Whether `id` got a certificate, and its token still lives.
-    pub fn holds(&self, id: &str, now: Instant) -> bool {
-        self.ids.get(id).is_some_and(|until| *until > now)
+    /// Whether `id` got a certificate for another request than `request`,
+    /// and its token still lives.
+    pub fn refuses(&self, id: &str, now: Instant, request: &[u8]) -> bool {
+        self.ids.get(id).is_some_and(|(until, asked)| *until > now && asked != request)
     }
 
     /// Gives `id` back: its certificate could not be signed after all.
@@ -320,12 +327,10 @@ impl Used {
         self.ids.remove(id);
     }
 
-    pub fn len(&self) -> usize {
+    /// The ids kept.
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.ids.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.ids.is_empty()
     }
 }
 

@@ -189,26 +189,29 @@ fn a_credential_id_gets_one_certificate_while_its_token_lives() {
     let mut used = Used::default();
     let t0 = Instant::now();
     let (long, short) = (Duration::from_secs(600), Duration::from_secs(10));
-    assert_eq!(used.take("JTI=1", t0, long), Ok(()));
-    assert_eq!(used.take("JTI=1", t0 + Duration::from_secs(5), long), Err(Refusal::Replayed));
-    assert_eq!(used.take("JTI=2", t0 + Duration::from_secs(5), short), Ok(()));
-    used.give_back("JTI=2");
-    assert_eq!(used.take("JTI=2", t0 + Duration::from_secs(6), short), Ok(()), "given back: not used");
-    // A token with little life left takes no other token's record with it.
-    assert_eq!(used.take("JTI=3", t0 + Duration::from_secs(30), short), Ok(()));
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    assert_eq!(used.take("JTI=1", t0, long, b"req-1"), Ok(true));
     assert_eq!(
-        used.take("JTI=1", t0 + Duration::from_secs(31), long),
+        used.take("JTI=1", at(5), long, b"req-x"),
         Err(Refusal::Replayed),
-        "JTI=1 lives on"
+        "another request: a replay"
     );
+    assert_eq!(used.take("JTI=1", at(5), long, b"req-1"), Ok(false), "its own request again: a lost answer");
+    assert!(used.refuses("JTI=1", at(5), b"req-x") && !used.refuses("JTI=1", at(5), b"req-1"));
+    assert_eq!(used.take("JTI=2", at(5), short, b"req-2"), Ok(true));
+    used.give_back("JTI=2");
+    assert_eq!(used.take("JTI=2", at(6), short, b"req-3"), Ok(true), "given back: not used");
+    // A token with little life left takes no other token's record with it.
+    assert_eq!(used.take("JTI=3", at(30), short, b"req-4"), Ok(true));
+    assert_eq!(used.take("JTI=1", at(31), long, b"req-x"), Err(Refusal::Replayed), "JTI=1 lives on");
     assert_eq!(used.len(), 2, "JTI=2's token ended: forgotten");
     // Past its token's end an id is forgotten: the API server refuses the
     // token by then.
-    assert_eq!(used.take("JTI=1", t0 + long + Duration::from_secs(1), long), Ok(()));
+    assert_eq!(used.take("JTI=1", t0 + long + Duration::from_secs(1), long, b"req-x"), Ok(true));
     // A renewal notes its token without asking, and never shortens a record.
-    used.mark("JTI=4", t0, long);
-    used.mark("JTI=4", t0, short);
-    assert_eq!(used.take("JTI=4", t0 + Duration::from_secs(60), long), Err(Refusal::Replayed));
+    used.mark("JTI=4", t0, long, b"req-5");
+    used.mark("JTI=4", t0, short, b"req-5");
+    assert_eq!(used.take("JTI=4", at(60), long, b"req-6"), Err(Refusal::Replayed));
 }
 
 #[test]

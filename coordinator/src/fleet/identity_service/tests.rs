@@ -182,10 +182,13 @@ async fn another_nodes_certificate_is_refused_and_spends_no_token() {
 #[tokio::test]
 async fn a_follower_signs_nothing_and_asks_nothing() {
     let dir = tmp("follower");
-    let (issuer, _) = issuer(answers(), signer_files(&dir), false);
-    let boot = IdentityEndpoint { issuer: issuer.clone(), mutual: false };
+    let a = answers();
+    let asked = a.asked.clone();
+    let (issuer, _) = issuer(a, signer_files(&dir), false);
+    let boot = IdentityEndpoint { issuer, mutual: false };
     let refused = boot.issue(ask(&token(), "node-a")).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::Unavailable);
+    assert!(crate::locked::lock(&asked).is_empty(), "the API server is not asked");
 }
 
 #[tokio::test]
@@ -257,4 +260,19 @@ async fn a_used_token_is_refused_before_the_api_server_is_asked_again() {
     let before = crate::locked::lock(&asked).len();
     assert_eq!(boot.issue(ask(&t, "node-a")).await.unwrap_err().code(), tonic::Code::Unauthenticated);
     assert_eq!(crate::locked::lock(&asked).len(), before, "no review for a replay");
+}
+
+#[tokio::test]
+async fn an_answer_lost_on_the_way_is_asked_for_again_with_the_same_request_not_another() {
+    let dir = tmp("lost");
+    let (issuer, _) = issuer(answers(), signer_files(&dir), true);
+    let boot = IdentityEndpoint { issuer, mutual: false };
+    let t = token_with_id("once");
+    let request = csr();
+    let again =
+        |csr_der: Vec<u8>| Request::new(IssueRequest { node: "node-a".into(), token: t.clone(), csr_der });
+    assert!(boot.issue(again(request.clone())).await.is_ok(), "signed; say its answer is lost");
+    assert!(boot.issue(again(request)).await.is_ok(), "the same token and request: signed again");
+    let other = boot.issue(again(csr())).await.unwrap_err();
+    assert_eq!(other.code(), tonic::Code::Unauthenticated, "another key with that token: {other:?}");
 }
