@@ -5,6 +5,7 @@
 //! - [`run`]: `hv-agent run`, the watchers, the session and the health listener wired together.
 //! - [`session`]: the stream to the coordinator, with its acknowledged outbox (docs/protocol.md).
 //! - [`checks`]: the Testing-phase checks and the `hv-agent checks` table (docs/checks.md).
+//! - [`hardware`]: SR-IOV NICs and hugepages from the host's /sys, for the facts.
 //! - [`libvirt`]: host facts, the domain inventory and lifecycle events; TLS and SASL logins.
 //! - [`ovsdb`]: Open vSwitch bridges and their expected settings (our own RFC 7047 client).
 //! - [`ceph`]: RBD pools readable as the node's restricted client (via `hv-ceph-probe`).
@@ -17,6 +18,7 @@
 pub mod backoff;
 pub mod ceph;
 pub mod checks;
+pub mod hardware;
 pub mod health;
 pub mod identity;
 pub mod libvirt;

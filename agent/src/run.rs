@@ -46,6 +46,7 @@ pub struct AgentConfig {
 fn host_identity(f: &mut HostFacts, host_root: &std::path::Path) {
     let uuid = std::fs::read_to_string(host_root.join("sys/class/dmi/id/product_uuid")).unwrap_or_default();
     f.system_uuid = uuid.trim().to_ascii_lowercase();
+    crate::hardware::read_sys(host_root, f.hardware.get_or_insert_default());
     if let Ok(u) = nix::sys::utsname::uname() {
         f.kernel = u.release().to_string_lossy().into_owned();
     }

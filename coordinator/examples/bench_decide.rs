@@ -54,6 +54,8 @@ fn main() {
         claimed_by: None,
         health: None,
         machine_hostname: Some("node-1".into()),
+        host_traits: None,
+        dependencies: Some(Vec::new()),
     };
     println!("lifecycle::decide, one hypervisor, 40 instances (release build)");
     println!("{:<34} {:>12} {:>14}", "case", "ns/decision", "decisions/s");

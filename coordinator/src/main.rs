@@ -202,6 +202,7 @@ struct Serving {
     gate: Arc<Gate>,
     updates: Arc<UpdateLimit>,
     pods: hv_coordinator::k8s::protected_pods::ProtectedPods,
+    dependencies: hv_coordinator::k8s::dependencies::NodeDependencies,
     /// Wakes a Node's drain marks (a host found free on this leader's own read).
     marks_wake: mpsc::UnboundedSender<String>,
     events: broadcast::Sender<hv_proto::v1::HypervisorEvent>,
@@ -381,6 +382,13 @@ impl Serving {
             pods_tx,
             leader_rx.clone(),
         );
+        // The hosts' dependency pods; a change wakes the Hypervisor's reconcile.
+        let dependencies = hv_coordinator::k8s::dependencies::watch(
+            &clients.watch,
+            &args.lifecycle.node_dependencies,
+            changed_tx.clone(),
+            leader_rx.clone(),
+        );
         let (stores, writers) = stores();
         let (events, _) = broadcast::channel(1024);
         let agents = AgentEndpoint {
@@ -431,6 +439,7 @@ impl Serving {
             gate,
             updates,
             pods,
+            dependencies,
             marks_wake,
             events,
         };
@@ -658,6 +667,7 @@ impl Leading<'_> {
             written: Default::default(),
             node_locks: args.drain.node_locks.clone(),
             pods: serving.pods.clone(),
+            dependencies: serving.dependencies.clone(),
             updates: serving.updates.clone(),
             guard: guard(args)?,
             evictions_to_wake,

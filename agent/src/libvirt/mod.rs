@@ -187,7 +187,7 @@ impl Libvirt {
         let node = Self::call("nodeGetInfo", self.conn.node_info())?;
         // Domain capabilities are optional (the test driver has none).
         let domcaps = self.conn.domain_capabilities(None, None, None, None, 0).ok();
-        let traits = xml::trait_candidates(&caps.arch, &caps.cpu_features, domcaps.as_deref());
+        let hardware = domcaps.as_deref().map(xml::domain_offers).unwrap_or_default();
         Ok(HostFacts {
             hostname: Self::call("getHostname", self.conn.hostname())?,
             kernel: String::new(),
@@ -200,7 +200,8 @@ impl Libvirt {
             numa_cells: caps.numa_cells,
             memory_bytes: node.memory.saturating_mul(1024),
             cpus: node.cpus,
-            trait_candidates: traits,
+            // The host's own /sys adds its NICs and hugepages.
+            hardware: Some(hardware),
             // Not libvirt's to say: the host's /sys and the Ceph probe.
             system_uuid: String::new(),
             ceph_client_ips: Vec::new(),

@@ -2,7 +2,7 @@
 //! host capabilities. Pure functions over strings; malformed XML is an
 //! error, never a panic.
 
-use hv_proto::v1::{Disk, DiskSource, NumaCell};
+use hv_proto::v1::{Disk, DiskSource, HostHardware, NumaCell};
 
 #[derive(Debug, thiserror::Error)]
 #[error("libvirt returned XML we cannot read: {0}")]
@@ -123,45 +123,35 @@ pub fn capabilities(xml: &str) -> Result<HostCaps, XmlError> {
     })
 }
 
-/// Trait candidates (os-traits names) from host CPU features and the
-/// domain capabilities: what this host could advertise to Placement.
-pub fn trait_candidates(arch: &str, cpu_features: &[String], domcaps_xml: Option<&str>) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    if arch == "x86_64" || arch == "i686" {
-        const KNOWN: &[&str] = &[
-            "aes", "avx", "avx2", "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "fma3", "sse41",
-            "sse42", "ssse3", "sha", "vmx", "svm", "f16c", "bmi", "bmi2", "pclmuldq", "mpx",
-        ];
-        for f in cpu_features {
-            let f = f.to_lowercase();
-            let name = match f.as_str() {
-                "sse4.1" => "sse41".to_string(),
-                "sse4.2" => "sse42".to_string(),
-                "fma" => "fma3".to_string(),
-                "pclmulqdq" => "pclmuldq".to_string(),
-                other => other.to_string(),
-            };
-            if KNOWN.contains(&name.as_str()) {
-                out.push(format!("HW_CPU_X86_{}", name.to_uppercase()));
-            }
-        }
+/// What the domain capabilities offer guests: SEV, Secure Boot firmware,
+/// the usable named CPU models. The coordinator maps them to traits and
+/// judges migrations with them. Unreadable XML offers nothing.
+pub fn domain_offers(domcaps_xml: &str) -> HostHardware {
+    let Ok(d) = roxmltree::Document::parse(domcaps_xml) else {
+        return HostHardware::default();
+    };
+    let sev = d.descendants().any(|n| n.has_tag_name("sev") && n.attribute("supported") == Some("yes"));
+    let secure = d
+        .descendants()
+        .filter(|n| n.has_tag_name("enum") && n.attribute("name") == Some("secure"))
+        .any(|e| e.children().any(|v| v.has_tag_name("value") && v.text().map(str::trim) == Some("yes")));
+    let mut cpu_models: Vec<String> = d
+        .descendants()
+        .filter(|n| n.has_tag_name("mode") && n.attribute("name") == Some("custom"))
+        .flat_map(|m| m.children())
+        .filter(|n| n.has_tag_name("model") && n.attribute("usable") == Some("yes"))
+        .filter_map(|n| n.text().map(|t| t.trim().to_string()))
+        .filter(|t| !t.is_empty())
+        .collect();
+    cpu_models.sort();
+    cpu_models.dedup();
+    HostHardware {
+        domain_capabilities: true,
+        amd_sev: sev,
+        uefi_secure_boot: secure,
+        cpu_models,
+        ..Default::default()
     }
-    if let Some(d) = domcaps_xml.and_then(|x| roxmltree::Document::parse(x).ok()) {
-        let supported = |tag: &str| {
-            d.descendants().any(|n| n.has_tag_name(tag) && n.attribute("supported") == Some("yes"))
-        };
-        if supported("sev") {
-            out.push("HW_CPU_X86_AMD_SEV".into());
-        }
-        if d.descendants().any(|n| n.has_tag_name("enum") && n.attribute("name") == Some("secure"))
-            && d.descendants().any(|n| n.has_tag_name("value") && n.text() == Some("yes"))
-        {
-            out.push("COMPUTE_SECURITY_UEFI_SECURE_BOOT".into());
-        }
-    }
-    out.sort();
-    out.dedup();
-    out
 }
 
 #[cfg(test)]
@@ -195,24 +185,20 @@ mod tests {
     }
 
     #[test]
-    fn trait_candidates_from_features_and_domain_capabilities() {
-        let f: Vec<String> =
-            ["avx2", "sse4.2", "vmx", "pdpe1gb", "fma"].iter().map(|s| s.to_string()).collect();
+    fn what_the_domain_capabilities_offer() {
         let domcaps = "<domainCapabilities><os><loader><enum name='secure'><value>yes</value></enum></loader></os>\
+                       <cpu><mode name='custom' supported='yes'><model usable='yes'>Skylake-Server</model>\
+                       <model usable='no'>Icelake-Server</model><model usable='yes'>Haswell</model></mode></cpu>\
                        <features><sev supported='yes'/></features></domainCapabilities>";
-        assert_eq!(
-            trait_candidates("x86_64", &f, Some(domcaps)),
-            vec![
-                "COMPUTE_SECURITY_UEFI_SECURE_BOOT",
-                "HW_CPU_X86_AMD_SEV",
-                "HW_CPU_X86_AVX2",
-                "HW_CPU_X86_FMA3",
-                "HW_CPU_X86_SSE42",
-                "HW_CPU_X86_VMX"
-            ]
+        let o = domain_offers(domcaps);
+        assert!(o.domain_capabilities && o.amd_sev && o.uefi_secure_boot);
+        assert_eq!(o.cpu_models, vec!["Haswell", "Skylake-Server"], "only the usable ones");
+        let plain = domain_offers(
+            "<domainCapabilities><os><loader><enum name='secure'><value>no</value></enum></loader></os>\
+                                   <features><sev supported='no'/></features></domainCapabilities>",
         );
-        assert!(trait_candidates("aarch64", &f, None).is_empty());
-        assert!(trait_candidates("x86_64", &[], Some("<broken")).is_empty());
+        assert!(plain.domain_capabilities && !plain.amd_sev && !plain.uefi_secure_boot);
+        assert_eq!(domain_offers("<broken"), HostHardware::default(), "unreadable offers nothing");
     }
 
     #[test]

@@ -471,6 +471,72 @@ pub struct MachineStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1024), inner(length(max = 36)))]
     pub domains: Option<Vec<String>>,
+    /// What the host offers guests, as its agent last reported: the
+    /// traits synced to its resource provider, and what the preflight
+    /// judges a target host by (docs/lifecycle.md, "Host capabilities").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<HostCapabilities>,
+}
+
+/// A host's CPU, hypervisor software and hardware, as its agent reports
+/// them (libvirt's capabilities and domain capabilities, the host's /sys).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostCapabilities {
+    #[schemars(length(max = 32))]
+    pub arch: String,
+    #[schemars(length(max = 128))]
+    pub cpu_model: String,
+    /// The host CPU's feature flags, as libvirt names them, sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(length(max = 64)))]
+    pub cpu_features: Vec<String>,
+    /// The named CPU models guests may be given here; absent when the
+    /// domain capabilities could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256), inner(length(max = 64)))]
+    pub cpu_models: Option<Vec<String>>,
+    /// libvirt's hypervisor driver ("QEMU") and its version ("8.2.2").
+    #[schemars(length(max = 32))]
+    pub hypervisor_type: String,
+    #[schemars(length(max = 32))]
+    pub hypervisor_version: String,
+    #[schemars(length(max = 32))]
+    pub libvirt_version: String,
+    #[serde(default)]
+    pub amd_sev: bool,
+    #[serde(default)]
+    pub uefi_secure_boot: bool,
+    /// Network devices with SR-IOV virtual functions.
+    #[serde(default)]
+    pub sriov_nics: u32,
+    /// NUMA cells: CPUs and memory (MiB) of each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub numa_cells: Vec<NumaCellStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub hugepages: Vec<HugepageStatus>,
+    /// The standard traits these add to the host's resource provider:
+    /// the ones Nova's libvirt driver does not report itself.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(max = 255)))]
+    pub traits: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NumaCellStatus {
+    pub cpus: u32,
+    pub memory_mib: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HugepageStatus {
+    #[serde(rename = "sizeKiB")]
+    pub size_kib: u64,
+    pub total: u64,
 }
 
 impl MachineStatus {
@@ -488,6 +554,9 @@ impl MachineStatus {
         }
         if new.domains.is_some() {
             m.domains = new.domains.clone();
+        }
+        if new.capabilities.is_some() {
+            m.capabilities = new.capabilities.clone();
         }
         m
     }

@@ -24,6 +24,13 @@ pub struct LifecycleFlags {
     /// How often a node in a busy phase is looked at again.
     #[arg(long, default_value = "5s", value_parser = duration)]
     pub busy_interval: Duration,
+    /// NAMESPACE/SELECTOR: pods that must run Ready on a host before it is
+    /// enabled in Nova, as its network agent (`openstack/app=ovn-controller`).
+    /// One that stops being Ready on an Active host Degrades it (it is not
+    /// emptied for that). Repeatable; the coordinator reads pods in these
+    /// namespaces only.
+    #[arg(long = "node-dependency")]
+    pub node_dependencies: Vec<crate::lifecycle::dependencies::Dependency>,
 }
 
 impl LifecycleFlags {

@@ -27,7 +27,9 @@ use jiff::Timestamp;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::api::bounded;
-use crate::api::hypervisor::{CheckResultStatus, MachineStatus};
+use crate::api::hypervisor::{
+    CheckResultStatus, HostCapabilities, HugepageStatus, MachineStatus, NumaCellStatus,
+};
 use crate::health::{self, AgentView, Signal};
 use crate::lifecycle;
 
@@ -77,7 +79,55 @@ pub fn machine(f: &HostFacts) -> MachineStatus {
         ceph_addresses: ips,
         hostname: is_name.then(|| name.to_string()),
         domains: None,
+        capabilities: capabilities(f),
     }
+}
+
+/// Most CPU flags and CPU models kept of one report.
+pub const MAX_CPU_NAMES: usize = 256;
+
+/// The host's CPU, software and hardware as `f` reports them, bounded,
+/// with the traits they give; None when the report names no hypervisor
+/// (libvirt was not read).
+pub fn capabilities(f: &HostFacts) -> Option<HostCapabilities> {
+    if f.hypervisor_type.trim().is_empty() && f.arch.trim().is_empty() {
+        return None;
+    }
+    let short = |s: &str, max: usize| s.trim().chars().take(max).collect::<String>();
+    let names = |v: &[String]| {
+        let mut v: Vec<String> =
+            v.iter().map(|n| n.trim().to_string()).filter(|n| !n.is_empty() && n.len() <= 64).collect();
+        v.sort();
+        v.dedup();
+        v.truncate(MAX_CPU_NAMES);
+        v
+    };
+    let hw = f.hardware.clone().unwrap_or_default();
+    let mut hugepages: Vec<HugepageStatus> =
+        hw.hugepages.iter().map(|p| HugepageStatus { size_kib: p.size_kib, total: p.total }).collect();
+    hugepages.truncate(8);
+    let mut caps = HostCapabilities {
+        arch: short(&f.arch, 32),
+        cpu_model: short(&f.cpu_model, 128),
+        cpu_features: names(&f.cpu_features),
+        cpu_models: hw.domain_capabilities.then(|| names(&hw.cpu_models)),
+        hypervisor_type: short(&f.hypervisor_type, 32),
+        hypervisor_version: short(&f.hypervisor_version, 32),
+        libvirt_version: short(&f.libvirt_version, 32),
+        amd_sev: hw.amd_sev,
+        uefi_secure_boot: hw.uefi_secure_boot,
+        sriov_nics: hw.sriov_nics,
+        numa_cells: f
+            .numa_cells
+            .iter()
+            .take(64)
+            .map(|c| NumaCellStatus { cpus: c.cpus, memory_mib: c.memory_bytes >> 20 })
+            .collect(),
+        hugepages,
+        traits: Vec::new(),
+    };
+    caps.traits = crate::lifecycle::host_traits::traits(&caps).into_iter().collect();
+    Some(caps)
 }
 
 /// Most domain UUIDs kept of one report (far above what one host runs).
@@ -941,9 +991,42 @@ mod tests {
             ceph_addresses: vec!["10.0.0.7".into()],
             hostname: Some("compute-7".into()),
             domains: Some(vec![]),
+            capabilities: Some(HostCapabilities { arch: "x86_64".into(), ..Default::default() }),
         };
         assert_eq!(MachineStatus::updated(Some(&old), &MachineStatus::default()), old);
         let moved = MachineStatus { ceph_addresses: vec!["10.0.0.9".into()], ..Default::default() };
         assert_eq!(MachineStatus::updated(Some(&old), &moved).ceph_addresses, ["10.0.0.9"]);
+    }
+
+    #[test]
+    fn capabilities_bounded_with_the_traits_they_give() {
+        use hv_proto::v1::{HostHardware, HugepagePool};
+        assert_eq!(
+            capabilities(&HostFacts { hostname: "h".into(), ..Default::default() }),
+            None,
+            "no libvirt read"
+        );
+        let f = HostFacts {
+            arch: "x86_64".into(),
+            hypervisor_type: "QEMU".into(),
+            hypervisor_version: "8.2.2".into(),
+            cpu_model: "m".repeat(300),
+            cpu_features: ["pdpe1gb", "avx2", "pdpe1gb", "", &"x".repeat(65)]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            hardware: Some(HostHardware {
+                sriov_nics: 2,
+                hugepages: vec![HugepagePool { size_kib: 2048, total: 10 }; 20],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let c = capabilities(&f).unwrap_or_default();
+        assert_eq!(c.cpu_model.chars().count(), 128);
+        assert_eq!(c.cpu_features, ["avx2", "pdpe1gb"], "sorted, once, no blank or overlong name");
+        assert_eq!(c.cpu_models, None, "no domain capabilities read: unknown, not none");
+        assert_eq!(c.hugepages.len(), 8);
+        assert_eq!(c.traits, ["HW_CPU_X86_PDPE1GB", "HW_NIC_SRIOV"]);
     }
 }

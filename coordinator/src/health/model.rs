@@ -114,6 +114,9 @@ pub struct Assessment {
     pub evidence: Vec<String>,
     /// Set when the coordinator could not judge: the state is the previous one.
     pub held: Option<String>,
+    /// Degraded by a signal that asks for the host to be emptied
+    /// ([`Signal::empties`]).
+    pub empties: bool,
 }
 
 /// The kubelet, as its Node and its Lease say.
@@ -237,6 +240,7 @@ pub fn assess(
             state: previous.map(|p| p.state).unwrap_or_default(),
             evidence: previous.map(|p| p.evidence.clone()).unwrap_or_default(),
             held: Some(format!("not judged: the coordinator {why}")),
+            empties: false,
         };
     }
     let agent_gone = matches!(s.agent, AgentSource::Gone { .. });
@@ -269,7 +273,8 @@ pub fn assess(
         evidence.truncate(MAX_EVIDENCE - 1);
         evidence.push(format!("… and {more} more"));
     }
-    Assessment { state, evidence, held: None }
+    let empties = state == HealthState::Degraded && critical.iter().any(|g| g.empties);
+    Assessment { state, evidence, held: None, empties }
 }
 
 fn signal_line(g: &Signal) -> String {
@@ -312,6 +317,7 @@ mod tests {
             evidence: format!("{kind} seen"),
             since: at(0),
             refreshed: at(0),
+            empties: true,
         }
     }
 
@@ -323,6 +329,19 @@ mod tests {
     const GONE: AgentSource = AgentSource::Gone { since: Some(Timestamp::constant(T0 + 300, 0)) };
     const NOT_READY_LONG: NodeSource = NodeSource::NotReady { since: Some(Timestamp::constant(T0, 0)) };
     const NOT_READY_NOW: NodeSource = NodeSource::NotReady { since: Some(Timestamp::constant(T0 + 590, 0)) };
+
+    #[test]
+    fn a_signal_that_does_not_empty_degrades_without_asking_to_empty() {
+        let dependency = Signal { empties: false, ..signal("dependency-not-ready", Severity::Critical) };
+        let up = AgentSource::Connected;
+        let a = judge(up, NodeSource::Ready, NovaSource::Up, std::slice::from_ref(&dependency));
+        assert_eq!((a.state, a.empties), (HealthState::Degraded, false));
+        let both = [dependency, signal("root-read-only", Severity::Critical)];
+        let a = judge(up, NodeSource::Ready, NovaSource::Up, &both);
+        assert_eq!((a.state, a.empties), (HealthState::Degraded, true), "the host's own fault empties it");
+        let warning = [signal("load", Severity::Warning)];
+        assert!(!judge(up, NodeSource::Ready, NovaSource::Up, &warning).empties);
+    }
 
     /// Each row: the sources, and the state they add up to.
     #[test]

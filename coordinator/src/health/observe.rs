@@ -72,7 +72,7 @@ pub fn nova_source(nova: &NovaObs) -> (NovaSource, OwnView) {
 }
 
 /// What the lifecycle acts on of a recorded verdict.
-pub fn lifecycle_view(h: &HealthStatus) -> crate::lifecycle::HealthObs {
+pub fn lifecycle_view(h: &HealthStatus, empties: bool) -> crate::lifecycle::HealthObs {
     crate::lifecycle::HealthObs {
         state: h.state,
         since: h.since.as_ref().map(|t| t.0),
@@ -85,6 +85,7 @@ pub fn lifecycle_view(h: &HealthStatus) -> crate::lifecycle::HealthObs {
             .cloned()
             .unwrap_or_else(|| h.state.to_string()),
         hold_back: None,
+        empties,
     }
 }
 
@@ -189,6 +190,7 @@ mod tests {
             state: HealthState::Unreachable,
             evidence: vec!["agent: no session".into()],
             held: None,
+            empties: false,
         };
         let c = condition(&a);
         assert_eq!(
@@ -197,7 +199,7 @@ mod tests {
         );
         let held = Assessment { held: Some("not judged: x".into()), ..a };
         assert_eq!(condition(&held).message, "not judged: x; agent: no session");
-        let ok = Assessment { state: HealthState::Healthy, evidence: vec![], held: None };
+        let ok = Assessment { state: HealthState::Healthy, evidence: vec![], held: None, empties: false };
         assert_eq!(condition(&ok).status, ConditionStatus::True);
     }
 }

@@ -57,7 +57,8 @@ pub fn counts_against_limit(maintenance: MaintenanceMode, reason: &str, phase: O
 /// hardware faults, and emptying them all would leave the region nowhere to
 /// schedule: past the limit the verdict is recorded and nothing is done.
 pub fn respond(host: &Host<'_>, in_flight: impl FnOnce() -> usize, limit: usize) -> Response {
-    let Some(h) = host.health.filter(|h| h.state == HealthState::Degraded) else {
+    // A dependency not Ready Degrades the host without emptying it.
+    let Some(h) = host.health.filter(|h| h.state == HealthState::Degraded && h.empties) else {
         return Response::Nothing;
     };
     // In service or about to be: Testing's host is disabled anyway and
@@ -114,6 +115,7 @@ mod tests {
             since: None,
             summary: "root-read-only / (critical): / is mounted read-only".into(),
             hold_back: None,
+            empties: true,
         }
     }
 
@@ -178,6 +180,22 @@ mod tests {
             }
         }
         assert_eq!(maintained, 3 * 2, "three phases, two settings under the limit");
+    }
+
+    #[test]
+    fn a_host_degraded_only_by_a_dependency_is_not_emptied() {
+        let h = HealthObs { empties: false, ..obs(HealthState::Degraded) };
+        let host = Host {
+            name: "node-1",
+            phase: Phase::Active,
+            maintenance: MaintenanceMode::None,
+            terminating: false,
+            health: Some(&h),
+        };
+        assert_eq!(respond(&host, || 0, 5), Response::Nothing);
+        let sick = HealthObs { empties: true, ..h.clone() };
+        let host = Host { health: Some(&sick), ..host };
+        assert!(matches!(respond(&host, || 0, 5), Response::Maintain { .. }), "the same host, sick itself");
     }
 
     #[test]

@@ -21,6 +21,10 @@ pub struct Signal {
     pub since: Timestamp,
     /// When the agent last said it holds (it says so every minute).
     pub refreshed: Timestamp,
+    /// A critical one asks for the host to be emptied (`ha` maintenance).
+    /// The agent's do; a dependency not Ready does not: it Degrades the
+    /// host, and its own controller is the one to bring it back.
+    pub empties: bool,
 }
 
 /// A signal not said again for this long is no longer believed: its end
@@ -67,6 +71,7 @@ pub fn apply(s: &HealthSignal, now: Timestamp) -> (Key, Option<Signal>) {
         evidence: crate::api::bounded(&s.evidence, 512),
         since: now,
         refreshed: now,
+        empties: true,
     };
     (key, Some(signal))
 }
@@ -98,6 +103,7 @@ pub fn clock_skew(sent_at: Timestamp, now: Timestamp) -> (Key, Option<Signal>) {
         ),
         since: now,
         refreshed: now,
+        empties: true,
     };
     (key, Some(signal))
 }

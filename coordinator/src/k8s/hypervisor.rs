@@ -105,6 +105,8 @@ pub struct Context {
     /// they carry `crate::api::keys::POD_EVICTABLE_LABEL` as their host's marks say
     /// (docs/drain.md).
     pub pods: crate::k8s::protected_pods::ProtectedPods,
+    /// The hosts' dependency pods (`--node-dependency`).
+    pub dependencies: crate::k8s::dependencies::NodeDependencies,
     /// How many hosts updates may hold at once (docs/drain.md).
     pub updates: Arc<super::updates::UpdateLimit>,
     /// What the drain guards are made of; None: the install keeps none
@@ -588,7 +590,7 @@ async fn write_status(
 /// The verdict as the lifecycle acts on it (None when not judged now).
 fn health_obs(ctx: &Context, name: &str, verdict: &Verdict) -> Option<lifecycle::HealthObs> {
     verdict.status.as_ref().filter(|_| verdict.judged).map(|h| {
-        let mut v = health::observe::lifecycle_view(h);
+        let mut v = health::observe::lifecycle_view(h, verdict.empties);
         v.hold_back = super::ha::unseen_hold_back(ctx, name, &v);
         v
     })
@@ -791,10 +793,9 @@ async fn observe(
         // A host whose hands are off takes no place among those held for updates.
         update_wait: ctx.updates.wait(name, in_service_as, &hv.spec, node, hands_of(ctx, hv).free()),
         claimed_by,
-        // A connected agent speaks for its machine itself; a gone one by
-        // what it last said.
-        machine_hostname: if agent.connected { agent.machine.as_ref() } else { status.machine.as_ref() }
-            .and_then(|m| m.hostname.clone()),
+        machine_hostname: machine_hostname(&agent, status),
+        host_traits: host_capability_traits(&agent, status),
+        dependencies: ctx.dependencies.unmet_on(name),
     };
     let judged = crate::lifecycle::expects_agent(phase);
     // Not while a new leader settles: no agent is connected yet, and no
@@ -804,6 +805,21 @@ async fn observe(
     let lease = if lost { ctx.renewals.heartbeat(&ctx.client, name, Timestamp::now()).await } else { None };
     let bmc = hv.spec.fencing.bmc.is_some();
     Ok(Seen { obs, agent, host, node_ready, lease, marks, node_deleted, power, bmc, shared, settling })
+}
+
+/// The host name of the node's machine: a connected agent speaks for its
+/// machine itself; a gone one by what it last said.
+fn machine_hostname(agent: &AgentView, status: &HypervisorStatus) -> Option<String> {
+    if agent.connected { agent.machine.as_ref() } else { status.machine.as_ref() }
+        .and_then(|m| m.hostname.clone())
+}
+
+/// The traits the host's capabilities give, as this session's report says,
+/// else as the last one recorded; None when none was ever reported.
+fn host_capability_traits(agent: &AgentView, status: &HypervisorStatus) -> Option<BTreeSet<String>> {
+    let reports = [agent.machine.as_ref(), status.machine.as_ref()];
+    let capabilities = reports.into_iter().flatten().find_map(|m| m.capabilities.as_ref())?;
+    Some(capabilities.traits.iter().cloned().collect())
 }
 
 impl Seen {
@@ -856,11 +872,14 @@ fn health_of(status: &HypervisorStatus) -> Option<HealthState> {
     status.health.as_ref().map(|h| h.state)
 }
 
-/// The custom traits of a Hypervisor the lifecycle looks at: its spec's and
+/// The traits of a Hypervisor the lifecycle looks at: its spec's, its
+/// capabilities' and
 /// those recorded as applied.
 fn host_traits(hv: &Hypervisor) -> BTreeSet<String> {
     let applied = hv.status.iter().flat_map(|s| s.lifecycle.applied_traits.iter());
-    hv.spec.custom_traits.iter().chain(applied).cloned().collect()
+    let capabilities = hv.status.iter().flat_map(|s| s.machine.iter().flat_map(|m| m.capabilities.iter()));
+    let offered = capabilities.flat_map(|c| c.traits.iter());
+    hv.spec.custom_traits.iter().chain(applied).chain(offered).cloned().collect()
 }
 
 /// Every custom trait the fleet's Hypervisors name, for a read of the fleet.
@@ -878,6 +897,8 @@ struct Verdict {
     recheck: Option<Duration>,
     /// Judged now, and its kubelet alive (docs/health.md).
     kubelet_alive: bool,
+    /// Degraded by a signal that asks for the host to be emptied.
+    empties: bool,
 }
 
 impl Verdict {
@@ -915,6 +936,7 @@ fn judge_health(
             judged: false,
             recheck: None,
             kubelet_alive: unjudged_kubelet_alive(seen.node_ready),
+            empties: false,
         };
     }
     let (nova, mut own) = health::observe::nova_source(&seen.obs.nova);
@@ -923,13 +945,14 @@ fn judge_health(
     if settling.is_some() {
         own = health::OwnView::Blind("took over moments ago; the agents are reconnecting".into());
     }
+    let signals = with_dependencies(&seen.agent.signals, &seen.obs, phase, now);
     let sources = health::Sources {
         agent: health::observe::agent_source(&seen.agent),
         node: seen.node_ready,
         lease: seen.lease,
         nova,
         power: seen.power,
-        signals: &seen.agent.signals,
+        signals: &signals,
     };
     let recheck = recheck_of(ctx, seen, &sources, settling, now);
     let a = health::assess(&sources, &own, previous, &ctx.health_policy, now);
@@ -941,6 +964,7 @@ fn judge_health(
             judged: false,
             recheck,
             kubelet_alive,
+            empties: false,
         },
         _ => Verdict {
             status: Some(health::next_status(previous, &a, now)),
@@ -948,8 +972,31 @@ fn judge_health(
             judged: a.held.is_none(),
             recheck,
             kubelet_alive,
+            empties: a.empties,
         },
     }
+}
+
+/// The agent's signals, and on an Active host one per dependency that
+/// lacks a Ready pod there: critical (it Degrades the host) but not one
+/// that empties it.
+fn with_dependencies(
+    agent: &[health::Signal],
+    obs: &Observations,
+    phase: Phase,
+    now: Timestamp,
+) -> Vec<health::Signal> {
+    let unmet = obs.dependencies.iter().flatten().filter(|_| phase == Phase::Active);
+    let dependency = unmet.map(|line| health::Signal {
+        kind: "dependency-not-ready".into(),
+        subject: String::new(),
+        severity: health::signal::Severity::Critical,
+        evidence: line.clone(),
+        since: now,
+        refreshed: now,
+        empties: false,
+    });
+    agent.iter().cloned().chain(dependency).collect()
 }
 
 /// When to judge the host again though nothing changes: the verdict's

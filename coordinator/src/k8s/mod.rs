@@ -11,6 +11,7 @@
 pub mod acting;
 pub mod claims;
 pub mod cluster_api;
+pub mod dependencies;
 pub mod drain_marks;
 pub mod eviction;
 pub mod fence;

@@ -318,6 +318,7 @@ fn hypervisor_ctx_on(
         written: Written::default(),
         node_locks: Vec::new(),
         pods: Default::default(),
+        dependencies: Default::default(),
         updates: Arc::new(crate::k8s::updates::UpdateLimit::new(
             0,
             false,

@@ -34,6 +34,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::action::Action;
 use super::disables;
+use super::host_traits;
 use super::machine::{self, Machine, Unknown as MachineUnknown};
 use super::observe::{EvictionObs, NodeObs, NovaHost, NovaObs, Observations, ServiceState};
 use crate::api::condition::DesiredCondition;
@@ -127,6 +128,9 @@ pub const SERVICE_RE_REGISTERED: &str = "ServiceReRegistered";
 pub const HOST_UNSEEN: &str = "HostUnseenDisabled";
 /// A disable by anyone else, respected (docs/lifecycle.md, "Who owns a disable").
 pub const DISABLED_ELSEWHERE: &str = "DisabledElsewhere";
+/// `SchedulingEnabled` reason of a host in Ready whose dependency pods
+/// (`--node-dependency`) are not all Ready: it is enabled once they are.
+pub const DEPENDENCIES_NOT_READY: &str = "DependenciesNotReady";
 /// A host found in service is adopted, not disabled (docs/lifecycle.md,
 /// "Adopting a host in service").
 pub const HOST_ADOPTED: &str = "HostAdopted";
@@ -468,9 +472,29 @@ fn ready(d: &mut Draft<'_>) {
                 let msg = format!("{cause}; not enabled until the host is seen again");
                 d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "HostUnseen", msg);
             }
-            None => {
-                d.enable_if_ours(host);
-            }
+            None => match &d.obs().dependencies {
+                Some(unmet) if unmet.is_empty() => {
+                    d.enable_if_ours(host);
+                }
+                Some(unmet) => {
+                    let msg = format!("waiting for {}", unmet.join("; "));
+                    d.set(
+                        ConditionType::SchedulingEnabled,
+                        ConditionStatus::False,
+                        DEPENDENCIES_NOT_READY,
+                        msg,
+                    );
+                }
+                None => {
+                    let msg = "the dependency pods (--node-dependency) are not read yet".into();
+                    d.set(
+                        ConditionType::SchedulingEnabled,
+                        ConditionStatus::False,
+                        DEPENDENCIES_NOT_READY,
+                        msg,
+                    );
+                }
+            },
         },
         NovaObs::NotRegistered => {
             let msg = "the compute service disappeared from Nova".into();
@@ -520,7 +544,8 @@ fn active(d: &mut Draft<'_>) {
         let before = d.actions.len();
         d.sync_nova_config(host);
         if d.actions.len() > before {
-            d.warn(DRIFT_REPAIRED, "aggregates or traits differed from spec; repaired".into());
+            let why = "aggregates or traits differed from spec and the host's capabilities; brought in line";
+            d.warn(DRIFT_REPAIRED, why.into());
         }
     }
 }
@@ -1468,7 +1493,7 @@ impl<'a> Draft<'a> {
         }
         self.record.applied_aggregates = owned_aggs.into_iter().collect();
 
-        let Ok(want_traits) = self.spec_traits() else {
+        let Ok(mut want_traits) = self.spec_traits() else {
             return Some("invalid traits in spec".into());
         };
         let Some(have) = &host.traits else {
@@ -1476,6 +1501,11 @@ impl<'a> Draft<'a> {
             return Some(pending.join("; "));
         };
         let mut owned: BTreeSet<String> = self.record.applied_traits.iter().cloned().collect();
+        match &self.obs().host_traits {
+            Some(from_host) => want_traits.extend(from_host.iter().cloned()),
+            // Capabilities not reported yet: the host's traits we added stay.
+            None => want_traits.extend(owned.iter().filter(|t| host_traits::is_host_trait(t)).cloned()),
+        }
         owned.retain(|t| want_traits.contains(t) || have.contains(t));
         let add: BTreeSet<String> = want_traits.difference(have).cloned().collect();
         let remove: BTreeSet<String> =

@@ -78,6 +78,8 @@ pub fn obs() -> Observations {
         claimed_by: None,
         health: None,
         machine_hostname: Some("node-1.example.com".into()),
+        host_traits: None,
+        dependencies: Some(Vec::new()),
     }
 }
 

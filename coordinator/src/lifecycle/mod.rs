@@ -18,8 +18,10 @@
 mod action;
 mod decide;
 pub mod deletion;
+pub mod dependencies;
 pub mod disables;
 pub mod hands;
+pub mod host_traits;
 pub mod machine;
 mod observe;
 

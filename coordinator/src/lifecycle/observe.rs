@@ -40,6 +40,14 @@ pub struct Observations {
     /// The host name libvirt gives on the node's machine, as its agent
     /// reported it (this session's report, else the last one recorded).
     pub machine_hostname: Option<String>,
+    /// The standard traits the host's capabilities give its provider
+    /// (`lifecycle::host_traits`), from the agent's latest report; None
+    /// while none is known: the ones added stay as they are.
+    pub host_traits: Option<std::collections::BTreeSet<String>>,
+    /// What the host's dependency pods lack (`lifecycle::dependencies`),
+    /// one line each; empty when every one has a Ready pod there (or none
+    /// is configured). None while their pods are not read yet.
+    pub dependencies: Option<Vec<String>>,
 }
 
 /// A health verdict, as far as the lifecycle acts on it.
@@ -54,6 +62,9 @@ pub struct HealthObs {
     /// Set when the fleet gate holds back new unseen holds (too many hosts
     /// lost at once: docs/health.md), with why.
     pub hold_back: Option<String>,
+    /// A Degraded verdict that asks for the host to be emptied (not one
+    /// resting only on a dependency not Ready).
+    pub empties: bool,
 }
 
 /// The Kubernetes Node the hypervisor is named after.

@@ -253,7 +253,13 @@ fn grid_statuses(phase: Phase) -> Vec<HypervisorStatus> {
 fn grid_health(agent: bool) -> [Option<HealthObs>; 3] {
     let v = |state, since, hold_back: Option<&str>| {
         let hold_back = hold_back.map(str::to_string);
-        Some(HealthObs { state, since: Some(t(since)), summary: "agent: no session".into(), hold_back })
+        Some(HealthObs {
+            state,
+            since: Some(t(since)),
+            summary: "agent: no session".into(),
+            hold_back,
+            empties: true,
+        })
     };
     if agent {
         [None, v(HealthState::Healthy, 0, None), v(HealthState::Degraded, 0, None)]
@@ -355,6 +361,8 @@ fn one_step_rules_hold_on_the_whole_grid() {
                                             update_wait: None,
                                             claimed_by: None,
                                             machine_hostname: Some("node-1.example.com".into()),
+                                            host_traits: None,
+                                            dependencies: Some(Vec::new()),
                                         };
                                         for now in [t(60), t(100_000)] {
                                             let input = Input {
@@ -754,7 +762,7 @@ impl Sim {
             };
             let since = self.now.checked_sub(jiff::SignedDuration::from_secs(ago)).ok();
             let hold_back = s.held_back.then(|| "3 of 4 judged hosts".to_string());
-            HealthObs { state, since, summary: s.junk.clone(), hold_back }
+            HealthObs { state, since, summary: s.junk.clone(), hold_back, empties: true }
         });
         Observations {
             node: s.node,
@@ -768,6 +776,8 @@ impl Sim {
             update_wait: None,
             claimed_by: None,
             machine_hostname: Some("node-1.example.com".into()),
+            host_traits: None,
+            dependencies: Some(Vec::new()),
         }
     }
 

@@ -70,7 +70,14 @@ const ROWS: &[Row] = &[
     Row { name: "Testing -> Aborted: no report in time", from: Phase::Testing, setup: |_, _, _| {}, to: Phase::Aborted, must: &[], never: &["enable"] },
     Row { name: "Ready stays: not enabled while Nova counts nova-compute down (its provider would stay marked disabled)", from: Phase::Ready, setup: |_, _, o| with_host(o, |h| h.service_state = super::observe::ServiceState::Down), to: Phase::Ready, must: &[], never: &["enable"] },
     Row { name: "Ready -> Active: Nova scheduling enabled", from: Phase::Ready, setup: |_, _, o| with_host(o, |h| h.enabled = true), to: Phase::Active, must: &[], never: &["disable"] },
+    Row { name: "Ready stays: not enabled while a dependency has no Ready pod on the host", from: Phase::Ready, setup: |_, _, o| o.dependencies = Some(vec!["openstack/app=ovs-agent: no pod on the node".into()]), to: Phase::Ready, must: &[], never: &["enable"] },
+    Row { name: "Ready stays: not enabled while the dependency pods are not read yet", from: Phase::Ready, setup: |_, _, o| o.dependencies = None, to: Phase::Ready, must: &[], never: &["enable"] },
+    Row { name: "Ready: enabled once every dependency has a Ready pod on the host", from: Phase::Ready, setup: |_, _, o| o.dependencies = Some(vec![]), to: Phase::Ready, must: &["enable compute service"], never: &[] },
     // ---- maintenance, eviction, decommissioning
+    Row { name: "Active: a trait the host's capabilities give is added to its provider", from: Phase::Active, setup: |_, _, o| { with_host(o, |h| h.enabled = true); o.host_traits = Some(super::fixtures::set(&["HW_NIC_SRIOV"])) }, to: Phase::Active, must: &["add traits HW_NIC_SRIOV"], never: &["remove traits"] },
+    Row { name: "Active: a host trait we added goes when the capability goes", from: Phase::Active, setup: |_, s, o| { s.lifecycle.applied_traits.push("HW_NIC_SRIOV".into()); with_host(o, |h| { h.enabled = true; h.traits.get_or_insert_default().insert("HW_NIC_SRIOV".into()); }); o.host_traits = Some(Default::default()) }, to: Phase::Active, must: &["remove traits HW_NIC_SRIOV"], never: &["add traits"] },
+    Row { name: "Active: host traits we added stay while the capabilities are not reported", from: Phase::Active, setup: |_, s, o| { s.lifecycle.applied_traits.push("HW_NIC_SRIOV".into()); with_host(o, |h| { h.enabled = true; h.traits.get_or_insert_default().insert("HW_NIC_SRIOV".into()); }); o.host_traits = None }, to: Phase::Active, must: &[], never: &["remove traits", "add traits"] },
+    Row { name: "Active: a standard trait an operator set is never ours to remove", from: Phase::Active, setup: |_, _, o| { with_host(o, |h| { h.enabled = true; h.traits.get_or_insert_default().insert("HW_NIC_SRIOV".into()); }); o.host_traits = Some(Default::default()) }, to: Phase::Active, must: &[], never: &["remove traits", "add traits"] },
     Row { name: "Active -> Evicting: admin sets maintenance manual", from: Phase::Active, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Manual; sp.maintenance_reason = "firmware".into(); with_host(o, |h| { h.enabled = true; h.instances = vec!["vm-1".into()] }) }, to: Phase::Evicting, must: &["disable compute service (hv-lifecycle: maintenance (manual): firmware)", "create eviction node-1-manual-1 (AdminRequest)"], never: &["enable"] },
     Row { name: "Active -> Evicting: Gardener rolling update (auto)", from: Phase::Active, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Auto; with_host(o, |h| { h.enabled = true; h.instances = vec!["vm-1".into()] }) }, to: Phase::Evicting, must: &["create eviction node-1-auto-1 (RollingUpdate)"], never: &[] },
     Row { name: "Active -> Evicting: HA event (ha)", from: Phase::Active, setup: |sp, _, o| { sp.maintenance = MaintenanceMode::Ha; with_host(o, |h| { h.enabled = true; h.instances = vec!["vm-1".into()] }) }, to: Phase::Evicting, must: &["create eviction node-1-ha-1 (NodeFailure)"], never: &[] },
@@ -491,6 +498,7 @@ fn verdict(state: crate::api::hypervisor::HealthState, since: i64) -> Option<Hea
         since: Some(t(since)),
         summary: "agent: no session since then".into(),
         hold_back: None,
+        empties: true,
     })
 }
 

@@ -375,8 +375,9 @@ impl NovaClient {
         change: impl Fn(&mut BTreeSet<String>),
         create: &BTreeSet<String>,
     ) -> Result<(), NovaError> {
-        for t in create {
-            // Custom traits must exist before a provider can carry them.
+        // Custom traits must exist before a provider can carry them; the
+        // standard ones exist already, and Placement refuses to create them.
+        for t in create.iter().filter(|t| t.starts_with("CUSTOM_")) {
             let mut call = Call::get(Service::Placement, format!("traits/{t}"));
             call.method = http::Method::PUT;
             self.cloud.call(call).await?;
