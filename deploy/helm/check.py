@@ -35,7 +35,8 @@ NAMESPACE = "hv-system"
 
 # Each value and the coordinator flag it sets: "value" (--flag=VALUE always),
 # "optional" (absent when empty), "switch" (bare, when true), "list" (one
-# --flag=ITEM each), "joined" (--flag=A,B when not empty), "identity"
+# --flag=ITEM each), "pods" (one --flag=NAMESPACE/SELECTOR per {namespace,
+# selector}), "joined" (--flag=A,B when not empty), "identity"
 # (--flag=VALUE with agent.identity.from coordinator, absent otherwise). Its default in
 # values.yaml must be the flag's default in coordinator/src/config.
 VALUE_FLAGS = [
@@ -63,6 +64,7 @@ VALUE_FLAGS = [
     ("coordinator.checksTimeout", "--checks-timeout", "value"),
     ("coordinator.busyInterval", "--busy-interval", "value"),
     ("coordinator.skipTests", "--skip-tests", "switch"),
+    ("coordinator.nodeDependencies", "--node-dependency", "pods"),
     ("coordinator.maxConnections", "--max-connections", "value"),
     ("coordinator.agentHeartbeat", "--agent-heartbeat", "value"),
     ("coordinator.kubeTimeout", "--kube-timeout", "value"),
@@ -204,7 +206,7 @@ def flags_reach_the_coordinator(args, v):
         value = at(v, path)
         given, bare = flag_args(args, flag)
         extra = [a.split("=", 1)[1] for a in v["coordinator"].get("extraArgs", []) if a.startswith(flag + "=")]
-        if kind == "list":
+        if kind in ("list", "pods"):
             given = given[: len(given) - len(extra)] if extra else given
         if kind == "value":
             ok = given == [as_arg(value)] and not bare
@@ -217,11 +219,13 @@ def flags_reach_the_coordinator(args, v):
             ok = given == ([as_arg(value)] if on else []) and not bare
         elif kind == "list":
             ok = given == [as_arg(x) for x in value]
+        elif kind == "pods":
+            ok = given == [f"{x['namespace']}/{x['selector']}" for x in value]
         else:
             ok = given == ([",".join(value)] if value else [])
         if not ok:
             wrong.append(f"{path} -> {flag}: {value!r} but args say {given} {'(bare)' if bare else ''}")
-    repeatable = {f for _, f, k in VALUE_FLAGS if k == "list"} | {
+    repeatable = {f for _, f, k in VALUE_FLAGS if k in ("list", "pods")} | {
         "--node-lock", "--protected-pods", "--dependent-pods", "--pod-namespace", "--drain-guard-pull-secret",
     }
     names = [a.split("=", 1)[0] for a in args if a.startswith("--")]
@@ -594,8 +598,9 @@ def policy(case, rendered, values):
         "the leader label only on the coordinator's own pod": leader_label_policy(by_kind, v, name),
         # A pod patch can change its image: no right on pods cluster-wide, and
         # with the eviction webhook a Role in each namespace of the protected
-        # and dependent pods (and the release's, for the agent's), no other;
-        # the coordinator told the same namespaces.
+        # and dependent pods (and the release's, for the agent's), and of the
+        # node dependencies' pods, no other; the coordinator told the same
+        # namespaces.
         "no patch pods outside the named namespaces": not any(
             "pods" in r["resources"] for o in by_kind.get("ClusterRole", []) for r in o["rules"]
         )
@@ -697,13 +702,15 @@ def pod_namespaces(values):
     """The namespaces the values name for protected and dependent pods, with
     the release's (hv-system here); with the drain guards alone (on unless
     turned off), the release's; with the agents' certificates from the
-    coordinator (the default), the release's too; else none."""
+    coordinator (the default), the release's too; the node dependencies'
+    with or without the webhook; else none."""
     coordinator = values.get("coordinator", {})
     drain = coordinator.get("drainProtection", {})
     guard = coordinator.get("drainGuard", {})
     guards = {guard.get("namespace") or NAMESPACE} if guard.get("enabled", True) else set()
     if values.get("agent", {}).get("identity", {}).get("from", "coordinator") == "coordinator":
         guards.add(NAMESPACE)
+    guards |= {d["namespace"] for d in coordinator.get("nodeDependencies", [])}
     if not drain.get("enabled"):
         return guards
     named = drain.get("protectedPods", []) + drain.get("dependentPods", [])

@@ -225,6 +225,21 @@ impl Admin {
             .collect())
     }
 
+    /// Adds `trait_` to the resource provider named `host`, as an operator
+    /// would by hand (read, then written under the provider's generation).
+    pub async fn add_trait(&self, host: &str, trait_: &str) -> Result<(), ApiError> {
+        let mv = format!("placement {}", self.nova.placement_microversion);
+        let url = format!("{}/resource_providers?name={host}", self.nova.placement_url);
+        let rps = get(&url, &self.token, &mv).await?;
+        let uuid = rps["resource_providers"][0]["uuid"].as_str().unwrap_or_default().to_string();
+        let url = format!("{}/resource_providers/{uuid}/traits", self.nova.placement_url);
+        let v = get(&url, &self.token, &mv).await?;
+        let mut traits: Vec<Value> = v["traits"].as_array().cloned().unwrap_or_default();
+        traits.push(Value::String(trait_.to_string()));
+        let body = serde_json::json!({"traits": traits, "resource_provider_generation": v["resource_provider_generation"]});
+        send(reqwest::Method::PUT, &url, &self.token, &mv, Some(body)).await.map(|_| ())
+    }
+
     /// Boots a server on `host` (admin's `host` field, 2.74+) from the
     /// fixture image, without networks; answers its id once it is ACTIVE.
     pub async fn boot_on(&self, name: &str, host: &str, flavor: &str) -> Result<String, ApiError> {

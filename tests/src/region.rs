@@ -174,6 +174,9 @@ pub struct AgentPeers {
     /// The host's own IP: the agent's connections (its Ceph probe's too)
     /// leave from it (default 127.0.0.1, shared by every fake host).
     pub source_ip: Option<String>,
+    /// How often the agent reads its host's facts and domains again
+    /// (`--inventory-interval`; the agent's default otherwise).
+    pub inventory_interval: Option<String>,
 }
 
 pub struct Region {
@@ -492,6 +495,9 @@ impl Region {
             .arg(peers.ceph_keyring.as_ref().unwrap_or(&env.ceph.client.keyring));
         for pool in &peers.pools {
             cmd.args(["--pool", pool]);
+        }
+        if let Some(every) = &peers.inventory_interval {
+            cmd.args(["--inventory-interval", every]);
         }
         if let Some(ip) = &peers.source_ip {
             cmd.env("LD_PRELOAD", &env.source_ip_shim).env("HV_TEST_SOURCE_IP", ip);

@@ -1,0 +1,142 @@
+//! End to end: what a host offers reaches Nova, and a host takes VMs only
+//! once what it depends on runs there (docs/lifecycle.md, "Host
+//! capabilities" and "Dependencies ready").
+//!
+//! Real `hv-coordinator` and `hv-agent`; the ground's real Keystone, Nova,
+//! Placement, libvirtd and Kubernetes control plane (kwok runs the pods of
+//! its fake Nodes and marks them Ready). The host's /sys is a fake tree
+//! (`--host-root`), so a test can give it an SR-IOV NIC and take it away.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use hv_coordinator::api::{MaintenanceMode, Phase};
+use hv_tests::hosts;
+use hv_tests::openstack::Admin;
+use hv_tests::region::{AgentPeers, Region, healthy_host};
+use hv_tests::wait::{Poll, until};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+
+const SOON: Duration = Duration::from_secs(60);
+const SRIOV: &str = "HW_NIC_SRIOV";
+
+/// Waits until the provider of `host` carries `trait_` (or no longer does).
+async fn wait_trait(admin: &Admin, host: &str, trait_: &str, carried: bool, coord: &hv_tests::region::Proc) {
+    until(
+        &format!("{trait_} on {host}'s provider: {carried}"),
+        SOON,
+        || coord.tail(30),
+        || async {
+            let traits = admin.traits_of(host).await.unwrap_or_default();
+            if traits.iter().any(|t| t == trait_) == carried {
+                Poll::Ready(())
+            } else {
+                Poll::Pending(format!("{traits:?}"))
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hosts_sriov_nic_becomes_its_trait_and_goes_with_it_leaving_an_operators() {
+    let region = Region::start("host-traits").await;
+    let claim = hosts::claim(&region.env).await;
+    let host = claim.host.as_str();
+    let admin = Admin::login(&region.env).await.unwrap();
+    let root = healthy_host(&region.dir.join(format!("host-{host}")));
+    let vfs = root.join("sys/class/net/ens1f0/device/sriov_totalvfs");
+    std::fs::create_dir_all(vfs.parent().unwrap()).unwrap();
+    std::fs::write(&vfs, "8\n").unwrap();
+    let peers = AgentPeers {
+        host_root: Some(root.clone()),
+        inventory_interval: Some("2s".into()),
+        ..Default::default()
+    };
+    let coord = region.coordinator(None, &[]);
+    let _agent = region.agent(host, &peers);
+    region.create_node(host, &[]).await;
+    region.wait_phase(host, Phase::Active, SOON, &coord).await;
+    wait_trait(&admin, host, SRIOV, true, &coord).await;
+    let status = region.hypervisor(host).await.unwrap().status.unwrap();
+    let caps = status.machine.and_then(|m| m.capabilities).expect("capabilities recorded");
+    assert_eq!(caps.sriov_nics, 1, "{caps:?}");
+    assert_eq!(caps.traits, [SRIOV], "{caps:?}");
+    assert!(!caps.hypervisor_type.is_empty() && !caps.libvirt_version.is_empty(), "{caps:?}");
+    assert!(status.lifecycle.applied_traits.iter().any(|t| t == SRIOV), "recorded as ours");
+
+    // An operator's standard trait, set by hand: never ours to remove.
+    admin.add_trait(host, "HW_NIC_VMDQ").await.unwrap();
+    // The NIC goes (its VFs disabled in firmware): so does the trait.
+    std::fs::write(&vfs, "0\n").unwrap();
+    wait_trait(&admin, host, SRIOV, false, &coord).await;
+    let traits = admin.traits_of(host).await.unwrap();
+    assert!(traits.iter().any(|t| t == "HW_NIC_VMDQ"), "the operator's trait stays: {traits:?}");
+    // Forgotten as ours once Placement no longer shows it.
+    until(
+        "the trait no longer recorded as ours",
+        SOON,
+        || coord.tail(30),
+        || async {
+            let status = region.hypervisor(host).await.and_then(|h| h.status).unwrap_or_default();
+            let ours = status.lifecycle.applied_traits;
+            if ours.iter().any(|t| t == SRIOV) { Poll::Pending(format!("{ours:?}")) } else { Poll::Ready(()) }
+        },
+    )
+    .await;
+    let hv = region.hypervisor(host).await.unwrap();
+    assert_eq!(hv.status.and_then(|s| s.phase), Some(Phase::Active));
+}
+
+fn dependency_pod(name: &str, label: &str, id: &str, node: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {label: id}},
+        "spec": {"nodeName": node, "containers": [{"name": "agent", "image": "ovs-agent"}]}
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_waits_in_ready_until_its_network_agent_runs_there() {
+    let region = Region::start("deps").await;
+    let claim = hosts::claim(&region.env).await;
+    let host = claim.host.as_str();
+    let admin = Admin::login(&region.env).await.unwrap();
+    // The ground's chart names `openstack` for the hypervisors' pods: its
+    // Role there lets the coordinator watch them.
+    let (namespace, label) = ("openstack", "hv-e2e-dependency");
+    let dependency = format!("{namespace}/{label}={}", region.id);
+    let coord = region.coordinator(None, &["--node-dependency", &dependency]);
+    let _agent = region.agent(host, &AgentPeers::default());
+    region.create_node(host, &[]).await;
+    region.wait_phase(host, Phase::Ready, SOON, &coord).await;
+    let waiting = region.wait_condition(host, "SchedulingEnabled", "DependenciesNotReady", &coord).await;
+    assert!(waiting.contains(&dependency) && waiting.contains("no pod on the node"), "{waiting}");
+    // It stays so: not enabled in Nova, not Active.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let hv = region.hypervisor(host).await.unwrap();
+    assert_eq!(hv.status.as_ref().and_then(|s| s.phase), Some(Phase::Ready));
+    assert_eq!(admin.service(host).await.unwrap().unwrap()["status"], "disabled");
+
+    // The network agent starts there (kwok marks it Ready): enabled, Active.
+    let pods: Api<Pod> = Api::namespaced(region.kube.client.clone(), namespace);
+    let name = format!("ovs-agent-{}", region.id);
+    pods.create(&PostParams::default(), &dependency_pod(&name, label, &region.id, host)).await.unwrap();
+    region.wait_phase(host, Phase::Active, SOON, &coord).await;
+    assert_eq!(admin.service(host).await.unwrap().unwrap()["status"], "enabled");
+
+    // It stops being Ready: the host is Degraded, and not emptied for it.
+    let not_ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}});
+    pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&not_ready)).await.unwrap();
+    let evidence = region.wait_condition(host, "NodeHealthy", "Degraded", &coord).await;
+    assert!(evidence.contains("dependency-not-ready") && evidence.contains(&name), "{evidence}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let hv = region.hypervisor(host).await.unwrap();
+    assert_eq!(hv.spec.maintenance, MaintenanceMode::None, "not put into ha maintenance");
+    assert_eq!(hv.status.as_ref().and_then(|s| s.phase), Some(Phase::Active));
+    assert_eq!(admin.service(host).await.unwrap().unwrap()["status"], "enabled", "left in service");
+    let _ = pods.delete(&name, &DeleteParams::default()).await;
+}
