@@ -4,11 +4,10 @@
 //! while this replica leads, so a host waiting in Ready is enabled as soon
 //! as its network agent is.
 
-use futures_util::{FutureExt, StreamExt};
+use futures_util::FutureExt;
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodSpec, PodStatus};
 use kube::Api;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
 use tokio::sync::mpsc;
 
 use crate::lifecycle::dependencies::{Dependency, PodState, unmet};
@@ -53,28 +52,20 @@ pub fn watch(
     wake: mpsc::UnboundedSender<String>,
     leading: tokio::sync::watch::Receiver<bool>,
 ) -> NodeDependencies {
-    let mut watched = Vec::new();
-    for dep in dependencies {
-        let (reader, writer) = reflector::store();
-        watched.push((dep.clone(), reader));
-        let config = watcher::Config::default().labels(dep.selector.as_str());
-        let api = Api::<Pod>::namespaced(client.clone(), &dep.namespace);
-        let pods = watcher(api, config).default_backoff().modify(trim).reflect(writer).applied_objects();
-        let (wake, what, leading) = (wake.clone(), dep.to_string(), leading.clone());
-        tokio::spawn(async move {
-            let mut pods = std::pin::pin!(pods);
-            while let Some(item) = pods.next().await {
-                match item {
-                    Ok(pod) => {
-                        if let Some(node) = pod.spec.and_then(|s| s.node_name).filter(|_| *leading.borrow()) {
-                            let _ = wake.send(node);
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, dependency = %what, "dependency pod watch"),
-                }
-            }
-        });
-    }
+    let watched = dependencies
+        .iter()
+        .map(|dep| {
+            let api = Api::<Pod>::namespaced(client.clone(), &dep.namespace);
+            let store = super::protected_pods::watched(
+                api,
+                dep.selector.as_str(),
+                trim,
+                (&wake, &leading),
+                "dependency pod watch",
+            );
+            (dep.clone(), store)
+        })
+        .collect();
     NodeDependencies { watched }
 }
 

@@ -145,30 +145,45 @@ pub fn watch(
     let mut stores = Vec::new();
     let each = protected.selectors().flat_map(|s| protected.watched().into_iter().map(move |ns| (s, ns)));
     for (selector, namespace) in each {
-        let (reader, writer) = reflector::store();
-        stores.push(reader);
-        let config = watcher::Config::default().labels(selector.as_str());
         let api = match namespace {
             Some(ns) => Api::<Pod>::namespaced(client.clone(), ns),
             None => Api::<Pod>::all(client.clone()),
         };
-        let pods = watcher(api, config).default_backoff().modify(trim).reflect(writer).applied_objects();
-        let (wake, what, leading) = (wake.clone(), selector.as_str().to_string(), leading.clone());
-        tokio::spawn(async move {
-            let mut pods = std::pin::pin!(pods);
-            while let Some(item) = pods.next().await {
-                match item {
-                    Ok(pod) => {
-                        if let Some(node) = pod.spec.and_then(|s| s.node_name).filter(|_| *leading.borrow()) {
-                            let _ = wake.send(node);
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, selector = %what, "protected pod watch"),
-                }
-            }
-        });
+        stores.push(watched(api, selector.as_str(), trim, (&wake, &leading), "protected pod watch"));
     }
     ProtectedPods { stores }
+}
+
+/// A cache of the pods of `api` that `selector` selects, each cut by
+/// `trim`, filled by a watch in a task of its own until the process ends;
+/// `wake` gets the Node of each pod that changes while this replica leads
+/// (`leading`: a follower's wakes would pile up unread). `what` names the
+/// watch in its warnings.
+pub(crate) fn watched(
+    api: Api<Pod>,
+    selector: &str,
+    trim: fn(&mut Pod),
+    (wake, leading): (&mpsc::UnboundedSender<String>, &tokio::sync::watch::Receiver<bool>),
+    what: &'static str,
+) -> Store<Pod> {
+    let (reader, writer) = reflector::store();
+    let config = watcher::Config::default().labels(selector);
+    let pods = watcher(api, config).default_backoff().modify(trim).reflect(writer).applied_objects();
+    let (wake, selector, leading) = (wake.clone(), selector.to_string(), leading.clone());
+    tokio::spawn(async move {
+        let mut pods = std::pin::pin!(pods);
+        while let Some(item) = pods.next().await {
+            match item {
+                Ok(pod) => {
+                    if let Some(node) = pod.spec.and_then(|s| s.node_name).filter(|_| *leading.borrow()) {
+                        let _ = wake.send(node);
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, %selector, "{what}"),
+            }
+        }
+    });
+    reader
 }
 
 /// What is kept of a pod: its name, namespace, labels and node.
