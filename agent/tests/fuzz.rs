@@ -137,6 +137,7 @@ proptest! {
         let _ = xml::domain_devices(&text);
         let _ = xml::capabilities(&text);
         let _ = xml::domain_offers(&text);
+        let _ = xml::guest_cpu(&text);
     }
 
     #[test]

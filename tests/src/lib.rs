@@ -16,6 +16,7 @@ pub mod fencing;
 pub mod hosts;
 pub mod identity;
 pub mod kube_target;
+pub mod libvirt_proxy;
 pub mod libvirtd;
 pub mod manifests;
 pub mod openstack;

@@ -24,6 +24,14 @@ pub struct Token {
 }
 
 /// Password authentication, project-scoped: what `openstack` does with a clouds.yaml entry.
+/// The image the tests boot from: one of Nova's fixture images with no
+/// architecture property. The ground's machines are libvirt's test driver,
+/// which runs i686 guests only: an image asking for x86_64 is one the
+/// preflight's OS validation rightly finds no host for.
+pub const IMAGE: &str = "a2459075-d96c-40d5-893e-577ff92e721c";
+/// Nova's fixture image that asks for x86_64 guests (`architecture`).
+pub const X86_64_IMAGE: &str = "155d900f-4e14-4e4c-a73d-069cbf4541e6";
+
 pub async fn token(ks: &Keystone, who: &Credentials) -> Result<Token, ApiError> {
     let body = json!({"auth": {
         "identity": {"methods": ["password"], "password": {"user": {
@@ -211,11 +219,7 @@ impl Admin {
 
     /// Traits on the resource provider named `host`.
     pub async fn traits_of(&self, host: &str) -> Result<Vec<String>, ApiError> {
-        let mv = format!("placement {}", self.nova.placement_microversion);
-        let url = format!("{}/resource_providers?name={host}", self.nova.placement_url);
-        let rps = get(&url, &self.token, &mv).await?;
-        let uuid = rps["resource_providers"][0]["uuid"].as_str().unwrap_or_default().to_string();
-        let url = format!("{}/resource_providers/{uuid}/traits", self.nova.placement_url);
+        let (url, mv) = self.provider_traits(host).await?;
         let v = get(&url, &self.token, &mv).await?;
         Ok(v["traits"]
             .as_array()
@@ -225,17 +229,41 @@ impl Admin {
             .collect())
     }
 
-    /// Adds `trait_` to the resource provider named `host`, as an operator
-    /// would by hand (read, then written under the provider's generation).
-    pub async fn add_trait(&self, host: &str, trait_: &str) -> Result<(), ApiError> {
+    /// The traits URL of the resource provider named `host`, and the
+    /// microversion header to use on it.
+    async fn provider_traits(&self, host: &str) -> Result<(String, String), ApiError> {
         let mv = format!("placement {}", self.nova.placement_microversion);
         let url = format!("{}/resource_providers?name={host}", self.nova.placement_url);
         let rps = get(&url, &self.token, &mv).await?;
         let uuid = rps["resource_providers"][0]["uuid"].as_str().unwrap_or_default().to_string();
-        let url = format!("{}/resource_providers/{uuid}/traits", self.nova.placement_url);
+        Ok((format!("{}/resource_providers/{uuid}/traits", self.nova.placement_url), mv))
+    }
+
+    /// Adds `trait_` to the resource provider named `host`, as an operator
+    /// would by hand (read, then written under the provider's generation).
+    pub async fn add_trait(&self, host: &str, trait_: &str) -> Result<(), ApiError> {
+        self.change_traits(host, |t| t.push(trait_.to_string())).await
+    }
+
+    /// Takes `traits` off the resource provider named `host`.
+    pub async fn remove_traits(&self, host: &str, traits: &[&str]) -> Result<(), ApiError> {
+        self.change_traits(host, |t| t.retain(|x| !traits.contains(&x.as_str()))).await
+    }
+
+    async fn change_traits(&self, host: &str, change: impl FnOnce(&mut Vec<String>)) -> Result<(), ApiError> {
+        let (url, mv) = self.provider_traits(host).await?;
         let v = get(&url, &self.token, &mv).await?;
-        let mut traits: Vec<Value> = v["traits"].as_array().cloned().unwrap_or_default();
-        traits.push(Value::String(trait_.to_string()));
+        let mut traits: Vec<String> = v["traits"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.as_str().map(str::to_string))
+            .collect();
+        let before = traits.clone();
+        change(&mut traits);
+        if traits == before {
+            return Ok(());
+        }
         let body = serde_json::json!({"traits": traits, "resource_provider_generation": v["resource_provider_generation"]});
         send(reqwest::Method::PUT, &url, &self.token, &mv, Some(body)).await.map(|_| ())
     }
@@ -255,7 +283,19 @@ impl Admin {
         flavor: &str,
         zone: Option<&str>,
     ) -> Result<String, ApiError> {
-        let mut body = json!({"server": {"name": name, "imageRef": "155d900f-4e14-4e4c-a73d-069cbf4541e6",
+        self.boot_image(name, host, flavor, zone, IMAGE).await
+    }
+
+    /// The same, from the fixture image `image`.
+    pub async fn boot_image(
+        &self,
+        name: &str,
+        host: &str,
+        flavor: &str,
+        zone: Option<&str>,
+        image: &str,
+    ) -> Result<String, ApiError> {
+        let mut body = json!({"server": {"name": name, "imageRef": image,
             "flavorRef": flavor, "networks": "none", "host": host}});
         if let Some(z) = zone {
             body["server"]["availability_zone"] = json!(z);
@@ -270,7 +310,7 @@ impl Admin {
     /// admin's forced host: no scheduler filter, so a disabled host too),
     /// as a server that lands on a host while it is being emptied.
     pub async fn boot_forced(&self, name: &str, host: &str, flavor: &str) -> Result<String, ApiError> {
-        let body = json!({"server": {"name": name, "imageRef": "155d900f-4e14-4e4c-a73d-069cbf4541e6",
+        let body = json!({"server": {"name": name, "imageRef": IMAGE,
             "flavorRef": flavor, "networks": "none", "availability_zone": format!("nova:{host}")}});
         let v = send(reqwest::Method::POST, &self.compute("servers"), &self.token, &self.mv(), Some(body))
             .await?;

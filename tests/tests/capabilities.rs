@@ -1,20 +1,25 @@
 //! End to end: what a host offers reaches Nova, and a host takes VMs only
 //! once what it depends on runs there (docs/lifecycle.md, "Host
-//! capabilities" and "Dependencies ready").
+//! capabilities" and "Dependencies ready"), and the preflight judges the
+//! hosts a VM could go to by them (docs/eviction.md, "OS validation").
 //!
 //! Real `hv-coordinator` and `hv-agent`; the ground's real Keystone, Nova,
 //! Placement, libvirtd and Kubernetes control plane (kwok runs the pods of
 //! its fake Nodes and marks them Ready). The host's /sys is a fake tree
-//! (`--host-root`), so a test can give it an SR-IOV NIC and take it away.
+//! (`--host-root`), so a test can give it an SR-IOV NIC and take it away;
+//! a proxy on the libvirt RPC gives a host a newer hypervisor than its
+//! neighbours' (`hv_tests::libvirt_proxy`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 
-use hv_coordinator::api::{MaintenanceMode, Phase};
+use hv_coordinator::api::eviction::{EvictionOptions, EvictionPhase, EvictionReason, EvictionSpec};
+use hv_coordinator::api::{Eviction, Hypervisor, MaintenanceMode, Phase};
 use hv_tests::hosts;
-use hv_tests::openstack::Admin;
-use hv_tests::region::{AgentPeers, Region, healthy_host};
+use hv_tests::libvirt_proxy::VersionProxy;
+use hv_tests::openstack::{Admin, X86_64_IMAGE};
+use hv_tests::region::{AgentPeers, Region, healthy_active, healthy_active_with, healthy_host};
 use hv_tests::wait::{Poll, until};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -66,7 +71,20 @@ async fn a_hosts_sriov_nic_becomes_its_trait_and_goes_with_it_leaving_an_operato
     assert_eq!(caps.sriov_nics, 1, "{caps:?}");
     assert_eq!(caps.traits, [SRIOV], "{caps:?}");
     assert!(!caps.hypervisor_type.is_empty() && !caps.libvirt_version.is_empty(), "{caps:?}");
-    assert!(status.lifecycle.applied_traits.iter().any(|t| t == SRIOV), "recorded as ours");
+    // The test driver's machine runs i686 guests only: the preflight
+    // judges an image's architecture by these.
+    assert_eq!(caps.guest_arches, ["i686"], "{caps:?}");
+    until(
+        "the trait recorded as ours",
+        SOON,
+        || coord.tail(30),
+        || async {
+            let status = region.hypervisor(host).await.and_then(|h| h.status).unwrap_or_default();
+            let ours = status.lifecycle.applied_traits;
+            if ours.iter().any(|t| t == SRIOV) { Poll::Ready(()) } else { Poll::Pending(format!("{ours:?}")) }
+        },
+    )
+    .await;
 
     // An operator's standard trait, set by hand: never ours to remove.
     admin.add_trait(host, "HW_NIC_VMDQ").await.unwrap();
@@ -139,4 +157,121 @@ async fn a_host_waits_in_ready_until_its_network_agent_runs_there() {
     assert_eq!(hv.status.as_ref().and_then(|s| s.phase), Some(Phase::Active));
     assert_eq!(admin.service(host).await.unwrap().unwrap()["status"], "enabled", "left in service");
     let _ = pods.delete(&name, &DeleteParams::default()).await;
+}
+
+/// Creates a dry-run Eviction of `host`, skipping the checks `force` names.
+async fn dry_run(region: &Region, name: &str, host: &str, force: &[&str]) {
+    let evs: Api<Eviction> = Api::all(region.kube.client.clone());
+    let options =
+        EvictionOptions { force: force.iter().map(|f| f.to_string()).collect(), ..Default::default() };
+    let spec = EvictionSpec {
+        hypervisor: host.into(),
+        reason: EvictionReason::AdminRequest,
+        options,
+        dry_run: true,
+    };
+    evs.create(&PostParams::default(), &Eviction::new(name, spec)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_preflight_names_a_vm_whose_every_candidate_has_an_older_hypervisor() {
+    let region = Region::start("os-check").await;
+    let zone = hosts::zone(&region.env, 2).await;
+    let admin = Admin::login(&region.env).await.unwrap();
+    let host = zone.source.host.clone();
+    let coord = region.coordinator(None, &[]);
+    // The targets in service, their agents reporting the test driver's 0.0.2.
+    let mut targets = Vec::new();
+    for t in &zone.targets {
+        targets.push(healthy_active(&region, &t.host, &coord).await);
+    }
+    // The source's agent hears its libvirtd answer 9.0.0.
+    let direct = region.env.libvirt.of(&host).to_string();
+    let upstream = direct.trim_start_matches("test+tcp://").split('/').next().unwrap_or_default();
+    let proxy = VersionProxy::start(upstream, 9_000_000).await;
+    let peers = AgentPeers {
+        libvirt: Some(proxy.uri()),
+        inventory_interval: Some("2s".into()),
+        ..Default::default()
+    };
+    let (_root, _agent) = healthy_active_with(&region, &host, &coord, peers).await;
+    let software = |hv: Option<Hypervisor>| {
+        hv.and_then(|h| h.status?.machine?.capabilities).map(|c| c.hypervisor_version).unwrap_or_default()
+    };
+    assert_eq!(software(region.hypervisor(&host).await), "9.0.0");
+    assert_eq!(software(region.hypervisor(&zone.targets[0].host).await), "0.0.2");
+    let vm = zone.boot(&admin, &format!("{}-vm", region.id), &host, "1").await;
+    // Its domain reported, so the machine is the one Nova means.
+    until(
+        "the VM's domain reported",
+        SOON,
+        || coord.tail(20),
+        || async {
+            let domains =
+                region.hypervisor(&host).await.and_then(|h| h.status?.machine?.domains).unwrap_or_default();
+            if domains.contains(&vm) { Poll::Ready(()) } else { Poll::Pending(format!("{domains:?}")) }
+        },
+    )
+    .await;
+
+    dry_run(&region, "os-dry", &host, &[]).await;
+    let ev = region.wait_eviction("os-dry", EvictionPhase::Planned, SOON, &coord).await;
+    let status = ev.status.unwrap();
+    let preflight = status.conditions.iter().find(|c| c.type_ == "Preflight").unwrap();
+    assert_eq!(preflight.reason, "Failed", "{preflight:?}");
+    assert!(preflight.message.contains(&vm), "{}", preflight.message);
+    let row = status.preflight.iter().find(|p| p.id == vm).unwrap();
+    let finding = row.finding.clone().unwrap_or_default();
+    assert!(
+        finding.starts_with("os: ") && finding.contains("2 with a hypervisor older than the source's 9.0.0"),
+        "{finding}"
+    );
+    assert!(admin.migrations_of(&vm).await.unwrap().is_empty(), "a dry run moves nothing");
+
+    // A VM on a target whose image asks for x86_64 guests (Nova shows its
+    // properties at 2.98): the ground's machines run i686 guests only, so
+    // no host can run it, though both others' hypervisors are no older.
+    let from = zone.targets[0].host.clone();
+    let x86 = admin
+        .boot_image(&format!("{}-x86", region.id), &from, "1", Some(&zone.name), X86_64_IMAGE)
+        .await
+        .unwrap();
+    let plain = zone.boot(&admin, &format!("{}-plain", region.id), &from, "1").await;
+    until(
+        "the target's domains reported",
+        SOON,
+        || coord.tail(20),
+        || async {
+            let domains =
+                region.hypervisor(&from).await.and_then(|h| h.status?.machine?.domains).unwrap_or_default();
+            if domains.contains(&x86) && domains.contains(&plain) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending(format!("{domains:?}"))
+            }
+        },
+    )
+    .await;
+    dry_run(&region, "os-image", &from, &[]).await;
+    let ev = region.wait_eviction("os-image", EvictionPhase::Planned, SOON, &coord).await;
+    let plan = ev.status.unwrap().preflight;
+    let finding =
+        |id: &str| plan.iter().find(|p| p.id == id).and_then(|p| p.finding.clone()).unwrap_or_default();
+    assert!(
+        finding(&x86).starts_with("os: ")
+            && finding(&x86).contains("2 running no guest of the image's architecture x86_64"),
+        "{plan:?}"
+    );
+    assert_eq!(finding(&plain), "", "the plain image's VM fits: {plan:?}");
+    admin.delete_server(&x86).await.unwrap();
+    admin.delete_server(&plain).await.unwrap();
+
+    // Skipped by an SRE who knows better, it passes.
+    dry_run(&region, "os-forced", &host, &["os"]).await;
+    let ev = region.wait_eviction("os-forced", EvictionPhase::Planned, SOON, &coord).await;
+    let status = ev.status.unwrap();
+    let preflight = status.conditions.iter().find(|c| c.type_ == "Preflight").unwrap();
+    assert_eq!(preflight.reason, "Passed", "{preflight:?}");
+    assert!(preflight.message.contains("skipped (force): os"), "{}", preflight.message);
+    admin.delete_server(&vm).await.unwrap();
 }

@@ -197,6 +197,7 @@ impl Libvirt {
             cpu_model: if caps.cpu_model.is_empty() { node.model.clone() } else { caps.cpu_model },
             arch: if caps.arch.is_empty() { node.model } else { caps.arch },
             cpu_features: caps.cpu_features,
+            guest_arches: caps.guest_arches,
             numa_cells: caps.numa_cells,
             memory_bytes: node.memory.saturating_mul(1024),
             cpus: node.cpus,
@@ -229,6 +230,7 @@ impl Libvirt {
                 disks,
                 pci_host_devices,
                 paused_on_io_error: paused_on_io_error(&d),
+                cpu: xml::guest_cpu(&xml),
             });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));

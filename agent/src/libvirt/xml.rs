@@ -2,7 +2,7 @@
 //! host capabilities. Pure functions over strings; malformed XML is an
 //! error, never a panic.
 
-use hv_proto::v1::{Disk, DiskSource, HostHardware, NumaCell};
+use hv_proto::v1::{Disk, DiskSource, GuestCpu, HostHardware, NumaCell};
 
 #[derive(Debug, thiserror::Error)]
 #[error("libvirt returned XML we cannot read: {0}")]
@@ -69,6 +69,8 @@ pub struct HostCaps {
     pub cpu_model: String,
     pub cpu_features: Vec<String>,
     pub numa_cells: Vec<NumaCell>,
+    /// The architectures of the guests it can run.
+    pub guest_arches: Vec<String>,
 }
 
 pub fn capabilities(xml: &str) -> Result<HostCaps, XmlError> {
@@ -92,6 +94,14 @@ pub fn capabilities(xml: &str) -> Result<HostCaps, XmlError> {
         })
         .unwrap_or_default();
     features.sort();
+    let mut guest_arches: Vec<String> = d
+        .descendants()
+        .filter(|n| n.has_tag_name("guest"))
+        .flat_map(|g| g.children().filter(|a| a.has_tag_name("arch")))
+        .filter_map(|a| a.attribute("name").map(str::to_string))
+        .collect();
+    guest_arches.sort();
+    guest_arches.dedup();
     let numa_cells = host
         .descendants()
         .filter(|n| n.has_tag_name("cell") && n.parent().is_some_and(|p| p.has_tag_name("cells")))
@@ -120,7 +130,28 @@ pub fn capabilities(xml: &str) -> Result<HostCaps, XmlError> {
         cpu_model: text(cpu, "model"),
         cpu_features: features,
         numa_cells,
+        guest_arches,
     })
+}
+
+/// A domain's guest CPU (its `<cpu>`): the mode, a custom CPU's model and
+/// the flags it requires. None without a `<cpu>` element or unreadable XML.
+pub fn guest_cpu(domain_xml: &str) -> Option<GuestCpu> {
+    let d = roxmltree::Document::parse(domain_xml).ok()?;
+    let domain = d.root_element();
+    let cpu = domain.children().find(|n| n.has_tag_name("cpu"))?;
+    let model = cpu.children().find(|n| n.has_tag_name("model")).and_then(|m| m.text()).map(str::trim);
+    // libvirt's default mode is custom when a model is named.
+    let mode = cpu.attribute("mode").unwrap_or(if model.is_some() { "custom" } else { "" });
+    let mut required_features: Vec<String> = cpu
+        .children()
+        .filter(|n| n.has_tag_name("feature"))
+        .filter(|n| matches!(n.attribute("policy").unwrap_or("require"), "require" | "force"))
+        .filter_map(|n| n.attribute("name").map(str::to_string))
+        .collect();
+    required_features.sort();
+    required_features.dedup();
+    Some(GuestCpu { mode: mode.to_string(), model: model.unwrap_or_default().to_string(), required_features })
 }
 
 /// What the domain capabilities offer guests: SEV, Secure Boot firmware,
@@ -182,6 +213,23 @@ mod tests {
             "the cdrom is not VM storage"
         );
         assert_eq!(pci, vec!["0000:3b:00.1"]);
+    }
+
+    #[test]
+    fn the_guest_cpu_of_a_domain() {
+        let custom = "<domain><cpu mode='custom' match='exact'><model fallback='forbid'>Skylake-Server</model>\
+                      <feature policy='require' name='pcid'/><feature policy='disable' name='hle'/>\
+                      <feature name='ssbd'/></cpu><devices/></domain>";
+        let c = guest_cpu(custom).unwrap_or_default();
+        assert_eq!((c.mode.as_str(), c.model.as_str()), ("custom", "Skylake-Server"));
+        assert_eq!(c.required_features, ["pcid", "ssbd"], "a disabled flag is not required");
+        let model =
+            guest_cpu("<domain><cpu mode='host-model' check='partial'/></domain>").unwrap_or_default();
+        assert_eq!((model.mode.as_str(), model.model.as_str()), ("host-model", ""));
+        let implicit = guest_cpu("<domain><cpu><model>Haswell</model></cpu></domain>").unwrap_or_default();
+        assert_eq!(implicit.mode, "custom", "a named model without a mode is custom");
+        assert_eq!(guest_cpu("<domain><devices/></domain>"), None);
+        assert_eq!(guest_cpu("<broken"), None);
     }
 
     #[test]

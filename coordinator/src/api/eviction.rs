@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("!has(self.options) || !has(self.options.force) || self.options.force.all(f, f in ['capacity', 'constraints', 'compatibility', 'machine'])").message("spec.options.force entries must be capacity, constraints, compatibility or machine").field_path(".options.force"))]
+#[x_kube(validation = Rule::new("!has(self.options) || !has(self.options.force) || self.options.force.all(f, f in ['capacity', 'constraints', 'compatibility', 'os', 'machine'])").message("spec.options.force entries must be capacity, constraints, compatibility, os or machine").field_path(".options.force"))]
 #[x_kube(validation = Rule::new("(has(self.dryRun) && self.dryRun) == (has(oldSelf.dryRun) && oldSelf.dryRun)").message("spec.dryRun is immutable").field_path(".dryRun"))]
 pub struct EvictionSpec {
     /// Name of the Hypervisor (= Node) to evict. Immutable.

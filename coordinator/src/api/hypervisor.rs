@@ -476,6 +476,31 @@ pub struct MachineStatus {
     /// judges a target host by (docs/lifecycle.md, "Host capabilities").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capabilities: Option<HostCapabilities>,
+    /// The guest CPUs of the domains in the agent's last report, grouped:
+    /// what a host each VM moves to must give (docs/eviction.md, "OS
+    /// validation"). Absent until one was reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub guest_cpus: Option<Vec<GuestCpuStatus>>,
+}
+
+/// One guest CPU and the domains that have it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GuestCpuStatus {
+    /// host-passthrough, host-model or custom.
+    #[schemars(length(max = 32))]
+    pub mode: String,
+    /// A custom CPU's named model.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 64))]
+    pub model: String,
+    /// The flags it requires.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(max = 64)))]
+    pub features: Vec<String>,
+    #[schemars(length(max = 1024), inner(length(max = 36)))]
+    pub domains: Vec<String>,
 }
 
 /// A host's CPU, hypervisor software and hardware, as its agent reports
@@ -485,6 +510,10 @@ pub struct MachineStatus {
 pub struct HostCapabilities {
     #[schemars(length(max = 32))]
     pub arch: String,
+    /// The architectures of the guests it can run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(max = 32)))]
+    pub guest_arches: Vec<String>,
     #[schemars(length(max = 128))]
     pub cpu_model: String,
     /// The host CPU's feature flags, as libvirt names them, sorted.
@@ -557,6 +586,9 @@ impl MachineStatus {
         }
         if new.capabilities.is_some() {
             m.capabilities = new.capabilities.clone();
+        }
+        if new.guest_cpus.is_some() {
+            m.guest_cpus = new.guest_cpus.clone();
         }
         m
     }

@@ -8,7 +8,8 @@
 use crate::api::eviction::{EvictionOptions, EvictionReason};
 
 /// The checks `spec.options.force` may name.
-pub const FORCEABLE: [&str; 4] = ["capacity", "constraints", "compatibility", super::machine::MACHINE];
+pub const FORCEABLE: [&str; 5] =
+    ["capacity", "constraints", "compatibility", super::preflight::OS, super::machine::MACHINE];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {

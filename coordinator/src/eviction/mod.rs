@@ -12,6 +12,7 @@ pub mod limit;
 pub mod machine;
 pub mod news;
 mod nova_state;
+pub mod os_check;
 pub mod phases;
 pub mod plan;
 pub mod preflight;

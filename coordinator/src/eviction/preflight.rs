@@ -1,7 +1,7 @@
 //! Preflight as a pure function (docs/eviction.md): before anything moves, could
 //! Nova's scheduler place every VM of the host somewhere else?
 //!
-//! Three named checks, each skippable with `options.force`:
+//! Four named checks, each skippable with `options.force`:
 //! - `compatibility`: locked servers, PCI passthrough under live migration
 //!   (local disks are fine: the migration becomes a block migration);
 //! - `constraints`: what would make the scheduler refuse every remaining
@@ -9,6 +9,9 @@
 //!   and forbidden traits (`trait:X=required|forbidden`), flavor keys
 //!   scoped `aggregate_instance_extra_specs:` and the tenant isolation of
 //!   aggregates (`filter_tenant_id*`);
+//! - `os`: whether an admissible host can run the VM as it runs now: its
+//!   hypervisor software, the VM's guest CPU, its image's properties
+//!   (`eviction::os_check`);
 //! - `capacity`: free resources from Placement inventories and usages
 //!   (`(total - reserved) × allocation_ratio - used`, each allocation
 //!   within `max_unit`), VMs placed largest first, each on the fitting
@@ -21,11 +24,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::api::eviction::{MigrationPolicy, PlannedVm};
+use crate::eviction::os_check::{self, GuestCpu, HostSoftware};
 use crate::eviction::plan::Server;
 
 pub const COMPATIBILITY: &str = "compatibility";
 pub const CONSTRAINTS: &str = "constraints";
 pub const CAPACITY: &str = "capacity";
+pub const OS: &str = "os";
 
 /// What a VM asks of the host it goes to (from its embedded flavor).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -40,6 +45,14 @@ pub struct Needs {
     /// `aggregate_instance_extra_specs:KEY=VALUE` of the flavor.
     pub aggregate_specs: BTreeMap<String, String>,
     pub project_id: String,
+    /// The software and CPU of the host it runs on (its agent's report):
+    /// a target must be no older, and give the same CPU.
+    pub runs_on: Option<HostSoftware>,
+    /// Its guest CPU, as its domain says (its agent's report).
+    pub guest_cpu: Option<GuestCpu>,
+    /// Its image's properties (compute 2.98; empty before, or booted
+    /// from a volume whose image Nova does not show).
+    pub image: BTreeMap<String, String>,
 }
 
 /// Room on one resource class of a provider.
@@ -62,6 +75,9 @@ pub struct Candidate {
     pub traits: BTreeSet<String>,
     /// Metadata of each aggregate the host is in.
     pub aggregates: Vec<BTreeMap<String, String>>,
+    /// Its software and CPU, as its agent reported them (None: not a
+    /// host of ours, or not reported).
+    pub software: Option<HostSoftware>,
 }
 
 /// One reason a VM cannot be moved.
@@ -125,33 +141,12 @@ pub fn preflight(
     let mut placed: BTreeMap<&str, &str> = BTreeMap::new();
     for srv in movers {
         let vm = format!("{} ({})", srv.id, srv.name);
-        let policy = srv.policy.unwrap_or(default_policy);
-        if !forced(COMPATIBILITY) {
-            let why = if srv.locked {
-                Some("the server is locked".to_string())
-            } else if srv.pci_passthrough && policy == MigrationPolicy::LiveMigrate {
-                Some("PCI passthrough devices cannot be live-migrated; set its policy to cold".to_string())
-            } else {
-                None
-            };
-            if let Some(reason) = why {
-                findings.push(Finding { check: COMPATIBILITY, vm, reason });
+        let fitting = match hosts_for(srv, srv.policy.unwrap_or(default_policy), candidates, &forced) {
+            Ok(fitting) => fitting,
+            Err((check, reason)) => {
+                findings.push(Finding { check, vm, reason });
                 continue;
             }
-        }
-        let fitting: Vec<usize> = if forced(CONSTRAINTS) {
-            (0..candidates.len()).collect()
-        } else {
-            let (ok, rejected) = admissible(&srv.needs, candidates);
-            if ok.is_empty() {
-                findings.push(Finding {
-                    check: CONSTRAINTS,
-                    vm,
-                    reason: no_host(candidates.len(), &rejected),
-                });
-                continue;
-            }
-            ok
         };
         if forced(CAPACITY) {
             continue;
@@ -191,7 +186,7 @@ pub fn preflight(
     } else {
         let total: u64 = room.iter().map(|r| free(r, "MEMORY_MB")).sum();
         let skipped: Vec<&str> =
-            [COMPATIBILITY, CONSTRAINTS, CAPACITY].into_iter().filter(|c| forced(c)).collect();
+            [COMPATIBILITY, CONSTRAINTS, OS, CAPACITY].into_iter().filter(|c| forced(c)).collect();
         let mut s = format!(
             "every VM fits on the {} other enabled host(s); {} MB of memory stays free",
             candidates.len(),
@@ -204,6 +199,43 @@ pub fn preflight(
     };
     let plan = servers.iter().map(|s| planned(s, default_policy, &placed, &findings)).collect();
     Report { findings, plan, summary }
+}
+
+/// The candidates that may take `srv` by the checks before capacity
+/// (compatibility, constraints, os), or the first that refuses it and why.
+fn hosts_for(
+    srv: &Server,
+    policy: MigrationPolicy,
+    candidates: &[Candidate],
+    forced: &impl Fn(&str) -> bool,
+) -> Result<Vec<usize>, (&'static str, String)> {
+    if !forced(COMPATIBILITY) {
+        if srv.locked {
+            return Err((COMPATIBILITY, "the server is locked".into()));
+        }
+        if srv.pci_passthrough && policy == MigrationPolicy::LiveMigrate {
+            let why = "PCI passthrough devices cannot be live-migrated; set its policy to cold";
+            return Err((COMPATIBILITY, why.into()));
+        }
+    }
+    let fitting: Vec<usize> = if forced(CONSTRAINTS) {
+        (0..candidates.len()).collect()
+    } else {
+        let (ok, rejected) = admissible(&srv.needs, candidates);
+        if ok.is_empty() {
+            return Err((CONSTRAINTS, no_host(candidates.len(), &rejected)));
+        }
+        ok
+    };
+    // No host at all (the constraints forced) is the capacity's to say.
+    if forced(OS) || fitting.is_empty() {
+        return Ok(fitting);
+    }
+    let (ok, rejected) = runnable(&srv.needs, candidates, &fitting);
+    if ok.is_empty() {
+        return Err((OS, none_runs_it(fitting.len(), &rejected)));
+    }
+    Ok(ok)
 }
 
 fn planned(
@@ -265,6 +297,37 @@ fn rejection(needs: &Needs, c: &Candidate) -> Option<String> {
         return Some(format!("isolated to other projects than {}", needs.project_id));
     }
     None
+}
+
+/// Of the candidates `among`, those that can run the VM as it runs now
+/// ([`os_check`]), and per reason how many cannot.
+fn runnable(
+    needs: &Needs,
+    candidates: &[Candidate],
+    among: &[usize],
+) -> (Vec<usize>, BTreeMap<String, usize>) {
+    let mut ok = Vec::new();
+    let mut rejected: BTreeMap<String, usize> = BTreeMap::new();
+    for &i in among {
+        let c = &candidates[i];
+        let why = os_check::rejection(
+            needs.runs_on.as_ref(),
+            needs.guest_cpu.as_ref(),
+            &needs.image,
+            c.software.as_ref(),
+            &c.aggregates,
+        );
+        match why {
+            None => ok.push(i),
+            Some(why) => *rejected.entry(why).or_default() += 1,
+        }
+    }
+    (ok, rejected)
+}
+
+fn none_runs_it(admissible: usize, rejected: &BTreeMap<String, usize>) -> String {
+    let why: Vec<String> = rejected.iter().map(|(why, n)| format!("{n} {why}")).collect();
+    format!("none of the {admissible} admissible hosts can run it as it runs now: {}", why.join("; "))
 }
 
 fn no_host(candidates: usize, rejected: &BTreeMap<String, usize>) -> String {

@@ -12,6 +12,7 @@
 
 pub mod agent_service;
 pub mod fleet_service;
+pub mod guest_cpus;
 pub mod identity_service;
 pub mod registry;
 

@@ -80,6 +80,7 @@ pub fn machine(f: &HostFacts) -> MachineStatus {
         hostname: is_name.then(|| name.to_string()),
         domains: None,
         capabilities: capabilities(f),
+        guest_cpus: None,
     }
 }
 
@@ -108,6 +109,12 @@ pub fn capabilities(f: &HostFacts) -> Option<HostCapabilities> {
     hugepages.truncate(8);
     let mut caps = HostCapabilities {
         arch: short(&f.arch, 32),
+        guest_arches: {
+            let mut arches = names(&f.guest_arches);
+            arches.retain(|a| a.len() <= 32);
+            arches.truncate(16);
+            arches
+        },
         cpu_model: short(&f.cpu_model, 128),
         cpu_features: names(&f.cpu_features),
         cpu_models: hw.domain_capabilities.then(|| names(&hw.cpu_models)),
@@ -162,12 +169,17 @@ fn format_uuid(id: u128) -> String {
 }
 
 /// The machine as the agent's facts and its last inventory report it.
-fn machine_view(facts: Option<&HostFacts>, domains: Option<&[u128]>) -> Option<MachineStatus> {
+fn machine_view(
+    facts: Option<&HostFacts>,
+    domains: Option<&[u128]>,
+    guest_cpus: Option<&[crate::api::hypervisor::GuestCpuStatus]>,
+) -> Option<MachineStatus> {
     if facts.is_none() && domains.is_none() {
         return None;
     }
     let mut m = facts.map(machine).unwrap_or_default();
     m.domains = domains.map(|ids| ids.iter().copied().map(format_uuid).collect());
+    m.guest_cpus = guest_cpus.map(<[_]>::to_vec);
     Some(m)
 }
 
@@ -205,6 +217,8 @@ struct Node {
     /// [`MAX_DOMAINS`]): what the host runs, for the machine check before an
     /// eviction (docs/lifecycle.md, "One Nova host, one machine").
     domain_ids: Option<Vec<u128>>,
+    /// The guest CPUs of the last inventory's domains, grouped.
+    guest_cpus: Option<Vec<crate::api::hypervisor::GuestCpuStatus>>,
     /// The agent's health signals that hold (docs/health.md).
     signals: BTreeMap<health::signal::Key, Signal>,
     /// Heartbeats in a row whose clock was off.
@@ -340,6 +354,7 @@ impl Registry {
                 n.signals.clear();
                 n.facts = None;
                 n.domain_ids = None;
+                n.guest_cpus = None;
             }
             n.agent_version = bounded(&hello.agent_version, 64);
             n.checks_bridge_settings = hello.capabilities.contains(&(Capability::BridgeExpectations as i32));
@@ -423,6 +438,9 @@ impl Registry {
                     let ids = domain_ids(inv.domains.iter().map(|d| d.uuid.as_str()));
                     notify = n.domain_ids.as_ref().is_none_or(|old| ids.iter().any(|id| old.binary_search(id).is_err()));
                     n.domain_ids = Some(ids);
+                    let cpus = super::guest_cpus::groups(&inv.domains);
+                    notify |= n.guest_cpus.as_ref() != Some(&cpus);
+                    n.guest_cpus = Some(cpus);
                 }
                 Some(Payload::CheckReport(r)) => {
                     tracing::info!(node, seq = msg.seq, run = r.run, checks = r.results.len(), "check report");
@@ -492,7 +510,7 @@ impl Registry {
                         bounded(v.trim(), 64)
                     })
                     .filter(|v| !v.is_empty()),
-                machine: machine_view(n.facts.as_ref(), n.domain_ids.as_deref()),
+                machine: machine_view(n.facts.as_ref(), n.domain_ids.as_deref(), n.guest_cpus.as_deref()),
                 checks: n.checks.as_ref().map(report),
                 checks_hypervisor: n.checks.as_ref().map(|r| r.hypervisor_uid.clone()).unwrap_or_default(),
                 dropped: n.dropped,
@@ -937,13 +955,13 @@ mod tests {
         let b = "0000000A-0000-4000-8000-00000000000B";
         let ids = domain_ids([b, a, a, "not-a-uuid", "6695eb01f6a4830479aa97f2502e193f", ""].into_iter());
         assert_eq!(ids.len(), 2);
-        let m = machine_view(None, Some(&ids)).unwrap();
+        let m = machine_view(None, Some(&ids), None).unwrap();
         assert_eq!(m.domains.unwrap(), ["0000000a-0000-4000-8000-00000000000b", a]);
         let many: Vec<String> = (0..2000u32).map(|i| format!("00000000-0000-0000-0000-{i:012}")).collect();
         assert_eq!(domain_ids(many.iter().map(String::as_str)).len(), MAX_DOMAINS);
-        assert_eq!(machine_view(None, None), None);
+        assert_eq!(machine_view(None, None, None), None);
         let facts = HostFacts { hostname: "compute-7".into(), ..Default::default() };
-        let m = machine_view(Some(&facts), None).unwrap();
+        let m = machine_view(Some(&facts), None, None).unwrap();
         assert_eq!((m.hostname.as_deref(), m.domains), (Some("compute-7"), None));
     }
 
@@ -992,6 +1010,7 @@ mod tests {
             hostname: Some("compute-7".into()),
             domains: Some(vec![]),
             capabilities: Some(HostCapabilities { arch: "x86_64".into(), ..Default::default() }),
+            guest_cpus: Some(vec![]),
         };
         assert_eq!(MachineStatus::updated(Some(&old), &MachineStatus::default()), old);
         let moved = MachineStatus { ceph_addresses: vec!["10.0.0.9".into()], ..Default::default() };

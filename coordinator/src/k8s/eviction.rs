@@ -502,6 +502,8 @@ async fn run_preflight(
     let named = named_traits(&servers);
     let (carried, mut candidates) = tokio::try_join!(ctx.nova.carriers(&named), ctx.nova.candidates(source))?;
     with_traits(&mut candidates, &carried);
+    let mut servers = servers;
+    super::host_software::with_software(&ctx.hypervisors, source, &mut servers, &mut candidates);
     let o = &ev.spec.options;
     let report = preflight(&servers, o.default_policy.unwrap_or(ctx.default_policy), &candidates, &o.force);
     let plan = report.plan.clone();

@@ -18,6 +18,7 @@ pub mod fence;
 mod fence_fleet;
 pub mod guards;
 pub mod ha;
+pub mod host_software;
 pub mod hypervisor;
 pub mod identity;
 pub mod kubelet;

@@ -102,6 +102,8 @@ impl NovaClient {
                     room,
                     traits,
                     aggregates,
+                    // Ours to say, from the hosts' agents (`k8s::eviction`).
+                    software: None,
                 })
             })
             .buffer_unordered(CONCURRENCY)

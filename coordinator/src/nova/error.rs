@@ -27,6 +27,10 @@ pub enum NovaError {
     /// field at our microversion).
     #[error("unexpected answer: {0}")]
     Invalid(String),
+    /// The service does not speak the microversion asked (406): an older
+    /// release. A caller with a lower one to fall back on asks again.
+    #[error("microversion not supported: {0}")]
+    NotAcceptable(String),
     /// clouds.yaml / OS_* configuration is unusable.
     #[error("configuration: {0}")]
     Config(String),
@@ -50,6 +54,7 @@ impl NovaError {
             NovaError::Unavailable(_) => "unavailable",
             NovaError::Unknown(_) => "unknown",
             NovaError::Invalid(_) => "invalid",
+            NovaError::NotAcceptable(_) => "not_acceptable",
             NovaError::Config(_) => "config",
             NovaError::NotLeader(_) => "not_leader",
             NovaError::Withheld(_) => "withheld",
@@ -72,6 +77,7 @@ impl NovaError {
             401 | 403 => NovaError::Unauthorized(msg),
             404 => NovaError::NotFound(msg),
             409 => NovaError::Conflict(msg),
+            406 => NovaError::NotAcceptable(msg),
             408 | 429 => NovaError::Unavailable(msg),
             500..=599 if idempotent => NovaError::Unavailable(msg),
             500..=599 => NovaError::Unknown(msg),

@@ -148,11 +148,14 @@ pub struct NovaClient {
     /// Each compute service's hypervisor hostname, as last listed
     /// (`snapshot::ProviderNames`).
     pub(super) provider_names: super::snapshot::ProviderNames,
+    /// Nova refused the servers list at the image properties' microversion
+    /// (an older release): not asked at it again by this process.
+    pub(super) no_image_properties: std::sync::atomic::AtomicBool,
 }
 
 impl NovaClient {
     pub fn new(cloud: Cloud) -> NovaClient {
-        NovaClient { cloud, provider_names: Default::default() }
+        NovaClient { cloud, provider_names: Default::default(), no_image_properties: Default::default() }
     }
 
     pub(super) fn cloud(&self) -> &Cloud {

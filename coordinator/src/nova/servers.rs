@@ -1,7 +1,8 @@
 //! Servers and their live migrations, as the eviction needs them (compute
 //! 2.96): what is on a host, moving one, watching the move, aborting it.
 
-use crate::eviction::NovaState;
+use std::sync::atomic::Ordering;
+
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -10,8 +11,13 @@ use super::host::NovaClient;
 use super::http::{Call, Service, field};
 use crate::api::eviction::MigrationPolicy;
 use crate::api::keys::{EVACUATE_METADATA, POLICY_METADATA};
+use crate::eviction::NovaState;
 use crate::eviction::plan::{OptIn, Server};
 use crate::eviction::preflight::{Needs, flavor_resources};
+
+/// The compute microversion whose server views embed the image's
+/// properties (Nova 2025.1); the same as our pinned one otherwise.
+pub const IMAGE_PROPERTIES_MICROVERSION: (u8, u8) = (2, 98);
 
 #[derive(Debug, Deserialize)]
 pub(super) struct ServerDetail {
@@ -81,9 +87,27 @@ impl ServerDetail {
             local_disk: image_backed && self.flavor.disk > 0,
             host_disks: image_backed || self.flavor.ephemeral > 0,
             evacuate,
-            needs: needs(&self.flavor, !image_backed, self.pinned_availability_zone, self.tenant_id),
+            needs: Needs {
+                image: image_properties(&self.image),
+                ..needs(&self.flavor, !image_backed, self.pinned_availability_zone, self.tenant_id)
+            },
         }
     }
+}
+
+/// The image's properties as Nova shows them in the server (2.98), as
+/// text; none when it shows none.
+fn image_properties(image: &Value) -> std::collections::BTreeMap<String, String> {
+    let props = image.get("properties").and_then(Value::as_object);
+    props
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| match v {
+            Value::String(s) => Some((k.clone(), s.clone())),
+            Value::Number(_) | Value::Bool(_) => Some((k.clone(), v.to_string())),
+            _ => None,
+        })
+        .collect()
 }
 
 /// What the server asks of a target host, from its embedded flavor.
@@ -173,7 +197,23 @@ impl NovaClient {
     pub async fn servers_on(&self, host: &str) -> Result<Vec<Server>, NovaError> {
         let call =
             Call::get(Service::Compute, "servers/detail").param("host", host).param("all_tenants", "1");
-        let list: Vec<ServerDetail> = self.cloud().fetch(call, "servers").await?;
+        // Their images' properties, where Nova shows them (2.98); an older
+        // Nova is asked again at our pinned version, without them, and from
+        // then on only at that one.
+        let older = &self.no_image_properties;
+        let list: Vec<ServerDetail> = if older.load(Ordering::Relaxed) {
+            self.cloud().fetch(call, "servers").await?
+        } else {
+            let at = call.clone().at_microversion(IMAGE_PROPERTIES_MICROVERSION);
+            match self.cloud().fetch(at, "servers").await {
+                Err(NovaError::NotAcceptable(e)) => {
+                    tracing::info!(error = %e, "Nova shows no image properties (before 2.98): not judged");
+                    older.store(true, Ordering::Relaxed);
+                    self.cloud().fetch(call, "servers").await?
+                }
+                other => other?,
+            }
+        };
         // Listed by host: a server whose host field is hidden is on it.
         Ok(list
             .into_iter()

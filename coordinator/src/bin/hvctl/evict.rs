@@ -26,7 +26,7 @@ pub struct EvictArgs {
     /// stays disabled).
     #[arg(long)]
     re_enable: bool,
-    /// Skip a preflight check (capacity, constraints, compatibility,
+    /// Skip a preflight check (capacity, constraints, compatibility, os,
     /// machine); repeatable. Use with care.
     #[arg(long = "force")]
     force: Vec<String>,

@@ -309,3 +309,46 @@ fn the_plan_names_each_vm_with_where_its_room_was_counted_or_what_stops_it() {
     assert_eq!(r.plan[3].policy, MigrationPolicy::Skip);
     assert_eq!(plan[4], ("l", None, Some("compatibility: the server is locked")));
 }
+
+fn software(hv: &str) -> os_check::HostSoftware {
+    os_check::HostSoftware {
+        hypervisor_type: "QEMU".into(),
+        hypervisor_version: hv.into(),
+        libvirt_version: "10.0.0".into(),
+        arch: "x86_64".into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_vm_whose_every_admissible_host_is_older_is_named_by_the_os_check() {
+    let mut a = vm("a", 1, 1024);
+    a.needs.runs_on = Some(software("9.0.0"));
+    let older = |name: &str| Candidate { software: Some(software("8.2.2")), ..host(name, 8, 8192) };
+    let r = preflight(&[a.clone()], MigrationPolicy::LiveMigrate, &[older("h1"), older("h2")], &[]);
+    assert_eq!(checks(&r), [("os", "a")]);
+    assert_eq!(
+        r.findings[0].reason,
+        "none of the 2 admissible hosts can run it as it runs now: 2 with a hypervisor older than the source's 9.0.0"
+    );
+    assert!(r.plan[0].finding.as_deref().is_some_and(|f| f.starts_with("os: ")), "{:?}", r.plan[0]);
+
+    // One newer host is enough; one whose software is not known is not judged.
+    let newer = Candidate { software: Some(software("9.1.0")), ..host("h3", 8, 8192) };
+    let r = preflight(&[a.clone()], MigrationPolicy::LiveMigrate, &[older("h1"), newer], &[]);
+    assert!(r.findings.is_empty(), "{:?}", r.findings);
+    assert_eq!(r.plan[0].fits_on.as_deref(), Some("h3"), "placed on the host that can run it");
+    let unknown = host("h4", 8, 8192);
+    assert!(
+        preflight(&[a.clone()], MigrationPolicy::LiveMigrate, &[older("h1"), unknown], &[])
+            .findings
+            .is_empty()
+    );
+
+    // Forced, the check is skipped and said so; a host out of its zone is no candidate.
+    let r = preflight(&[a.clone()], MigrationPolicy::LiveMigrate, &[older("h1")], &["os".to_string()]);
+    assert!(r.findings.is_empty() && r.summary.contains("skipped (force): os"), "{}", r.summary);
+    a.needs.pinned_az = Some("az-2".into());
+    let r = preflight(&[a], MigrationPolicy::LiveMigrate, &[older("h1")], &[]);
+    assert_eq!(checks(&r), [("constraints", "a")], "constraints are judged first");
+}
