@@ -71,6 +71,7 @@ with open(cfg_path) as f:
 from nova.tests.functional import integrated_helpers  # noqa: E402,F401  (eventlet patching)
 
 import eventlet  # noqa: E402
+import eventlet.semaphore  # noqa: E402
 import eventlet.wsgi  # noqa: E402
 from keystoneauth1 import loading as ks_loading  # noqa: E402
 from nova import conf as nova_conf  # noqa: E402
@@ -157,14 +158,15 @@ def control_app(region):
             if host not in region.computes:
                 return answer("404 Not Found", {"error": f"no fake host {host}"})
             try:
-                if verb == "stop" and host not in region.stopped:
-                    region.computes[host].stop()
-                    region.stopped.add(host)
-                elif verb == "start":
-                    if host not in region.stopped:
+                with region.control_lock:
+                    if verb == "stop" and host not in region.stopped:
                         region.computes[host].stop()
-                    region.computes[host] = region.start_service("compute", host=host)
-                    region.stopped.discard(host)
+                        region.stopped.add(host)
+                    elif verb == "start":
+                        if host not in region.stopped:
+                            region.computes[host].stop()
+                        region.computes[host] = region.start_service("compute", host=host)
+                        region.stopped.discard(host)
             except Exception as e:  # the test that asked sees why
                 say(f"control: {verb} {host} failed: {e!r}")
                 return answer("500 Internal Server Error", {"error": repr(e)})
@@ -362,6 +364,11 @@ def main():
     region = Region("runTest")
     region.setUp()
     region.stopped = set()
+    # One start or stop at a time: Nova's service fixture patches module
+    # functions while a service starts, and two starting together (two
+    # tests reviving hosts) find each other's patch ("Cannot autospec a
+    # Mock object").
+    region.control_lock = eventlet.semaphore.Semaphore(1)
     say("services started")
     app = request_log(nova_wsgi.Loader().load_app("osapi_compute"), C["request_log"])
     # Registers the API service record, as the real WSGI entry point does.
