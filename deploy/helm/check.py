@@ -598,9 +598,8 @@ def policy(case, rendered, values):
         "the leader label only on the coordinator's own pod": leader_label_policy(by_kind, v, name),
         # A pod patch can change its image: no right on pods cluster-wide, and
         # with the eviction webhook a Role in each namespace of the protected
-        # and dependent pods (and the release's, for the agent's), and of the
-        # node dependencies' pods, no other; the coordinator told the same
-        # namespaces.
+        # and dependent pods (and the release's, for the agent's), no other;
+        # the coordinator told the same namespaces.
         "no patch pods outside the named namespaces": not any(
             "pods" in r["resources"] for o in by_kind.get("ClusterRole", []) for r in o["rules"]
         )
@@ -608,7 +607,7 @@ def policy(case, rendered, values):
             o["metadata"]["namespace"]
             for o in by_kind["Role"]
             for r in o["rules"]
-            if "pods" in r["resources"] and "patch" in r["verbs"] and o["metadata"]["name"].endswith("-pods")
+            if "pods" in r["resources"] and "patch" in r["verbs"] and o["metadata"]["name"] == f"{name}-pods"
         }
         == pod_namespaces(values)
         == {x.removeprefix("--pod-namespace=") for x in c["args"] if x.startswith("--pod-namespace=")}
@@ -617,9 +616,21 @@ def policy(case, rendered, values):
             (o["metadata"]["namespace"], r["verbs"])
             for o in by_kind["Role"]
             for r in o["rules"]
-            if "pods" in r["resources"] and not o["metadata"]["name"].endswith("-pods")
+            if "pods" in r["resources"] and o["metadata"]["name"] == name
         ]
-        == [(NAMESPACE, ["patch"])],
+        == [(NAMESPACE, ["patch"])]
+        # No other Role has a rule on pods.
+        and not [
+            o["metadata"]["name"]
+            for o in by_kind["Role"]
+            for r in o["rules"]
+            if "pods" in r["resources"]
+            and o["metadata"]["name"] not in (name, f"{name}-pods", f"{name}-dependency-pods")
+        ],
+        # The node dependencies' pods are only watched: where no pods Role is,
+        # a Role of its own grants list and watch on them, never patch; every
+        # namespace named is watchable, and none is a --pod-namespace for it.
+        "node dependencies' pods watched, never patched": dependency_pods(by_kind, v, values, name, c["args"]),
         "the agent runs where the coordinator looks": bool(agent["nodeSelector"]),
         # Fencing's limits reach the coordinator, and its Ceph identity only with its keyring.
         "fencing flags": all(any(x.startswith(f) for x in c["args"]) for f in ("--fence-fresh-heartbeat=", "--fence-max-domain-share="))
@@ -702,19 +713,63 @@ def pod_namespaces(values):
     """The namespaces the values name for protected and dependent pods, with
     the release's (hv-system here); with the drain guards alone (on unless
     turned off), the release's; with the agents' certificates from the
-    coordinator (the default), the release's too; the node dependencies'
-    with or without the webhook; else none."""
+    coordinator (the default), the release's too; else none. Not the node
+    dependencies' (dependency_namespaces)."""
     coordinator = values.get("coordinator", {})
     drain = coordinator.get("drainProtection", {})
     guard = coordinator.get("drainGuard", {})
     guards = {guard.get("namespace") or NAMESPACE} if guard.get("enabled", True) else set()
     if values.get("agent", {}).get("identity", {}).get("from", "coordinator") == "coordinator":
         guards.add(NAMESPACE)
-    guards |= {d["namespace"] for d in coordinator.get("nodeDependencies", [])}
     if not drain.get("enabled"):
         return guards
     named = drain.get("protectedPods", []) + drain.get("dependentPods", [])
     return {NAMESPACE} | {p["namespace"] for p in named} | guards
+
+
+def dependency_namespaces(values):
+    """The namespaces of the node dependencies' pods without a pods Role
+    (pod_namespaces): each gets a Role that lets the coordinator list and
+    watch pods there, and nothing else."""
+    named = {d["namespace"] for d in values.get("coordinator", {}).get("nodeDependencies", [])}
+    return named - pod_namespaces(values)
+
+
+# The dependency pods' Role's only rule (files/coordinator-rules.yaml, dependencyPods).
+WATCH_PODS = {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}
+
+
+def dependency_pods(by_kind, v, values, name, args):
+    """Where pods are only watched (dependency_namespaces): a Role named
+    NAME-dependency-pods with WATCH_PODS alone, bound to the coordinator's
+    account, in each such namespace and no other; every namespace of a node
+    dependency can list and watch pods (that Role or the pods Role), and
+    none of them is a --pod-namespace for the dependency's sake."""
+    role = f"{name}-dependency-pods"
+    account = v["coordinator"]["serviceAccount"]["name"] or name
+    want = dependency_namespaces(values)
+    roles = {o["metadata"]["namespace"]: o for o in by_kind.get("Role", []) if o["metadata"]["name"] == role}
+    bindings = {o["metadata"]["namespace"]: o for o in by_kind.get("RoleBinding", []) if o["metadata"]["name"] == role}
+    if set(roles) != want or set(bindings) != want:
+        return False
+    for ns in want:
+        b = bindings[ns]
+        if roles[ns]["rules"] != [WATCH_PODS]:
+            return False
+        if b["roleRef"] != {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role}:
+            return False
+        if b["subjects"] != [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]:
+            return False
+    watchable = {
+        o["metadata"]["namespace"]
+        for o in by_kind.get("Role", [])
+        if o["metadata"]["name"] in (role, f"{name}-pods")
+        for r in o["rules"]
+        if "pods" in r["resources"] and {"list", "watch"} <= set(r["verbs"]) and "" in r["apiGroups"]
+    }
+    named = {d["namespace"] for d in v["coordinator"]["nodeDependencies"]}
+    told = {x.removeprefix("--pod-namespace=") for x in args if x.startswith("--pod-namespace=")}
+    return named <= watchable and not (want & told)
 
 
 def rust_flags():

@@ -104,9 +104,9 @@ seccompProfile:
 {{- end -}}
 
 {{/* The namespaces of the protected and dependent pods, with the release's own
-(the agent's pods), the drain guards', the node dependencies' (their pods watched, with or
-without drainProtection), and the release's with the agents' certificates from the
-coordinator: the coordinator reads and labels pods there only. A JSON list. */}}
+(the agent's pods), the drain guards', and the release's with the agents' certificates
+from the coordinator: the coordinator reads and labels pods there only. A JSON list.
+(The node dependencies' are not among them: hv.dependencyNamespaces.) */}}
 {{- define "hv.guardNamespace" -}}{{ .Values.coordinator.drainGuard.namespace | default .Release.Namespace }}{{- end -}}
 {{- define "hv.podNamespaces" -}}
 {{- $namespaces := list -}}
@@ -116,10 +116,21 @@ coordinator: the coordinator reads and labels pods there only. A JSON list. */}}
 {{- range .Values.coordinator.drainProtection.dependentPods }}{{ $namespaces = append $namespaces .namespace }}{{ end -}}
 {{- end -}}
 {{- if .Values.coordinator.drainGuard.enabled }}{{ $namespaces = append $namespaces (include "hv.guardNamespace" .) }}{{ end -}}
-{{- range .Values.coordinator.nodeDependencies }}{{ $namespaces = append $namespaces .namespace }}{{ end -}}
 {{- /* The agents' certificates from the coordinator: it reads the pod a token is bound to
 (the agent's, in the release's namespace) before it signs. */ -}}
 {{- if include "hv.agentIdentityFromCoordinator" . }}{{ $namespaces = append $namespaces .Release.Namespace }}{{ end -}}
+{{- $namespaces | uniq | toJson -}}
+{{- end -}}
+
+{{/* The namespaces of the node dependencies' pods (coordinator.nodeDependencies) not
+already in hv.podNamespaces: the coordinator only watches pods there (list, watch), never
+reads one by name nor patches it. A JSON list. */}}
+{{- define "hv.dependencyNamespaces" -}}
+{{- $pods := include "hv.podNamespaces" . | fromJsonArray -}}
+{{- $namespaces := list -}}
+{{- range .Values.coordinator.nodeDependencies -}}
+{{- if not (has .namespace $pods) }}{{ $namespaces = append $namespaces .namespace }}{{ end -}}
+{{- end -}}
 {{- $namespaces | uniq | toJson -}}
 {{- end -}}
 
