@@ -536,9 +536,10 @@ pub struct HostCapabilities {
     pub amd_sev: bool,
     #[serde(default)]
     pub uefi_secure_boot: bool,
-    /// Network devices with SR-IOV virtual functions.
-    #[serde(default)]
-    pub sriov_nics: u32,
+    /// Network controllers that can have SR-IOV virtual functions; absent
+    /// when the host's PCI devices could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sriov_nics: Option<u32>,
     /// NUMA cells: CPUs and memory (MiB) of each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
@@ -547,10 +548,11 @@ pub struct HostCapabilities {
     #[schemars(length(max = 8))]
     pub hugepages: Vec<HugepageStatus>,
     /// The standard traits these add to the host's resource provider:
-    /// the ones Nova's libvirt driver does not report itself.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// the ones Nova's libvirt driver does not report itself. Absent when
+    /// what they come from could not be read: those added stay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64), inner(length(max = 255)))]
-    pub traits: Vec<String>,
+    pub traits: Option<Vec<String>>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]

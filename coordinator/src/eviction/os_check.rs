@@ -3,17 +3,18 @@
 //!
 //! Judged on what the hosts' agents report (`status.machine.capabilities`)
 //! and what Nova says of the VM's image (compute 2.98):
-//! - the hypervisor software: the same hypervisor type, and a hypervisor
-//!   (QEMU) and libvirt no older than the source's: a VM never moves to
-//!   an older one (Nova's conductor refuses it too, after the disable);
-//! - the CPU: the VM's guest CPU (its domain's `<cpu>`) must be one the
-//!   target can give: the source's model and every flag of it for
-//!   host-passthrough, every flag of the source's CPU for host-model, and
-//!   a usable named model with the required flags for custom;
-//! - the image: `hw_architecture`, `img_hv_type` and
+//! - for a VM that moves live (its domain goes as it is), the hypervisor
+//!   software: the same hypervisor type and architecture, a hypervisor
+//!   (QEMU) and libvirt no older than the source's (Nova's conductor
+//!   refuses an older one too, after the host was disabled); and the guest
+//!   CPU, as far as the hosts' reports can say: the source's model (and its
+//!   listed flags) for host-passthrough, a usable named model for custom;
+//! - for every move, the image: `hw_architecture` among the guest
+//!   architectures libvirt runs on the target, `img_hv_type` and
 //!   `img_hv_requested_version` as Nova's ImagePropertiesFilter reads them,
-//!   and each image property an aggregate of the target names in its
+//!   and each image property the target's aggregates name in their
 //!   metadata (`os_type=windows`), as AggregateImagePropertiesIsolation.
+//!   An image rule the VM's own host fails too is not judged.
 //!
 //! What is not known is not judged: a target without reported
 //! capabilities, a VM whose guest CPU its agent did not report, an image
@@ -84,21 +85,34 @@ pub fn guest_cpus(machine: &crate::api::hypervisor::MachineStatus) -> BTreeMap<S
     out
 }
 
-/// Why `target` cannot run the VM: its needs (`runs_on`, the source's
-/// software; `cpu`; `image`, its image's properties) against the target's
-/// software and aggregates' metadata. None: it can, or it is not known.
+/// What a VM asks of a host it moves to, as far as this check knows.
+#[derive(Clone, Copy, Debug)]
+pub struct Asks<'a> {
+    /// It moves live: the hypervisor software and the guest CPU matter
+    /// (a cold move defines the domain anew on the target).
+    pub live: bool,
+    /// The software and CPU of the host it runs on.
+    pub runs_on: Option<&'a HostSoftware>,
+    pub cpu: Option<&'a GuestCpu>,
+    /// Its image's properties.
+    pub image: &'a BTreeMap<String, String>,
+}
+
+/// Why `target` (its software, its aggregates' metadata) cannot run the
+/// VM. None: it can, or it is not known. An image rule the VM's own host
+/// fails too is not judged: it is not one the scheduler holds to here.
 pub fn rejection(
-    runs_on: Option<&HostSoftware>,
-    cpu: Option<&GuestCpu>,
-    image: &BTreeMap<String, String>,
+    asks: &Asks<'_>,
     target: Option<&HostSoftware>,
     aggregates: &[BTreeMap<String, String>],
 ) -> Option<String> {
-    isolated(image, aggregates).or_else(|| {
+    isolated(asks.image, aggregates).or_else(|| {
         let t = target?;
-        runs_on.and_then(|s| software(s, t)).or_else(|| image_props(image, t)).or_else(|| {
-            let (s, cpu) = (runs_on?, cpu?);
-            guest_cpu(cpu, s, t)
+        let image = image_props(asks.image, t)
+            .filter(|_| asks.runs_on.is_none_or(|s| image_props(asks.image, s).is_none()));
+        image.or_else(|| {
+            let s = asks.runs_on.filter(|_| asks.live)?;
+            software(s, t).or_else(|| guest_cpu(asks.cpu?, s, t))
         })
     })
 }
@@ -208,41 +222,43 @@ fn satisfies(have: &[u64], predicate: &str) -> Option<bool> {
     Some(all)
 }
 
-/// Each image property an aggregate of the target names must have the
-/// image's value among the aggregate's (comma-separated); a property the
-/// image does not set passes.
+/// Each image property the target's aggregates name in their metadata
+/// must have the image's value among theirs (all its aggregates' values
+/// together, comma-separated); a property the image does not set passes.
 fn isolated(image: &BTreeMap<String, String>, aggregates: &[BTreeMap<String, String>]) -> Option<String> {
-    for metadata in aggregates {
-        for (key, allowed) in metadata {
-            let Some(value) = image.get(key) else { continue };
-            if !allowed.split(',').any(|a| a.trim() == value) {
-                return Some(format!("in an aggregate for {key}={allowed}, not {value}"));
-            }
-        }
+    let mut allowed: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for (key, values) in aggregates.iter().flatten() {
+        allowed.entry(key.as_str()).or_default().extend(values.split(',').map(str::trim));
     }
-    None
+    allowed.into_iter().find_map(|(key, values)| {
+        let value = image.get(key)?;
+        (!values.contains(value.as_str())).then(|| {
+            let named = values.into_iter().collect::<Vec<_>>().join(",");
+            format!("in aggregates for {key}={named}, not {value}")
+        })
+    })
 }
 
+/// The guest CPU against the target's, only where the hosts' reports
+/// can say: the flags libvirt lists of a host are those beyond its named
+/// model, so they compare only between hosts of the same model.
 fn guest_cpu(cpu: &GuestCpu, s: &HostSoftware, t: &HostSoftware) -> Option<String> {
-    let lacking = |wanted: &BTreeSet<String>| -> Vec<String> {
-        wanted.iter().filter(|f| !t.cpu_features.contains(*f)).cloned().collect()
-    };
     match cpu {
-        GuestCpu::HostPassthrough if !s.cpu_model.is_empty() && t.cpu_model != s.cpu_model => {
+        GuestCpu::HostPassthrough if s.cpu_model.is_empty() || t.cpu_model.is_empty() => None,
+        GuestCpu::HostPassthrough if t.cpu_model != s.cpu_model => {
             Some(format!("with another CPU than the source's {} (host-passthrough)", s.cpu_model))
         }
-        GuestCpu::HostPassthrough | GuestCpu::HostModel if !t.cpu_features.is_empty() => {
-            let missing = lacking(&s.cpu_features);
+        GuestCpu::HostPassthrough => {
+            let missing: Vec<String> = s.cpu_features.difference(&t.cpu_features).cloned().collect();
             (!missing.is_empty()).then(|| format!("without the source's CPU flags {}", short(&missing)))
         }
-        GuestCpu::Custom { model, features } => {
-            if t.cpu_models.as_ref().is_some_and(|usable| !usable.contains(model)) {
-                return Some(format!("where the guest's CPU model {model} is not usable"));
-            }
-            let missing = if t.cpu_features.is_empty() { Vec::new() } else { lacking(features) };
-            (!missing.is_empty()).then(|| format!("without the CPU flags {}", short(&missing)))
+        GuestCpu::Custom { model, .. }
+            if t.cpu_models.as_ref().is_some_and(|usable| !usable.contains(model)) =>
+        {
+            Some(format!("where the guest's CPU model {model} is not usable"))
         }
-        _ => None,
+        // A host-model guest's CPU is libvirt's to work out on the target.
+        GuestCpu::Custom { .. } | GuestCpu::HostModel => None,
     }
 }
 

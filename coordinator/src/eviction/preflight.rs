@@ -231,7 +231,9 @@ fn hosts_for(
     if forced(OS) || fitting.is_empty() {
         return Ok(fitting);
     }
-    let (ok, rejected) = runnable(&srv.needs, candidates, &fitting);
+    // A running VM moved live keeps its domain; any other is defined anew.
+    let live = policy == MigrationPolicy::LiveMigrate && matches!(srv.status.as_str(), "ACTIVE" | "PAUSED");
+    let (ok, rejected) = runnable(&srv.needs, live, candidates, &fitting);
     if ok.is_empty() {
         return Err((OS, none_runs_it(fitting.len(), &rejected)));
     }
@@ -303,6 +305,7 @@ fn rejection(needs: &Needs, c: &Candidate) -> Option<String> {
 /// ([`os_check`]), and per reason how many cannot.
 fn runnable(
     needs: &Needs,
+    live: bool,
     candidates: &[Candidate],
     among: &[usize],
 ) -> (Vec<usize>, BTreeMap<String, usize>) {
@@ -310,13 +313,13 @@ fn runnable(
     let mut rejected: BTreeMap<String, usize> = BTreeMap::new();
     for &i in among {
         let c = &candidates[i];
-        let why = os_check::rejection(
-            needs.runs_on.as_ref(),
-            needs.guest_cpu.as_ref(),
-            &needs.image,
-            c.software.as_ref(),
-            &c.aggregates,
-        );
+        let asks = os_check::Asks {
+            live,
+            runs_on: needs.runs_on.as_ref(),
+            cpu: needs.guest_cpu.as_ref(),
+            image: &needs.image,
+        };
+        let why = os_check::rejection(&asks, c.software.as_ref(), &c.aggregates);
         match why {
             None => ok.push(i),
             Some(why) => *rejected.entry(why).or_default() += 1,

@@ -32,16 +32,20 @@ pub fn groups(domains: &[Domain]) -> Vec<GuestCpuStatus> {
         let key = (cut(&cpu.mode, 32), cut(&cpu.model, 64), features);
         by_cpu.entry(key).or_default().push(uuid);
     }
-    by_cpu
-        .into_iter()
-        .take(MAX_GROUPS)
-        .map(|((mode, model, features), mut domains)| {
-            domains.sort();
-            domains.dedup();
-            domains.truncate(crate::fleet::registry::MAX_DOMAINS);
-            GuestCpuStatus { mode, model, features, domains }
-        })
-        .collect()
+    // At most MAX_DOMAINS domains in all, as the domains' own list.
+    let mut room = crate::fleet::registry::MAX_DOMAINS;
+    let mut out = Vec::new();
+    for ((mode, model, features), mut domains) in by_cpu.into_iter().take(MAX_GROUPS) {
+        domains.sort();
+        domains.dedup();
+        domains.truncate(room);
+        room -= domains.len();
+        if domains.is_empty() {
+            break;
+        }
+        out.push(GuestCpuStatus { mode, model, features, domains });
+    }
+    out
 }
 
 fn cut(s: &str, max: usize) -> String {
@@ -86,5 +90,13 @@ mod tests {
         );
         let many: Vec<Domain> = (0..40).map(|i| domain(i, "custom", &format!("M{i}"), &[])).collect();
         assert_eq!(groups(&many).len(), MAX_GROUPS);
+        let crowded: Vec<Domain> = (0..3000u32)
+            .map(|i| Domain {
+                uuid: format!("00000000-0000-0000-0000-{i:012}"),
+                ..domain(0, "custom", &format!("M{}", i % 3), &[])
+            })
+            .collect();
+        let total: usize = groups(&crowded).iter().map(|g| g.domains.len()).sum();
+        assert_eq!(total, crate::fleet::registry::MAX_DOMAINS, "bounded in all, as the domains are");
     }
 }

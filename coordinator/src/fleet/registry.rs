@@ -123,7 +123,7 @@ pub fn capabilities(f: &HostFacts) -> Option<HostCapabilities> {
         libvirt_version: short(&f.libvirt_version, 32),
         amd_sev: hw.amd_sev,
         uefi_secure_boot: hw.uefi_secure_boot,
-        sriov_nics: hw.sriov_nics,
+        sriov_nics: hw.pci_read.then_some(hw.sriov_nics),
         numa_cells: f
             .numa_cells
             .iter()
@@ -131,9 +131,10 @@ pub fn capabilities(f: &HostFacts) -> Option<HostCapabilities> {
             .map(|c| NumaCellStatus { cpus: c.cpus, memory_mib: c.memory_bytes >> 20 })
             .collect(),
         hugepages,
-        traits: Vec::new(),
+        traits: None,
     };
-    caps.traits = crate::lifecycle::host_traits::traits(&caps).into_iter().collect();
+    let flags = hw.cpuinfo_read.then_some(hw.cpu_flags.as_slice());
+    caps.traits = crate::lifecycle::host_traits::traits(&caps, flags).map(|t| t.into_iter().collect());
     Some(caps)
 }
 
@@ -1036,6 +1037,9 @@ mod tests {
                 .collect(),
             hardware: Some(HostHardware {
                 sriov_nics: 2,
+                pci_read: true,
+                cpu_flags: vec!["pdpe1gb".into(), "avx2".into()],
+                cpuinfo_read: true,
                 hugepages: vec![HugepagePool { size_kib: 2048, total: 10 }; 20],
                 ..Default::default()
             }),
@@ -1046,6 +1050,9 @@ mod tests {
         assert_eq!(c.cpu_features, ["avx2", "pdpe1gb"], "sorted, once, no blank or overlong name");
         assert_eq!(c.cpu_models, None, "no domain capabilities read: unknown, not none");
         assert_eq!(c.hugepages.len(), 8);
-        assert_eq!(c.traits, ["HW_CPU_X86_PDPE1GB", "HW_NIC_SRIOV"]);
+        assert_eq!(c.traits, Some(vec!["HW_CPU_X86_PDPE1GB".into(), "HW_NIC_SRIOV".into()]));
+        let unread = HostFacts { hardware: Some(HostHardware { sriov_nics: 2, ..Default::default() }), ..f };
+        let c = capabilities(&unread).unwrap_or_default();
+        assert_eq!((c.sriov_nics, c.traits), (None, None), "not read: not known, nothing removed for it");
     }
 }

@@ -249,8 +249,8 @@ async fn look(
 }
 
 /// The lifecycle's decision, with what must be recorded before its actions
-/// run written first: the Nova host it claims ([`claimed_first`]), and the
-/// reason of a disable it sends. Answers the Hypervisor and its status as
+/// run written first: the Nova host it claims ([`claimed_first`]), the
+/// reason of a disable it sends, the traits it adds. Answers the Hypervisor and its status as
 /// they now are.
 async fn decided(
     ctx: &Context,
@@ -266,7 +266,11 @@ async fn decided(
     // A place taken among those held for updates: recorded before the host
     // leaves service, so a new leader counts it.
     let new_place = decision.record.update_place.is_some() && status.lifecycle.update_place.is_none();
-    if !new_disable && !new_place {
+    // Traits we add are ours once recorded: one sent first and never
+    // recorded would be taken for someone else's, and stay.
+    let adds = decision.actions.iter().any(|a| matches!(a, Action::AddTraits { .. }));
+    let new_traits = adds && decision.record.applied_traits != status.lifecycle.applied_traits;
+    if !new_disable && !new_place && !new_traits {
         return Ok((hv, status, decision));
     }
     // A disable of ours is recorded before it is sent: a write that fails
@@ -274,6 +278,7 @@ async fn decided(
     let mut recorded = status.clone();
     recorded.lifecycle.disabled_as.clone_from(&decision.record.disabled_as);
     recorded.lifecycle.update_place.clone_from(&decision.record.update_place);
+    recorded.lifecycle.applied_traits.clone_from(&decision.record.applied_traits);
     let hv = write_status(ctx, hv, name, &status, &recorded).await?;
     Ok((hv, recorded, decision))
 }
@@ -819,7 +824,7 @@ fn machine_hostname(agent: &AgentView, status: &HypervisorStatus) -> Option<Stri
 fn host_capability_traits(agent: &AgentView, status: &HypervisorStatus) -> Option<BTreeSet<String>> {
     let reports = [agent.machine.as_ref(), status.machine.as_ref()];
     let capabilities = reports.into_iter().flatten().find_map(|m| m.capabilities.as_ref())?;
-    Some(capabilities.traits.iter().cloned().collect())
+    Some(capabilities.traits.as_ref()?.iter().cloned().collect())
 }
 
 impl Seen {
@@ -878,7 +883,7 @@ fn health_of(status: &HypervisorStatus) -> Option<HealthState> {
 fn host_traits(hv: &Hypervisor) -> BTreeSet<String> {
     let applied = hv.status.iter().flat_map(|s| s.lifecycle.applied_traits.iter());
     let capabilities = hv.status.iter().flat_map(|s| s.machine.iter().flat_map(|m| m.capabilities.iter()));
-    let offered = capabilities.flat_map(|c| c.traits.iter());
+    let offered = capabilities.flat_map(|c| c.traits.iter().flatten());
     hv.spec.custom_traits.iter().chain(applied).chain(offered).cloned().collect()
 }
 

@@ -1970,3 +1970,38 @@ async fn the_first_hypervisor_naming_a_nova_host_claims_it_before_nova_is_asked_
     assert!(said["message"].as_str().unwrap_or_default().contains("held by Hypervisor node-1"), "{said}");
     assert!(event_reasons(&t.bodies).contains(&"NovaHostClaimed".to_string()));
 }
+
+/// A trait the host's capabilities give is recorded as ours before it is
+/// sent to Placement: one sent and never recorded would be taken for an
+/// operator's, and stay when the capability goes.
+#[tokio::test]
+async fn a_trait_from_the_hosts_capabilities_is_recorded_before_placement_is_asked() {
+    let answer = |m: &Method, p: &str| match (m.as_str(), p) {
+        ("PATCH", "/apis/hypervisor.cloud.sap/v1alpha1/hypervisors/node-1/status") => {
+            (200, hv_json("node-1", "8"))
+        }
+        _ => (201, json!({})),
+    };
+    let t = hypervisor_ctx(answer, registered(true, &[]), true, vec![]);
+    let mut hv = (*hypervisor(Some(Phase::Active), None)).clone();
+    let capabilities = crate::api::hypervisor::HostCapabilities {
+        arch: "x86_64".into(),
+        sriov_nics: Some(2),
+        traits: Some(vec!["HW_NIC_SRIOV".into()]),
+        ..Default::default()
+    };
+    if let Some(s) = hv.status.as_mut() {
+        s.machine = Some(crate::api::hypervisor::MachineStatus {
+            capabilities: Some(capabilities),
+            ..Default::default()
+        });
+    }
+    hypervisor::reconcile(Arc::new(hv), t.ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
+    let log = entries(&t.log);
+    let asked =
+        log.iter().position(|l| l.starts_with("nova add traits HW_NIC_SRIOV")).expect("the trait added");
+    let before = log[..asked].iter().filter(|l| l.ends_with("/hypervisors/node-1/status")).count();
+    let writes = status_writes(&t.bodies);
+    let ours = |w: &Value| w["status"]["lifecycle"]["appliedTraits"] == json!(["HW_NIC_SRIOV"]);
+    assert!(writes[..before].iter().any(ours), "recorded before Placement was asked: {log:?} {writes:?}");
+}

@@ -472,29 +472,9 @@ fn ready(d: &mut Draft<'_>) {
                 let msg = format!("{cause}; not enabled until the host is seen again");
                 d.set(ConditionType::SchedulingEnabled, ConditionStatus::False, "HostUnseen", msg);
             }
-            None => match &d.obs().dependencies {
-                Some(unmet) if unmet.is_empty() => {
-                    d.enable_if_ours(host);
-                }
-                Some(unmet) => {
-                    let msg = format!("waiting for {}", unmet.join("; "));
-                    d.set(
-                        ConditionType::SchedulingEnabled,
-                        ConditionStatus::False,
-                        DEPENDENCIES_NOT_READY,
-                        msg,
-                    );
-                }
-                None => {
-                    let msg = "the dependency pods (--node-dependency) are not read yet".into();
-                    d.set(
-                        ConditionType::SchedulingEnabled,
-                        ConditionStatus::False,
-                        DEPENDENCIES_NOT_READY,
-                        msg,
-                    );
-                }
-            },
+            None => {
+                d.enable_if_ours(host);
+            }
         },
         NovaObs::NotRegistered => {
             let msg = "the compute service disappeared from Nova".into();
@@ -729,6 +709,9 @@ enum Enabling {
     Theirs,
     /// Ours, but the node is not the machine Nova means: it stays.
     NotThisMachine,
+    /// Ours, but a dependency pod (`--node-dependency`) is not Ready on
+    /// the host: it stays until they are.
+    Waits,
 }
 
 enum Recheck {
@@ -1403,8 +1386,9 @@ impl<'a> Draft<'a> {
                 self.record.unseen = None;
                 Recheck::Lifted
             }
-            // Seen again, as another machine: still held.
-            Enabling::NotThisMachine => Recheck::Held,
+            // Seen again, as another machine, or waiting for its
+            // dependencies: still held.
+            Enabling::NotThisMachine | Enabling::Waits => Recheck::Held,
         }
     }
 
@@ -1419,10 +1403,17 @@ impl<'a> Draft<'a> {
         match disables::ours_to_enable(host.disabled_reason.as_deref(), recorded, in_service) {
             // Ours, but for another machine than the one Nova means: held.
             Ok(()) if !same_machine(self, host, self.phase == Phase::Ready) => Enabling::NotThisMachine,
-            Ok(()) => {
-                self.actions.push(Action::EnableService);
-                Enabling::Enables
-            }
+            Ok(()) => match self.dependencies_unmet() {
+                Some(message) => {
+                    let reason = DEPENDENCIES_NOT_READY;
+                    self.set(ConditionType::SchedulingEnabled, ConditionStatus::False, reason, message);
+                    Enabling::Waits
+                }
+                None => {
+                    self.actions.push(Action::EnableService);
+                    Enabling::Enables
+                }
+            },
             Err(reason) => {
                 let message = disables::elsewhere_message(&reason);
                 let shown = self.input.status.conditions.iter().any(|c| {
@@ -1439,6 +1430,17 @@ impl<'a> Draft<'a> {
                 );
                 Enabling::Theirs
             }
+        }
+    }
+
+    /// What the host's dependency pods lack before it may be enabled
+    /// (every enable of ours waits for them: a host back from an eviction
+    /// or a hold too); None when nothing.
+    fn dependencies_unmet(&self) -> Option<String> {
+        match &self.obs().dependencies {
+            Some(unmet) if unmet.is_empty() => None,
+            Some(unmet) => Some(format!("waiting for {}", unmet.join("; "))),
+            None => Some("the dependency pods (--node-dependency) are not read yet".into()),
         }
     }
 

@@ -197,13 +197,18 @@ impl NovaClient {
         let listed: Vec<Provider> = self.cloud().fetch(call, "resource_providers").await?;
         requests += 1;
         let providers = listed.into_iter().map(|p| (p.name, p.uuid)).collect();
-        let asked: Vec<&str> =
-            traits.iter().filter(|t| crate::lifecycle::valid_trait(t)).map(String::as_str).collect();
+        let asked: Vec<&str> = traits.iter().filter(|t| ours(t)).map(String::as_str).collect();
         let (carried, asks) = self.providers_with(&asked).await?;
         requests += asks;
         let services = services.into_iter().map(|s| (s.host.clone(), s)).collect();
         Ok(FleetSnapshot { started, services, hypervisors, aggregates, providers, traits: carried, requests })
     }
+}
+
+/// A trait the lifecycle may add or remove: a custom one of a spec, or
+/// one a host's capabilities give. Nothing else is asked of Placement.
+fn ours(t: &str) -> bool {
+    crate::lifecycle::valid_trait(t) || crate::lifecycle::host_traits::is_host_trait(t)
 }
 
 /// How long a listing of the hypervisors' names stands for preflight: a
@@ -344,6 +349,12 @@ fn next_marker(href: &str, what: &str) -> Result<String, NovaError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_traits_asked_are_the_lifecycles_own_kinds() {
+        assert!(ours("CUSTOM_HANA") && ours("HW_NIC_SRIOV") && ours("HW_CPU_X86_PDPE1GB"));
+        assert!(!ours("HW_CPU_X86_AVX2") && !ours("COMPUTE_STATUS_DISABLED"), "the driver's: never ours");
+    }
 
     #[test]
     fn hypervisor_names_listed_stand_for_five_minutes_and_a_new_listing_replaces_them() {
