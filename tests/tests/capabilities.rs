@@ -46,6 +46,26 @@ async fn wait_trait(admin: &Admin, host: &str, trait_: &str, carried: bool, coor
     .await;
 }
 
+/// Waits until `trait_` is recorded as ours in `host`'s status (or no
+/// longer is).
+async fn wait_ours(region: &Region, host: &str, trait_: &str, ours: bool, coord: &hv_tests::region::Proc) {
+    until(
+        &format!("{trait_} recorded as ours: {ours}"),
+        SOON,
+        || coord.tail(30),
+        || async {
+            let status = region.hypervisor(host).await.and_then(|h| h.status).unwrap_or_default();
+            let applied = status.lifecycle.applied_traits;
+            if applied.iter().any(|t| t == trait_) == ours {
+                Poll::Ready(())
+            } else {
+                Poll::Pending(format!("{applied:?}"))
+            }
+        },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hosts_sriov_nic_becomes_its_trait_and_goes_with_it_leaving_an_operators() {
     let region = Region::start("host-traits").await;
@@ -77,17 +97,7 @@ async fn a_hosts_sriov_nic_becomes_its_trait_and_goes_with_it_leaving_an_operato
     // The test driver's machine runs i686 guests only: the preflight
     // judges an image's architecture by these.
     assert_eq!(caps.guest_arches, ["i686"], "{caps:?}");
-    until(
-        "the trait recorded as ours",
-        SOON,
-        || coord.tail(30),
-        || async {
-            let status = region.hypervisor(host).await.and_then(|h| h.status).unwrap_or_default();
-            let ours = status.lifecycle.applied_traits;
-            if ours.iter().any(|t| t == SRIOV) { Poll::Ready(()) } else { Poll::Pending(format!("{ours:?}")) }
-        },
-    )
-    .await;
+    wait_ours(&region, host, SRIOV, true, &coord).await;
 
     // An operator's standard trait, set by hand: never ours to remove.
     admin.add_trait(host, "HW_NIC_VMDQ").await.unwrap();
@@ -97,17 +107,7 @@ async fn a_hosts_sriov_nic_becomes_its_trait_and_goes_with_it_leaving_an_operato
     let traits = admin.traits_of(host).await.unwrap();
     assert!(traits.iter().any(|t| t == "HW_NIC_VMDQ"), "the operator's trait stays: {traits:?}");
     // Forgotten as ours once Placement no longer shows it.
-    until(
-        "the trait no longer recorded as ours",
-        SOON,
-        || coord.tail(30),
-        || async {
-            let status = region.hypervisor(host).await.and_then(|h| h.status).unwrap_or_default();
-            let ours = status.lifecycle.applied_traits;
-            if ours.iter().any(|t| t == SRIOV) { Poll::Pending(format!("{ours:?}")) } else { Poll::Ready(()) }
-        },
-    )
-    .await;
+    wait_ours(&region, host, SRIOV, false, &coord).await;
     let hv = region.hypervisor(host).await.unwrap();
     assert_eq!(hv.status.and_then(|s| s.phase), Some(Phase::Active));
 }

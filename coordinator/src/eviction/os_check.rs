@@ -57,10 +57,10 @@ impl From<&crate::api::hypervisor::HostCapabilities> for HostSoftware {
 pub enum GuestCpu {
     HostPassthrough,
     HostModel,
-    /// A named model, with the flags it requires.
+    /// A named model; the flags it requires are not compared (libvirt
+    /// lists a host's flags beyond its own model only).
     Custom {
         model: String,
-        features: BTreeSet<String>,
     },
 }
 
@@ -72,9 +72,7 @@ pub fn guest_cpus(machine: &crate::api::hypervisor::MachineStatus) -> BTreeMap<S
         let cpu = match g.mode.as_str() {
             "host-passthrough" => GuestCpu::HostPassthrough,
             "host-model" => GuestCpu::HostModel,
-            "custom" if !g.model.is_empty() => {
-                GuestCpu::Custom { model: g.model.clone(), features: g.features.iter().cloned().collect() }
-            }
+            "custom" if !g.model.is_empty() => GuestCpu::Custom { model: g.model.clone() },
             // Another mode (maximum) asks what libvirt decides: not judged.
             _ => continue,
         };
