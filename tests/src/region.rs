@@ -1042,7 +1042,9 @@ pub struct Install {
     pub account: String,
 }
 
-/// How many coordinator pods the ground's chart names (its `replicas`).
+/// How many Pod objects the tests' coordinators take turns in
+/// (`hv-coordinator-0` to `-63`): enough for every coordinator the tests run
+/// at once.
 pub const COORDINATOR_PODS: u32 = 64;
 
 /// The label kwok manages Nodes by (taken away, the Node's "kubelet" stops).

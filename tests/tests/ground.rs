@@ -220,6 +220,37 @@ async fn the_chart_installs_the_crds_to_keep_and_upgrade() {
     }
 }
 
+/// Every coordinator pod on a Node of the ground is one a test's process
+/// stands for (`hv-coordinator-N`): the chart's Deployment's replica waits
+/// for a Node none is, since the scheduler would bind it to a fake Node,
+/// where a drain evicts it past the eviction webhook as if it were the
+/// coordinator's own pod.
+#[tokio::test]
+async fn the_charts_coordinator_replica_is_bound_to_no_node() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, ListParams};
+
+    let env = hv_tests::env::require();
+    let admin = hv_tests::kube_target::admin(&env).await.unwrap();
+    let ns = &env.kube.chart.namespace;
+    let name = format!("{}-coordinator", env.kube.chart.release);
+    let deployment = Api::<Deployment>::namespaced(admin.client.clone(), ns).get(&name).await.unwrap();
+    assert_eq!(deployment.spec.and_then(|s| s.replicas), Some(1), "{name}");
+    let pods = Api::<Pod>::namespaced(admin.client.clone(), ns).list(&ListParams::default()).await.unwrap();
+    let of_the_deployment = |p: &&Pod| {
+        p.metadata.owner_references.iter().flatten().any(|o| o.kind == "ReplicaSet")
+            && p.metadata.name.as_deref().is_some_and(|n| n.starts_with(&format!("{name}-")))
+    };
+    let replicas: Vec<&Pod> = pods.items.iter().filter(of_the_deployment).collect();
+    assert!(!replicas.is_empty(), "the Deployment's controller made its replica");
+    let bound: Vec<_> = replicas
+        .iter()
+        .filter_map(|p| Some((p.metadata.name.clone()?, p.spec.as_ref()?.node_name.clone()?)))
+        .collect();
+    assert!(bound.is_empty(), "replicas on a Node no process stands for: {bound:?}");
+}
+
 #[tokio::test]
 async fn the_control_plane_is_the_pinned_release_with_tls_and_rbac() {
     use kube::api::Api;

@@ -2,12 +2,16 @@
 # on the ground's API server, release `hv`: its ServiceAccounts, RBAC,
 # disruption budgets and eviction webhook are the ones the tests' coordinators
 # run under (each with a TokenRequest token of the chart's ServiceAccount).
-# Nothing of it runs in a pod: no kubelet runs here, and the controller manager
-# runs no workload controller; the coordinators and agents run as processes.
+# Nothing of it runs in a pod: no kubelet runs here; the coordinators and
+# agents run as processes, each in a Pod object the tests make for it
+# (hv-coordinator-N, so a token can be bound to it).
 #
 # Values for the ground (tests/env/chart.py installs, and a test upgrades):
-# 64 coordinator replicas, so that the Role names enough coordinator pods for
-# every coordinator the tests start at once; the update signals of Gardener
+# one coordinator replica that no Node takes (a nodeSelector none matches):
+# the controller manager runs the Deployment controllers (for the drain
+# guards) and the scheduler binds pods to the fake Nodes, so a bound replica
+# would be a Pod no process stands for, which a drain would evict past the
+# eviction webhook; the update signals of Gardener
 # MCM and Cluster API (the ClusterRole reads Machines); drain protection for nova-compute
 # and a network agent in `openstack`, its webhook called at a URL (a test that
 # drains upgrades the release with its own coordinator's); the BMC credentials'
@@ -21,7 +25,8 @@ start_chart() {
   jq -n --arg ca "$ca" '{
     openstack: {cloudsSecret: "hv-clouds", cloud: "hv"},
     coordinator: {
-      replicas: 64,
+      replicas: 1,
+      nodeSelector: {"hv-ground/coordinator": "process"},
       fencing: {bmcSecrets: $ARGS.positional},
       updateSignals: ["gardener-mcm", "cluster-api"],
       drainProtection: {
