@@ -71,6 +71,9 @@ impl PowerActuator for Watched<'_> {
         self.offs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.inner.force_off().await
     }
+    async fn power_on(&self) -> Result<(), PowerError> {
+        panic!("fencing never powers a machine on")
+    }
 }
 
 #[tokio::test]

@@ -62,10 +62,10 @@ pub enum PowerError {
     Unreachable { url: String, message: String },
     #[error("the BMC at {url} answered something that is not a Redfish system: {message}")]
     Garbled { url: String, message: String },
-    #[error("the BMC still reports power {last} {waited_s} s after power off was asked")]
-    NotConfirmed { last: PowerState, waited_s: u64 },
+    #[error("the BMC still reports power {last} {waited_s} s after power {wanted} was asked")]
+    NotConfirmed { wanted: PowerState, last: PowerState, waited_s: u64 },
     /// Not asked: this replica did not hold the leader lease at that moment.
-    #[error("power off not asked: {0}")]
+    #[error("power change not asked: {0}")]
     NotLeader(String),
 }
 
@@ -128,6 +128,9 @@ pub trait PowerActuator: Send + Sync {
     /// Asks for an immediate power off (not a graceful shutdown: a host we
     /// fence is one we no longer trust to shut down).
     fn force_off(&self) -> impl Future<Output = Result<(), PowerError>> + Send;
+    /// Asks for the machine to power on (a hibernated host woken; never
+    /// part of fencing).
+    fn power_on(&self) -> impl Future<Output = Result<(), PowerError>> + Send;
 }
 
 /// An actuator that asks for nothing unless `may_act` says so at that
@@ -147,6 +150,11 @@ impl<A: PowerActuator, F: Fn() -> Result<(), String> + Send + Sync> PowerActuato
     async fn force_off(&self) -> Result<(), PowerError> {
         (self.may_act)().map_err(PowerError::NotLeader)?;
         self.inner.force_off().await
+    }
+
+    async fn power_on(&self) -> Result<(), PowerError> {
+        (self.may_act)().map_err(PowerError::NotLeader)?;
+        self.inner.power_on().await
     }
 }
 
@@ -215,11 +223,13 @@ pub async fn power_off_confirmed<A: PowerActuator>(
             let waited_s = start.elapsed().as_secs();
             return Err(match (asked, last_state, last_error) {
                 (Some(e), _, _) => e,
-                (None, Some(last), _) => PowerError::NotConfirmed { last, waited_s },
+                (None, Some(last), _) => PowerError::NotConfirmed { wanted: PowerState::Off, last, waited_s },
                 (None, None, Some(e)) => e,
-                (None, None, None) => {
-                    PowerError::NotConfirmed { last: PowerState::Unknown("no answer".into()), waited_s }
-                }
+                (None, None, None) => PowerError::NotConfirmed {
+                    wanted: PowerState::Off,
+                    last: PowerState::Unknown("no answer".into()),
+                    waited_s,
+                },
             });
         }
         tokio::time::sleep(every).await;
@@ -255,6 +265,9 @@ mod tests {
         async fn force_off(&self) -> Result<(), PowerError> {
             *self.offs.lock().unwrap() += 1;
             Ok(())
+        }
+        async fn power_on(&self) -> Result<(), PowerError> {
+            panic!("fencing never powers a machine on")
         }
     }
 
@@ -358,6 +371,9 @@ mod tests {
             }
             Ok(())
         }
+        async fn power_on(&self) -> Result<(), PowerError> {
+            panic!("fencing never powers a machine on")
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -389,6 +405,9 @@ mod tests {
             async fn force_off(&self) -> Result<(), PowerError> {
                 Err(PowerError::Unreachable { url: "bmc".into(), message: "reset".into() })
             }
+            async fn power_on(&self) -> Result<(), PowerError> {
+                panic!("fencing never powers a machine on")
+            }
         }
         let err = power_off_confirmed(&Lost(&never), Duration::from_secs(5), every).await.unwrap_err();
         assert!(matches!(err, PowerError::Unreachable { .. }), "{err}");
@@ -400,6 +419,9 @@ mod tests {
             }
             async fn force_off(&self) -> Result<(), PowerError> {
                 Err(PowerError::Refused { url: "bmc".into(), status: 403 })
+            }
+            async fn power_on(&self) -> Result<(), PowerError> {
+                panic!("fencing never powers a machine on")
             }
         }
         let t = tokio::time::Instant::now();

@@ -1,6 +1,7 @@
-//! Power fencing through a Redfish BMC (DMTF Redfish: `GET` the
-//! ComputerSystem for its `PowerState`, `POST` its `ComputerSystem.Reset`
-//! action with `ForceOff`), the interface of every current server BMC.
+//! Power through a Redfish BMC (DMTF Redfish: `GET` the ComputerSystem for
+//! its `PowerState`, `POST` its `ComputerSystem.Reset` action with
+//! `ForceOff` to fence, `On` to wake), the interface of every current
+//! server BMC.
 //!
 //! The address is written as bare-metal tooling writes it (Metal3, Ironic):
 //! `redfish+https://bmc.example:443/redfish/v1/Systems/1`; plain
@@ -177,6 +178,17 @@ impl PowerActuator for Redfish {
     }
 
     async fn force_off(&self) -> Result<(), PowerError> {
+        self.reset("ForceOff").await
+    }
+
+    async fn power_on(&self) -> Result<(), PowerError> {
+        self.reset("On").await
+    }
+}
+
+impl Redfish {
+    /// Posts the system's `ComputerSystem.Reset` action with `kind`.
+    async fn reset(&self, kind: &str) -> Result<(), PowerError> {
         // The action's URI is the one the system names, where it names one.
         let system = self.system().await?;
         let target = system
@@ -185,7 +197,7 @@ impl PowerActuator for Redfish {
             .filter(|t| t.starts_with('/'))
             .map(str::to_string)
             .unwrap_or_else(|| format!("{}/Actions/ComputerSystem.Reset", self.system));
-        let req = self.http.post(format!("{}{target}", self.origin)).json(&json!({"ResetType": "ForceOff"}));
+        let req = self.http.post(format!("{}{target}", self.origin)).json(&json!({"ResetType": kind}));
         self.call(req).await.map(|_| ())
     }
 }
