@@ -9,6 +9,7 @@
 //! - [`drain`]: the node lock protocol for drains and rolling updates (pure).
 //! - [`fence`]: the actuators that fence a dead host (power through its BMC).
 //! - [`metrics`]: `/metrics` and the eviction counters.
+//! - [`power`]: hibernating empty hosts and waking them (pure).
 //! - [`locked`]: the one way a lock is taken, failing closed when poisoned.
 
 #![forbid(unsafe_code)]
@@ -26,3 +27,4 @@ pub mod lifecycle;
 pub mod locked;
 pub mod metrics;
 pub mod nova;
+pub mod power;
