@@ -3,6 +3,7 @@
 //! are pure; the BMC is reached through [`crate::fence::PowerActuator`].
 
 pub mod hibernation;
+pub mod machine;
 pub mod switch;
 
 pub use switch::{PoweredOn, power_on_confirmed};

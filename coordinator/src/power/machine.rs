@@ -1,0 +1,282 @@
+//! A host's power as desired state, laid out as Hive's hibernation: the
+//! spec says `Running` or `Hibernating`, the status walks through stable,
+//! transitional and error states, and each step is one the shell can take
+//! and read back. Pure: one call decides the next state and the one step
+//! to take, from what was just observed.
+//!
+//! Hibernating: the host must be empty (Nova and its agent, both read just
+//! before), is disabled in Nova with our reason (kept in its aggregates),
+//! then powered off and read Off twice. Waking: powered on and read On, its
+//! agent and nova-compute back, its checks run again, then enabled.
+//! Every state has a way out: an error state is left by a retry or by the
+//! opposite wish, and a wish reversed midway undoes only what was done.
+
+use std::time::Duration;
+
+/// What the spec asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Desired {
+    Running,
+    Hibernating,
+}
+
+/// Where the host's power stands, as `status.powerState` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    Running,
+    /// Disabling it in Nova, its emptiness read again.
+    Stopping,
+    /// Powered off asked; waiting for the BMC to read Off twice.
+    WaitingForPowerOff,
+    Hibernating,
+    /// Powered on asked; waiting for the BMC to read On.
+    StartingMachine,
+    /// Its agent and nova-compute not back yet.
+    WaitingForAgent,
+    /// Its checks run again before it is enabled.
+    WaitingForChecks,
+    FailedToStop,
+    FailedToStart,
+    /// No BMC: hibernation asked of a host that cannot be powered on again.
+    Unsupported,
+}
+
+/// What was read just before deciding.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Seen {
+    pub bmc: bool,
+    /// The servers Nova lists on the host (None: not read).
+    pub servers: Option<Vec<String>>,
+    /// The domains its agent reports (None: no report).
+    pub domains: Option<u32>,
+    /// Disabled in Nova with our hibernation reason.
+    pub disabled_by_us: bool,
+    /// The BMC's last confirmed reading.
+    pub power: Power,
+    pub agent_connected: bool,
+    pub compute_up: bool,
+    pub checks: Checks,
+    /// An SRE asked to retry (`hvctl retry`) since the state was entered.
+    pub retry: bool,
+    /// How long the host has been in its state.
+    pub in_state_for: Duration,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Power {
+    #[default]
+    Unread,
+    /// Read Off twice, a read apart.
+    Off,
+    On,
+    /// The power change could not be asked or read (the BMC's error).
+    Failed,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Checks {
+    #[default]
+    NotRun,
+    Running,
+    Passed,
+    Failed,
+}
+
+/// The one step the shell takes next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Disable the compute service with our hibernation reason.
+    Disable,
+    /// Power off, confirmed Off twice.
+    PowerOff,
+    /// Power on, confirmed On.
+    PowerOn,
+    /// Ask the agent for its checks.
+    RunChecks,
+    /// Enable the compute service we disabled.
+    Enable,
+}
+
+/// How long a wake may wait for the host's agent and nova-compute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub agent_back: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Next {
+    pub state: State,
+    pub step: Option<Step>,
+    /// The `PowerState` condition's reason.
+    pub reason: &'static str,
+    pub message: String,
+}
+
+fn next(state: State, step: Option<Step>, reason: &'static str, message: impl Into<String>) -> Next {
+    Next { state, step, reason, message: message.into() }
+}
+
+/// The next state and step, from `state`, for `desired`.
+pub fn decide(desired: Desired, state: State, seen: &Seen, limits: &Limits) -> Next {
+    match desired {
+        Desired::Hibernating => hibernate(state, seen, limits),
+        Desired::Running => wake(state, seen, limits),
+    }
+}
+
+/// Whether the host is empty, both sources read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Emptiness {
+    Empty,
+    /// A source could not be read: nothing is decided on it.
+    Unknown(String),
+    Occupied(String),
+}
+
+pub fn emptiness(seen: &Seen) -> Emptiness {
+    match (&seen.servers, seen.domains) {
+        (None, _) => Emptiness::Unknown("Nova's servers on the host could not be read".into()),
+        (_, None) => Emptiness::Unknown("its agent has reported no domains".into()),
+        (Some(s), _) if !s.is_empty() => {
+            Emptiness::Occupied(format!("Nova lists servers on it: {}", s.join(", ")))
+        }
+        (_, Some(n)) if n > 0 => Emptiness::Occupied(format!("its agent reports {n} domains")),
+        _ => Emptiness::Empty,
+    }
+}
+
+fn hibernate(state: State, seen: &Seen, limits: &Limits) -> Next {
+    use State::*;
+    let stay = |why: String| next(state, None, "EmptinessUnknown", format!("not hibernated yet: {why}"));
+    match state {
+        Running | Unsupported if !seen.bmc => {
+            next(Unsupported, None, "NoBmc", "hibernation needs a BMC to power the host on again")
+        }
+        Running | Unsupported => match emptiness(seen) {
+            Emptiness::Unknown(why) => stay(why),
+            Emptiness::Occupied(why) => next(Running, None, "HostNotEmpty", format!("not hibernated: {why}")),
+            Emptiness::Empty => {
+                next(Stopping, Some(Step::Disable), "Stopping", "empty: disabling it in Nova")
+            }
+        },
+        // Not powered off yet: without a BMC, or with a server, our disable is undone.
+        Stopping => match emptiness(seen) {
+            _ if !seen.bmc => {
+                undo(seen, "NoBmc", "hibernation needs a BMC to power the host on again".into())
+            }
+            Emptiness::Unknown(why) => stay(why),
+            Emptiness::Occupied(why) => undo(seen, "HostNotEmpty", format!("hibernation given up: {why}")),
+            Emptiness::Empty if !seen.disabled_by_us => {
+                next(Stopping, Some(Step::Disable), "Stopping", "empty: disabling it in Nova")
+            }
+            Emptiness::Empty => next(
+                WaitingForPowerOff,
+                Some(Step::PowerOff),
+                "WaitingForPowerOff",
+                "disabled and empty: powering off",
+            ),
+        },
+        // Woken midway, or a failed start: stopped again once it is read
+        // empty; with a server, it comes back through its checks instead.
+        StartingMachine | WaitingForAgent | WaitingForChecks | FailedToStart => match emptiness(seen) {
+            Emptiness::Empty if seen.bmc => hibernate(Stopping, seen, limits),
+            Emptiness::Occupied(why) => Next {
+                reason: "HostNotEmpty",
+                message: format!("hibernation given up: {why}"),
+                ..wake(state, seen, limits)
+            },
+            Emptiness::Unknown(_) | Emptiness::Empty => wake(state, seen, limits),
+        },
+        WaitingForPowerOff => match seen.power {
+            Power::Off => next(Hibernating, None, "Hibernating", "powered off, read Off twice"),
+            Power::Failed => next(FailedToStop, None, "FailedToStop", "the BMC did not power the host off"),
+            Power::On | Power::Unread => {
+                next(WaitingForPowerOff, None, "WaitingForPowerOff", "waiting for the BMC to read Off")
+            }
+        },
+        Hibernating => next(Hibernating, None, "Hibernating", "powered off"),
+        // Retried: its emptiness read again before power off is asked
+        // again. Never enabled from here: a power off that failed may have
+        // left it half down; waking takes it through its checks.
+        FailedToStop if seen.retry => match emptiness(seen) {
+            Emptiness::Empty if seen.bmc && seen.disabled_by_us => {
+                next(WaitingForPowerOff, Some(Step::PowerOff), "WaitingForPowerOff", "retried: powering off")
+            }
+            Emptiness::Empty if seen.bmc => {
+                next(FailedToStop, Some(Step::Disable), "FailedToStop", "retried: disabling it in Nova first")
+            }
+            Emptiness::Empty => next(FailedToStop, None, "NoBmc", "not retried: its BMC is gone; wake it"),
+            Emptiness::Unknown(why) | Emptiness::Occupied(why) => {
+                next(FailedToStop, None, "FailedToStop", format!("not retried: {why}; wake it"))
+            }
+        },
+        FailedToStop => {
+            next(FailedToStop, None, "FailedToStop", "the BMC did not power the host off; retry or wake it")
+        }
+    }
+}
+
+/// Back to Running before any power change: our disable undone.
+fn undo(seen: &Seen, reason: &'static str, message: String) -> Next {
+    next(State::Running, seen.disabled_by_us.then_some(Step::Enable), reason, message)
+}
+
+fn wake(state: State, seen: &Seen, limits: &Limits) -> Next {
+    use State::*;
+    match state {
+        Running | Unsupported => next(Running, None, "Running", "running"),
+        // Not powered off yet: only our disable is undone.
+        Stopping => undo(seen, "Running", "hibernation called off".into()),
+        WaitingForPowerOff | Hibernating | FailedToStop => {
+            next(StartingMachine, Some(Step::PowerOn), "StartingMachine", "powering on")
+        }
+        StartingMachine => match seen.power {
+            Power::On => next(
+                WaitingForAgent,
+                None,
+                "WaitingForAgent",
+                "powered on: waiting for its agent and nova-compute",
+            ),
+            Power::Failed => next(FailedToStart, None, "FailedToStart", "the BMC did not power the host on"),
+            Power::Off | Power::Unread => {
+                next(StartingMachine, None, "StartingMachine", "waiting for the BMC to read On")
+            }
+        },
+        WaitingForAgent if seen.agent_connected && seen.compute_up => {
+            next(WaitingForChecks, Some(Step::RunChecks), "WaitingForChecks", "back: running its checks")
+        }
+        WaitingForAgent if seen.in_state_for >= limits.agent_back => {
+            let missing = match (seen.agent_connected, seen.compute_up) {
+                (false, false) => "its agent and nova-compute",
+                (false, true) => "its agent",
+                _ => "nova-compute",
+            };
+            let waited = limits.agent_back.as_secs();
+            next(FailedToStart, None, "AgentNotBack", format!("{missing} not back {waited} s after power on"))
+        }
+        WaitingForAgent => {
+            next(WaitingForAgent, None, "WaitingForAgent", "waiting for its agent and nova-compute")
+        }
+        WaitingForChecks => match seen.checks {
+            Checks::Passed => next(Running, Some(Step::Enable), "Running", "its checks passed: enabled"),
+            Checks::Failed => next(FailedToStart, None, "ChecksFailed", "its checks failed after power on"),
+            Checks::NotRun => {
+                next(WaitingForChecks, Some(Step::RunChecks), "WaitingForChecks", "running its checks")
+            }
+            Checks::Running => next(WaitingForChecks, None, "WaitingForChecks", "its checks are running"),
+        },
+        FailedToStart if seen.retry => {
+            next(StartingMachine, Some(Step::PowerOn), "StartingMachine", "retried: powering on")
+        }
+        FailedToStart => next(
+            FailedToStart,
+            None,
+            "FailedToStart",
+            "the host did not come back; retry, or ask it to hibernate",
+        ),
+    }
+}
+
+#[cfg(test)]
+#[path = "machine/tests.rs"]
+mod tests;
