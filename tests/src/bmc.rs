@@ -1,5 +1,8 @@
-//! The test ground's Redfish BMC emulator, driven directly: what a test
-//! needs to set up or undo, apart from the code under test.
+//! The test ground's Redfish BMC emulator: driven directly, for what a
+//! test needs to set up or undo apart from the code under test; and how
+//! the code under test reaches it, watched.
+
+#![allow(clippy::panic)] // a test without the ground's CA fails
 
 use crate::env::TestEnv;
 
@@ -43,4 +46,69 @@ async fn reset(env: &TestEnv, host: &str, kind: &str) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     if res.status().is_success() { Ok(()) } else { Err(format!("{kind} {host}: HTTP {}", res.status())) }
+}
+
+/// How the code under test reaches `host`'s BMC: the emulator's address
+/// for its system, its credentials, the ground's CA.
+pub fn bmc_of(env: &TestEnv, host: &str) -> hv_coordinator::fence::Bmc {
+    hv_coordinator::fence::Bmc {
+        address: env.bmc.address(host),
+        username: env.bmc.username.clone(),
+        password: env.bmc.password.clone(),
+        ca_pem: Some(
+            std::fs::read(&env.bmc.ca_file).unwrap_or_else(|e| panic!("{}: {e}", env.bmc.ca_file.display())),
+        ),
+        insecure: false,
+        timeout: std::time::Duration::from_secs(5),
+    }
+}
+
+/// An actuator under test, with every state it read and how often it
+/// asked for power off and on.
+pub struct Watched<'a, A> {
+    pub inner: &'a A,
+    pub seen: std::sync::Mutex<Vec<hv_coordinator::fence::PowerState>>,
+    pub offs: std::sync::atomic::AtomicU32,
+    pub ons: std::sync::atomic::AtomicU32,
+}
+
+impl<'a, A> Watched<'a, A> {
+    pub fn new(inner: &'a A) -> Self {
+        Watched { inner, seen: Default::default(), offs: Default::default(), ons: Default::default() }
+    }
+
+    /// The states read, in order.
+    pub fn seen(&self) -> Vec<hv_coordinator::fence::PowerState> {
+        self.seen.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    pub fn offs(&self) -> u32 {
+        self.offs.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn ons(&self) -> u32 {
+        self.ons.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl<A: hv_coordinator::fence::PowerActuator> hv_coordinator::fence::PowerActuator for Watched<'_, A> {
+    async fn power_state(
+        &self,
+    ) -> Result<hv_coordinator::fence::PowerState, hv_coordinator::fence::PowerError> {
+        let state = self.inner.power_state().await?;
+        if let Ok(mut s) = self.seen.lock() {
+            s.push(state.clone());
+        }
+        Ok(state)
+    }
+
+    async fn force_off(&self) -> Result<(), hv_coordinator::fence::PowerError> {
+        self.offs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.force_off().await
+    }
+
+    async fn power_on(&self) -> Result<(), hv_coordinator::fence::PowerError> {
+        self.ons.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.power_on().await
+    }
 }

@@ -20,6 +20,7 @@ use hv_coordinator::nova::{Cloud, CloudSource, HttpPolicy, NovaClient, NovaError
 
 use hv_coordinator::api::hypervisor::{FenceStep, HealthState};
 use hv_coordinator::api::{Hypervisor, Phase};
+use hv_tests::bmc::{Watched, bmc_of as bmc};
 use hv_tests::env::TestEnv;
 use hv_tests::fencing::{
     address, claim_hosts, fencing_coordinator, give_fencing_means, kubelet_silent, wait_fencing, wait_power,
@@ -29,17 +30,6 @@ use hv_tests::region::{AgentPeers, Blocklisted, Region, healthy_active, wait_hea
 use hv_tests::wait::{Poll, until};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-
-fn bmc(env: &TestEnv, host: &str) -> Bmc {
-    Bmc {
-        address: env.bmc.address(host),
-        username: env.bmc.username.clone(),
-        password: env.bmc.password.clone(),
-        ca_pem: Some(std::fs::read(&env.bmc.ca_file).unwrap()),
-        insecure: false,
-        timeout: Duration::from_secs(5),
-    }
-}
 
 /// Powers the claimed host's system back on and waits until it is.
 async fn power_on(env: &TestEnv, host: &str) {
@@ -54,28 +44,6 @@ async fn power_on(env: &TestEnv, host: &str) {
     hv_tests::wait::until("the system powered on again", Duration::from_secs(20), String::new, on).await;
 }
 
-/// The actuator under test, with what it read and how often it asked.
-struct Watched<'a> {
-    inner: &'a Redfish,
-    seen: std::sync::Mutex<Vec<PowerState>>,
-    offs: std::sync::atomic::AtomicU32,
-}
-
-impl PowerActuator for Watched<'_> {
-    async fn power_state(&self) -> Result<PowerState, PowerError> {
-        let state = self.inner.power_state().await?;
-        self.seen.lock().unwrap().push(state.clone());
-        Ok(state)
-    }
-    async fn force_off(&self) -> Result<(), PowerError> {
-        self.offs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.inner.force_off().await
-    }
-    async fn power_on(&self) -> Result<(), PowerError> {
-        panic!("fencing never powers a machine on")
-    }
-}
-
 #[tokio::test]
 async fn a_system_is_powered_off_once_and_counted_off_only_when_the_bmc_says_so() {
     let env = hv_tests::env::require();
@@ -83,15 +51,15 @@ async fn a_system_is_powered_off_once_and_counted_off_only_when_the_bmc_says_so(
     power_on(&env, &claim.host).await; // a claim's power on lands seconds later
     let r = Redfish::new(&bmc(&env, &claim.host)).unwrap();
 
-    let watched = Watched { inner: &r, seen: std::sync::Mutex::new(Vec::new()), offs: Default::default() };
+    let watched = Watched::new(&r);
     let t = Instant::now();
     let done =
         power_off_confirmed(&watched, Duration::from_secs(30), Duration::from_millis(250)).await.unwrap();
     let PoweredOff::TurnedOff { after } = done else { panic!("it was on: {done:?}") };
     // Asked once; every state read before the BMC said Off was On (the
     // emulator lands the change up to 11 s later), then Off twice; bounded.
-    let seen = watched.seen.into_inner().unwrap();
-    assert_eq!(watched.offs.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let seen = watched.seen();
+    assert_eq!((watched.offs(), watched.ons()), (1, 0));
     let (before, off) = seen.split_at(seen.len().saturating_sub(2));
     assert_eq!(off, [PowerState::Off, PowerState::Off], "{seen:?}");
     assert!(!before.is_empty() && before.iter().all(|s| *s == PowerState::On), "{seen:?}");

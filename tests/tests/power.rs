@@ -11,40 +11,7 @@ use hv_coordinator::fence::{
     Bmc, PowerActuator, PowerError, PowerState, PoweredOff, Redfish, power_off_confirmed,
 };
 use hv_coordinator::power::{PoweredOn, power_on_confirmed};
-use hv_tests::env::TestEnv;
-
-fn bmc(env: &TestEnv, host: &str) -> Bmc {
-    Bmc {
-        address: env.bmc.address(host),
-        username: env.bmc.username.clone(),
-        password: env.bmc.password.clone(),
-        ca_pem: Some(std::fs::read(&env.bmc.ca_file).unwrap()),
-        insecure: false,
-        timeout: Duration::from_secs(5),
-    }
-}
-
-/// The actuator under test, with what it read and how often it asked.
-struct Watched<'a> {
-    inner: &'a Redfish,
-    seen: std::sync::Mutex<Vec<PowerState>>,
-    ons: std::sync::atomic::AtomicU32,
-}
-
-impl PowerActuator for Watched<'_> {
-    async fn power_state(&self) -> Result<PowerState, PowerError> {
-        let state = self.inner.power_state().await?;
-        self.seen.lock().unwrap().push(state.clone());
-        Ok(state)
-    }
-    async fn force_off(&self) -> Result<(), PowerError> {
-        panic!("waking never powers a machine off")
-    }
-    async fn power_on(&self) -> Result<(), PowerError> {
-        self.ons.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.inner.power_on().await
-    }
-}
+use hv_tests::bmc::{Watched, bmc_of as bmc};
 
 #[tokio::test]
 async fn a_machine_off_is_powered_on_once_and_counted_on_only_when_the_bmc_says_so() {
@@ -57,15 +24,15 @@ async fn a_machine_off_is_powered_on_once_and_counted_on_only_when_the_bmc_says_
     let off = power_off_confirmed(&r, Duration::from_secs(30), Duration::from_millis(250)).await.unwrap();
     assert!(matches!(off, PoweredOff::TurnedOff { .. }), "{off:?}");
 
-    let watched = Watched { inner: &r, seen: std::sync::Mutex::new(Vec::new()), ons: Default::default() };
+    let watched = Watched::new(&r);
     let t = Instant::now();
     let done =
         power_on_confirmed(&watched, Duration::from_secs(30), Duration::from_millis(250)).await.unwrap();
     let PoweredOn::TurnedOn { after } = done else { panic!("it was off: {done:?}") };
     // Asked once; every state read before the BMC said On was Off (the
     // emulator lands the change up to 11 s later); bounded.
-    let seen = watched.seen.into_inner().unwrap();
-    assert_eq!(watched.ons.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let seen = watched.seen();
+    assert_eq!((watched.ons(), watched.offs()), (1, 0));
     let (last, before) = seen.split_last().unwrap();
     assert_eq!(*last, PowerState::On, "{seen:?}");
     assert!(!before.is_empty() && before.iter().all(|s| *s == PowerState::Off), "{seen:?}");
