@@ -70,15 +70,21 @@ export KUBECONFIG="$(j .kube.admin_kubeconfig)"
 KCFG="$KUBECONFIG"
 COORD_KCFG="$HV_ENV_DIR/coordinator.kubeconfig"
 "$KUBECTL" config view --raw --minify > "$COORD_KCFG"
-"$KUBECTL" --kubeconfig "$COORD_KCFG" config set-credentials coordinator \
-  --token "$("$KUBECTL" -n hv-system create token hv-coordinator --duration 24h)" >/dev/null
-"$KUBECTL" --kubeconfig "$COORD_KCFG" config set-context --current --user coordinator >/dev/null
+# Its Pod, as an object (a process stands for it: no scheduler of that name
+# binds it to a Node), and its token bound to that Pod, as the kubelet
+# projects it: the chart's admission policy lets a replica label only the
+# pod its token is bound to as the leader's.
 "$KUBECTL" -n hv-system create -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Pod
 metadata: {name: hv-coordinator-0}
-spec: {containers: [{name: coordinator, image: hv-coordinator}]}
+spec: {schedulerName: hv-ground-process, serviceAccountName: hv-coordinator,
+  containers: [{name: coordinator, image: hv-coordinator}]}
 YAML
+"$KUBECTL" --kubeconfig "$COORD_KCFG" config set-credentials coordinator \
+  --token "$("$KUBECTL" -n hv-system create token hv-coordinator --duration 24h \
+    --bound-object-kind Pod --bound-object-name hv-coordinator-0)" >/dev/null
+"$KUBECTL" --kubeconfig "$COORD_KCFG" config set-context --current --user coordinator >/dev/null
 
 # The coordinator's OpenStack credentials, as a clouds.yaml.
 cat >"$HV_ENV_DIR/clouds.yaml" <<YAML
@@ -166,6 +172,11 @@ done
 sleep 0.5
 kill $WATCH 2>/dev/null || true
 say "all ${#NODES[@]} nodes Active"
+# The leader labels its pod, which the chart's Service selects; a leader
+# that cannot, steps down and exits.
+wait_for "the leader label on the coordinator's pod" 20 bash -c \
+  "[[ \$('$KUBECTL' -n hv-system get pod hv-coordinator-0 -o jsonpath='{.metadata.labels.hypervisor\\.cloud\\.sap/leader}') == true ]]"
+alive coordinator || die "the coordinator exited; see $LOGS/coordinator.log"
 "$BIN/hvctl" list | sed 's/^/    /'
 
 if [[ -n "${HV_DEMO_ONESHOT:-}" ]]; then
