@@ -59,8 +59,12 @@ pub enum Power {
 pub struct Host {
     pub name: String,
     pub power: Power,
-    /// The policy may power it off: in service, enabled by us, with a BMC,
-    /// under no hold or maintenance of anyone's.
+    /// Awake and taking VMs: enabled in Nova, under no hold or maintenance
+    /// of anyone's. Only such hosts' free room counts as headroom: an
+    /// emptied host held for its update is no room.
+    pub takes_vms: bool,
+    /// The policy may power it off: it takes VMs, was enabled by us, and
+    /// has a BMC.
     pub may_hibernate: bool,
     /// The policy may power it on: hibernated by the policy, with a BMC.
     pub may_wake: bool,
@@ -68,7 +72,9 @@ pub struct Host {
     pub servers: u32,
     /// Domains its agent reports.
     pub domains: u32,
-    /// How long both have said it is empty (None: not empty, or unknown).
+    /// How long both have said it is empty (None: not empty, or unknown),
+    /// counted again from its last wake: a host woken for room is not
+    /// hibernated again before `hibernate_after`.
     pub empty_for: Option<Duration>,
     /// Its whole room in Placement.
     pub capacity: Room,
@@ -124,11 +130,12 @@ pub fn required(policy: &Policy, hosts: &[Host]) -> Room {
     }
 }
 
-/// What the awake hosts and those waking offer, and how many they are.
+/// What the awake hosts taking VMs and those waking offer, and how many
+/// they are.
 fn awake_room(hosts: &[Host]) -> (Room, u32) {
     hosts
         .iter()
-        .filter(|h| matches!(h.power, Power::Awake | Power::Waking))
+        .filter(|h| (h.power == Power::Awake && h.takes_vms) || h.power == Power::Waking)
         .fold((Room::default(), 0), |(r, n), h| (r.plus(h.free), n + 1))
 }
 
@@ -162,11 +169,15 @@ fn wake(
     let sleeping: Vec<&Host> = hosts.iter().filter(|h| h.power == Power::Hibernated && h.may_wake).collect();
     let enough = |picked: &[&Host]| {
         let r = picked.iter().fold(room, |r, h| r.plus(h.free));
-        r.covers(need)
-            && awake as usize + picked.len() >= policy.keep_awake as usize
-            && (!at_least_one || !picked.is_empty())
+        r.covers(need) && awake as usize + picked.len() >= policy.keep_awake as usize
     };
-    let picked = fewest(&sleeping, &enough).unwrap_or(sleeping.clone());
+    let picked = if at_least_one && enough(&[]) {
+        // Room enough by the headroom, none for some VM: the host with the
+        // most room, the likeliest to take it.
+        sleeping.iter().max_by(|a, b| larger(a, b)).map(|h| vec![*h]).unwrap_or_default()
+    } else {
+        fewest(&sleeping, need, room, &enough).unwrap_or(sleeping.clone())
+    };
     let reason = format!(
         "the awake free room ({} vCPU, {} MiB) is short of the headroom ({} vCPU, {} MiB){}",
         room.vcpu,
@@ -183,14 +194,26 @@ fn wake(
     picked.into_iter().map(|h| Decision::Wake { host: h.name.clone(), reason: reason.clone() }).collect()
 }
 
+/// RAM first (what runs out first in most clouds), then vCPU, then the
+/// name backwards, so the first by name wins a tie in `max_by`.
+fn larger(a: &Host, b: &Host) -> std::cmp::Ordering {
+    (a.free.ram_mb, a.free.vcpu).cmp(&(b.free.ram_mb, b.free.vcpu)).then_with(|| b.name.cmp(&a.name))
+}
+
 /// The smallest set of `hosts` that is `enough`, the one with the least
 /// room among those (the least power spent), None when none is. Exact up
-/// to 16 hosts; beyond, the largest first.
-fn fewest<'a>(hosts: &[&'a Host], enough: &dyn Fn(&[&'a Host]) -> bool) -> Option<Vec<&'a Host>> {
+/// to [`EXACT`] hosts; beyond, the host covering most of what is still
+/// short is taken, one at a time, which may take one more than the fewest.
+fn fewest<'a>(
+    hosts: &[&'a Host],
+    need: Room,
+    room: Room,
+    enough: &dyn Fn(&[&'a Host]) -> bool,
+) -> Option<Vec<&'a Host>> {
     let mut sorted = hosts.to_vec();
-    sorted.sort_by(|a, b| b.free.cmp(&a.free).then_with(|| a.name.cmp(&b.name)));
-    if sorted.len() > 16 {
-        return (0..=sorted.len()).map(|k| sorted[..k].to_vec()).find(|s| enough(s));
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    if sorted.len() > EXACT {
+        return greedy(sorted, need, room, enough);
     }
     let mut best: Option<(usize, Room, Vec<&Host>)> = None;
     for mask in 0u32..(1 << sorted.len()) {
@@ -207,6 +230,34 @@ fn fewest<'a>(hosts: &[&'a Host], enough: &dyn Fn(&[&'a Host]) -> bool) -> Optio
     best.map(|(_, _, set)| set)
 }
 
+/// Up to this many hibernated hosts in a group, the fewest are found by
+/// trying every set (65,536 at most).
+const EXACT: usize = 16;
+
+fn greedy<'a>(
+    mut left: Vec<&'a Host>,
+    need: Room,
+    room: Room,
+    enough: &dyn Fn(&[&'a Host]) -> bool,
+) -> Option<Vec<&'a Host>> {
+    let mut picked: Vec<&Host> = Vec::new();
+    while !enough(&picked) {
+        let have = picked.iter().fold(room, |r, h| r.plus(h.free));
+        let short = need.minus(have);
+        // The share of what is short that a host covers, both resources.
+        let covers = |h: &Host| {
+            let part =
+                |free: u64, short: u64| if short == 0 { 0.0 } else { free.min(short) as f64 / short as f64 };
+            part(h.free.vcpu, short.vcpu) + part(h.free.ram_mb, short.ram_mb)
+        };
+        let best = (0..left.len()).max_by(|&i, &j| {
+            covers(left[i]).total_cmp(&covers(left[j])).then_with(|| larger(left[i], left[j]))
+        })?;
+        picked.push(left.remove(best));
+    }
+    Some(picked)
+}
+
 /// The host empty longest that can go while the room stays covered and
 /// enough stay awake.
 fn hibernate(policy: &Policy, hosts: &[Host], need: Room, room: Room, awake: u32) -> Option<Decision> {
@@ -215,7 +266,7 @@ fn hibernate(policy: &Policy, hosts: &[Host], need: Room, room: Room, awake: u32
     }
     let mut idle: Vec<&Host> = hosts
         .iter()
-        .filter(|h| h.power == Power::Awake && h.may_hibernate && h.empty())
+        .filter(|h| h.power == Power::Awake && h.takes_vms && h.may_hibernate && h.empty())
         .filter(|h| h.empty_for.is_some_and(|d| d >= policy.hibernate_after))
         .collect();
     idle.sort_by(|a, b| b.empty_for.cmp(&a.empty_for).then_with(|| a.name.cmp(&b.name)));

@@ -51,6 +51,9 @@ pub struct Seen {
     pub domains: Option<u32>,
     /// Disabled in Nova with our hibernation reason.
     pub disabled_by_us: bool,
+    /// Disabled in Nova by anyone else (nova-compute, an SRE, another of
+    /// our own holds): never written over, nor enabled by us.
+    pub disabled_by_others: bool,
     /// The BMC's last confirmed reading.
     pub power: Power,
     pub agent_connected: bool,
@@ -93,14 +96,26 @@ pub enum Step {
     PowerOn,
     /// Ask the agent for its checks.
     RunChecks,
-    /// Enable the compute service we disabled.
+    /// Enable the compute service we disabled (our reason only).
     Enable,
 }
 
-/// How long a wake may wait for the host's agent and nova-compute.
+/// How long each wait may last before it is an error state: a power
+/// change whose ask was lost (a failover, a BMC that dropped it) must not
+/// leave a host waiting for ever.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
+    /// From Stopping entered to the host read empty (its agent can be
+    /// gone): past it, hibernation is given up and our disable undone.
+    pub read_empty: Duration,
+    /// From power off asked to Off read twice.
+    pub power_off: Duration,
+    /// From power on asked to On read.
+    pub power_on: Duration,
+    /// From On read to its agent and nova-compute back.
     pub agent_back: Duration,
+    /// From back to its checks passed.
+    pub checks: Duration,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -152,44 +167,58 @@ fn hibernate(state: State, seen: &Seen, limits: &Limits) -> Next {
         Running | Unsupported if !seen.bmc => {
             next(Unsupported, None, "NoBmc", "hibernation needs a BMC to power the host on again")
         }
-        Running | Unsupported => match emptiness(seen) {
-            Emptiness::Unknown(why) => stay(why),
-            Emptiness::Occupied(why) => next(Running, None, "HostNotEmpty", format!("not hibernated: {why}")),
-            Emptiness::Empty => {
-                next(Stopping, Some(Step::Disable), "Stopping", "empty: disabling it in Nova")
-            }
-        },
-        // Not powered off yet: without a BMC, or with a server, our disable is undone.
-        Stopping => match emptiness(seen) {
+        Running | Unsupported | Stopping => match emptiness(seen) {
+            // Not powered off yet: our disable, if any, is undone.
             _ if !seen.bmc => {
                 undo(seen, "NoBmc", "hibernation needs a BMC to power the host on again".into())
             }
-            Emptiness::Unknown(why) => stay(why),
-            Emptiness::Occupied(why) => undo(seen, "HostNotEmpty", format!("hibernation given up: {why}")),
-            Emptiness::Empty if !seen.disabled_by_us => {
-                next(Stopping, Some(Step::Disable), "Stopping", "empty: disabling it in Nova")
-            }
-            Emptiness::Empty => next(
-                WaitingForPowerOff,
-                Some(Step::PowerOff),
-                "WaitingForPowerOff",
-                "disabled and empty: powering off",
+            Emptiness::Unknown(why) if state == Stopping && seen.in_state_for >= limits.read_empty => undo(
+                seen,
+                "EmptinessUnknown",
+                format!("hibernation given up: {why} {} s after it began", limits.read_empty.as_secs()),
             ),
+            Emptiness::Unknown(why) => stay(why),
+            Emptiness::Occupied(why) if state == Stopping => {
+                undo(seen, "HostNotEmpty", format!("hibernation given up: {why}"))
+            }
+            Emptiness::Occupied(why) => next(Running, None, "HostNotEmpty", format!("not hibernated: {why}")),
+            Emptiness::Empty => power_off(seen, Stopping),
         },
-        // Woken midway, or a failed start: stopped again once it is read
-        // empty; with a server, it comes back through its checks instead.
+        // Powered on midway, or a failed start: powered off again once read
+        // empty, never through Stopping (whose undo enables: this host's
+        // checks have not passed since it was powered on).
         StartingMachine | WaitingForAgent | WaitingForChecks | FailedToStart => match emptiness(seen) {
-            Emptiness::Empty if seen.bmc => hibernate(Stopping, seen, limits),
+            Emptiness::Empty if seen.bmc => power_off(seen, state),
+            // With a server on it, it comes back through its checks instead.
             Emptiness::Occupied(why) => Next {
                 reason: "HostNotEmpty",
                 message: format!("hibernation given up: {why}"),
                 ..wake(state, seen, limits)
             },
-            Emptiness::Unknown(_) | Emptiness::Empty => wake(state, seen, limits),
+            // Still coming up: on, so its agent can report.
+            Emptiness::Unknown(_) | Emptiness::Empty
+                if matches!(state, StartingMachine | WaitingForAgent) =>
+            {
+                wake(state, seen, limits)
+            }
+            // Back, its agent gone again: kept disabled, and failed once
+            // its checks are overdue.
+            Emptiness::Unknown(why) if state == WaitingForChecks => match checked(seen, limits) {
+                failed if failed.state == FailedToStart => failed,
+                _ => stay(why),
+            },
+            Emptiness::Unknown(why) => stay(why),
+            Emptiness::Empty => next(state, None, "NoBmc", "not hibernated: its BMC is gone; wake it"),
         },
         WaitingForPowerOff => match seen.power {
             Power::Off => next(Hibernating, None, "Hibernating", "powered off, read Off twice"),
             Power::Failed => next(FailedToStop, None, "FailedToStop", "the BMC did not power the host off"),
+            Power::On | Power::Unread if seen.in_state_for >= limits.power_off => next(
+                FailedToStop,
+                None,
+                "FailedToStop",
+                format!("not read Off {} s after power off was asked", limits.power_off.as_secs()),
+            ),
             Power::On | Power::Unread => {
                 next(WaitingForPowerOff, None, "WaitingForPowerOff", "waiting for the BMC to read Off")
             }
@@ -199,12 +228,7 @@ fn hibernate(state: State, seen: &Seen, limits: &Limits) -> Next {
         // again. Never enabled from here: a power off that failed may have
         // left it half down; waking takes it through its checks.
         FailedToStop if seen.retry => match emptiness(seen) {
-            Emptiness::Empty if seen.bmc && seen.disabled_by_us => {
-                next(WaitingForPowerOff, Some(Step::PowerOff), "WaitingForPowerOff", "retried: powering off")
-            }
-            Emptiness::Empty if seen.bmc => {
-                next(FailedToStop, Some(Step::Disable), "FailedToStop", "retried: disabling it in Nova first")
-            }
+            Emptiness::Empty if seen.bmc => power_off(seen, FailedToStop),
             Emptiness::Empty => next(FailedToStop, None, "NoBmc", "not retried: its BMC is gone; wake it"),
             Emptiness::Unknown(why) | Emptiness::Occupied(why) => {
                 next(FailedToStop, None, "FailedToStop", format!("not retried: {why}; wake it"))
@@ -214,6 +238,22 @@ fn hibernate(state: State, seen: &Seen, limits: &Limits) -> Next {
             next(FailedToStop, None, "FailedToStop", "the BMC did not power the host off; retry or wake it")
         }
     }
+}
+
+/// An empty host with a BMC: powered off once disabled in Nova (by us,
+/// or already by its owner, whose disable is never written over); until
+/// then disabled by us, staying in `disabling` (Stopping before any power
+/// change).
+fn power_off(seen: &Seen, disabling: State) -> Next {
+    if seen.disabled_by_us || seen.disabled_by_others {
+        return next(
+            State::WaitingForPowerOff,
+            Some(Step::PowerOff),
+            "WaitingForPowerOff",
+            "disabled and empty: powering off",
+        );
+    }
+    next(disabling, Some(Step::Disable), "Stopping", "empty: disabling it in Nova")
 }
 
 /// Back to Running before any power change: our disable undone.
@@ -238,6 +278,12 @@ fn wake(state: State, seen: &Seen, limits: &Limits) -> Next {
                 "powered on: waiting for its agent and nova-compute",
             ),
             Power::Failed => next(FailedToStart, None, "FailedToStart", "the BMC did not power the host on"),
+            Power::Off | Power::Unread if seen.in_state_for >= limits.power_on => next(
+                FailedToStart,
+                None,
+                "FailedToStart",
+                format!("not read On {} s after power on was asked", limits.power_on.as_secs()),
+            ),
             Power::Off | Power::Unread => {
                 next(StartingMachine, None, "StartingMachine", "waiting for the BMC to read On")
             }
@@ -257,14 +303,7 @@ fn wake(state: State, seen: &Seen, limits: &Limits) -> Next {
         WaitingForAgent => {
             next(WaitingForAgent, None, "WaitingForAgent", "waiting for its agent and nova-compute")
         }
-        WaitingForChecks => match seen.checks {
-            Checks::Passed => next(Running, Some(Step::Enable), "Running", "its checks passed: enabled"),
-            Checks::Failed => next(FailedToStart, None, "ChecksFailed", "its checks failed after power on"),
-            Checks::NotRun => {
-                next(WaitingForChecks, Some(Step::RunChecks), "WaitingForChecks", "running its checks")
-            }
-            Checks::Running => next(WaitingForChecks, None, "WaitingForChecks", "its checks are running"),
-        },
+        WaitingForChecks => checked(seen, limits),
         FailedToStart if seen.retry => {
             next(StartingMachine, Some(Step::PowerOn), "StartingMachine", "retried: powering on")
         }
@@ -272,8 +311,31 @@ fn wake(state: State, seen: &Seen, limits: &Limits) -> Next {
             FailedToStart,
             None,
             "FailedToStart",
-            "the host did not come back; retry, or ask it to hibernate",
+            "the host did not come back; retry to power it on again",
         ),
+    }
+}
+
+/// Back in service once its checks pass: enabled where we disabled it; a
+/// disable of its owner's stands.
+fn checked(seen: &Seen, limits: &Limits) -> Next {
+    use State::*;
+    match seen.checks {
+        Checks::Passed if seen.disabled_by_us => {
+            next(Running, Some(Step::Enable), "Running", "its checks passed: enabled")
+        }
+        Checks::Passed => next(Running, None, "Running", "its checks passed; its owner's disable stands"),
+        Checks::Failed => next(FailedToStart, None, "ChecksFailed", "its checks failed after power on"),
+        Checks::NotRun | Checks::Running if seen.in_state_for >= limits.checks => next(
+            FailedToStart,
+            None,
+            "ChecksNotDone",
+            format!("its checks not done {} s after it came back", limits.checks.as_secs()),
+        ),
+        Checks::NotRun => {
+            next(WaitingForChecks, Some(Step::RunChecks), "WaitingForChecks", "running its checks")
+        }
+        Checks::Running => next(WaitingForChecks, None, "WaitingForChecks", "its checks are running"),
     }
 }
 

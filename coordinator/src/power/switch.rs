@@ -26,14 +26,20 @@ pub async fn power_on_confirmed<A: PowerActuator>(
     within: Duration,
     every: Duration,
 ) -> Result<PoweredOn, PowerError> {
-    if actuator.power_state().await? == PowerState::On {
+    let first = actuator.power_state().await?;
+    if first == PowerState::On {
         return Ok(PoweredOn::AlreadyOn);
     }
     let start = Instant::now();
-    let asked = match actuator.power_on().await {
-        Ok(()) => None,
-        Err(e @ PowerError::Unreachable { .. }) => Some(e),
-        Err(e) => return Err(e),
+    // Already powering on (an earlier ask, or a leader before us): waited
+    // for, not asked again.
+    let asked = match first {
+        PowerState::PoweringOn => None,
+        _ => match actuator.power_on().await {
+            Ok(()) => None,
+            Err(e @ PowerError::Unreachable { .. }) => Some(e),
+            Err(e) => return Err(e),
+        },
     };
     let (mut last_state, mut last_error) = (None, None);
     loop {
@@ -118,6 +124,10 @@ mod tests {
         let on = Scripted::new(vec![Ok(On)], || Ok(()));
         assert_eq!(power_on_confirmed(&on, WITHIN, EVERY).await.unwrap(), PoweredOn::AlreadyOn);
         assert_eq!(on.ons(), 0, "nothing asked of a machine on");
+
+        let booting = Scripted::new(vec![Ok(PoweringOn), Ok(PoweringOn), Ok(On)], || Ok(()));
+        assert!(matches!(power_on_confirmed(&booting, WITHIN, EVERY).await, Ok(PoweredOn::TurnedOn { .. })));
+        assert_eq!(booting.ons(), 0, "a machine powering on is not asked again");
 
         let stuck = Scripted::new(vec![Ok(Off)], || Ok(()));
         let err = power_on_confirmed(&stuck, Duration::from_secs(10), EVERY).await.unwrap_err();

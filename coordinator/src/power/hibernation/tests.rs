@@ -12,6 +12,7 @@ fn idle(name: &str) -> Host {
     Host {
         name: name.into(),
         power: Power::Awake,
+        takes_vms: true,
         may_hibernate: true,
         may_wake: false,
         servers: 0,
@@ -27,7 +28,14 @@ fn busy(name: &str, free: Room) -> Host {
 }
 
 fn asleep(name: &str) -> Host {
-    Host { power: Power::Hibernated, may_hibernate: false, may_wake: true, empty_for: None, ..idle(name) }
+    Host {
+        power: Power::Hibernated,
+        takes_vms: false,
+        may_hibernate: false,
+        may_wake: true,
+        empty_for: None,
+        ..idle(name)
+    }
 }
 
 fn policy(headroom: Headroom) -> Policy {
@@ -149,6 +157,34 @@ fn too_few_awake_wakes_up_to_the_hosts_kept_awake() {
 }
 
 #[test]
+fn a_host_held_for_its_update_is_no_room() {
+    let held = Host { takes_vms: false, may_hibernate: false, ..idle("b") };
+    let ds = decide(&policy(Headroom::Hosts(1)), &[busy("a", room(0, 0)), held, asleep("c")], false);
+    assert_eq!(names(&ds), ["wake c"]);
+}
+
+#[test]
+fn a_preflight_short_of_room_wakes_the_host_with_the_most_room() {
+    let small = Host { free: room(64, 65_536), ..asleep("a-small") };
+    let hosts = [idle("a"), idle("b"), small, asleep("b-big")];
+    assert_eq!(names(&decide(&policy(Headroom::Percent(0)), &hosts, true)), ["wake b-big"]);
+}
+
+#[test]
+fn beyond_sixteen_hosts_what_is_short_is_covered_first() {
+    // RAM is short, vCPU is not: one RAM-rich host, not a dozen vCPU-rich ones.
+    let awake = Host { capacity: room(1000, 262_144), free: room(1000, 0), ..busy("awake", room(0, 0)) };
+    let mut hosts = vec![awake.clone(), Host { name: "awake-2".into(), ..awake }];
+    for i in 0..10 {
+        let cpu = Host { capacity: room(64, 1000), free: room(64, 1000), ..asleep(&format!("a{i:02}")) };
+        let ram = Host { capacity: room(8, 300_000), free: room(8, 300_000), ..asleep(&format!("z{i:02}")) };
+        hosts.extend([cpu, ram]);
+    }
+    assert_eq!(required(&policy(Headroom::Hosts(1)), &hosts), room(1000, 300_000));
+    assert_eq!(names(&decide(&policy(Headroom::Hosts(1)), &hosts, false)), ["wake z00"]);
+}
+
+#[test]
 fn a_host_hibernated_by_someone_else_is_never_woken_by_the_policy() {
     let theirs = Host { may_wake: false, ..asleep("b") };
     assert_eq!(decide(&policy(Headroom::Hosts(1)), &[busy("a", room(0, 0)), theirs], false), []);
@@ -164,24 +200,28 @@ fn any_host() -> impl Strategy<Value = Host> {
     // Mostly empty, long idle hosts: the ones a decision is about.
     let count = || prop_oneof![3 => Just(0u32), 1 => 1u32..3];
     let idle_h = proptest::option::weighted(0.8, prop_oneof![3 => 24u64..200, 1 => 0u64..24]);
-    (power, any::<bool>(), any::<bool>(), count(), count(), idle_h, 1u64..128, 1u64..512)
-        .prop_flat_map(|(power, may_h, may_w, servers, domains, empty_h, cpu, ram)| {
-            (Just((power, may_h, may_w, servers, domains, empty_h, cpu, ram)), 0..=cpu, 0..=ram)
+    let flags = (any::<bool>(), any::<bool>(), prop::bool::weighted(0.8));
+    (power, flags, count(), count(), idle_h, 1u64..128, 1u64..512)
+        .prop_flat_map(|(power, flags, servers, domains, empty_h, cpu, ram)| {
+            (Just((power, flags, servers, domains, empty_h, cpu, ram)), 0..=cpu, 0..=ram)
         })
-        .prop_map(|((power, may_hibernate, may_wake, servers, domains, empty_h, cpu, ram), fc, fr)| {
-            let (free_cpu, free_ram) = if power == Power::Awake { (fc, fr) } else { (cpu, ram) };
-            Host {
-                name: String::new(),
-                power,
-                may_hibernate,
-                may_wake,
-                servers,
-                domains,
-                empty_for: empty_h.map(|h| Duration::from_secs(h * 3600)),
-                capacity: room(cpu, ram),
-                free: room(free_cpu, free_ram),
-            }
-        })
+        .prop_map(
+            |((power, (may_hibernate, may_wake, takes_vms), servers, domains, empty_h, cpu, ram), fc, fr)| {
+                let (free_cpu, free_ram) = if power == Power::Awake { (fc, fr) } else { (cpu, ram) };
+                Host {
+                    name: String::new(),
+                    power,
+                    takes_vms,
+                    may_hibernate,
+                    may_wake,
+                    servers,
+                    domains,
+                    empty_for: empty_h.map(|h| Duration::from_secs(h * 3600)),
+                    capacity: room(cpu, ram),
+                    free: room(free_cpu, free_ram),
+                }
+            },
+        )
 }
 
 fn any_policy() -> impl Strategy<Value = Policy> {
@@ -199,7 +239,7 @@ fn after(hosts: &[Host], ds: &[Decision]) -> Vec<Host> {
     for d in ds {
         let (name, power) = match d {
             Decision::Hibernate { host, .. } => (host, Power::Hibernated),
-            Decision::Wake { host, .. } => (host, Power::Awake),
+            Decision::Wake { host, .. } => (host, Power::Waking),
         };
         if let Some(h) = out.iter_mut().find(|h| &h.name == name) {
             h.power = power;
@@ -245,7 +285,7 @@ proptest! {
             match d {
                 Decision::Hibernate { host, .. } => {
                     let h = hosts.iter().find(|h| h.name == host).unwrap();
-                    prop_assert!(h.empty() && h.may_hibernate && h.power == Power::Awake, "{h:?}");
+                    prop_assert!(h.empty() && h.may_hibernate && h.takes_vms && h.power == Power::Awake, "{h:?}");
                     prop_assert!(h.empty_for.is_some_and(|d| d >= p.hibernate_after));
                 }
                 Decision::Wake { host, .. } => {

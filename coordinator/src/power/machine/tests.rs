@@ -1,6 +1,12 @@
 use super::*;
 
-const LIMITS: Limits = Limits { agent_back: Duration::from_secs(600) };
+const LIMITS: Limits = Limits {
+    read_empty: Duration::from_secs(600),
+    power_off: Duration::from_secs(300),
+    power_on: Duration::from_secs(300),
+    agent_back: Duration::from_secs(600),
+    checks: Duration::from_secs(900),
+};
 
 const STATES: [State; 10] = [
     State::Running,
@@ -65,6 +71,9 @@ fn a_host_with_a_server_refuses_naming_it_and_an_unread_source_decides_nothing()
     for unread in [Seen { servers: None, ..empty() }, Seen { domains: None, ..empty() }] {
         assert_eq!(go(H, State::Running, &unread), (State::Running, None, "EmptinessUnknown"));
         assert_eq!(go(H, State::Stopping, &unread), (State::Stopping, None, "EmptinessUnknown"));
+        // Never read empty: given up, our disable undone.
+        let late = Seen { disabled_by_us: true, in_state_for: LIMITS.read_empty, ..unread };
+        assert_eq!(go(H, State::Stopping, &late), (State::Running, Some(Step::Enable), "EmptinessUnknown"));
     }
     // A server that lands while it is being disabled: our disable undone.
     let landed = Seen { disabled_by_us: true, ..busy };
@@ -86,7 +95,7 @@ fn without_a_bmc_hibernation_is_unsupported_and_nothing_is_disabled() {
 #[test]
 fn waking_powers_on_waits_for_the_agent_runs_the_checks_then_enables() {
     use Desired::Running as R;
-    let down = Seen { agent_connected: false, compute_up: false, ..empty() };
+    let down = Seen { agent_connected: false, compute_up: false, disabled_by_us: true, ..empty() };
     assert_eq!(
         go(R, State::Hibernating, &down),
         (State::StartingMachine, Some(Step::PowerOn), "StartingMachine")
@@ -101,7 +110,7 @@ fn waking_powers_on_waits_for_the_agent_runs_the_checks_then_enables() {
     let n = decide(R, State::WaitingForAgent, &half, &LIMITS);
     assert_eq!((n.state, n.reason), (State::FailedToStart, "AgentNotBack"));
     assert_eq!(n.message, "nova-compute not back 600 s after power on");
-    let back = Seen { power: Power::On, ..empty() };
+    let back = Seen { power: Power::On, disabled_by_us: true, ..empty() };
     assert_eq!(
         go(R, State::WaitingForAgent, &back),
         (State::WaitingForChecks, Some(Step::RunChecks), "WaitingForChecks")
@@ -145,6 +154,53 @@ fn a_wish_reversed_midway_undoes_only_what_was_done() {
     assert_eq!((n.state, n.step, n.reason), (State::WaitingForAgent, None, "HostNotEmpty"));
 }
 
+#[test]
+fn a_host_disabled_by_its_owner_is_powered_off_without_our_disable_and_woken_without_our_enable() {
+    let theirs = Seen { disabled_by_others: true, ..empty() };
+    assert_eq!(
+        go(Desired::Hibernating, State::Running, &theirs),
+        (State::WaitingForPowerOff, Some(Step::PowerOff), "WaitingForPowerOff")
+    );
+    let passed = Seen { checks: Checks::Passed, ..theirs };
+    assert_eq!(go(Desired::Running, State::WaitingForChecks, &passed), (State::Running, None, "Running"));
+}
+
+#[test]
+fn a_host_powered_on_is_never_enabled_before_its_checks_pass_whatever_the_wishes() {
+    // Its checks not passed, asked to hibernate: disabled where it stands,
+    // not through Stopping, whose undo would enable it.
+    let enabled = empty();
+    let n = decide(Desired::Hibernating, State::WaitingForChecks, &enabled, &LIMITS);
+    assert_eq!((n.state, n.step), (State::WaitingForChecks, Some(Step::Disable)));
+    let disabled = Seen { disabled_by_us: true, ..enabled };
+    assert_eq!(go(Desired::Running, State::WaitingForChecks, &disabled).1, Some(Step::RunChecks));
+}
+
+#[test]
+fn every_wait_is_bounded() {
+    let past = |limit: Duration| Seen { in_state_for: limit, disabled_by_us: true, ..empty() };
+    let n = decide(
+        Desired::Hibernating,
+        State::WaitingForPowerOff,
+        &Seen { power: Power::On, ..past(LIMITS.power_off) },
+        &LIMITS,
+    );
+    assert_eq!((n.state, n.reason), (State::FailedToStop, "FailedToStop"));
+    assert_eq!(n.message, "not read Off 300 s after power off was asked");
+    let n = decide(Desired::Running, State::StartingMachine, &past(LIMITS.power_on), &LIMITS);
+    assert_eq!(
+        (n.state, n.message.as_str()),
+        (State::FailedToStart, "not read On 300 s after power on was asked")
+    );
+    let n = decide(
+        Desired::Running,
+        State::WaitingForChecks,
+        &Seen { checks: Checks::Running, ..past(LIMITS.checks) },
+        &LIMITS,
+    );
+    assert_eq!((n.state, n.reason), (State::FailedToStart, "ChecksNotDone"));
+}
+
 /// Every Seen of a grid over the inputs that matter.
 fn grid() -> Vec<Seen> {
     let mut out = Vec::new();
@@ -156,18 +212,23 @@ fn grid() -> Vec<Seen> {
         for d in domains {
             for p in powers {
                 for c in checks {
-                    for bits in 0u8..32 {
+                    for bits in 0u8..128 {
                         out.push(Seen {
                             bmc: bits & 1 != 0,
                             servers: s.clone(),
                             domains: d,
                             disabled_by_us: bits & 2 != 0,
+                            disabled_by_others: bits & 64 != 0,
                             power: p,
                             agent_connected: bits & 4 != 0,
                             compute_up: bits & 8 != 0,
                             checks: c,
                             retry: bits & 16 != 0,
-                            in_state_for: if bits & 4 != 0 { LIMITS.agent_back } else { Duration::ZERO },
+                            in_state_for: if bits & 32 != 0 {
+                                Duration::from_secs(3600)
+                            } else {
+                                Duration::ZERO
+                            },
                         });
                     }
                 }
@@ -184,21 +245,34 @@ fn over_every_input_power_goes_off_only_on_an_empty_disabled_host_and_on_only_by
             for seen in grid() {
                 let n = decide(desired, state, &seen, &LIMITS);
                 let case = format!("{desired:?} {state:?} {seen:?} -> {n:?}");
-                if n.step == Some(Step::PowerOff) {
-                    assert!(desired == Desired::Hibernating && seen.bmc && seen.disabled_by_us, "{case}");
-                    assert_eq!(emptiness(&seen), Emptiness::Empty, "{case}");
+                let occupied = matches!(emptiness(&seen), Emptiness::Occupied(_));
+                match n.step {
+                    Some(Step::PowerOff) => {
+                        assert!(desired == Desired::Hibernating && seen.bmc, "{case}");
+                        assert!(seen.disabled_by_us || seen.disabled_by_others, "{case}");
+                        assert_eq!(emptiness(&seen), Emptiness::Empty, "{case}");
+                    }
+                    Some(Step::PowerOn) => assert!(desired == Desired::Running || occupied, "{case}"),
+                    // Enabled only where we disabled it, through passed
+                    // checks, or to undo our disable before any power change.
+                    Some(Step::Enable) => {
+                        let checked = state == State::WaitingForChecks && seen.checks == Checks::Passed;
+                        assert!(seen.disabled_by_us && (checked || state == State::Stopping), "{case}");
+                        assert!(
+                            desired == Desired::Running || occupied || state == State::Stopping,
+                            "{case}"
+                        );
+                    }
+                    Some(Step::Disable) => {
+                        assert!(!seen.disabled_by_us && !seen.disabled_by_others, "{case}")
+                    }
+                    Some(Step::RunChecks) | None => {}
                 }
-                if n.step == Some(Step::PowerOn) {
-                    assert!(desired == Desired::Running || seen.retry, "{case}");
+                if n.state == State::Stopping {
+                    assert!(matches!(state, State::Running | State::Unsupported | State::Stopping), "{case}");
                 }
                 if n.state == State::Hibernating && state != State::Hibernating {
                     assert!(state == State::WaitingForPowerOff && seen.power == Power::Off, "{case}");
-                }
-                // Enabled only through passed checks, or to undo our disable
-                // before any power change.
-                if n.step == Some(Step::Enable) {
-                    let checked = state == State::WaitingForChecks && seen.checks == Checks::Passed;
-                    assert!(checked || (state == State::Stopping && seen.disabled_by_us), "{case}");
                 }
                 assert!(!n.reason.is_empty() && !n.message.is_empty(), "{case}");
             }
@@ -206,18 +280,41 @@ fn over_every_input_power_goes_off_only_on_an_empty_disabled_host_and_on_only_by
     }
 }
 
+/// With every wait past its bound and a retry asked, whatever the BMC
+/// reads and whether or not its agent can report: every state moves, is a
+/// stable one (a host in service waits to be read empty while it serves),
+/// or is an error state the other wish moves.
 #[test]
 fn every_state_has_a_way_out_for_each_wish() {
-    let seens = grid();
+    let stuck = |domains: Option<u32>, power: Power| Seen {
+        domains,
+        power,
+        disabled_by_us: true,
+        agent_connected: domains.is_some(),
+        compute_up: domains.is_some(),
+        retry: true,
+        in_state_for: Duration::from_secs(86_400),
+        ..empty()
+    };
     for state in STATES {
-        let stable = [State::Running, State::Hibernating, State::Unsupported].contains(&state);
         for desired in [Desired::Running, Desired::Hibernating] {
-            let moves = seens.iter().any(|s| decide(desired, state, s, &LIMITS).state != state);
-            let settled = matches!(
-                (desired, state),
-                (Desired::Running, State::Running) | (Desired::Hibernating, State::Hibernating)
-            );
-            assert!(moves || settled || stable, "{state:?} is a dead end for {desired:?}");
+            for domains in [None, Some(0)] {
+                for power in [Power::Unread, Power::On, Power::Off] {
+                    let seen = stuck(domains, power);
+                    let moved = decide(desired, state, &seen, &LIMITS).state != state;
+                    let settled = matches!(state, State::Running | State::Hibernating | State::Unsupported);
+                    let other = match desired {
+                        Desired::Running => Desired::Hibernating,
+                        Desired::Hibernating => Desired::Running,
+                    };
+                    let error = matches!(state, State::FailedToStop | State::FailedToStart)
+                        && decide(other, state, &seen, &LIMITS).state != state;
+                    assert!(
+                        moved || settled || error,
+                        "{state:?} is a dead end for {desired:?} with {seen:?}"
+                    );
+                }
+            }
         }
     }
 }
