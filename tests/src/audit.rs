@@ -16,6 +16,10 @@ pub struct Access {
     pub namespace: String,
     /// The object's name; empty for a request on a collection.
     pub name: String,
+    /// The pod the client's token is bound to (the API server's
+    /// `authentication.kubernetes.io/pod-name`); empty for a token bound
+    /// to none.
+    pub bound_pod: String,
 }
 
 #[derive(serde::Deserialize)]
@@ -30,7 +34,12 @@ struct Event {
 #[derive(serde::Deserialize)]
 struct User {
     username: String,
+    #[serde(default)]
+    extra: std::collections::BTreeMap<String, Vec<String>>,
 }
+
+/// Where the API server names the pod a ServiceAccount token is bound to.
+const POD_NAME: &str = "authentication.kubernetes.io/pod-name";
 
 #[derive(serde::Deserialize, Default)]
 #[serde(default)]
@@ -53,7 +62,9 @@ pub fn access(line: &str) -> Option<Access> {
         return None;
     }
     let r = e.object_ref?;
+    let bound_pod = e.user.extra.get(POD_NAME).and_then(|v| v.first()).cloned().unwrap_or_default();
     Some(Access {
+        bound_pod,
         user: e.user.username,
         verb: e.verb,
         group: r.api_group,
@@ -94,6 +105,12 @@ mod tests {
             ("patch", "hypervisor.cloud.sap", "hypervisors", "status", "")
         );
         assert_eq!(a.user, "system:serviceaccount:hv-system:hv-coordinator");
+        assert_eq!(a.bound_pod, "", "a token bound to no pod");
+        let bound = line.replace(
+            r#""username":"system:serviceaccount:hv-system:hv-coordinator""#,
+            r#""username":"system:serviceaccount:hv-system:hv-coordinator","extra":{"authentication.kubernetes.io/pod-name":["hv-coordinator-3"],"authentication.kubernetes.io/pod-uid":["5e0c"]}"#,
+        );
+        assert_eq!(access(&bound).unwrap().bound_pod, "hv-coordinator-3");
         let core = r#"{"stage":"ResponseStarted","verb":"watch","user":{"username":"u"},"objectRef":{"resource":"nodes","apiVersion":"v1"}}"#;
         assert_eq!(access(core).unwrap().group, "", "the core group is empty");
         let discovery =

@@ -31,8 +31,9 @@ pub struct Rule {
     pub resource_names: Vec<String>,
 }
 
-/// What the names of the coordinator's pods start with, in the chart
-/// and in the tests (`hv-coordinator-0` to `-63`).
+/// What the names of the Pod objects the tests' coordinators run in
+/// start with (`hv-coordinator-0` to `-63`), as the chart's Deployment's
+/// pods' names do.
 pub const COORDINATOR_POD_PREFIX: &str = "hv-coordinator-";
 
 /// Where the kubelets' Leases live: the coordinator's Role there reads them.
@@ -86,7 +87,10 @@ fn permission(a: &Access, own_namespace: &str) -> Permission {
     } else {
         format!("{}/{}", a.resource, a.subresource)
     };
-    let own_pod = a.namespace == own_namespace && a.name.starts_with(COORDINATOR_POD_PREFIX);
+    // Its own pod: the one its token is bound to, not any pod whose name
+    // looks like a coordinator's (another replica's pod, read by the
+    // eviction webhook in a drain, needs the pods Role).
+    let own_pod = a.namespace == own_namespace && !a.bound_pod.is_empty() && a.name == a.bound_pod;
     let pod_namespace = a.namespace == own_namespace || a.namespace == PROTECTED_POD_NAMESPACE;
     let scope = if a.resource == "pods" && pod_namespace && !own_pod {
         "pod-namespaces"
@@ -194,7 +198,17 @@ mod tests {
                 }
                 .to_string();
                 let name = format!("{COORDINATOR_POD_PREFIX}0");
-                Access { user: COORDINATOR_USER.into(), verb, group, resource, subresource, namespace, name }
+                let bound_pod = name.clone();
+                Access {
+                    user: COORDINATOR_USER.into(),
+                    verb,
+                    group,
+                    resource,
+                    subresource,
+                    namespace,
+                    name,
+                    bound_pod,
+                }
             })
             .collect()
     }
@@ -328,5 +342,27 @@ mod tests {
         assert!(
             problems.iter().any(|p| p.starts_with("granted but never used") && p.contains("cluster rules"))
         );
+    }
+
+    /// The webhook reading another replica's pod in a drain needs the pods
+    /// Role, whatever the pod's name; only the pod its token is bound to is
+    /// its own.
+    #[test]
+    fn only_the_pod_its_token_is_bound_to_is_its_own() {
+        let at = |name: &str, bound_pod: &str| Access {
+            user: COORDINATOR_USER.into(),
+            verb: "get".into(),
+            group: String::new(),
+            resource: "pods".into(),
+            subresource: String::new(),
+            namespace: COORDINATOR_NAMESPACE.into(),
+            name: name.into(),
+            bound_pod: bound_pod.into(),
+        };
+        let scope = |a: &Access| permission(a, COORDINATOR_NAMESPACE).0;
+        assert_eq!(scope(&at("hv-coordinator-0", "hv-coordinator-0")), "namespace");
+        assert_eq!(scope(&at("hv-coordinator-7f89f67ffb-22d7b", "hv-coordinator-0")), "pod-namespaces");
+        assert_eq!(scope(&at("hv-coordinator-1", "hv-coordinator-0")), "pod-namespaces");
+        assert_eq!(scope(&at("hv-coordinator-0", "")), "pod-namespaces", "a token bound to no pod");
     }
 }

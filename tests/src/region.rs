@@ -275,9 +275,9 @@ impl Region {
     }
 
     /// A coordinator reaching Kubernetes, Keystone, Nova or Placement
-    /// through the fault proxies `via` names, in a Pod of its own: one of the
-    /// chart's StatefulSet's pod names (its Role names them), made as an
-    /// object only (no kubelet runs it).
+    /// through the fault proxies `via` names, in a Pod of its own
+    /// (`hv-coordinator-N`, its token bound to it), made as an object only
+    /// (no kubelet runs it).
     pub fn coordinator_via(&self, port: u16, password: Option<&str>, via: &Via, extra: &[&str]) -> Proc {
         static PODS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = PODS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % COORDINATOR_PODS;
