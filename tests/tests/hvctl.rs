@@ -233,6 +233,52 @@ async fn an_sres_day_maintenance_why_watch_evictions_and_kubectl() {
     admin.delete_server(&vm).await.unwrap();
 }
 
+/// The coordinator writes a Hypervisor often (a new version each time):
+/// an SRE's maintenance is written again over the new version, as long as
+/// nobody else changed the maintenance itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn maintenance_is_set_and_cleared_while_the_hypervisor_keeps_changing() {
+    use hv_coordinator::api::HypervisorSpec;
+    use kube::api::PostParams;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+    let region = Region::start("hvctl-busy").await;
+    let name = format!("{}-busy", region.id);
+    let api: Api<Hypervisor> = Api::all(region.kube.client.clone());
+    api.create(&PostParams::default(), &Hypervisor::new(&name, HypervisorSpec::default())).await.unwrap();
+    // Another writer, a write every 5 ms (a coordinator writes a few a second).
+    let (stop, writes) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU32::new(0)));
+    let writer = {
+        let (api, name, stop, writes) = (api.clone(), name.clone(), stop.clone(), writes.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let n = writes.fetch_add(1, Ordering::Relaxed);
+                let tick =
+                    serde_json::json!({"metadata": {"annotations": {"example.com/tick": n.to_string()}}});
+                let _ = api.patch(&name, &PatchParams::default(), &Patch::Merge(&tick)).await;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    for round in 0..6 {
+        let args: &[&str] = if round % 2 == 0 {
+            &["maintenance", "set", &name, "--mode", "manual", "--reason", "firmware"]
+        } else {
+            &["maintenance", "clear", &name]
+        };
+        let region = &region;
+        let (code, out, err) = tokio::task::block_in_place(|| run(region, args));
+        assert_eq!(code, 0, "round {round}: {out}{err}");
+        let spec = api.get(&name).await.unwrap().spec;
+        let want = if round % 2 == 0 { "manual" } else { "" };
+        assert_eq!(spec.maintenance.as_str(), want, "round {round}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.await.unwrap();
+    assert!(writes.load(Ordering::Relaxed) > 20, "the other writer wrote");
+    let _ = api.delete(&name, &Default::default()).await;
+}
+
 #[test]
 fn exit_codes_are_distinct_from_usage_errors_and_completion_is_printed() {
     let hvctl = hv_tests::region::bin("hvctl");

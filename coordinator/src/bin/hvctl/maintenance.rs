@@ -72,26 +72,44 @@ pub async fn run(kube: &kube::Client, action: &Action) -> anyhow::Result<Outcome
         Action::Set { node, mode, reason, force, .. } => (node, mode.spec(), reason.trim(), *force),
         Action::Clear { node, force } => (node, MaintenanceMode::None, "", *force),
     };
-    let hv = hypervisor(kube, node).await?;
-    if let Some(said) = unchanged(&hv, mode, reason, force)? {
-        println!("{node}: {said}");
-        return Ok(Outcome::Done);
-    }
-    let patch = serde_json::json!({
-        "metadata": {"resourceVersion": hv.resource_version()},
-        "spec": {"maintenance": mode.as_str(), "maintenanceReason": reason},
-    });
-    match hypervisors(kube).patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await {
-        Err(kube::Error::Api(e)) if e.code == 409 => {
-            anyhow::bail!(
-                "{node} changed while this was asked (somebody else's edit): look again and run it again"
-            )
+    let mut hv = hypervisor(kube, node).await?;
+    // The coordinator writes the status often (a new version each time):
+    // a conflict with a change of the status alone is written again over
+    // the version read then; a change of the maintenance is somebody
+    // else's edit, never overwritten.
+    for _ in 0..WRITES {
+        if let Some(said) = unchanged(&hv, mode, reason, force)? {
+            println!("{node}: {said}");
+            return Ok(Outcome::Done);
         }
-        r => r?,
-    };
-    println!("{node}: {}", told(mode, reason));
-    Ok(Outcome::Done)
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": hv.resource_version()},
+            "spec": {"maintenance": mode.as_str(), "maintenanceReason": reason},
+        });
+        match hypervisors(kube).patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => {
+                println!("{node}: {}", told(mode, reason));
+                return Ok(Outcome::Done);
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                let fresh = hypervisor(kube, node).await?;
+                let asked = |h: &Hypervisor| (h.spec.maintenance, h.spec.maintenance_reason.clone());
+                if asked(&fresh) != asked(&hv) {
+                    anyhow::bail!(
+                        "{node}'s maintenance changed while this was asked (somebody else's edit): look again \
+                         and run it again"
+                    )
+                }
+                hv = fresh;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    anyhow::bail!("{node} kept changing while this was asked: run it again")
 }
+
+/// Writes tried over a status that keeps changing.
+const WRITES: usize = 10;
 
 /// The arguments alone, before anything is read: a usage error otherwise.
 pub fn check(action: &Action) -> Result<(), Usage> {
