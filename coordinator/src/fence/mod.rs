@@ -221,18 +221,29 @@ pub async fn power_off_confirmed<A: PowerActuator>(
         }
         if start.elapsed() + every > within {
             let waited_s = start.elapsed().as_secs();
-            return Err(match (asked, last_state, last_error) {
-                (Some(e), _, _) => e,
-                (None, Some(last), _) => PowerError::NotConfirmed { wanted: PowerState::Off, last, waited_s },
-                (None, None, Some(e)) => e,
-                (None, None, None) => PowerError::NotConfirmed {
-                    wanted: PowerState::Off,
-                    last: PowerState::Unknown("no answer".into()),
-                    waited_s,
-                },
-            });
+            return Err(unconfirmed(PowerState::Off, asked, last_state, last_error, waited_s));
         }
         tokio::time::sleep(every).await;
+    }
+}
+
+/// What a power change not read back within its bound says: the ask's
+/// lost answer first (it may never have been taken), else the last state
+/// read, else the last read's error.
+pub fn unconfirmed(
+    wanted: PowerState,
+    asked: Option<PowerError>,
+    last_state: Option<PowerState>,
+    last_error: Option<PowerError>,
+    waited_s: u64,
+) -> PowerError {
+    match (asked, last_state, last_error) {
+        (Some(e), _, _) => e,
+        (None, Some(last), _) => PowerError::NotConfirmed { wanted, last, waited_s },
+        (None, None, Some(e)) => e,
+        (None, None, None) => {
+            PowerError::NotConfirmed { wanted, last: PowerState::Unknown("no answer".into()), waited_s }
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::fence::{PowerActuator, PowerError, PowerState};
+use crate::fence::{PowerActuator, PowerError, PowerState, unconfirmed};
 
 /// How a confirmed power on came about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,13 +50,7 @@ pub async fn power_on_confirmed<A: PowerActuator>(
         }
         if start.elapsed() + every > within {
             let waited_s = start.elapsed().as_secs();
-            let not_on = |last| PowerError::NotConfirmed { wanted: PowerState::On, last, waited_s };
-            return Err(match (asked, last_state, last_error) {
-                (Some(e), _, _) => e,
-                (None, Some(last), _) => not_on(last),
-                (None, None, Some(e)) => e,
-                (None, None, None) => not_on(PowerState::Unknown("no answer".into())),
-            });
+            return Err(unconfirmed(PowerState::On, asked, last_state, last_error, waited_s));
         }
         tokio::time::sleep(every).await;
     }
