@@ -16,7 +16,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use hv_coordinator::api::Phase;
+use hv_coordinator::api::{Hypervisor, Phase};
 use hv_tests::hosts;
 use hv_tests::identity::{AUDIENCE, agent_daemon_set, agent_pod, expired, issue};
 use hv_tests::kube_target::pod_token;
@@ -175,6 +175,15 @@ async fn the_agent_pod_gets_its_nodes_certificate_and_renews_a_short_one_twice_l
     // A 2-minute certificate, renewed at 80 s (less the agent's draw): two
     // renewals, each a new session, in about three minutes.
     let agent_url = agent.agent_metrics().unwrap();
+    let connected_since = |hv: &Hypervisor| {
+        let c = hv
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "AgentConnected").cloned());
+        c.map(|c| (c.status, c.last_transition_time))
+    };
+    let before = connected_since(&region.hypervisor(&host).await.unwrap());
+    assert_eq!(before.as_ref().map(|b| b.0.as_str()), Some("True"));
     until(
         "two renewals",
         Duration::from_secs(240),
@@ -216,10 +225,13 @@ async fn the_agent_pod_gets_its_nodes_certificate_and_renews_a_short_one_twice_l
         Some(0.0),
         "no session broke"
     );
+    // Each new session replaced the one before while it was still open:
+    // the coordinator never saw the node without its agent.
+    let coord_url = coord.metrics.as_deref().unwrap();
+    assert_eq!(metric(coord_url, "hv_coordinator_agent_sessions_replaced_total").await, Some(2.0));
     let hv = region.hypervisor(&host).await.unwrap();
     assert_eq!(hv.status.as_ref().and_then(|s| s.phase), Some(Phase::Active));
-    let (status, _, _) = Region::condition(&hv, "AgentConnected");
-    assert_eq!(status, "True");
+    assert_eq!(connected_since(&hv), before, "AgentConnected never changed");
     assert_eq!(issued(&coord, "bootstrap").await, 1.0, "renewals over mutual TLS, never the token alone");
     // The fleet's oldest certificate: the one now in use, under 2 minutes away.
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();

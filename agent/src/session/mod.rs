@@ -157,7 +157,21 @@ enum StreamEnd {
     #[error("first message was not Welcome")]
     NoWelcome,
     #[error("a new certificate arrived")]
-    Renewed,
+    Renewed(Box<Kept>),
+}
+
+/// A session kept open while its successor connects: the coordinator sees
+/// the new one replace it, never a node without its agent.
+struct Kept {
+    _client: AgentServiceClient<tonic::transport::Channel>,
+    _outbound: mpsc::Sender<AgentMessage>,
+    _inbound: tonic::Streaming<hv_proto::v1::CoordinatorMessage>,
+}
+
+impl std::fmt::Debug for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the session being replaced")
+    }
 }
 
 impl Session {
@@ -177,21 +191,25 @@ impl Session {
     /// Run until `commands` is closed.
     pub async fn run(self, commands: mpsc::Sender<Command>) {
         let mut attempt = 0u32;
+        let mut kept = None;
         loop {
             if let Some(SessionTls::Issued { current, .. }) = &self.cfg.tls {
                 // No session before the first certificate.
                 let _ = current.clone().wait_for(Option::is_some).await;
             }
             let began = std::time::Instant::now();
-            let end = self.stream_once(&commands).await;
+            let end = self.stream_once(&commands, kept.take()).await;
             let welcomed = self.stats.connected.swap(false, Ordering::Relaxed);
             // A session that held: not one a coordinator welcomes and drops.
             let held = welcomed && began.elapsed() >= self.cfg.backoff.max;
-            match &end {
+            let closed = matches!(end, Err(StreamEnd::Closed));
+            match end {
                 Ok(()) => return,
-                Err(StreamEnd::Renewed) => {
-                    // Back at once, with the new certificate.
+                Err(StreamEnd::Renewed(old)) => {
+                    // Back at once, with the new certificate; the old
+                    // session ends once the new one is welcomed.
                     tracing::info!(node = %self.cfg.node, "reconnecting with the new certificate");
+                    kept = Some(old);
                     attempt = 0;
                     continue;
                 }
@@ -201,7 +219,7 @@ impl Session {
                     tracing::warn!(node = %self.cfg.node, error = %e, "session ended; reconnecting");
                 }
             }
-            attempt = attempt_after(attempt, held, matches!(end, Err(StreamEnd::Closed)));
+            attempt = attempt_after(attempt, held, closed);
             if commands.is_closed() {
                 return;
             }
@@ -236,7 +254,13 @@ impl Session {
         Ok((endpoint, renewals))
     }
 
-    async fn stream_once(&self, commands: &mpsc::Sender<Command>) -> Result<(), StreamEnd> {
+    /// One session, from Hello to its end. `previous`, a session being
+    /// replaced, is closed once this one is welcomed (or fails).
+    async fn stream_once(
+        &self,
+        commands: &mpsc::Sender<Command>,
+        previous: Option<Box<Kept>>,
+    ) -> Result<(), StreamEnd> {
         let connect_error = |e: String| StreamEnd::Connect(self.cfg.coordinator.clone(), e);
         let (endpoint, mut renewals) = self.endpoint()?;
         let channel = endpoint.connect().await.map_err(|e| connect_error(hv_tls::explain(&e)))?;
@@ -280,6 +304,7 @@ impl Session {
             },
             None => return Err(StreamEnd::Closed),
         }
+        drop(previous);
         self.stats.connected.store(true, Ordering::Relaxed);
         self.stats.connects.fetch_add(1, Ordering::Relaxed);
         self.handle.welcomes.send_modify(|n| *n = n.wrapping_add(1));
@@ -292,7 +317,9 @@ impl Session {
                 }
             }
             tokio::select! {
-                _ = SessionTls::renewed(&mut renewals) => return Err(StreamEnd::Renewed),
+                _ = SessionTls::renewed(&mut renewals) => {
+                    return Err(StreamEnd::Renewed(Box::new(Kept { _client: client, _outbound: tx, _inbound: inbound })));
+                }
                 _ = self.handle.notify.notified() => {}
                 _ = tokio::time::sleep_until(next_beat) => {
                     next_beat = tokio::time::Instant::now() + jitter(heartbeat);
