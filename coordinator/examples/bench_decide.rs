@@ -44,7 +44,7 @@ fn main() {
             maintenance_required: false,
             drain_refused: false,
         },
-        agent: AgentObs { connected: true },
+        agent: AgentObs { connected: true, domains: Some(40), since: None },
         checks: Some(report),
         nova: NovaObs::Registered(host),
         eviction: None,
@@ -56,6 +56,7 @@ fn main() {
         machine_hostname: Some("node-1".into()),
         host_traits: None,
         dependencies: Some(Vec::new()),
+        power: Default::default(),
     };
     println!("lifecycle::decide, one hypervisor, 40 instances (release build)");
     println!("{:<34} {:>12} {:>14}", "case", "ns/decision", "decisions/s");

@@ -458,6 +458,7 @@ fn count_hosts(metrics: &Metrics, hypervisors: &Store<Hypervisor>, registry: &Ar
             let fencing = status.and_then(|s| s.fencing.as_ref());
             hv_coordinator::metrics::Host {
                 phase: status.and_then(|s| s.phase).unwrap_or_default(),
+                power: status.and_then(|s| s.power_state),
                 agent_connected: registry.connected(&h.name_any()),
                 health: status.and_then(|s| s.health.as_ref()).map(|x| x.state),
                 fenced_showing_life: fencing.is_some_and(|f| f.fenced.is_some() && f.revival.is_some()),

@@ -104,6 +104,10 @@ pub enum ConditionType {
     /// drains the Node (docs/drain.md): True while the host is not emptied
     /// yet, with how long it has; False once it is, or the tool is gone.
     UpdateDrain,
+    /// Hypervisor: where its power stands (docs/power.md): True when it is
+    /// where `spec.powerState` asks (in service, or hibernated), False on
+    /// the way or stopped on an error. Absent while never asked to hibernate.
+    PowerState,
     /// Hypervisor and Eviction: the summary (`api::ready`): a host in
     /// service, an eviction that succeeded.
     Ready,
@@ -135,6 +139,7 @@ impl ConditionType {
             ConditionType::HostPaused => "HostPaused",
             ConditionType::Machine => "Machine",
             ConditionType::UpdateDrain => "UpdateDrain",
+            ConditionType::PowerState => "PowerState",
             ConditionType::Ready => "Ready",
             ConditionType::Reconciling => "Reconciling",
             ConditionType::Stalled => "Stalled",
@@ -150,7 +155,8 @@ impl ConditionType {
             | ConditionType::Aborted
             | ConditionType::Deleting
             | ConditionType::Paused
-            | ConditionType::UpdateDrain => Owner::Lifecycle,
+            | ConditionType::UpdateDrain
+            | ConditionType::PowerState => Owner::Lifecycle,
             ConditionType::AgentConnected => Owner::Fleet,
             ConditionType::NodeHealthy | ConditionType::Fenced => Owner::Ha,
             ConditionType::Preflight
@@ -288,6 +294,7 @@ mod tests {
             T::HostPaused,
             T::Machine,
             T::UpdateDrain,
+            T::PowerState,
             T::Ready,
         ] {
             let stored = serde_json::to_value(t).unwrap();

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::condition::ConditionType;
 use super::eviction::EvictionReason;
+use super::power::{DesiredPower, HostPower, PowerRecord};
 
 /// Desired state of a hypervisor.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -31,6 +32,7 @@ use super::eviction::EvictionReason;
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
     printcolumn = r#"{"name":"Libvirt","type":"string","jsonPath":".status.libvirtVersion","priority":1}"#,
     printcolumn = r#"{"name":"Service","type":"string","jsonPath":".status.serviceId","priority":1}"#,
+    printcolumn = r#"{"name":"Power","type":"string","jsonPath":".status.powerState","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -86,6 +88,11 @@ pub struct HypervisorSpec {
     /// How the host is fenced when it has failed (docs/fencing.md).
     #[serde(default)]
     pub fencing: FencingSpec,
+    /// `Hibernating`: once Active and empty, the host is disabled in Nova
+    /// and powered off through its BMC (`fencing.bmc`); `Running` wakes
+    /// it, through its checks (docs/power.md).
+    #[serde(default, skip_serializing_if = "DesiredPower::is_running")]
+    pub power_state: DesiredPower,
 }
 
 impl HypervisorSpec {
@@ -438,6 +445,10 @@ pub struct HypervisorStatus {
     /// known; the marks stay as they are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evictable: Option<bool>,
+    /// Where the host's power stands (docs/power.md); absent while it was
+    /// never asked to hibernate. Also the `PowerState` condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_state: Option<HostPower>,
     /// The lifecycle core's own bookkeeping, so a restarted coordinator
     /// resumes where it stopped. Not meant to be edited.
     #[serde(default)]
@@ -878,6 +889,10 @@ pub struct LifecycleRecord {
     /// evacuation per fencing, never a loop of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evacuated_for: Option<Time>,
+    /// Since when the host's power has stood where `status.powerState`
+    /// says, and the test run its wake started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power: Option<PowerRecord>,
 }
 
 /// An Active host held disabled while we cannot see it (docs/health.md).

@@ -31,6 +31,10 @@ pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 pub const NODE_FINALIZER: &str = "hypervisor.cloud.sap/decommission";
 /// Set while the host is judged Healthy, for Kubernetes-side tooling.
 pub const SCHEDULABLE_LABEL: &str = "hypervisor.cloud.sap/schedulable";
+/// Set (`"true"`) from before a host is powered off for hibernation until
+/// it is back in service: its Node NotReady and its agent gone are on
+/// purpose; it is no dead host (docs/power.md).
+pub const HIBERNATED_LABEL: &str = "hypervisor.cloud.sap/hibernated";
 /// When the host's agent was last heard from.
 pub const HEARTBEAT_ANNOTATION: &str = "hypervisor.cloud.sap/heartbeat";
 /// Whether the host may lose the pods its VMs need (the node lock protocol).

@@ -13,6 +13,7 @@ pub mod eviction;
 pub mod hypervisor;
 pub mod keys;
 pub mod migration;
+pub mod power;
 pub mod ready;
 
 pub use condition::{ConditionStatus, ConditionType};

@@ -42,12 +42,14 @@ pub enum HostReady {
     Unhealthy,
     /// Active, but not enabled in Nova.
     SchedulingDisabled,
+    /// Active, hibernated or on its way there or back (docs/power.md).
+    PowerManaged,
     /// Removed from Nova; the object is the record.
     Decommissioned,
 }
 
 impl HostReady {
-    pub const ALL: [HostReady; 12] = [
+    pub const ALL: [HostReady; 13] = [
         HostReady::InService,
         HostReady::Onboarding,
         HostReady::Testing,
@@ -59,6 +61,7 @@ impl HostReady {
         HostReady::AgentDisconnected,
         HostReady::Unhealthy,
         HostReady::SchedulingDisabled,
+        HostReady::PowerManaged,
         HostReady::Decommissioned,
     ];
 
@@ -75,6 +78,7 @@ impl HostReady {
             HostReady::AgentDisconnected => "AgentDisconnected",
             HostReady::Unhealthy => "Unhealthy",
             HostReady::SchedulingDisabled => "SchedulingDisabled",
+            HostReady::PowerManaged => "PowerManaged",
             HostReady::Decommissioned => "Decommissioned",
         }
     }
@@ -102,6 +106,9 @@ impl HostReady {
             HostReady::Unhealthy => "read the NodeHealthy condition's evidence (`hvctl get NODE`)",
             HostReady::SchedulingDisabled => {
                 "read the SchedulingEnabled condition: it says who holds the host"
+            }
+            HostReady::PowerManaged => {
+                "read the PowerState condition: hibernated (`hvctl wake NODE`), or on its way there or back"
             }
             HostReady::Decommissioned => "nothing: the host is retired; delete the Hypervisor to forget it",
         }
@@ -135,6 +142,11 @@ pub fn host(s: &HypervisorStatus) -> (HostReady, Option<&Condition>) {
 
 fn active(s: &HypervisorStatus) -> (HostReady, Option<&Condition>) {
     let lost = |t: ConditionType| s.conditions.iter().find(|c| c.type_ == t.as_str() && c.status == "False");
+    // Its agent and kubelet down on purpose: the power says why.
+    if s.power_state.is_some_and(|p| !p.in_service()) {
+        let power = s.conditions.iter().find(|c| c.type_ == ConditionType::PowerState.as_str());
+        return (HostReady::PowerManaged, power);
+    }
     if let Some(c) = lost(ConditionType::AgentConnected) {
         return (HostReady::AgentDisconnected, Some(c));
     }

@@ -175,6 +175,7 @@ impl Args {
             checks_timeout: signed("--checks-timeout", self.lifecycle.checks_timeout)?,
             unreachable_grace: signed("--unreachable-grace", self.health.unreachable_grace)?,
             cordon_starts_maintenance: self.drain.cordon_starts_maintenance,
+            power: crate::power::machine::Limits::default(),
         })
     }
 }

@@ -719,12 +719,12 @@ fn confirmed_off_lately(ctx: &Context, name: &str) -> bool {
 }
 
 /// The host's system UUID, as its agent reported it.
-fn system_uuid(hv: &Hypervisor) -> Option<&str> {
+pub(super) fn system_uuid(hv: &Hypervisor) -> Option<&str> {
     hv.status.as_ref().and_then(|s| s.machine.as_ref()).and_then(|m| m.system_uuid.as_deref())
 }
 
 /// The BMC with its credentials from the Secret the spec names.
-async fn bmc(ctx: &Context, spec: &crate::api::hypervisor::BmcSpec) -> Result<Bmc, String> {
+pub(super) async fn bmc(ctx: &Context, spec: &crate::api::hypervisor::BmcSpec) -> Result<Bmc, String> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.fencing.namespace);
     let what = format!("Secret {}/{}", ctx.fencing.namespace, spec.credentials_secret);
     if spec.address.starts_with("redfish+http://") {

@@ -32,7 +32,8 @@ impl FleetSeen {
         let (mut serving, mut fenced_out) = (BTreeSet::new(), BTreeSet::new());
         for h in ctx.hypervisors.state().iter().filter(|h| managed.contains(&h.name_any())) {
             let status = h.status.as_ref();
-            if crate::lifecycle::expects_agent(status.and_then(|s| s.phase).unwrap_or_default()) {
+            let phase = status.and_then(|s| s.phase).unwrap_or_default();
+            if crate::lifecycle::judged(phase, status.and_then(|s| s.power_state)) {
                 serving.insert(h.name_any());
             } else if fenced_and_kept(h) {
                 fenced_out.insert(h.name_any());

@@ -31,7 +31,7 @@ use crate::health::AgentView;
 use crate::health::{self, HealthPolicy, NodeSource};
 use crate::lifecycle::hands::{self, Hands, Would};
 use crate::lifecycle::{
-    self, Action, AgentObs, Decision, EvictionObs, Input, NodeObs, NovaObs, Observations, Policy,
+    self, Action, AgentObs, Decision, EvictionObs, Input, NodeObs, NovaObs, Observations, Policy, PowerObs,
 };
 use crate::nova::Nova;
 use crate::nova::view::{FleetView, may_share};
@@ -213,7 +213,7 @@ pub async fn reconcile(hv: Arc<Hypervisor>, ctx: Arc<Context>) -> Result<Requeue
     tell(&ctx, &hv, &name, &decision, &new_status, &outcome.failures, &seen).await;
     super::fence::tell(&ctx, &hv, &fenced).await;
     tell_news(&ctx, &hv, &status, &new_status, verdict.judged).await;
-    mark_node(&ctx, &name, &seen, new_status.health.as_ref()).await;
+    mark_node(&ctx, &name, &seen, &new_status).await;
     let service_id = new_status.service_id.as_deref();
     if let Some(keep) = super::nodes::release(seen.obs.node, decision.phase, service_id, &seen.obs.nova) {
         super::nodes::let_go(&ctx.client, &name, keep).await?;
@@ -237,12 +237,12 @@ async fn look(
 ) -> Result<(Seen, Verdict), Error> {
     let phase = status.phase.unwrap_or_default();
     let mut seen = observe(ctx, hv, name, status).await?;
-    let mut verdict = judge_health(ctx, &seen, status.health.as_ref(), phase, now);
+    let mut verdict = judge_health(ctx, &seen, status.health.as_ref(), (phase, status.power_state), now);
     seen.obs.health = health_obs(ctx, name, &verdict);
     if seen.shared && !view_confirms(ctx, hv, name, status, &seen, &verdict, now) {
         seen.obs.nova = ctx.nova_view.fresh(ctx.nova.as_ref(), &seen.host, &hv.spec.aggregates).await;
         seen.shared = false;
-        verdict = judge_health(ctx, &seen, status.health.as_ref(), phase, now);
+        verdict = judge_health(ctx, &seen, status.health.as_ref(), (phase, status.power_state), now);
         seen.obs.health = health_obs(ctx, name, &verdict);
     }
     Ok((seen, verdict))
@@ -270,7 +270,14 @@ async fn decided(
     // recorded would be taken for someone else's, and stay.
     let adds = decision.actions.iter().any(|a| matches!(a, Action::AddTraits { .. }));
     let new_traits = adds && decision.record.applied_traits != status.lifecycle.applied_traits;
-    if !new_disable && !new_place && !new_traits {
+    // A power change is asked once: the state it leads to is recorded
+    // first, so a write that fails asks nothing and a new leader waits for
+    // it instead of asking again. The Node is marked before a power off.
+    let powers = decision.actions.iter().any(|a| matches!(a, Action::PowerOff | Action::PowerOn));
+    if decision.actions.contains(&Action::PowerOff) {
+        mark_powered_down(ctx, name).await?;
+    }
+    if !new_disable && !new_place && !new_traits && !powers {
         return Ok((hv, status, decision));
     }
     // A disable of ours is recorded before it is sent: a write that fails
@@ -279,6 +286,10 @@ async fn decided(
     recorded.lifecycle.disabled_as.clone_from(&decision.record.disabled_as);
     recorded.lifecycle.update_place.clone_from(&decision.record.update_place);
     recorded.lifecycle.applied_traits.clone_from(&decision.record.applied_traits);
+    if powers {
+        recorded.power_state = decision.power_state;
+        recorded.lifecycle.power.clone_from(&decision.record.power);
+    }
     let hv = write_status(ctx, hv, name, &status, &recorded).await?;
     Ok((hv, recorded, decision))
 }
@@ -770,7 +781,8 @@ async fn observe(
     // While a new leader settles no host is judged: what Nova says of a
     // host whose agent has not reconnected yet weighs on no verdict.
     let connected = agent.connected || settling;
-    let steady = may_share(phase, leaving, status.fencing.is_some(), health_of(status), connected, evicting);
+    let steady = !crate::power::read_alone(hv.spec.power_state, status.power_state)
+        && may_share(phase, leaving, status.fencing.is_some(), health_of(status), connected, evicting);
     let (claimed_by, nova, shared) = observe_own_nova(ctx, hv, name, status, &host, steady).await;
     let close_hosts = match &nova {
         NovaObs::NotRegistered if phase == Phase::Onboarding => {
@@ -782,7 +794,7 @@ async fn observe(
     let in_service_as = lifecycle::service_phase(status, &nova);
     let obs = Observations {
         node,
-        agent: AgentObs { connected: agent.connected },
+        agent: AgentObs { connected: agent.connected, domains: agent.domains, since: agent.since },
         // Only a report of this Hypervisor's own runs: one created anew
         // under the same name starts again at run 1.
         checks: agent
@@ -801,15 +813,29 @@ async fn observe(
         machine_hostname: machine_hostname(&agent, status),
         host_traits: host_capability_traits(&agent, status),
         dependencies: ctx.dependencies.unmet_on(name),
+        power: PowerObs { bmc: hv.spec.fencing.bmc.is_some(), reading: super::power::reading(ctx, hv).await },
     };
-    let judged = crate::lifecycle::expects_agent(phase);
     // Not while a new leader settles: no agent is connected yet, and no
     // host is judged then anyway.
-    let lost = judged && !agent.connected && !settling;
-    let power = if lost { super::fence::power_source(ctx, hv).await } else { health::PowerSource::Unknown };
-    let lease = if lost { ctx.renewals.heartbeat(&ctx.client, name, Timestamp::now()).await } else { None };
+    let lost = crate::lifecycle::judged(phase, status.power_state) && !agent.connected && !settling;
+    let (power, lease) = lost_sources(ctx, hv, name, lost).await;
     let bmc = hv.spec.fencing.bmc.is_some();
     Ok(Seen { obs, agent, host, node_ready, lease, marks, node_deleted, power, bmc, shared, settling })
+}
+
+/// What tells a host whose agent is gone from a dead one, read only when
+/// it is `lost`: its BMC's power and its kubelet's Lease.
+async fn lost_sources(
+    ctx: &Context,
+    hv: &Hypervisor,
+    name: &str,
+    lost: bool,
+) -> (health::PowerSource, Option<health::Heartbeat>) {
+    if !lost {
+        return (health::PowerSource::Unknown, None);
+    }
+    let power = super::fence::power_source(ctx, hv).await;
+    (power, ctx.renewals.heartbeat(&ctx.client, name, Timestamp::now()).await)
 }
 
 /// The host name of the node's machine: a connected agent speaks for its
@@ -930,11 +956,14 @@ fn judge_health(
     ctx: &Context,
     seen: &Seen,
     previous: Option<&HealthStatus>,
-    phase: Phase,
+    (phase, power): (Phase, Option<crate::api::power::HostPower>),
     now: Timestamp,
 ) -> Verdict {
-    if !crate::lifecycle::expects_agent(phase) {
-        let why = format!("judged in Testing, Ready, Active and Evicting; the host is {}", phase.as_str());
+    if !crate::lifecycle::judged(phase, power) {
+        let why = match power.filter(|p| !p.in_service()) {
+            Some(p) => format!("not judged while its power is managed: {p}"),
+            None => format!("judged in Testing, Ready, Active and Evicting; the host is {}", phase.as_str()),
+        };
         return Verdict {
             status: None,
             condition: health::observe::not_judged(&why),
@@ -1132,6 +1161,8 @@ fn lifecycle_look(i: &Intervals, d: &Decision, nova: &NovaObs, failed: bool) -> 
         Duration::from_secs(1)
     } else {
         match d.phase {
+            // A power change under way is read back every few seconds.
+            Phase::Active if d.power_state.is_some_and(|p| p.changing()) => i.busy,
             // Evicting moves when its Eviction's phase does, and that change
             // triggers a reconcile; between them only drift matters. Decommissioned:
             // a host that registers again is disabled within one interval.
@@ -1181,6 +1212,8 @@ async fn execute(
     action: &Action,
 ) -> Result<(), String> {
     match action {
+        Action::PowerOff => super::power::ask(ctx, hv, false).await,
+        Action::PowerOn => super::power::ask(ctx, hv, true).await,
         Action::RunChecks { run } => {
             let uid = hv.meta().uid.as_deref().unwrap_or_default();
             if ctx.registry.run_checks(name, uid, *run, super::check_config(&hv.spec)) {
@@ -1238,16 +1271,33 @@ type NodeSeen = (NodeObs, NodeSource, Option<health::marks::Marks>, Option<Times
 
 /// The Node's schedulable label and heartbeat annotation (`health::marks`).
 /// A failed write is logged and tried again at the next reconcile.
-async fn mark_node(ctx: &Context, name: &str, seen: &Seen, health: Option<&HealthStatus>) {
+async fn mark_node(ctx: &Context, name: &str, seen: &Seen, status: &HypervisorStatus) {
     let Some(marks) = &seen.marks else { return };
-    let healthy = health.is_some_and(|h| h.state == crate::api::hypervisor::HealthState::Healthy);
+    let healthy =
+        status.health.as_ref().is_some_and(|h| h.state == crate::api::hypervisor::HealthState::Healthy);
     let heard = seen.agent.last_seen.filter(|_| seen.agent.connected);
-    let Some(patch) = health::marks::patch(marks, healthy, heard) else { return };
+    let hibernated = status.power_state.is_some_and(|p| !p.in_service());
+    let Some(patch) = health::marks::patch(marks, healthy, heard, hibernated) else { return };
     let api: Api<Node> = Api::all(ctx.client.clone());
     if let Err(e) =
         api.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await
     {
         tracing::warn!(error = %e, "could not mark the Node");
+    }
+}
+
+/// The Node marked hibernated before its host is powered off: whoever
+/// watches Nodes reads its NotReady as meant, from the first moment.
+async fn mark_powered_down(ctx: &Context, name: &str) -> Result<(), Error> {
+    let mut labels = serde_json::Map::new();
+    labels.insert(crate::api::keys::HIBERNATED_LABEL.into(), serde_json::json!("true"));
+    let Some(patch) = health::marks::metadata_patch(labels, serde_json::Map::new()) else { return Ok(()) };
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    match api.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await {
+        // No Node to mark: nobody reads it for this host.
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+        Ok(_) => Ok(()),
     }
 }
 

@@ -27,6 +27,7 @@ pub mod leader_pod;
 pub mod measured;
 pub mod nodes;
 pub mod nova_hosts;
+pub mod power;
 pub mod protected_pods;
 pub mod publish_ca;
 pub mod retire;

@@ -54,6 +54,7 @@ pub fn compose(
         last_heartbeat: None,
     });
     s.machine = machine(old, agent);
+    s.power_state = d.power_state;
     s.lifecycle = d.record.clone();
     s
 }
@@ -99,6 +100,7 @@ mod tests {
             hypervisor_id: None,
             checks: None,
             warnings: vec![],
+            power_state: None,
         }
     }
 

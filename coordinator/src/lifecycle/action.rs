@@ -28,6 +28,12 @@ pub enum Action {
     CancelEviction { name: String },
     /// Delete the compute service from Nova (and with it the resource provider).
     DeleteService { service_id: String },
+    /// Ask the host's BMC to power it off (docs/power.md): sent once, read
+    /// back by later reconciles. Not idempotent on every BMC: the shell
+    /// records the state it leads to before it asks.
+    PowerOff,
+    /// Ask the host's BMC to power it on; likewise sent once.
+    PowerOn,
 }
 
 impl fmt::Display for Action {
@@ -47,6 +53,8 @@ impl fmt::Display for Action {
             Action::DeleteService { service_id } => {
                 write!(f, "delete compute service {service_id}")
             }
+            Action::PowerOff => write!(f, "power off through the BMC"),
+            Action::PowerOn => write!(f, "power on through the BMC"),
         }
     }
 }

@@ -27,6 +27,10 @@
 //!   on a pass of the test run started after it was seen again (or with
 //!   skipTests), never by drift repair or the end of an eviction.
 
+mod power;
+
+pub use power::HIBERNATING_REASON;
+
 use std::collections::BTreeSet;
 
 use jiff::{SignedDuration, Timestamp};
@@ -60,6 +64,9 @@ pub struct Policy {
     /// A cordoned Node starts `auto` maintenance (its uncordon ends it):
     /// where update tools cordon before they drain (docs/drain.md).
     pub cordon_starts_maintenance: bool,
+    /// How long each step of a hibernation or a wake may take before it
+    /// is an error state (docs/power.md).
+    pub power: crate::power::machine::Limits,
 }
 
 impl Default for Policy {
@@ -69,6 +76,7 @@ impl Default for Policy {
             checks_timeout: SignedDuration::from_mins(10),
             unreachable_grace: SignedDuration::from_mins(5),
             cordon_starts_maintenance: false,
+            power: crate::power::machine::Limits::default(),
         }
     }
 }
@@ -108,6 +116,9 @@ pub struct Decision {
     pub hypervisor_id: Option<String>,
     /// New check results to store, when a report for the current run arrived.
     pub checks: Option<Vec<CheckResultStatus>>,
+    /// Where the host's power stands (`status.powerState`); None while it
+    /// was never asked to hibernate.
+    pub power_state: Option<crate::api::power::HostPower>,
     /// What an SRE should hear about even though nothing failed: Nova
     /// changed behind our back and is being repaired, Nova enables new
     /// services, a decommissioned host registered again. One Warning Event each.
@@ -485,6 +496,9 @@ fn ready(d: &mut Draft<'_>) {
 }
 
 fn active(d: &mut Draft<'_>) {
+    if power::holds(d) {
+        return;
+    }
     if d.hold_requested() {
         return hold(d);
     }
@@ -1146,6 +1160,7 @@ struct Draft<'a> {
     hypervisor_id: Option<String>,
     checks: Option<Vec<CheckResultStatus>>,
     warnings: Vec<Warning>,
+    power_state: Option<crate::api::power::HostPower>,
 }
 
 impl<'a> Draft<'a> {
@@ -1155,8 +1170,13 @@ impl<'a> Draft<'a> {
         // happens: only a token set while Aborted triggers a retry.
         let phase = input.status.phase.unwrap_or_default();
         // Likewise for a held host whose recheck failed.
+        let power_failed = matches!(
+            input.status.power_state,
+            Some(crate::api::power::HostPower::FailedToStop | crate::api::power::HostPower::FailedToStart)
+        );
         let waits_for_retry = phase == Phase::Aborted
-            || (phase == Phase::Active && record.unseen.as_ref().is_some_and(|u| u.recheck_failed));
+            || (phase == Phase::Active && record.unseen.as_ref().is_some_and(|u| u.recheck_failed))
+            || (phase == Phase::Active && power_failed);
         if !waits_for_retry && input.obs.retry.is_some() {
             record.handled_retry = input.obs.retry.clone();
         }
@@ -1192,6 +1212,7 @@ impl<'a> Draft<'a> {
             hypervisor_id,
             checks: None,
             warnings: Vec::new(),
+            power_state: input.status.power_state,
         }
     }
 
@@ -1607,6 +1628,7 @@ impl<'a> Draft<'a> {
             hypervisor_id: self.hypervisor_id,
             checks: self.checks,
             warnings: self.warnings,
+            power_state: self.power_state,
         }
     }
 

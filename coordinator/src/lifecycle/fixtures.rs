@@ -68,7 +68,7 @@ pub fn obs() -> Observations {
             maintenance_required: false,
             drain_refused: false,
         },
-        agent: AgentObs { connected: true },
+        agent: AgentObs { connected: true, domains: None, since: None },
         checks: None,
         nova: NovaObs::Registered(host()),
         eviction: None,
@@ -80,6 +80,7 @@ pub fn obs() -> Observations {
         machine_hostname: Some("node-1.example.com".into()),
         host_traits: None,
         dependencies: Some(Vec::new()),
+        power: Default::default(),
     }
 }
 

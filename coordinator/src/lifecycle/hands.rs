@@ -103,6 +103,7 @@ pub enum Would {
     Maintain,
     Evacuate,
     Migrate,
+    ChangePower,
 }
 
 impl Would {
@@ -122,6 +123,7 @@ impl Would {
             Would::Maintain => "WouldMaintain",
             Would::Evacuate => "WouldEvacuate",
             Would::Migrate => "WouldMigrate",
+            Would::ChangePower => "WouldChangePower",
         }
     }
 
@@ -140,6 +142,7 @@ impl Would {
             Action::CreateEviction { .. } => Would::Evict,
             Action::CancelEviction { .. } => Would::CancelEviction,
             Action::DeleteService { .. } => Would::DeleteService,
+            Action::PowerOff | Action::PowerOn => Would::ChangePower,
         }
     }
 }

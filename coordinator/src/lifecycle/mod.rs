@@ -28,13 +28,13 @@ mod observe;
 pub use crate::api::condition::DesiredCondition;
 pub use action::Action;
 pub use decide::{
-    ADOPTED_CHECKS_FAILED, ALLOWED_TRANSITIONS, DISABLED_ELSEWHERE, DRIFT_REPAIRED, Decision, HOST_ADOPTED,
-    HOST_UNSEEN, Input, MACHINE_MISMATCH, NOVA_ENABLES_NEW_SERVICES, NOVA_HOST_CLAIMED, Policy,
-    SERVICE_RE_REGISTERED, Transition, Warning, decide, nova_host, valid_trait,
+    ADOPTED_CHECKS_FAILED, ALLOWED_TRANSITIONS, DISABLED_ELSEWHERE, DRIFT_REPAIRED, Decision,
+    HIBERNATING_REASON, HOST_ADOPTED, HOST_UNSEEN, Input, MACHINE_MISMATCH, NOVA_ENABLES_NEW_SERVICES,
+    NOVA_HOST_CLAIMED, Policy, SERVICE_RE_REGISTERED, Transition, Warning, decide, nova_host, valid_trait,
 };
 pub use observe::{
-    AgentObs, CheckReport, EvictionObs, HealthObs, NodeObs, NovaHost, NovaObs, Observations, ServiceState,
-    close_hosts,
+    AgentObs, CheckReport, EvictionObs, HealthObs, NodeObs, NovaHost, NovaObs, Observations, PowerObs,
+    ServiceState, close_hosts,
 };
 
 #[cfg(test)]
@@ -63,4 +63,13 @@ pub fn service_phase(status: &crate::api::HypervisorStatus, nova: &NovaObs) -> c
 pub fn expects_agent(phase: crate::api::Phase) -> bool {
     use crate::api::Phase;
     matches!(phase, Phase::Testing | Phase::Ready | Phase::Active | Phase::Evicting)
+}
+
+/// Whether the host's health is judged (and its agent counted missing):
+/// in a phase that expects its agent, and powered as in service. A host
+/// being hibernated, hibernated or being woken is disabled and empty, its
+/// agent and kubelet down on purpose: never judged Failed, never fenced
+/// (docs/power.md).
+pub fn judged(phase: crate::api::Phase, power: Option<crate::api::power::HostPower>) -> bool {
+    expects_agent(phase) && power.is_none_or(crate::api::power::HostPower::in_service)
 }

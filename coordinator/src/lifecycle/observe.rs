@@ -48,6 +48,16 @@ pub struct Observations {
     /// one line each; empty when every one has a Ready pod there (or none
     /// is configured). None while their pods are not read yet.
     pub dependencies: Option<Vec<String>>,
+    /// The host's BMC, as far as its power is concerned (docs/power.md).
+    pub power: PowerObs,
+}
+
+/// The host's BMC: whether it has one, and its power as read in this
+/// reconcile (read only while a power change is awaited).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct PowerObs {
+    pub bmc: bool,
+    pub reading: crate::power::machine::Power,
 }
 
 /// A health verdict, as far as the lifecycle acts on it.
@@ -96,6 +106,10 @@ pub enum NodeObs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct AgentObs {
     pub connected: bool,
+    /// The domains its agent reports (None: no report in this session).
+    pub domains: Option<u32>,
+    /// When its session opened (None: never).
+    pub since: Option<jiff::Timestamp>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

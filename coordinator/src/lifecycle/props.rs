@@ -351,7 +351,7 @@ fn one_step_rules_hold_on_the_whole_grid() {
                                         }
                                         let o = Observations {
                                             node,
-                                            agent: AgentObs { connected: agent },
+                                            agent: AgentObs { connected: agent, domains: None, since: None },
                                             checks: ch.clone(),
                                             nova: nova.clone(),
                                             eviction: ev.clone(),
@@ -363,6 +363,7 @@ fn one_step_rules_hold_on_the_whole_grid() {
                                             machine_hostname: Some("node-1.example.com".into()),
                                             host_traits: None,
                                             dependencies: Some(Vec::new()),
+                                            power: Default::default(),
                                         };
                                         for now in [t(60), t(100_000)] {
                                             let input = Input {
@@ -766,7 +767,7 @@ impl Sim {
         });
         Observations {
             node: s.node,
-            agent: AgentObs { connected: s.agent },
+            agent: AgentObs { connected: s.agent, domains: None, since: None },
             checks,
             nova,
             eviction,
@@ -778,6 +779,7 @@ impl Sim {
             machine_hostname: Some("node-1.example.com".into()),
             host_traits: None,
             dependencies: Some(Vec::new()),
+            power: Default::default(),
         }
     }
 
@@ -974,7 +976,7 @@ proptest! {
         sim.status.lifecycle.eviction = Some(eviction_ref(&junk, EvictionReason::Decommission, run % 2 == 0));
         for s in &steps {
             let o = sim.observe(s);
-            let policy = Policy { registration_timeout: jiff::SignedDuration::MAX, checks_timeout: jiff::SignedDuration::MIN, unreachable_grace: jiff::SignedDuration::MIN, cordon_starts_maintenance: true };
+            let policy = Policy { registration_timeout: jiff::SignedDuration::MAX, checks_timeout: jiff::SignedDuration::MIN, unreachable_grace: jiff::SignedDuration::MIN, cordon_starts_maintenance: true, power: Default::default() };
             let d = decide(&Input { name: &junk, spec: &sim.spec, status: &sim.status, obs: &o, policy: &policy, now: Timestamp::MAX });
             for a in &d.actions {
                 if let Action::DisableService { reason } = a {

@@ -67,6 +67,8 @@ pub struct Hosts {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Host {
     pub phase: Phase,
+    /// Where its power stands (`status.powerState`; docs/power.md).
+    pub power: Option<crate::api::power::HostPower>,
     pub agent_connected: bool,
     pub health: Option<HealthState>,
     /// Its fencing record says it showed life again (docs/fencing.md).
@@ -140,7 +142,7 @@ pub fn hosts(hypervisors: impl IntoIterator<Item = Host>) -> Hosts {
             f.out_of_service.push((name, h.phase, reason));
         }
         *f.phases.entry(h.phase).or_default() += 1;
-        f.without_agent += u64::from(!h.agent_connected && crate::lifecycle::expects_agent(h.phase));
+        f.without_agent += u64::from(!h.agent_connected && crate::lifecycle::judged(h.phase, h.power));
         if let Some(state) = h.health {
             *f.health.entry(state).or_default() += 1;
         }

@@ -244,7 +244,11 @@ impl NovaClient {
             }
             // Not Nova's: the shell hands these to the agent session or the
             // Kubernetes API.
-            Action::RunChecks { .. } | Action::CreateEviction { .. } | Action::CancelEviction { .. } => {}
+            Action::RunChecks { .. }
+            | Action::CreateEviction { .. }
+            | Action::CancelEviction { .. }
+            | Action::PowerOff
+            | Action::PowerOn => {}
         }
         Ok(())
     }

@@ -13,33 +13,7 @@
 
 use std::time::Duration;
 
-/// What the spec asks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Desired {
-    Running,
-    Hibernating,
-}
-
-/// Where the host's power stands, as `status.powerState` says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum State {
-    Running,
-    /// Disabling it in Nova, its emptiness read again.
-    Stopping,
-    /// Powered off asked; waiting for the BMC to read Off twice.
-    WaitingForPowerOff,
-    Hibernating,
-    /// Powered on asked; waiting for the BMC to read On.
-    StartingMachine,
-    /// Its agent and nova-compute not back yet.
-    WaitingForAgent,
-    /// Its checks run again before it is enabled.
-    WaitingForChecks,
-    FailedToStop,
-    FailedToStart,
-    /// No BMC: hibernation asked of a host that cannot be powered on again.
-    Unsupported,
-}
+pub use crate::api::power::{DesiredPower as Desired, HostPower as State};
 
 /// What was read just before deciding.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -56,6 +30,8 @@ pub struct Seen {
     pub disabled_by_others: bool,
     /// The BMC's last confirmed reading.
     pub power: Power,
+    /// Its agent connected since the host was last read Off, and its Node
+    /// Ready: the machine back, not a session of before.
     pub agent_connected: bool,
     pub compute_up: bool,
     pub checks: Checks,
@@ -116,6 +92,20 @@ pub struct Limits {
     pub agent_back: Duration,
     /// From back to its checks passed.
     pub checks: Duration,
+}
+
+impl Default for Limits {
+    /// A BMC takes seconds to minutes to change a machine's power; a
+    /// server boots in minutes; its checks take what Testing allows.
+    fn default() -> Self {
+        Limits {
+            read_empty: Duration::from_secs(600),
+            power_off: Duration::from_secs(300),
+            power_on: Duration::from_secs(300),
+            agent_back: Duration::from_secs(900),
+            checks: Duration::from_secs(600),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -210,19 +200,18 @@ fn hibernate(state: State, seen: &Seen, limits: &Limits) -> Next {
             Emptiness::Unknown(why) => stay(why),
             Emptiness::Empty => next(state, None, "NoBmc", "not hibernated: its BMC is gone; wake it"),
         },
-        WaitingForPowerOff => match seen.power {
-            Power::Off => next(Hibernating, None, "Hibernating", "powered off, read Off twice"),
-            Power::Failed => next(FailedToStop, None, "FailedToStop", "the BMC did not power the host off"),
-            Power::On | Power::Unread if seen.in_state_for >= limits.power_off => next(
-                FailedToStop,
-                None,
-                "FailedToStop",
-                format!("not read Off {} s after power off was asked", limits.power_off.as_secs()),
-            ),
-            Power::On | Power::Unread => {
-                next(WaitingForPowerOff, None, "WaitingForPowerOff", "waiting for the BMC to read Off")
-            }
-        },
+        WaitingForPowerOff => {
+            let off = next(Hibernating, None, "Hibernating", "powered off, read Off twice");
+            once_off(seen, limits, off, "waiting for the BMC to read Off")
+        }
+        // Powered on behind our back (by hand, or a BMC restoring power):
+        // back through its checks, or off again once read empty.
+        Hibernating if seen.power == Power::On || seen.agent_connected => next(
+            WaitingForAgent,
+            None,
+            "PoweredOnElsewhere",
+            "powered on while hibernated, not by us: read again, powered off once empty",
+        ),
         Hibernating => next(Hibernating, None, "Hibernating", "powered off"),
         // Retried: its emptiness read again before power off is asked
         // again. Never enabled from here: a power off that failed may have
@@ -256,6 +245,23 @@ fn power_off(seen: &Seen, disabling: State) -> Next {
     next(disabling, Some(Step::Disable), "Stopping", "empty: disabling it in Nova")
 }
 
+/// A power off asked: `off` once the BMC reads Off; an error once it
+/// refuses or the bound passes; else still waiting.
+fn once_off(seen: &Seen, limits: &Limits, off: Next, waiting: &'static str) -> Next {
+    use State::*;
+    match seen.power {
+        Power::Off => off,
+        Power::Failed => next(FailedToStop, None, "FailedToStop", "the BMC did not power the host off"),
+        Power::On | Power::Unread if seen.in_state_for >= limits.power_off => next(
+            FailedToStop,
+            None,
+            "FailedToStop",
+            format!("not read Off {} s after power off was asked", limits.power_off.as_secs()),
+        ),
+        Power::On | Power::Unread => next(WaitingForPowerOff, None, "WaitingForPowerOff", waiting),
+    }
+}
+
 /// Back to Running before any power change: our disable undone.
 fn undo(seen: &Seen, reason: &'static str, message: String) -> Next {
     next(State::Running, seen.disabled_by_us.then_some(Step::Enable), reason, message)
@@ -267,7 +273,14 @@ fn wake(state: State, seen: &Seen, limits: &Limits) -> Next {
         Running | Unsupported => next(Running, None, "Running", "running"),
         // Not powered off yet: only our disable is undone.
         Stopping => undo(seen, "Running", "hibernation called off".into()),
-        WaitingForPowerOff | Hibernating | FailedToStop => {
+        // A power off asked may still land: powered on only once read Off
+        // (a power on that a late power off undoes would leave an enabled
+        // host dark).
+        WaitingForPowerOff => {
+            let off = next(StartingMachine, Some(Step::PowerOn), "StartingMachine", "read Off: powering on");
+            once_off(seen, limits, off, "woken while powering off: powered on once the BMC reads Off")
+        }
+        Hibernating | FailedToStop => {
             next(StartingMachine, Some(Step::PowerOn), "StartingMachine", "powering on")
         }
         StartingMachine => match seen.power {

@@ -10,6 +10,7 @@ mod grpc;
 mod kube_api;
 mod maintenance;
 mod marks;
+mod power;
 mod show;
 
 use std::path::PathBuf;
@@ -18,6 +19,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 use crate::exit::Outcome;
+use hv_coordinator::api::power::DesiredPower;
 
 #[derive(Parser, Debug)]
 #[command(version, about = "Look at and act on the hypervisor fleet", after_help = exit::HELP)]
@@ -123,6 +125,12 @@ enum Cmd {
     /// Let the coordinator act on NODE again: removes the
     /// hypervisor.cloud.sap/paused annotation.
     Resume { node: String },
+    /// Hibernate NODE once it is Active and empty: disabled in Nova and
+    /// powered off through its BMC (sets spec.powerState: Hibernating).
+    Hibernate { node: String },
+    /// Wake NODE: powered on, its agent and nova-compute back, its checks
+    /// run again, then enabled (sets spec.powerState: Running).
+    Wake { node: String },
     /// Print a shell completion script: `source <(hvctl completion bash)`.
     Completion { shell: clap_complete::Shell },
 }
@@ -169,6 +177,8 @@ async fn run(args: Args) -> anyhow::Result<Outcome> {
         Cmd::Retire { node, machine_gone } => marks::retire(&kube, node, *machine_gone).await,
         Cmd::Pause { node, reason } => marks::pause(&kube, node, reason).await,
         Cmd::Resume { node } => marks::resume(&kube, node).await,
+        Cmd::Hibernate { node } => power::set(&kube, node, DesiredPower::Hibernating).await,
+        Cmd::Wake { node } => power::set(&kube, node, DesiredPower::Running).await,
         Cmd::Watch { .. } | Cmd::Health { .. } | Cmd::Completion { .. } => Ok(Outcome::Done),
     }
 }

@@ -8,18 +8,7 @@ const LIMITS: Limits = Limits {
     checks: Duration::from_secs(900),
 };
 
-const STATES: [State; 10] = [
-    State::Running,
-    State::Stopping,
-    State::WaitingForPowerOff,
-    State::Hibernating,
-    State::StartingMachine,
-    State::WaitingForAgent,
-    State::WaitingForChecks,
-    State::FailedToStop,
-    State::FailedToStart,
-    State::Unsupported,
-];
+const STATES: [State; 10] = State::ALL;
 
 /// An empty host with a BMC, its agent and nova-compute up.
 fn empty() -> Seen {
@@ -54,7 +43,8 @@ fn an_empty_host_hibernates_disabled_first_then_powered_off_and_read_off() {
     );
     let off = Seen { power: Power::Off, ..disabled.clone() };
     assert_eq!(go(H, State::WaitingForPowerOff, &off), (State::Hibernating, None, "Hibernating"));
-    assert_eq!(go(H, State::Hibernating, &off), (State::Hibernating, None, "Hibernating"));
+    let down = Seen { agent_connected: false, compute_up: false, domains: None, ..off.clone() };
+    assert_eq!(go(H, State::Hibernating, &down), (State::Hibernating, None, "Hibernating"));
     let failed = Seen { power: Power::Failed, ..disabled };
     assert_eq!(go(H, State::WaitingForPowerOff, &failed), (State::FailedToStop, None, "FailedToStop"));
 }
@@ -146,8 +136,23 @@ fn a_wish_reversed_midway_undoes_only_what_was_done() {
         (State::Running, Some(Step::Enable), "Running")
     );
     assert_eq!(go(Desired::Running, State::Stopping, &empty()), (State::Running, None, "Running"));
-    // Powering off asked: it is woken the whole way, through its checks.
-    assert_eq!(go(Desired::Running, State::WaitingForPowerOff, &disabled).1, Some(Step::PowerOn));
+    // Powering off asked: it is woken the whole way, through its checks,
+    // once read Off (a power off landing after the power on would leave it
+    // dark); past the bound, an error the wish to run moves.
+    assert_eq!(
+        go(Desired::Running, State::WaitingForPowerOff, &disabled),
+        (State::WaitingForPowerOff, None, "WaitingForPowerOff")
+    );
+    let off = Seen { power: Power::Off, ..disabled.clone() };
+    assert_eq!(go(Desired::Running, State::WaitingForPowerOff, &off).1, Some(Step::PowerOn));
+    let late = Seen { in_state_for: LIMITS.power_off, ..disabled.clone() };
+    assert_eq!(go(Desired::Running, State::WaitingForPowerOff, &late).0, State::FailedToStop);
+    // Powered on behind our back while hibernated: read again.
+    let on = Seen { power: Power::On, ..disabled.clone() };
+    assert_eq!(
+        go(Desired::Hibernating, State::Hibernating, &on),
+        (State::WaitingForAgent, None, "PoweredOnElsewhere")
+    );
     // Waking, asked to hibernate with a server on it: it comes back instead.
     let busy = Seen { servers: Some(vec!["vm-1".into()]), power: Power::On, ..disabled };
     let n = decide(Desired::Hibernating, State::StartingMachine, &busy, &LIMITS);
