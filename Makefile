@@ -81,6 +81,6 @@ bench:
 	$(CARGO) build -q --workspace --bins --examples
 	$(CARGO) build -q --release -p hv-coordinator --bin hv-coordinator
 	bash tests/env/up.sh
-	$(CARGO) run -q -p hv-tests --example bench_fencing && $(CARGO) run -q -p hv-tests --example bench_rack; rc=$$?; bash tests/env/down.sh; [ $$rc = 0 ] || exit $$rc
+	$(CARGO) run -q -p hv-tests --example bench_fencing && $(CARGO) run -q -p hv-tests --example bench_rack && $(CARGO) run -q -p hv-tests --example bench_power; rc=$$?; bash tests/env/down.sh; [ $$rc = 0 ] || exit $$rc
 	HV_NODE_LEASE_SECONDS=600 bash tests/env/up.sh
 	$(CARGO) bench -q -p hv-agent --bench agent && $(CARGO) run -q -p hv-tests --example bench_eviction && $(CARGO) run -q -p hv-tests --example bench_health && HV_BIN_DIR=$(CURDIR)/target/release $(CARGO) run -q -p hv-tests --example bench_scale; rc=$$?; bash tests/env/down.sh; exit $$rc

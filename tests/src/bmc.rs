@@ -112,3 +112,37 @@ impl<A: hv_coordinator::fence::PowerActuator> hv_coordinator::fence::PowerActuat
         self.inner.power_on().await
     }
 }
+
+/// The ground's machine `host` following its BMC, as a real machine does:
+/// when the emulator reads it Off, its agent, its nova-compute and its
+/// kubelet stop; read On again, they start (the agent with `peers`). The
+/// emulator's state is the truth: whoever powers the system (the code
+/// under test) drives the fake host. Runs for as long as it is polled: a
+/// test runs it beside its own steps (`tokio::select!`).
+pub async fn machine_follows_bmc(
+    region: &crate::region::Region,
+    host: &str,
+    peers: &crate::region::AgentPeers,
+) {
+    use crate::openstack::{FakeHost, fake_host};
+    let mut agent = Some(region.agent(host, peers));
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let Ok(state) = power_state(&region.env, host).await else { continue };
+        match (agent.is_some(), state.as_str()) {
+            (true, "Off") => {
+                if let Some(mut a) = agent.take() {
+                    a.kill();
+                }
+                fake_host(&region.env.nova, host, FakeHost::Stop).await.unwrap_or_else(|e| panic!("{e}"));
+                region.kwok_lets_go(host).await;
+            }
+            (false, "On") => {
+                fake_host(&region.env.nova, host, FakeHost::Start).await.unwrap_or_else(|e| panic!("{e}"));
+                region.kwok_manages(host, true).await;
+                agent = Some(region.agent(host, peers));
+            }
+            _ => {}
+        }
+    }
+}

@@ -334,6 +334,54 @@ pub fn is_retired(env: &TestEnv, host: &str) -> bool {
     dir(env).join(format!("{host}.retired")).exists()
 }
 
+/// `host`'s machine with no domain, for a test that needs it empty to the
+/// last domain (libvirt's test driver runs its own `test` domain on every
+/// host of the ground): its domains kept aside in `dir`, and put back as
+/// they were (defined, started if they ran) when this is dropped.
+pub struct WithoutDomains {
+    uri: String,
+    kept: Vec<(PathBuf, String, bool)>,
+}
+
+impl WithoutDomains {
+    pub fn take(env: &TestEnv, host: &str, dir: &Path) -> WithoutDomains {
+        let uri = env.libvirt.of(host).to_string();
+        let virsh = |args: &[&str]| {
+            let out = std::process::Command::new("virsh").arg("-c").arg(&uri).args(args).output();
+            let out = out.unwrap_or_else(|e| panic!("virsh: {e}"));
+            assert!(out.status.success(), "virsh {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).to_string()
+        };
+        let mut kept = Vec::new();
+        for name in virsh(&["list", "--all", "--name"]).lines().map(str::trim).filter(|n| !n.is_empty()) {
+            let file = dir.join(format!("domain-{host}-{name}.xml"));
+            std::fs::write(&file, virsh(&["dumpxml", name]))
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            let running = virsh(&["domstate", name]).trim() == "running";
+            if running {
+                virsh(&["destroy", name]);
+            }
+            virsh(&["undefine", name]);
+            kept.push((file, name.to_string(), running));
+        }
+        WithoutDomains { uri, kept }
+    }
+}
+
+impl Drop for WithoutDomains {
+    fn drop(&mut self) {
+        for (file, name, running) in &self.kept {
+            let virsh = |args: &[&str]| {
+                let _ = std::process::Command::new("virsh").arg("-c").arg(&self.uri).args(args).output();
+            };
+            virsh(&["define", &file.display().to_string()]);
+            if *running {
+                virsh(&["start", name]);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::take;

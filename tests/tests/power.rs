@@ -1,17 +1,30 @@
 //! Power as desired state against the real peers (docs/power.md): the
 //! Redfish BMC emulator (sushy-tools, fake driver: a power change lands up
 //! to 11 s after it is asked) powers a claimed host's system on only when
-//! asked, and the wake counts only once the BMC reads On.
+//! asked, and the wake counts only once the BMC reads On. A hibernation
+//! and a wake of a whole host, its fake machine following the emulator's
+//! power (its agent, nova-compute and kubelet stop when it reads Off).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::{Duration, Instant};
 
+use hv_coordinator::api::Hypervisor;
+
+use hv_coordinator::api::Phase;
+use hv_coordinator::api::keys::HIBERNATED_LABEL;
+use hv_coordinator::api::power::HostPower;
 use hv_coordinator::fence::{
     Bmc, PowerActuator, PowerError, PowerState, PoweredOff, Redfish, power_off_confirmed,
 };
+use hv_coordinator::lifecycle::HIBERNATING_REASON;
 use hv_coordinator::power::{PoweredOn, power_on_confirmed};
-use hv_tests::bmc::{Watched, bmc_of as bmc};
+use hv_tests::bmc::{Watched, bmc_of as bmc, machine_follows_bmc};
+use hv_tests::fencing::{fencing_coordinator, give_fencing_means, wait_power};
+use hv_tests::openstack::Admin;
+use hv_tests::region::{AgentPeers, Proc, Region};
+use hv_tests::wait::{Poll, until};
+use k8s_openapi::api::core::v1::Node;
 
 #[tokio::test]
 async fn a_machine_off_is_powered_on_once_and_counted_on_only_when_the_bmc_says_so() {
@@ -56,4 +69,154 @@ async fn a_refused_password_is_told_before_anything_is_asked() {
             .await
             .unwrap_err();
     assert!(matches!(err, PowerError::Refused { .. }), "{err}");
+}
+
+/// Waits until `host`'s `status.powerState` is `want`; answers the Hypervisor.
+async fn wait_power_state(region: &Region, host: &str, want: HostPower, coord: &Proc) -> Hypervisor {
+    until(
+        &format!("{host} {want}"),
+        Duration::from_secs(180),
+        || coord.tail(20),
+        || async {
+            let hv = region.hypervisor(host).await.unwrap();
+            let (power, phase) = hv.status.as_ref().map(|s| (s.power_state, s.phase)).unwrap_or_default();
+            let (_, reason, message) = Region::condition(&hv, "PowerState");
+            if power == Some(want) {
+                Poll::Ready(hv)
+            } else {
+                Poll::Pending(format!("{power:?} {phase:?} {reason}: {message}"))
+            }
+        },
+    )
+    .await
+}
+
+fn hvctl(region: &Region, verb: &str, host: &str) {
+    let out = region.hvctl().args([verb, host]).output().unwrap();
+    assert!(out.status.success(), "hvctl {verb}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+async fn labelled(region: &Region, host: &str) -> bool {
+    let nodes: kube::Api<Node> = kube::Api::all(region.kube.client.clone());
+    let node = nodes.get(host).await.unwrap();
+    node.metadata.labels.unwrap_or_default().get(HIBERNATED_LABEL).is_some_and(|v| v == "true")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_empty_host_hibernates_is_never_fenced_while_off_and_wakes_through_its_checks() {
+    let region = Region::start("hibernate").await;
+    let claim = hv_tests::hosts::claim(&region.env).await;
+    let host = claim.host.clone();
+    hv_tests::bmc::power_on(&region.env, &host).await.unwrap();
+    wait_power(&region.env, &host, "On").await;
+    // Short graces (a Node not Ready counts after 1 s, a silent agent after
+    // 3 s): a host judged while it is off would be fenced within seconds.
+    let coord = fencing_coordinator(&region, &[]);
+    let admin = Admin::login(&region.env).await.unwrap();
+    // Nothing on the machine, to the last domain; its agent's inventory
+    // every 2 s.
+    let _empty = hv_tests::hosts::WithoutDomains::take(&region.env, &host, &region.dir);
+    let peers = AgentPeers { inventory_interval: Some("2s".into()), ..AgentPeers::default() };
+    let steps = async {
+        region.create_node(&host, &[]).await;
+        let hv = region.wait_phase(&host, Phase::Active, Duration::from_secs(180), &coord).await;
+        give_fencing_means(&region, &host, None).await;
+        let run = hv.status.as_ref().map(|s| s.lifecycle.test_run).unwrap_or_default();
+        let aggregates = admin.aggregates_of(&host).await.unwrap();
+
+        hvctl(&region, "hibernate", &host);
+        wait_power_state(&region, &host, HostPower::Hibernating, &coord).await;
+        assert_eq!(hv_tests::bmc::power_state(&region.env, &host).await.unwrap(), "Off");
+        assert!(labelled(&region, &host).await, "the Node is marked before the host goes");
+        let service = admin.service(&host).await.unwrap().unwrap();
+        assert_eq!(service["status"], "disabled");
+        assert_eq!(service["disabled_reason"], HIBERNATING_REASON);
+        assert_eq!(admin.aggregates_of(&host).await.unwrap(), aggregates, "kept in its aggregates");
+
+        // Off, its kubelet and agent gone, well past every grace: never
+        // judged, never fenced.
+        region.wait_node_ready(&host, false).await;
+        for _ in 0..15 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let hv = region.hypervisor(&host).await.unwrap();
+            let status = hv.status.clone().unwrap();
+            assert_eq!(
+                (status.phase, status.power_state),
+                (Some(Phase::Active), Some(HostPower::Hibernating))
+            );
+            assert!(status.fencing.is_none(), "fenced while hibernated: {:?}", status.fencing);
+            let (_, _, healthy) = Region::condition(&hv, "NodeHealthy");
+            assert!(healthy.contains("not judged while its power is managed"), "{healthy}");
+        }
+        assert_eq!(hv_tests::bmc::power_state(&region.env, &host).await.unwrap(), "Off");
+
+        // Woken: powered on, its agent and nova-compute back, its checks
+        // run again, enabled.
+        hvctl(&region, "wake", &host);
+        let hv = wait_power_state(&region, &host, HostPower::Running, &coord).await;
+        let status = hv.status.clone().unwrap();
+        assert_eq!(status.phase, Some(Phase::Active));
+        assert!(
+            status.lifecycle.test_run > run,
+            "its checks ran again: run {run} then {}",
+            status.lifecycle.test_run
+        );
+        let (tested, _, _) = Region::condition(&hv, "Tested");
+        assert_eq!(tested, "True");
+        until(
+            "enabled in Nova",
+            Duration::from_secs(60),
+            || coord.tail(20),
+            || async {
+                let s = admin.service(&host).await.unwrap().unwrap();
+                if s["status"] == "enabled" { Poll::Ready(()) } else { Poll::Pending(s.to_string()) }
+            },
+        )
+        .await;
+        until(
+            "the Node's mark gone",
+            Duration::from_secs(30),
+            || coord.tail(20),
+            || async {
+                if labelled(&region, &host).await {
+                    Poll::Pending("still marked".into())
+                } else {
+                    Poll::Ready(())
+                }
+            },
+        )
+        .await;
+        let hv = region.hypervisor(&host).await.unwrap();
+        assert!(hv.status.unwrap().fencing.is_none());
+    };
+    tokio::select! {
+        () = machine_follows_bmc(&region, &host, &peers) => panic!("the machine stopped following its BMC"),
+        () = steps => {}
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_with_a_server_refuses_to_hibernate_and_names_it() {
+    let region = Region::start("hibernate-busy").await;
+    let zone = hv_tests::hosts::zone(&region.env, 0).await;
+    let host = zone.source.host.clone();
+    hv_tests::bmc::power_on(&region.env, &host).await.unwrap();
+    wait_power(&region.env, &host, "On").await;
+    let admin = Admin::login(&region.env).await.unwrap();
+    let coord = region.coordinator(None, &["--skip-tests"]);
+    let _agent = region.agent(&host, &AgentPeers::default());
+    region.create_node(&host, &[]).await;
+    region.wait_phase(&host, Phase::Active, Duration::from_secs(120), &coord).await;
+    give_fencing_means(&region, &host, None).await;
+    let server = zone.boot(&admin, &format!("{}-busy", region.id), &host, "1").await;
+
+    hvctl(&region, "hibernate", &host);
+    let message = region.wait_condition(&host, "PowerState", "HostNotEmpty", &coord).await;
+    assert!(message.contains(&server), "{message}");
+    let hv = region.hypervisor(&host).await.unwrap();
+    assert_eq!(hv.status.as_ref().and_then(|s| s.power_state), Some(HostPower::Running));
+    let (scheduling, _, _) = Region::condition(&hv, "SchedulingEnabled");
+    assert_eq!(scheduling, "True", "left in service");
+    assert_eq!(admin.service(&host).await.unwrap().unwrap()["status"], "enabled");
+    assert_eq!(hv_tests::bmc::power_state(&region.env, &host).await.unwrap(), "On");
 }
