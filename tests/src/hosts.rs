@@ -352,8 +352,12 @@ impl WithoutDomains {
             assert!(out.status.success(), "virsh {args:?}: {}", String::from_utf8_lossy(&out.stderr));
             String::from_utf8_lossy(&out.stdout).to_string()
         };
-        let mut kept = Vec::new();
-        for name in virsh(&["list", "--all", "--name"]).lines().map(str::trim).filter(|n| !n.is_empty()) {
+        // Kept as they go: a failure midway puts back what was taken.
+        let mut taken = WithoutDomains { uri: uri.clone(), kept: Vec::new() };
+        let names = virsh(&["list", "--all", "--name"]);
+        // Nova's own (`instance-*`) are its servers': never taken.
+        let names = names.lines().map(str::trim).filter(|n| !n.is_empty() && !n.starts_with("instance-"));
+        for name in names {
             let file = dir.join(format!("domain-{host}-{name}.xml"));
             std::fs::write(&file, virsh(&["dumpxml", name]))
                 .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
@@ -361,10 +365,10 @@ impl WithoutDomains {
             if running {
                 virsh(&["destroy", name]);
             }
+            taken.kept.push((file, name.to_string(), running));
             virsh(&["undefine", name]);
-            kept.push((file, name.to_string(), running));
         }
-        WithoutDomains { uri, kept }
+        taken
     }
 }
 

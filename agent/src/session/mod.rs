@@ -45,7 +45,8 @@ pub enum SessionTls {
     /// the next one on.
     Files(hv_tls::TlsFiles),
     /// The coordinator's certificate for this node ([`crate::identity`]):
-    /// when a new one arrives the session reconnects with it at once (what
+    /// when a new one arrives a new session opens with it at once and
+    /// replaces the old one, kept open until the new one is welcomed (what
     /// was not acknowledged is sent again).
     Issued { ca: std::path::PathBuf, current: crate::identity::Current },
 }
@@ -156,9 +157,15 @@ enum StreamEnd {
     Closed,
     #[error("first message was not Welcome")]
     NoWelcome,
+    #[error("no Welcome within {} s", WELCOME_WITHIN.as_secs())]
+    NoWelcomeWithin,
     #[error("a new certificate arrived")]
     Renewed(Box<Kept>),
 }
+
+/// How long a new session may take from its connection to the
+/// coordinator's Welcome.
+const WELCOME_WITHIN: Duration = Duration::from_secs(10);
 
 /// A session kept open while its successor connects: the coordinator sees
 /// the new one replace it, never a node without its agent.
@@ -284,13 +291,20 @@ impl Session {
         let _ = tx
             .send(AgentMessage { seq: 0, sent_at: Some(now()), payload: Some(Payload::Hello(hello)) })
             .await;
-        let mut inbound = client
-            .connect(tokio_stream::wrappers::ReceiverStream::new(rx))
-            .await
-            .map_err(StreamEnd::Refused)?
-            .into_inner();
+        // Bounded: a session kept open meanwhile (`previous`) sends no
+        // heartbeat, and the coordinator ends it after three.
+        let opened = tokio::time::timeout(WELCOME_WITHIN, async {
+            let mut inbound = client
+                .connect(tokio_stream::wrappers::ReceiverStream::new(rx))
+                .await
+                .map_err(StreamEnd::Refused)?
+                .into_inner();
+            let first = inbound.message().await.map_err(StreamEnd::Broken)?;
+            Ok::<_, StreamEnd>((inbound, first))
+        });
+        let (mut inbound, first) = opened.await.map_err(|_| StreamEnd::NoWelcomeWithin)??;
         let mut heartbeat = self.cfg.heartbeat;
-        match inbound.message().await.map_err(StreamEnd::Broken)? {
+        match first {
             Some(m) => match m.payload {
                 Some(Down::Welcome(w)) => {
                     let mut ob = self.handle.outbox.lock().await;

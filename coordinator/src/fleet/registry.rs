@@ -354,6 +354,7 @@ impl Registry {
                 // until it says so (the Node may now be another machine).
                 n.signals.clear();
                 n.facts = None;
+                n.domains = None;
                 n.domain_ids = None;
                 n.guest_cpus = None;
             }
@@ -940,14 +941,18 @@ mod tests {
         say(&r, s.id, 2, domains);
         let m = r.view("n1").machine.unwrap();
         assert_eq!((m.hostname.as_deref(), m.domains.map(|d| d.len())), (Some("compute-7"), Some(1)));
+        assert_eq!(r.view("n1").domains, Some(1));
         // The same process again: what it said stands.
         let (tx, _rx) = mpsc::channel(8);
         r.open(&hello("n1", "boot-a", "1.0"), tx);
         assert!(r.view("n1").machine.is_some());
-        // Another process (the Node may be another machine now): nothing until it says.
+        // Another process (the Node may be another machine now, or the
+        // machine rebooted): nothing until it says, its count of domains
+        // neither (a host powered off while empty may not be now).
         let (tx, _rx) = mpsc::channel(8);
         r.open(&hello("n1", "boot-b", "1.0"), tx);
         assert_eq!(r.view("n1").machine, None);
+        assert_eq!(r.view("n1").domains, None);
     }
 
     #[test]

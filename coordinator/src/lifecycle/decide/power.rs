@@ -25,9 +25,12 @@ pub const HIBERNATING_REASON: &str = "hv-lifecycle: hibernating (powered off whi
 /// hibernating outside Active, nor under a maintenance or an Eviction
 /// (which need the host up: its checks run again on the way back).
 fn wish(d: &Draft<'_>) -> DesiredPower {
-    let evicting = d.obs().eviction.as_ref().is_some_and(|e| e.is_active());
-    let free = d.phase == Phase::Active && !d.hold_requested() && !evicting;
-    if free { d.input.spec.power_state } else { DesiredPower::Running }
+    if d.phase == Phase::Active && !leaving(d) { d.input.spec.power_state } else { DesiredPower::Running }
+}
+
+/// A maintenance or an Eviction takes the host out of service next.
+fn leaving(d: &Draft<'_>) -> bool {
+    d.hold_requested() || d.obs().eviction.as_ref().is_some_and(|e| e.is_active())
 }
 
 /// Answers whether the host's power holds it: then the lifecycle does
@@ -65,13 +68,25 @@ pub(super) fn holds(d: &mut Draft<'_>) -> bool {
         Some(Step::Disable) => d.guard_disabled(&host, HIBERNATING_REASON),
         // Back in service either way: an enable that waits (a dependency
         // pod not Ready) is the lifecycle's to finish, our disable being
-        // recorded as ours.
-        Some(Step::Enable) => {
+        // recorded as ours. Not enabled at all when a maintenance or an
+        // Eviction takes the host next: it stays disabled for them.
+        Some(Step::Enable) if !leaving(d) => {
             d.enable_if_ours(&host);
         }
+        Some(Step::Enable) => {}
         Some(Step::PowerOff) => d.actions.push(Action::PowerOff),
         Some(Step::PowerOn) => d.actions.push(Action::PowerOn),
         Some(Step::RunChecks) => d.start_test_run(),
+        // Asked again at every look until its report comes: an ask lost
+        // with a session (a new leader, an agent restarted) is not waited
+        // out (the agent runs a run once per session).
+        None if next.state == HostPower::WaitingForChecks && seen.checks == Checks::Running => {
+            if let Some(run) =
+                d.record.power.as_ref().and_then(|p| p.check_run).filter(|_| d.obs().agent.connected)
+            {
+                d.actions.push(Action::RunChecks { run });
+            }
+        }
         None => {}
     }
     record(d, state, &next);
@@ -280,11 +295,11 @@ mod tests {
         assert_eq!(d.actions, [Action::RunChecks { run }]);
         assert_eq!(d.power_state, Some(HostPower::WaitingForChecks));
         status = written(&status, &d);
-        // A report of an earlier run counts for nothing; a failing one of
-        // this run stops it disabled.
+        // A report of an earlier run counts for nothing (the run is asked
+        // again); a failing one of this run stops it disabled.
         o.checks = Some(report(run - 1, &[]));
         let d = decide_at(&spec, &status, &o, t(310));
-        assert!(d.actions.is_empty(), "{:?}", d.actions);
+        assert_eq!(d.actions, [Action::RunChecks { run }]);
         let mut failing = o.clone();
         failing.checks = Some(report(run, &["libvirt-version"]));
         let d = decide_at(&spec, &status, &failing, t(310));
@@ -348,6 +363,33 @@ mod tests {
         let d = decide_at(&spec, &status, &o, t(10));
         assert!(d.actions.is_empty(), "{:?}", d.actions);
         assert_eq!((d.phase, d.power_state), (Phase::Active, Some(HostPower::Hibernating)));
+    }
+
+    #[test]
+    fn a_woken_host_a_maintenance_waits_for_is_never_enabled_and_its_checks_are_asked_again() {
+        let (mut spec, mut status, mut o) = active();
+        status.power_state = Some(HostPower::WaitingForChecks);
+        status.lifecycle.test_run = 4;
+        status.lifecycle.power =
+            Some(PowerRecord { since: Time(t(0)), check_run: Some(4), off_since: Some(Time(t(0))) });
+        status.lifecycle.disabled_as = Some(vec![HIBERNATING_REASON.into()]);
+        with_host(&mut o, |h| {
+            h.enabled = false;
+            h.disabled_reason = Some(HIBERNATING_REASON.into());
+        });
+        o.agent.since = Some(t(5));
+        // No report yet: the run is asked again (the same run).
+        let d = decide_at(&spec, &status, &o, t(60));
+        assert_eq!(d.actions, [Action::RunChecks { run: 4 }]);
+        // Passed: enabled, unless a maintenance takes it next.
+        o.checks = Some(report(4, &[]));
+        let d = decide_at(&spec, &status, &o, t(70));
+        assert_eq!(d.actions, [Action::EnableService]);
+        spec.maintenance = MaintenanceMode::Manual;
+        spec.maintenance_reason = "firmware".into();
+        let d = decide_at(&spec, &status, &o, t(70));
+        assert!(!d.actions.contains(&Action::EnableService), "{:?}", d.actions);
+        assert_eq!(d.power_state, Some(HostPower::Running));
     }
 
     #[test]
