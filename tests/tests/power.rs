@@ -122,7 +122,12 @@ async fn an_empty_host_hibernates_is_never_fenced_while_off_and_wakes_through_it
         let hv = region.wait_phase(&host, Phase::Active, Duration::from_secs(180), &coord).await;
         give_fencing_means(&region, &host, None).await;
         let run = hv.status.as_ref().map(|s| s.lifecycle.test_run).unwrap_or_default();
+        // A member of an aggregate (one the claim's scrub takes it out of).
+        let aggregate = format!("{}hibernate-{}", hv_tests::hosts::ZONE_PREFIX, region.id);
+        let id = admin.create_aggregate(&aggregate).await.unwrap();
+        admin.add_to_aggregate(id, &host).await.unwrap();
         let aggregates = admin.aggregates_of(&host).await.unwrap();
+        assert!(aggregates.contains(&aggregate), "{aggregates:?}");
 
         hvctl(&region, "hibernate", &host);
         wait_power_state(&region, &host, HostPower::Hibernating, &coord).await;

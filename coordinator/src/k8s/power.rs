@@ -20,8 +20,10 @@ use crate::power::machine::Power;
 const BMC_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The host's power as the machine judges it, read only while a change is
-/// awaited or it is hibernated (else `Unread`): Off only when read Off
-/// twice, a second apart;
+/// awaited or it is hibernated (else `Unread`). Off counts only while a
+/// power off is awaited, and then only when read Off twice, a second
+/// apart; elsewhere one read is enough (a hibernated host is watched for
+/// On, a starting one waited for it);
 /// `Failed` when the BMC refuses us or is another machine's, so that the
 /// wait ends in its error state with why; a BMC not answering is waited
 /// out within the state's bound.
@@ -33,7 +35,7 @@ pub async fn reading(ctx: &Context, hv: &Hypervisor) -> Power {
     ) {
         return Power::Unread;
     }
-    match read(ctx, hv).await {
+    match read(ctx, hv, state == Some(HostPower::WaitingForPowerOff)).await {
         Ok(PowerState::Off) => Power::Off,
         Ok(PowerState::On) => Power::On,
         Ok(other) => {
@@ -91,10 +93,15 @@ async fn redfish(ctx: &Context, hv: &Hypervisor) -> Result<Redfish, Failure> {
     Redfish::new(&bmc).map_err(|e| Failure::Final(e.to_string()))
 }
 
-async fn read(ctx: &Context, hv: &Hypervisor) -> Result<PowerState, Failure> {
+/// The BMC's power for the host's machine; an Off read again a second
+/// later when `off_twice`.
+async fn read(ctx: &Context, hv: &Hypervisor, off_twice: bool) -> Result<PowerState, Failure> {
     let redfish = redfish(ctx, hv).await?;
     let (power, uuid) = redfish.read().await.map_err(classify)?;
     same_machine(system_uuid(hv), uuid.as_deref()).map_err(Failure::Final)?;
+    if !off_twice {
+        return Ok(power);
+    }
     read_again_if_off(&redfish, power, Duration::from_secs(1)).await.map_err(classify)
 }
 
