@@ -614,6 +614,10 @@ impl Leading<'_> {
             progress_reads: Default::default(),
             instance: args.leadership.instance()?,
             events: serving.events.clone(),
+            hibernation: Arc::new(k8s::hibernation::Hibernation::new(
+                args.lifecycle.hibernation_policies.clone(),
+            )),
+            hibernation_interval: args.lifecycle.hibernation_interval,
         }))
     }
 

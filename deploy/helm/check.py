@@ -65,6 +65,8 @@ VALUE_FLAGS = [
     ("coordinator.busyInterval", "--busy-interval", "value"),
     ("coordinator.skipTests", "--skip-tests", "switch"),
     ("coordinator.nodeDependencies", "--node-dependency", "pods"),
+    ("coordinator.hibernationPolicies", "--hibernation-policy", "list"),
+    ("coordinator.hibernationInterval", "--hibernation-interval", "value"),
     ("coordinator.maxConnections", "--max-connections", "value"),
     ("coordinator.agentHeartbeat", "--agent-heartbeat", "value"),
     ("coordinator.kubeTimeout", "--kube-timeout", "value"),

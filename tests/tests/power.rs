@@ -225,3 +225,91 @@ async fn a_host_with_a_server_refuses_to_hibernate_and_names_it() {
     assert_eq!(admin.service(&host).await.unwrap().unwrap()["status"], "enabled");
     assert_eq!(hv_tests::bmc::power_state(&region.env, &host).await.unwrap(), "On");
 }
+
+/// The Preflight condition of the Eviction `name`, as (reason, message).
+async fn preflight_of(region: &Region, name: &str) -> Option<(String, String)> {
+    let ev = region.eviction(name).await?;
+    let c = ev.status?.conditions.into_iter().find(|c| c.type_ == "Preflight")?;
+    Some((c.reason, c.message))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_policy_hibernates_an_empty_spare_and_wakes_it_for_an_eviction_short_of_room() {
+    use hv_coordinator::api::eviction::{EvictionPhase, EvictionReason};
+    use hv_coordinator::api::keys::{POWER_BY_ANNOTATION, POWER_BY_POLICY};
+    use hv_coordinator::api::power::DesiredPower;
+    use kube::ResourceExt;
+
+    let region = Region::start("hibernate-policy").await;
+    // A zone of two: the source, which will run a server, and a spare.
+    let zone = hv_tests::hosts::zone(&region.env, 1).await;
+    let (source, spare) = (zone.source.host.clone(), zone.targets[0].host.clone());
+    hv_tests::bmc::power_on(&region.env, &spare).await.unwrap();
+    wait_power(&region.env, &spare, "On").await;
+    // Hosts empty for 5 s hibernate, no headroom asked, none kept awake:
+    // only an eviction short of room wakes the spare.
+    let policy = format!("zone={},hibernate-after=5s,headroom=0hosts,keep-awake=0", zone.name);
+    let coord =
+        fencing_coordinator(&region, &["--hibernation-policy", &policy, "--hibernation-interval", "2s"]);
+    let admin = Admin::login(&region.env).await.unwrap();
+    let _empty = hv_tests::hosts::WithoutDomains::take(&region.env, &spare, &region.dir);
+    let peers = AgentPeers { inventory_interval: Some("2s".into()), ..AgentPeers::default() };
+    let _source_agent = region.agent(&source, &peers);
+    let steps = async {
+        // The source has no BMC: the policy never powers it.
+        region.create_node(&source, &[]).await;
+        region.wait_phase(&source, Phase::Active, Duration::from_secs(180), &coord).await;
+        let server = zone.boot(&admin, &format!("{}-moved", region.id), &source, "1").await;
+        region.create_node(&spare, &[]).await;
+        region.wait_phase(&spare, Phase::Active, Duration::from_secs(180), &coord).await;
+        give_fencing_means(&region, &spare, None).await;
+
+        // Empty past hibernate-after: hibernated by the policy, and said so.
+        let hv = wait_power_state(&region, &spare, HostPower::Hibernating, &coord).await;
+        assert_eq!(hv.spec.power_state, DesiredPower::Hibernating);
+        assert_eq!(hv.annotations().get(POWER_BY_ANNOTATION).map(String::as_str), Some(POWER_BY_POLICY));
+        assert_eq!(hv_tests::bmc::power_state(&region.env, &spare).await.unwrap(), "Off");
+        let events = region.events_for(&spare).await;
+        assert!(events.iter().any(|(r, n)| r == "HibernateByPolicy" && n.contains(&zone.name)), "{events:?}");
+        let source_hv = region.hypervisor(&source).await.unwrap();
+        assert_eq!(source_hv.spec.power_state, DesiredPower::Running, "a host with a server stays on");
+
+        // Emptying the source: no enabled host in its zone. The preflight
+        // waits for room; the policy wakes the spare; the server moves there.
+        let name = format!("{}-evict", region.id);
+        region.create_eviction(&name, &source, EvictionReason::AdminRequest, Default::default()).await;
+        let said = until(
+            "the preflight waiting for room",
+            Duration::from_secs(60),
+            || coord.tail(20),
+            || async {
+                match preflight_of(&region, &name).await {
+                    Some((reason, message)) if reason == "WaitingForRoom" => Poll::Ready(message),
+                    other => Poll::Pending(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+        assert!(said.contains(&zone.name) && said.contains(&spare), "{said}");
+        let ev =
+            region.wait_eviction(&name, EvictionPhase::Succeeded, Duration::from_secs(300), &coord).await;
+        let (reason, _) = preflight_of(&region, &ev.name_any()).await.unwrap();
+        assert_eq!(reason, "Passed");
+        let s = admin.server(&server).await.unwrap();
+        assert_eq!(
+            (s["status"].as_str(), s["OS-EXT-SRV-ATTR:host"].as_str()),
+            (Some("ACTIVE"), Some(spare.as_str()))
+        );
+        let hv = region.hypervisor(&spare).await.unwrap();
+        assert_eq!(hv.spec.power_state, DesiredPower::Running);
+        assert!(!hv.annotations().contains_key(POWER_BY_ANNOTATION));
+        assert_eq!(hv.status.as_ref().and_then(|s| s.power_state), Some(HostPower::Running));
+        assert_eq!(hv.status.as_ref().and_then(|s| s.phase), Some(Phase::Active));
+        let events = region.events_for(&spare).await;
+        assert!(events.iter().any(|(r, n)| r == "WakeByPolicy" && n.contains("preflight")), "{events:?}");
+    };
+    tokio::select! {
+        () = machine_follows_bmc(&region, &spare, &peers) => panic!("the machine stopped following its BMC"),
+        () = steps => {}
+    }
+}

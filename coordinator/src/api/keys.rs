@@ -35,6 +35,11 @@ pub const SCHEDULABLE_LABEL: &str = "hypervisor.cloud.sap/schedulable";
 /// it is back in service: its Node NotReady and its agent gone are on
 /// purpose; it is no dead host (docs/power.md).
 pub const HIBERNATED_LABEL: &str = "hypervisor.cloud.sap/hibernated";
+/// On a Hypervisor whose `spec.powerState: Hibernating` the hibernation
+/// policy set (value [`POWER_BY_POLICY`]): the policy may wake it again.
+/// `hvctl hibernate` and `hvctl wake` remove it: the wish is then the SRE's.
+pub const POWER_BY_ANNOTATION: &str = "hypervisor.cloud.sap/power-by";
+pub const POWER_BY_POLICY: &str = "hibernation-policy";
 /// When the host's agent was last heard from.
 pub const HEARTBEAT_ANNOTATION: &str = "hypervisor.cloud.sap/heartbeat";
 /// Whether the host may lose the pods its VMs need (the node lock protocol).

@@ -31,6 +31,17 @@ pub struct LifecycleFlags {
     /// namespaces only.
     #[arg(long = "node-dependency")]
     pub node_dependencies: Vec<crate::lifecycle::dependencies::Dependency>,
+    /// `aggregate=NAME` or `zone=NAME`, then optionally
+    /// `hibernate-after=6h`, `headroom=1hosts` (or a share, `20%`) and
+    /// `keep-awake=2`: empty hosts of the group with a BMC are hibernated
+    /// while the free room left awake covers the headroom, and woken when
+    /// it does not or an eviction finds no room (docs/power.md).
+    /// Repeatable; none: no host is hibernated but by an SRE.
+    #[arg(long = "hibernation-policy")]
+    pub hibernation_policies: Vec<crate::power::policy::GroupPolicy>,
+    /// How often the hibernation policy looks at its groups.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub hibernation_interval: Duration,
 }
 
 impl LifecycleFlags {

@@ -138,6 +138,60 @@ pub fn judged(
     (s, passed)
 }
 
+/// The Preflight reason while hibernated hosts wake for the eviction.
+pub const WAITING_FOR_ROOM: &str = "WaitingForRoom";
+
+/// How long a preflight short of room waits for the hibernation policy to
+/// wake hosts before it fails.
+pub const WAIT_FOR_ROOM: Duration = Duration::from_secs(15 * 60);
+
+/// A preflight that found no room where the hibernation policy has hosts
+/// to wake (`asleep`: by group, the hosts it may wake) waits for them in
+/// Preflight, `Preflight=False/WaitingForRoom`, its lastTransitionTime
+/// when the wait began; None (judge it as usual) when something else than
+/// room stops a VM, when there is nothing to wake, or once
+/// [`WAIT_FOR_ROOM`] has passed.
+pub fn waiting_for_room(
+    mut s: EvictionStatus,
+    report: &Report,
+    asleep: &[(String, Vec<String>)],
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Option<EvictionStatus> {
+    use super::preflight::{CAPACITY, CONSTRAINTS};
+    let room_only = !report.findings.is_empty()
+        && report.findings.iter().all(|f| f.check == CAPACITY || f.check == CONSTRAINTS);
+    if !room_only || asleep.is_empty() {
+        return None;
+    }
+    let preflight = |c: &&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition| {
+        c.type_ == ConditionType::Preflight.as_str()
+    };
+    let waiting = s.conditions.iter().find(preflight).filter(|c| c.reason == WAITING_FOR_ROOM);
+    let since = waiting.map_or(now, |c| c.last_transition_time.0);
+    if now.duration_since(since).unsigned_abs() >= WAIT_FOR_ROOM {
+        return None;
+    }
+    let groups: Vec<String> = asleep.iter().map(|(g, hosts)| format!("{g} ({})", hosts.join(", "))).collect();
+    let message = format!(
+        "{}; waiting up to {} min for the hibernation policy to wake hosts of {}",
+        findings_message(&report.findings, false),
+        WAIT_FOR_ROOM.as_secs() / 60,
+        groups.join(", ")
+    );
+    s.observed_generation = generation;
+    s.started_at.get_or_insert(Time(now));
+    s.phase = Some(EvictionPhase::Preflight);
+    s.progress = Some("waiting for hibernated hosts to wake".into());
+    let c =
+        DesiredCondition::new(ConditionType::Preflight, ConditionStatus::False, WAITING_FOR_ROOM, message);
+    s.conditions = merge(&s.conditions, &[c], now, generation);
+    if let Some(c) = s.conditions.iter_mut().find(|c| c.type_ == ConditionType::Preflight.as_str()) {
+        c.last_transition_time = Time(since);
+    }
+    Some(s)
+}
+
 /// A dry run's end, once its preflight is judged: `Planned`, whatever
 /// the preflight found, with how many VMs it stops in `progress`; or,
 /// when something `held` the preflight (the host's fencing, its machine),

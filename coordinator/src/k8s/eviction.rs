@@ -114,6 +114,10 @@ pub struct EvictionContext {
     pub instance: String,
     /// The fleet API's watch: each change of an eviction's phase or progress.
     pub events: tokio::sync::broadcast::Sender<hv_proto::v1::HypervisorEvent>,
+    /// The hibernation policy: what a preflight short of room waits for.
+    pub hibernation: Arc<super::hibernation::Hibernation>,
+    /// How often the policy looks (`--hibernation-interval`).
+    pub hibernation_interval: Duration,
 }
 
 /// When each of some things was last done, kept in memory only: a new
@@ -506,6 +510,9 @@ async fn run_preflight(
     super::host_software::with_software(&ctx.hypervisors, source, &mut servers, &mut candidates);
     let o = &ev.spec.options;
     let report = preflight(&servers, o.default_policy.unwrap_or(ctx.default_policy), &candidates, &o.force);
+    if let Some(next) = wait_for_room(ctx, ev, source, fence, &report, now).await? {
+        return Ok(next);
+    }
     let plan = report.plan.clone();
     let (mut s, passed) = phases::judged(status_of(ev), report, fence, source, ev.metadata.generation, now);
     s.conditions = merge(&s.conditions, &[machine.condition], now, ev.metadata.generation);
@@ -533,6 +540,32 @@ async fn run_preflight(
         }
         _ => Ok(Requeue::requeue(if passed { Duration::from_millis(100) } else { ENDED })),
     }
+}
+
+/// A preflight short of room where the hibernation policy has hosts to
+/// wake waits for them (`phases::waiting_for_room`), asking the policy for
+/// room at each look; a dry run or an evacuation does not wait.
+async fn wait_for_room(
+    ctx: &EvictionContext,
+    ev: &Eviction,
+    source: &str,
+    fence: &FenceState,
+    report: &crate::eviction::preflight::Report,
+    now: Timestamp,
+) -> Result<Option<Requeue>, Error> {
+    if ev.spec.dry_run || report.findings.is_empty() || matches!(fence, FenceState::Fenced(_)) {
+        return Ok(None);
+    }
+    let asleep = ctx.hibernation.asleep_near(source);
+    let Some(mut s) = phases::waiting_for_room(status_of(ev), report, &asleep, ev.metadata.generation, now)
+    else {
+        return Ok(None);
+    };
+    ctx.hibernation.ask_room(source);
+    s.preflight = report.plan.clone();
+    tracing::info!(node = %source, ?asleep, "preflight short of room: waiting for hibernated hosts to wake");
+    record(ctx, ev, s).await?;
+    Ok(Some(Requeue::requeue(ctx.hibernation_interval.min(Duration::from_secs(15)))))
 }
 
 /// A preflight that cannot be judged yet (the host's fencing, or its

@@ -18,6 +18,7 @@ pub mod fence;
 mod fence_fleet;
 pub mod guards;
 pub mod ha;
+pub mod hibernation;
 pub mod host_software;
 pub mod hypervisor;
 pub mod identity;
@@ -220,6 +221,7 @@ pub async fn run(
         _ = marks_controller => {}
         _ = guards => {}
         _ = machines => {}
+        _ = hibernation::run(ctx.clone(), ev_ctx.hibernation.clone(), ev_ctx.hibernation_interval) => {}
         _ = watch_nodes(wc, &ctx, &node_selector, &template, writers.nodes, node_tx, node_marks_tx) => {}
         _ = watch_evictions(wc, writers.evictions, ev_tx) => {}
         _ = cache_migrations(wc, writers.migrations) => {}

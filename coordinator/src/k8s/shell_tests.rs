@@ -196,6 +196,9 @@ impl Nova for FakeNova {
             updated_at: None,
         }))
     }
+    async fn rooms(&self) -> Result<Vec<crate::power::policy::HostRoom>, NovaError> {
+        Ok(Vec::new())
+    }
 }
 
 #[test]
@@ -647,6 +650,8 @@ fn eviction_ctx_seeing(
         progress_reads: Default::default(),
         instance: "hv-coordinator".into(),
         events: tokio::sync::broadcast::channel(16).0,
+        hibernation: Arc::default(),
+        hibernation_interval: Duration::from_secs(30),
     };
     Ev { ctx: Arc::new(ctx), log, bodies, service_enabled, failing, hv_writer: Mutex::new(hv_writer) }
 }

@@ -22,15 +22,17 @@ const CONCURRENCY: usize = 8;
 #[derive(Debug, Deserialize)]
 pub(super) struct AggregateRow {
     #[serde(default)]
-    hosts: Option<Vec<String>>,
+    pub(super) name: String,
+    #[serde(default)]
+    pub(super) hosts: Option<Vec<String>>,
     #[serde(default)]
     metadata: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
 pub(super) struct ProviderRow {
-    uuid: String,
-    name: String,
+    pub(super) uuid: String,
+    pub(super) name: String,
 }
 
 #[derive(Debug, Deserialize)]

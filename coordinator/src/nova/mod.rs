@@ -7,6 +7,7 @@ pub mod capacity;
 pub mod error;
 pub mod host;
 pub mod http;
+pub mod rooms;
 pub mod servers;
 pub mod snapshot;
 pub mod view;
@@ -68,6 +69,9 @@ pub trait Nova: Send + Sync {
     /// The host's compute service (enabled, its state); None: no such
     /// service.
     async fn compute_service(&self, host: &str) -> Result<Option<ServiceView>, NovaError>;
+    /// Every compute host's zone, aggregates and room, for the
+    /// hibernation policy.
+    async fn rooms(&self) -> Result<Vec<crate::power::policy::HostRoom>, NovaError>;
 }
 
 #[tonic::async_trait]
@@ -125,5 +129,8 @@ impl Nova for NovaClient {
     }
     async fn compute_service(&self, host: &str) -> Result<Option<ServiceView>, NovaError> {
         NovaClient::compute_service(self, host).await
+    }
+    async fn rooms(&self) -> Result<Vec<crate::power::policy::HostRoom>, NovaError> {
+        NovaClient::rooms(self).await
     }
 }

@@ -178,14 +178,19 @@ fn wake(
     } else {
         fewest(&sleeping, need, room, &enough).unwrap_or(sleeping.clone())
     };
-    let reason = format!(
-        "the awake free room ({} vCPU, {} MiB) is short of the headroom ({} vCPU, {} MiB){}",
-        room.vcpu,
-        room.ram_mb,
-        need.vcpu,
-        need.ram_mb,
-        if at_least_one { ", and a preflight found no room" } else { "" },
+    let (free, headroom) = (
+        format!("{} vCPU, {} MiB", room.vcpu, room.ram_mb),
+        format!("{} vCPU, {} MiB", need.vcpu, need.ram_mb),
     );
+    let reason = match (room.covers(need), at_least_one) {
+        (true, _) => format!(
+            "an eviction's preflight found no room (the awake free room, {free}, covers the headroom, {headroom})"
+        ),
+        (false, true) => format!(
+            "the awake free room ({free}) is short of the headroom ({headroom}), and an eviction's preflight found no room"
+        ),
+        (false, false) => format!("the awake free room ({free}) is short of the headroom ({headroom})"),
+    };
     let reason = if awake < policy.keep_awake {
         format!("{awake} hosts awake, the policy keeps {}", policy.keep_awake)
     } else {

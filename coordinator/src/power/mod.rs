@@ -4,6 +4,7 @@
 
 pub mod hibernation;
 pub mod machine;
+pub mod policy;
 pub mod switch;
 
 pub use switch::{PoweredOn, power_on_confirmed};

@@ -3,7 +3,9 @@
 //! `PowerState` condition says how it goes.
 
 use hv_coordinator::api::Phase;
+use hv_coordinator::api::keys::POWER_BY_ANNOTATION;
 use hv_coordinator::api::power::DesiredPower;
+use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 
 use crate::exit::Outcome;
@@ -27,12 +29,17 @@ pub async fn set(kube: &kube::Client, node: &str, wish: DesiredPower) -> anyhow:
             eprintln!("hvctl: {node} has {n} servers: it hibernates only once they are gone (hvctl evict)");
         }
     }
-    if hv.spec.power_state == wish {
+    let by_policy = hv.annotations().contains_key(POWER_BY_ANNOTATION);
+    if hv.spec.power_state == wish && !by_policy {
         let now = power.map(|p| p.to_string()).unwrap_or_else(|| "Running".into());
         println!("{node}: spec.powerState is {wish:?} already (now {now})");
         return Ok(Outcome::Done);
     }
-    let patch = serde_json::json!({"spec": {"powerState": wish}});
+    // The wish becomes the SRE's: the hibernation policy leaves it be.
+    let patch = serde_json::json!({
+        "metadata": {"annotations": {POWER_BY_ANNOTATION: null}},
+        "spec": {"powerState": wish},
+    });
     hypervisors(kube).patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await?;
     println!("{node}: spec.powerState set to {wish:?}; its PowerState condition says how it goes");
     Ok(Outcome::Done)

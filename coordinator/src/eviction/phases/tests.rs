@@ -116,3 +116,38 @@ fn a_dry_run_held_ends_planned_saying_what_held_it() {
         Some("dry run: not judged: Machine (NotTheMachine): none of the servers")
     );
 }
+
+#[test]
+fn a_preflight_short_only_of_room_waits_for_hibernated_hosts_then_fails_at_its_deadline() {
+    use crate::eviction::preflight::{CAPACITY, COMPATIBILITY, CONSTRAINTS};
+    let finding = |check| Finding { check, vm: "vm-1".into(), reason: "no room".into() };
+    let short = Report { findings: vec![finding(CAPACITY), finding(CONSTRAINTS)], ..report(0) };
+    let asleep = vec![("zone az-1".to_string(), vec!["c7".to_string()])];
+
+    let s = waiting_for_room(EvictionStatus::default(), &short, &asleep, Some(1), t(100)).unwrap();
+    assert_eq!(s.phase, Some(EvictionPhase::Preflight));
+    assert_eq!(condition(&s, ConditionType::Preflight), Some(("False", WAITING_FOR_ROOM)));
+    let c = s.conditions.iter().find(|c| c.type_ == "Preflight").unwrap();
+    assert!(c.message.contains("zone az-1 (c7)") && c.message.contains("vm-1"), "{}", c.message);
+    assert_eq!(c.last_transition_time.0, t(100));
+
+    // Still waiting later: the wait is dated from its start, until the deadline.
+    let wait = WAIT_FOR_ROOM.as_secs() as i64;
+    let later = waiting_for_room(s.clone(), &short, &asleep, Some(1), t(100 + wait - 1)).unwrap();
+    let c = later.conditions.iter().find(|c| c.type_ == "Preflight").unwrap();
+    assert_eq!(c.last_transition_time.0, t(100));
+    assert_eq!(waiting_for_room(s.clone(), &short, &asleep, Some(1), t(100 + wait)), None);
+
+    // A wait after an earlier failure (False already) starts now.
+    let (failed, _) = judged(EvictionStatus::default(), report(1), &FenceState::None, "h", Some(1), t(0));
+    let s = waiting_for_room(failed, &short, &asleep, Some(2), t(5000)).unwrap();
+    let c = s.conditions.iter().find(|c| c.type_ == "Preflight").unwrap();
+    assert_eq!(c.last_transition_time.0, t(5000));
+
+    // Nothing to wake, no finding, or a VM stopped by more than room: judged as usual.
+    let empty: Vec<(String, Vec<String>)> = vec![];
+    assert_eq!(waiting_for_room(EvictionStatus::default(), &short, &empty, None, t(0)), None);
+    assert_eq!(waiting_for_room(EvictionStatus::default(), &report(0), &asleep, None, t(0)), None);
+    let locked = Report { findings: vec![finding(CAPACITY), finding(COMPATIBILITY)], ..report(0) };
+    assert_eq!(waiting_for_room(EvictionStatus::default(), &locked, &asleep, None, t(0)), None);
+}

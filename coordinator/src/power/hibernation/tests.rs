@@ -133,7 +133,7 @@ fn a_preflight_short_of_room_wakes_one_host_unless_one_is_waking() {
     let ds = decide(&p, &hosts, true);
     assert_eq!(names(&ds), ["wake c"]);
     let Decision::Wake { reason, .. } = &ds[0] else { panic!() };
-    assert!(reason.ends_with("a preflight found no room"), "{reason}");
+    assert!(reason.starts_with("an eviction's preflight found no room (the awake free room"), "{reason}");
     let waking = Host { power: Power::Waking, ..asleep("c") };
     assert_eq!(decide(&p, &[idle("a"), idle("b"), waking, asleep("d")], true), []);
     // Short of room, nothing else hibernates either.

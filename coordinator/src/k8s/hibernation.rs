@@ -1,0 +1,179 @@
+//! The hibernation policy at work (docs/power.md, "The policy"): every
+//! look, the leader reads each compute host's room from Nova and
+//! Placement and our Hypervisors from the cache, decides per group
+//! ([`crate::power::hibernation::decide`]) and sets the chosen hosts'
+//! `spec.powerState`, marked as the policy's. The lifecycle carries the
+//! wish out, with its own fresh checks: the policy never powers a host
+//! itself, and a host it picks that is not empty after all stays on.
+//!
+//! An eviction whose preflight finds no room asks here ([`Hibernation::ask_room`]):
+//! the groups of its host that have hibernated hosts then wake one.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::{Api, Resource, ResourceExt};
+
+use super::hypervisor::Context;
+use crate::api::keys::{POWER_BY_ANNOTATION, POWER_BY_POLICY};
+use crate::api::power::DesiredPower;
+use crate::api::{Hypervisor, Phase};
+use crate::power::hibernation::{Decision, Power, decide};
+use crate::power::policy::{GroupPolicy, HostRoom, OurHost, Scope, asleep_near, group_hosts};
+
+/// How long an eviction's ask for room counts: a few of its preflight's
+/// looks (it asks again at each while it waits).
+const ASK_COUNTS: Duration = Duration::from_secs(60);
+
+/// The policies, and what the leader's last look saw.
+#[derive(Default)]
+pub struct Hibernation {
+    policies: Vec<GroupPolicy>,
+    seen: Mutex<(Vec<HostRoom>, BTreeMap<String, OurHost>)>,
+    /// Nova hosts whose eviction found no room, and when it last said so.
+    asks: Mutex<BTreeMap<String, Instant>>,
+    /// When each Nova host was first seen empty and awake, by this process:
+    /// a new leader counts `hibernateAfter` anew.
+    empty_since: Mutex<BTreeMap<String, Instant>>,
+}
+
+impl Hibernation {
+    pub fn new(policies: Vec<GroupPolicy>) -> Hibernation {
+        Hibernation { policies, ..Hibernation::default() }
+    }
+
+    /// The hosts the policy may wake in the groups of `source` (a Nova
+    /// host), by group, as the last look saw them.
+    pub fn asleep_near(&self, source: &str) -> Vec<(String, Vec<String>)> {
+        let Ok(seen) = self.seen.lock() else { return Vec::new() };
+        let near = asleep_near(&self.policies, &seen.0, &seen.1, source);
+        near.into_iter().map(|(scope, hosts)| (scope.to_string(), hosts)).collect()
+    }
+
+    /// An eviction off `source` waits for room: the next looks of its
+    /// groups wake a host.
+    pub fn ask_room(&self, source: &str) {
+        if let Ok(mut asks) = self.asks.lock() {
+            asks.insert(source.to_string(), Instant::now());
+        }
+    }
+
+    fn asked(&self, scope: &Scope, rooms: &[HostRoom]) -> bool {
+        let Ok(asks) = self.asks.lock() else { return false };
+        rooms
+            .iter()
+            .filter(|r| scope.holds(r))
+            .any(|r| asks.get(&r.host).is_some_and(|at| at.elapsed() < ASK_COUNTS))
+    }
+}
+
+/// Looks every `every` while this process leads, until the process ends.
+pub async fn run(ctx: Arc<Context>, hibernation: Arc<Hibernation>, every: Duration) {
+    if hibernation.policies.is_empty() {
+        return std::future::pending().await;
+    }
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if !ctx.gate.open() {
+            continue;
+        }
+        if let Err(e) = look(&ctx, &hibernation).await {
+            tracing::warn!(error = %e, "hibernation policy: no look this time");
+        }
+    }
+}
+
+/// Observe, decide per group, act.
+async fn look(ctx: &Context, hib: &Hibernation) -> Result<(), crate::nova::NovaError> {
+    let rooms = ctx.nova.rooms().await?;
+    let hypervisors = ctx.hypervisors.state();
+    let ours = ours(&hypervisors, &rooms, hib);
+    if let Ok(mut seen) = hib.seen.lock() {
+        *seen = (rooms.clone(), ours.clone());
+    }
+    for p in &hib.policies {
+        let hosts = group_hosts(&p.scope, &rooms, &ours);
+        let asked = hib.asked(&p.scope, &rooms);
+        for d in decide(&p.policy, &hosts, asked) {
+            let (host, wish, reason) = match &d {
+                Decision::Hibernate { host, reason } => (host, DesiredPower::Hibernating, reason),
+                Decision::Wake { host, reason } => (host, DesiredPower::Running, reason),
+            };
+            let Some(hv) = ours.get(host).and_then(|o| hypervisors.iter().find(|h| h.name_any() == o.name))
+            else {
+                continue;
+            };
+            set_wish(ctx, hv, wish, &format!("the hibernation policy of {}: {reason}", p.scope)).await;
+        }
+    }
+    Ok(())
+}
+
+/// Our Hypervisors by Nova host, with how long each has been empty.
+fn ours(hypervisors: &[Arc<Hypervisor>], rooms: &[HostRoom], hib: &Hibernation) -> BTreeMap<String, OurHost> {
+    let Ok(mut since) = hib.empty_since.lock() else { return BTreeMap::new() };
+    let now = Instant::now();
+    let mut out = BTreeMap::new();
+    for hv in hypervisors {
+        let name = hv.name_any();
+        let host = hv.spec.nova_host(&name).to_string();
+        if !rooms.iter().any(|r| r.host == host) {
+            continue;
+        }
+        let status = hv.status.as_ref();
+        let by = hv.annotations().get(POWER_BY_ANNOTATION);
+        let mut o = OurHost {
+            name: name.clone(),
+            active: status.and_then(|s| s.phase) == Some(Phase::Active),
+            wish: hv.spec.power_state,
+            power: status.and_then(|s| s.power_state),
+            by_policy: by.is_some_and(|v| v == POWER_BY_POLICY),
+            bmc: hv.spec.fencing.bmc.is_some(),
+            servers: status.and_then(|s| s.instances.as_ref()).map(|i| i.count),
+            domains: status
+                .and_then(|s| s.machine.as_ref()?.domains.as_ref())
+                .map(|d| u32::try_from(d.len()).unwrap_or(u32::MAX)),
+            empty_for: None,
+        };
+        let empty = o.servers == Some(0) && o.domains == Some(0) && o.power() == Power::Awake;
+        if empty {
+            o.empty_for = Some(now.duration_since(*since.entry(host.clone()).or_insert(now)));
+        } else {
+            since.remove(&host);
+        }
+        out.insert(host, o);
+    }
+    out
+}
+
+/// Sets `hv`'s `spec.powerState` as the policy's, over the version it
+/// decided on: an SRE's edit meanwhile wins, and the next look decides
+/// again.
+async fn set_wish(ctx: &Context, hv: &Hypervisor, wish: DesiredPower, why: &str) {
+    let name = hv.name_any();
+    if let Err(e) = ctx.gate.may_act() {
+        tracing::info!(node = %name, ?wish, why, held = %e, "hibernation policy: not set");
+        return;
+    }
+    let by = (wish == DesiredPower::Hibernating).then_some(POWER_BY_POLICY);
+    let power = (wish == DesiredPower::Hibernating).then_some(wish);
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": hv.resource_version(), "annotations": {POWER_BY_ANNOTATION: by}},
+        "spec": {"powerState": power},
+    });
+    let api = Api::<Hypervisor>::all(ctx.client.clone());
+    match api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => {
+            tracing::info!(node = %name, ?wish, why, "hibernation policy: power wish set");
+            let reason = if by.is_some() { "HibernateByPolicy" } else { "WakeByPolicy" };
+            super::hypervisor::publish_by(&ctx.recorder, &hv.object_ref(&()), EventType::Normal, reason, why)
+                .await;
+        }
+        Err(e) => tracing::warn!(node = %name, ?wish, error = %e, "hibernation policy: power wish not set"),
+    }
+}

@@ -1,0 +1,76 @@
+//! Every compute host's room, as the hibernation policy needs it: its
+//! zone and aggregates (os-services, os-aggregates), and its VCPU and
+//! MEMORY_MB capacity and what is free of them (Placement inventories and
+//! usages of the provider named after it).
+
+use std::collections::BTreeMap;
+
+use futures_util::{StreamExt, TryStreamExt, stream};
+
+use super::capacity::{AggregateRow, Inventory, ProviderRow};
+use super::error::NovaError;
+use super::host::NovaClient;
+use super::http::{Call, Service};
+use crate::lifecycle::ServiceState;
+use crate::power::hibernation::Room;
+use crate::power::policy::HostRoom;
+
+/// Placement requests in flight at once.
+const CONCURRENCY: usize = 8;
+
+impl NovaClient {
+    /// Every nova-compute with a provider in Placement (one without could
+    /// take no VM, and is left out).
+    pub async fn rooms(&self) -> Result<Vec<HostRoom>, NovaError> {
+        let aggregates = Call::get(Service::Compute, "os-aggregates");
+        let providers = Call::get(Service::Placement, "resource_providers");
+        let (services, aggregates, providers, provider_of): (
+            Vec<super::host::ComputeService>,
+            Vec<AggregateRow>,
+            Vec<ProviderRow>,
+            _,
+        ) = tokio::try_join!(
+            self.compute_services(None),
+            self.cloud().fetch(aggregates, "aggregates"),
+            self.cloud().fetch(providers, "resource_providers"),
+            self.provider_names(),
+        )?;
+        let uuid_of: BTreeMap<String, String> = providers.into_iter().map(|p| (p.name, p.uuid)).collect();
+        let mut wanted = Vec::new();
+        for s in services {
+            let name = provider_of.get(&s.host).unwrap_or(&s.host);
+            let Some(uuid) = uuid_of.get(name).cloned() else { continue };
+            let member =
+                |a: &&AggregateRow| a.hosts.as_deref().unwrap_or_default().iter().any(|h| h == &s.host);
+            let names = aggregates.iter().filter(member).map(|a| a.name.clone()).collect();
+            let in_service = s.is_enabled() && s.service_state() == ServiceState::Up;
+            wanted.push((
+                HostRoom { host: s.host, zone: s.zone, aggregates: names, in_service, ..Default::default() },
+                uuid,
+            ));
+        }
+        stream::iter(wanted)
+            .map(|(room, uuid)| async move {
+                let (capacity, free) = self.provider_vcpu_ram(&uuid).await?;
+                Ok::<_, NovaError>(HostRoom { capacity, free, ..room })
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_collect()
+            .await
+    }
+
+    /// A provider's VCPU and MEMORY_MB: whole, and free.
+    async fn provider_vcpu_ram(&self, uuid: &str) -> Result<(Room, Room), NovaError> {
+        let call = Call::get(Service::Placement, format!("resource_providers/{uuid}/inventories"));
+        let inventories: BTreeMap<String, Inventory> = self.cloud().fetch(call, "inventories").await?;
+        let call = Call::get(Service::Placement, format!("resource_providers/{uuid}/usages"));
+        let usages: BTreeMap<String, u64> = self.cloud().fetch(call, "usages").await?;
+        let of = |class: &str, used: bool| {
+            let used = if used { usages.get(class).copied().unwrap_or(0) } else { 0 };
+            inventories.get(class).map_or(0, |inv| inv.room(used).free)
+        };
+        let whole = Room { vcpu: of("VCPU", false), ram_mb: of("MEMORY_MB", false) };
+        let free = Room { vcpu: of("VCPU", true), ram_mb: of("MEMORY_MB", true) };
+        Ok((whole, free))
+    }
+}
