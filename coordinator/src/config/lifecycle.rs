@@ -39,9 +39,17 @@ pub struct LifecycleFlags {
     /// Repeatable; none: no host is hibernated but by an SRE.
     #[arg(long = "hibernation-policy")]
     pub hibernation_policies: Vec<crate::power::policy::GroupPolicy>,
-    /// How often the hibernation policy looks at its groups.
-    #[arg(long, default_value = "30s", value_parser = duration)]
+    /// How often the hibernation policy looks at its groups (at least 1s).
+    #[arg(long, default_value = "30s", value_parser = at_least_a_second)]
     pub hibernation_interval: Duration,
+}
+
+fn at_least_a_second(s: &str) -> Result<Duration, String> {
+    let d = duration(s)?;
+    if d < Duration::from_secs(1) {
+        return Err(format!("{s:?}: at least 1s"));
+    }
+    Ok(d)
 }
 
 impl LifecycleFlags {

@@ -142,8 +142,17 @@ pub fn judged(
 pub const WAITING_FOR_ROOM: &str = "WaitingForRoom";
 
 /// How long a preflight short of room waits for the hibernation policy to
-/// wake hosts before it fails.
-pub const WAIT_FOR_ROOM: Duration = Duration::from_secs(15 * 60);
+/// wake hosts before it fails: longer than one wake may take by its own
+/// bounds (power on 5 min, agent back 15, checks 10).
+pub const WAIT_FOR_ROOM: Duration = Duration::from_secs(40 * 60);
+
+/// Whether only room stops the VMs the preflight found (no other check):
+/// what a woken host could settle.
+pub fn short_of_room_only(report: &Report) -> bool {
+    use super::preflight::{CAPACITY, CONSTRAINTS};
+    !report.findings.is_empty()
+        && report.findings.iter().all(|f| f.check == CAPACITY || f.check == CONSTRAINTS)
+}
 
 /// A preflight that found no room where the hibernation policy has hosts
 /// to wake (`asleep`: by group, the hosts it may wake) waits for them in
@@ -158,10 +167,7 @@ pub fn waiting_for_room(
     generation: Option<i64>,
     now: Timestamp,
 ) -> Option<EvictionStatus> {
-    use super::preflight::{CAPACITY, CONSTRAINTS};
-    let room_only = !report.findings.is_empty()
-        && report.findings.iter().all(|f| f.check == CAPACITY || f.check == CONSTRAINTS);
-    if !room_only || asleep.is_empty() {
+    if !short_of_room_only(report) || asleep.is_empty() {
         return None;
     }
     let preflight = |c: &&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition| {

@@ -553,10 +553,14 @@ async fn wait_for_room(
     report: &crate::eviction::preflight::Report,
     now: Timestamp,
 ) -> Result<Option<Requeue>, Error> {
-    if ev.spec.dry_run || report.findings.is_empty() || matches!(fence, FenceState::Fenced(_)) {
+    let may_wait = ctx.hibernation.on() && phases::short_of_room_only(report);
+    if ev.spec.dry_run || !may_wait || matches!(fence, FenceState::Fenced(_)) {
         return Ok(None);
     }
-    let asleep = ctx.hibernation.asleep_near(source);
+    let Some(asleep) = ctx.hibernation.asleep_near(source) else {
+        // A new leader's policy has not looked yet: judged after its look.
+        return Ok(Some(Requeue::requeue(Duration::from_secs(2))));
+    };
     let Some(mut s) = phases::waiting_for_room(status_of(ev), report, &asleep, ev.metadata.generation, now)
     else {
         return Ok(None);

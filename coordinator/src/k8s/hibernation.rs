@@ -18,21 +18,25 @@ use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 
 use super::hypervisor::Context;
-use crate::api::keys::{POWER_BY_ANNOTATION, POWER_BY_POLICY};
+use crate::api::condition::ConditionType;
+use crate::api::keys::{PAUSED_ANNOTATION, POWER_BY_ANNOTATION, POWER_BY_POLICY};
 use crate::api::power::DesiredPower;
 use crate::api::{Hypervisor, Phase};
 use crate::power::hibernation::{Decision, Power, decide};
-use crate::power::policy::{GroupPolicy, HostRoom, OurHost, Scope, asleep_near, group_hosts};
+use crate::power::policy::{GroupPolicy, HostRoom, OurHost, Scope, asleep_near, group_hosts, withdraw};
 
 /// How long an eviction's ask for room counts: a few of its preflight's
 /// looks (it asks again at each while it waits).
 const ASK_COUNTS: Duration = Duration::from_secs(60);
 
+/// What a look saw: Nova's hosts of the groups, and ours by Nova host.
+type Seen = (Vec<HostRoom>, BTreeMap<String, OurHost>);
+
 /// The policies, and what the leader's last look saw.
 #[derive(Default)]
 pub struct Hibernation {
     policies: Vec<GroupPolicy>,
-    seen: Mutex<(Vec<HostRoom>, BTreeMap<String, OurHost>)>,
+    seen: Mutex<Option<Seen>>,
     /// Nova hosts whose eviction found no room, and when it last said so.
     asks: Mutex<BTreeMap<String, Instant>>,
     /// When each Nova host was first seen empty and awake, by this process:
@@ -45,12 +49,19 @@ impl Hibernation {
         Hibernation { policies, ..Hibernation::default() }
     }
 
-    /// The hosts the policy may wake in the groups of `source` (a Nova
-    /// host), by group, as the last look saw them.
-    pub fn asleep_near(&self, source: &str) -> Vec<(String, Vec<String>)> {
-        let Ok(seen) = self.seen.lock() else { return Vec::new() };
-        let near = asleep_near(&self.policies, &seen.0, &seen.1, source);
-        near.into_iter().map(|(scope, hosts)| (scope.to_string(), hosts)).collect()
+    /// The hosts the policy may wake, or that are waking, in the groups of
+    /// `source` (a Nova host), by group, as the last look saw them; None
+    /// before this leader's first look (nothing is known yet).
+    pub fn asleep_near(&self, source: &str) -> Option<Vec<(String, Vec<String>)>> {
+        let seen = self.seen.lock().ok()?;
+        let (rooms, ours) = seen.as_ref()?;
+        let near = asleep_near(&self.policies, rooms, ours, source);
+        Some(near.into_iter().map(|(scope, hosts)| (scope.to_string(), hosts)).collect())
+    }
+
+    /// Whether any policy is set.
+    pub fn on(&self) -> bool {
+        !self.policies.is_empty()
     }
 
     /// An eviction off `source` waits for room: the next looks of its
@@ -70,31 +81,40 @@ impl Hibernation {
     }
 }
 
-/// Looks every `every` while this process leads, until the process ends.
+/// Looks every `every` while this process leads, the first as soon as
+/// the caches are synced, until the process ends.
 pub async fn run(ctx: Arc<Context>, hibernation: Arc<Hibernation>, every: Duration) {
-    if hibernation.policies.is_empty() {
+    if !hibernation.on() {
         return std::future::pending().await;
     }
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
         if !ctx.gate.open() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
             continue;
         }
         if let Err(e) = look(&ctx, &hibernation).await {
             tracing::warn!(error = %e, "hibernation policy: no look this time");
         }
+        tokio::time::sleep(every).await;
     }
 }
 
-/// Observe, decide per group, act.
+/// Observe, decide per group, act. A decision of one group is counted in
+/// the next group's view: a host in two groups changes once per look.
 async fn look(ctx: &Context, hib: &Hibernation) -> Result<(), crate::nova::NovaError> {
-    let rooms = ctx.nova.rooms().await?;
+    let scopes: Vec<Scope> = hib.policies.iter().map(|p| p.scope.clone()).collect();
+    let rooms = ctx.nova.rooms(&scopes).await?;
     let hypervisors = ctx.hypervisors.state();
-    let ours = ours(&hypervisors, &rooms, hib);
+    let mut ours = ours(&hypervisors, &rooms, hib);
+    let of = |o: &OurHost| hypervisors.iter().find(|h| h.name_any() == o.name).cloned();
+    for o in ours.values_mut().filter(|o| withdraw(o)) {
+        if let Some(hv) = of(o) {
+            set_wish(ctx, &hv, DesiredPower::Running, "the hibernation policy withdraws its wish: the host refused it, left Active or is paused, or an SRE changed it").await;
+        }
+        (o.wish, o.by_policy) = (DesiredPower::Running, false);
+    }
     if let Ok(mut seen) = hib.seen.lock() {
-        *seen = (rooms.clone(), ours.clone());
+        *seen = Some((rooms.clone(), ours.clone()));
     }
     for p in &hib.policies {
         let hosts = group_hosts(&p.scope, &rooms, &ours);
@@ -104,11 +124,11 @@ async fn look(ctx: &Context, hib: &Hibernation) -> Result<(), crate::nova::NovaE
                 Decision::Hibernate { host, reason } => (host, DesiredPower::Hibernating, reason),
                 Decision::Wake { host, reason } => (host, DesiredPower::Running, reason),
             };
-            let Some(hv) = ours.get(host).and_then(|o| hypervisors.iter().find(|h| h.name_any() == o.name))
-            else {
-                continue;
-            };
-            set_wish(ctx, hv, wish, &format!("the hibernation policy of {}: {reason}", p.scope)).await;
+            let Some(o) = ours.get_mut(host) else { continue };
+            if let Some(hv) = of(o) {
+                set_wish(ctx, &hv, wish, &format!("the hibernation policy of {}: {reason}", p.scope)).await;
+            }
+            (o.wish, o.by_policy) = (wish, !wish.is_running());
         }
     }
     Ok(())
@@ -134,6 +154,11 @@ fn ours(hypervisors: &[Arc<Hypervisor>], rooms: &[HostRoom], hib: &Hibernation) 
             power: status.and_then(|s| s.power_state),
             by_policy: by.is_some_and(|v| v == POWER_BY_POLICY),
             bmc: hv.spec.fencing.bmc.is_some(),
+            paused: hv.annotations().contains_key(PAUSED_ANNOTATION),
+            refused: status.is_some_and(|s| {
+                let power = s.conditions.iter().find(|c| c.type_ == ConditionType::PowerState.as_str());
+                power.is_some_and(|c| matches!(c.reason.as_str(), "HostNotEmpty" | "NoBmc"))
+            }),
             servers: status.and_then(|s| s.instances.as_ref()).map(|i| i.count),
             domains: status
                 .and_then(|s| s.machine.as_ref()?.domains.as_ref())

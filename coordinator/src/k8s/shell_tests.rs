@@ -196,7 +196,10 @@ impl Nova for FakeNova {
             updated_at: None,
         }))
     }
-    async fn rooms(&self) -> Result<Vec<crate::power::policy::HostRoom>, NovaError> {
+    async fn rooms(
+        &self,
+        _: &[crate::power::policy::Scope],
+    ) -> Result<Vec<crate::power::policy::HostRoom>, NovaError> {
         Ok(Vec::new())
     }
 }

@@ -69,9 +69,12 @@ pub trait Nova: Send + Sync {
     /// The host's compute service (enabled, its state); None: no such
     /// service.
     async fn compute_service(&self, host: &str) -> Result<Option<ServiceView>, NovaError>;
-    /// Every compute host's zone, aggregates and room, for the
-    /// hibernation policy.
-    async fn rooms(&self) -> Result<Vec<crate::power::policy::HostRoom>, NovaError>;
+    /// The zone, aggregates and room of every compute host in `scopes`,
+    /// for the hibernation policy.
+    async fn rooms(
+        &self,
+        scopes: &[crate::power::policy::Scope],
+    ) -> Result<Vec<crate::power::policy::HostRoom>, NovaError>;
 }
 
 #[tonic::async_trait]
@@ -130,7 +133,10 @@ impl Nova for NovaClient {
     async fn compute_service(&self, host: &str) -> Result<Option<ServiceView>, NovaError> {
         NovaClient::compute_service(self, host).await
     }
-    async fn rooms(&self) -> Result<Vec<crate::power::policy::HostRoom>, NovaError> {
-        NovaClient::rooms(self).await
+    async fn rooms(
+        &self,
+        scopes: &[crate::power::policy::Scope],
+    ) -> Result<Vec<crate::power::policy::HostRoom>, NovaError> {
+        NovaClient::rooms(self, scopes).await
     }
 }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use futures_util::{StreamExt, TryStreamExt, stream};
+use futures_util::{StreamExt, stream};
 
 use super::capacity::{AggregateRow, Inventory, ProviderRow};
 use super::error::NovaError;
@@ -13,15 +13,17 @@ use super::host::NovaClient;
 use super::http::{Call, Service};
 use crate::lifecycle::ServiceState;
 use crate::power::hibernation::Room;
-use crate::power::policy::HostRoom;
+use crate::power::policy::{HostRoom, Scope};
 
 /// Placement requests in flight at once.
 const CONCURRENCY: usize = 8;
 
 impl NovaClient {
-    /// Every nova-compute with a provider in Placement (one without could
-    /// take no VM, and is left out).
-    pub async fn rooms(&self) -> Result<Vec<HostRoom>, NovaError> {
+    /// Every nova-compute in `scopes` with a provider in Placement (one
+    /// without could take no VM, and is left out, as is one whose
+    /// provider could not be read this time: the policy then neither
+    /// counts its room nor wakes it).
+    pub async fn rooms(&self, scopes: &[Scope]) -> Result<Vec<HostRoom>, NovaError> {
         let aggregates = Call::get(Service::Compute, "os-aggregates");
         let providers = Call::get(Service::Placement, "resource_providers");
         let (services, aggregates, providers, provider_of): (
@@ -44,19 +46,26 @@ impl NovaClient {
                 |a: &&AggregateRow| a.hosts.as_deref().unwrap_or_default().iter().any(|h| h == &s.host);
             let names = aggregates.iter().filter(member).map(|a| a.name.clone()).collect();
             let in_service = s.is_enabled() && s.service_state() == ServiceState::Up;
-            wanted.push((
-                HostRoom { host: s.host, zone: s.zone, aggregates: names, in_service, ..Default::default() },
-                uuid,
-            ));
+            let room =
+                HostRoom { host: s.host, zone: s.zone, aggregates: names, in_service, ..Default::default() };
+            if scopes.iter().any(|scope| scope.holds(&room)) {
+                wanted.push((room, uuid));
+            }
         }
-        stream::iter(wanted)
+        let read: Vec<Option<HostRoom>> = stream::iter(wanted)
             .map(|(room, uuid)| async move {
-                let (capacity, free) = self.provider_vcpu_ram(&uuid).await?;
-                Ok::<_, NovaError>(HostRoom { capacity, free, ..room })
+                match self.provider_vcpu_ram(&uuid).await {
+                    Ok((capacity, free)) => Some(HostRoom { capacity, free, ..room }),
+                    Err(e) => {
+                        tracing::warn!(node = %room.host, error = %e, "hibernation policy: room not read");
+                        None
+                    }
+                }
             })
             .buffer_unordered(CONCURRENCY)
-            .try_collect()
-            .await
+            .collect()
+            .await;
+        Ok(read.into_iter().flatten().collect())
     }
 
     /// A provider's VCPU and MEMORY_MB: whole, and free.

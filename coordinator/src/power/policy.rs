@@ -132,6 +132,11 @@ pub struct OurHost {
     pub by_policy: bool,
     /// It has a BMC to power it on again.
     pub bmc: bool,
+    /// Paused by an SRE (`hypervisor.cloud.sap/paused`): left alone.
+    pub paused: bool,
+    /// The lifecycle refused its last hibernation (`PowerState` reason
+    /// `HostNotEmpty` or `NoBmc`).
+    pub refused: bool,
     /// Servers Nova lists, domains its agent reports (None: unknown).
     pub servers: Option<u32>,
     pub domains: Option<u32>,
@@ -156,6 +161,22 @@ impl OurHost {
             (_, P::StartingMachine | P::WaitingForAgent | P::WaitingForChecks) => Power::Waking,
         }
     }
+}
+
+/// The policy's own wish that the lifecycle will not carry out (the host
+/// refused it, left Active, or was paused before it began), or the
+/// policy's mark left on a wish that is no longer to hibernate (an SRE's
+/// edit): withdrawn, so that a wish never outlives its reason and holds
+/// the group's next change for ever.
+pub fn withdraw(o: &OurHost) -> bool {
+    if !o.by_policy {
+        return false;
+    }
+    if o.wish.is_running() {
+        return true;
+    }
+    let not_begun = o.power.is_none_or(|p| matches!(p, HostPower::Running | HostPower::Unsupported));
+    not_begun && (!o.active || o.paused || o.refused)
 }
 
 /// The hosts of one group for [`super::hibernation::decide`]: every member
@@ -187,11 +208,12 @@ fn host(r: &HostRoom, ours: Option<&OurHost>) -> Host {
         name: r.host.clone(),
         power,
         takes_vms,
-        may_hibernate: takes_vms && o.bmc && o.wish.is_running(),
+        may_hibernate: takes_vms && o.bmc && o.wish.is_running() && !o.paused,
         // An SRE's hibernation, or one that failed to start, is theirs.
         may_wake: power == Power::Hibernated
             && o.by_policy
             && o.bmc
+            && !o.paused
             && o.power == Some(HostPower::Hibernating),
         servers: o.servers.unwrap_or(u32::MAX),
         domains: o.domains.unwrap_or(u32::MAX),

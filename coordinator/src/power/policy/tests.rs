@@ -63,6 +63,8 @@ fn ours(name: &str) -> OurHost {
         power: Some(HostPower::Running),
         by_policy: false,
         bmc: true,
+        paused: false,
+        refused: false,
         servers: Some(0),
         domains: Some(0),
         empty_for: Some(Duration::from_secs(60)),
@@ -178,4 +180,35 @@ fn an_eviction_short_of_room_waits_only_for_hosts_the_policy_may_wake_in_its_own
     mine.insert("c1".into(), OurHost { by_policy: false, ..asleep });
     let near = asleep_near(&[zone], &rooms, &mine, "src");
     assert!(near.is_empty(), "an SRE's hibernation is not the policy's to undo: {near:?}");
+}
+
+#[test]
+fn a_wish_of_the_policys_that_will_not_be_carried_out_is_withdrawn() {
+    let wished = OurHost {
+        wish: DesiredPower::Hibernating,
+        power: Some(HostPower::Running),
+        by_policy: true,
+        ..ours("n")
+    };
+    assert!(!withdraw(&wished), "on its way");
+    assert!(withdraw(&OurHost { refused: true, ..wished.clone() }), "refused: not empty, no BMC");
+    assert!(withdraw(&OurHost { active: false, ..wished.clone() }), "in maintenance before it began");
+    assert!(withdraw(&OurHost { paused: true, ..wished.clone() }));
+    assert!(withdraw(&OurHost { power: None, refused: true, ..wished.clone() }));
+    // Begun: the lifecycle's own bounds and error states take it from there.
+    for p in
+        [HostPower::Stopping, HostPower::WaitingForPowerOff, HostPower::Hibernating, HostPower::FailedToStop]
+    {
+        assert!(!withdraw(&OurHost { power: Some(p), active: false, paused: true, ..wished.clone() }), "{p}");
+    }
+    // An SRE's wish is never touched; the policy's mark on a wish to run is
+    // dropped (an SRE woke it by hand).
+    assert!(!withdraw(&OurHost { by_policy: false, refused: true, ..wished.clone() }));
+    assert!(withdraw(&OurHost { wish: DesiredPower::Running, ..wished.clone() }));
+    // Paused: never picked, never woken.
+    let rooms = [room("c1", "az", &[])];
+    let paused = OurHost { paused: true, ..ours("n") };
+    assert!(!host(&rooms[0], Some(&paused)).may_hibernate);
+    let asleep = OurHost { paused: true, power: Some(HostPower::Hibernating), ..wished };
+    assert!(!host(&rooms[0], Some(&asleep)).may_wake);
 }
