@@ -16,5 +16,6 @@ pub mod os_check;
 pub mod phases;
 pub mod plan;
 pub mod preflight;
+pub mod room_asleep;
 
 pub use nova_state::NovaState;

@@ -78,6 +78,9 @@ pub struct Candidate {
     /// Its software and CPU, as its agent reported them (None: not a
     /// host of ours, or not reported).
     pub software: Option<HostSoftware>,
+    /// Not in service now: hibernated (or waking) by the hibernation
+    /// policy, a candidate only once it is awake.
+    pub asleep: bool,
 }
 
 /// One reason a VM cannot be moved.

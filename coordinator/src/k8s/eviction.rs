@@ -503,14 +503,12 @@ async fn run_preflight(
     if machine.holds {
         return hold_for_machine(ctx, ev, machine.condition, now).await;
     }
-    let named = named_traits(&servers);
-    let (carried, mut candidates) = tokio::try_join!(ctx.nova.carriers(&named), ctx.nova.candidates(source))?;
-    with_traits(&mut candidates, &carried);
-    let mut servers = servers;
-    super::host_software::with_software(&ctx.hypervisors, source, &mut servers, &mut candidates);
+    let (servers, candidates) = candidates(ctx, source, servers).await?;
     let o = &ev.spec.options;
-    let report = preflight(&servers, o.default_policy.unwrap_or(ctx.default_policy), &candidates, &o.force);
-    if let Some(next) = wait_for_room(ctx, ev, source, fence, &report, now).await? {
+    let awake: Vec<_> = candidates.iter().filter(|c| !c.asleep).cloned().collect();
+    let report = preflight(&servers, o.default_policy.unwrap_or(ctx.default_policy), &awake, &o.force);
+    if let Some(next) = wait_for_room(ctx, ev, (source, fence), &report, (&servers, &candidates), now).await?
+    {
         return Ok(next);
     }
     let plan = report.plan.clone();
@@ -542,15 +540,34 @@ async fn run_preflight(
     }
 }
 
-/// A preflight short of room where the hibernation policy has hosts to
-/// wake waits for them (`phases::waiting_for_room`), asking the policy for
-/// room at each look; a dry run or an evacuation does not wait.
+/// Where the VMs of `source` could go, with their traits and software,
+/// and the hosts the hibernation policy could wake for them, marked asleep;
+/// the servers with their software.
+async fn candidates(
+    ctx: &EvictionContext,
+    source: &str,
+    mut servers: Vec<Server>,
+) -> Result<(Vec<Server>, Vec<crate::eviction::preflight::Candidate>), Error> {
+    let named = named_traits(&servers);
+    let asleep = ctx.hibernation.asleep_near(source).unwrap_or_default();
+    let coming: Vec<String> = asleep.into_iter().flat_map(|(_, hosts)| hosts).collect();
+    let (carried, mut candidates) =
+        tokio::try_join!(ctx.nova.carriers(&named), ctx.nova.candidates(source, &coming))?;
+    with_traits(&mut candidates, &carried);
+    super::host_software::with_software(&ctx.hypervisors, source, &mut servers, &mut candidates);
+    Ok((servers, candidates))
+}
+
+/// A preflight short of room that hibernated hosts would settle
+/// (`room_asleep::hosts_to_wake`) waits for them
+/// (`phases::waiting_for_room`), asking the policy at each look to wake
+/// them; a dry run or an evacuation does not wait.
 async fn wait_for_room(
     ctx: &EvictionContext,
     ev: &Eviction,
-    source: &str,
-    fence: &FenceState,
+    (source, fence): (&str, &FenceState),
     report: &crate::eviction::preflight::Report,
+    (servers, candidates): (&[Server], &[crate::eviction::preflight::Candidate]),
     now: Timestamp,
 ) -> Result<Option<Requeue>, Error> {
     let may_wait = ctx.hibernation.on() && phases::short_of_room_only(report);
@@ -561,13 +578,27 @@ async fn wait_for_room(
         // A new leader's policy has not looked yet: judged after its look.
         return Ok(Some(Requeue::requeue(Duration::from_secs(2))));
     };
-    let Some(mut s) = phases::waiting_for_room(status_of(ev), report, &asleep, ev.metadata.generation, now)
+    let o = &ev.spec.options;
+    let policy = o.default_policy.unwrap_or(ctx.default_policy);
+    let Some(wake) = crate::eviction::room_asleep::hosts_to_wake(servers, policy, candidates, &o.force)
+    else {
+        let asleep: Vec<(&str, &str)> =
+            candidates.iter().filter(|c| c.asleep).map(|c| (c.host.as_str(), c.az.as_str())).collect();
+        tracing::info!(node = %source, ?asleep, "preflight short of room: no hibernated host would settle it");
+        return Ok(None);
+    };
+    let named: Vec<(String, Vec<String>)> = asleep
+        .into_iter()
+        .map(|(group, hosts)| (group, hosts.into_iter().filter(|h| wake.contains(h)).collect::<Vec<_>>()))
+        .filter(|(_, hosts)| !hosts.is_empty())
+        .collect();
+    let Some(mut s) = phases::waiting_for_room(status_of(ev), report, &named, ev.metadata.generation, now)
     else {
         return Ok(None);
     };
-    ctx.hibernation.ask_room(source);
+    tracing::info!(node = %source, ?wake, "preflight short of room: waiting for hibernated hosts to wake");
+    ctx.hibernation.ask_room(source, wake);
     s.preflight = report.plan.clone();
-    tracing::info!(node = %source, ?asleep, "preflight short of room: waiting for hibernated hosts to wake");
     record(ctx, ev, s).await?;
     Ok(Some(Requeue::requeue(ctx.hibernation_interval.min(Duration::from_secs(15)))))
 }

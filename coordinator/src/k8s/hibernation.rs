@@ -6,8 +6,9 @@
 //! wish out, with its own fresh checks: the policy never powers a host
 //! itself, and a host it picks that is not empty after all stays on.
 //!
-//! An eviction whose preflight finds no room asks here ([`Hibernation::ask_room`]):
-//! the groups of its host that have hibernated hosts then wake one.
+//! An eviction whose preflight finds no room that hibernated hosts would
+//! give asks here for them ([`Hibernation::ask_room`]); the next look
+//! wakes them.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -37,8 +38,9 @@ type Seen = (Vec<HostRoom>, BTreeMap<String, OurHost>);
 pub struct Hibernation {
     policies: Vec<GroupPolicy>,
     seen: Mutex<Option<Seen>>,
-    /// Nova hosts whose eviction found no room, and when it last said so.
-    asks: Mutex<BTreeMap<String, Instant>>,
+    /// By Nova host emptied: when its eviction last found no room, and
+    /// the hibernated hosts that would give it.
+    asks: Mutex<BTreeMap<String, (Instant, Vec<String>)>>,
     /// When each Nova host was first seen empty and awake, by this process:
     /// a new leader counts `hibernateAfter` anew.
     empty_since: Mutex<BTreeMap<String, Instant>>,
@@ -64,20 +66,24 @@ impl Hibernation {
         !self.policies.is_empty()
     }
 
-    /// An eviction off `source` waits for room: the next looks of its
-    /// groups wake a host.
-    pub fn ask_room(&self, source: &str) {
+    /// An eviction off `source` waits for room `hosts` would give: the
+    /// next look wakes those of them still hibernated.
+    pub fn ask_room(&self, source: &str, hosts: Vec<String>) {
         if let Ok(mut asks) = self.asks.lock() {
-            asks.insert(source.to_string(), Instant::now());
+            asks.insert(source.to_string(), (Instant::now(), hosts));
         }
     }
 
-    fn asked(&self, scope: &Scope, rooms: &[HostRoom]) -> bool {
-        let Ok(asks) = self.asks.lock() else { return false };
-        rooms
-            .iter()
-            .filter(|r| scope.holds(r))
-            .any(|r| asks.get(&r.host).is_some_and(|at| at.elapsed() < ASK_COUNTS))
+    /// The hosts of `scope` evictions asked for lately.
+    fn wanted(&self, scope: &Scope, rooms: &[HostRoom]) -> Vec<String> {
+        let Ok(mut asks) = self.asks.lock() else { return Vec::new() };
+        asks.retain(|_, (at, _)| at.elapsed() < ASK_COUNTS);
+        let asked = asks.values().flat_map(|(_, hosts)| hosts);
+        let members: Vec<&String> = rooms.iter().filter(|r| scope.holds(r)).map(|r| &r.host).collect();
+        let mut wanted: Vec<String> = asked.filter(|h| members.contains(h)).cloned().collect();
+        wanted.sort();
+        wanted.dedup();
+        wanted
     }
 }
 
@@ -118,8 +124,12 @@ async fn look(ctx: &Context, hib: &Hibernation) -> Result<(), crate::nova::NovaE
     }
     for p in &hib.policies {
         let hosts = group_hosts(&p.scope, &rooms, &ours);
-        let asked = hib.asked(&p.scope, &rooms);
-        for d in decide(&p.policy, &hosts, asked) {
+        if hosts.is_empty() {
+            tracing::warn!(group = %p.scope, "hibernation policy: no compute host of Nova's is in this group");
+            continue;
+        }
+        let wanted = hib.wanted(&p.scope, &rooms);
+        for d in decide(&p.policy, &hosts, &wanted) {
             let (host, wish, reason) = match &d {
                 Decision::Hibernate { host, reason } => (host, DesiredPower::Hibernating, reason),
                 Decision::Wake { host, reason } => (host, DesiredPower::Running, reason),
@@ -173,6 +183,7 @@ fn ours(hypervisors: &[Arc<Hypervisor>], rooms: &[HostRoom], hib: &Hibernation) 
         }
         out.insert(host, o);
     }
+    since.retain(|host, _| out.contains_key(host));
     out
 }
 

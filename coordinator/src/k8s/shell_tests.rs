@@ -145,7 +145,7 @@ impl Nova for FakeNova {
     async fn server(&self, _: &str) -> Result<Option<Server>, NovaError> {
         Ok(None)
     }
-    async fn candidates(&self, _: &str) -> Result<Vec<Candidate>, NovaError> {
+    async fn candidates(&self, _: &str, _: &[String]) -> Result<Vec<Candidate>, NovaError> {
         Ok(Vec::new())
     }
     async fn carriers(

@@ -58,9 +58,11 @@ impl Inventory {
 }
 
 impl NovaClient {
-    /// The hosts the VMs of `source` could go to. A host without a
-    /// provider in Placement is left out (the scheduler could not use it).
-    pub async fn candidates(&self, source: &str) -> Result<Vec<Candidate>, NovaError> {
+    /// The hosts the VMs of `source` could go to, and `asleep` (hosts the
+    /// hibernation policy could wake) marked as such whatever their
+    /// service says. A host without a provider in Placement is left out
+    /// (the scheduler could not use it).
+    pub async fn candidates(&self, source: &str, asleep: &[String]) -> Result<Vec<Candidate>, NovaError> {
         // The four lists go out together: an eviction's first migration
         // waits on them.
         let aggregates = Call::get(Service::Compute, "os-aggregates");
@@ -79,11 +81,12 @@ impl NovaClient {
         )?;
         let uuid_of: BTreeMap<String, String> = providers.into_iter().map(|p| (p.name, p.uuid)).collect();
 
-        let usable = services
-            .into_iter()
-            .filter(|s| s.host != source && s.is_enabled() && s.service_state() == ServiceState::Up);
         let mut wanted = Vec::new();
-        for s in usable {
+        for s in services.into_iter().filter(|s| s.host != source) {
+            let awake = s.is_enabled() && s.service_state() == ServiceState::Up;
+            if !awake && !asleep.contains(&s.host) {
+                continue;
+            }
             let name = provider_of.get(&s.host).unwrap_or(&s.host);
             let Some(uuid) = uuid_of.get(name).cloned() else { continue };
             let metadata = aggregates
@@ -91,10 +94,10 @@ impl NovaClient {
                 .filter(|a| a.hosts.as_deref().unwrap_or_default().iter().any(|h| h == &s.host))
                 .map(|a| a.metadata.clone())
                 .collect();
-            wanted.push((s, uuid, metadata));
+            wanted.push((s, uuid, metadata, !awake));
         }
         stream::iter(wanted)
-            .map(|(s, uuid, aggregates)| async move {
+            .map(|(s, uuid, aggregates, asleep)| async move {
                 let room = self.provider_room(&uuid).await?;
                 let traits = BTreeSet::new();
                 Ok::<_, NovaError>(Candidate {
@@ -106,6 +109,7 @@ impl NovaClient {
                     aggregates,
                     // Ours to say, from the hosts' agents (`k8s::eviction`).
                     software: None,
+                    asleep,
                 })
             })
             .buffer_unordered(CONCURRENCY)

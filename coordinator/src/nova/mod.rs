@@ -46,8 +46,9 @@ pub trait Nova: Send + Sync {
     async fn servers_on(&self, host: &str) -> Result<Vec<Server>, NovaError>;
     async fn server(&self, id: &str) -> Result<Option<Server>, NovaError>;
     /// The hosts the VMs of `source` could go to, without their traits
-    /// ([`Nova::carriers`] says which matter).
-    async fn candidates(&self, source: &str) -> Result<Vec<Candidate>, NovaError>;
+    /// ([`Nova::carriers`] says which matter), and the hosts `asleep`
+    /// marked as such.
+    async fn candidates(&self, source: &str, asleep: &[String]) -> Result<Vec<Candidate>, NovaError>;
     /// The resource providers (by uuid) that carry each of `traits`.
     async fn carriers(
         &self,
@@ -97,8 +98,8 @@ impl Nova for NovaClient {
     async fn server(&self, id: &str) -> Result<Option<Server>, NovaError> {
         NovaClient::server(self, id).await
     }
-    async fn candidates(&self, source: &str) -> Result<Vec<Candidate>, NovaError> {
-        NovaClient::candidates(self, source).await
+    async fn candidates(&self, source: &str, asleep: &[String]) -> Result<Vec<Candidate>, NovaError> {
+        NovaClient::candidates(self, source, asleep).await
     }
     async fn carriers(
         &self,

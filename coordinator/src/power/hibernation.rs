@@ -5,7 +5,8 @@
 //! empty for weeks. The policy powers off the ones that have been empty
 //! for `hibernate_after` while the free room left awake stays above a
 //! headroom, and wakes the fewest hibernated hosts that restore the
-//! headroom when it is short, or when a preflight found no room.
+//! headroom when it is short, and the ones an eviction's preflight found
+//! it needs awake to place its VMs.
 //!
 //! Two rules make it safe whatever the inputs say:
 //! - a host Nova or its agent says runs anything is never hibernated;
@@ -139,62 +140,50 @@ fn awake_room(hosts: &[Host]) -> (Room, u32) {
         .fold((Room::default(), 0), |(r, n), h| (r.plus(h.free), n + 1))
 }
 
-/// The decisions for one group. `short_of_room`: a preflight of the group
-/// found no room for some VM.
-pub fn decide(policy: &Policy, hosts: &[Host], short_of_room: bool) -> Vec<Decision> {
+/// The decisions for one group. `wanted`: hibernated hosts an eviction's
+/// preflight found it needs awake (the VMs it could not place fit once
+/// they are): woken with what the headroom asks, and nothing hibernates
+/// while any is asked for.
+pub fn decide(policy: &Policy, hosts: &[Host], wanted: &[String]) -> Vec<Decision> {
     let need = required(policy, hosts);
     let (room, awake) = awake_room(hosts);
-    let waking = hosts.iter().any(|h| h.power == Power::Waking);
-    let short = !room.covers(need) || awake < policy.keep_awake || (short_of_room && !waking);
-    if short {
-        return wake(policy, hosts, need, room, awake, short_of_room && !waking);
+    let mut out = Vec::new();
+    if !room.covers(need) || awake < policy.keep_awake {
+        out = wake(policy, hosts, need, room, awake);
     }
-    if hosts.iter().any(|h| matches!(h.power, Power::Waking | Power::Hibernating)) || short_of_room {
-        return Vec::new();
+    let asked =
+        hosts.iter().filter(|h| h.power == Power::Hibernated && h.may_wake && wanted.contains(&h.name));
+    for h in asked {
+        if !out.iter().any(|d| matches!(d, Decision::Wake { host, .. } if host == &h.name)) {
+            let reason =
+                "an eviction's preflight found no room, which it finds once this host is awake".to_string();
+            out.push(Decision::Wake { host: h.name.clone(), reason });
+        }
+    }
+    let changing = hosts.iter().any(|h| matches!(h.power, Power::Waking | Power::Hibernating));
+    if !out.is_empty() || changing || !wanted.is_empty() {
+        return out;
     }
     hibernate(policy, hosts, need, room, awake).into_iter().collect()
 }
 
 /// The fewest hibernated hosts that bring the room up to `need` and the
-/// awake count up to `keep_awake` (at least one when `at_least_one`); all
-/// of them when even that is not enough.
-fn wake(
-    policy: &Policy,
-    hosts: &[Host],
-    need: Room,
-    room: Room,
-    awake: u32,
-    at_least_one: bool,
-) -> Vec<Decision> {
+/// awake count up to `keep_awake`; all of them when even that is not
+/// enough.
+fn wake(policy: &Policy, hosts: &[Host], need: Room, room: Room, awake: u32) -> Vec<Decision> {
     let sleeping: Vec<&Host> = hosts.iter().filter(|h| h.power == Power::Hibernated && h.may_wake).collect();
     let enough = |picked: &[&Host]| {
         let r = picked.iter().fold(room, |r, h| r.plus(h.free));
         r.covers(need) && awake as usize + picked.len() >= policy.keep_awake as usize
     };
-    let picked = if at_least_one && enough(&[]) {
-        // Room enough by the headroom, none for some VM: the host with the
-        // most room, the likeliest to take it.
-        sleeping.iter().max_by(|a, b| larger(a, b)).map(|h| vec![*h]).unwrap_or_default()
-    } else {
-        fewest(&sleeping, need, room, &enough).unwrap_or(sleeping.clone())
-    };
-    let (free, headroom) = (
-        format!("{} vCPU, {} MiB", room.vcpu, room.ram_mb),
-        format!("{} vCPU, {} MiB", need.vcpu, need.ram_mb),
-    );
-    let reason = match (room.covers(need), at_least_one) {
-        (true, _) => format!(
-            "an eviction's preflight found no room (the awake free room, {free}, covers the headroom, {headroom})"
-        ),
-        (false, true) => format!(
-            "the awake free room ({free}) is short of the headroom ({headroom}), and an eviction's preflight found no room"
-        ),
-        (false, false) => format!("the awake free room ({free}) is short of the headroom ({headroom})"),
-    };
+    let picked = fewest(&sleeping, need, room, &enough).unwrap_or(sleeping.clone());
     let reason = if awake < policy.keep_awake {
         format!("{awake} hosts awake, the policy keeps {}", policy.keep_awake)
     } else {
-        reason
+        format!(
+            "the awake free room ({} vCPU, {} MiB) is short of the headroom ({} vCPU, {} MiB)",
+            room.vcpu, room.ram_mb, need.vcpu, need.ram_mb
+        )
     };
     picked.into_iter().map(|h| Decision::Wake { host: h.name.clone(), reason: reason.clone() }).collect()
 }

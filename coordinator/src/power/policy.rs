@@ -223,9 +223,9 @@ fn host(r: &HostRoom, ours: Option<&OurHost>) -> Host {
     }
 }
 
-/// The hosts the policy may wake, or that are waking, in a group holding
-/// `source` (a Nova host), by group: what an eviction short of room waits
-/// for.
+/// The hosts the policy may wake, is powering off, or that are waking,
+/// in a group holding `source` (a Nova host), by group: what an eviction
+/// short of room waits for.
 pub fn asleep_near(
     policies: &[GroupPolicy],
     rooms: &[HostRoom],
@@ -238,7 +238,10 @@ pub fn asleep_near(
         .filter(|p| p.scope.holds(src))
         .map(|p| {
             let hosts = group_hosts(&p.scope, rooms, ours);
-            let coming = hosts.into_iter().filter(|h| h.may_wake || h.power == Power::Waking);
+            // Powering off by the policy: wakeable once off.
+            let going =
+                |h: &Host| h.power == Power::Hibernating && ours.get(&h.name).is_some_and(|o| o.by_policy);
+            let coming = hosts.into_iter().filter(|h| h.may_wake || h.power == Power::Waking || going(h));
             let asleep = coming.map(|h| h.name).collect();
             (p.scope.clone(), asleep)
         })

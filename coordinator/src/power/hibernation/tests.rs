@@ -65,7 +65,7 @@ fn the_host_empty_longest_hibernates_when_the_room_left_covers_the_headroom() {
     let mut older = idle("b");
     older.empty_for = Some(2 * DAY);
     let hosts = [busy("a", room(10, 10_000)), older, idle("c"), idle("d")];
-    assert_eq!(names(&decide(&policy(Headroom::Hosts(1)), &hosts, false)), ["hibernate b"]);
+    assert_eq!(names(&decide(&policy(Headroom::Hosts(1)), &hosts, &[])), ["hibernate b"]);
 }
 
 #[test]
@@ -77,20 +77,17 @@ fn what_is_not_idle_long_enough_or_not_ours_to_power_stays_on() {
     let domain_left = Host { domains: 1, ..idle("d") };
     let unknown = Host { empty_for: None, ..idle("e") };
     let hosts = [young, held, running, domain_left, unknown, busy("f", room(0, 0))];
-    assert_eq!(decide(&p, &hosts, false), []);
+    assert_eq!(decide(&p, &hosts, &[]), []);
 }
 
 #[test]
 fn nothing_hibernates_that_would_leave_the_headroom_or_the_hosts_kept_awake_short() {
     // Two empty hosts, a headroom of two hosts' worth: neither may go.
-    assert_eq!(
-        decide(&policy(Headroom::Hosts(2)), &[idle("a"), idle("b"), busy("c", room(0, 0))], false),
-        []
-    );
+    assert_eq!(decide(&policy(Headroom::Hosts(2)), &[idle("a"), idle("b"), busy("c", room(0, 0))], &[]), []);
     // Room enough, but the policy keeps two awake.
     let p = Policy { keep_awake: 2, ..policy(Headroom::Percent(0)) };
-    assert_eq!(decide(&p, &[idle("a"), idle("b")], false), []);
-    assert_eq!(names(&decide(&p, &[idle("a"), idle("b"), idle("c")], false)), ["hibernate a"]);
+    assert_eq!(decide(&p, &[idle("a"), idle("b")], &[]), []);
+    assert_eq!(names(&decide(&p, &[idle("a"), idle("b"), idle("c")], &[])), ["hibernate a"]);
 }
 
 #[test]
@@ -98,7 +95,7 @@ fn one_change_at_a_time_nothing_hibernates_while_a_host_wakes_or_powers_off() {
     let p = policy(Headroom::Percent(0));
     for power in [Power::Waking, Power::Hibernating] {
         let moving = Host { power, ..idle("z") };
-        assert_eq!(decide(&p, &[idle("a"), idle("b"), idle("c"), moving], false), [], "{power:?}");
+        assert_eq!(decide(&p, &[idle("a"), idle("b"), idle("c"), moving], &[]), [], "{power:?}");
     }
 }
 
@@ -107,7 +104,7 @@ fn a_short_headroom_wakes_the_fewest_hosts_that_restore_it() {
     let small = Host { capacity: room(16, 65_536), free: room(16, 65_536), ..asleep("small") };
     let hosts = [busy("a", room(8, 8192)), busy("b", room(8, 8192)), small, asleep("big-1"), asleep("big-2")];
     // One host's worth (64 vCPU): one big host restores it; the small one would not.
-    let ds = decide(&policy(Headroom::Hosts(1)), &hosts, false);
+    let ds = decide(&policy(Headroom::Hosts(1)), &hosts, &[]);
     assert_eq!(names(&ds), ["wake big-1"]);
     let Decision::Wake { reason, .. } = &ds[0] else { panic!() };
     assert!(
@@ -115,7 +112,7 @@ fn a_short_headroom_wakes_the_fewest_hosts_that_restore_it() {
         "{reason}"
     );
     // Two hosts' worth: both big ones, not the small one too.
-    assert_eq!(names(&decide(&policy(Headroom::Hosts(2)), &hosts, false)), ["wake big-1", "wake big-2"]);
+    assert_eq!(names(&decide(&policy(Headroom::Hosts(2)), &hosts, &[])), ["wake big-1", "wake big-2"]);
 }
 
 #[test]
@@ -123,34 +120,38 @@ fn of_the_fewest_that_suffice_the_smallest_wakes() {
     let mid = Host { free: room(40, 100_000), ..asleep("mid") };
     let hosts = [busy("a", room(30, 200_000)), busy("b", room(0, 0)), asleep("big"), mid];
     let p = Policy { keep_awake: 3, ..policy(Headroom::Percent(0)) };
-    assert_eq!(names(&decide(&p, &hosts, false)), ["wake mid"]);
+    assert_eq!(names(&decide(&p, &hosts, &[])), ["wake mid"]);
 }
 
 #[test]
-fn a_preflight_short_of_room_wakes_one_host_unless_one_is_waking() {
+fn the_hosts_a_preflight_needs_are_woken_and_nothing_hibernates_meanwhile() {
     let p = policy(Headroom::Percent(0));
-    let hosts = [idle("a"), idle("b"), asleep("c"), asleep("d")];
-    let ds = decide(&p, &hosts, true);
-    assert_eq!(names(&ds), ["wake c"]);
+    let hosts = [idle("a"), idle("b"), idle("e"), asleep("c"), asleep("d")];
+    let want = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+    let ds = decide(&p, &hosts, &want(&["c", "d"]));
+    assert_eq!(names(&ds), ["wake c", "wake d"]);
     let Decision::Wake { reason, .. } = &ds[0] else { panic!() };
-    assert!(reason.starts_with("an eviction's preflight found no room (the awake free room"), "{reason}");
+    assert!(reason.starts_with("an eviction's preflight found no room"), "{reason}");
+    // Asked for while waking, or not the policy's to wake: nothing more.
     let waking = Host { power: Power::Waking, ..asleep("c") };
-    assert_eq!(decide(&p, &[idle("a"), idle("b"), waking, asleep("d")], true), []);
-    // Short of room, nothing else hibernates either.
-    assert_eq!(decide(&p, &[idle("a"), idle("b"), idle("e")], true), []);
+    let theirs = Host { may_wake: false, ..asleep("d") };
+    assert_eq!(decide(&p, &[idle("a"), idle("b"), idle("e"), waking, theirs], &want(&["c", "d"])), []);
+    // A host not asked for stays off; while any is asked for, nothing hibernates.
+    assert_eq!(decide(&p, &hosts, &want(&["x"])), []);
+    assert_eq!(names(&decide(&p, &hosts, &[])), ["hibernate a"]);
 }
 
 #[test]
 fn a_waking_hosts_room_counts_and_no_more_is_woken_for_it() {
     let waking = Host { power: Power::Waking, ..asleep("c") };
     let hosts = [busy("a", room(0, 0)), busy("b", room(0, 0)), waking, asleep("d")];
-    assert_eq!(decide(&policy(Headroom::Hosts(1)), &hosts, false), []);
+    assert_eq!(decide(&policy(Headroom::Hosts(1)), &hosts, &[]), []);
 }
 
 #[test]
 fn too_few_awake_wakes_up_to_the_hosts_kept_awake() {
     let p = Policy { keep_awake: 3, ..policy(Headroom::Percent(0)) };
-    let ds = decide(&p, &[busy("a", room(0, 0)), asleep("b"), asleep("c"), asleep("d")], false);
+    let ds = decide(&p, &[busy("a", room(0, 0)), asleep("b"), asleep("c"), asleep("d")], &[]);
     assert_eq!(names(&ds), ["wake b", "wake c"]);
     let Decision::Wake { reason, .. } = &ds[0] else { panic!() };
     assert_eq!(reason, "1 hosts awake, the policy keeps 3");
@@ -159,15 +160,14 @@ fn too_few_awake_wakes_up_to_the_hosts_kept_awake() {
 #[test]
 fn a_host_held_for_its_update_is_no_room() {
     let held = Host { takes_vms: false, may_hibernate: false, ..idle("b") };
-    let ds = decide(&policy(Headroom::Hosts(1)), &[busy("a", room(0, 0)), held, asleep("c")], false);
+    let ds = decide(&policy(Headroom::Hosts(1)), &[busy("a", room(0, 0)), held, asleep("c")], &[]);
     assert_eq!(names(&ds), ["wake c"]);
 }
 
 #[test]
-fn a_preflight_short_of_room_wakes_the_host_with_the_most_room() {
-    let small = Host { free: room(64, 65_536), ..asleep("a-small") };
-    let hosts = [idle("a"), idle("b"), small, asleep("b-big")];
-    assert_eq!(names(&decide(&policy(Headroom::Percent(0)), &hosts, true)), ["wake b-big"]);
+fn a_host_the_headroom_wakes_is_not_woken_twice_for_a_preflight() {
+    let ds = decide(&policy(Headroom::Hosts(1)), &[busy("a", room(0, 0)), asleep("c")], &["c".to_string()]);
+    assert_eq!(names(&ds), ["wake c"]);
 }
 
 #[test]
@@ -181,13 +181,13 @@ fn beyond_sixteen_hosts_what_is_short_is_covered_first() {
         hosts.extend([cpu, ram]);
     }
     assert_eq!(required(&policy(Headroom::Hosts(1)), &hosts), room(1000, 300_000));
-    assert_eq!(names(&decide(&policy(Headroom::Hosts(1)), &hosts, false)), ["wake z00"]);
+    assert_eq!(names(&decide(&policy(Headroom::Hosts(1)), &hosts, &[])), ["wake z00"]);
 }
 
 #[test]
 fn a_host_hibernated_by_someone_else_is_never_woken_by_the_policy() {
     let theirs = Host { may_wake: false, ..asleep("b") };
-    assert_eq!(decide(&policy(Headroom::Hosts(1)), &[busy("a", room(0, 0)), theirs], false), []);
+    assert_eq!(decide(&policy(Headroom::Hosts(1)), &[busy("a", room(0, 0)), theirs], &[]), []);
 }
 
 fn any_host() -> impl Strategy<Value = Host> {
@@ -258,7 +258,8 @@ proptest! {
         for (i, h) in hosts.iter_mut().enumerate() {
             h.name = format!("h{i}");
         }
-        let ds = decide(&p, &hosts, short);
+        let wanted: Vec<String> = if short { hosts.iter().map(|h| h.name.clone()).collect() } else { vec![] };
+        let ds = decide(&p, &hosts, &wanted);
         let then = after(&hosts, &ds);
         let need = required(&p, &hosts);
         let (room, awake) = awake_room(&then);
@@ -281,7 +282,8 @@ proptest! {
         for (i, h) in hosts.iter_mut().enumerate() {
             h.name = format!("h{i}");
         }
-        for d in decide(&p, &hosts, short) {
+        let wanted: Vec<String> = if short { hosts.iter().map(|h| h.name.clone()).collect() } else { vec![] };
+        for d in decide(&p, &hosts, &wanted) {
             match d {
                 Decision::Hibernate { host, .. } => {
                     let h = hosts.iter().find(|h| h.name == host).unwrap();
@@ -304,7 +306,7 @@ proptest! {
         for (i, h) in hosts.iter_mut().enumerate() {
             h.name = format!("h{i}");
         }
-        let woken: Vec<String> = decide(&p, &hosts, false)
+        let woken: Vec<String> = decide(&p, &hosts, &[])
             .into_iter()
             .filter_map(|d| match d { Decision::Wake { host, .. } => Some(host), _ => None })
             .collect();

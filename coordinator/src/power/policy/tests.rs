@@ -177,6 +177,12 @@ fn an_eviction_short_of_room_waits_only_for_hosts_the_policy_may_wake_in_its_own
     assert_eq!(asleep_near(std::slice::from_ref(&zone), &rooms, &woken, "src")[0].1, ["c1"]);
     woken.insert("c1".into(), OurHost { power: Some(HostPower::WaitingForChecks), ..waking });
     assert_eq!(asleep_near(std::slice::from_ref(&zone), &rooms, &woken, "src")[0].1, ["c1"]);
+    // Powering off by the policy: waited for too; by an SRE: not.
+    let going = OurHost { power: Some(HostPower::WaitingForPowerOff), ..asleep.clone() };
+    woken.insert("c1".into(), going.clone());
+    assert_eq!(asleep_near(std::slice::from_ref(&zone), &rooms, &woken, "src")[0].1, ["c1"]);
+    woken.insert("c1".into(), OurHost { by_policy: false, ..going });
+    assert!(asleep_near(std::slice::from_ref(&zone), &rooms, &woken, "src").is_empty());
     mine.insert("c1".into(), OurHost { by_policy: false, ..asleep });
     let near = asleep_near(&[zone], &rooms, &mine, "src");
     assert!(near.is_empty(), "an SRE's hibernation is not the policy's to undo: {near:?}");
