@@ -175,7 +175,8 @@ pub fn waiting_for_room(
     };
     let waiting = s.conditions.iter().find(preflight).filter(|c| c.reason == WAITING_FOR_ROOM);
     let since = waiting.map_or(now, |c| c.last_transition_time.0);
-    if now.duration_since(since).unsigned_abs() >= WAIT_FOR_ROOM {
+    let waited = now.duration_since(since);
+    if !waited.is_negative() && waited.unsigned_abs() >= WAIT_FOR_ROOM {
         return None;
     }
     let groups: Vec<String> = asleep.iter().map(|(g, hosts)| format!("{g} ({})", hosts.join(", "))).collect();

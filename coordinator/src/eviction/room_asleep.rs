@@ -43,7 +43,8 @@ pub fn hosts_to_wake(
         .collect();
     hosts.sort();
     hosts.dedup();
-    Some(hosts)
+    // None placed on a host asleep (capacity forced): nothing to wake.
+    (!hosts.is_empty()).then_some(hosts)
 }
 
 fn memory(c: &Candidate) -> u64 {

@@ -503,11 +503,13 @@ async fn run_preflight(
     if machine.holds {
         return hold_for_machine(ctx, ev, machine.condition, now).await;
     }
-    let (servers, candidates) = candidates(ctx, source, servers).await?;
+    let asleep = ctx.hibernation.asleep_near(source);
+    let (servers, candidates) = candidates(ctx, source, servers, asleep.as_deref()).await?;
     let o = &ev.spec.options;
     let awake: Vec<_> = candidates.iter().filter(|c| !c.asleep).cloned().collect();
     let report = preflight(&servers, o.default_policy.unwrap_or(ctx.default_policy), &awake, &o.force);
-    if let Some(next) = wait_for_room(ctx, ev, (source, fence), &report, (&servers, &candidates), now).await?
+    if let Some(next) =
+        wait_for_room(ctx, ev, (source, fence, asleep), &report, (&servers, &candidates), now).await?
     {
         return Ok(next);
     }
@@ -547,10 +549,11 @@ async fn candidates(
     ctx: &EvictionContext,
     source: &str,
     mut servers: Vec<Server>,
+    asleep: Option<&[(String, Vec<String>)]>,
 ) -> Result<(Vec<Server>, Vec<crate::eviction::preflight::Candidate>), Error> {
     let named = named_traits(&servers);
-    let asleep = ctx.hibernation.asleep_near(source).unwrap_or_default();
-    let coming: Vec<String> = asleep.into_iter().flat_map(|(_, hosts)| hosts).collect();
+    let coming: Vec<String> =
+        asleep.unwrap_or_default().iter().flat_map(|(_, hosts)| hosts.clone()).collect();
     let (carried, mut candidates) =
         tokio::try_join!(ctx.nova.carriers(&named), ctx.nova.candidates(source, &coming))?;
     with_traits(&mut candidates, &carried);
@@ -565,7 +568,7 @@ async fn candidates(
 async fn wait_for_room(
     ctx: &EvictionContext,
     ev: &Eviction,
-    (source, fence): (&str, &FenceState),
+    (source, fence, asleep): (&str, &FenceState, Option<super::hibernation::Asleep>),
     report: &crate::eviction::preflight::Report,
     (servers, candidates): (&[Server], &[crate::eviction::preflight::Candidate]),
     now: Timestamp,
@@ -574,14 +577,17 @@ async fn wait_for_room(
     if ev.spec.dry_run || !may_wait || matches!(fence, FenceState::Fenced(_)) {
         return Ok(None);
     }
-    let Some(asleep) = ctx.hibernation.asleep_near(source) else {
+    let Some(asleep) = asleep else {
         // A new leader's policy has not looked yet: judged after its look.
         return Ok(Some(Requeue::requeue(Duration::from_secs(2))));
     };
     let o = &ev.spec.options;
     let policy = o.default_policy.unwrap_or(ctx.default_policy);
-    let Some(wake) = crate::eviction::room_asleep::hosts_to_wake(servers, policy, candidates, &o.force)
-    else {
+    // Hosts asked for before and still on their way (their provider or
+    // service may be gone a moment while they start) are waited for.
+    let before = ctx.hibernation.still_coming(source);
+    let found = crate::eviction::room_asleep::hosts_to_wake(servers, policy, candidates, &o.force);
+    let Some(wake) = found.or((!before.is_empty()).then_some(before)) else {
         let asleep: Vec<(&str, &str)> =
             candidates.iter().filter(|c| c.asleep).map(|c| (c.host.as_str(), c.az.as_str())).collect();
         tracing::info!(node = %source, ?asleep, "preflight short of room: no hibernated host would settle it");
@@ -592,6 +598,7 @@ async fn wait_for_room(
         .map(|(group, hosts)| (group, hosts.into_iter().filter(|h| wake.contains(h)).collect::<Vec<_>>()))
         .filter(|(_, hosts)| !hosts.is_empty())
         .collect();
+    let named = if named.is_empty() { vec![("its groups".to_string(), wake.clone())] } else { named };
     let Some(mut s) = phases::waiting_for_room(status_of(ev), report, &named, ev.metadata.generation, now)
     else {
         return Ok(None);

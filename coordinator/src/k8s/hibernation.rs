@@ -21,7 +21,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::hypervisor::Context;
 use crate::api::condition::ConditionType;
 use crate::api::keys::{PAUSED_ANNOTATION, POWER_BY_ANNOTATION, POWER_BY_POLICY};
-use crate::api::power::DesiredPower;
+use crate::api::power::{DesiredPower, HostPower};
 use crate::api::{Hypervisor, Phase};
 use crate::power::hibernation::{Decision, Power, decide};
 use crate::power::policy::{GroupPolicy, HostRoom, OurHost, Scope, asleep_near, group_hosts, withdraw};
@@ -29,6 +29,9 @@ use crate::power::policy::{GroupPolicy, HostRoom, OurHost, Scope, asleep_near, g
 /// How long an eviction's ask for room counts: a few of its preflight's
 /// looks (it asks again at each while it waits).
 const ASK_COUNTS: Duration = Duration::from_secs(60);
+
+/// By group, the hosts a policy may wake or is changing (names).
+pub type Asleep = Vec<(String, Vec<String>)>;
 
 /// What a look saw: Nova's hosts of the groups, and ours by Nova host.
 type Seen = (Vec<HostRoom>, BTreeMap<String, OurHost>);
@@ -54,11 +57,32 @@ impl Hibernation {
     /// The hosts the policy may wake, or that are waking, in the groups of
     /// `source` (a Nova host), by group, as the last look saw them; None
     /// before this leader's first look (nothing is known yet).
-    pub fn asleep_near(&self, source: &str) -> Option<Vec<(String, Vec<String>)>> {
+    pub fn asleep_near(&self, source: &str) -> Option<Asleep> {
         let seen = self.seen.lock().ok()?;
         let (rooms, ours) = seen.as_ref()?;
-        let near = asleep_near(&self.policies, rooms, ours, source);
+        let near = asleep_near(&self.policies, rooms, ours, (source, &self.asked_for(source)));
         Some(near.into_iter().map(|(scope, hosts)| (scope.to_string(), hosts)).collect())
+    }
+
+    /// The hosts the eviction off `source` asked for last (this leader).
+    pub fn asked_for(&self, source: &str) -> Vec<String> {
+        let asks = self.asks.lock();
+        asks.ok().and_then(|a| a.get(source).map(|(_, hosts)| hosts.clone())).unwrap_or_default()
+    }
+
+    /// The hosts the eviction off `source` asked for that are still on
+    /// their way by the last look: not in service, not failed to start. A
+    /// host starting may be missing from Nova's lists a moment; it is
+    /// waited for all the same.
+    pub fn still_coming(&self, source: &str) -> Vec<String> {
+        let Ok(seen) = self.seen.lock() else { return Vec::new() };
+        let Some((rooms, ours)) = seen.as_ref() else { return Vec::new() };
+        let serving = |h: &String| rooms.iter().any(|r| &r.host == h && r.in_service);
+        let failed = |h: &String| {
+            ours.get(h)
+                .is_some_and(|o| matches!(o.power, Some(HostPower::FailedToStart | HostPower::FailedToStop)))
+        };
+        self.asked_for(source).into_iter().filter(|h| !serving(h) && !failed(h)).collect()
     }
 
     /// Whether any policy is set.
@@ -115,7 +139,8 @@ async fn look(ctx: &Context, hib: &Hibernation) -> Result<(), crate::nova::NovaE
     let of = |o: &OurHost| hypervisors.iter().find(|h| h.name_any() == o.name).cloned();
     for o in ours.values_mut().filter(|o| withdraw(o)) {
         if let Some(hv) = of(o) {
-            set_wish(ctx, &hv, DesiredPower::Running, "the hibernation policy withdraws its wish: the host refused it, left Active or is paused, or an SRE changed it").await;
+            let why = "the hibernation policy withdraws its wish: the host refused it (or cannot tell it is empty), left Active or is paused, or an SRE changed it";
+            set_wish(ctx, &hv, DesiredPower::Running, ("PolicyWithdrawn", why)).await;
         }
         (o.wish, o.by_policy) = (DesiredPower::Running, false);
     }
@@ -136,7 +161,9 @@ async fn look(ctx: &Context, hib: &Hibernation) -> Result<(), crate::nova::NovaE
             };
             let Some(o) = ours.get_mut(host) else { continue };
             if let Some(hv) = of(o) {
-                set_wish(ctx, &hv, wish, &format!("the hibernation policy of {}: {reason}", p.scope)).await;
+                let event = if wish.is_running() { "WakeByPolicy" } else { "HibernateByPolicy" };
+                let why = format!("the hibernation policy of {}: {reason}", p.scope);
+                set_wish(ctx, &hv, wish, (event, &why)).await;
             }
             (o.wish, o.by_policy) = (wish, !wish.is_running());
         }
@@ -167,10 +194,18 @@ fn ours(hypervisors: &[Arc<Hypervisor>], rooms: &[HostRoom], hib: &Hibernation) 
             paused: hv.annotations().contains_key(PAUSED_ANNOTATION),
             refused: status.is_some_and(|s| {
                 let power = s.conditions.iter().find(|c| c.type_ == ConditionType::PowerState.as_str());
-                power.is_some_and(|c| matches!(c.reason.as_str(), "HostNotEmpty" | "NoBmc"))
+                power.is_some_and(|c| {
+                    matches!(c.reason.as_str(), "HostNotEmpty" | "NoBmc" | "EmptinessUnknown")
+                })
             }),
             servers: status.and_then(|s| s.instances.as_ref()).map(|i| i.count),
+            // The last report stands only while its agent is there.
             domains: status
+                .filter(|s| {
+                    let agent =
+                        s.conditions.iter().find(|c| c.type_ == ConditionType::AgentConnected.as_str());
+                    agent.is_some_and(|c| c.status == "True")
+                })
                 .and_then(|s| s.machine.as_ref()?.domains.as_ref())
                 .map(|d| u32::try_from(d.len()).unwrap_or(u32::MAX)),
             empty_for: None,
@@ -190,7 +225,7 @@ fn ours(hypervisors: &[Arc<Hypervisor>], rooms: &[HostRoom], hib: &Hibernation) 
 /// Sets `hv`'s `spec.powerState` as the policy's, over the version it
 /// decided on: an SRE's edit meanwhile wins, and the next look decides
 /// again.
-async fn set_wish(ctx: &Context, hv: &Hypervisor, wish: DesiredPower, why: &str) {
+async fn set_wish(ctx: &Context, hv: &Hypervisor, wish: DesiredPower, (event, why): (&str, &str)) {
     let name = hv.name_any();
     if let Err(e) = ctx.gate.may_act() {
         tracing::info!(node = %name, ?wish, why, held = %e, "hibernation policy: not set");
@@ -206,8 +241,7 @@ async fn set_wish(ctx: &Context, hv: &Hypervisor, wish: DesiredPower, why: &str)
     match api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
         Ok(_) => {
             tracing::info!(node = %name, ?wish, why, "hibernation policy: power wish set");
-            let reason = if by.is_some() { "HibernateByPolicy" } else { "WakeByPolicy" };
-            super::hypervisor::publish_by(&ctx.recorder, &hv.object_ref(&()), EventType::Normal, reason, why)
+            super::hypervisor::publish_by(&ctx.recorder, &hv.object_ref(&()), EventType::Normal, event, why)
                 .await;
         }
         Err(e) => tracing::warn!(node = %name, ?wish, error = %e, "hibernation policy: power wish not set"),

@@ -94,7 +94,10 @@ impl NovaClient {
                 .filter(|a| a.hosts.as_deref().unwrap_or_default().iter().any(|h| h == &s.host))
                 .map(|a| a.metadata.clone())
                 .collect();
-            wanted.push((s, uuid, metadata, !awake));
+            // One the policy is changing counts only once awake, whatever
+            // its service says now (a hibernation not yet disabled).
+            let asleep = !awake || asleep.contains(&s.host);
+            wanted.push((s, uuid, metadata, asleep));
         }
         stream::iter(wanted)
             .map(|(s, uuid, aggregates, asleep)| async move {

@@ -92,6 +92,10 @@ pub struct Limits {
     pub agent_back: Duration,
     /// From back to its checks passed.
     pub checks: Duration,
+    /// From a power change asked to asking it again while the BMC still
+    /// reads the other way: the ask was lost (a failover between the
+    /// state's write and the ask, a BMC that dropped it).
+    pub ask_again: Duration,
 }
 
 impl Default for Limits {
@@ -104,6 +108,7 @@ impl Default for Limits {
             power_on: Duration::from_secs(300),
             agent_back: Duration::from_secs(900),
             checks: Duration::from_secs(600),
+            ask_again: Duration::from_secs(60),
         }
     }
 }
@@ -123,9 +128,39 @@ fn next(state: State, step: Option<Step>, reason: &'static str, message: impl In
 
 /// The next state and step, from `state`, for `desired`.
 pub fn decide(desired: Desired, state: State, seen: &Seen, limits: &Limits) -> Next {
+    if let Some(again) = ask_again(desired, state, seen, limits) {
+        return again;
+    }
     match desired {
         Desired::Hibernating => hibernate(state, seen, limits),
         Desired::Running => wake(state, seen, limits),
+    }
+}
+
+/// A power change asked and still not seen after `limits.ask_again`,
+/// within its bound: asked again (the shell reads the BMC first and asks
+/// nothing of a machine already there or on its way), by the same rules as
+/// the first ask: a power off only of an empty host disabled in Nova.
+fn ask_again(desired: Desired, state: State, seen: &Seen, limits: &Limits) -> Option<Next> {
+    let late = |bound: Duration| seen.in_state_for >= limits.ask_again && seen.in_state_for < bound;
+    match (desired, state, seen.power) {
+        (Desired::Hibernating, State::WaitingForPowerOff, Power::On)
+            if late(limits.power_off)
+                && seen.bmc
+                && (seen.disabled_by_us || seen.disabled_by_others)
+                && emptiness(seen) == Emptiness::Empty =>
+        {
+            Some(next(
+                state,
+                Some(Step::PowerOff),
+                "WaitingForPowerOff",
+                "still read On: power off asked again",
+            ))
+        }
+        (Desired::Running, State::StartingMachine, Power::Off) if late(limits.power_on) && seen.bmc => {
+            Some(next(state, Some(Step::PowerOn), "StartingMachine", "still read Off: power on asked again"))
+        }
+        _ => None,
     }
 }
 

@@ -134,8 +134,9 @@ pub struct OurHost {
     pub bmc: bool,
     /// Paused by an SRE (`hypervisor.cloud.sap/paused`): left alone.
     pub paused: bool,
-    /// The lifecycle refused its last hibernation (`PowerState` reason
-    /// `HostNotEmpty` or `NoBmc`).
+    /// The lifecycle refused its last hibernation, or cannot tell it is
+    /// empty (`PowerState` reason `HostNotEmpty`, `NoBmc` or
+    /// `EmptinessUnknown`).
     pub refused: bool,
     /// Servers Nova lists, domains its agent reports (None: unknown).
     pub servers: Option<u32>,
@@ -208,7 +209,7 @@ fn host(r: &HostRoom, ours: Option<&OurHost>) -> Host {
         name: r.host.clone(),
         power,
         takes_vms,
-        may_hibernate: takes_vms && o.bmc && o.wish.is_running() && !o.paused,
+        may_hibernate: takes_vms && o.bmc && o.wish.is_running() && !o.paused && !o.refused,
         // An SRE's hibernation, or one that failed to start, is theirs.
         may_wake: power == Power::Hibernated
             && o.by_policy
@@ -224,13 +225,14 @@ fn host(r: &HostRoom, ours: Option<&OurHost>) -> Host {
 }
 
 /// The hosts the policy may wake, is powering off, or that are waking,
-/// in a group holding `source` (a Nova host), by group: what an eviction
-/// short of room waits for.
+/// in a group holding `source` (a Nova host), by group, and those of
+/// `asked` (what the eviction asked for last) awake and not yet enabled:
+/// what an eviction short of room waits for.
 pub fn asleep_near(
     policies: &[GroupPolicy],
     rooms: &[HostRoom],
     ours: &BTreeMap<String, OurHost>,
-    source: &str,
+    (source, asked): (&str, &[String]),
 ) -> Vec<(Scope, Vec<String>)> {
     let Some(src) = rooms.iter().find(|r| r.host == source) else { return Vec::new() };
     policies
@@ -241,7 +243,17 @@ pub fn asleep_near(
             // Powering off by the policy: wakeable once off.
             let going =
                 |h: &Host| h.power == Power::Hibernating && ours.get(&h.name).is_some_and(|o| o.by_policy);
-            let coming = hosts.into_iter().filter(|h| h.may_wake || h.power == Power::Waking || going(h));
+            // Woken for this eviction, Active, not yet enabled (its
+            // dependencies not Ready yet, say): still on its way.
+            let enabling = |h: &Host| {
+                asked.contains(&h.name)
+                    && h.power == Power::Awake
+                    && !h.takes_vms
+                    && ours.get(&h.name).is_some_and(|o| o.active)
+            };
+            let coming = hosts
+                .into_iter()
+                .filter(|h| h.may_wake || h.power == Power::Waking || going(h) || enabling(h));
             let asleep = coming.map(|h| h.name).collect();
             (p.scope.clone(), asleep)
         })

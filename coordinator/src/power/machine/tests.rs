@@ -6,6 +6,7 @@ const LIMITS: Limits = Limits {
     power_on: Duration::from_secs(300),
     agent_back: Duration::from_secs(600),
     checks: Duration::from_secs(900),
+    ask_again: Duration::from_secs(60),
 };
 
 const STATES: [State; 10] = State::ALL;
@@ -322,4 +323,32 @@ fn every_state_has_a_way_out_for_each_wish() {
             }
         }
     }
+}
+
+#[test]
+fn a_power_change_lost_on_the_way_is_asked_again_by_the_same_rules() {
+    let secs = Duration::from_secs;
+    let off_asked = |power, after| Seen { power, in_state_for: secs(after), disabled_by_us: true, ..empty() };
+    let h = Desired::Hibernating;
+    // Still On a minute after the ask (a failover between the write and the ask).
+    assert_eq!(go(h, State::WaitingForPowerOff, &off_asked(Power::On, 30)).1, None);
+    assert_eq!(go(h, State::WaitingForPowerOff, &off_asked(Power::On, 61)).1, Some(Step::PowerOff));
+    assert_eq!(go(h, State::WaitingForPowerOff, &off_asked(Power::Unread, 61)).1, None);
+    // Past its bound: failed, not asked again.
+    assert_eq!(go(h, State::WaitingForPowerOff, &off_asked(Power::On, 300)).0, State::FailedToStop);
+    // A server on it meanwhile: never powered off.
+    let busy = Seen { servers: Some(vec!["vm-1".into()]), ..off_asked(Power::On, 61) };
+    assert_eq!(go(h, State::WaitingForPowerOff, &busy).1, None);
+    // Woken meanwhile: the power off is not asked again.
+    assert_ne!(
+        go(Desired::Running, State::WaitingForPowerOff, &off_asked(Power::On, 61)).1,
+        Some(Step::PowerOff)
+    );
+
+    let on_asked = |power, after| Seen { power, in_state_for: secs(after), ..empty() };
+    let r = Desired::Running;
+    assert_eq!(go(r, State::StartingMachine, &on_asked(Power::Off, 30)).1, None);
+    assert_eq!(go(r, State::StartingMachine, &on_asked(Power::Off, 61)).1, Some(Step::PowerOn));
+    assert_eq!(go(r, State::StartingMachine, &on_asked(Power::Off, 300)).0, State::FailedToStart);
+    assert_ne!(go(h, State::StartingMachine, &on_asked(Power::Off, 61)).1, Some(Step::PowerOn));
 }

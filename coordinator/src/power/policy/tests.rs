@@ -164,28 +164,37 @@ fn an_eviction_short_of_room_waits_only_for_hosts_the_policy_may_wake_in_its_own
     let agg = GroupPolicy { scope: Scope::Aggregate("agg".into()), ..zone.clone() };
     let other = GroupPolicy { scope: Scope::Zone("other".into()), ..zone.clone() };
     let all = [zone.clone(), agg.clone(), other];
-    let near = asleep_near(&all, &rooms, &mine, "src");
+    let near = asleep_near(&all, &rooms, &mine, ("src", &[]));
     assert_eq!(
         near,
         vec![(zone.scope.clone(), vec!["c1".to_string()]), (agg.scope.clone(), vec!["c2".to_string()])]
     );
-    assert!(asleep_near(&all, &rooms, &mine, "unknown").is_empty());
+    assert!(asleep_near(&all, &rooms, &mine, ("unknown", &[])).is_empty());
     // Once woken, it is still waited for until it is back in service.
     let waking = OurHost { wish: DesiredPower::Running, by_policy: false, ..asleep.clone() };
     let mut woken = mine.clone();
     woken.insert("c1".into(), waking.clone());
-    assert_eq!(asleep_near(std::slice::from_ref(&zone), &rooms, &woken, "src")[0].1, ["c1"]);
+    assert_eq!(asleep_near(std::slice::from_ref(&zone), &rooms, &woken, ("src", &[]))[0].1, ["c1"]);
     woken.insert("c1".into(), OurHost { power: Some(HostPower::WaitingForChecks), ..waking });
-    assert_eq!(asleep_near(std::slice::from_ref(&zone), &rooms, &woken, "src")[0].1, ["c1"]);
+    assert_eq!(asleep_near(std::slice::from_ref(&zone), &rooms, &woken, ("src", &[]))[0].1, ["c1"]);
     // Powering off by the policy: waited for too; by an SRE: not.
     let going = OurHost { power: Some(HostPower::WaitingForPowerOff), ..asleep.clone() };
     woken.insert("c1".into(), going.clone());
-    assert_eq!(asleep_near(std::slice::from_ref(&zone), &rooms, &woken, "src")[0].1, ["c1"]);
+    assert_eq!(asleep_near(std::slice::from_ref(&zone), &rooms, &woken, ("src", &[]))[0].1, ["c1"]);
     woken.insert("c1".into(), OurHost { by_policy: false, ..going });
-    assert!(asleep_near(std::slice::from_ref(&zone), &rooms, &woken, "src").is_empty());
+    assert!(asleep_near(std::slice::from_ref(&zone), &rooms, &woken, ("src", &[])).is_empty());
     mine.insert("c1".into(), OurHost { by_policy: false, ..asleep });
-    let near = asleep_near(&[zone], &rooms, &mine, "src");
+    let near = asleep_near(std::slice::from_ref(&zone), &rooms, &mine, ("src", &[]));
     assert!(near.is_empty(), "an SRE's hibernation is not the policy's to undo: {near:?}");
+    // Woken for this eviction, Active, its enable not landed yet: waited for
+    // while it was asked for; any other disabled host is not.
+    let mut enabling_rooms = rooms.clone();
+    enabling_rooms[1].in_service = false;
+    mine.insert("c1".into(), OurHost { name: "n-c1".into(), ..ours("n") });
+    let asked = ["c1".to_string()];
+    let near = asleep_near(std::slice::from_ref(&zone), &enabling_rooms, &mine, ("src", &asked));
+    assert_eq!(near, vec![(zone.scope.clone(), vec!["c1".to_string()])]);
+    assert!(asleep_near(std::slice::from_ref(&zone), &enabling_rooms, &mine, ("src", &[])).is_empty());
 }
 
 #[test]
@@ -215,6 +224,8 @@ fn a_wish_of_the_policys_that_will_not_be_carried_out_is_withdrawn() {
     let rooms = [room("c1", "az", &[])];
     let paused = OurHost { paused: true, ..ours("n") };
     assert!(!host(&rooms[0], Some(&paused)).may_hibernate);
+    // Its last hibernation refused: not picked again until the lifecycle says otherwise.
+    assert!(!host(&rooms[0], Some(&OurHost { refused: true, ..ours("n") })).may_hibernate);
     let asleep = OurHost { paused: true, power: Some(HostPower::Hibernating), ..wished };
     assert!(!host(&rooms[0], Some(&asleep)).may_wake);
 }
