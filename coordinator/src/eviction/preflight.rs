@@ -406,4 +406,4 @@ pub fn room(total: u64, reserved: u64, allocation_ratio: f64, max_unit: u64, use
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

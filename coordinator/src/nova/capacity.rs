@@ -19,7 +19,10 @@ use crate::lifecycle::ServiceState;
 /// Placement requests in flight at once while reading the candidates.
 const CONCURRENCY: usize = 8;
 
-#[derive(Debug, Deserialize)]
+/// A nova-compute, its provider's uuid, the aggregates it is in.
+pub(super) type Compute = (super::host::ComputeService, String, Vec<AggregateRow>);
+
+#[derive(Clone, Debug, Deserialize)]
 pub(super) struct AggregateRow {
     #[serde(default)]
     pub(super) name: String,
@@ -63,8 +66,38 @@ impl NovaClient {
     /// service says. A host without a provider in Placement is left out
     /// (the scheduler could not use it).
     pub async fn candidates(&self, source: &str, asleep: &[String]) -> Result<Vec<Candidate>, NovaError> {
-        // The four lists go out together: an eviction's first migration
-        // waits on them.
+        let mut wanted = Vec::new();
+        for (s, uuid, aggregates) in self.computes().await?.into_iter().filter(|(s, _, _)| s.host != source) {
+            let awake = s.is_enabled() && s.service_state() == ServiceState::Up;
+            if !awake && !asleep.contains(&s.host) {
+                continue;
+            }
+            wanted.push(Candidate {
+                host: s.host.clone(),
+                provider: uuid,
+                az: s.zone,
+                aggregates: aggregates.into_iter().map(|a| a.metadata).collect(),
+                // One the policy is changing counts only once awake, whatever
+                // its service says now (a hibernation not yet disabled).
+                asleep: !awake || asleep.contains(&s.host),
+                // Its room is read next; its traits and software are the
+                // caller's to say (`k8s::eviction`).
+                ..Candidate::default()
+            });
+        }
+        stream::iter(wanted)
+            .map(|c| async move {
+                Ok::<_, NovaError>(Candidate { room: self.provider_room(&c.provider).await?, ..c })
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_collect()
+            .await
+    }
+
+    /// Every nova-compute with a provider in Placement (its uuid), and the
+    /// aggregates it is a member of. The four lists go out together: an
+    /// eviction's first migration waits on them.
+    pub(super) async fn computes(&self) -> Result<Vec<Compute>, NovaError> {
         let aggregates = Call::get(Service::Compute, "os-aggregates");
         let providers = Call::get(Service::Placement, "resource_providers");
         let (services, aggregates, providers, provider_of): (
@@ -80,44 +113,16 @@ impl NovaClient {
             self.provider_names(),
         )?;
         let uuid_of: BTreeMap<String, String> = providers.into_iter().map(|p| (p.name, p.uuid)).collect();
-
-        let mut wanted = Vec::new();
-        for s in services.into_iter().filter(|s| s.host != source) {
-            let awake = s.is_enabled() && s.service_state() == ServiceState::Up;
-            if !awake && !asleep.contains(&s.host) {
-                continue;
-            }
+        let mut out = Vec::new();
+        for s in services {
             let name = provider_of.get(&s.host).unwrap_or(&s.host);
             let Some(uuid) = uuid_of.get(name).cloned() else { continue };
-            let metadata = aggregates
-                .iter()
-                .filter(|a| a.hosts.as_deref().unwrap_or_default().iter().any(|h| h == &s.host))
-                .map(|a| a.metadata.clone())
-                .collect();
-            // One the policy is changing counts only once awake, whatever
-            // its service says now (a hibernation not yet disabled).
-            let asleep = !awake || asleep.contains(&s.host);
-            wanted.push((s, uuid, metadata, asleep));
+            let member =
+                |a: &&AggregateRow| a.hosts.as_deref().unwrap_or_default().iter().any(|h| h == &s.host);
+            let of = aggregates.iter().filter(member).cloned().collect();
+            out.push((s, uuid, of));
         }
-        stream::iter(wanted)
-            .map(|(s, uuid, aggregates, asleep)| async move {
-                let room = self.provider_room(&uuid).await?;
-                let traits = BTreeSet::new();
-                Ok::<_, NovaError>(Candidate {
-                    host: s.host,
-                    provider: uuid,
-                    az: s.zone,
-                    room,
-                    traits,
-                    aggregates,
-                    // Ours to say, from the hosts' agents (`k8s::eviction`).
-                    software: None,
-                    asleep,
-                })
-            })
-            .buffer_unordered(CONCURRENCY)
-            .try_collect()
-            .await
+        Ok(out)
     }
 
     async fn provider_room(&self, uuid: &str) -> Result<BTreeMap<String, Room>, NovaError> {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use futures_util::{StreamExt, stream};
 
-use super::capacity::{AggregateRow, Inventory, ProviderRow};
+use super::capacity::Inventory;
 use super::error::NovaError;
 use super::host::NovaClient;
 use super::http::{Call, Service};
@@ -24,27 +24,9 @@ impl NovaClient {
     /// provider could not be read this time: the policy then neither
     /// counts its room nor wakes it).
     pub async fn rooms(&self, scopes: &[Scope]) -> Result<Vec<HostRoom>, NovaError> {
-        let aggregates = Call::get(Service::Compute, "os-aggregates");
-        let providers = Call::get(Service::Placement, "resource_providers");
-        let (services, aggregates, providers, provider_of): (
-            Vec<super::host::ComputeService>,
-            Vec<AggregateRow>,
-            Vec<ProviderRow>,
-            _,
-        ) = tokio::try_join!(
-            self.compute_services(None),
-            self.cloud().fetch(aggregates, "aggregates"),
-            self.cloud().fetch(providers, "resource_providers"),
-            self.provider_names(),
-        )?;
-        let uuid_of: BTreeMap<String, String> = providers.into_iter().map(|p| (p.name, p.uuid)).collect();
         let mut wanted = Vec::new();
-        for s in services {
-            let name = provider_of.get(&s.host).unwrap_or(&s.host);
-            let Some(uuid) = uuid_of.get(name).cloned() else { continue };
-            let member =
-                |a: &&AggregateRow| a.hosts.as_deref().unwrap_or_default().iter().any(|h| h == &s.host);
-            let names = aggregates.iter().filter(member).map(|a| a.name.clone()).collect();
+        for (s, uuid, aggregates) in self.computes().await? {
+            let names = aggregates.into_iter().map(|a| a.name).collect();
             let in_service = s.is_enabled() && s.service_state() == ServiceState::Up;
             let room =
                 HostRoom { host: s.host, zone: s.zone, aggregates: names, in_service, ..Default::default() };

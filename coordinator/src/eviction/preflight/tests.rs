@@ -4,7 +4,8 @@ use proptest::prelude::*;
 
 use super::*;
 
-fn vm(id: &str, vcpus: u64, ram_mb: u64) -> Server {
+/// A running VM asking `vcpus` and `ram_mb` (other tests build on it).
+pub(crate) fn vm(id: &str, vcpus: u64, ram_mb: u64) -> Server {
     Server {
         id: id.into(),
         name: format!("vm-{id}"),
@@ -25,7 +26,8 @@ fn vm(id: &str, vcpus: u64, ram_mb: u64) -> Server {
     }
 }
 
-fn host(name: &str, vcpus: u64, ram_mb: u64) -> Candidate {
+/// A candidate with `vcpus` and `ram_mb` free.
+pub(crate) fn host(name: &str, vcpus: u64, ram_mb: u64) -> Candidate {
     Candidate {
         host: name.into(),
         az: "nova".into(),

@@ -1,40 +1,11 @@
-use std::collections::BTreeMap;
-
 use super::*;
-use crate::eviction::preflight::{Needs, Room};
 
 fn vm(id: &str, ram_mb: u64) -> Server {
-    Server {
-        id: id.into(),
-        name: format!("vm-{id}"),
-        host: Some("src".into()),
-        status: "ACTIVE".into(),
-        memory_bytes: ram_mb << 20,
-        policy: None,
-        locked: false,
-        pci_passthrough: false,
-        local_disk: false,
-        host_disks: false,
-        evacuate: None,
-        needs: Needs {
-            resources: BTreeMap::from([("VCPU".into(), 1), ("MEMORY_MB".into(), ram_mb)]),
-            project_id: "p1".into(),
-            ..Needs::default()
-        },
-    }
+    crate::eviction::preflight::tests::vm(id, 1, ram_mb)
 }
 
 fn host(name: &str, ram_mb: u64, asleep: bool) -> Candidate {
-    Candidate {
-        host: name.into(),
-        az: "nova".into(),
-        room: BTreeMap::from([
-            ("VCPU".into(), Room { free: 64, max_unit: 64 }),
-            ("MEMORY_MB".into(), Room { free: ram_mb, max_unit: ram_mb }),
-        ]),
-        asleep,
-        ..Candidate::default()
-    }
+    Candidate { asleep, ..crate::eviction::preflight::tests::host(name, 64, ram_mb) }
 }
 
 fn wake(servers: &[Server], candidates: &[Candidate]) -> Option<Vec<String>> {
