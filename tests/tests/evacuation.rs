@@ -657,6 +657,10 @@ async fn retired_by_deleting_its_node(scene: &Scene) {
     let entry = format!("{}:0/0", address::EVACUATION_REPORTS);
     let listed = || hv_tests::region::blocklist(&region.env).unwrap().contains_key(&entry);
     assert!(listed(), "blocklisted while fenced");
+    // Gone for good: no kubelet. kwok may have taken the Node up again
+    // since the host died (a relist that read the label before it went);
+    // such a Node is a live kubelet, which rightly holds a retirement.
+    region.kubelet_stops(&dead).await;
     let nodes: Api<Node> = Api::all(region.kube.client.clone());
     nodes.delete(&dead, &DeleteParams::default()).await.unwrap();
     let waiting = region.wait_condition(&dead, "Fenced", "RetireWaiting", coord).await;
