@@ -597,6 +597,7 @@ impl Leading<'_> {
             nova,
             migrations: serving.stores.migrations.clone(),
             hypervisors: serving.stores.hypervisors.clone(),
+            evictions: serving.stores.evictions.clone(),
             limit: Arc::new(Budgets::new(
                 args.evictions.cluster_max_migrations,
                 args.evictions.cluster_max_evacuations,
@@ -612,6 +613,7 @@ impl Leading<'_> {
             evacuate_by_default: args.fencing.evacuate_by_default,
             evacuate_rebuild_from_image: args.fencing.evacuate_rebuild_from_image,
             progress_reads: Default::default(),
+            forced: Default::default(),
             instance: args.leadership.instance()?,
             events: serving.events.clone(),
             hibernation: Arc::new(k8s::hibernation::Hibernation::new(

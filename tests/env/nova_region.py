@@ -34,6 +34,14 @@ host as an operator would on a real one:
                               one-process region the bound is region-wide,
                               not per host as in production; the eviction
                               benchmark sets it while nothing else migrates.
+    POST /live-migrations/hold {"server": UUID, "seconds": S,
+                              "obey_force": true|false}: that server's
+                              live migrations from now on run S seconds
+                              (default 5, as Nova's fake driver) unless
+                              aborted, or forced to complete where
+                              obey_force: a migration that will not
+                              converge, as a busy guest's, for the
+                              supervisor to force or abort.
 Each fake host is a machine of its own: a libvirtd (peers/libvirt.sh) that
 calls itself by the host's name, as Nova's record of the host does. For
 each server the host's fake driver runs, a domain of the same UUID and
@@ -172,6 +180,15 @@ def control_app(region):
                 return answer("500 Internal Server Error", {"error": repr(e)})
             say(f"control: {verb} {host}")
             return answer("200 OK", {"host": host, "state": "stopped" if host in region.stopped else "running"})
+        if method == "POST" and parts == ["live-migrations", "hold"]:
+            try:
+                size = int(environ.get("CONTENT_LENGTH") or 0)
+                body = json.loads(environ["wsgi.input"].read(size) or b"{}")
+                HOLDS[str(body["server"])] = (float(body["seconds"]), bool(body.get("obey_force", True)))
+            except Exception as e:  # the test that asked sees why
+                return answer("400 Bad Request", {"error": repr(e)})
+            say(f"control: live migrations of {body['server']} held {body['seconds']} s")
+            return answer("200 OK", body)
         if method == "POST" and parts == ["live-migrations"]:
             try:
                 size = int(environ.get("CONTENT_LENGTH") or 0)
@@ -194,6 +211,46 @@ def control_app(region):
         return answer("404 Not Found", {"error": f"no route {method} {path}"})
 
     return app
+
+
+# Per server: how long its live migrations run, and whether a force to
+# complete ends them. The fake driver keeps one flag per host for both, so
+# forcing or aborting one migration ended every other one from that host.
+HOLDS = {}
+# Per server: "force" or "abort", asked of its migration in flight.
+ENDINGS = {}
+DEFAULT_HOLD = (5.0, True)
+
+
+def hold_live_migrations():
+    """FakeLiveMigrateDriver's live migration, held per server (HOLDS),
+    and forced or aborted per server."""
+    from nova.virt import fake
+
+    def live_migration(self, context, instance, dest, post_method, recover_method,
+                       block_migration=False, migrate_data=None):
+        seconds, obey_force = HOLDS.get(instance.uuid, DEFAULT_HOLD)
+        ENDINGS.pop(instance.uuid, None)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            ending = ENDINGS.get(instance.uuid)
+            if ending == "abort" or (ending == "force" and obey_force):
+                break
+            time.sleep(0.1)
+        if ENDINGS.pop(instance.uuid, None) == "abort":
+            recover_method(context, instance, dest, migrate_data, migration_status="cancelled")
+        else:
+            post_method(context, instance, dest, block_migration, migrate_data)
+
+    def force_complete(self, instance):
+        ENDINGS.setdefault(instance.uuid, "force")
+
+    def abort(self, instance):
+        ENDINGS[instance.uuid] = "abort"
+
+    fake.FakeLiveMigrateDriver.live_migration = live_migration
+    fake.FakeLiveMigrateDriver.live_migration_force_complete = force_complete
+    fake.FakeLiveMigrateDriver.live_migration_abort = abort
 
 
 def live_migrations_at_once(n):
@@ -361,6 +418,7 @@ class Machines:
 
 def main():
     say("setting up the fixtures and services")
+    hold_live_migrations()
     region = Region("runTest")
     region.setUp()
     region.stopped = set()

@@ -318,6 +318,44 @@ impl Admin {
         self.wait_active(name, id).await
     }
 
+    /// Creates an anti-affinity server group that lets `max_per_host` of
+    /// its members share a host (compute 2.64's `rules`); answers its id.
+    pub async fn create_anti_affinity_group(
+        &self,
+        name: &str,
+        max_per_host: u32,
+    ) -> Result<String, ApiError> {
+        let body = json!({"server_group": {"name": name, "policy": "anti-affinity",
+            "rules": {"max_server_per_host": max_per_host}}});
+        let v = send(
+            reqwest::Method::POST,
+            &self.compute("os-server-groups"),
+            &self.token,
+            &self.mv(),
+            Some(body),
+        )
+        .await?;
+        Ok(v["server_group"]["id"].as_str().unwrap_or_default().to_string())
+    }
+
+    /// Boots a server in server group `group` onto `host` of `zone`,
+    /// through the scheduler and its group filters.
+    pub async fn boot_in_group(
+        &self,
+        name: &str,
+        (zone, host): (&str, &str),
+        flavor: &str,
+        group: &str,
+    ) -> Result<String, ApiError> {
+        let body = json!({"server": {"name": name, "imageRef": IMAGE, "flavorRef": flavor,
+            "networks": "none", "availability_zone": zone, "host": host},
+            "os:scheduler_hints": {"group": group}});
+        let v = send(reqwest::Method::POST, &self.compute("servers"), &self.token, &self.mv(), Some(body))
+            .await?;
+        let id = v["server"]["id"].as_str().unwrap_or_default().to_string();
+        self.wait_active(name, id).await
+    }
+
     /// Waits up to 30 s for a booted server to be ACTIVE; ERROR is an error.
     async fn wait_active(&self, name: &str, id: String) -> Result<String, ApiError> {
         for _ in 0..300 {
@@ -487,6 +525,33 @@ impl Admin {
         Ok(get(&url, &self.token, &self.mv()).await?["migrations"].as_array().cloned().unwrap_or_default())
     }
 
+    /// The names of the actions Nova recorded on a server, oldest first
+    /// (`live-migration`, `live_migration_force_complete`, ...).
+    pub async fn actions_of(&self, id: &str) -> Result<Vec<String>, ApiError> {
+        let url = self.compute(&format!("servers/{id}/os-instance-actions"));
+        let list = get(&url, &self.token, &self.mv()).await?["instanceActions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let mut named: Vec<(String, String)> = list
+            .iter()
+            .map(|a| {
+                (
+                    a["start_time"].as_str().unwrap_or_default().to_string(),
+                    a["action"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect();
+        named.sort();
+        Ok(named.into_iter().map(|(_, a)| a).collect())
+    }
+
+    /// The server's metadata.
+    pub async fn metadata_of(&self, id: &str) -> Result<serde_json::Map<String, Value>, ApiError> {
+        let url = self.compute(&format!("servers/{id}/metadata"));
+        Ok(get(&url, &self.token, &self.mv()).await?["metadata"].as_object().cloned().unwrap_or_default())
+    }
+
     /// The resource providers named `host` (none once it is deleted).
     pub async fn providers_named(&self, host: &str) -> Result<Vec<Value>, ApiError> {
         let mv = format!("placement {}", self.nova.placement_microversion);
@@ -537,6 +602,33 @@ pub async fn live_migrations_at_once(nova: &crate::env::Nova, at_once: u32) -> R
     let resp = reqwest::Client::new()
         .post(&url)
         .json(&json!({"at_once": at_once}))
+        .send()
+        .await
+        .map_err(|e| ApiError::Http(what.clone(), e))?;
+    let status = resp.status().as_u16();
+    if status != 200 {
+        let body = resp.text().await.unwrap_or_default();
+        return Err(ApiError::Status { what, status, body });
+    }
+    Ok(())
+}
+
+/// Holds `server`'s live migrations from the next one on: each runs
+/// `seconds` unless aborted, or forced to complete where `obey_force` (a
+/// guest whose memory changes faster than it is copied; see the region's
+/// control port).
+pub async fn hold_live_migrations(
+    nova: &crate::env::Nova,
+    server: &str,
+    seconds: u32,
+    obey_force: bool,
+) -> Result<(), ApiError> {
+    let url = format!("{}/live-migrations/hold", nova.control_url);
+    let what = format!("POST {url}");
+    let body = json!({"server": server, "seconds": seconds, "obey_force": obey_force});
+    let resp = reqwest::Client::new()
+        .post(&url)
+        .json(&body)
         .send()
         .await
         .map_err(|e| ApiError::Http(what.clone(), e))?;

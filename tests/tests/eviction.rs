@@ -261,6 +261,8 @@ async fn stuck_migrations_are_aborted_retried_and_given_up_while_the_rest_finish
         completion_timeout_per_gib_seconds: 3,
         max_attempts: 2,
         re_enable: Some(true),
+        // Aborted at once: forcing is shown in finishing.rs.
+        force_complete: false,
         ..EvictionOptions::default()
     };
     let name = format!("stuck-{}", std::process::id());

@@ -1,6 +1,8 @@
 //! `Eviction`: take the VMs off one hypervisor (docs/eviction.md).
 //! Preflight -> disable -> migrate -> complete -> optional re-enable.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -84,8 +86,24 @@ pub enum MigrationPolicy {
     #[default]
     LiveMigrate,
     ColdMigrate,
+    /// Live, and cold when it cannot go live: a server Nova will not move
+    /// live (PCI passthrough, or Nova refuses the request), or whose live
+    /// attempts all failed, is cold-migrated, with attempts of its own.
+    LiveMigrateIfPossible,
+    /// Its owner's own tooling moves it: the server is marked (metadata
+    /// `hypervisor.cloud.sap:evict-from` = the host), and the eviction
+    /// waits for it to leave the host or be deleted; it is never moved by
+    /// us, and the mark goes once it has left.
+    External,
     /// Somebody else moves this VM; the eviction leaves it alone.
     Skip,
+}
+
+impl MigrationPolicy {
+    /// Moved by this eviction (not left, not moved by a third party).
+    pub fn moved_by_us(self) -> bool {
+        !matches!(self, MigrationPolicy::Skip | MigrationPolicy::External)
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -112,6 +130,14 @@ pub struct EvictionOptions {
     #[serde(default = "default_attempts")]
     #[schemars(default = "default_attempts", range(min = 1, max = 20))]
     pub max_attempts: u32,
+    /// A live migration found stuck is first forced to complete (Nova's
+    /// `force_complete`: post-copy where the host permits it, else the
+    /// guest paused for the last of its memory), and aborted only if it
+    /// has still not ended `progressTimeoutSeconds` later. false: a stuck
+    /// migration is aborted straight away, the guest never paused.
+    #[serde(default = "yes")]
+    #[schemars(default = "yes")]
+    pub force_complete: bool,
     /// Policy for VMs without a `hypervisor.cloud.sap:eviction` metadata
     /// key; unset: the coordinator's `--default-migration-policy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -142,6 +168,7 @@ impl Default for EvictionOptions {
             progress_timeout_seconds: default_progress_timeout(),
             completion_timeout_per_gib_seconds: default_completion_timeout(),
             max_attempts: default_attempts(),
+            force_complete: true,
             default_policy: None,
             force: Vec::new(),
         }
@@ -160,6 +187,9 @@ fn default_completion_timeout() -> u64 {
 fn default_attempts() -> u32 {
     3
 }
+fn yes() -> bool {
+    true
+}
 
 /// What the preflight expects of one VM.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
@@ -175,6 +205,11 @@ pub struct PlannedVm {
     /// the room was not counted (`force: capacity`), or when it stays.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fits_on: Option<String>,
+    /// The resources it was counted with (Placement classes): the room
+    /// another eviction's preflight leaves to it on `fitsOn` until it has
+    /// moved.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub takes: BTreeMap<String, u64>,
     /// What stops it: `check: why`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finding: Option<String>,
@@ -317,6 +352,8 @@ pub enum VmState {
     /// Deleted by its owner during the eviction.
     Gone,
     NonMigratable,
+    /// Policy `external`: marked, waiting for its owner to move it.
+    External,
     /// Left on the host: policy `Skip` (moved by somebody else), or not
     /// evacuated by its opt-in or opt-out; the reason says which.
     Skipped,
@@ -351,6 +388,11 @@ pub struct VmStatus {
     /// server stopped: one that was ACTIVE is started again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub former_status: Option<String>,
+    /// Policy `liveMigrateIfPossible`: it could not go live and is
+    /// cold-migrated from its next attempt on; this many live attempts had
+    /// failed (the cold ones get `maxAttempts` of their own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_after_failures: Option<u32>,
     /// Name of the current or last Migration object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration: Option<String>,

@@ -107,6 +107,9 @@ pub const BMC_SECRET_LABEL: &str = "hypervisor.cloud.sap/bmc-credentials";
 
 /// A server's own eviction policy.
 pub const POLICY_METADATA: &str = "hypervisor.cloud.sap:eviction";
+/// Set by us on a server of policy `external` while an eviction waits for
+/// its owner to move it: the host it must leave. Removed once it has.
+pub const EVICT_FROM_METADATA: &str = "hypervisor.cloud.sap:evict-from";
 /// Whether a server is evacuated when its host is fenced.
 pub const EVACUATE_METADATA: &str = "hypervisor.cloud.sap:evacuate";
 

@@ -98,6 +98,10 @@ pub struct MigrationStatus {
     /// When the coordinator first saw the attempt end in Nova.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<MicroTime>,
+    /// When the supervisor asked Nova to force this stuck live migration to
+    /// complete; it is aborted if it has not ended a progress timeout later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force_completed_at: Option<MicroTime>,
     /// Last time any progress counter moved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_progress_at: Option<MicroTime>,

@@ -4,7 +4,7 @@
 //! and what every VM's record says, [`checks`] refuses an Eviction that
 //! cannot run, [`machine`] whether the host is the machine Nova means, and
 //! [`phases`] says what the phases before Migrating come to. [`NovaState`] is what Nova says of a migration.
-//! [`limit::ClusterLimit`] is the cluster-wide migration limit; [`news`] what a status write tells as Events.
+//! [`server_groups`] where a group's rule lets a member go. [`limit::ClusterLimit`] is the cluster-wide migration limit; [`news`] what a status write tells as Events.
 //! The shell that runs them against Nova is `k8s::eviction`.
 
 pub mod checks;
@@ -17,5 +17,6 @@ pub mod phases;
 pub mod plan;
 pub mod preflight;
 pub mod room_asleep;
+pub mod server_groups;
 
 pub use nova_state::NovaState;

@@ -89,6 +89,10 @@ fn vm_news(eviction: &str, was: Option<&VmStatus>, vm: &VmStatus) -> Vec<News> {
         let note = format!("{who}: attempt {} asked of Nova", vm.attempts);
         out.push(News { about: attempt(vm.attempts), warning: false, reason: "MigrationStarted", note });
     }
+    if vm.state == VmState::External && was.is_none_or(|w| w.state != VmState::External) {
+        let note = format!("{who}: {}", vm.reason);
+        out.push(News { about: About::Eviction, warning: false, reason: "VmLeftToItsOwner", note });
+    }
     if vm.state == VmState::NonMigratable && before != VmState::NonMigratable {
         let note = format!("{who} stays on the host: {}", vm.reason);
         for about in [About::Eviction, About::Node] {
@@ -105,7 +109,7 @@ fn ended(m: About, who: &str, vm: &VmStatus) -> News {
     let (warning, reason, note) = match vm.state {
         VmState::Migrated => (false, "MigrationCompleted", format!("{who} now runs on {target}")),
         VmState::Gone => (false, "MigrationEnded", format!("{who} was deleted by its owner")),
-        VmState::Skipped => (false, "MigrationEnded", format!("{who}: {}", vm.reason)),
+        VmState::Skipped | VmState::External => (false, "MigrationEnded", format!("{who}: {}", vm.reason)),
         VmState::Backoff | VmState::Pending | VmState::NonMigratable | VmState::Migrating => {
             (true, "MigrationFailed", format!("{who}: {}", vm.reason))
         }

@@ -24,9 +24,15 @@
 //!   does not count against `maxAttempts`.
 //! - Stuck (no progress for `progressTimeoutSeconds` where Nova reports
 //!   progress, or running longer than `completionTimeoutPerGiBSeconds` ×
-//!   GiB of memory): abort, wait
-//!   for Nova to confirm, back off exponentially, retry; after
-//!   `maxAttempts` the VM is NonMigratable with the reason.
+//!   GiB of memory): forced to complete ([`unstick`]), then, if still
+//!   running a progress timeout later, aborted; wait for Nova to confirm,
+//!   back off exponentially, retry; after `maxAttempts` the VM is
+//!   NonMigratable with the reason.
+//! - Policy `liveMigrateIfPossible`: cold when it cannot go live (PCI
+//!   passthrough, Nova refuses the live request, or its live attempts run
+//!   out), with `maxAttempts` cold attempts of its own.
+//! - Policy `external`: marked, never moved by us, waited for
+//!   ([`external`]).
 //! - Cancelled (the Eviction is being deleted): abort what is in flight,
 //!   start nothing, end Cancelled once nothing moves.
 //! - A fenced host's VMs are evacuated ([`Evacuation`]): rebuilt elsewhere
@@ -99,6 +105,9 @@ pub struct Server {
     pub pci_passthrough: bool,
     /// Local (non-volume) disks: a live migration must copy them.
     pub local_disk: bool,
+    /// The value of our `evict-from` mark in its metadata (policy
+    /// `external`), if it carries one.
+    pub evict_mark: Option<String>,
     /// Disks Nova keeps on the host's own image backend (a root disk from
     /// an image, an ephemeral disk): lost with the host unless that backend
     /// is Ceph RBD.
@@ -126,6 +135,8 @@ pub struct AttemptObs {
     pub progress_reported: bool,
     /// We asked Nova to abort it already.
     pub abort_requested: bool,
+    /// When we asked Nova to force it to complete.
+    pub forced_at: Option<Timestamp>,
     /// The request never reached Nova: nothing moves, and the attempt does
     /// not count.
     pub not_sent: bool,
@@ -158,6 +169,13 @@ pub enum Action {
     /// Confirm a finished cold migration (the server waits in
     /// VERIFY_RESIZE, its old resources still held on the source).
     ConfirmResize { server_id: String, attempt: u32 },
+    /// Ask Nova to force this attempt's live migration to complete.
+    ForceComplete { server_id: String, attempt: u32, nova_migration_id: i64, why: String },
+    /// Mark the server for its owner to move it off `host` (policy
+    /// `external`; idempotent).
+    Mark { server_id: String, host: String },
+    /// Take our mark off a server that has left, or whose eviction ended.
+    Unmark { server_id: String },
     /// Ask Nova to abort this attempt's migration.
     Abort { server_id: String, attempt: u32, nova_migration_id: Option<i64>, why: String },
     /// Ask Nova to rebuild the server elsewhere; the attempt is already
@@ -199,10 +217,11 @@ pub fn step(input: &Input<'_>) -> Step {
     if !input.cancelled {
         start_next(&mut vms, input, &mut actions);
     }
-    let moving = vms.iter().any(|v| v.state == VmState::Migrating);
+    let marked = external::marks(&vms, input, &mut actions);
+    let moving = vms.iter().any(|v| v.state == VmState::Migrating) || marked;
     let phase = if input.cancelled {
         if moving { EvictionPhase::Migrating } else { EvictionPhase::Cancelled }
-    } else if vms.iter().all(|v| is_final(v.state)) {
+    } else if !marked && vms.iter().all(|v| is_final(v.state)) {
         EvictionPhase::Succeeded
     } else {
         EvictionPhase::Migrating
@@ -225,14 +244,19 @@ fn new_records(input: &Input<'_>, have: &[VmStatus]) -> Vec<VmStatus> {
                 MigrationPolicy::Skip => {
                     (VmState::Skipped, "policy skip: moved by somebody else".to_string())
                 }
+                MigrationPolicy::External if input.evacuation.is_none() => {
+                    (VmState::External, external::waiting(input.source))
+                }
                 _ => (VmState::Pending, String::new()),
             };
+            let since = (state == VmState::External).then_some(Time(input.now));
             VmStatus {
                 id: s.id.clone(),
                 name: s.name.clone(),
                 memory_bytes: s.memory_bytes,
                 state,
                 reason,
+                attempt_started: since,
                 ..Default::default()
             }
         })
@@ -280,11 +304,16 @@ fn advance(vm: &mut VmStatus, input: &Input<'_>, actions: &mut Vec<Action>) {
                 evacuated_late(vm, srv, h, actions);
             }
         }
-        VmState::Pending | VmState::Backoff => {
+        VmState::Pending | VmState::Backoff | VmState::External => {
             if let Some(h) = srv.elsewhere(input.source) {
+                vm.reason = if vm.state == VmState::External {
+                    "moved off by its owner"
+                } else {
+                    "moved off by somebody else"
+                }
+                .into();
                 vm.state = VmState::Migrated;
                 vm.target_host = Some(h.to_string());
-                vm.reason = "moved off by somebody else".into();
             }
         }
         VmState::Migrating => supervise(vm, srv, input, actions),
@@ -305,7 +334,8 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
         let asked = vm.attempt_started.as_ref().map_or(input.now, |t| t.0);
         if input.now.duration_since(asked) > secs(o.progress_timeout_seconds) {
             let why = format!("attempt {}: Nova never showed the migration", vm.attempts);
-            fail_attempt(vm, why, o, input.now);
+            let cold_next = may_go_cold(vm, srv, o);
+            fail_attempt(vm, why, o, input.now, cold_next, false);
         }
         return;
     };
@@ -317,7 +347,7 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
         return;
     }
     let evacuated = vm.former_status.is_some();
-    let live = !evacuated && srv.policy.unwrap_or(o.policy_default()) != MigrationPolicy::ColdMigrate;
+    let live = !evacuated && goes_live(vm, srv, o);
     if input.evacuation.is_some() && !evacuated && caught_by_fence(vm, srv, att, input) {
         return;
     }
@@ -343,7 +373,10 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
             } else {
                 format!("attempt {} ended {status} in Nova", vm.attempts)
             };
-            fail_attempt(vm, why, o, input.now);
+            // Refused outright: Nova took no migration for it.
+            let refused = att.nova_migration_id.is_none() && *status == NovaState::Failed;
+            let cold_next = !evacuated && may_go_cold(vm, srv, o);
+            fail_attempt(vm, why, o, input.now, cold_next, refused);
         }
         _ if att.abort_requested => {} // waiting for Nova to confirm the abort
         _ => {
@@ -368,12 +401,7 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
                     // it is reported and waited for.
                     return;
                 }
-                actions.push(Action::Abort {
-                    server_id: vm.id.clone(),
-                    attempt: vm.attempts,
-                    nova_migration_id: att.nova_migration_id,
-                    why,
-                });
+                actions.extend(unstick::unstick(vm, att, input, why));
             }
         }
     }
@@ -474,9 +502,40 @@ fn stuck(vm: &VmStatus, att: &AttemptObs, o: &EvictionOptions, now: Timestamp) -
     }
 }
 
-fn fail_attempt(vm: &mut VmStatus, why: String, o: &EvictionOptions, now: Timestamp) {
-    let failed = vm.attempts.saturating_sub(vm.not_sent);
-    if failed >= o.max_attempts {
+/// Whether a live attempt of this VM that fails may be followed by cold
+/// ones (policy `liveMigrateIfPossible`, not cold already).
+fn may_go_cold(vm: &VmStatus, srv: &Server, o: &EvictionOptions) -> bool {
+    srv.policy.unwrap_or(o.policy_default()) == MigrationPolicy::LiveMigrateIfPossible
+        && goes_live(vm, srv, o)
+}
+
+/// Whether this VM's current (or next) attempt is a live migration.
+fn goes_live(vm: &VmStatus, srv: &Server, o: &EvictionOptions) -> bool {
+    match srv.policy.unwrap_or(o.policy_default()) {
+        MigrationPolicy::LiveMigrate => true,
+        MigrationPolicy::LiveMigrateIfPossible => !srv.pci_passthrough && vm.cold_after_failures.is_none(),
+        _ => false,
+    }
+}
+
+/// Ends the attempt as failed: a retry after a backoff, cold attempts when
+/// `cold_next` and it cannot go live (`refused`, or its live attempts ran
+/// out), or NonMigratable once the attempts ran out.
+fn fail_attempt(
+    vm: &mut VmStatus,
+    why: String,
+    o: &EvictionOptions,
+    now: Timestamp,
+    cold_next: bool,
+    refused: bool,
+) {
+    let failed = vm.attempts.saturating_sub(vm.not_sent).saturating_sub(vm.cold_after_failures.unwrap_or(0));
+    if cold_next && (refused || failed >= o.max_attempts) {
+        vm.cold_after_failures = Some(failed);
+        vm.state = VmState::Backoff;
+        vm.reason = format!("{why}; it cannot go live: cold-migrating it (policy liveMigrateIfPossible)");
+        vm.retry_at = Some(Time(now + FIRST_BACKOFF));
+    } else if failed >= o.max_attempts {
         vm.state = VmState::NonMigratable;
         vm.reason = format!("{failed} attempts failed; last: {why}");
     } else {
@@ -548,7 +607,7 @@ fn start_next(vms: &mut [VmStatus], input: &Input<'_>, actions: &mut Vec<Action>
         actions.push(Action::Migrate {
             server_id: vm.id.clone(),
             attempt: vm.attempts,
-            live: policy != MigrationPolicy::ColdMigrate,
+            live: goes_live(vm, srv, input.options),
             block_migration: srv.local_disk,
         });
         free -= 1;
@@ -616,5 +675,7 @@ fn incompatible(srv: &Server, policy: MigrationPolicy, force: &[String]) -> Opti
     None
 }
 
+mod external;
 #[cfg(test)]
 mod tests;
+mod unstick;

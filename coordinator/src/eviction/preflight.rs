@@ -15,17 +15,24 @@
 //! - `capacity`: free resources from Placement inventories and usages
 //!   (`(total - reserved) × allocation_ratio - used`, each allocation
 //!   within `max_unit`), VMs placed largest first, each on the fitting
-//!   host with the most free memory, so two VMs never count the same room.
+//!   host with the most free memory, so two VMs never count the same room,
+//!   after the room other running evictions planned for their VMs not yet
+//!   moved ([`hold_for_others`]).
+//!
+//! Server groups count under `constraints` ([`server_groups`]): an
+//! anti-affinity member never goes where the group's other members (or
+//! those placed before it) already are, an affinity member only where its
+//! group runs.
 //!
 //! Not modelled: image-property traits, granular resource groups
-//! (`resourcesN:`), server groups, and other evictions competing for the
-//! same room at the same time.
+//! (`resourcesN:`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::api::eviction::{MigrationPolicy, PlannedVm};
 use crate::eviction::os_check::{self, GuestCpu, HostSoftware};
 use crate::eviction::plan::Server;
+use crate::eviction::server_groups::{self, Group, Placed};
 
 pub const COMPATIBILITY: &str = "compatibility";
 pub const CONSTRAINTS: &str = "constraints";
@@ -53,6 +60,8 @@ pub struct Needs {
     /// Its image's properties (compute 2.98; empty before, or booted
     /// from a volume whose image Nova does not show).
     pub image: BTreeMap<String, String>,
+    /// The server group it is in (Nova allows one), once read.
+    pub group: Option<Group>,
 }
 
 /// Room on one resource class of a provider.
@@ -137,14 +146,17 @@ pub fn preflight(
 ) -> Report {
     let forced = |name: &str| force.iter().any(|f| f == name);
     let mut movers: Vec<&Server> =
-        servers.iter().filter(|s| s.policy.unwrap_or(default_policy) != MigrationPolicy::Skip).collect();
+        servers.iter().filter(|s| s.policy.unwrap_or(default_policy).moved_by_us()).collect();
     movers.sort_by(|a, b| b.memory_bytes.cmp(&a.memory_bytes).then_with(|| a.id.cmp(&b.id)));
     let mut room: Vec<BTreeMap<String, Room>> = candidates.iter().map(|c| c.room.clone()).collect();
     let mut findings = Vec::new();
     let mut placed: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut in_groups = Placed::new();
     for srv in movers {
         let vm = format!("{} ({})", srv.id, srv.name);
-        let fitting = match hosts_for(srv, srv.policy.unwrap_or(default_policy), candidates, &forced) {
+        let fitting = hosts_for(srv, srv.policy.unwrap_or(default_policy), candidates, &forced)
+            .and_then(|f| grouped(srv, f, candidates, &in_groups, &forced));
+        let fitting = match fitting {
             Ok(fitting) => fitting,
             Err((check, reason)) => {
                 findings.push(Finding { check, vm, reason });
@@ -163,6 +175,9 @@ pub fn preflight(
             Some(i) => {
                 take(&srv.needs.resources, &mut room[i]);
                 placed.insert(srv.id.as_str(), candidates[i].host.as_str());
+                if let Some(g) = &srv.needs.group {
+                    server_groups::place(&mut in_groups, g, &candidates[i].host);
+                }
             }
             None => findings.push(Finding {
                 check: CAPACITY,
@@ -235,12 +250,72 @@ fn hosts_for(
         return Ok(fitting);
     }
     // A running VM moved live keeps its domain; any other is defined anew.
-    let live = policy == MigrationPolicy::LiveMigrate && matches!(srv.status.as_str(), "ACTIVE" | "PAUSED");
+    let live_policy = match policy {
+        MigrationPolicy::LiveMigrate => true,
+        MigrationPolicy::LiveMigrateIfPossible => !srv.pci_passthrough,
+        _ => false,
+    };
+    let live = live_policy && matches!(srv.status.as_str(), "ACTIVE" | "PAUSED");
     let (ok, rejected) = runnable(&srv.needs, live, candidates, &fitting);
     if ok.is_empty() {
         return Err((OS, none_runs_it(fitting.len(), &rejected)));
     }
     Ok(ok)
+}
+
+/// Of the `fitting` candidates, those the server's group lets it go to
+/// (not judged when `constraints` is forced).
+fn grouped(
+    srv: &Server,
+    fitting: Vec<usize>,
+    candidates: &[Candidate],
+    in_groups: &Placed,
+    forced: &impl Fn(&str) -> bool,
+) -> Result<Vec<usize>, (&'static str, String)> {
+    let Some(g) = srv.needs.group.as_ref().filter(|_| !forced(CONSTRAINTS)) else { return Ok(fitting) };
+    let source = srv.host.as_deref().unwrap_or_default();
+    let hosts: Vec<&str> = fitting.iter().map(|&i| candidates[i].host.as_str()).collect();
+    let ok =
+        server_groups::allowed(g, &srv.id, source, &hosts, in_groups).map_err(|why| (CONSTRAINTS, why))?;
+    Ok(fitting.into_iter().filter(|&i| ok.contains(&candidates[i].host.as_str())).collect())
+}
+
+/// Takes from the candidates' room what other running evictions planned
+/// for their VMs not yet moved (host → resources): two evictions starting
+/// together must not both count the same free room. A VM already moving
+/// holds its room in Placement itself.
+pub fn hold_for_others(candidates: &mut [Candidate], planned: &[(String, BTreeMap<String, u64>)]) {
+    for (host, wants) in planned {
+        if let Some(c) = candidates.iter_mut().find(|c| &c.host == host) {
+            take(wants, &mut c.room);
+        }
+    }
+}
+
+/// What the other running evictions (not `me`, not dry runs) planned for
+/// their VMs not yet under way: (host, resources) per VM, for
+/// [`hold_for_others`].
+pub fn others_planned(
+    evictions: &[std::sync::Arc<crate::api::Eviction>],
+    me: &str,
+) -> Vec<(String, BTreeMap<String, u64>)> {
+    use crate::api::eviction::VmState;
+    let mut out = Vec::new();
+    for e in evictions {
+        let Some(st) = e.status.as_ref() else { continue };
+        let running = st.phase.is_some_and(|p| !p.is_final());
+        if e.metadata.name.as_deref() == Some(me) || e.spec.dry_run || !running {
+            continue;
+        }
+        for p in &st.preflight {
+            let state = st.vms.iter().find(|v| v.id == p.id).map(|v| v.state);
+            let waiting = matches!(state, None | Some(VmState::Pending | VmState::Backoff));
+            if let (Some(host), true) = (&p.fits_on, waiting) {
+                out.push((host.clone(), p.takes.clone()));
+            }
+        }
+    }
+    out
 }
 
 fn planned(
@@ -255,6 +330,7 @@ fn planned(
         name: s.name.clone(),
         policy: s.policy.unwrap_or(default_policy),
         fits_on: placed.get(s.id.as_str()).map(|h| h.to_string()),
+        takes: s.needs.resources.clone(),
         finding: findings.iter().find(|f| f.vm == vm).map(|f| format!("{}: {}", f.check, f.reason)),
     }
 }

@@ -32,7 +32,7 @@ use super::{FIELD_MANAGER, Gate, write};
 use crate::api::condition::{DesiredCondition, merge};
 use crate::api::eviction::{EvictionPhase, EvictionStatus, MigrationPolicy, VmState, VmStatus};
 use crate::api::hypervisor::{FenceStep, FencingStatus};
-use crate::api::keys::{EVICTION_FINALIZER, PAUSED_ANNOTATION};
+use crate::api::keys::{EVICT_FROM_METADATA, EVICTION_FINALIZER, PAUSED_ANNOTATION};
 use crate::api::migration::migration_name;
 use crate::api::{
     ConditionStatus, ConditionType, Eviction, Hypervisor, Migration, MigrationKind, MigrationPhase,
@@ -43,7 +43,7 @@ use crate::eviction::checks::{self, Refusal, Target};
 use crate::eviction::limit::Budgets;
 use crate::eviction::phases::{self, Disabling, FenceState, POLL, ServiceSeen};
 use crate::eviction::plan::{self, Action, AttemptObs, Evacuation, Input, Server};
-use crate::eviction::preflight::{named_traits, preflight, with_traits};
+use crate::eviction::preflight::{hold_for_others, named_traits, others_planned, preflight, with_traits};
 use crate::eviction::{machine, news};
 use crate::lifecycle::hands::Hands;
 use crate::metrics::{Metrics, tally};
@@ -89,6 +89,9 @@ pub struct EvictionContext {
     pub migrations: Store<Migration>,
     /// The Hypervisors, for the Nova host an Eviction's target names.
     pub hypervisors: Store<Hypervisor>,
+    /// The Evictions: the room other running ones planned is held in a
+    /// preflight.
+    pub evictions: Store<Eviction>,
     /// Migrations, and evacuations apart, in flight across all evictions at once.
     pub limit: Arc<Budgets>,
     pub gate: Arc<Gate>,
@@ -109,6 +112,8 @@ pub struct EvictionContext {
     /// When each attempt in flight last had its progress read, by
     /// Migration name.
     pub progress_reads: Paced,
+    /// The attempts this leader forced to complete.
+    pub forced: Forced,
     /// This install's name (`crate::api::keys::INSTANCE_LABEL`): an Eviction of
     /// another install's Hypervisor is left to it.
     pub instance: String,
@@ -149,6 +154,28 @@ impl Paced {
     pub(crate) fn forget_eviction(&self, eviction: &str) {
         let prefix = format!("{eviction}-");
         crate::locked::lock(&self.0).retain(|k, _| !k.starts_with(&prefix));
+    }
+}
+
+/// The attempts this leader recorded as forced to complete, by eviction
+/// and Migration name, until their eviction ends: a cache that has not
+/// caught up with the record must never lead to a second force (Nova's
+/// call is not idempotent).
+#[derive(Default)]
+pub struct Forced(std::sync::Mutex<std::collections::HashMap<(String, String), Timestamp>>);
+
+impl Forced {
+    fn remember(&self, eviction: &str, migration: &str, at: Timestamp) {
+        crate::locked::lock(&self.0).insert((eviction.to_string(), migration.to_string()), at);
+    }
+    fn at(&self, eviction: &str, migration: &str) -> Option<Timestamp> {
+        crate::locked::lock(&self.0).get(&(eviction.to_string(), migration.to_string())).copied()
+    }
+    fn forget(&self, eviction: &str, migration: &str) {
+        crate::locked::lock(&self.0).remove(&(eviction.to_string(), migration.to_string()));
+    }
+    fn forget_eviction(&self, eviction: &str) {
+        crate::locked::lock(&self.0).retain(|(e, _), _| e != eviction);
     }
 }
 
@@ -504,7 +531,7 @@ async fn run_preflight(
         return hold_for_machine(ctx, ev, machine.condition, now).await;
     }
     let asleep = ctx.hibernation.asleep_near(source);
-    let (servers, candidates) = candidates(ctx, source, servers, asleep.as_deref()).await?;
+    let (servers, candidates) = candidates(ctx, ev, source, servers, asleep.as_deref()).await?;
     let o = &ev.spec.options;
     let awake: Vec<_> = candidates.iter().filter(|c| !c.asleep).cloned().collect();
     let report = preflight(&servers, o.default_policy.unwrap_or(ctx.default_policy), &awake, &o.force);
@@ -547,6 +574,7 @@ async fn run_preflight(
 /// the servers with their software.
 async fn candidates(
     ctx: &EvictionContext,
+    ev: &Eviction,
     source: &str,
     mut servers: Vec<Server>,
     asleep: Option<&[(String, Vec<String>)]>,
@@ -554,11 +582,25 @@ async fn candidates(
     let named = named_traits(&servers);
     let coming: Vec<String> =
         asleep.unwrap_or_default().iter().flat_map(|(_, hosts)| hosts.clone()).collect();
-    let (carried, mut candidates) =
-        tokio::try_join!(ctx.nova.carriers(&named), ctx.nova.candidates(source, &coming))?;
+    let (carried, mut candidates, ()) = tokio::try_join!(
+        ctx.nova.carriers(&named),
+        ctx.nova.candidates(source, &coming),
+        with_groups(ctx, &mut servers)
+    )?;
     with_traits(&mut candidates, &carried);
     super::host_software::with_software(&ctx.hypervisors, source, &mut servers, &mut candidates);
+    hold_for_others(&mut candidates, &others_planned(&ctx.evictions.state(), &ev.name_any()));
     Ok((servers, candidates))
+}
+
+/// Gives each server the server group it is in (Nova allows one).
+async fn with_groups(ctx: &EvictionContext, servers: &mut [Server]) -> Result<(), NovaError> {
+    let on = servers.iter().filter_map(|s| Some((s.id.clone(), s.host.clone()?))).collect();
+    let groups = ctx.nova.server_groups_of(&on).await?;
+    for s in servers.iter_mut() {
+        s.needs.group = groups.iter().find(|g| g.members_on.contains_key(&s.id)).cloned();
+    }
+    Ok(())
 }
 
 /// A preflight short of room that hibernated hosts would settle
@@ -787,7 +829,7 @@ async fn migrate(
     let name = ev.name_any();
     let before = status_of(ev);
     let deleting = ev.metadata.deletion_timestamp.is_some();
-    let seen = observe(ctx, ev, source, &before, now).await?;
+    let mut seen = observe(ctx, ev, source, &before, now).await?;
     // Options edited out of bounds mid-eviction: what is in flight is
     // followed (with defaults for the bad fields), nothing new starts.
     let (mut options, invalid) = checks::sanitized(&ev.spec.options);
@@ -812,9 +854,7 @@ async fn migrate(
     let written =
         write_status(ctx, ev, stepped(&before, &step, fence, &said, ev.metadata.generation, now)).await?;
     ctx.metrics.add(&tally(&before.vms, &step, now));
-    for (mname, read, st) in &seen.records {
-        write_migration(ctx, mname, read.as_deref(), st).await;
-    }
+    write_records(ctx, &name, &mut seen.records, &step, now).await;
     let acted = act(ctx, ev, source, &step).await;
     // Told once Nova was asked: the Events wait for nothing on the way.
     if let Some(w) = &written {
@@ -822,6 +862,37 @@ async fn migrate(
     }
     acted?;
     after_step(ctx, ev, &before, &step, began).await
+}
+
+/// Writes what Nova showed of each attempt in flight into its Migration,
+/// and the step's forces to complete with it: a force is recorded before
+/// it is asked.
+async fn write_records(
+    ctx: &EvictionContext,
+    name: &str,
+    records: &mut [(String, Option<String>, MigrationStatus)],
+    step: &plan::Step,
+    now: Timestamp,
+) {
+    let forcing: Vec<String> = step
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::ForceComplete { server_id, attempt, .. } => {
+                Some(migration_name(name, server_id, *attempt))
+            }
+            _ => None,
+        })
+        .collect();
+    for (mname, read, st) in records.iter_mut() {
+        let force = forcing.contains(mname);
+        if force {
+            st.force_completed_at = Some(MicroTime(now));
+        }
+        if write_migration(ctx, mname, read.as_deref(), st).await && force {
+            ctx.forced.remember(name, mname, now);
+        }
+    }
 }
 
 /// What follows a step once Nova was asked: a final phase lets its slots
@@ -838,6 +909,7 @@ async fn after_step(
     if step.phase.is_final() {
         ctx.limit.release(&name);
         ctx.progress_reads.forget_eviction(&name);
+        ctx.forced.forget_eviction(&name);
     }
     if ev.metadata.deletion_timestamp.is_some() && step.phase == EvictionPhase::Cancelled {
         write::finalizer(&api(ctx), ev, EVICTION_FINALIZER, false).await?;
@@ -986,11 +1058,15 @@ async fn observe(
         let mname = migration_name(&ev.name_any(), &vm.id, vm.attempts);
         let mine = migration_of(ctx, ev, &mname);
         let read = mine.as_ref().and_then(|m| m.metadata.resource_version.clone());
-        let recorded = match mine {
+        let mut recorded = match mine {
             Some(m) => m.status.clone().unwrap_or_default(),
             None if never_made(ctx, ev, &mname).await? => not_sent(),
             None => MigrationStatus::default(),
         };
+        // A force this leader recorded stands, whatever the cache says yet.
+        if recorded.force_completed_at.is_none() {
+            recorded.force_completed_at = ctx.forced.at(&ev.name_any(), &mname).map(MicroTime);
+        }
         let others = claimed(ctx, ev, vm);
         let (obs, st) = observe_attempt(ctx, vm, &mname, recorded, &from_host, &others, read_at).await?;
         seen.attempts.extend(obs);
@@ -1049,6 +1125,7 @@ async fn observe_attempt(
 ) -> Result<(Option<AttemptObs>, MigrationStatus), Error> {
     let asked = vm.attempt_started.as_ref().map_or(now, |t| t.0);
     let abort_requested = st.phase == Some(MigrationPhase::Aborted);
+    let forced_at = st.force_completed_at.as_ref().map(|t| t.0);
     let base = |id, status, progress_reported| AttemptObs {
         server_id: vm.id.clone(),
         attempt: vm.attempts,
@@ -1058,6 +1135,7 @@ async fn observe_attempt(
         last_progress_at: asked,
         progress_reported,
         abort_requested,
+        forced_at,
         not_sent: false,
     };
     if st.phase == Some(MigrationPhase::NotSent) {
@@ -1158,7 +1236,6 @@ fn find_attempt<'a>(
 /// request, all at once: asked one after another, the third of a step left
 /// Nova a fifth of a second after the first, and the slots drifted apart.
 async fn act(ctx: &EvictionContext, ev: &Eviction, source: &str, step: &plan::Step) -> Result<(), Error> {
-    let name = ev.name_any();
     let mut attempts = Vec::new();
     for action in &step.actions {
         match action {
@@ -1191,14 +1268,17 @@ async fn act(ctx: &EvictionContext, ev: &Eviction, source: &str, step: &plan::St
                     ctx.nova.abort_migration(server_id, *id).await?;
                 }
                 tracing::warn!(server = %server_id, attempt, reason = %why, "migration aborted");
-                let mname = migration_name(&name, server_id, *attempt);
-                let mine = migration_of(ctx, ev, &mname);
-                let read = mine.as_ref().and_then(|m| m.metadata.resource_version.clone());
-                let mut st = mine.and_then(|m| m.status.clone()).unwrap_or_default();
-                st.phase = Some(MigrationPhase::Aborted);
-                st.message = why.clone();
-                write_migration(ctx, &mname, read.as_deref(), &st).await;
+                note_attempt(ctx, ev, server_id, *attempt, |st| {
+                    st.phase = Some(MigrationPhase::Aborted);
+                    st.message = why.clone();
+                })
+                .await;
             }
+            Action::ForceComplete { server_id, attempt, nova_migration_id, why } => {
+                force_complete(ctx, ev, server_id, *attempt, *nova_migration_id, why).await;
+            }
+            Action::Mark { server_id, host } => mark(ctx, server_id, Some(host)).await,
+            Action::Unmark { server_id } => mark(ctx, server_id, None).await,
         }
     }
     // Each attempt was recorded before; one that fails here does not keep
@@ -1212,6 +1292,65 @@ async fn act(ctx: &EvictionContext, ev: &Eviction, source: &str, step: &plan::St
         }
     }
     first
+}
+
+/// Records something of an attempt in its Migration's status.
+async fn note_attempt(
+    ctx: &EvictionContext,
+    ev: &Eviction,
+    server_id: &str,
+    attempt: u32,
+    change: impl FnOnce(&mut MigrationStatus),
+) {
+    let mname = migration_name(&ev.name_any(), server_id, attempt);
+    let mine = migration_of(ctx, ev, &mname);
+    let read = mine.as_ref().and_then(|m| m.metadata.resource_version.clone());
+    let mut st = mine.and_then(|m| m.status.clone()).unwrap_or_default();
+    change(&mut st);
+    write_migration(ctx, &mname, read.as_deref(), &st).await;
+}
+
+/// Forces a stuck live migration to complete, once its Migration records
+/// the ask (written with the step's records): Nova's call is not
+/// idempotent, so an ask whose answer is lost is never repeated, and the
+/// attempt is aborted a progress timeout later if it has not ended. Only a
+/// request Nova surely did not get is forgotten, to be asked at the next
+/// step.
+async fn force_complete(
+    ctx: &EvictionContext,
+    ev: &Eviction,
+    server_id: &str,
+    attempt: u32,
+    id: i64,
+    why: &str,
+) {
+    let name = ev.name_any();
+    let mname = migration_name(&name, server_id, attempt);
+    if ctx.forced.at(&name, &mname).is_none() {
+        tracing::warn!(server = %server_id, attempt, "the force was not recorded: asked at the next step");
+        return;
+    }
+    match ctx.nova.force_complete_migration(server_id, id).await {
+        Ok(()) => tracing::warn!(server = %server_id, attempt, reason = %why, "migration forced to complete"),
+        Err(e) => {
+            tracing::warn!(server = %server_id, attempt, error = %e, "could not force the migration to complete");
+            if matches!(e, NovaError::Unavailable(_)) {
+                ctx.forced.forget(&name, &mname);
+                note_attempt(ctx, ev, server_id, attempt, |st| st.force_completed_at = None).await;
+            }
+        }
+    }
+}
+
+/// Sets (`Some(host)`) or takes off our `evict-from` mark on a server of
+/// policy `external`. Idempotent, and asked again at the next step until
+/// Nova shows it done (Nova refuses metadata changes while the server is
+/// busy): a failure is told, not fatal to the reconcile.
+async fn mark(ctx: &EvictionContext, server_id: &str, host: Option<&String>) {
+    match ctx.nova.server_metadata(server_id, EVICT_FROM_METADATA, host.map(String::as_str)).await {
+        Ok(()) => tracing::info!(server = %server_id, host = ?host, "evict-from mark set or taken off"),
+        Err(e) => tracing::warn!(server = %server_id, error = %e, "could not change the evict-from mark yet"),
+    }
 }
 
 /// An attempt the step starts.
@@ -1348,15 +1487,26 @@ fn fill_counts(s: &mut EvictionStatus, now: Timestamp) {
 
 /// A Migration's status, over the version read: a write over a newer one
 /// (another leader's) fails, and the next reconcile writes what it sees.
-async fn write_migration(ctx: &EvictionContext, name: &str, read: Option<&str>, status: &MigrationStatus) {
+/// Writes a Migration's status over the version read; answers whether it
+/// was written.
+async fn write_migration(
+    ctx: &EvictionContext,
+    name: &str,
+    read: Option<&str>,
+    status: &MigrationStatus,
+) -> bool {
     let Some(read) = read else {
         // Not in the cache yet (or not ours): the next reconcile writes it.
         tracing::debug!(migration = %name, "Migration not read yet; its status waits");
-        return;
+        return false;
     };
     let api: Api<Migration> = Api::all(ctx.client.clone());
-    if let Err(e) = write::status(&api, name, Some(read), status).await {
-        tracing::warn!(migration = %name, error = %e, "could not write Migration status");
+    match write::status(&api, name, Some(read), status).await {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(migration = %name, error = %e, "could not write Migration status");
+            false
+        }
     }
 }
 

@@ -183,6 +183,20 @@ impl Nova for FakeNova {
     async fn abort_migration(&self, _: &str, _: i64) -> Result<(), NovaError> {
         Ok(())
     }
+    async fn server_groups_of(
+        &self,
+        _: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Vec<crate::eviction::server_groups::Group>, NovaError> {
+        Ok(Vec::new())
+    }
+    async fn force_complete_migration(&self, id: &str, migration: i64) -> Result<(), NovaError> {
+        push(&self.log, format!("nova force_complete {id} {migration}"));
+        Ok(())
+    }
+    async fn server_metadata(&self, id: &str, key: &str, value: Option<&str>) -> Result<(), NovaError> {
+        push(&self.log, format!("nova metadata {id} {key}={value:?}"));
+        Ok(())
+    }
     async fn set_forced_down(&self, host: &str, down: bool) -> Result<(), NovaError> {
         push(&self.log, format!("nova forced_down {host} {down}"));
         Ok(())
@@ -642,6 +656,7 @@ fn eviction_ctx_seeing(
         }),
         migrations: reflector::store().0,
         hypervisors,
+        evictions: reflector::store::<Eviction>().0,
         limit: Arc::new(Budgets::new(cluster_max, cluster_max)),
         gate: gate(true),
         recorder,
@@ -651,6 +666,7 @@ fn eviction_ctx_seeing(
         evacuate_by_default: true,
         evacuate_rebuild_from_image: false,
         progress_reads: Default::default(),
+        forced: Default::default(),
         instance: "hv-coordinator".into(),
         events: tokio::sync::broadcast::channel(16).0,
         hibernation: Arc::default(),
@@ -704,6 +720,7 @@ fn server(id: &str) -> Server {
         local_disk: false,
         host_disks: false,
         evacuate: None,
+        evict_mark: None,
         needs: Default::default(),
     }
 }

@@ -33,6 +33,8 @@ pub struct Tally {
     /// Of those, attempts after the first.
     pub retried: u64,
     pub aborted: u64,
+    /// Stuck live migrations Nova was asked to force to complete.
+    pub forced: u64,
     /// VMs whose attempt completed in this step.
     pub succeeded: u64,
     pub non_migratable: u64,
@@ -50,7 +52,11 @@ pub fn tally(before: &[VmStatus], step: &Step, now: Timestamp) -> Tally {
                 t.retried += u64::from(*attempt > 1);
             }
             Action::Abort { .. } => t.aborted += 1,
-            Action::ConfirmResize { .. } | Action::Start { .. } => {}
+            Action::ForceComplete { .. } => t.forced += 1,
+            Action::ConfirmResize { .. }
+            | Action::Start { .. }
+            | Action::Mark { .. }
+            | Action::Unmark { .. } => {}
         }
     }
     for vm in &step.vms {
@@ -84,8 +90,9 @@ struct PhaseLabel {
 
 /// The outcomes a step records of a VM's migrations, as labelled: an
 /// attempt after a failed, aborted or unsent one (`retried`), an abort asked
-/// of Nova, a VM moved, a VM given up on.
-pub const OUTCOMES: [&str; 4] = ["succeeded", "retried", "aborted", "non_migratable"];
+/// of Nova, a VM moved, a VM given up on, a stuck live migration Nova was
+/// asked to force to complete.
+pub const OUTCOMES: [&str; 5] = ["succeeded", "retried", "aborted", "non_migratable", "forced"];
 
 /// The eviction families.
 pub struct Evictions {
@@ -133,7 +140,8 @@ impl Evictions {
         registry.register(
             "hv_eviction_migration_outcomes",
             "Outcomes of the evictions' migrations: succeeded (a VM moved), retried (an attempt after a failed, \
-             aborted or unsent one), aborted (an abort asked of Nova), non_migratable (a VM given up on).",
+             aborted or unsent one), aborted (an abort asked of Nova), non_migratable (a VM given up on), \
+             forced (a stuck live migration Nova was asked to force to complete).",
             e.outcomes.clone(),
         );
         for outcome in OUTCOMES {
@@ -171,7 +179,7 @@ impl Evictions {
         self.aborted.inc_by(t.aborted);
         self.succeeded.inc_by(t.succeeded);
         self.non_migratable.inc_by(t.non_migratable);
-        let outcomes = [t.succeeded, t.retried, t.aborted, t.non_migratable];
+        let outcomes = [t.succeeded, t.retried, t.aborted, t.non_migratable, t.forced];
         for (outcome, n) in OUTCOMES.into_iter().zip(outcomes) {
             self.outcomes.get_or_create(&OutcomeLabel { outcome }).inc_by(n);
         }
@@ -231,6 +239,7 @@ mod tests {
                 started: 2,
                 retried: 1,
                 aborted: 1,
+                forced: 0,
                 succeeded: 1,
                 non_migratable: 1,
                 durations: vec![42.0]

@@ -65,6 +65,16 @@ pub trait Nova: Send + Sync {
     async fn start(&self, id: &str) -> Result<(), NovaError>;
     async fn confirm_resize(&self, id: &str) -> Result<(), NovaError>;
     async fn abort_migration(&self, id: &str, migration: i64) -> Result<(), NovaError>;
+    /// The server groups any of the servers (id → host) is in, with their
+    /// rules and their members' hosts.
+    async fn server_groups_of(
+        &self,
+        on: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Vec<crate::eviction::server_groups::Group>, NovaError>;
+    /// Not idempotent: never retried on an unknown outcome.
+    async fn force_complete_migration(&self, id: &str, migration: i64) -> Result<(), NovaError>;
+    /// Sets (`Some`) or removes one metadata item of a server (idempotent).
+    async fn server_metadata(&self, id: &str, key: &str, value: Option<&str>) -> Result<(), NovaError>;
     /// Holds the host's compute service forced down (fencing; idempotent).
     async fn set_forced_down(&self, host: &str, down: bool) -> Result<(), NovaError>;
     /// The host's compute service (enabled, its state); None: no such
@@ -127,6 +137,21 @@ impl Nova for NovaClient {
     }
     async fn abort_migration(&self, id: &str, migration: i64) -> Result<(), NovaError> {
         NovaClient::abort_migration(self, id, migration).await
+    }
+    async fn force_complete_migration(&self, id: &str, migration: i64) -> Result<(), NovaError> {
+        NovaClient::force_complete_migration(self, id, migration).await
+    }
+    async fn server_groups_of(
+        &self,
+        on: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Vec<crate::eviction::server_groups::Group>, NovaError> {
+        NovaClient::server_groups_of(self, on).await
+    }
+    async fn server_metadata(&self, id: &str, key: &str, value: Option<&str>) -> Result<(), NovaError> {
+        match value {
+            Some(v) => NovaClient::set_server_metadata(self, id, key, v).await,
+            None => NovaClient::delete_server_metadata(self, id, key).await,
+        }
     }
     async fn set_forced_down(&self, host: &str, down: bool) -> Result<(), NovaError> {
         NovaClient::set_forced_down(self, host, down).await

@@ -10,10 +10,11 @@ use super::error::NovaError;
 use super::host::NovaClient;
 use super::http::{Call, Service, field};
 use crate::api::eviction::MigrationPolicy;
-use crate::api::keys::{EVACUATE_METADATA, POLICY_METADATA};
+use crate::api::keys::{EVACUATE_METADATA, EVICT_FROM_METADATA, POLICY_METADATA};
 use crate::eviction::NovaState;
 use crate::eviction::plan::{OptIn, Server};
 use crate::eviction::preflight::{Needs, flavor_resources};
+use crate::eviction::server_groups::Group;
 
 /// The compute microversion whose server views embed the image's
 /// properties (Nova 2025.1); the same as our pinned one otherwise.
@@ -65,6 +66,8 @@ impl ServerDetail {
         let policy = match self.metadata.get(POLICY_METADATA).map(String::as_str) {
             Some("live") => Some(MigrationPolicy::LiveMigrate),
             Some("cold") => Some(MigrationPolicy::ColdMigrate),
+            Some("live-if-possible") => Some(MigrationPolicy::LiveMigrateIfPossible),
+            Some("external") => Some(MigrationPolicy::External),
             Some("skip") => Some(MigrationPolicy::Skip),
             _ => None,
         };
@@ -87,6 +90,7 @@ impl ServerDetail {
             local_disk: image_backed && self.flavor.disk > 0,
             host_disks: image_backed || self.flavor.ephemeral > 0,
             evacuate,
+            evict_mark: self.metadata.get(EVICT_FROM_METADATA).cloned(),
             needs: Needs {
                 image: image_properties(&self.image),
                 ..needs(&self.flavor, !image_backed, self.pinned_availability_zone, self.tenant_id)
@@ -319,6 +323,106 @@ impl NovaClient {
     pub async fn progress_of(&self, id: &str) -> Result<Vec<Progress>, NovaError> {
         let call = Call::get(Service::Compute, format!("servers/{id}/migrations"));
         self.cloud().fetch(call, "migrations").await
+    }
+
+    /// The server groups any of `servers` is in, each with its rule and
+    /// where every member runs: one list of the region's groups (paged),
+    /// then a read of each member not among `servers` (`on` says where
+    /// those run). Nova shows a server's groups only one server at a time,
+    /// never in a list of servers.
+    pub async fn server_groups_of(
+        &self,
+        on: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Vec<Group>, NovaError> {
+        #[derive(Deserialize)]
+        struct Rules {
+            max_server_per_host: Option<u32>,
+        }
+        #[derive(Deserialize)]
+        struct Listed {
+            id: String,
+            #[serde(default)]
+            name: String,
+            #[serde(default)]
+            policy: String,
+            rules: Option<Rules>,
+            #[serde(default)]
+            members: Vec<String>,
+        }
+        const PAGE: usize = 1000;
+        let mut listed: Vec<Listed> = Vec::new();
+        loop {
+            let call = Call::get(Service::Compute, "os-server-groups")
+                .param("all_projects", "True")
+                .param("limit", PAGE.to_string())
+                .param("offset", listed.len().to_string());
+            let page: Vec<Listed> = self.cloud().fetch(call, "server_groups").await?;
+            let full = page.len() == PAGE;
+            listed.extend(page);
+            if !full {
+                break;
+            }
+        }
+        let mut groups = Vec::new();
+        for g in listed.into_iter().filter(|g| g.members.iter().any(|m| on.contains_key(m))) {
+            let mut members_on = std::collections::BTreeMap::new();
+            for m in &g.members {
+                let host = match on.get(m) {
+                    Some(h) => Some(h.clone()),
+                    None => self.server(m).await?.and_then(|s| s.host),
+                };
+                if let Some(h) = host {
+                    members_on.insert(m.clone(), h);
+                }
+            }
+            let rule = Group::rule_of(&g.policy, g.rules.and_then(|r| r.max_server_per_host));
+            groups.push(Group { id: g.id, name: g.name, rule, members_on });
+        }
+        Ok(groups)
+    }
+
+    /// Asks Nova to force a running live migration to complete (post-copy
+    /// where the host permits it, else the guest paused for the last of
+    /// its memory). Not idempotent: never retried on an unknown outcome.
+    /// One Nova no longer runs needs no forcing: Nova answers 400 (it is
+    /// not `running`) or 404, and then it must no longer be running.
+    pub async fn force_complete_migration(&self, id: &str, migration: i64) -> Result<(), NovaError> {
+        let path = format!("servers/{id}/migrations/{migration}/action");
+        match self
+            .cloud()
+            .call(Call::with(Service::Compute, http::Method::POST, path, json!({"force_complete": null})))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(NovaError::Invalid(msg) | NovaError::NotFound(msg)) => {
+                let running = NovaState::Running { live_running: true };
+                let still = self
+                    .migrations_of(id)
+                    .await?
+                    .into_iter()
+                    .any(|m| m.id == migration && m.status == running);
+                if still { Err(NovaError::Invalid(msg)) } else { Ok(()) }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sets one metadata item of a server (idempotent).
+    pub async fn set_server_metadata(&self, id: &str, key: &str, value: &str) -> Result<(), NovaError> {
+        let body = json!({"meta": {key: value}});
+        let call =
+            Call::with(Service::Compute, http::Method::PUT, format!("servers/{id}/metadata/{key}"), body);
+        self.cloud().call(call).await.map(|_| ())
+    }
+
+    /// Removes one metadata item of a server; one already gone (404) is
+    /// done.
+    pub async fn delete_server_metadata(&self, id: &str, key: &str) -> Result<(), NovaError> {
+        let call = Call::delete(Service::Compute, format!("servers/{id}/metadata/{key}"));
+        match self.cloud().call(call).await {
+            Ok(_) | Err(NovaError::NotFound(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Aborts an in-flight live migration. One that already ended needs no

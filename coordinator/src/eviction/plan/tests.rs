@@ -24,6 +24,7 @@ fn srv(id: &str, gib: u64) -> Server {
         local_disk: false,
         host_disks: false,
         evacuate: None,
+        evict_mark: None,
         needs: Default::default(),
     }
 }
@@ -58,6 +59,7 @@ fn running(id: &str, attempt: u32, started: i64, progress: i64) -> AttemptObs {
         last_progress_at: t(progress),
         progress_reported: true,
         abort_requested: false,
+        forced_at: None,
         not_sent: false,
     }
 }
@@ -132,7 +134,11 @@ fn a_failed_attempt_backs_off_and_retries_until_the_attempts_run_out() {
 
 #[test]
 fn a_stuck_migration_is_aborted_once_and_retried_after_nova_confirms() {
-    let o = EvictionOptions { progress_timeout_seconds: 150, ..EvictionOptions::default() };
+    let o = EvictionOptions {
+        progress_timeout_seconds: 150,
+        force_complete: false,
+        ..EvictionOptions::default()
+    };
     // 4 GiB: 600 s to complete, so only the progress clock can fire here.
     let servers = vec![srv("a", 4)];
     let s = step(&input(&o, &[], &servers, &[], t(0)));
@@ -176,7 +182,9 @@ fn without_progress_counters_only_the_completion_clock_runs() {
     let quiet = step(&input(&o, &s.vms, &servers, std::slice::from_ref(&silent), t(100)));
     assert!(quiet.actions.is_empty(), "no counters is not the same as no progress");
     let late = step(&input(&o, &s.vms, &servers, std::slice::from_ref(&silent), t(151)));
-    assert!(matches!(&late.actions[..], [Action::Abort { why, .. }] if why.contains("over the 150s")));
+    assert!(
+        matches!(&late.actions[..], [Action::ForceComplete { why, .. }] if why.contains("over the 150s"))
+    );
 }
 
 #[test]
@@ -191,7 +199,9 @@ fn the_completion_limit_scales_with_memory() {
     let ok = step(&input(&o, &s.vms, &servers, &[running("a", 1, 0, 599)], t(600)));
     assert!(ok.actions.is_empty());
     let stuck = step(&input(&o, &s.vms, &servers, &[running("a", 1, 0, 600)], t(601)));
-    assert!(matches!(&stuck.actions[..], [Action::Abort { why, .. }] if why.contains("over the 600s")));
+    assert!(
+        matches!(&stuck.actions[..], [Action::ForceComplete { why, .. }] if why.contains("over the 600s"))
+    );
 }
 
 #[test]
@@ -335,7 +345,7 @@ fn backoff_doubles_and_is_capped() {
 }
 
 /// What a fake Nova does with each attempt, drawn at random.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Fate {
     Completes,
     Fails,
@@ -369,12 +379,21 @@ proptest! {
         evacuating in any::<bool>(),
     ) {
         let o = EvictionOptions { max_parallel: parallel, max_attempts: 3, ..EvictionOptions::default() };
-        // Every third server cold-migrates (finished, then confirmed).
+        // Every third server cold-migrates (finished, then confirmed); of
+        // the others, some go live if they can, and some are moved by
+        // their owner once marked.
         let mut servers: Vec<Server> = sizes.iter().enumerate().map(|(i, g)| {
             let mut s = srv(&format!("s{i:02}"), *g);
-            if i % 3 == 2 { s.policy = Some(MigrationPolicy::ColdMigrate); }
+            s.policy = match i % 6 {
+                2 | 5 => Some(MigrationPolicy::ColdMigrate),
+                1 => Some(MigrationPolicy::LiveMigrateIfPossible),
+                3 if i % 4 == 3 => Some(MigrationPolicy::External),
+                _ => None,
+            };
             s
         }).collect();
+        let mut cold_attempts: BTreeSet<(String, u32)> = BTreeSet::new();
+        let mut went_cold: BTreeSet<String> = BTreeSet::new();
         let mut attempts: Vec<AttemptObs> = Vec::new();
         let mut vms: Vec<VmStatus> = Vec::new();
         let mut asked: BTreeSet<(String, u32)> = BTreeSet::new();
@@ -416,11 +435,20 @@ proptest! {
                         prop_assert!(sv.as_ref().is_some_and(|x| x.host.as_deref() == Some("dst") && x.status == "SHUTOFF"), "start of a server not rebuilt");
                         if let Some(x) = sv { x.status = "ACTIVE".into(); }
                     }
-                    Action::Migrate { server_id, attempt, .. } => {
+                    Action::Migrate { server_id, attempt, live, .. } => {
                         prop_assert!(!evacuating, "a migration off a fenced host");
                         prop_assert!(asked.insert((server_id.clone(), *attempt)), "{server_id} attempt {attempt} asked twice");
+                        let policy = servers.iter().find(|x| &x.id == server_id).and_then(|x| x.policy);
+                        prop_assert!(policy != Some(MigrationPolicy::External), "{server_id} is its owner's to move");
+                        match policy {
+                            Some(MigrationPolicy::ColdMigrate) => prop_assert!(!live, "{server_id} cold by policy"),
+                            Some(MigrationPolicy::LiveMigrateIfPossible) => prop_assert!(!(*live && went_cold.contains(server_id)), "{server_id} live again after it went cold"),
+                            _ => prop_assert!(live, "{server_id} live by policy"),
+                        }
+                        if !live { went_cold.insert(server_id.clone()); }
                         let obs = running(server_id, *attempt, now, now);
-                        let cold = servers.iter().any(|x| &x.id == server_id && x.policy == Some(MigrationPolicy::ColdMigrate));
+                        let cold = !live;
+                        if cold { cold_attempts.insert((server_id.clone(), *attempt)); }
                         match fates.next().unwrap_or(Fate::Completes) {
                             // Nova cannot abort a cold migration; a hanging one would never end.
                             Fate::Completes | Fate::Hangs if cold => {
@@ -446,8 +474,33 @@ proptest! {
                         if let Some(x) = att { x.nova_status = Some("confirmed".into()); }
                         if let Some(sv) = servers.iter_mut().find(|x| &x.id == server_id) { sv.status = "ACTIVE".into(); }
                     }
+                    Action::ForceComplete { server_id, attempt, .. } => {
+                        prop_assert!(!cold_attempts.contains(&(server_id.clone(), *attempt)), "a cold migration forced");
+                        let att = attempts.iter_mut().find(|x| &x.server_id == server_id && x.attempt == *attempt);
+                        prop_assert!(att.as_ref().is_some_and(|x| x.forced_at.is_none() && x.nova_status == Some(NovaState::Running { live_running: true })), "forced twice, or not running");
+                        if let Some(x) = att {
+                            x.forced_at = Some(t(now));
+                            // Forcing sometimes ends it; else it hangs on.
+                            if fates.next() == Some(Fate::Completes) {
+                                x.nova_status = Some("completed".into());
+                                if let Some(sv) = servers.iter_mut().find(|x| &x.id == server_id) { sv.host = Some("dst".into()); }
+                            }
+                        }
+                    }
+                    Action::Mark { server_id, host } => {
+                        let sv = servers.iter_mut().find(|x| &x.id == server_id);
+                        prop_assert!(sv.as_ref().is_some_and(|x| x.policy == Some(MigrationPolicy::External) && x.host.as_deref() == Some("src")), "{server_id} marked");
+                        prop_assert_eq!(host.as_str(), "src");
+                        // Its owner sees the mark and moves it.
+                        if let Some(x) = sv { x.evict_mark = Some("src".into()); x.host = Some("dst".into()); }
+                    }
+                    Action::Unmark { server_id } => {
+                        let sv = servers.iter_mut().find(|x| &x.id == server_id);
+                        prop_assert!(sv.as_ref().is_some_and(|x| x.evict_mark.is_some()), "{server_id} unmarked, never marked");
+                        if let Some(x) = sv { x.evict_mark = None; }
+                    }
                     Action::Abort { server_id, attempt, .. } => {
-                        prop_assert!(!servers.iter().any(|x| &x.id == server_id && x.policy == Some(MigrationPolicy::ColdMigrate)), "a cold migration aborted");
+                        prop_assert!(!cold_attempts.contains(&(server_id.clone(), *attempt)), "a cold migration aborted");
                         let att = attempts.iter_mut().find(|x| &x.server_id == server_id && x.attempt == *attempt);
                         prop_assert!(att.is_some(), "abort of an attempt Nova does not know");
                         if let Some(x) = att {
@@ -467,7 +520,8 @@ proptest! {
         prop_assert!(finished, "the eviction did not finish: {vms:?}");
         prop_assert_eq!(vms.len(), sizes.len());
         prop_assert!(vms.iter().all(|v| is_final(v.state)));
-        prop_assert!(vms.iter().all(|v| v.attempts - v.not_sent <= 3), "attempts Nova never got do not count");
+        prop_assert!(vms.iter().all(|v| v.attempts - v.not_sent <= 3 + v.cold_after_failures.unwrap_or(0)), "attempts Nova never got do not count");
+        prop_assert!(servers.iter().all(|x| x.evict_mark.is_none()), "a mark of ours left behind");
         for v in &vms {
             if v.state == VmState::Migrated {
                 prop_assert_eq!(v.target_host.as_deref(), Some("dst"));
@@ -765,3 +819,5 @@ fn an_evacuation_given_up_on_that_lands_after_all_counts_moved_and_is_started_ne
     assert_eq!(s.vms[0].state, VmState::Migrated);
     assert_eq!(s.actions, [Action::Start { server_id: "b".into() }]);
 }
+
+mod finishing;

@@ -18,6 +18,7 @@ pub(crate) fn vm(id: &str, vcpus: u64, ram_mb: u64) -> Server {
         local_disk: false,
         host_disks: false,
         evacuate: None,
+        evict_mark: None,
         needs: Needs {
             resources: BTreeMap::from([("VCPU".into(), vcpus), ("MEMORY_MB".into(), ram_mb)]),
             project_id: "p1".into(),
@@ -353,4 +354,95 @@ fn a_vm_whose_every_admissible_host_is_older_is_named_by_the_os_check() {
     a.needs.pinned_az = Some("az-2".into());
     let r = preflight(&[a], MigrationPolicy::LiveMigrate, &[older("h1")], &[]);
     assert_eq!(checks(&r), [("constraints", "a")], "constraints are judged first");
+}
+
+fn in_group(mut s: Server, rule: server_groups::Rule, members: &[(&str, &str)]) -> Server {
+    s.needs.group = Some(Group {
+        id: "g".into(),
+        name: "web".into(),
+        rule,
+        members_on: members.iter().map(|(m, h)| (m.to_string(), h.to_string())).collect(),
+    });
+    s
+}
+
+#[test]
+fn anti_affinity_members_are_placed_apart_and_a_third_with_two_hosts_is_a_finding() {
+    let anti = server_groups::Rule::AntiAffinity { max_per_host: 1 };
+    let members = [("a", "src"), ("b", "src"), ("c", "src")];
+    let vms: Vec<Server> =
+        ["a", "b", "c"].iter().map(|id| in_group(vm(id, 1, 1024), anti, &members)).collect();
+    // Room for all three on h1 alone; the group lets only one go there.
+    let hosts = [host("h1", 8, 8192), host("h2", 8, 2048)];
+    let r = preflight(&vms, MigrationPolicy::LiveMigrate, &hosts, &[]);
+    assert_eq!(checks(&r), [("constraints", "c")], "{:?}", r.findings);
+    assert!(r.findings[0].reason.contains("anti-affinity group web"), "{}", r.findings[0].reason);
+    let on: Vec<Option<&str>> = r.plan.iter().map(|p| p.fits_on.as_deref()).collect();
+    assert_eq!(on, [Some("h1"), Some("h2"), None], "one member per host");
+    // A member already on h2 leaves only h1 for them all.
+    let elsewhere = [("a", "src"), ("x", "h2")];
+    let one = [in_group(vm("a", 1, 1024), anti, &elsewhere)];
+    let r = preflight(&one, MigrationPolicy::LiveMigrate, &hosts, &[]);
+    assert_eq!(r.plan[0].fits_on.as_deref(), Some("h1"));
+    // Forced past the constraints: the group is not judged.
+    let forced = preflight(&vms, MigrationPolicy::LiveMigrate, &hosts, &["constraints".into()]);
+    assert!(forced.findings.is_empty(), "{:?}", forced.findings);
+}
+
+#[test]
+fn an_affinity_member_cannot_leave_its_group_behind() {
+    let members = [("a", "src"), ("b", "src")];
+    let vms = [in_group(vm("a", 1, 1024), server_groups::Rule::Affinity, &members)];
+    let hosts = [host("h1", 8, 8192)];
+    let r = preflight(&vms, MigrationPolicy::LiveMigrate, &hosts, &[]);
+    assert_eq!(checks(&r), [("constraints", "a")]);
+    assert!(r.findings[0].reason.contains("cannot move alone"), "{}", r.findings[0].reason);
+}
+
+#[test]
+fn the_room_other_running_evictions_planned_is_held() {
+    use crate::api::Eviction;
+    use crate::api::eviction::{
+        EvictionPhase, EvictionReason, EvictionSpec, EvictionStatus, VmState, VmStatus,
+    };
+    let other = |name: &str, phase: EvictionPhase, dry_run: bool, state: Option<VmState>| {
+        let spec = EvictionSpec {
+            hypervisor: "other".into(),
+            reason: EvictionReason::AdminRequest,
+            options: Default::default(),
+            dry_run,
+        };
+        let mut e = Eviction::new(name, spec);
+        e.status = Some(EvictionStatus {
+            phase: Some(phase),
+            preflight: vec![PlannedVm {
+                id: "o1".into(),
+                fits_on: Some("h1".into()),
+                takes: BTreeMap::from([("MEMORY_MB".into(), 6144)]),
+                ..Default::default()
+            }],
+            vms: state
+                .map(|s| VmStatus { id: "o1".into(), state: s, ..Default::default() })
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        });
+        std::sync::Arc::new(e)
+    };
+    let all = vec![
+        other("waiting", EvictionPhase::Migrating, false, Some(VmState::Pending)),
+        other("not-started", EvictionPhase::Preflight, false, None),
+        other("moving", EvictionPhase::Migrating, false, Some(VmState::Migrating)),
+        other("done", EvictionPhase::Succeeded, false, Some(VmState::Pending)),
+        other("dry", EvictionPhase::Planned, true, None),
+        other("me", EvictionPhase::Preflight, false, None),
+    ];
+    let held = others_planned(&all, "me");
+    assert_eq!(held.len(), 2, "the pending VM and the one not started yet: {held:?}");
+    let mut hosts = [host("h1", 8, 16384), host("h2", 8, 4096)];
+    hold_for_others(&mut hosts, &held);
+    assert_eq!(hosts[0].room["MEMORY_MB"].free, 4096);
+    // Two evictions of 6 GiB each starting together: the second finds h1 taken.
+    let r = preflight(&[vm("a", 1, 6144)], MigrationPolicy::LiveMigrate, &hosts, &[]);
+    assert_eq!(checks(&r), [("capacity", "a")]);
 }
