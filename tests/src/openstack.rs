@@ -597,20 +597,7 @@ pub async fn fake_host(nova: &crate::env::Nova, host: &str, what: FakeHost) -> R
 /// on (its `max_concurrent_live_migrations`, region-wide on the ground: see
 /// the region's control port). For a benchmark that has the ground to itself.
 pub async fn live_migrations_at_once(nova: &crate::env::Nova, at_once: u32) -> Result<(), ApiError> {
-    let url = format!("{}/live-migrations", nova.control_url);
-    let what = format!("POST {url}");
-    let resp = reqwest::Client::new()
-        .post(&url)
-        .json(&json!({"at_once": at_once}))
-        .send()
-        .await
-        .map_err(|e| ApiError::Http(what.clone(), e))?;
-    let status = resp.status().as_u16();
-    if status != 200 {
-        let body = resp.text().await.unwrap_or_default();
-        return Err(ApiError::Status { what, status, body });
-    }
-    Ok(())
+    control_post(nova, "live-migrations", json!({"at_once": at_once})).await
 }
 
 /// Holds `server`'s live migrations from the next one on: each runs
@@ -623,9 +610,14 @@ pub async fn hold_live_migrations(
     seconds: u32,
     obey_force: bool,
 ) -> Result<(), ApiError> {
-    let url = format!("{}/live-migrations/hold", nova.control_url);
-    let what = format!("POST {url}");
     let body = json!({"server": server, "seconds": seconds, "obey_force": obey_force});
+    control_post(nova, "live-migrations/hold", body).await
+}
+
+/// POSTs `body` to the region's control port at `path`.
+async fn control_post(nova: &crate::env::Nova, path: &str, body: Value) -> Result<(), ApiError> {
+    let url = format!("{}/{path}", nova.control_url);
+    let what = format!("POST {url}");
     let resp = reqwest::Client::new()
         .post(&url)
         .json(&body)
