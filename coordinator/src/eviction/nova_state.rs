@@ -9,6 +9,10 @@ pub enum NovaState {
     /// Under way (running, migrating, post-migrating, confirming, reverting).
     /// Only a live migration's `running` has progress counters.
     Running { live_running: bool },
+    /// A live migration switched to post-copy (`running (post-copy)`): the
+    /// guest runs on the target already and pulls its last memory from the
+    /// source. It can be neither aborted nor forced; it is waited for.
+    PostCopy,
     /// A cold migration done and waiting for its confirmation (VERIFY_RESIZE).
     Finished,
     /// A live migration done, or an evacuation whose old host cleaned up.
@@ -49,6 +53,7 @@ impl NovaState {
             NovaState::Queued => "queued",
             NovaState::Running { live_running: true } => "running",
             NovaState::Running { live_running: false } => "migrating",
+            NovaState::PostCopy => "running (post-copy)",
             NovaState::Finished => "finished",
             NovaState::Completed => "completed",
             NovaState::Rebuilt => "done",
@@ -69,6 +74,7 @@ impl From<&str> for NovaState {
             "migrating" | "post-migrating" | "confirming" | "reverting" => {
                 NovaState::Running { live_running: false }
             }
+            "running (post-copy)" => NovaState::PostCopy,
             "finished" => NovaState::Finished,
             "completed" => NovaState::Completed,
             "done" => NovaState::Rebuilt,

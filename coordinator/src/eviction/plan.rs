@@ -304,16 +304,12 @@ fn advance(vm: &mut VmStatus, input: &Input<'_>, actions: &mut Vec<Action>) {
                 evacuated_late(vm, srv, h, actions);
             }
         }
-        VmState::Pending | VmState::Backoff | VmState::External => {
+        VmState::External => external::advance(vm, srv, input),
+        VmState::Pending | VmState::Backoff => {
             if let Some(h) = srv.elsewhere(input.source) {
-                vm.reason = if vm.state == VmState::External {
-                    "moved off by its owner"
-                } else {
-                    "moved off by somebody else"
-                }
-                .into();
                 vm.state = VmState::Migrated;
                 vm.target_host = Some(h.to_string());
+                vm.reason = "moved off by somebody else".into();
             }
         }
         VmState::Migrating => supervise(vm, srv, input, actions),
@@ -334,8 +330,8 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
         let asked = vm.attempt_started.as_ref().map_or(input.now, |t| t.0);
         if input.now.duration_since(asked) > secs(o.progress_timeout_seconds) {
             let why = format!("attempt {}: Nova never showed the migration", vm.attempts);
-            let cold_next = may_go_cold(vm, srv, o);
-            fail_attempt(vm, why, o, input.now, cold_next, false);
+            let cold_next = vm.former_status.is_none() && may_go_cold(vm, srv, o);
+            fail_attempt(vm, why, o, input.now, cold_next);
         }
         return;
     };
@@ -373,12 +369,17 @@ fn supervise(vm: &mut VmStatus, srv: &Server, input: &Input<'_>, actions: &mut V
             } else {
                 format!("attempt {} ended {status} in Nova", vm.attempts)
             };
-            // Refused outright: Nova took no migration for it.
-            let refused = att.nova_migration_id.is_none() && *status == NovaState::Failed;
             let cold_next = !evacuated && may_go_cold(vm, srv, o);
-            fail_attempt(vm, why, o, input.now, cold_next, refused);
+            fail_attempt(vm, why, o, input.now, cold_next);
         }
         _ if att.abort_requested => {} // waiting for Nova to confirm the abort
+        // Past the point of no return: waited for, never aborted.
+        Some(NovaState::PostCopy) => {
+            vm.reason = format!(
+                "attempt {}: in post-copy, the guest running on its target: waiting for it to end",
+                vm.attempts
+            );
+        }
         _ => {
             let why = if input.cancelled {
                 Some(format!("attempt {}: the eviction was cancelled", vm.attempts))
@@ -510,27 +511,27 @@ fn may_go_cold(vm: &VmStatus, srv: &Server, o: &EvictionOptions) -> bool {
 }
 
 /// Whether this VM's current (or next) attempt is a live migration.
+/// `liveMigrateIfPossible` goes cold for PCI passthrough, for a server that
+/// is not running (Nova moves only an ACTIVE or PAUSED one live), and once
+/// its live attempts ran out.
 fn goes_live(vm: &VmStatus, srv: &Server, o: &EvictionOptions) -> bool {
     match srv.policy.unwrap_or(o.policy_default()) {
         MigrationPolicy::LiveMigrate => true,
-        MigrationPolicy::LiveMigrateIfPossible => !srv.pci_passthrough && vm.cold_after_failures.is_none(),
+        MigrationPolicy::LiveMigrateIfPossible => {
+            !srv.pci_passthrough
+                && matches!(srv.status.as_str(), "ACTIVE" | "PAUSED")
+                && vm.cold_after_failures.is_none()
+        }
         _ => false,
     }
 }
 
 /// Ends the attempt as failed: a retry after a backoff, cold attempts when
-/// `cold_next` and it cannot go live (`refused`, or its live attempts ran
-/// out), or NonMigratable once the attempts ran out.
-fn fail_attempt(
-    vm: &mut VmStatus,
-    why: String,
-    o: &EvictionOptions,
-    now: Timestamp,
-    cold_next: bool,
-    refused: bool,
-) {
+/// `cold_next` and its live attempts ran out, or NonMigratable once the
+/// attempts ran out.
+fn fail_attempt(vm: &mut VmStatus, why: String, o: &EvictionOptions, now: Timestamp, cold_next: bool) {
     let failed = vm.attempts.saturating_sub(vm.not_sent).saturating_sub(vm.cold_after_failures.unwrap_or(0));
-    if cold_next && (refused || failed >= o.max_attempts) {
+    if cold_next && failed >= o.max_attempts {
         vm.cold_after_failures = Some(failed);
         vm.state = VmState::Backoff;
         vm.reason = format!("{why}; it cannot go live: cold-migrating it (policy liveMigrateIfPossible)");
@@ -595,6 +596,12 @@ fn start_next(vms: &mut [VmStatus], input: &Input<'_>, actions: &mut Vec<Action>
             continue;
         }
         let policy = srv.policy.unwrap_or(input.options.policy_default());
+        if policy == MigrationPolicy::External {
+            // Its owner's to move, whatever brought it back here.
+            vm.state = VmState::External;
+            vm.reason = external::waiting(input.source);
+            continue;
+        }
         if let Some(why) = incompatible(srv, policy, &input.options.force) {
             vm.state = VmState::NonMigratable;
             vm.reason = why;

@@ -299,11 +299,13 @@ pub fn others_planned(
     evictions: &[std::sync::Arc<crate::api::Eviction>],
     me: &str,
 ) -> Vec<(String, BTreeMap<String, u64>)> {
-    use crate::api::eviction::VmState;
+    use crate::api::eviction::{EvictionPhase, VmState};
     let mut out = Vec::new();
     for e in evictions {
         let Some(st) = e.status.as_ref() else { continue };
-        let running = st.phase.is_some_and(|p| !p.is_final());
+        // Past its preflight: one still judging (or waiting for room)
+        // holds nothing, lest two short of room hold each other off.
+        let running = matches!(st.phase, Some(EvictionPhase::Disabling | EvictionPhase::Migrating));
         if e.metadata.name.as_deref() == Some(me) || e.spec.dry_run || !running {
             continue;
         }

@@ -1264,15 +1264,7 @@ async fn act(ctx: &EvictionContext, ev: &Eviction, source: &str, step: &plan::St
                 tracing::info!(server = %server_id, attempt, "cold migration confirmed");
             }
             Action::Abort { server_id, attempt, nova_migration_id, why } => {
-                if let Some(id) = nova_migration_id {
-                    ctx.nova.abort_migration(server_id, *id).await?;
-                }
-                tracing::warn!(server = %server_id, attempt, reason = %why, "migration aborted");
-                note_attempt(ctx, ev, server_id, *attempt, |st| {
-                    st.phase = Some(MigrationPhase::Aborted);
-                    st.message = why.clone();
-                })
-                .await;
+                abort(ctx, ev, server_id, *attempt, *nova_migration_id, why).await;
             }
             Action::ForceComplete { server_id, attempt, nova_migration_id, why } => {
                 force_complete(ctx, ev, server_id, *attempt, *nova_migration_id, why).await;
@@ -1292,6 +1284,31 @@ async fn act(ctx: &EvictionContext, ev: &Eviction, source: &str, step: &plan::St
         }
     }
     first
+}
+
+/// Aborts an attempt and records it. An abort Nova refuses is told and
+/// asked again at the next step, without holding up the step's other
+/// actions and new attempts.
+async fn abort(
+    ctx: &EvictionContext,
+    ev: &Eviction,
+    server_id: &str,
+    attempt: u32,
+    id: Option<i64>,
+    why: &str,
+) {
+    if let Some(id) = id
+        && let Err(e) = ctx.nova.abort_migration(server_id, id).await
+    {
+        tracing::warn!(server = %server_id, attempt, error = %e, "could not abort the migration yet");
+        return;
+    }
+    tracing::warn!(server = %server_id, attempt, reason = %why, "migration aborted");
+    note_attempt(ctx, ev, server_id, attempt, |st| {
+        st.phase = Some(MigrationPhase::Aborted);
+        st.message = why.to_string();
+    })
+    .await;
 }
 
 /// Records something of an attempt in its Migration's status.
@@ -1331,7 +1348,10 @@ async fn force_complete(
         return;
     }
     match ctx.nova.force_complete_migration(server_id, id).await {
-        Ok(()) => tracing::warn!(server = %server_id, attempt, reason = %why, "migration forced to complete"),
+        Ok(()) => {
+            ctx.metrics.forced();
+            tracing::warn!(server = %server_id, attempt, reason = %why, "migration forced to complete");
+        }
         Err(e) => {
             tracing::warn!(server = %server_id, attempt, error = %e, "could not force the migration to complete");
             if matches!(e, NovaError::Unavailable(_)) {

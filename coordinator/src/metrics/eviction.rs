@@ -33,8 +33,6 @@ pub struct Tally {
     /// Of those, attempts after the first.
     pub retried: u64,
     pub aborted: u64,
-    /// Stuck live migrations Nova was asked to force to complete.
-    pub forced: u64,
     /// VMs whose attempt completed in this step.
     pub succeeded: u64,
     pub non_migratable: u64,
@@ -52,11 +50,12 @@ pub fn tally(before: &[VmStatus], step: &Step, now: Timestamp) -> Tally {
                 t.retried += u64::from(*attempt > 1);
             }
             Action::Abort { .. } => t.aborted += 1,
-            Action::ForceComplete { .. } => t.forced += 1,
+            // Forces are counted once Nova took them ([`Evictions::forced`]).
             Action::ConfirmResize { .. }
             | Action::Start { .. }
             | Action::Mark { .. }
-            | Action::Unmark { .. } => {}
+            | Action::Unmark { .. }
+            | Action::ForceComplete { .. } => {}
         }
     }
     for vm in &step.vms {
@@ -141,7 +140,7 @@ impl Evictions {
             "hv_eviction_migration_outcomes",
             "Outcomes of the evictions' migrations: succeeded (a VM moved), retried (an attempt after a failed, \
              aborted or unsent one), aborted (an abort asked of Nova), non_migratable (a VM given up on), \
-             forced (a stuck live migration Nova was asked to force to complete).",
+             forced (a stuck live migration whose force to complete Nova took).",
             e.outcomes.clone(),
         );
         for outcome in OUTCOMES {
@@ -173,13 +172,18 @@ impl Evictions {
         }
     }
 
+    /// A stuck live migration Nova took the ask to force to complete.
+    pub fn forced(&self) {
+        self.outcomes.get_or_create(&OutcomeLabel { outcome: "forced" }).inc();
+    }
+
     pub fn add(&self, t: &Tally) {
         self.started.inc_by(t.started);
         self.retried.inc_by(t.retried);
         self.aborted.inc_by(t.aborted);
         self.succeeded.inc_by(t.succeeded);
         self.non_migratable.inc_by(t.non_migratable);
-        let outcomes = [t.succeeded, t.retried, t.aborted, t.non_migratable, t.forced];
+        let outcomes = [t.succeeded, t.retried, t.aborted, t.non_migratable, 0];
         for (outcome, n) in OUTCOMES.into_iter().zip(outcomes) {
             self.outcomes.get_or_create(&OutcomeLabel { outcome }).inc_by(n);
         }
@@ -239,7 +243,6 @@ mod tests {
                 started: 2,
                 retried: 1,
                 aborted: 1,
-                forced: 0,
                 succeeded: 1,
                 non_migratable: 1,
                 durations: vec![42.0]

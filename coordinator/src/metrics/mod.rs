@@ -212,6 +212,11 @@ impl Metrics {
         self.evictions.add(t);
     }
 
+    /// Nova took an ask to force a stuck live migration to complete.
+    pub fn forced(&self) {
+        self.evictions.forced();
+    }
+
     /// A host's health changed to `to`.
     /// A fenced host was found showing life (docs/fencing.md).
     /// Something was decided on a host whose hands are off, and not done

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
+use futures_util::future::join_all;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -325,22 +326,66 @@ impl NovaClient {
         self.cloud().fetch(call, "migrations").await
     }
 
-    /// The server groups any of `servers` is in, each with its rule and
-    /// where every member runs: one list of the region's groups (paged),
-    /// then a read of each member not among `servers` (`on` says where
-    /// those run). Nova shows a server's groups only one server at a time,
-    /// never in a list of servers.
+    /// The server groups any of the servers (id → host) is in, each with
+    /// its rule and where every member runs. Nova names a server's groups
+    /// only in that server's own view (2.71+), never in a list: each server
+    /// is read, then each group once, then each member elsewhere, the reads
+    /// of one kind together (the client bounds what is in flight).
     pub async fn server_groups_of(
         &self,
         on: &std::collections::BTreeMap<String, String>,
     ) -> Result<Vec<Group>, NovaError> {
+        let named = join_all(on.keys().map(|id| self.groups_named_by(id))).await;
+        let mut ids = std::collections::BTreeSet::new();
+        for r in named {
+            ids.extend(r?);
+        }
+        let mut groups = Vec::new();
+        for id in ids {
+            let Some(mut g) = self.server_group(&id).await? else { continue };
+            let elsewhere: Vec<String> =
+                g.members_on.keys().filter(|m| !on.contains_key(*m)).cloned().collect();
+            let read = join_all(elsewhere.iter().map(|m| self.server(m))).await;
+            for (m, r) in elsewhere.iter().zip(read) {
+                match r?.and_then(|s| s.host) {
+                    Some(h) => g.members_on.insert(m.clone(), h),
+                    None => g.members_on.remove(m),
+                };
+            }
+            for (m, h) in on {
+                if g.members_on.contains_key(m) {
+                    g.members_on.insert(m.clone(), h.clone());
+                }
+            }
+            groups.push(g);
+        }
+        Ok(groups)
+    }
+
+    /// The ids of the server groups a server's view names (none for a
+    /// server gone meanwhile).
+    async fn groups_named_by(&self, id: &str) -> Result<Vec<String>, NovaError> {
+        match self.cloud().call(Call::get(Service::Compute, format!("servers/{id}"))).await {
+            Ok(v) => Ok(v["server"]["server_groups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|g| g.as_str().map(String::from))
+                .collect()),
+            Err(NovaError::NotFound(_)) => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One server group, its members as keys of `members_on` (hosts still
+    /// to be filled in); None: gone.
+    async fn server_group(&self, id: &str) -> Result<Option<Group>, NovaError> {
         #[derive(Deserialize)]
         struct Rules {
             max_server_per_host: Option<u32>,
         }
         #[derive(Deserialize)]
-        struct Listed {
-            id: String,
+        struct Detail {
             #[serde(default)]
             name: String,
             #[serde(default)]
@@ -349,36 +394,16 @@ impl NovaClient {
             #[serde(default)]
             members: Vec<String>,
         }
-        const PAGE: usize = 1000;
-        let mut listed: Vec<Listed> = Vec::new();
-        loop {
-            let call = Call::get(Service::Compute, "os-server-groups")
-                .param("all_projects", "True")
-                .param("limit", PAGE.to_string())
-                .param("offset", listed.len().to_string());
-            let page: Vec<Listed> = self.cloud().fetch(call, "server_groups").await?;
-            let full = page.len() == PAGE;
-            listed.extend(page);
-            if !full {
-                break;
-            }
-        }
-        let mut groups = Vec::new();
-        for g in listed.into_iter().filter(|g| g.members.iter().any(|m| on.contains_key(m))) {
-            let mut members_on = std::collections::BTreeMap::new();
-            for m in &g.members {
-                let host = match on.get(m) {
-                    Some(h) => Some(h.clone()),
-                    None => self.server(m).await?.and_then(|s| s.host),
-                };
-                if let Some(h) = host {
-                    members_on.insert(m.clone(), h);
-                }
-            }
-            let rule = Group::rule_of(&g.policy, g.rules.and_then(|r| r.max_server_per_host));
-            groups.push(Group { id: g.id, name: g.name, rule, members_on });
-        }
-        Ok(groups)
+        let call = Call::get(Service::Compute, format!("os-server-groups/{id}"));
+        let what = call.describe();
+        let d: Detail = match self.cloud().call(call).await {
+            Ok(v) => field(v, "server_group", &what)?,
+            Err(NovaError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let rule = Group::rule_of(&d.policy, d.rules.and_then(|r| r.max_server_per_host));
+        let members_on = d.members.into_iter().map(|m| (m, String::new())).collect();
+        Ok(Some(Group { id: id.to_string(), name: d.name, rule, members_on }))
     }
 
     /// Asks Nova to force a running live migration to complete (post-copy

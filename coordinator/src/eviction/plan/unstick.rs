@@ -30,12 +30,18 @@ pub(super) fn unstick(vm: &mut VmStatus, att: &AttemptObs, input: &Input<'_>, wh
             });
         }
         (Some(at), _) if !input.cancelled => {
-            let since = input.now.duration_since(at);
+            // Still copying after the force (a large guest's last memory):
+            // judged from its last progress, not from the force.
+            let moved = if att.progress_reported { at.max(att.last_progress_at) } else { at };
+            let since = input.now.duration_since(moved);
             if since <= secs(o.progress_timeout_seconds) {
                 vm.reason = format!("{why}; forced to complete, waiting for it to end");
                 return None;
             }
-            why = format!("{why}; still not ended {}s after it was forced to complete", since.as_secs());
+            why = format!(
+                "{why}; still not ended {}s after it was forced to complete, without progress",
+                since.as_secs()
+            );
         }
         _ => {}
     }

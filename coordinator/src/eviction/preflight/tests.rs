@@ -431,7 +431,8 @@ fn the_room_other_running_evictions_planned_is_held() {
     };
     let all = vec![
         other("waiting", EvictionPhase::Migrating, false, Some(VmState::Pending)),
-        other("not-started", EvictionPhase::Preflight, false, None),
+        other("not-started", EvictionPhase::Disabling, false, None),
+        other("judging", EvictionPhase::Preflight, false, None),
         other("moving", EvictionPhase::Migrating, false, Some(VmState::Migrating)),
         other("done", EvictionPhase::Succeeded, false, Some(VmState::Pending)),
         other("dry", EvictionPhase::Planned, true, None),

@@ -93,12 +93,18 @@ fn only_a_running_live_migration_is_forced_and_a_cancelled_eviction_aborts() {
 }
 
 #[test]
-fn live_if_possible_goes_cold_for_pci_and_when_nova_refuses_live() {
-    let o = EvictionOptions { default_policy: Some(MigrationPolicy::LiveMigrateIfPossible), ..opts() };
+fn live_if_possible_goes_cold_for_pci_and_a_stopped_server_and_a_refusal_is_a_failure() {
+    let o = EvictionOptions {
+        default_policy: Some(MigrationPolicy::LiveMigrateIfPossible),
+        max_parallel: 3,
+        ..opts()
+    };
     let mut pci = srv("p", 2);
     pci.pci_passthrough = true;
+    let mut stopped = srv("s", 2);
+    stopped.status = "SHUTOFF".into();
     let plain = srv("q", 1);
-    let servers = vec![pci, plain];
+    let servers = vec![pci, stopped, plain];
     let s = step(&input(&o, &[], &servers, &[], t(0)));
     let live_of = |a: &[Action], id: &str| {
         a.iter().find_map(|x| match x {
@@ -107,18 +113,20 @@ fn live_if_possible_goes_cold_for_pci_and_when_nova_refuses_live() {
         })
     };
     assert_eq!(live_of(&s.actions, "p"), Some(false), "PCI passthrough: cold, not non-migratable");
+    assert_eq!(live_of(&s.actions, "s"), Some(false), "not running: Nova moves it only cold");
     assert_eq!(live_of(&s.actions, "q"), Some(true));
-    // Nova refuses q's live request outright: its next attempt is cold,
-    // and that refusal does not count against the cold attempts.
+    // Nova refuses q's live request (a 409 while a task runs): an ordinary
+    // failure, retried live.
     let refused =
         AttemptObs { nova_migration_id: None, nova_status: Some("error".into()), ..running("q", 1, 0, 0) };
-    let p_running = running("p", 1, 0, 0);
-    let r = step(&input(&o, &s.vms, &servers, &[p_running.clone(), refused], t(1)));
+    let others = [running("p", 1, 0, 0), running("s", 1, 0, 0)];
+    let mut seen = others.to_vec();
+    seen.push(refused);
+    let r = step(&input(&o, &s.vms, &servers, &seen, t(1)));
     let q = r.vms.iter().find(|v| v.id == "q").cloned().unwrap_or_default();
-    assert_eq!((q.state, q.cold_after_failures), (VmState::Backoff, Some(1)));
-    assert!(q.reason.contains("cold-migrating"), "{}", q.reason);
-    let again = step(&input(&o, &r.vms, &servers, &[p_running], t(12)));
-    assert_eq!(live_of(&again.actions, "q"), Some(false));
+    assert_eq!((q.state, q.cold_after_failures), (VmState::Backoff, None));
+    let again = step(&input(&o, &r.vms, &servers, &others, t(12)));
+    assert_eq!(live_of(&again.actions, "q"), Some(true));
 }
 
 #[test]
@@ -171,17 +179,24 @@ fn an_external_server_is_marked_waited_for_and_unmarked_once_its_owner_moved_it(
     let w = step(&input(&o, &s.vms, std::slice::from_ref(&marked), &[], t(86_400)));
     assert!(w.actions.is_empty(), "{:?}", w.actions);
     assert_eq!((w.vms[0].state, w.phase), (VmState::External, EvictionPhase::Migrating));
-    // Its owner moved it: migrated, the mark taken off, and the eviction
-    // ends only once Nova shows the mark gone.
+    // Its owner moved it: the mark is taken off, asked again at each step
+    // until Nova shows it gone, and only then is it Migrated.
     marked.host = Some("dst".into());
-    let m = step(&input(&o, &w.vms, std::slice::from_ref(&marked), &[], t(86_401)));
-    assert_eq!(m.vms[0].state, VmState::Migrated);
-    assert_eq!(m.vms[0].reason, "moved off by its owner");
-    assert_eq!(m.actions, [Action::Unmark { server_id: "e".into() }]);
-    assert_eq!(m.phase, EvictionPhase::Migrating, "not over while our mark remains");
+    for at in [86_401, 86_402] {
+        let m = step(&input(&o, &w.vms, std::slice::from_ref(&marked), &[], t(at)));
+        assert_eq!((m.vms[0].state, m.phase), (VmState::External, EvictionPhase::Migrating));
+        assert!(m.vms[0].reason.contains("taking our mark off"), "{}", m.vms[0].reason);
+        assert_eq!(m.actions, [Action::Unmark { server_id: "e".into() }]);
+    }
     marked.evict_mark = None;
-    let done = step(&input(&o, &m.vms, std::slice::from_ref(&marked), &[], t(86_402)));
-    assert_eq!(done.phase, EvictionPhase::Succeeded);
+    let done = step(&input(&o, &w.vms, std::slice::from_ref(&marked), &[], t(86_403)));
+    assert_eq!((done.vms[0].state, done.phase), (VmState::Migrated, EvictionPhase::Succeeded));
+    assert_eq!(done.vms[0].reason, "moved off by its owner");
+    // Back on the host later: its owner's again, never moved by us.
+    marked.host = Some("src".into());
+    let back = step(&input(&o, &done.vms, std::slice::from_ref(&marked), &[], t(86_404)));
+    assert_eq!(back.vms[0].state, VmState::External);
+    assert_eq!(back.actions, [Action::Mark { server_id: "e".into(), host: "src".into() }]);
 }
 
 #[test]
@@ -190,30 +205,25 @@ fn a_cancelled_eviction_takes_its_marks_off_and_never_touches_others() {
     let mut ext = srv("e", 2);
     ext.policy = Some(MigrationPolicy::External);
     ext.evict_mark = Some("src".into());
-    // Marked for another host by somebody else: not ours to take off.
+    // Marked for another host by somebody else: never overwritten nor taken off.
     let mut other = srv("o", 1);
     other.policy = Some(MigrationPolicy::External);
     other.evict_mark = Some("elsewhere".into());
     let servers = vec![ext.clone(), other];
     let s = step(&input(&o, &[], &servers, &[], t(0)));
-    assert_eq!(
-        s.actions,
-        [Action::Mark { server_id: "o".into(), host: "src".into() }],
-        "e is marked already"
-    );
+    assert!(s.actions.is_empty(), "e is marked already, o by somebody else: {:?}", s.actions);
     let mut i = input(&o, &s.vms, &servers, &[], t(1));
     i.cancelled = true;
     let c = step(&i);
     assert_eq!(c.actions, [Action::Unmark { server_id: "e".into() }]);
-    assert_eq!(c.phase, EvictionPhase::Migrating);
+    assert_eq!(c.phase, EvictionPhase::Migrating, "not over while our mark remains");
     ext.evict_mark = None;
-    let mut other = servers[1].clone();
-    other.evict_mark = Some("src".into());
-    let servers = vec![ext, other];
+    let servers = vec![ext, servers[1].clone()];
     let mut i = input(&o, &c.vms, &servers, &[], t(2));
     i.cancelled = true;
     let c2 = step(&i);
-    assert_eq!(c2.actions, [Action::Unmark { server_id: "o".into() }]);
+    assert!(c2.actions.is_empty(), "{:?}", c2.actions);
+    assert_eq!(c2.phase, EvictionPhase::Cancelled);
 }
 
 #[test]
@@ -233,4 +243,40 @@ fn a_deleted_external_server_is_gone_and_a_fenced_hosts_is_evacuated() {
     };
     let f = step(&Input { evacuation: Some(e), ..input(&o, &[], std::slice::from_ref(&ext), &[], t(0)) });
     assert!(matches!(&f.actions[..], [Action::Evacuate { .. }]), "{:?}", f.actions);
+    // One waiting for its owner when the host is fenced: unmarked, evacuated.
+    ext.evict_mark = Some("src".into());
+    let later =
+        step(&Input { evacuation: Some(e), ..input(&o, &s.vms, std::slice::from_ref(&ext), &[], t(9)) });
+    assert!(later.actions.contains(&Action::Unmark { server_id: "e".into() }), "{:?}", later.actions);
+    assert!(later.actions.iter().any(|a| matches!(a, Action::Evacuate { .. })), "{:?}", later.actions);
+}
+
+#[test]
+fn a_migration_in_post_copy_is_never_aborted_nor_forced() {
+    let o = opts();
+    let servers = vec![srv("a", 1)];
+    let s = step(&input(&o, &[], &servers, &[], t(0)));
+    let post = AttemptObs {
+        nova_status: Some("running (post-copy)".into()),
+        progress_reported: false,
+        forced_at: Some(t(10)),
+        ..stuck_at("a", 1)
+    };
+    let w = step(&input(&o, &s.vms, &servers, &[post], t(10_000)));
+    assert!(w.actions.is_empty(), "{:?}", w.actions);
+    assert!(w.vms[0].reason.contains("post-copy"), "{}", w.vms[0].reason);
+}
+
+#[test]
+fn a_forced_migration_still_copying_is_not_aborted() {
+    // Stuck by its completion clock (40 s for 4 GiB), not by its progress.
+    let o = EvictionOptions { completion_timeout_per_gib_seconds: 10, ..opts() };
+    let servers = vec![srv("a", 4)];
+    let s = step(&input(&o, &[], &servers, &[], t(0)));
+    // Forced at 31 s; its counters still moved at 80 s: not aborted at 100 s.
+    let copying = AttemptObs { forced_at: Some(t(31)), last_progress_at: t(80), ..stuck_at("a", 1) };
+    let w = step(&input(&o, &s.vms, &servers, std::slice::from_ref(&copying), t(100)));
+    assert!(w.actions.is_empty(), "{:?}", w.actions);
+    let a = step(&input(&o, &s.vms, &servers, &[copying], t(111)));
+    assert!(matches!(&a.actions[..], [Action::Abort { .. }]), "{:?}", a.actions);
 }
