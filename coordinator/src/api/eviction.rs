@@ -86,9 +86,10 @@ pub enum MigrationPolicy {
     #[default]
     LiveMigrate,
     ColdMigrate,
-    /// Live, and cold when it cannot go live: a server Nova will not move
-    /// live (PCI passthrough, or Nova refuses the request), or whose live
-    /// attempts all failed, is cold-migrated, with attempts of its own.
+    /// Live, and cold when it cannot go live: a server with PCI
+    /// passthrough, one not running when its attempt starts, or one whose
+    /// live attempts all failed is cold-migrated from then on, with
+    /// attempts of its own.
     LiveMigrateIfPossible,
     /// Its owner's own tooling moves it: the server is marked (metadata
     /// `hypervisor.cloud.sap:evict-from` = the host), and the eviction

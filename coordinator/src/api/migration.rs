@@ -95,6 +95,11 @@ pub struct MigrationStatus {
     /// migrations, which whole seconds blur by up to a second each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<MicroTime>,
+    /// When the coordinator first saw Nova run it: Nova queues live
+    /// migrations beyond its own limit per host, and the completion clock
+    /// starts here, not in the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_since: Option<MicroTime>,
     /// When the coordinator first saw the attempt end in Nova.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<MicroTime>,

@@ -24,17 +24,19 @@
 //!   does not count against `maxAttempts`.
 //! - Stuck (no progress for `progressTimeoutSeconds` where Nova reports
 //!   progress, or running longer than `completionTimeoutPerGiBSeconds` ×
-//!   GiB of memory): forced to complete ([`unstick`]), then, if still
-//!   running a progress timeout later, aborted; wait for Nova to confirm,
-//!   back off exponentially, retry; after `maxAttempts` the VM is
-//!   NonMigratable with the reason.
+//!   GiB of memory): forced to complete ([`unstick`]), then, if it made
+//!   no progress for a progress timeout since, aborted; wait for Nova to
+//!   confirm, back off exponentially, retry; after `maxAttempts` the VM is
+//!   NonMigratable with the reason. One in post-copy is only waited for.
 //! - Policy `liveMigrateIfPossible`: cold when it cannot go live (PCI
-//!   passthrough, Nova refuses the live request, or its live attempts run
-//!   out), with `maxAttempts` cold attempts of its own.
+//!   passthrough, a server not running when its attempt starts, or its
+//!   live attempts ran out), from then on, with `maxAttempts` cold
+//!   attempts of its own.
 //! - Policy `external`: marked, never moved by us, waited for
 //!   ([`external`]).
-//! - Cancelled (the Eviction is being deleted): abort what is in flight,
-//!   start nothing, end Cancelled once nothing moves.
+//! - Cancelled (the Eviction is being deleted): abort what is in flight
+//!   (a migration in post-copy is waited for), take our marks off, start
+//!   nothing, end Cancelled once nothing moves.
 //! - A fenced host's VMs are evacuated ([`Evacuation`]): rebuilt elsewhere
 //!   from their disks, each attempt recorded like a migration. A server
 //!   opted out (or not opted in) is Skipped and named; one whose disks died
@@ -127,6 +129,8 @@ pub struct AttemptObs {
     pub nova_migration_id: Option<i64>,
     /// Nova's status; None while Nova shows no migration yet.
     pub nova_status: Option<NovaState>,
+    /// When Nova was first seen running it, else when it was asked: the
+    /// completion clock starts there, not in Nova's queue.
     pub started_at: Timestamp,
     /// Last time a progress counter moved (or the start).
     pub last_progress_at: Timestamp,
@@ -489,6 +493,20 @@ fn stuck(vm: &VmStatus, att: &AttemptObs, o: &EvictionOptions, now: Timestamp) -
     let stalled = now.duration_since(att.last_progress_at);
     let running = now.duration_since(att.started_at);
     let limit = completion_limit(o, vm.memory_bytes);
+    if att.nova_status == Some(NovaState::Queued) && vm.former_status.is_none() {
+        // Waiting for Nova's turn (it runs few live migrations per host at
+        // once): not on its clock yet, but not for ever either. An
+        // evacuation is not queued so: its clock runs from the ask.
+        let bound = limit * i32::try_from(o.max_parallel.saturating_add(1)).unwrap_or(i32::MAX);
+        return (running > bound).then(|| {
+            format!(
+                "attempt {}: queued in Nova for {}s, over the {}s allowed",
+                vm.attempts,
+                running.as_secs(),
+                bound.as_secs()
+            )
+        });
+    }
     if att.progress_reported && stalled > secs(o.progress_timeout_seconds) {
         Some(format!("attempt {}: no progress for {}s", vm.attempts, stalled.as_secs()))
     } else if running > limit {
@@ -510,19 +528,25 @@ fn may_go_cold(vm: &VmStatus, srv: &Server, o: &EvictionOptions) -> bool {
         && goes_live(vm, srv, o)
 }
 
-/// Whether this VM's current (or next) attempt is a live migration.
-/// `liveMigrateIfPossible` goes cold for PCI passthrough, for a server that
-/// is not running (Nova moves only an ACTIVE or PAUSED one live), and once
-/// its live attempts ran out.
+/// Whether this VM's current (or next) attempt is a live migration. Not
+/// judged from the server's status, which is MIGRATING while a live
+/// attempt runs: `liveMigrateIfPossible` went cold once, for good, when
+/// `cold_after_failures` was recorded ([`cold_if_not_running`]).
 fn goes_live(vm: &VmStatus, srv: &Server, o: &EvictionOptions) -> bool {
     match srv.policy.unwrap_or(o.policy_default()) {
         MigrationPolicy::LiveMigrate => true,
-        MigrationPolicy::LiveMigrateIfPossible => {
-            !srv.pci_passthrough
-                && matches!(srv.status.as_str(), "ACTIVE" | "PAUSED")
-                && vm.cold_after_failures.is_none()
-        }
+        MigrationPolicy::LiveMigrateIfPossible => !srv.pci_passthrough && vm.cold_after_failures.is_none(),
         _ => false,
+    }
+}
+
+/// Before an attempt of `liveMigrateIfPossible` starts: a server that is
+/// not running (Nova moves only an ACTIVE or PAUSED one live) goes cold,
+/// from this attempt on.
+fn cold_if_not_running(vm: &mut VmStatus, srv: &Server, policy: MigrationPolicy) {
+    let running = matches!(srv.status.as_str(), "ACTIVE" | "PAUSED");
+    if policy == MigrationPolicy::LiveMigrateIfPossible && !running && vm.cold_after_failures.is_none() {
+        vm.cold_after_failures = Some(vm.attempts.saturating_sub(vm.not_sent));
     }
 }
 
@@ -607,6 +631,7 @@ fn start_next(vms: &mut [VmStatus], input: &Input<'_>, actions: &mut Vec<Action>
             vm.reason = why;
             continue;
         }
+        cold_if_not_running(vm, srv, policy);
         vm.attempts += 1;
         vm.state = VmState::Migrating;
         vm.retry_at = None;

@@ -1164,7 +1164,10 @@ async fn observe_attempt(
         }
     }
     let mut obs = base(Some(m.id), Some(m.status.clone()), progress_reported);
-    obs.started_at = st.started_at.as_ref().map_or(asked, |t| t.0);
+    if matches!(m.status, NovaState::Running { .. } | NovaState::PostCopy) && st.running_since.is_none() {
+        st.running_since = Some(MicroTime(now));
+    }
+    obs.started_at = st.running_since.as_ref().or(st.started_at.as_ref()).map_or(asked, |t| t.0);
     obs.last_progress_at = st.last_progress_at.as_ref().map_or(asked, |t| t.0);
     Ok((Some(obs), st))
 }
@@ -1259,10 +1262,12 @@ async fn act(ctx: &EvictionContext, ev: &Eviction, source: &str, step: &plan::St
                     tracing::warn!(server = %server_id, error = %e, "could not start the evacuated server yet")
                 }
             },
-            Action::ConfirmResize { server_id, attempt } => {
-                ctx.nova.confirm_resize(server_id).await?;
-                tracing::info!(server = %server_id, attempt, "cold migration confirmed");
-            }
+            // Asked again at the next step until Nova shows it confirmed: a
+            // failure holds up none of the step's other actions.
+            Action::ConfirmResize { server_id, attempt } => match ctx.nova.confirm_resize(server_id).await {
+                Ok(()) => tracing::info!(server = %server_id, attempt, "cold migration confirmed"),
+                Err(e) => tracing::warn!(server = %server_id, attempt, error = %e, "could not confirm yet"),
+            },
             Action::Abort { server_id, attempt, nova_migration_id, why } => {
                 abort(ctx, ev, server_id, *attempt, *nova_migration_id, why).await;
             }

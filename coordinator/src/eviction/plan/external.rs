@@ -21,12 +21,13 @@ pub(super) fn waiting(source: &str) -> String {
 
 /// What Nova shows of a server waiting for its owner.
 pub(super) fn advance(vm: &mut VmStatus, srv: &Server, input: &Input<'_>) {
-    if input.evacuation.is_some() {
-        vm.state = VmState::Pending;
-        vm.reason = "the host is fenced: evacuated, not left to its owner".into();
+    let Some(host) = srv.elsewhere(input.source) else {
+        if input.evacuation.is_some() {
+            vm.state = VmState::Pending;
+            vm.reason = "the host is fenced: evacuated, not left to its owner".into();
+        }
         return;
-    }
-    let Some(host) = srv.elsewhere(input.source) else { return };
+    };
     if srv.evict_mark.as_deref() == Some(input.source) {
         vm.reason = format!("moved off to {host} by its owner; taking our mark off");
     } else {

@@ -71,11 +71,19 @@ fn only_a_running_live_migration_is_forced_and_a_cancelled_eviction_aborts() {
     let o = opts();
     let servers = vec![srv("a", 1)];
     let s = step(&input(&o, &[], &servers, &[], t(0)));
-    // Queued past its clock: Nova forces only `running`; aborted.
+    // Queued in Nova: not on its 150 s clock yet, but queued past three
+    // times that (maxParallel 2, plus its own turn) it is aborted, as Nova
+    // forces only `running`.
     let queued =
         AttemptObs { nova_status: Some("queued".into()), progress_reported: false, ..stuck_at("a", 1) };
-    let q = step(&input(&o, &s.vms, &servers, &[queued], t(200)));
-    assert!(matches!(&q.actions[..], [Action::Abort { .. }]), "{:?}", q.actions);
+    let waiting = step(&input(&o, &s.vms, &servers, std::slice::from_ref(&queued), t(450)));
+    assert!(waiting.actions.is_empty(), "{:?}", waiting.actions);
+    let q = step(&input(&o, &s.vms, &servers, &[queued], t(451)));
+    assert!(
+        matches!(&q.actions[..], [Action::Abort { why, .. }] if why.contains("queued in Nova for 451s")),
+        "{:?}",
+        q.actions
+    );
     // No Nova id known: nothing to force.
     let unknown = AttemptObs { nova_migration_id: None, ..stuck_at("a", 1) };
     let u = step(&input(&o, &s.vms, &servers, &[unknown], t(31)));
@@ -114,6 +122,8 @@ fn live_if_possible_goes_cold_for_pci_and_a_stopped_server_and_a_refusal_is_a_fa
     };
     assert_eq!(live_of(&s.actions, "p"), Some(false), "PCI passthrough: cold, not non-migratable");
     assert_eq!(live_of(&s.actions, "s"), Some(false), "not running: Nova moves it only cold");
+    let went_cold = s.vms.iter().find(|v| v.id == "s").and_then(|v| v.cold_after_failures);
+    assert_eq!(went_cold, Some(0), "cold for good, before any failure");
     assert_eq!(live_of(&s.actions, "q"), Some(true));
     // Nova refuses q's live request (a 409 while a task runs): an ordinary
     // failure, retried live.
@@ -279,4 +289,21 @@ fn a_forced_migration_still_copying_is_not_aborted() {
     assert!(w.actions.is_empty(), "{:?}", w.actions);
     let a = step(&input(&o, &s.vms, &servers, &[copying], t(111)));
     assert!(matches!(&a.actions[..], [Action::Abort { .. }]), "{:?}", a.actions);
+}
+
+#[test]
+fn a_live_if_possible_attempt_running_is_forced_though_its_server_reads_migrating() {
+    let o = EvictionOptions { default_policy: Some(MigrationPolicy::LiveMigrateIfPossible), ..opts() };
+    let servers = vec![srv("a", 4)];
+    let s = step(&input(&o, &[], &servers, &[], t(0)));
+    assert!(matches!(&s.actions[..], [Action::Migrate { live: true, .. }]), "{:?}", s.actions);
+    let mut moving = servers.clone();
+    moving[0].status = "MIGRATING".into();
+    let f = step(&input(&o, &s.vms, &moving, &[stuck_at("a", 1)], t(31)));
+    assert!(matches!(&f.actions[..], [Action::ForceComplete { .. }]), "{:?}", f.actions);
+    // Its live attempts ran out while it read MIGRATING: cold next, not given up.
+    let o1 = EvictionOptions { max_attempts: 1, ..o };
+    let failed = AttemptObs { nova_status: Some("error".into()), ..running("a", 1, 0, 0) };
+    let g = step(&input(&o1, &s.vms, &moving, &[failed], t(32)));
+    assert_eq!((g.vms[0].state, g.vms[0].cold_after_failures), (VmState::Backoff, Some(1)));
 }
