@@ -10,6 +10,7 @@
 //! - [`fence`]: the actuators that fence a dead host (power through its BMC).
 //! - [`metrics`]: `/metrics` and the eviction counters.
 //! - [`power`]: hibernating empty hosts and waking them (pure).
+//! - [`maintenance`]: a region's update planned in waves (pure).
 //! - [`locked`]: the one way a lock is taken, failing closed when poisoned.
 
 #![forbid(unsafe_code)]
@@ -25,6 +26,7 @@ pub mod identity;
 pub mod k8s;
 pub mod lifecycle;
 pub mod locked;
+pub mod maintenance;
 pub mod metrics;
 pub mod nova;
 pub mod power;
